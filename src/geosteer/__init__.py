@@ -1,0 +1,9 @@
+"""geosteer: geometric steering and analysis of pretrained language models."""
+
+from geosteer.errors import GeosteerError
+from geosteer.models.anatomy import Anatomy, anatomy
+from geosteer.models.loading import load_model
+
+__version__ = "0.1.0"
+
+__all__ = ["Anatomy", "GeosteerError", "anatomy", "load_model", "__version__"]

@@ -1,0 +1,283 @@
+"""Model anatomy: one canonical view of a decoder block for every supported family.
+
+Per-family knowledge lives in the declarative `FAMILIES` table (module paths relative to the model or
+to one decoder layer, norm placement, sequential vs parallel residual). Everything else in geosteer reads
+this table through :class:`Anatomy`; no code outside this file branches on ``model_type``.
+
+Canonical block (sequential, pre-norm):  x → A = attn_update(attn(attn_norm(x))) → m = x + A
+                                            → Φ = mlp_update(mlp(mlp_norm(m))) → x' = m + Φ
+Parallel block (GPT-NeoX):               x' = x + A(attn_norm(x)) + Φ(mlp_norm(x))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from geosteer.errors import UnsupportedArchitecture
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """Where the parts of a decoder block live for one architecture family.
+
+    Paths are dotted attribute paths. ``layers`` is relative to the CausalLM model; the others are
+    relative to one decoder layer. ``attn_update`` / ``mlp_update`` name the module whose *output* is the
+    residual update (Gemma3 applies a norm after each branch, so there it is that norm).
+    """
+
+    layers: str
+    final_norm: str
+    attn: str
+    attn_norm: str
+    mlp: str
+    mlp_norm: str
+    attn_update: str
+    mlp_update: str
+    parallel_residual: bool | str = False  # bool, or the name of a config flag that decides it
+    norm_kind: str = "rmsnorm"
+    extra_norms: tuple[str, ...] = ()
+    sliding_window: bool = False
+    notes: str = ""
+
+
+_LLAMA_LIKE = FamilySpec(
+    layers="model.layers",
+    final_norm="model.norm",
+    attn="self_attn",
+    attn_norm="input_layernorm",
+    mlp="mlp",
+    mlp_norm="post_attention_layernorm",
+    attn_update="self_attn",
+    mlp_update="mlp",
+)
+
+FAMILIES: dict[str, FamilySpec] = {
+    "llama": _LLAMA_LIKE,
+    "qwen2": FamilySpec(**{**_LLAMA_LIKE.__dict__, "sliding_window": True}),
+    "qwen3": FamilySpec(**{**_LLAMA_LIKE.__dict__, "notes": "q_norm/k_norm inside attention (pre-RoPE)"}),
+    "mistral": FamilySpec(**{**_LLAMA_LIKE.__dict__, "sliding_window": True}),
+    "gemma3_text": FamilySpec(
+        layers="model.layers",
+        final_norm="model.norm",
+        attn="self_attn",
+        attn_norm="input_layernorm",
+        mlp="mlp",
+        mlp_norm="pre_feedforward_layernorm",
+        attn_update="post_attention_layernorm",
+        mlp_update="post_feedforward_layernorm",
+        extra_norms=("post_attention_layernorm", "post_feedforward_layernorm"),
+        sliding_window=True,
+        notes="sandwich norms: the residual updates are the outputs of the post-branch norms",
+    ),
+    "gpt2": FamilySpec(
+        layers="transformer.h",
+        final_norm="transformer.ln_f",
+        attn="attn",
+        attn_norm="ln_1",
+        mlp="mlp",
+        mlp_norm="ln_2",
+        attn_update="attn",
+        mlp_update="mlp",
+        norm_kind="layernorm",
+    ),
+    "gpt_neox": FamilySpec(
+        layers="gpt_neox.layers",
+        final_norm="gpt_neox.final_layer_norm",
+        attn="attention",
+        attn_norm="input_layernorm",
+        mlp="mlp",
+        mlp_norm="post_attention_layernorm",
+        attn_update="attention",
+        mlp_update="mlp",
+        parallel_residual="use_parallel_residual",
+        norm_kind="layernorm",
+    ),
+}
+FAMILIES["gemma3"] = FAMILIES["gemma3_text"]
+
+
+def get_submodule(root: nn.Module, path: str) -> nn.Module:
+    mod = root
+    for part in path.split("."):
+        mod = getattr(mod, part)
+    return mod
+
+
+@dataclass
+class BlockView:
+    """The parts of one decoder layer, as modules."""
+
+    index: int
+    layer: nn.Module
+    attn: nn.Module
+    attn_norm: nn.Module
+    mlp: nn.Module
+    mlp_norm: nn.Module
+    attn_update: nn.Module
+    mlp_update: nn.Module
+    sliding_window: int | None = None
+
+
+@dataclass
+class Anatomy:
+    """Canonical view of a decoder-only model: shapes plus a :class:`BlockView` per layer."""
+
+    model_type: str
+    spec: FamilySpec
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    parallel_residual: bool
+    blocks: list[BlockView] = field(repr=False)
+    final_norm: nn.Module = field(repr=False)
+
+    @property
+    def n_rep(self) -> int:
+        """GQA group size: query head h reads key/value head h // n_rep (HF ``repeat_kv`` order)."""
+        return self.n_heads // self.n_kv_heads
+
+    def kv_head_of(self, head: int) -> int:
+        return head // self.n_rep
+
+    def check_layers(self, layers: list[int] | range | None) -> list[int]:
+        """Validate a layer selection; ``None`` means all layers."""
+        if layers is None:
+            return list(range(self.n_layers))
+        out = [int(i) for i in layers]
+        bad = [i for i in out if not 0 <= i < self.n_layers]
+        if bad:
+            raise ValueError(f"layer {bad[0]} out of range: this model has layers 0..{self.n_layers - 1}")
+        return out
+
+    def table(self) -> list[dict]:
+        """Tidy rows describing the model (one per layer), for ``geosteer info``."""
+        rows = []
+        for b in self.blocks:
+            rows.append(
+                {
+                    "layer": b.index,
+                    "attn": self.spec.attn,
+                    "attn_norm": self.spec.attn_norm,
+                    "mlp": self.spec.mlp,
+                    "mlp_norm": self.spec.mlp_norm,
+                    "attn_update": self.spec.attn_update,
+                    "mlp_update": self.spec.mlp_update,
+                    "residual": "parallel" if self.parallel_residual else "sequential",
+                    "sliding_window": b.sliding_window,
+                }
+            )
+        return rows
+
+    def summary(self) -> dict:
+        return {
+            "model_type": self.model_type,
+            "n_layers": self.n_layers,
+            "d_model": self.d_model,
+            "n_heads": self.n_heads,
+            "n_kv_heads": self.n_kv_heads,
+            "gqa_group": self.n_rep,
+            "head_dim": self.head_dim,
+            "residual": "parallel" if self.parallel_residual else "sequential",
+            "norm": self.spec.norm_kind,
+            "extra_norms": list(self.spec.extra_norms),
+            "notes": self.spec.notes,
+        }
+
+
+def _config_get(config, *names, default=None):
+    for n in names:
+        v = getattr(config, n, None)
+        if v is not None:
+            return v
+    return default
+
+
+def supported_families() -> list[str]:
+    return sorted(k for k in FAMILIES if k != "gemma3")
+
+
+def anatomy(model: nn.Module) -> Anatomy:
+    """Build (and cache on the model) the canonical view of ``model``.
+
+    Raises :class:`UnsupportedArchitecture` naming the model type and the supported ones.
+    """
+    cached = getattr(model, "_geosteer_anatomy", None)
+    if cached is not None:
+        return cached
+    config = model.config
+    model_type = getattr(config, "model_type", type(model).__name__)
+    spec = FAMILIES.get(model_type)
+    if spec is None:
+        raise UnsupportedArchitecture(
+            f"unsupported architecture '{model_type}'; supported: {', '.join(supported_families())}"
+        )
+    try:
+        layers = get_submodule(model, spec.layers)
+        final_norm = get_submodule(model, spec.final_norm)
+    except AttributeError as e:
+        raise UnsupportedArchitecture(
+            f"'{model_type}' model lacks the expected module path ({e}); pass a *ForCausalLM model"
+        ) from None
+    d_model = _config_get(config, "hidden_size", "n_embd")
+    n_heads = _config_get(config, "num_attention_heads", "n_head")
+    n_kv = _config_get(config, "num_key_value_heads", default=n_heads)
+    head_dim = _config_get(config, "head_dim", default=d_model // n_heads)
+    parallel = spec.parallel_residual
+    if isinstance(parallel, str):
+        parallel = bool(getattr(config, parallel, False))
+    layer_types = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+    blocks = []
+    for i, layer in enumerate(layers):
+        sw = None
+        if spec.sliding_window and window:
+            if layer_types is not None and i < len(layer_types):
+                sw = window if layer_types[i] == "sliding_attention" else None
+            elif layer_types is None:
+                sw = window
+        blocks.append(
+            BlockView(
+                index=i,
+                layer=layer,
+                attn=get_submodule(layer, spec.attn),
+                attn_norm=get_submodule(layer, spec.attn_norm),
+                mlp=get_submodule(layer, spec.mlp),
+                mlp_norm=get_submodule(layer, spec.mlp_norm),
+                attn_update=get_submodule(layer, spec.attn_update),
+                mlp_update=get_submodule(layer, spec.mlp_update),
+                sliding_window=sw,
+            )
+        )
+    an = Anatomy(
+        model_type=model_type,
+        spec=spec,
+        n_layers=len(blocks),
+        d_model=int(d_model),
+        n_heads=int(n_heads),
+        n_kv_heads=int(n_kv),
+        head_dim=int(head_dim),
+        parallel_residual=parallel,
+        blocks=blocks,
+        final_norm=final_norm,
+    )
+    model._geosteer_anatomy = an
+    return an
+
+
+def first_tensor(out) -> torch.Tensor:
+    """Modules return a tensor or a tuple whose first element is the tensor; normalise."""
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def replace_first(out, new: torch.Tensor):
+    """Put ``new`` where :func:`first_tensor` found the tensor, keeping the container type."""
+    if isinstance(out, tuple):
+        return (new, *out[1:])
+    if isinstance(out, list):
+        return [new, *out[1:]]
+    return new

@@ -1,0 +1,84 @@
+"""Interventions: a small protocol, composition, and clean removal.
+
+An intervention is any object with ``attach(model) -> remove`` (a zero-argument callable that undoes
+exactly what ``attach`` did). ``steer(model, a, b, ...)`` attaches them in order and always removes them
+in reverse order on exit, also on error, so after the block the model is the stock model again.
+Interventions work under ``model.generate`` with the KV cache because they act inside the forward.
+
+Usage::
+
+    with geosteer.steer(model, ScaleHook("attn_out", 0.5, layers=[3])):
+        model.generate(...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from geosteer.attention import use_geosteer_attention
+from geosteer.hooks import HOOK_POINTS, HookFn, HookSet, add_hook
+from geosteer.models.anatomy import anatomy
+
+
+@runtime_checkable
+class Intervention(Protocol):
+    def attach(self, model: nn.Module) -> Callable[[], None]: ...
+
+
+@contextmanager
+def steer(model: nn.Module, *interventions: Intervention) -> Iterator[nn.Module]:
+    """Attach ``interventions`` for the duration of the block; remove them on exit (also on error)."""
+    use_geosteer_attention(model)
+    removers: list[Callable[[], None]] = []
+    try:
+        for iv in interventions:
+            if not isinstance(iv, Intervention):
+                raise TypeError(f"{iv!r} is not an intervention (needs attach(model) -> remove)")
+            removers.append(iv.attach(model))
+        yield model
+    finally:
+        for r in reversed(removers):
+            r()
+
+
+@dataclass
+class HookIntervention:
+    """A plain function at a hook point on some layers (``None`` = all). The generic building block."""
+
+    point: str
+    fn: HookFn
+    layers: Sequence[int] | None = None
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        an = anatomy(model)
+        if self.point not in HOOK_POINTS:
+            raise ValueError(f"unknown hook point '{self.point}'; valid: {', '.join(HOOK_POINTS)}")
+        hooks = HookSet()
+        try:
+            for layer in an.check_layers(self.layers):
+                add_hook(model, self.point, layer, self.fn, hooks)
+        except Exception:
+            hooks.remove()
+            raise
+        return hooks.remove
+
+
+def Identity(point: str = "attn_out", layers: Sequence[int] | None = None) -> HookIntervention:
+    """A no-op branch intervention (returns the tensor unchanged): used to prove neutrality."""
+    return HookIntervention(point, lambda x, ctx: x.clone(), layers)
+
+
+def ScaleHook(point: str, factor: float, layers: Sequence[int] | None = None) -> HookIntervention:
+    """Multiply the tensor at ``point`` by ``factor`` (e.g. an attention gain β_A on ``attn_out``)."""
+    return HookIntervention(point, lambda x, ctx: x * factor, layers)
+
+
+def AddVector(point: str, vector: torch.Tensor, layers: Sequence[int] | None = None) -> HookIntervention:
+    """Add a steering vector (d_model,) at ``point`` on every token."""
+    return HookIntervention(point, lambda x, ctx: x + vector.to(x.dtype), layers)
