@@ -144,8 +144,14 @@ def load_model(
         model, tok = tiny_model(family, seed=seed)
     elif name in BUNDLED:
         folder = cached_folder(name)
+        from transformers.utils import logging as hf_logging
+
         tok = AutoTokenizer.from_pretrained(str(folder))
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+        hf_logging.disable_progress_bar()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+        finally:
+            hf_logging.enable_progress_bar()
         model.config._geosteer_name = name
     elif name.endswith(".gguf"):
         model, tok = _load_gguf(Path(name), dtype)

@@ -1,0 +1,132 @@
+"""Strided sliding-window perplexity (the standard HF recipe), batched.
+
+Windows of ``context`` tokens start every ``stride`` tokens; in each window only the tokens not scored by
+the previous window are scored (labels of the overlap are masked), so every token after the first is
+scored exactly once with up to ``context - 1`` tokens of left context. NLL is token-weighted. Windows of
+equal length are batched (the result is the same as one window at a time). Bits per byte divide the
+total NLL in bits by the UTF-8 byte count of the scored text.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from geosteer.errors import GeosteerError
+
+
+@dataclass
+class PerplexityResult:
+    ppl: float
+    nll: float  # mean NLL per scored token (nats)
+    tokens: int  # scored tokens
+    bits_per_byte: float
+    context: int
+    stride: int
+    windows: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def window_spans(n_tokens: int, context: int, stride: int) -> list[tuple[int, int, int]]:
+    """(begin, end, n_scored) per window, as in the HF strided-perplexity recipe."""
+    if stride <= 0:
+        raise GeosteerError(f"stride must be > 0 (got {stride})")
+    if context < stride:
+        raise GeosteerError(f"context ({context}) must be >= stride ({stride})")
+    if n_tokens < 2:
+        raise GeosteerError(f"text too short: {n_tokens} token(s), need at least 2 to score anything")
+    spans = []
+    prev_end = 0
+    for begin in range(0, n_tokens, stride):
+        end = min(begin + context, n_tokens)
+        trg = end - prev_end
+        spans.append((begin, end, trg))
+        prev_end = end
+        if end == n_tokens:
+            break
+    return spans
+
+
+def encode(tok, text: str, add_bos: bool = True) -> torch.Tensor:
+    ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids[0]
+    bos = getattr(tok, "bos_token_id", None)
+    if add_bos and bos is not None and (len(ids) == 0 or ids[0].item() != bos):
+        ids = torch.cat([torch.tensor([bos]), ids])
+    return ids
+
+
+@torch.no_grad()
+def strided_perplexity(
+    model,
+    tok,
+    text: str | None = None,
+    *,
+    ids: torch.Tensor | None = None,
+    context: int = 512,
+    stride: int = 256,
+    batch_size: int = 4,
+    max_tokens: int | None = None,
+    add_bos: bool = True,
+    require_full_window: bool = False,
+    progress: bool = False,
+) -> PerplexityResult:
+    """Perplexity of ``text`` (or token ``ids``) under ``model`` with whatever interventions are active."""
+    if (text is None) == (ids is None):
+        raise GeosteerError("give exactly one of text or ids")
+    if text is not None:
+        if not text.strip():
+            raise GeosteerError("text is empty")
+        ids = encode(tok, text, add_bos=add_bos)
+    ids = ids.reshape(-1)
+    if max_tokens is not None:
+        if max_tokens < 2:
+            raise GeosteerError(f"max_tokens must be >= 2 (got {max_tokens})")
+        ids = ids[:max_tokens]
+    if require_full_window and len(ids) < context:
+        raise GeosteerError(f"text is shorter than one window: {len(ids)} tokens < context {context}")
+    spans = window_spans(len(ids), context, stride)
+    device = next(model.parameters()).device
+    total_nll = 0.0
+    total_tok = 0
+    # Group windows by length so that each batch is rectangular.
+    groups: dict[int, list[tuple[int, int, int]]] = {}
+    for s in spans:
+        groups.setdefault(s[1] - s[0], []).append(s)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(spans), desc="perplexity", unit="win")
+    for length, group in groups.items():
+        for i in range(0, len(group), batch_size):
+            chunk = group[i : i + batch_size]
+            x = torch.stack([ids[b:e] for b, e, _ in chunk]).to(device)
+            logits = model(input_ids=x, use_cache=False).logits.float()
+            logp = F.log_softmax(logits[:, :-1], dim=-1)
+            tgt = x[:, 1:]
+            nll_tok = -logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)  # (B, L-1)
+            for r, (_, _, trg) in enumerate(chunk):
+                n = min(trg, length - 1)  # first window: first token has no prediction
+                total_nll += nll_tok[r, -n:].double().sum().item()
+                total_tok += n
+            if bar is not None:
+                bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    mean_nll = total_nll / total_tok
+    scored_text = tok.decode(ids[1:], skip_special_tokens=True)
+    n_bytes = max(1, len(scored_text.encode("utf-8")))
+    return PerplexityResult(
+        ppl=math.exp(mean_nll),
+        nll=mean_nll,
+        tokens=total_tok,
+        bits_per_byte=total_nll / math.log(2) / n_bytes,
+        context=context,
+        stride=stride,
+        windows=len(spans),
+    )
