@@ -1,0 +1,62 @@
+"""Configuration dataclasses and shared constants of the FFN-steering-field package."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+# FFN variants of paper §4 ("Tangential effect of FFN"), applied per layer range.
+VARIANTS = ("full", "zero", "radial", "tangential", "attn_zero")
+GAIN_GRID = (0.0, 0.5, 1.0, 1.5, 2.0)  # paper Table 3: β_A, α_F
+TOPK_DEFAULT = (1, 4, 16, 32)  # paper Table 5
+STRATEGIES = ("low", "random", "high")  # defect-guided parallelisation order
+
+
+def check_variant(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown FFN variant '{variant}'; valid: {', '.join(VARIANTS)}")
+    return variant
+
+
+def check_k(k: int) -> int:
+    if isinstance(k, bool) or int(k) != k or k <= 0:
+        raise ValueError(f"top-k needs k >= 1 (got {k})")
+    return int(k)
+
+
+@dataclass
+class DiagnoseConfig:
+    """What :func:`geosteer.dynamics.diagnostics.diagnose_text` reads and how it batches.
+
+    ``tokens`` caps the held-out tokens (cut into windows of ``seq_len`` tokens, BOS first); ``eps`` is the
+    ε of the defect C_ℓ (paper Eq. (22)).
+    """
+
+    split: str = "heldout"
+    tokens: int = 2048
+    seq_len: int = 256
+    batch_size: int = 4
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "seq_len", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.seq_len < 2:
+            raise ValueError(f"seq_len must be >= 2 (got {self.seq_len})")
+
+
+@dataclass
+class GateConfig:
+    """Learned scalar FFN gates α_ℓ (paper §4 "FFN gate diagnostics", Eq. (23)).
+
+    ``layers``: the gated layers (None = all). Gates start at ``init`` (1.0 = the stock model).
+    """
+
+    layers: list[int] | None = None
+    init: float = 1.0
+    method: str = "dynamics.gates"
+    version: int = 1
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,106 @@
+"""Weight-only OV diagnostics (paper App. C.6): non-symmetry ‖skew(V)‖_F / ‖sym(V)‖_F per head and the
+fraction of heads with a positive dominant eigenvalue.
+
+V_h = W_O,h · W_V,h is the head's OV map from the attention input (the *normed* residual, i.e. the output
+of ``attn_norm``) to the attention module's output (before any post-attention norm), restricted to head h;
+with GQA, head h reads kv head h // n_rep. The matrices are read by *probing* the attention module rather
+than by parsing weight names, so every family (fused qkv, Conv1D, interleaved heads) is handled the same
+way: one forward in which every ``attn_norm`` outputs [0; I] (reads W_V and its bias from the values the
+attention function receives) and every attention call returns one-hot head outputs (reads W_O and its
+bias from the module output). No data is involved; the result is deterministic.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from geosteer.attention import add_attention_handler, use_geosteer_attention
+from geosteer.models.anatomy import anatomy, first_tensor, replace_first
+
+
+@torch.no_grad()
+def ov_weights(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer ``(W_V (n_kv, d, dv), W_O (n_heads, dv, d))`` with v = x W_V[g] and out = Σ_h o_h W_O[h]."""
+    an = anatomy(model)
+    use_geosteer_attention(model)
+    d, H, dv = an.d_model, an.n_heads, an.head_dim
+    n = 1 + max(d, H * dv)
+    probe = torch.zeros(1, n, d)
+    probe[0, 1 : d + 1] = torch.eye(d)
+    heads_out = torch.zeros(1, n, H, dv)
+    heads_out[0, 1 : H * dv + 1].view(H * dv, H * dv).copy_(torch.eye(H * dv))
+    values: dict[int, torch.Tensor] = {}
+    outputs: dict[int, torch.Tensor] = {}
+    handles, removers = [], []
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    try:
+        for b in an.blocks:
+            def norm_hook(mod, args, out):
+                return replace_first(out, probe.to(device, dtype).expand_as(first_tensor(out)).clone())
+
+            def handler(call, proceed, i=b.index):
+                values[i] = call.value[0].float().cpu()  # (n_kv, n, dv)
+                return heads_out.to(call.query.device, call.query.dtype), None
+
+            def attn_hook(mod, args, out, i=b.index):
+                outputs[i] = first_tensor(out)[0].float().cpu()  # (n, d)
+
+            handles.append(b.attn_norm.register_forward_hook(norm_hook))
+            handles.append(b.attn.register_forward_hook(attn_hook))
+            removers.append(add_attention_handler(b.attn, handler))
+        model(input_ids=torch.zeros(1, n, dtype=torch.long, device=device), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+        for r in removers:
+            r()
+    out = []
+    for b in an.blocks:
+        v = values[b.index]
+        w_v = (v[:, 1 : d + 1] - v[:, :1]).contiguous()  # (n_kv, d, dv)
+        o = outputs[b.index]
+        w_o = (o[1 : H * dv + 1] - o[:1]).reshape(H, dv, d)
+        out.append((w_v, w_o))
+    return out
+
+
+def head_ov(w_v: torch.Tensor, w_o: torch.Tensor, head: int, n_rep: int) -> torch.Tensor:
+    """V_h as a (d, d) matrix acting on column vectors: V_h x = W_O,hᵀ W_V,gᵀ x, g = head // n_rep."""
+    return (w_v[head // n_rep] @ w_o[head]).T
+
+
+def ov_rows(model: nn.Module) -> list[dict]:
+    """Tidy per-head rows: skew/sym ratio, dominant eigenvalue (largest modulus) and its sign."""
+    an = anatomy(model)
+    rows = []
+    for layer, (w_v, w_o) in enumerate(ov_weights(model)):
+        for h in range(an.n_heads):
+            g = h // an.n_rep
+            V = head_ov(w_v, w_o, h, an.n_rep).double()
+            ratio = (0.5 * (V - V.T)).norm() / (0.5 * (V + V.T)).norm().clamp_min(1e-30)
+            # Non-zero eigenvalues of V = (W_V W_O)ᵀ are those of the small (dv, dv) matrix W_O W_V... its
+            # transpose shares them: eig(AB) \ {0} = eig(BA) \ {0}.
+            small = (w_o[h].double() @ w_v[g].double())  # (dv, dv)
+            ev = torch.linalg.eigvals(small)
+            top = ev[ev.abs().argmax()]
+            is_real = abs(top.imag.item()) <= 1e-6 * max(abs(top).item(), 1e-30)
+            rows.append({
+                "layer": layer, "head": h, "kv_head": g, "skew_sym_ratio": ratio.item(),
+                "dominant_real": top.real.item(), "dominant_imag": top.imag.item(),
+                "dominant_positive": bool(is_real and top.real.item() > 0),
+                "max_real_part": ev.real.max().item(),
+            })
+    return rows
+
+
+def ov_summary(rows: list[dict]) -> dict:
+    """Mean skew/sym ratio and the fraction of heads whose dominant eigenvalue is real and positive."""
+    n = len(rows)
+    return {
+        "heads": n,
+        "skew_sym_ratio_mean": sum(r["skew_sym_ratio"] for r in rows) / n,
+        "frac_dominant_positive": sum(r["dominant_positive"] for r in rows) / n,
+        "frac_max_real_positive": sum(r["max_real_part"] > 0 for r in rows) / n,
+    }

@@ -1,0 +1,136 @@
+"""Top-k value aggregation (paper App. C.2, Table 5).
+
+Soft attention aggregates A_i = Σ_j a_ij V u_j (Eq. (25)). The top-k variant keeps, in every attention row,
+only the k largest weights a_ij (among the keys the mask allows) and renormalises them to sum to one,
+A_i^(k) = Σ_{j ∈ top-k(i)} a_ij V u_j / Σ_{j ∈ top-k(i)} a_ij. It is an attention handler, so it works on
+every family that routes attention through the registered function (GQA: query head h reads kv head
+h // n_rep, as in HF ``repeat_kv``).
+
+:func:`topk_study` measures, per k, (i) the per-layer cosine between the block update with top-k attention
+and the stock block update *from the same block input* (the stock ``resid_pre`` is fed to every layer, so
+layer errors do not compound), and (ii) the language-model loss increase with top-k on all chosen layers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from geosteer.attention import AttentionCall, add_attention_handler, attention_weights, repeat_kv
+from geosteer.dynamics import sphere
+from geosteer.dynamics.config import check_k
+from geosteer.models.anatomy import anatomy
+
+
+def topk_attention(call: AttentionCall, k: int) -> torch.Tensor:
+    """Top-k renormalised attention output, (batch, q, heads, dv) as transformers expects."""
+    w = attention_weights(call).to(call.value.dtype)  # (b, H, q, kv), masked entries are 0
+    kk = min(k, w.shape[-1])
+    vals, idx = w.topk(kk, dim=-1)
+    sparse = torch.zeros_like(w).scatter_(-1, idx, vals)
+    sparse = sparse / sparse.sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
+    out = sparse @ repeat_kv(call.value, call.n_rep)  # (b, H, q, dv)
+    return out.transpose(1, 2).contiguous()
+
+
+@dataclass
+class TopKAttention:
+    """Keep the top-``k`` attention weights of every row on ``layers`` (None = all)."""
+
+    k: int
+    layers: Sequence[int] | None = None
+
+    def __post_init__(self) -> None:
+        self.k = check_k(self.k)
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        from geosteer.attention import use_geosteer_attention
+
+        an = anatomy(model)
+        use_geosteer_attention(model)
+        removers = []
+        for layer in an.check_layers(self.layers):
+            def handler(call, proceed):
+                return topk_attention(call, self.k), None
+
+            removers.append(add_attention_handler(an.blocks[layer].attn, handler))
+
+        def remove() -> None:
+            for r in reversed(removers):
+                r()
+
+        return remove
+
+
+def nll_sum(model: nn.Module, ids: torch.Tensor) -> tuple[float, int]:
+    """Σ next-token NLL (nats) over all positions of the windows ``ids`` (n, seq), and the count."""
+    logits = model(input_ids=ids, use_cache=False).logits.float()
+    nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+                          reduction="sum")
+    return nll.item(), ids[:, 1:].numel()
+
+
+@torch.no_grad()
+def topk_study(model: nn.Module, input_ids: torch.Tensor, ks: Sequence[int] = (1, 4, 16, 32), *,
+               layers: Sequence[int] | None = None, batch_size: int = 4) -> tuple[list[dict], list[dict]]:
+    """(per-layer cosine rows, per-k summary rows) for top-k aggregation; see the module docstring."""
+    from geosteer.record import Recorder
+    from geosteer.steer import HookIntervention, steer
+
+    ks = [check_k(k) for k in ks]
+    an = anatomy(model)
+    chosen = an.check_layers(layers)
+    cos_acc = {(k, layer): [0.0, 0.0, 0] for k in ks for layer in chosen}
+    loss = {k: [0.0, 0] for k in [0, *ks]}
+    device = next(model.parameters()).device
+    for i in range(0, input_ids.shape[0], batch_size):
+        ids = input_ids[i : i + batch_size].to(device)
+        rec = Recorder(("resid_pre", "resid_post"), layers=chosen, to_cpu=False)
+        with steer(model, rec):
+            s, n = nll_sum(model, ids)
+        loss[0][0] += s
+        loss[0][1] += n
+        pre = {layer: rec["resid_pre", layer][0] for layer in chosen}
+        upd = {layer: rec["resid_post", layer][0] - pre[layer] for layer in chosen}
+        for k in ks:
+            got: dict[int, torch.Tensor] = {}
+
+            def force(x, ctx):
+                return pre[ctx.layer]
+
+            def grab(x, ctx):
+                got[ctx.layer] = x - ctx.state["resid_pre"]
+
+            with steer(model, TopKAttention(k, chosen), HookIntervention("resid_pre", force, chosen),
+                       HookIntervention("resid_post", grab, chosen)):
+                model(input_ids=ids, use_cache=False)
+            for layer in chosen:
+                c = sphere.cosine(got[layer].float(), upd[layer].float()).double()
+                acc = cos_acc[(k, layer)]
+                acc[0] += c.sum().item()
+                acc[1] += (c * c).sum().item()
+                acc[2] += c.numel()
+            with steer(model, TopKAttention(k, chosen)):
+                s, n = nll_sum(model, ids)
+            loss[k][0] += s
+            loss[k][1] += n
+    base = loss[0][0] / loss[0][1]
+    layer_rows, summary = [], []
+    for k in ks:
+        tot = [0.0, 0]
+        for layer in chosen:
+            s, ss, n = cos_acc[(k, layer)]
+            mean = s / n
+            std = math.sqrt(max(0.0, ss / n - mean * mean))
+            layer_rows.append({"k": k, "layer": layer, "cos_mean": mean, "cos_std": std, "n": n})
+            tot[0] += s
+            tot[1] += n
+        lk = loss[k][0] / loss[k][1]
+        summary.append({"k": k, "cos_mean": tot[0] / tot[1], "loss": lk, "loss_stock": base,
+                        "loss_increase": lk - base, "tokens": loss[k][1]})
+    return layer_rows, summary

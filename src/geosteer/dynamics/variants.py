@@ -1,0 +1,115 @@
+"""Branch-level interventions of the FFN steering field: FFN variants, gains, parallel blocks.
+
+All of them are :class:`geosteer.steer.Intervention` objects built on the named hook points, so they work
+on sequential and parallel-residual blocks through the anatomy table, compose with each other and with
+``geosteer.steer``, and are removed cleanly.
+
+Which u? The FFN update Φ is decomposed at the direction of the residual state the FFN branch *reads*,
+``u = unit(mlp_norm_in)`` — the paper's Φ(u) is a field evaluated at the particle u (Eq. (2), (19)). In a
+sequential block that is x + A(x), the state Φ is added to; in a parallel-residual block it is x.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from geosteer.dynamics import sphere
+from geosteer.dynamics.config import check_variant
+from geosteer.hooks import HookSet, add_hook
+from geosteer.models.anatomy import anatomy
+
+
+def _layers(model: nn.Module, layers: Sequence[int] | None) -> list[int]:
+    return anatomy(model).check_layers(layers)
+
+
+def _attach_hooks(model: nn.Module, point: str, layers: list[int], fn) -> Callable[[], None]:
+    hooks = HookSet()
+    try:
+        for layer in layers:
+            add_hook(model, point, layer, fn, hooks)
+    except Exception:
+        hooks.remove()
+        raise
+    return hooks.remove
+
+
+def _zero(x: torch.Tensor, ctx) -> torch.Tensor:
+    return torch.zeros_like(x)
+
+
+def _radial(phi: torch.Tensor, ctx) -> torch.Tensor:
+    u = sphere.unit(ctx.state["mlp_norm_in"].to(phi.dtype))
+    return sphere.radial(u, phi)
+
+
+def _tangential(phi: torch.Tensor, ctx) -> torch.Tensor:
+    u = sphere.unit(ctx.state["mlp_norm_in"].to(phi.dtype))
+    return sphere.tangential(u, phi)
+
+
+@dataclass
+class FFNVariant:
+    """One of the five forward variants of paper §4 (Fig. 3) on ``layers`` (None = all).
+
+    ``full``: stock (attaches nothing); ``zero``: Φ → 0; ``radial``: Φ → ⟨u, Φ⟩u; ``tangential``:
+    Φ → P_u Φ; ``attn_zero``: the attention update A → 0 (control).
+    """
+
+    variant: str = "full"
+    layers: Sequence[int] | None = None
+
+    def __post_init__(self) -> None:
+        check_variant(self.variant)
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        layers = _layers(model, self.layers)
+        if self.variant == "full":
+            return lambda: None
+        if self.variant == "attn_zero":
+            return _attach_hooks(model, "attn_out", layers, _zero)
+        fn = {"zero": _zero, "radial": _radial, "tangential": _tangential}[self.variant]
+        return _attach_hooks(model, "mlp_out", layers, fn)
+
+
+@dataclass
+class Gains:
+    """x_{ℓ+1} = x_ℓ + β_A A_ℓ + α_F Φ_ℓ (App. C.1, Eq. (24)) on ``layers``; gains of 1 attach nothing."""
+
+    beta_attn: float = 1.0
+    alpha_ffn: float = 1.0
+    layers: Sequence[int] | None = None
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        layers = _layers(model, self.layers)
+        removers = []
+        for point, g in (("attn_out", float(self.beta_attn)), ("mlp_out", float(self.alpha_ffn))):
+            if g != 1.0:
+                removers.append(_attach_hooks(model, point, layers, lambda x, ctx, g=g: x * g))
+
+        def remove() -> None:
+            for r in reversed(removers):
+                r()
+
+        return remove
+
+
+@dataclass
+class Parallelize:
+    """Replace blocks ``layers`` by the parallel surrogate x + A(x) + Φ(x) (paper §4, Eq. (21)→(22)).
+
+    The FFN branch is fed the block input (``resid_pre``) instead of x + A(x) through the ``mlp_norm_in``
+    hook; the residual sum itself is untouched. On a parallel-residual block this is a no-op.
+    """
+
+    layers: Sequence[int] = ()
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        layers = _layers(model, list(self.layers))
+        if not layers:
+            return lambda: None
+        return _attach_hooks(model, "mlp_norm_in", layers, lambda x, ctx: ctx.state["resid_pre"])
