@@ -1,0 +1,59 @@
+"""CLI verbs: ``geosteer report`` (self-contained HTML) and ``geosteer record-qk`` (token dots)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    from geosteer.cli import MODEL_OPT, emit
+
+    @app.command("report")
+    def report(
+        results: list[Path] = typer.Argument(..., help="tidy result files (.json/.csv), surface artifact "
+                                             "folders, recorded q/k files, or folders of these"),
+        out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file to write"),
+        title: str = typer.Option("geosteer report", "--title"),
+        png: Path | None = typer.Option(None, "--png", help="also write each figure as PNG into this folder "
+                                        "(needs kaleido and a local Chromium)"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """One self-contained HTML report (plotly.js inline, opens offline) from result files."""
+        from geosteer.viz.report import build_report
+
+        summary = build_report(list(results), out, title=title, png_dir=png)
+        emit(summary, as_json)
+        if summary.get("png_problem"):
+            typer.echo(f"note: {summary['png_problem']}", err=True)
+
+    @app.command("record-qk")
+    def record_qk(
+        surfaces: Path = typer.Option(..., "--surfaces", help="surface artifact folder"),
+        prompt: str = typer.Option("The theory of relativity states that", "--prompt"),
+        out: Path = typer.Option(Path("qk.json"), "--out", "-o"),
+        top: int = typer.Option(8, "--top", help="surfaces per layer to record (largest ‖C‖)"),
+        model: str = MODEL_OPT,
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Record the prompt's post-RoPE (q, k) self-pairs on the top surfaces (tidy JSON for `report`)."""
+        from geosteer import load_model
+        from geosteer.io_utils import write_records
+        from geosteer.manifold import load as load_surfaces
+        from geosteer.steer import steer
+        from geosteer.viz import surfaces as S
+
+        if top < 1:
+            raise ValueError(f"--top must be >= 1 (got {top})")
+        m, tok = load_model(model)
+        bank = load_surfaces(surfaces, model=m)
+        picks = S.default_picks(bank, top)
+        layers = sorted({lay for lay, _, _ in picks})
+        with steer(m, bank):
+            labels, qs, ks = S.record_qk_tensors(m, tok, prompt, layers)
+        rows = S.qk_rows(labels, qs, ks, picks)
+        meta = {"kind": "qk-points", "model": model, "surfaces": str(surfaces.resolve()), "prompt": prompt,
+                "top_per_layer": top, "tokens": labels}
+        write_records(out, rows, meta)
+        emit({"out": str(out), "rows": len(rows), "tokens": len(labels), "surfaces": len(picks)}, as_json)

@@ -1,0 +1,205 @@
+"""Self-contained HTML reports: plotly.js embedded once, inline, so the file opens offline from disk.
+
+``build_report(paths, out)`` accepts any mix of
+- tidy result files (``.json`` ``{"meta", "rows"}`` / ``.csv``): figures chosen by column names
+  (``geosteer.viz.results.auto_figures``) and the table;
+- surface artifact folders (``geosteer_config.json`` inside): norms per layer, the top surfaces of the
+  strongest layer, the strongest surface's terrain and control net;
+- recorded q/k files (``meta.kind == "qk-points"``, from ``geosteer record-qk``): the same surface figures
+  with the prompt's tokens as dots, and the token trajectories (paper Figures 1–3);
+- folders of result files (searched recursively).
+Nothing is recomputed: every figure comes from the files.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from geosteer.errors import GeosteerError
+from geosteer.io_utils import atomic_write_text
+from geosteer.viz import figures as F
+from geosteer.viz.results import TidyResult, auto_figures, load_tidy, table_html
+
+ARTIFACT_CONFIG = "geosteer_config.json"
+
+
+@dataclass
+class Section:
+    title: str
+    figures: list[go.Figure] = field(default_factory=list)
+    html: str = ""  # extra (escaped) HTML: tables, notes
+    source: str = ""
+
+
+def is_artifact(path: Path) -> bool:
+    return path.is_dir() and (path / ARTIFACT_CONFIG).is_file()
+
+
+def expand_inputs(paths: list[str | Path]) -> list[Path]:
+    """Files and artifact folders, with plain folders expanded to their ``.json``/``.csv`` files."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise GeosteerError(f"not found: {p}")
+        if is_artifact(p) or p.is_file():
+            out.append(p)
+            continue
+        found = sorted(x for x in p.rglob("*") if x.is_file() and x.suffix.lower() in (".json", ".csv")
+                       and not any(is_artifact(a) for a in x.parents if a != p.parent))
+        arts = sorted(a for a in p.rglob(ARTIFACT_CONFIG))
+        out.extend(a.parent for a in arts)
+        out.extend(found)
+        if not found and not arts:
+            raise GeosteerError(f"{p}: no .json/.csv result files or surface artifacts inside")
+    return out
+
+
+def surface_sections(surfaces, qk: TidyResult | None, name: str, top: int = 8) -> list[Section]:
+    """Figures of a surface bank (``geosteer.viz.artifact.ArtifactSurfaces`` or a ``SurfaceBank``)."""
+    from geosteer.viz import surfaces as S
+
+    rows = qk.rows if qk is not None else []
+
+    def pts(layer, head, dim):
+        if not rows:
+            return None
+        labels, q, k = S.points_from_rows(rows, layer, head, dim)
+        return S.token_points(surfaces, layer, head, dim, labels, q, k) if labels else None
+
+    norms = S.surface_norms(surfaces)
+    layers = S.bank_layers(surfaces)
+    secs = [Section(f"{name}: surface norms", [F.norms_figure(norms)])]
+    best = S.top_surfaces(surfaces, 1)
+    if not best or best[0][3] == 0.0:
+        secs[0].html = "<p class='note'>all surfaces are zero (neutral artifact)</p>"
+        return secs
+    layer, head, dim, _ = best[0]
+    tops = S.top_surfaces(surfaces, top, layer=layer)
+    views = [S.surface_view(surfaces, lay, h, d) for lay, h, d, _ in tops]
+    secs.append(Section(f"{name}: top {len(views)} surfaces of layer {layer}",
+                        [F.surfaces_grid_figure(views, [pts(v.layer, v.head, v.dim) for v in views],
+                                                title=f"top surfaces of layer {layer} by ‖C‖")]))
+    v = views[0]
+    p = pts(v.layer, v.head, v.dim)
+    secs.append(Section(f"{name}: strongest surface {v.name}",
+                        [F.terrain_figure(v, p), F.heatmap_figure(v, p), F.controlnet_figure(v)]))
+    if rows:
+        traj_layers = [lay for lay in layers if pts(lay, head, dim) is not None]
+        if len(traj_layers) >= 2:
+            # the strongest layer and up to two neighbours on each side (the paper shows three layers)
+            i = traj_layers.index(layer) if layer in traj_layers else 0
+            chosen = traj_layers[max(0, i - 2): i + 3]
+            tv = [S.surface_view(surfaces, lay, head, dim) for lay in chosen]
+            tp = [pts(lay, head, dim) for lay in chosen]
+            secs.append(Section(f"{name}: token trajectories (head {head}, dim {dim})",
+                                [F.trajectory_figure(tv, tp)]))
+        prompt = (qk.meta or {}).get("prompt")
+        if prompt:
+            secs[1].html = f"<p class='note'>prompt: <code>{escape(str(prompt))}</code></p>"
+    return secs
+
+
+def sections_for(paths: list[Path]) -> list[Section]:
+    from geosteer.viz.artifact import ArtifactSurfaces
+
+    secs: list[Section] = []
+    tidy = []
+    qk_files: list[TidyResult] = []
+    artifacts: list[Path] = []
+    for p in paths:
+        if is_artifact(p):
+            artifacts.append(p)
+            continue
+        r = load_tidy(p)
+        (qk_files if r.meta.get("kind") == "qk-points" else tidy).append(r)
+    for qk in qk_files:
+        src = qk.meta.get("surfaces")
+        if src and Path(src).resolve() not in [a.resolve() for a in artifacts] and is_artifact(Path(src)):
+            artifacts.append(Path(src))
+    for a in artifacts:
+        match = next((q for q in qk_files if q.meta.get("surfaces")
+                      and Path(q.meta["surfaces"]).resolve() == a.resolve()), None)
+        secs.extend(surface_sections(ArtifactSurfaces.read(a), match, a.name))
+    for r in tidy:
+        meta = escape(json.dumps(r.meta, indent=1, default=str)) if r.meta else ""
+        html = (f"<details><summary>meta</summary><pre>{meta}</pre></details>" if meta else "")
+        html += f"<details><summary>table ({len(r.rows)} rows)</summary>{table_html(r)}</details>"
+        secs.append(Section(r.meta.get("title") or r.name, auto_figures(r), html, str(r.path)))
+    return secs
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;color:#222}
+h1{font-size:1.6em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-top:1em}
+.note{color:#666;font-size:.9em}table.tidy{border-collapse:collapse;font-size:.8em}
+table.tidy td,table.tidy th{border:1px solid #ddd;padding:2px 6px}pre{font-size:.8em;background:#f6f6f6}
+nav li{font-size:.9em}"""
+
+
+def render_html(sections: list[Section], title: str, inline_js: bool = True,
+                js_src: str = "/static/plotly.js") -> str:
+    """The report page. ``inline_js`` embeds plotly.js (offline file); otherwise a ``<script src>``."""
+    from plotly.offline import get_plotlyjs
+
+    js = f"<script type='text/javascript'>{get_plotlyjs()}</script>" if inline_js else \
+        f"<script src='{escape(js_src)}'></script>"
+    toc, body = [], []
+    cfg = {"displaylogo": False, "responsive": True}
+    for i, s in enumerate(sections):
+        toc.append(f"<li><a href='#s{i}'>{escape(s.title)}</a></li>")
+        figs = "".join(pio.to_html(f, full_html=False, include_plotlyjs=False, config=cfg,
+                                   div_id=f"s{i}f{j}") for j, f in enumerate(s.figures))
+        src = f"<p class='note'>source: <code>{escape(s.source)}</code></p>" if s.source else ""
+        empty = "" if s.figures or s.html else "<p class='note'>no plottable columns</p>"
+        body.append(f"<section id='s{i}'><h2>{escape(s.title)}</h2>{src}{figs}{s.html}{empty}</section>")
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
+            f"<style>{_CSS}</style>{js}</head><body><h1>{escape(title)}</h1>"
+            f"<p class='note'>generated by geosteer {stamp}; {len(sections)} sections</p>"
+            f"<nav><ul>{''.join(toc)}</ul></nav>{''.join(body)}</body></html>")
+
+
+def export_png(sections: list[Section], folder: Path) -> tuple[list[Path], str | None]:
+    """Write every figure as PNG with kaleido (needs a local Chrome/Chromium). Returns (files, problem)."""
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return [], "PNG export needs the optional package kaleido (pip install 'geosteer[png]')"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    try:
+        for i, s in enumerate(sections):
+            for j, f in enumerate(s.figures):
+                p = folder / f"s{i:02d}_f{j}.png"
+                f.write_image(str(p), width=1000, height=int(f.layout.height or 500))
+                files.append(p)
+    except Exception as e:  # kaleido without a browser raises its own types
+        return files, f"PNG export failed ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+    return files, None
+
+
+def build_report(paths: list[str | Path], out: str | Path, title: str = "geosteer report",
+                 png_dir: str | Path | None = None) -> dict:
+    """Write one self-contained HTML report for ``paths``; returns a summary dict."""
+    if not paths:
+        raise GeosteerError("no result files given")
+    out = Path(out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise GeosteerError(f"--out must end in .html (got {out.name})")
+    sections = sections_for(expand_inputs(paths))
+    html = render_html(sections, title)
+    atomic_write_text(out, html)
+    summary = {"out": str(out), "sections": len(sections), "figures": sum(len(s.figures) for s in sections),
+               "bytes": len(html.encode())}
+    if png_dir is not None:
+        files, problem = export_png(sections, Path(png_dir))
+        summary["png"] = len(files)
+        if problem:
+            summary["png_problem"] = problem
+    return summary
