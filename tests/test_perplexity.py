@@ -1,0 +1,85 @@
+import math
+
+import pytest
+import torch
+
+from geosteer.errors import GeosteerError
+from geosteer.eval.perplexity import encode, strided_perplexity, window_spans
+
+TEXT = " ".join(["The river flows past the old mill and the village square."] * 30)
+
+
+def hf_reference(model, ids, context, stride):
+    """The HF docs recipe, one window at a time, written independently (loss from labels)."""
+    seq_len = ids.size(1)
+    nll_sum, n_tokens, prev_end = 0.0, 0, 0
+    for begin in range(0, seq_len, stride):
+        end = min(begin + context, seq_len)
+        trg_len = end - prev_end
+        input_ids = ids[:, begin:end]
+        target_ids = input_ids.clone()
+        target_ids[:, :-trg_len] = -100
+        with torch.no_grad():
+            loss = model(input_ids, labels=target_ids).loss
+        num_valid = (target_ids != -100).sum().item() - 1 if begin == 0 else (target_ids != -100).sum().item()
+        # HF shifts labels: the first position's label is never scored
+        num_loss_tokens = (target_ids[:, 1:] != -100).sum().item()
+        nll_sum += loss.item() * num_loss_tokens
+        n_tokens += num_loss_tokens
+        assert num_valid >= 0
+        prev_end = end
+        if end == seq_len:
+            break
+    return math.exp(nll_sum / n_tokens), n_tokens
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("context,stride", [(64, 32), (48, 48), (64, 17)])
+def test_matches_independent_hf_loop(tiny_cache, family, context, stride):
+    model, tok = tiny_cache(family)
+    ids = encode(tok, TEXT)[None]
+    ref_ppl, ref_n = hf_reference(model, ids, context, stride)
+    res = strided_perplexity(model, tok, TEXT, context=context, stride=stride, batch_size=3)
+    assert res.tokens == ref_n
+    if context > stride:  # with overlap every token after the first is scored exactly once
+        assert res.tokens == ids.shape[1] - 1
+    assert abs(res.ppl - ref_ppl) / ref_ppl < 1e-4
+
+
+def test_batching_does_not_change_result(tiny_cache):
+    model, tok = tiny_cache("qwen2")
+    a = strided_perplexity(model, tok, TEXT, context=64, stride=32, batch_size=1)
+    b = strided_perplexity(model, tok, TEXT, context=64, stride=32, batch_size=8)
+    assert abs(a.nll - b.nll) < 1e-5 and a.tokens == b.tokens
+
+
+def test_bits_per_byte_consistent(tiny_cache):
+    model, tok = tiny_cache("llama")
+    r = strided_perplexity(model, tok, TEXT, context=64, stride=32)
+    n_bytes = len(tok.decode(encode(tok, TEXT)[1:], skip_special_tokens=True).encode())
+    assert r.bits_per_byte == pytest.approx(r.nll * r.tokens / math.log(2) / n_bytes)
+
+
+def test_window_spans_score_every_token_once():
+    for n, c, s in [(100, 32, 16), (7, 8, 4), (257, 64, 64), (300, 50, 7)]:
+        spans = window_spans(n, c, s)
+        assert sum(t for _, _, t in spans) == n
+        assert spans[-1][1] == n and all(e - b <= c for b, e, _ in spans)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(context=16, stride=32), "must be >= stride"),
+    (dict(context=32, stride=0), "stride must be > 0"),
+])
+def test_bad_window_arguments(tiny_cache, kwargs, match):
+    model, tok = tiny_cache("llama")
+    with pytest.raises(GeosteerError, match=match):
+        strided_perplexity(model, tok, TEXT, **kwargs)
+
+
+def test_short_and_empty_text(tiny_cache):
+    model, tok = tiny_cache("llama")
+    with pytest.raises(GeosteerError, match="shorter than one window"):
+        strided_perplexity(model, tok, "Hello there.", context=64, stride=32, require_full_window=True)
+    with pytest.raises(GeosteerError, match="empty"):
+        strided_perplexity(model, tok, "   ", context=64, stride=32)
