@@ -1,0 +1,111 @@
+"""Training configuration for any trainable intervention (surfaces, FFN gates, LoRA baselines, ...)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of :func:`geosteer.train.train`.
+
+    The length of a run is ``steps`` if given, else ``ceil(tokens / (batch_size * seq_len))``. One step
+    sees ``batch_size`` windows of ``seq_len`` predicted tokens (a BOS token is prepended to each window
+    when the tokenizer has one, as at evaluation time). ``batch_size`` is global: with several
+    processes each one takes an equal share and gradients are averaged, so a run gives the same
+    parameters (up to floating-point reduction order) on any number of processes.
+    """
+
+    lr: float = 2e-2
+    steps: int | None = None
+    tokens: int | None = None
+    batch_size: int = 8
+    micro_batch: int | None = None  # split each process's share into chunks (gradient accumulation)
+    seq_len: int = 128
+    warmup_steps: int | None = None  # default: 5% of the steps (at least 1)
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = 1.0
+    seed: int = 0
+    eval_every: int = 0  # steps between held-out perplexity evaluations (0: only before/after)
+    eval_tokens: int = 16384  # held-out tokens scored per evaluation (cap)
+    eval_context: int = 512
+    eval_stride: int = 256
+    eval_batch: int = 4
+    eval_before_after: bool = True
+    checkpoint_every: int = 50  # steps between checkpoints (needs an output folder)
+    log_every: int = 10
+    mixed_precision: str = "no"  # accelerate: "no" | "fp16" | "bf16"
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # JSON round trips give lists
+        self.validate()
+
+    def validate(self) -> None:
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if self.steps is None and self.tokens is None:
+            raise ValueError("give the run length: steps or tokens")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.tokens is not None and self.tokens < 1:
+            raise ValueError(f"tokens must be >= 1, got {self.tokens}")
+        for name in ("batch_size", "seq_len", "eval_tokens", "eval_context", "eval_stride", "eval_batch",
+                     "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.micro_batch is not None and self.micro_batch < 1:
+            raise ValueError(f"micro_batch must be >= 1, got {self.micro_batch}")
+        if self.eval_every < 0 or self.checkpoint_every < 0:
+            raise ValueError("eval_every and checkpoint_every must be >= 0 (0 turns them off)")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip}")
+        if self.mixed_precision not in ("no", "fp16", "bf16"):
+            raise ValueError(f"mixed_precision must be no, fp16 or bf16, got {self.mixed_precision!r}")
+
+    @property
+    def total_steps(self) -> int:
+        if self.steps is not None:
+            return self.steps
+        return max(1, math.ceil(self.tokens / (self.batch_size * self.seq_len)))
+
+    @property
+    def total_warmup(self) -> int:
+        if self.warmup_steps is not None:
+            return min(self.warmup_steps, self.total_steps)
+        return max(1, round(0.05 * self.total_steps))
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier of ``lr`` for optimizer step ``step`` (0-based): linear warmup, then cosine."""
+        w, n = self.total_warmup, self.total_steps
+        if step < w:
+            return (step + 1) / w
+        if n <= w:
+            return 1.0
+        progress = min(1.0, (step - w) / max(1, n - w - 1))
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig fields: {', '.join(unknown)}")
+        return cls(**d)
+
+
+# Fields that must agree between a checkpoint and the run that resumes it (they fix the data order,
+# the schedule and the optimizer); the others (logging, evaluation cadence) may change on resume.
+RESUME_KEYS = ("lr", "total_steps", "batch_size", "seq_len", "total_warmup", "min_lr_ratio",
+               "weight_decay", "betas", "grad_clip", "seed")

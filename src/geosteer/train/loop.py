@@ -1,0 +1,287 @@
+"""One training loop for any trainable intervention on a frozen model.
+
+``train(model, trainable, cfg)`` optimises the parameters of ``trainable`` that require grad (an
+``nn.Module`` that acts inside ``model``'s forward: an attached SurfaceBank, FFN gates, a PEFT-wrapped
+model) with next-token cross-entropy, AdamW, linear warmup + cosine decay and gradient clipping. The base
+model must be frozen (the loop refuses to run otherwise). It runs through HF ``accelerate`` so that the
+same code trains on one CPU process or many GPUs/nodes (launch with ``accelerate launch``): each process
+takes an equal share of every global batch and the gradients are averaged before the step.
+
+Runs are reproducible from ``cfg.seed``; a checkpoint every ``cfg.checkpoint_every`` steps (atomic)
+lets ``resume=True`` continue after a kill with nothing lost but the steps since that checkpoint, and the
+resumed run ends with the same parameters as an uninterrupted one. A non-finite loss or gradient stops
+the run with :class:`TrainingDiverged`; the last good checkpoint is left untouched.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from geosteer.errors import GeosteerError
+from geosteer.train.checkpoint import CHECKPOINT_NAME, check_compatible, load_checkpoint, save_checkpoint
+from geosteer.train.config import TrainConfig
+from geosteer.train.data import BatchOrder, fingerprint, load_texts, token_stream, windows
+
+
+class TrainingDiverged(GeosteerError):
+    """The loss or the gradient became NaN/inf; the run stopped and kept its last good checkpoint."""
+
+
+@dataclass
+class TrainResult:
+    steps_done: int
+    total_steps: int
+    tokens_seen: int
+    seconds: float
+    resumed_from: int | None
+    stopped_early: bool
+    history: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    checkpoint: str | None = None
+
+    @property
+    def ppl_before(self) -> float | None:
+        return next((e["ppl"] for e in self.evals if e["step"] == 0), None)
+
+    @property
+    def ppl_after(self) -> float | None:
+        done = [e for e in self.evals if e["step"] == self.total_steps]
+        return done[-1]["ppl"] if done else None
+
+    @property
+    def final_loss(self) -> float | None:
+        return self.history[-1]["loss"] if self.history else None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(ppl_before=self.ppl_before, ppl_after=self.ppl_after, final_loss=self.final_loss)
+        return d
+
+
+def trainable_parameters(trainable: nn.Module) -> dict[str, nn.Parameter]:
+    params = {n: p for n, p in trainable.named_parameters() if p.requires_grad}
+    if not params:
+        raise GeosteerError(f"{type(trainable).__name__} has no parameters that require grad: "
+                            "nothing to train")
+    return params
+
+
+def _check_frozen(model: nn.Module, params: dict[str, nn.Parameter]) -> None:
+    ours = {id(p) for p in params.values()}
+    loose = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in ours]
+    if loose:
+        raise GeosteerError(f"the base model has {len(loose)} trainable parameters outside the intervention "
+                            f"(e.g. {loose[0]}); freeze it with model.requires_grad_(False)")
+
+
+def heldout_perplexity(model: nn.Module, tok, cfg: TrainConfig, text: str | None = None,
+                       progress: bool = False) -> dict:
+    """Strided held-out perplexity (``cfg.eval_context``/``eval_stride``, capped at ``cfg.eval_tokens``)."""
+    from geosteer.data.corpus import split_text
+    from geosteer.eval.perplexity import strided_perplexity
+
+    if text is None:
+        text = split_text("heldout")
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        r = strided_perplexity(model, tok, text, context=cfg.eval_context, stride=cfg.eval_stride,
+                               batch_size=cfg.eval_batch, max_tokens=cfg.eval_tokens, progress=progress)
+    model.train(was_training)
+    return {"ppl": float(r.ppl), "nll": float(r.nll), "tokens": int(r.tokens)}
+
+
+def _prepare_windows(tok, text, train_ids: torch.Tensor | None, cfg: TrainConfig) -> torch.Tensor:
+    if train_ids is not None:
+        if train_ids.dim() == 2:
+            return train_ids.long()
+        bos = getattr(tok, "bos_token_id", None) if tok is not None else None
+        return windows(train_ids.long(), cfg.seq_len, bos)
+    if tok is None:
+        raise GeosteerError("train() needs a tokenizer (tok=...) or pre-tokenised train_ids")
+    texts = load_texts(text)
+    return windows(token_stream(tok, texts), cfg.seq_len, getattr(tok, "bos_token_id", None))
+
+
+def train(
+    model: nn.Module,
+    trainable: nn.Module,
+    cfg: TrainConfig,
+    *,
+    tok=None,
+    text: str | Path | None = "train",
+    train_ids: torch.Tensor | None = None,
+    eval_text: str | None = None,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    interventions: Sequence = (),
+    progress: bool = True,
+    log: Callable[[str], None] | None = print,
+    callback: Callable[[int, dict], None] | None = None,
+    stop_at: int | None = None,
+    accelerator=None,
+    checkpoint_extra: dict | None = None,
+) -> TrainResult:
+    """Train ``trainable``'s parameters on next-token cross-entropy; return a :class:`TrainResult`.
+
+    ``text``: a corpus split name or a text file (ignored when ``train_ids`` are given: a 1-D token stream
+    or 2-D ready windows). ``interventions`` are attached (``geosteer.steer``) for the run, e.g. when the
+    trainable module is an intervention that is not attached yet; already attached modules need nothing.
+    ``stop_at``: end after that many steps (as if killed there; resume later). ``callback(step, record)``
+    runs after every step. Held-out perplexity (``eval_text`` or the corpus' held-out split) is measured
+    before and after the run and every ``cfg.eval_every`` steps, when a tokenizer is given.
+    """
+    from accelerate import Accelerator
+
+    from geosteer.steer import steer
+
+    say = log if log is not None else (lambda s: None)
+    params = trainable_parameters(trainable)
+    _check_frozen(model, params)
+    acc = accelerator or Accelerator(mixed_precision=cfg.mixed_precision)
+    world, rank = acc.num_processes, acc.process_index
+    if cfg.batch_size % world:
+        raise GeosteerError(f"batch_size {cfg.batch_size} is not divisible by the {world} processes")
+    main = acc.is_main_process
+    model.to(acc.device)
+    trainable.to(acc.device)
+
+    data = _prepare_windows(tok, text, train_ids, cfg)
+    fp = fingerprint(data)
+    order = BatchOrder(data.shape[0], cfg.batch_size, cfg.seed)
+    total = cfg.total_steps
+    tokens_per_step = cfg.batch_size * (data.shape[1] - 1)
+
+    torch.manual_seed(cfg.seed)
+    opt = torch.optim.AdamW(list(params.values()), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, cfg.lr_factor)
+
+    ckpt_path = Path(out_dir) / CHECKPOINT_NAME if out_dir is not None else None
+    history: list[dict] = []
+    evals: list[dict] = []
+    start, resumed_from, last_good = 0, None, None
+    if ckpt_path is not None and ckpt_path.exists() and not resume and not overwrite:
+        raise GeosteerError(f"{ckpt_path} already exists; resume it (--resume) or choose another "
+                            "output folder")
+    if resume:
+        if ckpt_path is None:
+            raise GeosteerError("resume needs the output folder that holds the checkpoint")
+        if ckpt_path.exists():
+            state = load_checkpoint(ckpt_path)
+            check_compatible(state, cfg, params, fp, ckpt_path)
+            with torch.no_grad():
+                for k, p in params.items():
+                    p.copy_(state["params"][k].to(p.device, p.dtype))
+            opt.load_state_dict(state["optimizer"])
+            sched.load_state_dict(state["scheduler"])
+            torch.set_rng_state(state["rng"])
+            history = list(state["history"])
+            evals = list(state["extra"].get("evals", []))
+            start = resumed_from = last_good = int(state["step"])
+            say(f"resumed from {ckpt_path} at step {start}/{total}")
+        else:
+            say(f"nothing to resume at {ckpt_path}; starting from step 0")
+
+    do_eval = tok is not None and (cfg.eval_before_after or cfg.eval_every > 0)
+    eval_source = eval_text
+
+    def evaluate(step: int) -> None:
+        if not main:
+            return
+        r = heldout_perplexity(model, tok, cfg, eval_source)
+        evals.append({"step": step, **r})
+        say(f"step {step}/{total}: held-out ppl {r['ppl']:.4f} ({r['tokens']} tokens)")
+
+    def checkpoint(step: int) -> None:
+        nonlocal last_good
+        if ckpt_path is not None and main:
+            save_checkpoint(ckpt_path, step=step, params=params, optimizer=opt, scheduler=sched, cfg=cfg,
+                            history=history, data_fingerprint=fp,
+                            extra={"evals": evals, **(checkpoint_extra or {})})
+            last_good = step
+        acc.wait_for_everyone()
+
+    t_run = time.perf_counter()
+    stopped = False
+    bar = None
+    with steer(model, *interventions):
+        if do_eval and start == 0 and cfg.eval_before_after and not any(e["step"] == 0 for e in evals):
+            evaluate(0)
+        if progress and main:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True)
+        try:
+            for step in range(start, total):
+                if stop_at is not None and step >= stop_at:
+                    stopped = True
+                    break
+                t0 = time.perf_counter()
+                x = data[order.shard(step, rank, world)].to(acc.device)
+                opt.zero_grad(set_to_none=True)
+                loss_sum = torch.zeros((), device=acc.device)
+                for chunk in x.split(cfg.micro_batch or x.shape[0]):
+                    with acc.autocast():
+                        logits = model(input_ids=chunk).logits
+                    loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), chunk[:, 1:].flatten())
+                    part = loss * (chunk.shape[0] / x.shape[0])
+                    acc.backward(part)
+                    loss_sum += part.detach()
+                if world > 1:
+                    loss_sum = acc.reduce(loss_sum, "mean")
+                    for p in params.values():
+                        if p.grad is not None:
+                            p.grad = acc.reduce(p.grad, "mean")
+                loss_val = float(loss_sum)
+                grads = [p.grad for p in params.values() if p.grad is not None]
+                if cfg.grad_clip is not None:
+                    gnorm = float(torch.nn.utils.clip_grad_norm_(list(params.values()), cfg.grad_clip))
+                else:
+                    gnorm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) if grads \
+                        else 0.0
+                if not (math.isfinite(loss_val) and math.isfinite(gnorm)):
+                    what = "loss" if not math.isfinite(loss_val) else "gradient norm"
+                    kept = (f"the last good checkpoint (step {last_good}) is kept at {ckpt_path}"
+                            if last_good is not None else "no checkpoint had been written yet")
+                    raise TrainingDiverged(f"training stopped at step {step + 1}: {what} is "
+                                           f"{loss_val if what == 'loss' else gnorm}; {kept}. Try a lower lr "
+                                           f"(now {cfg.lr:g})")
+                lr_now = sched.get_last_lr()[0]
+                opt.step()
+                sched.step()
+                dt = time.perf_counter() - t0
+                rec = {"step": step + 1, "loss": loss_val, "lr": lr_now, "grad_norm": gnorm,
+                       "tokens": (step + 1) * tokens_per_step, "tokens_per_s": tokens_per_step / dt}
+                history.append(rec)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss_val:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}")
+                if main and ((step + 1) % cfg.log_every == 0 or step + 1 == total):
+                    say(f"step {step + 1}/{total} loss {loss_val:.4f} lr {lr_now:.3g} "
+                        f"grad {gnorm:.3g} tok/s {rec['tokens_per_s']:.0f}")
+                if do_eval and cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 != total:
+                    evaluate(step + 1)
+                if step + 1 == total:
+                    if do_eval and cfg.eval_before_after:
+                        evaluate(total)
+                    checkpoint(step + 1)
+                elif cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+                    checkpoint(step + 1)
+                if callback is not None:
+                    callback(step + 1, rec)
+        finally:
+            if bar is not None:
+                bar.close()
+    done = history[-1]["step"] if history else start
+    return TrainResult(steps_done=done, total_steps=total, tokens_seen=done * tokens_per_step,
+                       seconds=time.perf_counter() - t_run, resumed_from=resumed_from, stopped_early=stopped,
+                       history=history, evals=evals, checkpoint=str(ckpt_path) if ckpt_path else None)
