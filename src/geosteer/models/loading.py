@@ -167,9 +167,10 @@ def load_model(
         if "/" not in name:
             raise GeosteerError(f"unknown model '{name}'; valid names: {', '.join(known_names())}, "
                                 "a .gguf file, a local folder, or a hub id like org/model")
+        offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
         try:
-            tok = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+            tok = AutoTokenizer.from_pretrained(name, local_files_only=offline)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, local_files_only=offline)
         except Exception as e:  # noqa: BLE001 - hub errors come in many types
             raise ModelNotAvailable(
                 f"could not fetch '{name}' from the model hub ({type(e).__name__}); offline machines can use "

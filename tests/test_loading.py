@@ -1,0 +1,88 @@
+import json
+
+import pytest
+
+from geosteer import load_model
+from geosteer.errors import GeosteerError
+from geosteer.models import loading
+
+
+def test_unknown_name_lists_valid_names():
+    with pytest.raises(GeosteerError) as e:
+        load_model("definitely-not-a-model")
+    assert "smollm2" in str(e.value) and "tiny-llama" in str(e.value)
+    with pytest.raises(GeosteerError, match="tiny-"):
+        load_model("tiny-bert")
+
+
+def test_non_gguf_file_is_refused(tmp_path):
+    f = tmp_path / "fake.gguf"
+    f.write_bytes(b"PK\x03\x04 not a gguf")
+    with pytest.raises(GeosteerError, match="not a GGUF file"):
+        load_model(str(f))
+    with pytest.raises(GeosteerError, match="not found"):
+        load_model(str(tmp_path / "missing.gguf"))
+
+
+def test_offline_hub_id_gives_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(GeosteerError, match="model hub"):
+        load_model("someorg/some-model-that-is-not-cached")
+
+
+def test_half_written_cache_is_detected_and_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEOSTEER_CACHE", str(tmp_path))
+    target = tmp_path / "smollm2"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"truncated")  # killed mid-conversion: no marker
+    calls = []
+
+    def fake_convert(bundle, tgt):
+        calls.append(tgt)
+        tmp = tgt.parent / ".tmp-fake"
+        tmp.mkdir()
+        (tmp / loading._MARKER).write_text(json.dumps({"fake": True}))
+        import shutil
+
+        shutil.rmtree(tgt, ignore_errors=True)
+        tmp.rename(tgt)
+
+    monkeypatch.setattr(loading, "_convert_to_cache", fake_convert)
+    assert loading.cached_folder("smollm2") == target
+    assert calls == [target]
+    assert not (target / "model.safetensors").exists()
+    # complete cache: no second conversion
+    loading.cached_folder("smollm2")
+    assert len(calls) == 1
+
+
+def test_missing_bundled_package_names_the_make_target(monkeypatch, tmp_path):
+    monkeypatch.setenv("GEOSTEER_CACHE", str(tmp_path))
+    monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(GeosteerError, match="make gemma"):
+        loading.cached_folder("gemma3-270m")
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_tiny_models_are_seeded_and_use_real_tokenizers(family):
+    a, tok = load_model(f"tiny-{family}", seed=3)
+    b, _ = load_model(f"tiny-{family}", seed=3)
+    for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        assert (p == q).all(), n
+    assert len(tok) > 40000
+    assert tok.decode(tok("hello world").input_ids).strip() == "hello world"
+
+
+@pytest.mark.real
+def test_default_model_shape_and_sanity(smollm2):
+    from geosteer import anatomy
+    from geosteer.eval.perplexity import strided_perplexity
+
+    model, tok = smollm2
+    an = anatomy(model)
+    assert (an.n_layers, an.d_model, an.n_heads, an.n_kv_heads, an.head_dim) == (30, 576, 9, 3, 64)
+    assert tok.bos_token_id == 1
+    text = ("Paris is the capital and most populous city of France. It is located on the Seine river, "
+            "in the north of the country, and is known for its museums and architecture.")
+    r = strided_perplexity(model, tok, text, context=64, stride=32)
+    assert 1.5 < r.ppl < 60  # a real model, not random weights (random would be ~50k)
