@@ -1,0 +1,104 @@
+"""``geosteer demo``: the main job on the bundled default model, in a few minutes on 2 CPU cores.
+
+1. load SmolLM2-135M-Instruct (converted once into the local cache), 2. held-out strided perplexity,
+3. greedy continuations of a few prompts. With the shipped surfaces (artifacts/smollm2-surfaces) it also
+shows perplexity with/without surfaces, greedy changes, one edit and one wall, and writes an HTML report.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED_SURFACES = REPO / "artifacts" / "smollm2-surfaces"
+DEMO_PROMPTS = [
+    "The theory of relativity states that",
+    "She saw the man with the telescope, and",
+    "The chicken is ready to eat, so",
+    "A good way to learn programming is",
+    "The CAP theorem says that a distributed system",
+]
+
+
+def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: int = 24,
+             surfaces: Path | None = None, out_dir: Path = Path("runs/demo")) -> dict:
+    from rich.console import Console
+    from rich.table import Table
+
+    from geosteer import anatomy, load_model
+    from geosteer.data.corpus import split_text
+    from geosteer.eval.generation import generate
+    from geosteer.eval.perplexity import strided_perplexity
+    from geosteer.steer import steer
+
+    console = Console()
+    t0 = time.time()
+    model, tok = load_model(model_name)
+    an = anatomy(model)
+    console.print(f"[bold]model[/] {model_name}: {an.n_layers} layers, d_model {an.d_model}, "
+                  f"{an.n_heads}/{an.n_kv_heads} heads, head_dim {an.head_dim} (loaded in {time.time() - t0:.1f} s)")
+    text = split_text("heldout")
+    surfaces = surfaces if surfaces is not None else (SHIPPED_SURFACES if SHIPPED_SURFACES.exists() else None)
+    bank = None
+    if surfaces is not None:
+        from geosteer.manifold import load as load_surfaces
+
+        bank = load_surfaces(surfaces, model=model)
+    states: list[tuple[str, list]] = [("stock", [])]
+    if bank is not None:
+        states.append(("surfaces", [bank]))
+    summary: dict = {"model": model_name, "heldout_tokens": tokens}
+    ppl_table = Table(title=f"held-out perplexity (first {tokens} tokens, context 512, stride 256)")
+    for col in ("state", "ppl", "bits/byte", "tokens"):
+        ppl_table.add_column(col)
+    for name, ivs in states:
+        with steer(model, *ivs):
+            r = strided_perplexity(model, tok, text, context=512, stride=256, max_tokens=tokens, progress=True)
+        summary[f"ppl_{name}"] = r.ppl
+        ppl_table.add_row(name, f"{r.ppl:.3f}", f"{r.bits_per_byte:.4f}", str(r.tokens))
+    console.print(ppl_table)
+
+    gen_table = Table(title="greedy continuations", show_lines=True)
+    gen_table.add_column("prompt")
+    for name, _ in states:
+        gen_table.add_column(name)
+    changed = 0
+    for p in DEMO_PROMPTS:
+        outs = []
+        for _, ivs in states:
+            with steer(model, *ivs):
+                outs.append(generate(model, tok, p, max_new_tokens))
+        changed += len(outs) > 1 and outs[0].token_ids != outs[1].token_ids
+        gen_table.add_row(p, *[o.text.strip() for o in outs])
+    console.print(gen_table)
+    if bank is not None:
+        summary["greedy_changed"] = f"{changed}/{len(DEMO_PROMPTS)}"
+        from geosteer.manifold.demo_steps import edit_and_wall_demo
+
+        summary.update(edit_and_wall_demo(model, tok, bank, DEMO_PROMPTS, out_dir, console))
+    else:
+        console.print("[yellow]no trained surfaces found at artifacts/smollm2-surfaces; "
+                      "showing the stock model only[/]")
+    console.print(f"done in {time.time() - t0:.0f} s")
+    return summary
+
+
+def register(app: typer.Typer) -> None:
+    from geosteer.cli import MODEL_OPT, emit
+
+    @app.command()
+    def demo(
+        model: str = MODEL_OPT,
+        tokens: int = typer.Option(4096, help="held-out tokens to score"),
+        max_new_tokens: int = typer.Option(24),
+        surfaces: Path | None = typer.Option(None, help="surfaces artifact (default: the shipped one)"),
+        out_dir: Path = typer.Option(Path("runs/demo"), help="where the HTML report goes"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """The main job: perplexity, generation, and (with surfaces) steering edits + an HTML report."""
+        summary = run_demo(model, tokens, max_new_tokens, surfaces, out_dir)
+        if as_json:
+            emit(summary, True)
