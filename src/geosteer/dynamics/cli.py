@@ -1,0 +1,269 @@
+"""``geosteer dynamics ...``: diagnostics, FFN variants, gains, learned gates, defect-guided parallelisation."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+dyn = typer.Typer(no_args_is_help=True, help="FFN steering field: residual dynamics on the sphere (issue 5).")
+
+TOKENS_OPT = typer.Option(2048, "--tokens", "-n", help="held-out tokens (cut into --seq-len windows)")
+SEQ_OPT = typer.Option(256, "--seq-len", help="window length in tokens (BOS first)")
+BATCH_OPT = typer.Option(4, "--batch-size")
+JSON_OPT = typer.Option(False, "--json", help="print JSON instead of a table")
+OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
+CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
+THREADS_OPT = typer.Option(0, "--threads", help="torch threads (0: leave the default)")
+
+
+def parse_layers(spec: str | None) -> list[int] | None:
+    """'0-5,7' → [0, 1, 2, 3, 4, 5, 7]; None/'' /'all' → None (all layers)."""
+    if spec is None or spec.strip() in ("", "all"):
+        return None
+    out: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        try:
+            if "-" in part[1:]:
+                a, b = part.split("-", 1) if not part.startswith("-") else (part, "")
+                out.extend(range(int(a), int(b) + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise ValueError(f"bad layer list '{spec}': use e.g. 0-5,7") from None
+    return out
+
+
+def parse_floats(spec: str, name: str) -> list[float]:
+    try:
+        return [float(s) for s in spec.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"bad {name} '{spec}': comma-separated numbers, e.g. 0,0.5,1") from None
+
+
+def parse_ints(spec: str, name: str) -> list[int]:
+    try:
+        return [int(s) for s in spec.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"bad {name} '{spec}': comma-separated integers, e.g. 1,4,16") from None
+
+
+def _setup(model: str, threads: int):
+    import torch
+
+    from geosteer import load_model
+
+    if threads:
+        torch.set_num_threads(threads)
+    return load_model(model)
+
+
+def _write(rows: list[dict], meta: dict, out: Path | None, csv: Path | None) -> None:
+    from geosteer.io_utils import write_records
+
+    if out is not None:
+        write_records(out, rows, meta)
+    if csv is not None:
+        write_records(csv if csv.suffix == ".csv" else csv.with_suffix(".csv"), rows, meta)
+
+
+def _meta(m, **kw) -> dict:
+    import torch
+
+    from geosteer.models.loading import model_id
+
+    return {"model": model_id(m), "torch": torch.__version__, "threads": torch.get_num_threads(), **kw}
+
+
+@dyn.command()
+def diagnose(model: str = typer.Option("smollm2", "--model", "-m"), tokens: int = TOKENS_OPT,
+             seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT, split: str = typer.Option("heldout", "--split"),
+             topk: str = typer.Option("", "--topk", help="also run top-k aggregation for these k, e.g. 1,4,16,32"),
+             ov: bool = typer.Option(True, "--ov/--no-ov", help="weight-only OV non-symmetry"),
+             as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+             threads: int = THREADS_OPT) -> None:
+    """Per-layer diagnostics in one forward pass (+ optional top-k and OV tables)."""
+    from geosteer.cli import emit
+    from geosteer.dynamics.config import DiagnoseConfig, check_k
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.diagnostics import diagnose as run
+    from geosteer.dynamics.diagnostics import wide
+
+    ks = [check_k(k) for k in parse_ints(topk, "--topk")] if topk else []
+    cfg = DiagnoseConfig(split=split, tokens=tokens, seq_len=seq_len, batch_size=batch_size)
+    m, tok = _setup(model, threads)
+    ids = corpus_windows(tok, cfg.split, cfg.tokens, cfg.seq_len)
+    t0 = time.perf_counter()
+    rows = [{"table": "layers", **r} for r in run(m, ids, batch_size=cfg.batch_size, eps=cfg.eps)]
+    meta = _meta(m, split=split, tokens=int(ids.numel()), seq_len=seq_len, seconds=time.perf_counter() - t0)
+    summary: dict = {}
+    if ks:
+        from geosteer.dynamics.topk import topk_study
+
+        layer_rows, ksum = topk_study(m, ids, ks, batch_size=cfg.batch_size)
+        rows += [{"table": "topk_layers", **r} for r in layer_rows] + [{"table": "topk", **r} for r in ksum]
+        summary["topk"] = ksum
+    if ov:
+        from geosteer.dynamics.ov import ov_rows, ov_summary
+
+        orows = ov_rows(m)
+        rows += [{"table": "ov", **r} for r in orows]
+        summary["ov"] = ov_summary(orows)
+    _write(rows, {**meta, **summary}, out, csv)
+    layer_wide = wide([r for r in rows if r["table"] == "layers"])
+    if as_json:
+        emit({"meta": meta, "layers": layer_wide, **summary}, True)
+    else:
+        cols = ("layer", "deficit", "cos_gap", "ffn_tangential_frac", "defect", "commutator", "ddiv_attn",
+                "ddiv_ffn", "norm_cv")
+        emit([{c: r[c] for c in cols} for r in layer_wide], False, table_title=f"dynamics: {meta['model']}")
+        for k, v in summary.items():
+            emit(v, False, table_title=k) if isinstance(v, list) else emit({k: v}, False)
+
+
+@dyn.command()
+def ablate(model: str = typer.Option("smollm2", "--model", "-m"),
+           variants: str = typer.Option("zero,radial,tangential,attn_zero", "--variants"),
+           layers: str = typer.Option("all", "--layers", help="layer range, e.g. 0-29 or 3,5"),
+           tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
+           as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+           threads: int = THREADS_OPT) -> None:
+    """Held-out loss of FFN variants (full / zero / radial / tangential / attn_zero) vs the full model."""
+    from geosteer import anatomy
+    from geosteer.cli import emit
+    from geosteer.dynamics.config import check_variant
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.parallel import mean_loss
+    from geosteer.dynamics.variants import FFNVariant
+
+    names = [check_variant(v.strip()) for v in variants.split(",") if v.strip()]
+    m, tok = _setup(model, threads)
+    chosen = anatomy(m).check_layers(parse_layers(layers))
+    ids = corpus_windows(tok, "heldout", tokens, seq_len)
+    base = mean_loss(m, ids, batch_size)
+    rows = [{"variant": "full", "layers": layers, "loss": base, "loss_increase": 0.0}]
+    for v in names:
+        if v == "full":
+            continue
+        loss = mean_loss(m, ids, batch_size, (FFNVariant(v, chosen),))
+        rows.append({"variant": v, "layers": layers, "loss": loss, "loss_increase": loss - base})
+    _write(rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len), out, csv)
+    emit(rows, as_json, table_title="FFN variants")
+
+
+@dyn.command()
+def gains(model: str = typer.Option("smollm2", "--model", "-m"),
+          values: str = typer.Option("0,0.5,1,1.5,2", "--values"),
+          layers: str = typer.Option("all", "--layers"), tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT,
+          batch_size: int = BATCH_OPT, as_json: bool = JSON_OPT, out: Path | None = OUT_OPT,
+          csv: Path | None = CSV_OPT, threads: int = THREADS_OPT) -> None:
+    """Sweep the attention gain β_A (α_F = 1) and the FFN gain α_F (β_A = 1)."""
+    from geosteer import anatomy
+    from geosteer.cli import emit
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.parallel import mean_loss
+    from geosteer.dynamics.variants import Gains
+
+    vals = parse_floats(values, "--values")
+    m, tok = _setup(model, threads)
+    chosen = anatomy(m).check_layers(parse_layers(layers))
+    ids = corpus_windows(tok, "heldout", tokens, seq_len)
+    base = mean_loss(m, ids, batch_size)
+    rows = []
+    for which in ("beta_attn", "alpha_ffn"):
+        for v in vals:
+            kw = {which: v}
+            loss = base if v == 1.0 else mean_loss(m, ids, batch_size, (Gains(layers=chosen, **kw),))
+            rows.append({"gain": which, "value": v, "loss": loss, "loss_increase": loss - base})
+    _write(rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=layers), out, csv)
+    emit(rows, as_json, table_title="gain sweeps")
+
+
+@dyn.command()
+def gates(model: str = typer.Option("smollm2", "--model", "-m"),
+          save: Path | None = typer.Option(None, "--save", help="train and save the gate artifact here"),
+          load: Path | None = typer.Option(None, "--load", help="evaluate a saved gate artifact"),
+          train_tokens: int = typer.Option(65536, "--train-tokens"), lr: float = typer.Option(2e-2, "--lr"),
+          train_batch: int = typer.Option(8, "--train-batch"), train_seq: int = typer.Option(128, "--train-seq"),
+          seed: int = typer.Option(0, "--seed"), layers: str = typer.Option("all", "--layers"),
+          tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
+          as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+          threads: int = THREADS_OPT) -> None:
+    """Learn scalar FFN gates α_ℓ on the train split (or load them); report them and ΔL vs α = 1."""
+    from geosteer.cli import emit
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.gates import load_gates, train_gates
+    from geosteer.dynamics.parallel import mean_loss
+    from geosteer.errors import GeosteerError
+
+    if (save is None) == (load is None):
+        raise GeosteerError("give exactly one of --save DIR (train) or --load DIR (evaluate)")
+    m, tok = _setup(model, threads)
+    info: dict = {}
+    if load is not None:
+        g = load_gates(load, m)
+    else:
+        from geosteer.train import TrainConfig
+
+        cfg = TrainConfig(lr=lr, tokens=train_tokens, batch_size=train_batch, seq_len=train_seq, seed=seed,
+                          eval_before_after=False, checkpoint_every=0)
+        g, info = train_gates(m, tok, cfg, layers=parse_layers(layers), log=None)
+    ids = corpus_windows(tok, "heldout", tokens, seq_len)
+    base = mean_loss(m, ids, batch_size)
+    loss = mean_loss(m, ids, batch_size, (g,))
+    summary = {**g.summary(), "loss_gates": loss, "loss_alpha1": base, "delta_loss": loss - base,
+               "eval_tokens": int(ids.numel())}
+    if save is not None:
+        hist = info.get("history", [])
+        g.save(save, extra={"train": {"tokens": info.get("tokens_seen"), "lr": lr, "seed": seed,
+                                      "final_loss": hist[-1]["loss"] if hist else None}, "eval": summary})
+    rows = [{"table": "gates", **r} for r in g.table()] + [{"table": "summary", **summary}]
+    _write(rows, _meta(m, train_tokens=train_tokens, lr=lr, seed=seed), out, csv)
+    if as_json:
+        emit({"gates": g.table(), "summary": summary}, True)
+    else:
+        emit(g.table(), False, table_title="FFN gates")
+        emit(summary, False)
+
+
+@dyn.command()
+def parallelize(model: str = typer.Option("smollm2", "--model", "-m"),
+                counts: str = typer.Option("", "--counts", help="numbers of layers, e.g. 0,2,4,8 (default: all)"),
+                seeds: int = typer.Option(5, "--seeds", help="random orders (seeds 0..N-1)"),
+                threshold: float = typer.Option(0.05, "--threshold"),
+                defect_tokens: int = typer.Option(1024, "--defect-tokens", help="train tokens for C_ℓ"),
+                tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
+                as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+                threads: int = THREADS_OPT) -> None:
+    """Defect-guided parallelisation: ΔL vs number of parallelised layers (low-C / random / high-C first)."""
+    from geosteer import anatomy
+    from geosteer.cli import emit
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.parallel import (defect_profile, parallel_curve, safe_speedup,
+                                            submodule_times)
+
+    if seeds < 0:
+        raise ValueError(f"--seeds must be >= 0 (got {seeds})")
+    m, tok = _setup(model, threads)
+    n = anatomy(m).n_layers
+    cnt = parse_ints(counts, "--counts") if counts else list(range(n + 1))
+    defects = defect_profile(m, corpus_windows(tok, "train", defect_tokens, seq_len), batch_size)
+    ids = corpus_windows(tok, "heldout", tokens, seq_len)
+    times = submodule_times(m, ids[:1])
+    rows = parallel_curve(m, ids, defects, cnt, seeds=range(seeds), batch_size=batch_size, times=times)
+    safe = safe_speedup(rows, threshold)
+    all_rows = ([{"table": "defect", "layer": i, "defect": c, **times[i]} for i, c in enumerate(defects)]
+                + [{"table": "curve", **r} for r in rows] + [{"table": "safe", **r} for r in safe])
+    _write(all_rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len, defect_tokens=defect_tokens), out, csv)
+    if as_json:
+        emit({"defects": defects, "curve": rows, "safe": safe}, True)
+    else:
+        emit([r for r in rows if r["strategy"] != "random" or r["seed"] == 0], False,
+             table_title="loss increase vs parallelised layers")
+        emit(safe, False, table_title=f"safe speed-up at ΔL ≤ {threshold}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(dyn, name="dynamics")

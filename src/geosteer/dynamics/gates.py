@@ -1,0 +1,151 @@
+"""Learned scalar FFN gates α_ℓ (paper §4 "FFN gate diagnostics", Eq. (23); App. C.1, Table 4).
+
+x_{ℓ+1} = y_ℓ + α_ℓ Φ_ℓ(y_ℓ) in the model's native block (sequential: y_ℓ = x_ℓ + A_ℓ(x_ℓ); parallel-residual
+blocks keep their convention, the gate scales the FFN update that the block adds). The gates are the only
+trainable parameters; they are trained with the shared loop :func:`geosteer.train.train` on the corpus'
+train split and saved as an artifact folder (``geosteer_config.json`` + ``gates.safetensors``), written
+atomically. Gates equal to one give the stock logits exactly (x · 1.0 is exact in IEEE arithmetic).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from geosteer.dynamics.config import GateConfig
+from geosteer.errors import ArtifactError
+from geosteer.hooks import HookSet, add_hook
+from geosteer.models.anatomy import anatomy
+
+CONFIG_NAME = "geosteer_config.json"
+WEIGHTS_NAME = "gates.safetensors"
+
+
+class FFNGates(nn.Module):
+    """One trainable scalar per gated layer, multiplying that layer's FFN residual update (``mlp_out``)."""
+
+    def __init__(self, n_layers: int, layers: Sequence[int] | None = None, init: float = 1.0,
+                 base_model: str | None = None) -> None:
+        super().__init__()
+        self.n_layers = int(n_layers)
+        chosen = list(range(self.n_layers)) if layers is None else [int(i) for i in layers]
+        bad = [i for i in chosen if not 0 <= i < self.n_layers]
+        if bad:
+            raise ValueError(f"layer {bad[0]} out of range: this model has layers 0..{self.n_layers - 1}")
+        if len(set(chosen)) != len(chosen):
+            raise ValueError(f"gated layers must be distinct, got {chosen}")
+        self.layers = chosen
+        self.base_model = base_model
+        self.alpha = nn.Parameter(torch.full((len(chosen),), float(init)))
+
+    @classmethod
+    def for_model(cls, model: nn.Module, layers: Sequence[int] | None = None, init: float = 1.0) -> FFNGates:
+        from geosteer.models.loading import model_id
+
+        an = anatomy(model)
+        return cls(an.n_layers, an.check_layers(layers), init, base_model=model_id(model))
+
+    def gate_of(self, layer: int) -> float:
+        return float(self.alpha[self.layers.index(layer)])
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        an = anatomy(model)
+        if an.n_layers != self.n_layers:
+            raise ArtifactError(f"gates were made for {self.n_layers} layers; this model has {an.n_layers}")
+        hooks = HookSet()
+        try:
+            for i, layer in enumerate(self.layers):
+                def fn(phi, ctx, i=i):
+                    return phi * self.alpha[i].to(phi.dtype)
+
+                add_hook(model, "mlp_out", layer, fn, hooks)
+        except Exception:
+            hooks.remove()
+            raise
+        return hooks.remove
+
+    def table(self) -> list[dict]:
+        return [{"layer": layer, "alpha": float(a)} for layer, a in zip(self.layers, self.alpha.detach())]
+
+    def summary(self) -> dict:
+        a = self.alpha.detach()
+        return {"mean": float(a.mean()), "min": float(a.min()), "max": float(a.max()), "n": a.numel()}
+
+    def config(self) -> dict:
+        cfg = GateConfig(layers=self.layers, init=1.0)
+        return {**cfg.to_dict(), "n_layers": self.n_layers, "base_model": self.base_model}
+
+    def save(self, path: str | Path, extra: dict | None = None, overwrite: bool = True) -> Path:
+        """Write the artifact folder atomically (temporary folder + rename)."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        if path.exists() and not overwrite:
+            raise ArtifactError(f"{path} exists; pass overwrite=True or choose another folder")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        cfg = self.config()
+        if extra:
+            cfg["extra"] = extra
+        (tmp / CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n")
+        save_file({"alpha": self.alpha.detach().cpu().contiguous()}, str(tmp / WEIGHTS_NAME))
+        old = path.parent / f".{path.name}.old-{os.getpid()}"
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+        return path
+
+
+def load_gates(path: str | Path, model: nn.Module | None = None) -> FFNGates:
+    """Load a gate artifact; with ``model``, check that it fits (layer count, base model id)."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    cfg_file, w_file = path / CONFIG_NAME, path / WEIGHTS_NAME
+    if not cfg_file.is_file() or not w_file.is_file():
+        raise ArtifactError(f"{path} is not a gate artifact (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
+    cfg = json.loads(cfg_file.read_text())
+    if cfg.get("method") != "dynamics.gates":
+        raise ArtifactError(f"{path} holds a '{cfg.get('method')}' artifact, not dynamics.gates")
+    alpha = load_file(str(w_file))["alpha"]
+    if alpha.numel() != len(cfg["layers"]):
+        raise ArtifactError(f"{path}: {alpha.numel()} gates for {len(cfg['layers'])} layers")
+    gates = FFNGates(cfg["n_layers"], cfg["layers"], base_model=cfg.get("base_model"))
+    with torch.no_grad():
+        gates.alpha.copy_(alpha)
+    if model is not None:
+        from geosteer.models.loading import model_id
+
+        an = anatomy(model)
+        if an.n_layers != gates.n_layers:
+            raise ArtifactError(f"gates at {path} were trained for {gates.n_layers} layers "
+                                f"({gates.base_model}); this model has {an.n_layers} ({model_id(model)})")
+        if gates.base_model and gates.base_model != model_id(model):
+            raise ArtifactError(f"gates at {path} were trained on '{gates.base_model}', "
+                                f"not on '{model_id(model)}'")
+    return gates
+
+
+def train_gates(model: nn.Module, tok, cfg, *, layers: Sequence[int] | None = None,
+                out_dir: str | Path | None = None, progress: bool = False, log=print,
+                train_ids: torch.Tensor | None = None) -> tuple[FFNGates, dict]:
+    """Train gates with :func:`geosteer.train.train` (``cfg``: a :class:`geosteer.train.TrainConfig`).
+
+    Returns the gates and the run summary (steps, tokens, loss history, held-out perplexity before/after).
+    """
+    from geosteer.train import train
+
+    gates = FFNGates.for_model(model, layers)
+    result = train(model, gates, cfg, tok=tok, train_ids=train_ids, out_dir=out_dir, interventions=(gates,),
+                   progress=progress, log=log, overwrite=True)
+    model.eval()
+    return gates, result.to_dict()

@@ -1,0 +1,199 @@
+"""Defect-guided parallelisation (paper §4 "Sequential-to-parallel defect", Eq. (21)–(22), App. C.1 Fig. 6).
+
+A sequential block x ↦ x + A(x) + Φ(x + A(x)) is replaced by the parallel surrogate x + A(x) + Φ(x)
+(:class:`geosteer.dynamics.variants.Parallelize`). Layers are chosen low-C_ℓ-first, randomly (several seeds)
+or high-C_ℓ-first, with C_ℓ from the one-pass diagnostics on *train* text; the held-out loss increase is
+traced against the number of parallelised layers. Speed-up:
+
+- estimate (the paper's): per-layer submodule times T_A (attention norm + attention) and T_Φ (FFN norm +
+  FFN) from timed stock forwards; T_seq = Σ_ℓ (T_A + T_Φ), a parallelised layer costs max(T_A, T_Φ)
+  (Eq. (23)); speed-up = T_seq / T_par over the blocks' submodules.
+- measured: :class:`ConcurrentParallel` really runs Φ(x) of each parallelised block on a second thread
+  while the main thread runs attention, and the whole forward is timed against the stock forward.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+from torch import nn
+
+from geosteer.dynamics.config import STRATEGIES
+from geosteer.dynamics.diagnostics import diagnose, metric
+from geosteer.dynamics.topk import nll_sum
+from geosteer.dynamics.variants import Parallelize
+from geosteer.hooks import HookSet, add_hook
+from geosteer.models.anatomy import anatomy
+
+
+def defect_profile(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 4) -> list[float]:
+    """Mean C_ℓ per layer (paper Eq. (22)) from one diagnostics pass."""
+    return metric(diagnose(model, input_ids, batch_size=batch_size), "defect")
+
+
+def layer_order(defects: Sequence[float], strategy: str, seed: int = 0) -> list[int]:
+    """The order in which layers get parallelised: ``low`` / ``high`` C_ℓ first, or ``random`` (seeded)."""
+    n = len(defects)
+    if strategy == "low":
+        return sorted(range(n), key=lambda i: (defects[i], i))
+    if strategy == "high":
+        return sorted(range(n), key=lambda i: (-defects[i], i))
+    if strategy == "random":
+        return [int(i) for i in np.random.default_rng(seed).permutation(n)]
+    raise ValueError(f"unknown selection strategy '{strategy}'; valid: {', '.join(STRATEGIES)}")
+
+
+@torch.no_grad()
+def mean_loss(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 4, interventions=()) -> float:
+    """Mean next-token NLL over the windows ``input_ids`` under ``interventions``."""
+    from geosteer.steer import steer
+
+    device = next(model.parameters()).device
+    tot, n = 0.0, 0
+    with steer(model, *interventions):
+        for i in range(0, input_ids.shape[0], batch_size):
+            s, c = nll_sum(model, input_ids[i : i + batch_size].to(device))
+            tot += s
+            n += c
+    return tot / n
+
+
+def parallel_curve(model: nn.Module, eval_ids: torch.Tensor, defects: Sequence[float],
+                   counts: Sequence[int], seeds: Sequence[int] = (0, 1, 2, 3, 4), batch_size: int = 4,
+                   times: list[dict] | None = None, log: Callable[[str], None] | None = None) -> list[dict]:
+    """Held-out loss increase vs number of parallelised layers, per strategy (random: one row per seed)."""
+    n_layers = len(defects)
+    bad = [c for c in counts if not 0 <= c <= n_layers]
+    if bad:
+        raise ValueError(f"layer count {bad[0]} out of range 0..{n_layers}")
+    cache: dict[frozenset, float] = {}
+
+    def loss_of(layers: list[int]) -> float:
+        key = frozenset(layers)
+        if key not in cache:
+            cache[key] = mean_loss(model, eval_ids, batch_size, (Parallelize(sorted(layers)),))
+        return cache[key]
+
+    base = loss_of([])
+    rows = []
+    plans = [("low", 0), ("high", 0)] + [("random", s) for s in seeds]
+    for strategy, seed in plans:
+        order = layer_order(defects, strategy, seed)
+        for c in counts:
+            chosen = order[:c]
+            loss = loss_of(chosen)
+            row = {"strategy": strategy, "seed": seed, "n_parallel": c, "loss": loss, "loss_stock": base,
+                   "loss_increase": loss - base, "layers": " ".join(map(str, sorted(chosen)))}
+            if times is not None:
+                row["speedup_est"] = estimated_speedup(times, chosen)
+            rows.append(row)
+            if log:
+                log(f"{strategy}/{seed} n={c}: ΔL={loss - base:+.4f}")
+    return rows
+
+
+def safe_speedup(rows: list[dict], threshold: float = 0.05) -> list[dict]:
+    """Per strategy (random: averaged over seeds), the most layers with ΔL ≤ threshold and its speed-up."""
+    out = []
+    for strategy in STRATEGIES:
+        seeds = sorted({r["seed"] for r in rows if r["strategy"] == strategy})
+        per_seed = []
+        for s in seeds:
+            ok = [r for r in rows if r["strategy"] == strategy and r["seed"] == s
+                  and r["loss_increase"] <= threshold]
+            best = max(ok, key=lambda r: r["n_parallel"]) if ok else None
+            per_seed.append(best)
+        if not seeds:
+            continue
+        n_vals = [b["n_parallel"] if b else 0 for b in per_seed]
+        sp_vals = [b.get("speedup_est", 1.0) if b else 1.0 for b in per_seed]
+        out.append({"strategy": strategy, "threshold": threshold, "seeds": len(seeds),
+                    "max_layers": statistics.mean(n_vals), "speedup_est": statistics.mean(sp_vals)})
+    return out
+
+
+@torch.no_grad()
+def submodule_times(model: nn.Module, input_ids: torch.Tensor, repeats: int = 5) -> list[dict]:
+    """Median wall time per layer of the attention branch (norm + attention) and the FFN branch."""
+    an = anatomy(model)
+    samples: dict[tuple[int, str], list[float]] = {}
+    handles = []
+    for b in an.blocks:
+        for name, first, last in (("attn", b.attn_norm, b.attn_update), ("ffn", b.mlp_norm, b.mlp_update)):
+            t0: list[float] = [0.0]
+
+            def start(mod, args, t0=t0):
+                t0[0] = time.perf_counter()
+
+            def stop(mod, args, out, t0=t0, key=(b.index, name)):
+                samples.setdefault(key, []).append(time.perf_counter() - t0[0])
+
+            handles.append(first.register_forward_pre_hook(start))
+            handles.append(last.register_forward_hook(stop))
+    try:
+        model(input_ids=input_ids, use_cache=False)  # warm-up
+        samples.clear()
+        for _ in range(repeats):
+            model(input_ids=input_ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return [{"layer": b.index, "t_attn": statistics.median(samples[(b.index, "attn")]),
+             "t_ffn": statistics.median(samples[(b.index, "ffn")])} for b in an.blocks]
+
+
+def estimated_speedup(times: list[dict], layers: Sequence[int]) -> float:
+    """T_seq / T_par over the blocks' submodules, a parallelised layer costing max(T_A, T_Φ) (Eq. (23))."""
+    chosen = set(layers)
+    t_seq = sum(t["t_attn"] + t["t_ffn"] for t in times)
+    t_par = sum(max(t["t_attn"], t["t_ffn"]) if t["layer"] in chosen else t["t_attn"] + t["t_ffn"]
+                for t in times)
+    return t_seq / t_par
+
+
+class ConcurrentParallel:
+    """Parallelise ``layers`` *and* execute Φ(x) concurrently with attention on a worker thread.
+
+    Gives the same outputs as :class:`Parallelize` (up to nothing: the same ops on the same inputs). At the
+    block's entry the FFN branch (norm → MLP) is submitted to the worker on the block input; the MLP call in
+    the main thread then just collects the result. Only for timing the real speed-up.
+    """
+
+    def __init__(self, layers: Sequence[int]) -> None:
+        self.layers = list(layers)
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        an = anatomy(model)
+        layers = an.check_layers(self.layers)
+        pool = ThreadPoolExecutor(max_workers=1)
+        hooks = HookSet()
+        patched = []
+        for layer in layers:
+            block = an.blocks[layer]
+            slot: dict = {}
+            stock_forward = block.mlp.forward
+
+            def submit(x, ctx, block=block, slot=slot, stock_forward=stock_forward):
+                slot["fut"] = pool.submit(lambda: stock_forward(block.mlp_norm.forward(x)))
+                return None
+
+            def collect(*args, slot=slot, **kwargs):
+                return slot.pop("fut").result()
+
+            add_hook(model, "resid_pre", layer, submit, hooks)
+            block.mlp.forward = collect
+            patched.append(block.mlp)
+        hooks.add_handle(Parallelize(layers).attach(model))
+
+        def remove() -> None:
+            for mod in patched:
+                del mod.forward
+            hooks.remove()
+            pool.shutdown(wait=True)
+
+        return remove
