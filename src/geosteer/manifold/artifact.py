@@ -1,0 +1,206 @@
+"""Surface artifacts: a folder with ``surfaces.safetensors`` (coefficients, lo, hi) and
+``geosteer_config.json``.
+
+The JSON records the format and version, the base model id and shapes, grid and ranges, training info, the
+history of edits and a SHA-256 of the tensor file. Saving is atomic: both files are written into a
+temporary sibling folder that then replaces the target, so a killed save never leaves a half-written or
+mismatched artifact. Loading checks everything and names what does not fit.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from geosteer.errors import ArtifactError
+from geosteer.manifold.bank import SurfaceBank
+from geosteer.manifold.config import ManifoldConfig
+
+FORMAT = "geosteer-surfaces"
+VERSION = 1
+CONFIG_NAME = "geosteer_config.json"
+TENSORS_NAME = "surfaces.safetensors"
+_STORE = {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _commit() -> str | None:
+    try:
+        import subprocess
+
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        return out.stdout.strip() or None
+    except Exception:  # noqa: BLE001 - best effort
+        return None
+
+
+def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta) -> Path:
+    """Write ``bank`` to the folder ``path`` atomically; ``meta`` goes into the config (e.g. training=...).
+
+    ``dtype``: storage dtype of the coefficients (``float16`` halves the size; loading gives float32).
+    Returns the folder.
+    """
+    from safetensors.torch import save_file
+
+    from geosteer import __version__
+
+    if dtype not in _STORE:
+        raise ValueError(f"storage dtype must be one of {', '.join(_STORE)} (got {dtype})")
+    folder = Path(path)
+    if folder.suffix == ".safetensors" or folder.name == CONFIG_NAME:
+        raise ArtifactError(f"{folder}: an artifact is a folder; pass the folder name (e.g. "
+                            f"{folder.parent / folder.stem})")
+    if folder.exists() and not folder.is_dir():
+        raise ArtifactError(f"{folder} exists and is not a folder")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    coef = bank.coefficients.detach().to("cpu", _STORE[dtype]).contiguous()
+    tensors = {"coefficients": coef, "lo": bank.lo.detach().cpu().float().contiguous(),
+               "hi": bank.hi.detach().cpu().float().contiguous()}
+    bank.meta.update(meta)
+    cfg = bank.config
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "geosteer_version": __version__,
+        "commit": _commit(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "base_model": cfg.base_model,
+        "model": {"model_type": cfg.model_type, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+                  "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim},
+        "grid_size": cfg.grid_size,
+        "K": cfg.K,
+        "grid_range": list(cfg.grid_range),
+        "layers": list(bank.layers),
+        "lo": [float(x) for x in bank.lo],
+        "hi": [float(x) for x in bank.hi],
+        "shape": list(coef.shape),
+        "storage_dtype": dtype,
+        "n_parameters": bank.n_parameters(),
+        "config": cfg.to_dict(),
+        "meta": _jsonable(bank.meta),
+        "history": _jsonable(bank.history),
+    }
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    try:
+        save_file(tensors, str(tmp / TENSORS_NAME), metadata={"format": FORMAT, "version": str(VERSION)})
+        doc["sha256"] = _sha256(tmp / TENSORS_NAME)
+        (tmp / CONFIG_NAME).write_text(json.dumps(doc, indent=2) + "\n")
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        old = None
+        if folder.exists():
+            old = folder.parent / f".{folder.name}.old-{os.getpid()}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
+
+
+def resolve(path: str | Path) -> Path:
+    """The artifact folder for ``path`` (the folder itself, or one of its two files)."""
+    p = Path(path)
+    if p.is_file() and p.name in (CONFIG_NAME, TENSORS_NAME):
+        p = p.parent
+    if not p.exists():
+        raise ArtifactError(f"no surfaces artifact at {p} (no such file or folder)")
+    if not p.is_dir():
+        raise ArtifactError(f"{p} is not a surfaces artifact (expected a folder with {CONFIG_NAME} and "
+                            f"{TENSORS_NAME})")
+    if not (p / CONFIG_NAME).is_file():
+        raise ArtifactError(f"{p} is not a surfaces artifact (missing {CONFIG_NAME})")
+    if not (p / TENSORS_NAME).is_file():
+        raise ArtifactError(f"{p} is not a complete surfaces artifact (missing {TENSORS_NAME})")
+    return p
+
+
+def read_config(path: str | Path) -> dict:
+    folder = resolve(path)
+    try:
+        doc = json.loads((folder / CONFIG_NAME).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{folder / CONFIG_NAME} is not valid JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ArtifactError(f"{folder} is not a surfaces artifact ({CONFIG_NAME} has format "
+                            f"{doc.get('format') if isinstance(doc, dict) else None!r}, expected {FORMAT!r})")
+    if int(doc.get("version", 0)) > VERSION:
+        raise ArtifactError(f"{folder} was written by a newer geosteer (artifact version "
+                            f"{doc.get('version')}, this one reads ≤ {VERSION})")
+    return doc
+
+
+def load(path: str | Path, model=None, *, verify: bool = True) -> SurfaceBank:
+    """Read an artifact into a :class:`SurfaceBank` (float32). With ``model``: check that it fits the
+    model's shapes (error naming the mismatch) and move it to the model's device. It is not attached:
+    use ``geosteer.steer(model, bank)`` or ``geosteer.manifold.attach(model, bank=bank)``.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    folder = resolve(path)
+    doc = read_config(folder)
+    tfile = folder / TENSORS_NAME
+    if verify and doc.get("sha256") and _sha256(tfile) != doc["sha256"]:
+        raise ArtifactError(f"{tfile} does not match its config (checksum differs): the artifact was "
+                            "modified or only partly copied")
+    try:
+        tensors = load_file(str(tfile))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ArtifactError(f"{tfile} is not a readable safetensors file ({e})") from None
+    for name in ("coefficients", "lo", "hi"):
+        if name not in tensors:
+            raise ArtifactError(f"{tfile} lacks the '{name}' tensor (has {sorted(tensors)})")
+    coef = tensors["coefficients"]
+    cfg = ManifoldConfig.from_dict(doc.get("config") or {})
+    layers = [int(x) for x in doc.get("layers", cfg.resolved_layers())]
+    K = cfg.K
+    expect = (len(layers), cfg.n_heads, cfg.head_dim, K, K)
+    if tuple(coef.shape) != expect:
+        raise ArtifactError(f"{tfile}: coefficients have shape {tuple(coef.shape)} but the config says "
+                            f"{expect} (layers, heads, head_dim, K, K)")
+    lo, hi = tensors["lo"].float(), tensors["hi"].float()
+    if lo.shape != (len(layers),) or hi.shape != (len(layers),):
+        raise ArtifactError(f"{tfile}: lo/hi have shapes {tuple(lo.shape)}/{tuple(hi.shape)}, expected "
+                            f"({len(layers)},)")
+    cfg.layers = layers
+    cfg.ranges = [(float(a), float(b)) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    cfg.dtype = "float32"
+    bank = SurfaceBank(cfg)
+    with torch.no_grad():
+        bank.coefficients.copy_(coef.float())
+        bank.lo.copy_(lo)
+        bank.hi.copy_(hi)
+    bank.history = list(doc.get("history") or [])
+    bank.meta = dict(doc.get("meta") or {})
+    bank.source = str(folder)
+    if model is not None:
+        bank.check_model(model)
+        p = next(iter(model.parameters()), None)
+        if p is not None:
+            bank.to(p.device)
+    return bank

@@ -1,0 +1,335 @@
+"""``SurfaceBank``: the learned surfaces of one model, as an ``nn.Module`` and an intervention.
+
+``coefficients`` (layers, heads, head_dim, K, K): rows index the query axis (a), columns the key axis (b).
+``lo``/``hi`` (layers,) are the per-layer grid ranges. ``bank.attach(model) -> remove`` puts one attention
+handler on each covered layer (so ``geosteer.steer(model, bank)`` works, with generation and the KV cache);
+``geosteer.manifold.attach/detach`` are the persistent convenience forms.
+
+A model carries at most one bank: attaching a second one (or the same one twice) is refused with a message;
+``geosteer.manifold.attach`` replaces the persistent bank cleanly instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from geosteer.attention import add_attention_handler, attention_handlers, use_geosteer_attention
+from geosteer.errors import GeosteerError
+from geosteer.manifold.bspline import bspline_basis
+from geosteer.manifold.config import ManifoldConfig
+from geosteer.manifold.kernel import DEFAULT_BLOCK, key_features, modulated_attention
+
+_BANK_ATTR = "_geosteer_surface_bank"
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+           "bfloat16": torch.bfloat16}
+
+
+class _FeatureCache:
+    """Key-side features of the keys seen in the previous call of one layer (KV-cache decoding).
+
+    Valid only while the new call's past keys/values equal the cached ones exactly (checked each step), so
+    a new prompt, a cropped or reordered cache, or a sliding window that dropped old keys never reuses
+    stale features. Storage grows by doubling; rows are written in place.
+    """
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.k = self.v = self.f = None
+        self.start = self.end = 0
+        self.range = None
+
+    def get(self, key, value, n_new, rng, compute) -> torch.Tensor:
+        T = key.shape[2]
+        past = T - n_new
+        if self.f is not None and self._matches(key, value, past, rng):
+            start = self.end - past
+            new_f = compute(key[:, :, past:], value[:, :, past:])
+            self._append(key[:, :, past:], value[:, :, past:], new_f, start)
+            return self.f[:, :, self.start : self.end]
+        f = compute(key, value)
+        self._store(key, value, f, rng)
+        return f
+
+    def _matches(self, key, value, past, rng) -> bool:
+        k = self.k
+        if (rng != self.range or k.shape[0] != key.shape[0] or k.shape[1] != key.shape[1]
+                or k.shape[3] != key.shape[3] or k.dtype != key.dtype or k.device != key.device
+                or past > self.end - self.start or past <= 0):
+            return False
+        lo = self.end - past
+        return torch.equal(key[:, :, :past], k[:, :, lo : self.end]) and torch.equal(
+            value[:, :, :past], self.v[:, :, lo : self.end])
+
+    def _store(self, key, value, f, rng) -> None:
+        T = key.shape[2]
+        cap = max(64, 2 * T)
+        self.k = key.new_empty(*key.shape[:2], cap, key.shape[3])
+        self.v = value.new_empty(*value.shape[:2], cap, value.shape[3])
+        self.f = f.new_empty(*f.shape[:2], cap, f.shape[3])
+        self.k[:, :, :T] = key
+        self.v[:, :, :T] = value
+        self.f[:, :, :T] = f
+        self.start, self.end, self.range = 0, T, rng
+
+    def _append(self, k_new, v_new, f_new, start) -> None:
+        n = k_new.shape[2]
+        if self.end + n > self.k.shape[2]:
+            keep = self.end - start
+            cap = max(64, 2 * (keep + n))
+            for name in ("k", "v", "f"):
+                old = getattr(self, name)
+                buf = old.new_empty(*old.shape[:2], cap, old.shape[3])
+                buf[:, :, :keep] = old[:, :, start : self.end]
+                setattr(self, name, buf)
+            start, self.end = 0, keep
+        self.k[:, :, self.end : self.end + n] = k_new
+        self.v[:, :, self.end : self.end + n] = v_new
+        self.f[:, :, self.end : self.end + n] = f_new
+        self.start, self.end = start, self.end + n
+
+
+class SurfaceBank(nn.Module):
+    """Learned B-spline surfaces for the attention layers of one model (see the module docstring)."""
+
+    def __init__(self, config: ManifoldConfig) -> None:
+        super().__init__()
+        if config.n_heads is None or config.head_dim is None:
+            raise ValueError("ManifoldConfig needs the model shape (use ManifoldConfig.for_model(model))")
+        self.config = config
+        self.layers: list[int] = config.resolved_layers()
+        ranges = config.resolved_ranges()
+        K = config.K
+        dtype = _DTYPES[config.dtype]
+        self.coefficients = nn.Parameter(
+            torch.zeros(len(self.layers), config.n_heads, config.head_dim, K, K, dtype=dtype))
+        self.register_buffer("lo", torch.tensor([r[0] for r in ranges], dtype=torch.float32))
+        self.register_buffer("hi", torch.tensor([r[1] for r in ranges], dtype=torch.float32))
+        self.history: list[dict] = []
+        self.meta: dict = {}
+        self.block = DEFAULT_BLOCK
+        self.fused = True  # compute the stock part in the same product (False: stock SDPA + Δo)
+        self.enabled = True
+        self._caches: dict[int, _FeatureCache] = {}
+        self._nonzero_version = None
+        self._nonzero: list[bool] = []
+        self.source: str | None = None
+
+    # ----------------------------------------------------------------- shape / lookup
+    @property
+    def grid_size(self) -> int:
+        return self.config.grid_size
+
+    @property
+    def K(self) -> int:
+        return self.config.K
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.coefficients.shape[1])
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.coefficients.shape[2])
+
+    def slot(self, layer: int) -> int:
+        """Index into ``coefficients`` of model layer ``layer``."""
+        try:
+            return self.layers.index(int(layer))
+        except ValueError:
+            raise ValueError(f"layer {layer} has no surfaces; this bank covers layers "
+                             f"{_fmt_layers(self.layers)}") from None
+
+    def range_of(self, layer: int) -> tuple[float, float]:
+        i = self.slot(layer)
+        return float(self.lo[i]), float(self.hi[i])
+
+    def n_parameters(self) -> int:
+        return int(self.coefficients.numel())
+
+    def extra_repr(self) -> str:
+        return (f"layers={_fmt_layers(self.layers)}, heads={self.n_heads}, head_dim={self.head_dim}, "
+                f"grid={self.grid_size}, K={self.K}, params={self.n_parameters():,}")
+
+    @torch.no_grad()
+    def surface(self, layer: int, head: int, dim: int, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """S(q, k) = b(q)ᵀ C b(k) for one surface, elementwise over broadcast ``q``/``k`` (for figures).
+
+        Use ``torch.meshgrid`` inputs to sample a grid; values outside [lo - 3h, hi + 3h) are 0.
+        """
+        i = self.slot(layer)
+        if not 0 <= head < self.n_heads:
+            raise ValueError(f"head {head} out of range (valid 0–{self.n_heads - 1})")
+        if not 0 <= dim < self.head_dim:
+            raise ValueError(f"dim {dim} out of range (valid 0–{self.head_dim - 1})")
+        q = torch.as_tensor(q, dtype=torch.float32)
+        k = torch.as_tensor(k, dtype=torch.float32)
+        q, k = torch.broadcast_tensors(q, k)
+        c = self.coefficients[i, head, dim].detach().float().cpu()
+        lo, hi = float(self.lo[i]), float(self.hi[i])
+        bq = bspline_basis(q.cpu(), self.grid_size, lo, hi)
+        bk = bspline_basis(k.cpu(), self.grid_size, lo, hi)
+        return ((bq @ c) * bk).sum(-1)
+
+    def check_model(self, model: nn.Module) -> None:
+        """Raise naming the mismatch when ``model`` does not have the shapes this bank was made for."""
+        from geosteer.models.anatomy import anatomy
+
+        an = anatomy(model)
+        probs = []
+        if self.config.n_layers is not None and self.config.n_layers != an.n_layers:
+            probs.append(f"{self.config.n_layers} layers vs the model's {an.n_layers}")
+        bad = [x for x in self.layers if not 0 <= x < an.n_layers]
+        if bad and not probs:
+            probs.append(f"layer {bad[0]} but the model has layers 0..{an.n_layers - 1}")
+        if self.n_heads != an.n_heads:
+            probs.append(f"{self.n_heads} query heads vs the model's {an.n_heads}")
+        if self.head_dim != an.head_dim:
+            probs.append(f"head_dim {self.head_dim} vs the model's {an.head_dim}")
+        if self.config.n_kv_heads is not None and self.config.n_kv_heads != an.n_kv_heads:
+            probs.append(f"{self.config.n_kv_heads} KV heads vs the model's {an.n_kv_heads}")
+        if probs:
+            base = self.config.base_model or "another model"
+            raise GeosteerError(f"surfaces were made for {base} and do not fit this model "
+                                f"({an.model_type}): " + "; ".join(probs))
+
+    # ----------------------------------------------------------------- intervention protocol
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        """Add one attention handler per covered layer; returns ``remove``. Refuses a second bank."""
+        from geosteer.models.anatomy import anatomy
+
+        current = getattr(model, _BANK_ATTR, None)
+        if current is not None:
+            other = current[0]
+            what = "these surfaces are" if other is self else "surfaces are"
+            raise GeosteerError(f"{what} already attached to this model; detach first "
+                                "(geosteer.manifold.detach(model), or leave the steer() block)")
+        self.check_model(model)
+        use_geosteer_attention(model)
+        an = anatomy(model)
+        p = next(iter(model.parameters()), None)
+        if p is not None and self.coefficients.device != p.device:
+            self.to(p.device)
+        removers = []
+        for slot, layer in enumerate(self.layers):
+            removers.append(add_attention_handler(an.blocks[layer].attn, self._make_handler(slot)))
+        self.clear_cache()
+
+        def remove() -> None:
+            for r in removers:
+                r()
+            if getattr(model, _BANK_ATTR, None) is not None and model.__dict__.get(_BANK_ATTR)[0] is self:
+                delattr(model, _BANK_ATTR)
+            self.clear_cache()
+
+        model.__dict__[_BANK_ATTR] = (self, remove)
+        return remove
+
+    def clear_cache(self) -> None:
+        """Drop the decode feature caches (they are rebuilt on the next decoding step)."""
+        self._caches.clear()
+
+    # ----------------------------------------------------------------- the handler
+    def _layer_nonzero(self, slot: int) -> bool:
+        c = self.coefficients
+        key = (c._version, c.data_ptr())
+        if self._nonzero_version != key:
+            with torch.no_grad():
+                self._nonzero = (c.detach().reshape(c.shape[0], -1) != 0).any(dim=1).tolist()
+            self._nonzero_version = key
+        return self._nonzero[slot]
+
+    def _make_handler(self, slot: int):
+        def handler(call, proceed):
+            return self._attend(call, proceed, slot, handler)
+
+        return handler
+
+    def _attend(self, call, proceed, slot: int, handler):
+        coeff = self.coefficients
+        grad = torch.is_grad_enabled() and coeff.requires_grad
+        if not self.enabled or (not grad and not self._layer_nonzero(slot)):
+            return proceed(call)  # zero surfaces: exactly the stock path
+        kw = call.kwargs
+        if kw.get("position_bias") is not None:
+            raise GeosteerError("attention surfaces do not support position_bias attention")
+        q, k, v = call.query, call.key, call.value
+        if call.n_rep * k.shape[1] != q.shape[1]:
+            raise GeosteerError(f"query heads {q.shape[1]} are not a multiple of KV heads {k.shape[1]}")
+        L, T = q.shape[2], k.shape[2]
+        is_causal = kw.get("is_causal")
+        if is_causal is None:
+            is_causal = getattr(call.module, "is_causal", True)
+        lo, hi = self.lo[slot], self.hi[slot]
+        lo_f, hi_f = float(lo), float(hi)
+        c = coeff[slot].to(q.dtype) if coeff.dtype != q.dtype else coeff[slot]
+        # We compute the stock part ourselves only when we are the last handler in the chain, so that
+        # handlers attached after us (recorders, value edits) still see and change the call.
+        last = attention_handlers(call.module)[-1] is handler
+        fused = self.fused and last
+        features = None
+        if not torch.is_grad_enabled() and L < T:
+            # decoding with a KV cache: reuse the key-side features of the past keys
+            cache = self._caches.setdefault(slot, _FeatureCache())
+            mask = call.attention_mask
+            crop = is_causal and mask is None and L > 1 and T > L
+            if not crop:
+                features = cache.get(
+                    k, v, L, (lo_f, hi_f, fused),
+                    lambda kk, vv: key_features(kk, vv, self.grid_size, lo_f, hi_f, with_value=fused))
+        out = modulated_attention(
+            q, k, v, c, self.grid_size, lo_f, hi_f, attn_mask=call.attention_mask, is_causal=bool(is_causal),
+            scaling=call.scaling, softcap=kw.get("softcap"),
+            dropout=call.dropout if call.module.training else 0.0,
+            features=features, with_value=fused, block=self.block)
+        if fused:
+            return out, None
+        base, w = proceed(call)
+        return base + out.to(base.dtype), w
+
+
+def _fmt_layers(xs) -> str:
+    xs = sorted(int(x) for x in xs)
+    if not xs:
+        return "none"
+    if xs == list(range(xs[0], xs[-1] + 1)):
+        return f"{xs[0]}–{xs[-1]}" if len(xs) > 1 else str(xs[0])
+    return ", ".join(map(str, xs))
+
+
+def attached_bank(model: nn.Module) -> SurfaceBank | None:
+    """The bank currently attached to ``model`` (persistently or inside ``steer``), if any."""
+    cur = model.__dict__.get(_BANK_ATTR)
+    return cur[0] if cur is not None else None
+
+
+def attach(model: nn.Module, grid_size: int = 8, grid_range=(-4.0, 4.0), layers=None, *, ranges=None,
+           bank: SurfaceBank | None = None, dtype: str = "float32") -> SurfaceBank:
+    """Attach surfaces to ``model`` persistently and return the bank (zero coefficients = stock model).
+
+    Pass ``bank`` to attach an existing (e.g. loaded) bank. A bank already on the model is detached first,
+    so banks never stack. ``detach(model)`` restores the stock model.
+    """
+    if bank is None:
+        cfg = ManifoldConfig.for_model(model, grid_size=grid_size, grid_range=grid_range, layers=layers,
+                                       ranges=ranges, dtype=dtype)
+        bank = SurfaceBank(cfg)
+    else:
+        bank.check_model(model)
+    detach(model)
+    bank.attach(model)
+    return bank
+
+
+def detach(model: nn.Module) -> SurfaceBank | None:
+    """Remove the attached bank (if any) and return it; the model is the stock model again."""
+    cur = model.__dict__.get(_BANK_ATTR)
+    if cur is None:
+        return None
+    bank, remove = cur
+    remove()
+    return bank
