@@ -20,7 +20,8 @@ def run(argv, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["dynamics", "ablate", "-m", "tiny-llama", "--variants", "sideways", "--tokens", "64", "--seq-len", "32"],
+    (["dynamics", "ablate", "-m", "tiny-llama", "--variants", "sideways", "--tokens", "64",
+      "--seq-len", "32"],
      "unknown FFN variant 'sideways'"),
     (["dynamics", "ablate", "-m", "tiny-llama", "--layers", "0-9", "--tokens", "64", "--seq-len", "32"],
      "layer 3 out of range: this model has layers 0..2"),

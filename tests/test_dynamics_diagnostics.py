@@ -12,7 +12,8 @@ from tests.conftest import sample_ids
 PATHS = {
     "llama": dict(layers=lambda m: m.model.layers, attn="self_attn", ffn="mlp",
                   phi=lambda L, z: L.mlp(L.post_attention_layernorm(z)), parallel=False),
-    "gemma3": dict(layers=lambda m: m.model.layers, attn="post_attention_layernorm", ffn="post_feedforward_layernorm",
+    "gemma3": dict(layers=lambda m: m.model.layers, attn="post_attention_layernorm",
+                   ffn="post_feedforward_layernorm",
                    phi=lambda L, z: L.post_feedforward_layernorm(L.mlp(L.pre_feedforward_layernorm(z))),
                    parallel=False),
     "gpt2": dict(layers=lambda m: m.transformer.h, attn="attn", ffn="mlp",
@@ -33,7 +34,8 @@ def naive_capture(model, ids, family):
         handles.append(L.register_forward_pre_hook(
             lambda m, a, k, i=i: cap.__setitem__((i, "x"), (a[0] if a else k["hidden_states"]).detach()),
             with_kwargs=True))
-        handles.append(L.register_forward_hook(lambda m, a, o, i=i: cap.__setitem__((i, "y"), _first(o).detach())))
+        handles.append(L.register_forward_hook(
+            lambda m, a, o, i=i: cap.__setitem__((i, "y"), _first(o).detach())))
         handles.append(getattr(L, p["attn"]).register_forward_hook(
             lambda m, a, o, i=i: cap.__setitem__((i, "A"), _first(o).detach())))
         handles.append(getattr(L, p["ffn"]).register_forward_hook(
@@ -99,14 +101,14 @@ def test_padding_is_masked(tiny_cache):
     mask = torch.stack([torch.ones_like(a), torch.cat([torch.ones_like(b), torch.zeros_like(pad)])])
     padded = diagnose(model, ids, mask)
     sep_a, sep_b = diagnose(model, a[None]), diagnose(model, b[None])
-    for ra, rb, rp in zip(sep_a, sep_b, padded):
+    for ra, rb, rp in zip(sep_a, sep_b, padded, strict=True):
         assert rp["n"] == ra["n"] + rb["n"]
         if rp["metric"].startswith(("div", "ddiv")) or rp["metric"].startswith("norm_cv"):
             continue
         pooled = (ra["mean"] * ra["n"] + rb["mean"] * rb["n"]) / (ra["n"] + rb["n"])
         assert rp["mean"] == pytest.approx(pooled, abs=1e-5, rel=1e-5), rp["metric"]
     dp = {(r["layer"], r["metric"]): r["mean"] for r in padded}
-    for ra, rb in zip(sep_a, sep_b):
+    for ra, rb in zip(sep_a, sep_b, strict=True):
         if ra["metric"] == "div_post":
             assert dp[(ra["layer"], "div_post")] == pytest.approx((ra["mean"] + rb["mean"]) / 2, abs=1e-5)
 

@@ -1,4 +1,4 @@
-"""FFN variants, gains, parallel blocks, top-k, OV probing, gates: behaviour against independent computations."""
+"""FFN variants, gains, parallel blocks, top-k, OV probing, gates: behaviour vs independent computations."""
 
 import json
 import math
@@ -56,7 +56,8 @@ def test_gains_scale_branches(tiny_cache):
     g, _ = _record(model, ids, 0, Gains(beta_attn=0.5, alpha_ffn=2.0, layers=[0]))
     torch.testing.assert_close(g["attn_out"], 0.5 * stock["attn_out"])
     x = g["resid_post"] - g["attn_out"] - g["mlp_out"]  # block input is unchanged at layer 0
-    torch.testing.assert_close(x, stock["resid_post"] - stock["attn_out"] - stock["mlp_out"], atol=1e-5, rtol=0)
+    ref = stock["resid_post"] - stock["attn_out"] - stock["mlp_out"]
+    torch.testing.assert_close(x, ref, atol=1e-5, rtol=0)
 
 
 def test_parallel_block_matches_manual_surrogate(tiny_cache):
@@ -93,7 +94,8 @@ def test_topk_attention_against_naive_loops():
             for h in range(H):
                 kv = h // (H // Hkv)
                 for i in range(q):
-                    scores = [float(call.query[bi, h, i] @ call.key[bi, kv, j]) / math.sqrt(d) for j in range(i + 1)]
+                    scores = [float(call.query[bi, h, i] @ call.key[bi, kv, j]) / math.sqrt(d)
+                              for j in range(i + 1)]
                     w = np.exp(np.array(scores) - max(scores))
                     w /= w.sum()
                     keep = np.argsort(-w)[:k]

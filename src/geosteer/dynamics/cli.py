@@ -1,4 +1,7 @@
-"""``geosteer dynamics ...``: diagnostics, FFN variants, gains, learned gates, defect-guided parallelisation."""
+"""``geosteer dynamics ...``: diagnostics, FFN variants, gains, learned gates, defect-guided parallelisation.
+
+Each verb writes tidy records (JSON/CSV via ``--out``/``--csv``); docs/dynamics.md quotes them.
+"""
 
 from __future__ import annotations
 
@@ -79,17 +82,17 @@ def _meta(m, **kw) -> dict:
 
 @dyn.command()
 def diagnose(model: str = typer.Option("smollm2", "--model", "-m"), tokens: int = TOKENS_OPT,
-             seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT, split: str = typer.Option("heldout", "--split"),
-             topk: str = typer.Option("", "--topk", help="also run top-k aggregation for these k, e.g. 1,4,16,32"),
+             seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
+             split: str = typer.Option("heldout", "--split"),
+             topk: str = typer.Option("", "--topk", help="also run top-k for k, e.g. 1,4,16,32"),
              ov: bool = typer.Option(True, "--ov/--no-ov", help="weight-only OV non-symmetry"),
              as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
              threads: int = THREADS_OPT) -> None:
     """Per-layer diagnostics in one forward pass (+ optional top-k and OV tables)."""
     from geosteer.cli import emit
     from geosteer.dynamics.config import DiagnoseConfig, check_k
-    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.diagnostics import corpus_windows, wide
     from geosteer.dynamics.diagnostics import diagnose as run
-    from geosteer.dynamics.diagnostics import wide
 
     ks = [check_k(k) for k in parse_ints(topk, "--topk")] if topk else []
     cfg = DiagnoseConfig(split=split, tokens=tokens, seq_len=seq_len, batch_size=batch_size)
@@ -186,7 +189,8 @@ def gates(model: str = typer.Option("smollm2", "--model", "-m"),
           save: Path | None = typer.Option(None, "--save", help="train and save the gate artifact here"),
           load: Path | None = typer.Option(None, "--load", help="evaluate a saved gate artifact"),
           train_tokens: int = typer.Option(65536, "--train-tokens"), lr: float = typer.Option(2e-2, "--lr"),
-          train_batch: int = typer.Option(8, "--train-batch"), train_seq: int = typer.Option(128, "--train-seq"),
+          train_batch: int = typer.Option(8, "--train-batch"),
+          train_seq: int = typer.Option(128, "--train-seq"),
           seed: int = typer.Option(0, "--seed"), layers: str = typer.Option("all", "--layers"),
           tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
           as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
@@ -230,7 +234,7 @@ def gates(model: str = typer.Option("smollm2", "--model", "-m"),
 
 @dyn.command()
 def parallelize(model: str = typer.Option("smollm2", "--model", "-m"),
-                counts: str = typer.Option("", "--counts", help="numbers of layers, e.g. 0,2,4,8 (default: all)"),
+                counts: str = typer.Option("", "--counts", help="layer counts, e.g. 0,2,4 (default: all)"),
                 seeds: int = typer.Option(5, "--seeds", help="random orders (seeds 0..N-1)"),
                 threshold: float = typer.Option(0.05, "--threshold"),
                 defect_tokens: int = typer.Option(1024, "--defect-tokens", help="train tokens for C_ℓ"),
@@ -241,8 +245,7 @@ def parallelize(model: str = typer.Option("smollm2", "--model", "-m"),
     from geosteer import anatomy
     from geosteer.cli import emit
     from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.parallel import (defect_profile, parallel_curve, safe_speedup,
-                                            submodule_times)
+    from geosteer.dynamics.parallel import defect_profile, parallel_curve, safe_speedup, submodule_times
 
     if seeds < 0:
         raise ValueError(f"--seeds must be >= 0 (got {seeds})")
@@ -256,7 +259,8 @@ def parallelize(model: str = typer.Option("smollm2", "--model", "-m"),
     safe = safe_speedup(rows, threshold)
     all_rows = ([{"table": "defect", "layer": i, "defect": c, **times[i]} for i, c in enumerate(defects)]
                 + [{"table": "curve", **r} for r in rows] + [{"table": "safe", **r} for r in safe])
-    _write(all_rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len, defect_tokens=defect_tokens), out, csv)
+    meta = _meta(m, tokens=int(ids.numel()), seq_len=seq_len, defect_tokens=defect_tokens)
+    _write(all_rows, meta, out, csv)
     if as_json:
         emit({"defects": defects, "curve": rows, "safe": safe}, True)
     else:

@@ -207,7 +207,7 @@ def diagnose(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
 
 
 def corpus_windows(tok, split: str = "heldout", tokens: int = 2048, seq_len: int = 256) -> torch.Tensor:
-    """Held-out (or train) corpus tokens cut into windows of ``seq_len`` (BOS first when the tokenizer has one).
+    """Held-out (or train) corpus tokens cut into windows of ``seq_len`` (BOS first if any).
 
     ``tokens`` caps the total number of tokens; at least one window is returned.
     """

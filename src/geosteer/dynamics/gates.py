@@ -71,7 +71,8 @@ class FFNGates(nn.Module):
         return hooks.remove
 
     def table(self) -> list[dict]:
-        return [{"layer": layer, "alpha": float(a)} for layer, a in zip(self.layers, self.alpha.detach())]
+        alpha = self.alpha.detach()
+        return [{"layer": layer, "alpha": float(a)} for layer, a in zip(self.layers, alpha, strict=True)]
 
     def summary(self) -> dict:
         a = self.alpha.detach()

@@ -100,10 +100,10 @@ def topk_study(model: nn.Module, input_ids: torch.Tensor, ks: Sequence[int] = (1
         for k in ks:
             got: dict[int, torch.Tensor] = {}
 
-            def force(x, ctx):
+            def force(x, ctx, pre=pre):
                 return pre[ctx.layer]
 
-            def grab(x, ctx):
+            def grab(x, ctx, got=got):
                 got[ctx.layer] = x - ctx.state["resid_pre"]
 
             with steer(model, TopKAttention(k, chosen), HookIntervention("resid_pre", force, chosen),
