@@ -51,10 +51,10 @@ def expand_inputs(paths: list[str | Path]) -> list[Path]:
         if is_artifact(p) or p.is_file():
             out.append(p)
             continue
+        arts = sorted(a.parent for a in p.rglob(ARTIFACT_CONFIG))
         found = sorted(x for x in p.rglob("*") if x.is_file() and x.suffix.lower() in (".json", ".csv")
-                       and not any(is_artifact(a) for a in x.parents if a != p.parent))
-        arts = sorted(a for a in p.rglob(ARTIFACT_CONFIG))
-        out.extend(a.parent for a in arts)
+                       and not any(a == x.parent or a in x.parents for a in arts))
+        out.extend(arts)
         out.extend(found)
         if not found and not arts:
             raise GeosteerError(f"{p}: no .json/.csv result files or surface artifacts inside")
@@ -62,7 +62,7 @@ def expand_inputs(paths: list[str | Path]) -> list[Path]:
 
 
 def surface_sections(surfaces, qk: TidyResult | None, name: str, top: int = 8) -> list[Section]:
-    """Figures of a surface bank (``geosteer.viz.artifact.ArtifactSurfaces`` or a ``SurfaceBank``)."""
+    """Figures of a ``SurfaceBank`` (loaded from its artifact without a model) and optional q/k dots."""
     from geosteer.viz import surfaces as S
 
     rows = qk.rows if qk is not None else []
@@ -106,8 +106,9 @@ def surface_sections(surfaces, qk: TidyResult | None, name: str, top: int = 8) -
     return secs
 
 
-def sections_for(paths: list[Path]) -> list[Section]:
-    from geosteer.viz.artifact import ArtifactSurfaces
+def sections_for(paths: list[Path], follow_links: bool = True) -> list[Section]:
+    """Sections for ``paths``; ``follow_links`` lets a q/k file pull in the artifact its meta names."""
+    from geosteer.manifold import load as load_surfaces
 
     secs: list[Section] = []
     tidy = []
@@ -118,7 +119,7 @@ def sections_for(paths: list[Path]) -> list[Section]:
             artifacts.append(p)
             continue
         r = load_tidy(p)
-        (qk_files if r.meta.get("kind") == "qk-points" else tidy).append(r)
+        (qk_files if r.meta.get("kind") == "qk-points" and follow_links else tidy).append(r)
     for qk in qk_files:
         src = qk.meta.get("surfaces")
         if src and Path(src).resolve() not in [a.resolve() for a in artifacts] and is_artifact(Path(src)):
@@ -126,7 +127,7 @@ def sections_for(paths: list[Path]) -> list[Section]:
     for a in artifacts:
         match = next((q for q in qk_files if q.meta.get("surfaces")
                       and Path(q.meta["surfaces"]).resolve() == a.resolve()), None)
-        secs.extend(surface_sections(ArtifactSurfaces.read(a), match, a.name))
+        secs.extend(surface_sections(load_surfaces(a), match, a.name))
     for r in tidy:
         meta = escape(json.dumps(r.meta, indent=1, default=str)) if r.meta else ""
         html = (f"<details><summary>meta</summary><pre>{meta}</pre></details>" if meta else "")

@@ -1,0 +1,64 @@
+"""The studio's only contact with ``geosteer.manifold``: open/attach/swap/save a bank, and sensitivity.
+
+Sensitivity of a surface (the ranking the studio offers besides ‖C‖): the first-order change of the
+top next-token log-probability when the surface is zeroed, |⟨∂ log p_top / ∂C_d, C_d⟩| — one backward
+pass scores every surface (a linearisation of the paper's ablation ranking, §5).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+CONFIG = "geosteer_config.json"
+
+
+def is_artifact(path: Path) -> bool:
+    return path.is_dir() and (path / CONFIG).is_file() and any(path.glob("*.safetensors"))
+
+
+def open_bank(model, surfaces: Path | None):
+    """The bank to edit, attached to ``model`` persistently: loaded from ``surfaces`` or fresh zeros."""
+    import geosteer.manifold as M
+
+    if surfaces is None:
+        return M.attach(model)
+    return M.attach(model, bank=M.load(surfaces, model=model))
+
+
+def swap(model, old, path: Path):
+    """Load ``path`` (the loader checks it fits the model), then replace ``old`` on the model with it."""
+    import geosteer.manifold as M
+
+    new = M.load(path, model=model)
+    try:
+        M.attach(model, bank=new)
+    except Exception:
+        M.attach(model, bank=old)
+        raise
+    return new
+
+
+def save(bank, folder: Path) -> None:
+    """Atomic save (the artifact writer builds a temporary sibling folder and renames it into place)."""
+    import geosteer.manifold as M
+
+    M.save(bank, folder)
+
+
+def sensitivity(model, tok, bank, prompt: str) -> torch.Tensor:
+    """|⟨∇_C log p_top, C⟩| per surface: (bank layers, heads, dims)."""
+    from geosteer.eval.generation import prompt_ids
+
+    ids = prompt_ids(tok, prompt).to(next(model.parameters()).device)
+    c = bank.coefficients
+    was = c.requires_grad
+    c.requires_grad_(True)
+    try:
+        with torch.enable_grad():
+            logp = torch.log_softmax(model(input_ids=ids, use_cache=False).logits[0, -1].float(), -1)
+            (g,) = torch.autograd.grad(logp[logp.argmax()], c)
+    finally:
+        c.requires_grad_(was)
+    return (g.detach() * c.detach()).flatten(-2).sum(-1).abs()

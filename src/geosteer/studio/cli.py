@@ -1,0 +1,77 @@
+"""``geosteer studio``: serve the web studio for one model and one surface artifact."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import typer
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts(host: str) -> list[str] | None:
+    """Host headers the app answers: loopback names (plus ``host``); None (any) when bound to all."""
+    if host in ("0.0.0.0", "::"):
+        return None
+    names = ["127.0.0.1", "localhost", "[::1]"]
+    return names if host in names or host == "::1" else names + [host.lower()]
+
+
+def register(app: typer.Typer) -> None:
+    from geosteer.cli import MODEL_OPT
+
+    @app.command("studio")
+    def studio(
+        model: str = MODEL_OPT,
+        surfaces: Path | None = typer.Option(None, "--surfaces", help="surface artifact folder to start from "
+                                             "(default: fresh zero surfaces on every layer)"),
+        port: int = typer.Option(8765, "--port", "-p"),
+        host: str = typer.Option("127.0.0.1", "--host", help="interface to bind; anything but loopback "
+                                 "exposes the model to the network (a warning is printed)"),
+        workspace: Path = typer.Option(Path("studio-workspace"), "--workspace", help="the only folder the "
+                                       "studio reads artifacts from and saves them to"),
+        results: list[Path] = typer.Option([], "--results", help="folders of study result files to show "
+                                           "(read-only; default docs/results if it exists)"),
+        max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="cap on tokens per generation"),
+        threads: int = typer.Option(0, "--threads", help="torch CPU threads (0 = torch's default)"),
+    ) -> None:
+        """Local web app to see and edit attention manifolds live (FastAPI + a static page)."""
+        if not 1 <= port <= 65535:
+            raise ValueError(f"--port must be in 1–65535 (got {port})")
+        if not 1 <= max_new_tokens <= 512:
+            raise ValueError(f"--max-new-tokens must be in 1–512 (got {max_new_tokens})")
+        if surfaces is not None and not surfaces.is_dir():
+            raise FileNotFoundError(f"surface artifact folder not found: {surfaces}")
+        if not is_loopback(host):
+            typer.echo(f"warning: binding {host}: anyone who can reach this address can run and edit the "
+                       "model and write into the workspace; there is no authentication", err=True)
+        import torch
+        import uvicorn
+
+        from geosteer import load_model
+        from geosteer.studio import bankio
+        from geosteer.studio.server import create_app
+        from geosteer.studio.session import Session
+
+        if threads:
+            torch.set_num_threads(threads)
+        m, tok = load_model(model)
+        bank = bankio.open_bank(m, surfaces)
+        roots = list(results) or ([Path("docs/results")] if Path("docs/results").is_dir() else [])
+        session = Session(m, tok, bank, workspace, model_name=model,
+                          artifact_name=surfaces.name if surfaces else "zero surfaces",
+                          max_new_tokens_cap=max_new_tokens)
+        app_ = create_app(session, roots, allowed_hosts=allowed_hosts(host))
+        shown = f"[{host}]" if ":" in host else host
+        typer.echo(f"geosteer studio: http://{shown}:{port}/  (workspace {session.workspace})", err=True)
+        uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)

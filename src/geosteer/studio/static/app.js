@@ -1,0 +1,271 @@
+// geosteer studio client: plain JS over the JSON API; figures come from the server as plotly JSON.
+"use strict";
+const G = (window.__geosteer = { firstPaint: null, ready: false, lastEffect: null, busy: 0, errors: [] });
+const $ = (id) => document.getElementById(id);
+const cur = { layer: null, head: null, dim: null };
+let info = null;
+
+function status(msg, isError) {
+  const s = $("status");
+  s.textContent = msg;
+  s.className = isError ? "error" : "";
+  if (isError) G.errors.push(msg);
+}
+
+async function api(method, path, body) {
+  G.busy++;
+  try {
+    const opts = { method, headers: {} };
+    if (body !== undefined) {
+      opts.headers["Content-Type"] = "application/json";
+      opts.body = JSON.stringify(body);
+    }
+    const r = await fetch(path, opts);
+    let data = null;
+    try { data = await r.json(); } catch (e) { data = { error: `HTTP ${r.status}` }; }
+    if (!r.ok) throw new Error(data && data.error ? data.error : `HTTP ${r.status}`);
+    return data;
+  } finally {
+    G.busy--;
+  }
+}
+
+function effectOpts() {
+  return { prompt: $("prompt").value, max_new_tokens: parseInt($("max-new").value, 10),
+           reference: $("reference").value };
+}
+
+function fill(sel, values, labelFn) {
+  sel.replaceChildren();
+  for (const v of values) {
+    const o = document.createElement("option");
+    o.value = String(v);
+    o.textContent = labelFn ? labelFn(v) : String(v);
+    sel.appendChild(o);
+  }
+}
+
+function renderInfo(d) {
+  info = d;
+  $("model-name").textContent = d.model;
+  $("artifact-name").textContent = d.artifact;
+  $("version").textContent = d.version;
+  $("max-new").max = d.max_new_tokens_cap;
+  const rl = $("rank-layer");
+  fill(rl, ["all"].concat(d.layers), (v) => (v === "all" ? "all" : `layer ${v}`));
+  fill($("artifacts"), d.artifacts);
+  renderHistory(d.history);
+  const ul = $("results");
+  ul.replaceChildren();
+  for (const r of d.results || []) {
+    const li = document.createElement("li");
+    const a = document.createElement("a");
+    a.href = "/results/" + r.id.split("/").map(encodeURIComponent).join("/");
+    a.target = "_blank";
+    a.textContent = r.id;
+    li.appendChild(a);
+    ul.appendChild(li);
+  }
+  if (!(d.results || []).length) ul.innerHTML = "<li>none</li>";
+}
+
+function renderHistory(h) {
+  const ol = $("history");
+  ol.replaceChildren();
+  for (const e of h) {
+    const li = document.createElement("li");
+    li.textContent = e;
+    ol.appendChild(li);
+  }
+}
+
+async function rank() {
+  const by = $("rank-by").value, layer = $("rank-layer").value;
+  const q = new URLSearchParams({ by, layer, top: "30", prompt: $("prompt").value });
+  status(`ranking by ${by}…`);
+  const d = await api("GET", "/api/rank?" + q);
+  const ol = $("ranked");
+  ol.replaceChildren();
+  for (const r of d.rows) {
+    const li = document.createElement("li");
+    li.textContent = `L${r.layer} H${r.head} D${r.dim}  ${by === "norm" ? "‖C‖" : "sens"}=${r.score.toPrecision(3)}`;
+    li.dataset.layer = r.layer; li.dataset.head = r.head; li.dataset.dim = r.dim;
+    li.addEventListener("click", () => {
+      for (const x of ol.children) x.classList.remove("active");
+      li.classList.add("active");
+      select(r.layer, r.head, r.dim);
+    });
+    ol.appendChild(li);
+  }
+  status(`ranked ${d.rows.length} surfaces by ${by}`);
+  return d.rows;
+}
+
+async function select(layer, head, dim) {
+  cur.layer = layer; cur.head = head; cur.dim = dim;
+  $("layer").value = layer; $("head").value = head; $("dim").value = dim;
+  await showSurface();
+}
+
+async function showSurface() {
+  if (cur.layer === null) return;
+  const q = new URLSearchParams({ layer: cur.layer, head: cur.head, dim: cur.dim, prompt: $("prompt").value });
+  const d = await api("GET", "/api/surface?" + q);
+  const cfg = { displaylogo: false, responsive: true };
+  const f = d.figures;
+  await Plotly.react("heatmap", f.heatmap.data, f.heatmap.layout, cfg);
+  if (G.firstPaint === null) G.firstPaint = performance.now();
+  await Plotly.react("terrain", f.terrain.data, f.terrain.layout, cfg);
+  await Plotly.react("controlnet", f.controlnet.data, f.controlnet.layout, cfg);
+  const cn = $("controlnet");
+  cn.removeAllListeners && cn.removeAllListeners("plotly_click");
+  cn.on("plotly_click", (ev) => {
+    const p = ev.points[0];
+    $("cp-row").value = p.y; $("cp-col").value = p.x; $("cp-value").value = Number(p.z).toFixed(4);
+  });
+  G.surface = { layer: d.layer, head: d.head, dim: d.dim, norm: d.norm, coeffs: d.coeffs, version: d.version };
+  $("surface-norm") && ($("surface-norm").textContent = d.norm.toPrecision(4));
+}
+
+function renderTop(table, top) {
+  table.replaceChildren();
+  for (const t of top) {
+    const tr = document.createElement("tr");
+    const a = document.createElement("td"); a.textContent = JSON.stringify(t.token);
+    const b = document.createElement("td"); b.textContent = t.p.toFixed(4);
+    tr.append(a, b);
+    table.appendChild(tr);
+  }
+}
+
+function renderCont(el, text, other) {
+  let i = 0;
+  while (i < text.length && i < other.length && text[i] === other[i]) i++;
+  el.replaceChildren();
+  el.appendChild(document.createTextNode(text.slice(0, i)));
+  if (i < text.length) {
+    const s = document.createElement("span");
+    s.className = "diff";
+    s.textContent = text.slice(i);
+    el.appendChild(s);
+  }
+}
+
+function renderEffect(e) {
+  G.lastEffect = e;
+  $("ref-label").textContent = e.reference;
+  renderCont($("cont-before"), e.before.text, e.after.text);
+  renderCont($("cont-after"), e.after.text, e.before.text);
+  renderTop($("top-before"), e.before.top);
+  renderTop($("top-after"), e.after.top);
+  $("kl").textContent = e.kl.toExponential(3);
+  $("changed").textContent = e.changed ? "yes" : "no";
+  $("version").textContent = e.version;
+}
+
+async function runEffect() {
+  status("generating…");
+  const t0 = performance.now();
+  const e = await api("POST", "/api/effect", effectOpts());
+  renderEffect(e);
+  $("timing").textContent = `round trip ${((performance.now() - t0) / 1000).toFixed(2)} s`;
+  status("ready");
+}
+
+function range(text) {
+  const t = text.trim();
+  if (!t || t === "all") return undefined;
+  const m = t.match(/^(\d+)\s*(?:[-–:]\s*(\d+))?$/);
+  if (!m) throw new Error(`bad range '${t}': use 'all', '5' or '5-10'`);
+  return [parseInt(m[1], 10), parseInt(m[2] === undefined ? m[1] : m[2], 10)];
+}
+
+async function edit(op) {
+  if (cur.layer === null) throw new Error("choose a surface first");
+  const body = { op, scope: $("scope").value, layer: cur.layer };
+  if (body.scope !== "layer") body.head = cur.head;
+  if (body.scope === "surface") body.dim = cur.dim;
+  if (op === "set") {
+    body.rows = range($("cp-row").value); body.cols = range($("cp-col").value);
+    body.value = parseFloat($("cp-value").value);
+    if (body.rows === undefined || body.cols === undefined) throw new Error("type a control-point row and col");
+  } else {
+    const r = range($("rows").value), c = range($("cols").value);
+    if (r) body.rows = r;
+    if (c) body.cols = c;
+  }
+  if (op === "scale") body.factor = parseFloat($("factor").value);
+  body.effect = effectOpts();
+  status(`${op}…`);
+  const t0 = performance.now();
+  const d = await api("POST", "/api/edit", body);
+  renderEffect(d.effect);
+  $("timing").textContent = `edit round trip ${((performance.now() - t0) / 1000).toFixed(2)} s`;
+  await refreshInfo();
+  await showSurface();
+  status(`applied: ${d.edit}`);
+}
+
+async function refreshInfo() { renderInfo(await api("GET", "/api/info")); }
+
+async function undo() {
+  const d = await api("POST", "/api/undo", {});
+  await refreshInfo();
+  await showSurface();
+  await runEffect();
+  status(d.undone ? `undone: ${d.undone}` : "nothing to undo");
+}
+
+async function save() {
+  const name = $("save-name").value.trim();
+  const d = await api("POST", "/api/save", { name });
+  await refreshInfo();
+  $("artifacts").value = d.name;
+  status(`saved '${d.name}' (digest ${d.digest})`);
+  G.lastSave = d;
+}
+
+async function load() {
+  const name = $("artifacts").value;
+  const d = await api("POST", "/api/load", { name });
+  G.lastLoad = d;
+  await refreshInfo();
+  await showSurface();
+  await runEffect();
+  status(`loaded '${d.name}' (digest ${d.digest})`);
+}
+
+function guard(fn) {
+  return async (...args) => {
+    try { await fn(...args); } catch (e) { status(e.message, true); }
+  };
+}
+
+function wire() {
+  $("run").addEventListener("click", guard(runEffect));
+  $("rank").addEventListener("click", guard(rank));
+  $("show").addEventListener("click", guard(() => select(parseInt($("layer").value, 10),
+    parseInt($("head").value, 10), parseInt($("dim").value, 10))));
+  for (const op of ["invert", "zero", "wall", "scale", "set"]) {
+    $("op-" + op).addEventListener("click", guard(() => edit(op)));
+  }
+  $("undo").addEventListener("click", guard(undo));
+  $("save").addEventListener("click", guard(save));
+  $("load").addEventListener("click", guard(load));
+}
+
+async function main() {
+  wire();
+  const d = await api("GET", "/api/info");
+  renderInfo(d);
+  $("prompt").value = d.default_prompt;
+  const rows = await rank();
+  if (rows.length) {
+    $("ranked").children[0].classList.add("active");
+    await select(rows[0].layer, rows[0].head, rows[0].dim);
+  }
+  await runEffect();
+  G.ready = true;
+}
+
+guard(main)();

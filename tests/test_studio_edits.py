@@ -1,0 +1,86 @@
+"""Studio edit specs against naive per-element loops; validation messages; workspace name safety."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from geosteer.studio.edits import apply_edit, parse_edit, undo_edit
+from geosteer.studio.session import safe_child
+
+SHAPE = (2, 3, 4, 5, 5)  # bank layers, heads, dims, K, K
+LAYERS = [4, 6]
+
+
+def _naive(c: torch.Tensor, body: dict) -> torch.Tensor:
+    """Element-by-element reference of what an edit should do."""
+    out = c.clone()
+    slot = LAYERS.index(body["layer"])
+    rows = body.get("rows", body.get("row"))
+    cols = body.get("cols", body.get("col"))
+    rows = range(SHAPE[3]) if rows is None else range(rows[0], rows[1] + 1) if isinstance(rows, list) \
+        else [rows]
+    cols = range(SHAPE[4]) if cols is None else range(cols[0], cols[1] + 1) if isinstance(cols, list) \
+        else [cols]
+    heads = [body["head"]] if body.get("scope", "surface") in ("surface", "head") else range(SHAPE[1])
+    dims = [body["dim"]] if body.get("scope", "surface") == "surface" else range(SHAPE[2])
+    for h, d, r, k in itertools.product(heads, dims, rows, cols):
+        v = float(c[slot, h, d, r, k])
+        op = body["op"]
+        out[slot, h, d, r, k] = {"scale": v * body.get("factor", 1.0), "invert": -v, "zero": 0.0,
+                                 "set": body.get("value", 0.0), "wall": -1.0}[op]
+    return out
+
+
+CASES = [
+    {"op": "invert", "scope": "surface", "layer": 6, "head": 1, "dim": 2},
+    {"op": "scale", "scope": "head", "layer": 4, "head": 2, "factor": -0.5},
+    {"op": "zero", "scope": "layer", "layer": 6},
+    {"op": "set", "scope": "surface", "layer": 4, "head": 0, "dim": 3, "row": 2, "col": 4, "value": 0.7},
+    {"op": "invert", "scope": "surface", "layer": 6, "head": 2, "dim": 0, "rows": [2, 4]},
+    {"op": "zero", "scope": "head", "layer": 6, "head": 0, "cols": [0, 1]},
+    {"op": "wall", "scope": "layer", "layer": 4, "rows": [1, 3], "cols": [2, 2]},
+]
+
+
+@pytest.mark.parametrize("body", CASES, ids=[f"{c['op']}-{c['scope']}" for c in CASES])
+def test_edit_matches_naive_loop_and_undo_restores(body):
+    g = torch.Generator().manual_seed(0)
+    c = torch.randn(SHAPE, generator=g)
+    orig = c.clone()
+    spec = parse_edit(dict(body), SHAPE, LAYERS)
+    rec = apply_edit(c, spec, LAYERS.index(body["layer"]), version_before=1)
+    torch.testing.assert_close(c, _naive(orig, body), rtol=0, atol=0)
+    undo_edit(c, rec)
+    assert torch.equal(c, orig)
+
+
+@pytest.mark.parametrize("body,msg", [
+    ({"op": "flip", "layer": 4, "head": 0, "dim": 0}, "op must be one of"),
+    ({"op": "invert", "scope": "model", "layer": 4}, "scope must be one of"),
+    ({"op": "invert", "layer": 5, "head": 0, "dim": 0}, "layer must be one of"),
+    ({"op": "invert", "layer": 4, "head": 3, "dim": 0}, r"head 3 out of range \(valid 0–2\)"),
+    ({"op": "invert", "layer": 4, "head": 0, "dim": "1"}, "dim must be an integer"),
+    ({"op": "scale", "layer": 4, "head": 0, "dim": 0}, "numeric factor"),
+    ({"op": "scale", "layer": 4, "head": 0, "dim": 0, "factor": 1e9}, "numeric factor"),
+    ({"op": "set", "layer": 4, "head": 0, "dim": 0, "value": None}, "numeric value"),
+    ({"op": "zero", "layer": 4, "head": 0, "dim": 0, "rows": [3, 1]}, r"rows \[3, 1\] out of range"),
+    ({"op": "zero", "layer": 4, "head": 0, "dim": 0, "cols": [0, 5]}, "indices are 0–4"),
+    ({"op": "zero", "layer": 4, "head": 0, "dim": 0, "path": "/etc"}, "unknown edit field"),
+])
+def test_bad_edits_name_the_problem(body, msg):
+    with pytest.raises(ValueError, match=msg):
+        parse_edit(body, SHAPE, LAYERS)
+
+
+@pytest.mark.parametrize("name", ["../x", "..", ".", "a/b", "/etc", ".hidden", "a\\b", "", "x" * 65,
+                                  "a..b", "nul\x00", "é"])
+def test_safe_child_refuses_paths(tmp_path, name):
+    with pytest.raises(ValueError, match="invalid artifact name"):
+        safe_child(tmp_path, name, "artifact name")
+
+
+def test_safe_child_accepts_plain_names(tmp_path):
+    assert safe_child(tmp_path, "run-1.v2_ok") == (tmp_path / "run-1.v2_ok").resolve()
