@@ -1,0 +1,114 @@
+"""``train_surfaces`` on tiny models: training, calibration, artifact contents, kill + resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from geosteer import load_model
+from geosteer.errors import GeosteerError
+from geosteer.manifold import detach, load, read_config
+from geosteer.manifold.train import calibrate_ranges, parse_layers, train_surfaces
+from geosteer.record import AttentionRecorder
+from geosteer.steer import steer
+from geosteer.train import TrainConfig
+
+TEXT = ("The river flows through the valley and the village. The mill by the river grinds the grain. "
+        "In spring the river floods the fields, and the farmers plant rice. ") * 40
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny-qwen2")  # GQA + sliding window
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    p = tmp_path_factory.mktemp("txt") / "train.txt"
+    p.write_text(TEXT)
+    return p
+
+
+def _cfg(**kw):
+    d = dict(lr=5e-2, steps=6, batch_size=2, seq_len=24, checkpoint_every=2, log_every=100,
+             eval_context=48, eval_stride=24, eval_tokens=96)
+    d.update(kw)
+    return TrainConfig(**d)
+
+
+def test_train_saves_artifact_that_reproduces_the_trained_model(tiny, text_file, tmp_path):
+    model, tok = tiny
+    out = tmp_path / "surf"
+    bank, res = train_surfaces(model, tok, out, grid_size=4, grid_range=(-2, 2), layers=[1, 2], cfg=_cfg(),
+                               text=text_file, eval_text=TEXT, progress=False, log=None, command="test cmd")
+    try:
+        assert res.steps_done == 6 and bank.coefficients.abs().sum() > 0
+        assert res.ppl_after < res.ppl_before  # trained on the same text it is scored on
+        doc = read_config(out)
+        tr = doc["meta"]["training"]
+        assert tr["tokens"] == 6 * 2 * 24 and tr["heldout"]["ppl_before"] == res.ppl_before
+        assert doc["meta"]["command"] == "test cmd" and doc["layers"] == [1, 2] and doc["grid_size"] == 4
+        assert tr["parameter_overhead"]["surface_params"] == 2 * 4 * 16 * 7 * 7  # L, H, d, K, K
+        x = tok(TEXT[:200], return_tensors="pt").input_ids
+        with torch.no_grad():
+            trained = model(input_ids=x).logits
+        detach(model)
+        with torch.no_grad():
+            stock = model(input_ids=x).logits
+            with steer(model, load(out, model=model)):
+                reloaded = model(input_ids=x).logits
+        assert not torch.allclose(trained, stock)
+        torch.testing.assert_close(reloaded, trained, rtol=0, atol=1e-5)
+        hist = json.loads((tmp_path / "surf.train" / "history.json").read_text())
+        assert [r["step"] for r in hist["rows"]] == list(range(1, 7))
+    finally:
+        detach(model)
+
+
+def test_kill_and_resume_gives_same_surfaces(tiny, text_file, tmp_path):
+    model, tok = tiny
+    kw = dict(grid_size=4, grid_range=(-2, 2), layers=[0], text=text_file, progress=False, log=None)
+    cfg = _cfg(eval_before_after=False)
+    full, _ = train_surfaces(model, tok, tmp_path / "full", cfg=cfg, **kw)
+    ref = full.coefficients.detach().clone()
+    detach(model)
+    _, r1 = train_surfaces(model, tok, tmp_path / "cut", cfg=cfg, stop_at=3, **kw)  # checkpoint at 2
+    assert r1.stopped_early and not (tmp_path / "cut").exists()
+    detach(model)
+    resumed, r2 = train_surfaces(model, tok, tmp_path / "cut", cfg=cfg, resume=True, **kw)
+    detach(model)
+    assert r2.resumed_from == 2
+    assert torch.equal(resumed.coefficients.detach(), ref)
+    with pytest.raises(GeosteerError, match="grid"):
+        train_surfaces(model, tok, tmp_path / "cut", cfg=cfg, resume=True, **{**kw, "grid_size": 5})
+    detach(model)
+
+
+def test_calibrated_ranges_match_recorded_quantiles(tiny, text_file):
+    """Independent check: the range is the quantile of |q|,|k| recorded with a plain AttentionRecorder."""
+    model, tok = tiny
+    ranges = calibrate_ranges(model, tok, [0, 2], text=text_file, batches=1, batch_size=2, seq_len=24,
+                              quantile=0.9)
+    from geosteer.train.data import BatchOrder, load_texts, token_stream, windows
+
+    w = windows(token_stream(tok, load_texts(text_file)), 24, tok.bos_token_id)
+    x = w[BatchOrder(w.shape[0], 2, 0).indices(0)]
+    rec = AttentionRecorder(layers=[0, 2], what=("query", "key"))
+    with steer(model, rec), torch.no_grad():
+        model(input_ids=x)
+    for (lo, hi), layer in zip(ranges, [0, 2], strict=True):
+        vals = torch.cat([rec[("query", layer)][0][:, :, 1:].abs().flatten(),
+                          rec[("key", layer)][0][:, :, 1:].abs().flatten()])
+        expect = torch.quantile(vals, 0.9).item()
+        assert lo == -hi and hi == pytest.approx(expect, abs=1e-4)
+
+
+def test_parse_layers():
+    assert parse_layers("8-10,2", 30) == [2, 8, 9, 10]
+    assert parse_layers("all", 30) is None
+    with pytest.raises(GeosteerError, match="0..29"):
+        parse_layers("28-31", 30)
+    with pytest.raises(GeosteerError, match="bad layer spec"):
+        parse_layers("x-2", 30)
