@@ -47,3 +47,22 @@ def test_diagnose_writes_tidy_records(tmp_path, monkeypatch, capsys):
     assert tables == {"layers", "topk_layers", "topk", "ov"}
     assert saved["meta"]["tokens"] == 64
     assert (tmp_path / "d.csv").read_text().startswith("table,")
+
+
+@pytest.mark.real
+def test_real_model_diagnostics_smoke(smollm2):
+    import torch
+
+    from geosteer.dynamics.diagnostics import corpus_windows, diagnose, wide
+    from geosteer.dynamics.variants import FFNVariant
+    from geosteer.steer import steer
+
+    model, tok = smollm2
+    ids = corpus_windows(tok, "heldout", 64, 64)
+    rows = wide(diagnose(model, ids))
+    assert len(rows) == 30
+    assert all(abs(r["cos_full"] - 1) < 1e-3 and 0 < r["deficit"] < 1 and r["defect"] > 0 for r in rows)
+    with torch.no_grad():
+        stock = model(ids).logits
+        with steer(model, FFNVariant("full")):
+            assert torch.equal(model(ids).logits, stock)
