@@ -1,0 +1,245 @@
+"""Shared artifact conventions (PEFT-style folders), used by every trainable or editable artifact.
+
+An artifact is a folder: ``geosteer_config.json`` (with ``format`` and an integer ``version``) + one or
+more ``*.safetensors`` + a generated model card ``README.md``. The method packages own their formats
+(``geosteer.manifold.artifact`` for surfaces, ``geosteer.dynamics.gates`` for FFN gates,
+``geosteer.integrations.recipe`` for edit recipes); this module gives them the common parts:
+
+- :func:`check_config` — version gate and forward-compatible reading. Convention: adding keys never bumps
+  ``version`` (an older reader warns about keys it does not know and goes on); ``version`` is bumped only
+  for a change an older reader would misread, and such an artifact is refused with a one-line error.
+- :func:`render_model_card` / :func:`write_model_card` — README.md with Hub metadata (base model, method,
+  training data and tokens, held-out perplexity before/after, the command that made it).
+- :func:`write_folder_atomic` — write a whole folder through a temporary sibling + rename.
+- :func:`resolve` / :func:`push_to_hub` — local path or hub repo id (``huggingface_hub``; needs network
+  access to the hub, so it is never exercised by the tests here).
+- :func:`convert_reference_checkpoint` — the named place for an importer of the attention-manifold
+  reference release, whose checkpoint layout is not documented (it raises until it is).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from geosteer.errors import ArtifactError
+
+CONFIG_NAME = "geosteer_config.json"
+CARD_NAME = "README.md"
+
+
+class ArtifactWarning(UserWarning):
+    """An artifact has keys this version of geosteer does not know (written by a newer one)."""
+
+
+def check_config(doc: Mapping[str, Any], *, fmt: str, reader_version: int, known_keys: Iterable[str],
+                 source: str | Path = "artifact") -> list[str]:
+    """Validate an artifact config: ``format`` must equal ``fmt``, ``version`` ≤ ``reader_version``.
+
+    Keys outside ``known_keys`` (and outside the common ones) are reported with one
+    :class:`ArtifactWarning` and returned; they never make loading fail.
+    """
+    if not isinstance(doc, Mapping):
+        raise ArtifactError(f"{source}: {CONFIG_NAME} must hold a JSON object, got {type(doc).__name__}")
+    if doc.get("format") != fmt:
+        raise ArtifactError(f"{source} is not a {fmt} artifact ({CONFIG_NAME} has format "
+                            f"{doc.get('format')!r}, expected {fmt!r})")
+    raw = doc.get("version", 1)
+    try:
+        version = int(raw)
+    except (TypeError, ValueError):
+        raise ArtifactError(f"{source}: version must be an integer, got {raw!r}") from None
+    if version > reader_version:
+        raise ArtifactError(f"{source} was written by a newer geosteer ({fmt} version {version}; "
+                            f"this one reads versions up to {reader_version}): upgrade geosteer to load it")
+    if version < 1:
+        raise ArtifactError(f"{source}: version must be >= 1, got {version}")
+    common = {"format", "version", "geosteer_version", "commit", "created", "card"}
+    unknown = sorted(set(doc) - common - set(known_keys))
+    if unknown:
+        warnings.warn(f"{source}: ignoring keys unknown to this geosteer ({', '.join(unknown)}); "
+                      "the artifact was probably written by a newer version", ArtifactWarning, stacklevel=2)
+    return unknown
+
+
+def read_config(folder: str | Path, **check: Any) -> dict:
+    """Read ``folder/geosteer_config.json`` and run :func:`check_config` with ``check`` (fmt=..., ...)."""
+    folder = Path(folder)
+    path = folder / CONFIG_NAME
+    if not path.is_file():
+        raise ArtifactError(f"{folder} is not a geosteer artifact (missing {CONFIG_NAME})")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{path} is not valid JSON ({e})") from None
+    if check:
+        check_config(doc, source=folder, **check)
+    return doc
+
+
+def base_fields(fmt: str, version: int) -> dict:
+    """The common header of every config: format, version, geosteer version, creation time (UTC)."""
+    import datetime as _dt
+
+    from geosteer import __version__
+
+    return {"format": fmt, "version": int(version), "geosteer_version": __version__,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _fmt_num(x: Any) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:.4f}"
+    if isinstance(x, int):
+        return f"{x:,}"
+    return str(x)
+
+
+def render_model_card(*, method: str, base_model: str, title: str | None = None, summary: str = "",
+                      training: Mapping[str, Any] | None = None, ppl_before: float | None = None,
+                      ppl_after: float | None = None, command: str | None = None,
+                      n_parameters: int | None = None, files: Iterable[str] = (),
+                      extra: Mapping[str, Any] | None = None, tags: Iterable[str] = ()) -> str:
+    """Model card text (README.md) with Hub YAML front matter.
+
+    ``training``: e.g. ``{"data": "bundled corpus, train split", "tokens": 300000, "steps": 300,
+    "lr": 0.02, "seed": 0}``; ``ppl_before``/``ppl_after``: held-out perplexity without/with the artifact;
+    ``command``: the exact command that produced it.
+    """
+    tag_list = ["geosteer", method.split(".")[0], *tags]
+    front = ["---", "library_name: geosteer", f"base_model: {json.dumps(str(base_model))}", "tags:"]
+    front += [f"  - {t}" for t in dict.fromkeys(tag_list)]
+    front.append("---")
+    lines = [*front, "", f"# {title or f'{method} for {base_model}'}", ""]
+    if summary:
+        lines += [summary.strip(), ""]
+    lines += ["| field | value |", "|---|---|", f"| method | `{method}` |",
+              f"| base model | `{base_model}` |"]
+    if n_parameters is not None:
+        lines.append(f"| trainable parameters | {_fmt_num(int(n_parameters))} |")
+    train = dict(training or {})
+    if "data" in train:
+        lines.append(f"| training data | {train.pop('data')} |")
+    if "tokens" in train:
+        lines.append(f"| training tokens | {_fmt_num(train.pop('tokens'))} |")
+    for k, v in train.items():
+        lines.append(f"| {k} | {_fmt_num(v)} |")
+    lines.append(f"| held-out perplexity before | {_fmt_num(ppl_before)} |")
+    lines.append(f"| held-out perplexity after | {_fmt_num(ppl_after)} |")
+    for k, v in (extra or {}).items():
+        lines.append(f"| {k} | {_fmt_num(v)} |")
+    lines.append("")
+    if command:
+        lines += ["## Command", "", "```bash", command.strip(), "```", ""]
+    files = list(files)
+    if files:
+        lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
+    lines += ["## Use", "", "```python", "import geosteer", "model, tok = geosteer.load_model("
+              f"{json.dumps(str(base_model))})",
+              "# load this folder with the loader of its method (see geosteer's docs), then",
+              "# with geosteer.steer(model, artifact): ...", "```", ""]
+    return "\n".join(lines)
+
+
+def write_model_card(folder: str | Path, text: str | None = None, **card: Any) -> Path:
+    """Write ``README.md`` into ``folder`` atomically: ``text`` as given, or :func:`render_model_card`."""
+    from geosteer.io_utils import atomic_write_text
+
+    body = text if text is not None else render_model_card(**card)
+    return atomic_write_text(Path(folder) / CARD_NAME, body)
+
+
+def write_folder_atomic(folder: str | Path, fill: Callable[[Path], None], overwrite: bool = True) -> Path:
+    """Create ``folder`` by calling ``fill(tmp)`` on a temporary sibling folder, then renaming it in place.
+
+    A crash inside ``fill`` leaves the previous folder (if any) untouched and no partial one.
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ArtifactError(f"{folder} exists and is not a folder")
+    if folder.exists() and not overwrite:
+        raise ArtifactError(f"{folder} exists; pass overwrite=True or choose another folder")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    try:
+        fill(tmp)
+        for f in tmp.iterdir():
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+        old = None
+        if folder.exists():
+            old = folder.parent / f".{folder.name}.old-{os.getpid()}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def resolve(path: str | Path | None = None, *, repo_id: str | None = None, revision: str | None = None,
+            token: str | None = None) -> Path:
+    """The local folder of an artifact: ``path`` itself, or a snapshot of the hub repo ``repo_id``.
+
+    Hub access needs ``huggingface_hub`` and network access; offline machines get a one-line error.
+    """
+    if (path is None) == (repo_id is None):
+        raise ArtifactError("give exactly one of a local path or repo_id=")
+    if path is not None:
+        p = Path(path)
+        if not p.is_dir():
+            raise ArtifactError(f"no artifact folder at {p}")
+        return p
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        raise ArtifactError("loading from the hub needs the package huggingface_hub") from None
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, token=token, local_files_only=offline,
+                                      library_name="geosteer"))
+    except Exception as e:  # noqa: BLE001 - hub errors come in many types
+        raise ArtifactError(f"could not fetch artifact '{repo_id}' from the hub ({type(e).__name__}); "
+                            "offline machines can pass a local folder instead") from None
+
+
+def push_to_hub(folder: str | Path, repo_id: str, *, private: bool = True, token: str | None = None,
+                commit_message: str | None = None, revision: str | None = None) -> str:
+    """Upload an artifact folder (config, tensors, model card) to the hub repo ``repo_id``; return its URL."""
+    folder = Path(folder)
+    if not (folder / CONFIG_NAME).is_file():
+        raise ArtifactError(f"{folder} is not a geosteer artifact (missing {CONFIG_NAME})")
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    url = api.create_repo(repo_id, private=private, exist_ok=True)
+    api.upload_folder(repo_id=repo_id, folder_path=str(folder), revision=revision,
+                      commit_message=commit_message or f"Upload geosteer artifact {folder.name}")
+    return str(url)
+
+
+def convert_reference_checkpoint(path: str | Path) -> Path:
+    """Import the attention-manifold reference release's checkpoint into a geosteer surfaces artifact.
+
+    Not implemented on purpose: the reference release does not document its checkpoint layout (tensor
+    names, grid and range conventions, knot placement), and a guessed mapping would load without error
+    and silently compute something else. When the layout is documented, implement the mapping here,
+    write the result with ``geosteer.manifold.save`` and test it against outputs published with it.
+    """
+    raise NotImplementedError(
+        f"cannot convert {path}: the attention-manifold reference release's checkpoint format is not "
+        "documented, so geosteer does not guess it; train surfaces with geosteer instead "
+        "(geosteer.manifold) or implement geosteer.artifacts.convert_reference_checkpoint once the "
+        "format is published")

@@ -1,0 +1,5 @@
+"""Integrations with the tools researchers already use.
+
+- :mod:`geosteer.integrations.recipe`: intervention settings as flat keys, recipe artifacts.
+- :mod:`geosteer.integrations.lm_eval`: the lm-evaluation-harness model type ``geosteer`` (extra ``eval``).
+"""

@@ -1,0 +1,116 @@
+"""lm-evaluation-harness model type ``geosteer``: a stock ``HFLM`` with geosteer interventions attached.
+
+Install with ``pip install 'geosteer[eval]'``. lm_eval discovers models through its registry only, so run
+the harness through this module (it registers ``geosteer`` and then hands over to lm_eval's own CLI)::
+
+    python -m geosteer.integrations.lm_eval --model geosteer \\
+        --model_args pretrained=smollm2,surfaces=artifacts/s,scale_site=resid_attn,scale_par=0.5 \\
+        --tasks hellaswag
+
+or, in Python, ``import geosteer.integrations.lm_eval`` before ``lm_eval.simple_evaluate(model="geosteer",
+...)``. ``model_args``: ``pretrained`` (a geosteer name — ``smollm2``, ``tiny-llama``, … —, a folder, a
+``.gguf`` file or a hub id), ``recipe`` (a recipe artifact folder), the intervention keys of
+:mod:`geosteer.integrations.recipe` (surfaces, edits, scale_*, ffn_*, gates, gains, parallel_layers), and
+any ``HFLM`` argument (batch_size, max_length, device, ...). With no intervention keys the model scores
+exactly as ``--model hf`` on the same weights (tested).
+
+Bundled names and folders load through HFLM itself (so ``accelerate launch`` shards the eval across
+processes as for ``hf``); ``tiny-*`` and ``.gguf`` models are built by geosteer and passed in as a model
+object (one process).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from lm_eval.api.registry import register_model
+    from lm_eval.models.huggingface import HFLM
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the lm-evaluation-harness integration needs lm-eval: "
+                      "pip install 'geosteer[eval]'") from e
+
+from geosteer.integrations.recipe import InterventionSpec, load_recipe
+
+MODEL_NAME = "geosteer"
+
+
+def _resolve_pretrained(pretrained: str, dtype: Any):
+    """``(what HFLM gets, tokenizer or None, geosteer model id)`` for a geosteer model name."""
+    from geosteer.models.loading import BUNDLED, cached_folder
+
+    name = str(pretrained)
+    if name in BUNDLED:
+        return str(cached_folder(name)), None, name
+    if name.startswith("tiny-") or name.endswith(".gguf"):
+        import torch
+
+        from geosteer.models.loading import load_model
+
+        td = getattr(torch, str(dtype)) if isinstance(dtype, str) and dtype != "auto" else torch.float32
+        model, tok = load_model(name, dtype=td)
+        return model, tok, name
+    return name, None, name
+
+
+@register_model(MODEL_NAME)
+class GeosteerLM(HFLM):
+    """``HFLM`` + geosteer interventions, attached for the lifetime of the object
+    (:meth:`remove_interventions` restores the stock model)."""
+
+    def __init__(self, pretrained: str = "smollm2", recipe: str | None = None, dtype: Any = "float32",
+                 **kwargs: Any) -> None:
+        spec = InterventionSpec.pop_from(kwargs)
+        if recipe is not None:
+            if any(v != getattr(InterventionSpec(), k) for k, v in spec.to_dict().items()):
+                from geosteer.errors import GeosteerError
+
+                raise GeosteerError("give either recipe= or intervention keys in model_args, not both")
+            spec, _ = load_recipe(recipe)
+        target, tok, name = _resolve_pretrained(pretrained, dtype)
+        if tok is not None:
+            kwargs.setdefault("tokenizer", tok)
+        super().__init__(pretrained=target, dtype=dtype, **kwargs)
+        self.geosteer_spec = spec
+        self._removers: list = []
+        self._attach(name)
+
+    def _attach(self, name: str) -> None:
+        from torch import nn
+
+        from geosteer.attention import use_geosteer_attention
+
+        model = self._model
+        model.requires_grad_(False)
+        from geosteer.models.loading import BUNDLED
+
+        # as geosteer.load_model names it (artifacts check this id): bundled names win, folders keep theirs
+        if name in BUNDLED or not getattr(model.config, "_geosteer_name", None):
+            model.config._geosteer_name = name
+        use_geosteer_attention(model)
+        self.interventions = self.geosteer_spec.build(model)
+        device = next(model.parameters()).device
+        try:
+            for iv in self.interventions:
+                if isinstance(iv, nn.Module):
+                    iv.to(device)
+                self._removers.append(iv.attach(model))
+        except Exception:
+            self.remove_interventions()
+            raise
+
+    def remove_interventions(self) -> None:
+        """Detach every intervention (reverse order); the wrapped model is the stock model again."""
+        while self._removers:
+            self._removers.pop()()
+
+
+def main() -> None:
+    """``python -m geosteer.integrations.lm_eval ...``: lm_eval's CLI, ``geosteer`` model registered."""
+    from lm_eval.__main__ import cli_evaluate
+
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()
