@@ -220,7 +220,10 @@ def train_command(sub_app) -> None:
                           eval_tokens=eval_tokens, checkpoint_every=checkpoint_every)
         m, tok = load_model(model)
         layer_list = parse_layers(layers, anatomy(m).n_layers)
-        command = "geosteer " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        args = sys.argv[1:]
+        if "train" in args[:3]:  # geosteer [..] manifold train ...
+            args = args[args.index("train") + 1:]
+        command = "geosteer manifold train " + " ".join(shlex.quote(a) for a in args)
         _, res = train_surfaces(m, tok, out, grid_size=grid, grid_range=tuple(grid_range),
                                 calibrate=calibrate, calibrate_quantile=quantile, layers=layer_list, cfg=cfg,
                                 text=text,
@@ -231,3 +234,17 @@ def train_command(sub_app) -> None:
                    "final_loss": res.final_loss, "ppl_before": res.ppl_before, "ppl_after": res.ppl_after,
                    "seconds": round(res.seconds, 1)}
         emit(summary, as_json)
+
+
+if __name__ == "__main__":  # ``python -m geosteer.manifold.train ...`` == ``geosteer manifold train ...``
+    import typer as _typer
+
+    from geosteer.cli import main as _main  # noqa: F401 - same error handling as the CLI
+
+    _app = _typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    train_command(_app)
+    try:
+        _app(standalone_mode=False)
+    except (GeosteerError, ValueError, FileNotFoundError) as _e:
+        print(f"error: {_e}", file=sys.stderr)
+        sys.exit(2)

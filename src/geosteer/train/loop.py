@@ -130,6 +130,7 @@ def train(
     stop_at: int | None = None,
     accelerator=None,
     checkpoint_extra: dict | None = None,
+    eval_before: bool = True,
 ) -> TrainResult:
     """Train ``trainable``'s parameters on next-token cross-entropy; return a :class:`TrainResult`.
 
@@ -138,7 +139,8 @@ def train(
     trainable module is an intervention that is not attached yet; already attached modules need nothing.
     ``stop_at``: end after that many steps (as if killed there; resume later). ``callback(step, record)``
     runs after every step. Held-out perplexity (``eval_text`` or the corpus' held-out split) is measured
-    before and after the run and every ``cfg.eval_every`` steps, when a tokenizer is given.
+    before (unless ``eval_before=False``, e.g. when the stock number is known) and after the run and every
+    ``cfg.eval_every`` steps, when a tokenizer is given.
     """
     from accelerate import Accelerator
 
@@ -214,7 +216,8 @@ def train(
     stopped = False
     bar = None
     with steer(model, *interventions):
-        if do_eval and start == 0 and cfg.eval_before_after and not any(e["step"] == 0 for e in evals):
+        if (do_eval and eval_before and start == 0 and cfg.eval_before_after
+                and not any(e["step"] == 0 for e in evals)):
             evaluate(0)
         if progress and main:
             from tqdm.auto import tqdm
