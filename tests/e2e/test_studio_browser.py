@@ -1,0 +1,170 @@
+"""End-to-end in headless Chromium (Debian ``chromium``, driven by Playwright; no browser download).
+
+The test starts and stops the studio itself (uvicorn in a thread) on a tiny model with random surfaces,
+then: open the page, choose the strongest surface, invert it, see the continuation change, save, undo,
+load the saved artifact and see the edit persisted; a screenshot is taken. A second test opens a
+``geosteer report`` file from disk with every non-file request blocked and checks the plots render.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+CHROMIUM = os.environ.get("GEOSTEER_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = [
+    pytest.mark.skipif(not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)),
+                       reason=f"Chromium not found at {CHROMIUM} (apt-get install chromium)"),
+]
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install "
+                                     "-e '.[dev]')")
+
+PROMPT = "The theory of relativity states that"
+STRONG = (1, 2, 5)  # layer, head, dim of the surface made strongest
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        profile = tempfile.mkdtemp(prefix="geosteer-chromium-")
+        ctx = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True,
+                                                   args=ARGS, viewport={"width": 1500, "height": 1000})
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory):
+    import geosteer
+    import geosteer.manifold as M
+    from geosteer.io_utils import write_records
+    from geosteer.studio.server import create_app, serve_in_thread
+    from geosteer.studio.session import Session
+
+    model, tok = geosteer.load_model("tiny-llama")
+    bank = M.attach(model, grid_size=4, grid_range=(-3.0, 3.0))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.3)
+        bank.coefficients[STRONG] = 3.0 + torch.randn(7, 7, generator=g) * 0.5
+    root = tmp_path_factory.mktemp("e2e")
+    write_records(root / "results" / "dyn.json", [{"layer": i, "C": 0.5 * i} for i in range(3)], {})
+    session = Session(model, tok, bank, root / "ws", model_name="tiny-llama", default_prompt=PROMPT)
+    url, stop = serve_in_thread(create_app(session, [root / "results"]))
+    try:
+        yield dict(url=url, session=session, root=root, model=model)
+    finally:
+        stop()
+
+
+def _wait_status(page, text: str):
+    page.wait_for_function("t => document.getElementById('status').textContent.includes(t) || "
+                           "document.getElementById('status').className === 'error'", arg=text,
+                           timeout=60_000)
+    st = page.inner_text("#status")
+    assert text in st, f"studio status: {st}"
+
+
+def test_invert_save_reload(browser, studio, tmp_path):
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(studio["url"] + "/")
+    page.wait_for_function("window.__geosteer && window.__geosteer.ready", timeout=60_000)
+    assert page.evaluate("window.__geosteer.firstPaint") is not None
+    assert page.locator("#heatmap .main-svg").count() > 0
+    assert page.locator("#terrain .gl-container").count() > 0
+
+    # choose the strongest surface from the ranked list
+    first = page.locator("#ranked li").first
+    assert first.inner_text().startswith("L1 H2 D5")
+    first.click()
+    page.wait_for_function("s => window.__geosteer.surface && window.__geosteer.surface.dim === s",
+                           arg=STRONG[2])
+    original = studio["session"].bank.coefficients.detach()[STRONG].clone()
+    before_text = page.inner_text("#cont-after")
+
+    # invert it: the continuation changes, before/after both shown, KL > 0
+    page.select_option("#scope", "surface")
+    page.click("#op-invert")
+    _wait_status(page, "applied: invert surface L1 H2 D5")
+    assert page.inner_text("#changed") == "yes"
+    after_text = page.inner_text("#cont-after")
+    assert after_text != before_text and page.inner_text("#cont-before") == before_text
+    assert float(page.inner_text("#kl")) > 0
+    assert page.locator("#top-after tr").count() == 10
+    assert "invert surface L1 H2 D5" in page.inner_text("#history")
+    shot = tmp_path / "studio.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("GEOSTEER_SCREENSHOT_DIR"):
+        shutil.copy(shot, Path(os.environ["GEOSTEER_SCREENSHOT_DIR"]) / "studio-e2e.png")
+
+    # save, undo (back to the original), then load the saved artifact: the edit is back
+    page.fill("#save-name", "e2e-inverted")
+    page.click("#save")
+    _wait_status(page, "saved 'e2e-inverted'")
+    assert (studio["root"] / "ws" / "e2e-inverted" / "geosteer_config.json").is_file()
+    page.click("#undo")
+    _wait_status(page, "undone")
+    assert page.inner_text("#changed") == "no"
+    coeffs = page.evaluate("window.__geosteer.surface.coeffs")
+    torch.testing.assert_close(torch.tensor(coeffs), original, rtol=0, atol=1e-6)
+    page.select_option("#artifacts", "e2e-inverted")
+    page.click("#load")
+    _wait_status(page, "loaded 'e2e-inverted'")
+    assert page.inner_text("#artifact-name") == "e2e-inverted"
+    coeffs = page.evaluate("window.__geosteer.surface.coeffs")
+    torch.testing.assert_close(torch.tensor(coeffs), -original, rtol=0, atol=1e-6)
+    page.select_option("#reference", "none")
+    page.click("#run")
+    _wait_status(page, "ready")
+    assert page.inner_text("#cont-after") == after_text
+    assert not errors, errors
+
+    # the study page for the result file renders its figure
+    with page.expect_popup() as pop:
+        page.click("#results a")
+    res = pop.value
+    res.wait_for_selector(".plotly-graph-div .main-svg", timeout=30_000)
+    assert "dyn: C vs layer" in res.content()
+    page.close()
+
+
+def test_report_opens_offline_from_disk(browser, tmp_path):
+    from geosteer.io_utils import write_records
+    from geosteer.viz.report import build_report
+
+    write_records(tmp_path / "sweep.json", [{"layer": i, "scale": s, "delta_ppl": i * s}
+                                            for i in range(4) for s in (0.5, 1.0)], {})
+    out = tmp_path / "report.html"
+    build_report([tmp_path / "sweep.json"], out)
+    page = browser.new_page()
+    remote = []
+
+    def route(r):
+        if r.request.url.startswith("file://"):
+            r.continue_()
+        else:
+            remote.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(out.as_uri())
+    page.wait_for_selector(".plotly-graph-div .main-svg", timeout=30_000)
+    assert page.locator(".plotly-graph-div").count() == 1
+    assert page.locator(".plotly-graph-div .scatterlayer .trace").count() == 2
+    assert remote == []
+    page.close()

@@ -1,0 +1,122 @@
+"""Load: 20 concurrent clients editing, generating, saving and loading against a real uvicorn server.
+
+Bars: no crash (the server answers afterwards), every request answered 200, no lost save (each save that
+returned 200 is afterwards a complete artifact that loads and has exactly the digest the server reported),
+and no temporary folders left in the workspace. Duration per run: ``GEOSTEER_LOAD_SECONDS`` (default 5;
+the documented full run uses 30).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections import Counter
+
+import httpx
+import torch
+
+import geosteer
+import geosteer.manifold as M
+from geosteer.studio.server import create_app, serve_in_thread
+from geosteer.studio.session import Session, coeff_digest
+
+CLIENTS = int(os.environ.get("GEOSTEER_LOAD_CLIENTS", "20"))
+SECONDS = float(os.environ.get("GEOSTEER_LOAD_SECONDS", "5"))
+NEW_TOKENS = int(os.environ.get("GEOSTEER_LOAD_TOKENS", "8"))
+MODEL = os.environ.get("GEOSTEER_LOAD_MODEL", "tiny-llama")
+
+
+def _client(i: int, url: str, info: dict, stop_at: float, saves: list, statuses: Counter, lock, errors: list):
+    rnd = random.Random(i)
+    layers, heads, dims = info["layers"], info["heads"], info["dims"]
+    effect = {"max_new_tokens": NEW_TOKENS, "reference": "loaded"}
+    n = 0
+    with httpx.Client(base_url=url, timeout=300) as c:
+        while True:
+            n += 1
+            last = time.time() >= stop_at
+            op = "save" if last else rnd.choice(["edit", "edit", "effect", "surface", "rank", "undo", "save",
+                                                 "load"])
+            try:
+                if op == "edit":
+                    kind = rnd.choice(["invert", "scale", "zero", "wall", "set"])
+                    body = {"op": kind, "scope": rnd.choice(["surface", "surface", "head", "layer"]),
+                            "layer": rnd.choice(layers), "head": rnd.randrange(heads),
+                            "dim": rnd.randrange(dims), "effect": effect}
+                    if body["scope"] == "layer":
+                        body.pop("head"), body.pop("dim")
+                    elif body["scope"] == "head":
+                        body.pop("dim")
+                    if kind == "scale":
+                        body["factor"] = rnd.choice([0.5, -1.0, 2.0])
+                    if kind == "set":
+                        body.update(row=rnd.randrange(info["K"]), col=rnd.randrange(info["K"]), value=0.3)
+                    r = c.post("/api/edit", json=body)
+                elif op == "effect":
+                    r = c.post("/api/effect", json=effect)
+                elif op == "surface":
+                    where = {"layer": rnd.choice(layers), "head": rnd.randrange(heads),
+                             "dim": rnd.randrange(dims)}
+                    r = c.get("/api/surface", params=where)
+                elif op == "rank":
+                    r = c.get("/api/rank", params={"by": rnd.choice(["norm", "sensitivity"]), "top": 10})
+                elif op == "undo":
+                    r = c.post("/api/undo", json={})
+                elif op == "save":
+                    r = c.post("/api/save", json={"name": f"c{i}-{n}"})
+                    if r.status_code == 200:
+                        with lock:
+                            saves.append(r.json())
+                else:
+                    with lock:
+                        names = [s["name"] for s in saves]
+                    if not names:
+                        continue
+                    r = c.post("/api/load", json={"name": rnd.choice(names)})
+                with lock:
+                    statuses[(op, r.status_code)] += 1
+                    if r.status_code != 200:
+                        errors.append(f"{op}: {r.status_code} {r.text[:200]}")
+            except Exception as e:  # a dropped connection is a failure too
+                with lock:
+                    errors.append(f"{op}: {type(e).__name__}: {e}")
+            if last:
+                return  # every client ends with a save
+
+
+def test_concurrent_clients_no_crash_no_lost_save(tmp_path):
+    model, tok = geosteer.load_model(MODEL)
+    bank = M.attach(model, grid_size=4 if MODEL.startswith("tiny") else 8, grid_range=(-3.0, 3.0),
+                    layers=None if MODEL.startswith("tiny") else list(range(8, 16)))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.3)
+    ws = tmp_path / "ws"
+    session = Session(model, tok, bank, ws, model_name=MODEL)
+    url, stop = serve_in_thread(create_app(session))
+    try:
+        info = httpx.get(url + "/api/info", timeout=60).json()
+        saves, statuses, errors, lock = [], Counter(), [], threading.Lock()
+        stop_at = time.time() + SECONDS
+        args = (url, info, stop_at, saves, statuses, lock, errors)
+        threads = [threading.Thread(target=_client, args=(i, *args)) for i in range(CLIENTS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=SECONDS + 900)
+        assert not any(t.is_alive() for t in threads), "clients hung"
+        assert httpx.get(url + "/api/info", timeout=60).status_code == 200
+    finally:
+        stop()
+    assert not errors, errors[:5]
+    assert len(saves) >= CLIENTS  # every client saved at least once (its last request)
+    for s in saves:
+        loaded = M.load(ws / s["name"], model=model)  # complete: config + tensors + checksum verified
+        assert coeff_digest(loaded.coefficients) == s["digest"], s["name"]
+    assert not [p.name for p in ws.iterdir() if p.name.startswith(".")], "temporary folders left behind"
+    total = sum(statuses.values())
+    print(f"\nload: {CLIENTS} clients × {SECONDS:g} s on {MODEL}: {total} requests, {len(saves)} saves, "
+          f"{dict(sorted(Counter(op for op, _ in statuses.elements()).items()))}")
+    M.detach(model)
