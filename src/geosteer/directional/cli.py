@@ -1,0 +1,135 @@
+"""CLI: ``geosteer decompose`` (measurement) and ``geosteer directional …`` (interventions and studies)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+directional_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                              help="Directional decomposition: component-scaling edits and the paper's studies.")
+
+
+def _threads(n: int | None) -> None:
+    if n:
+        import torch
+
+        torch.set_num_threads(n)
+
+
+def decompose_cmd(
+    model: str = typer.Option("smollm2", "--model", "-m", help="smollm2 | gemma3-270m | tiny-<family> | path"),
+    corpus: str = typer.Option("heldout", "--corpus", help="corpus split to read: heldout | train"),
+    text_file: Path | None = typer.Option(None, "--text-file", help="read this text file instead of the corpus"),
+    tokens: int = typer.Option(512, "--tokens", help="tokens to measure (from the start of the text)"),
+    chunk: int = typer.Option(512, "--chunk", help="tokens per forward pass"),
+    layers: str = typer.Option("all", "--layers", help="'all', '3', '0-5', '0-5,9'"),
+    value: bool = typer.Option(True, "--value/--no-value", help="also measure value space (per head)"),
+    generate: str | None = typer.Option(None, "--generate", help="measure per generation step for this prompt"),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON rows"),
+    csv: Path | None = typer.Option(None, "--csv", help="write tidy rows to this CSV file"),
+    out: Path | None = typer.Option(None, "--out", help="write tidy rows (+meta) to this .json/.csv file"),
+    threads: int | None = typer.Option(None, "--threads"),
+) -> None:
+    """Per-layer ∥/⊥ decomposition of the attention, MLP and block updates (and value space per head)."""
+    from geosteer.cli import emit
+    from geosteer.directional.measure import measure_generation, measure_text
+    from geosteer.io_utils import write_records
+    from geosteer.models.loading import load_model, model_id
+
+    _threads(threads)
+    m, tok = load_model(model)
+    if generate is not None:
+        rows, meta = measure_generation(m, tok, generate, max_new_tokens=max_new_tokens, layers=layers,
+                                        value=value)
+    else:
+        if text_file is not None:
+            text = Path(text_file).read_text(encoding="utf-8")
+        else:
+            from geosteer.data.corpus import split_text
+
+            text = split_text(corpus, max_chars=max(tokens, 1) * 10)
+        rows, meta = measure_text(m, tok, text, tokens=tokens, chunk=chunk, layers=layers, value=value)
+    meta = {"model": model_id(m), **meta}
+    for path in (csv, out):
+        if path is not None:
+            write_records(path, rows, meta)
+    if as_json:
+        emit({"meta": meta, "rows": rows}, True)
+    elif csv is None and out is None:
+        keep = ("step", "layer", "site", "head", "ratio_mean", "abs_cos_mean", "alpha_mean", "rel_norm_mean",
+                "a_self_mean", "c_ratio_mean")
+        show = [r for r in rows if r.get("head", -1) in (-1, None)] or rows
+        emit([{k: r[k] for k in keep if k in r} for r in show], False, table_title="directional decomposition")
+
+
+@directional_app.command("sweep")
+def sweep_cmd(
+    model: str = typer.Option("smollm2", "--model", "-m"),
+    sites: str = typer.Option("value_exclude_self,resid_attn,resid_mlp", "--sites",
+                              help="comma-separated sweep sites"),
+    controls: bool = typer.Option(True, "--controls/--no-controls",
+                                  help="add value_full and diag_removal at s_par = 0"),
+    tokens: int = typer.Option(2048, "--tokens", help="held-out tokens scored"),
+    context: int = typer.Option(512, "--context"),
+    stride: int = typer.Option(256, "--stride"),
+    out: Path = typer.Option(Path("docs/results/directional/sweep.json"), "--out"),
+    threads: int | None = typer.Option(None, "--threads"),
+) -> None:
+    """Study 1: held-out strided perplexity vs s∥ (s⊥ = 1) and vs s⊥ (s∥ = 1) per site (paper Figure 3)."""
+    from geosteer.directional.config import check_site
+    from geosteer.directional.studies import heldout_ids, run_sweep, sweep_settings
+    from geosteer.models.loading import load_model, model_id
+
+    _threads(threads)
+    site_list = [check_site(s.strip()) for s in sites.split(",") if s.strip()]
+    m, tok = load_model(model)
+    settings = sweep_settings(site_list)
+    if not controls:
+        settings = [s for s in settings if s.site in site_list]
+    ids = heldout_ids(tok, tokens)
+    run_sweep(m, tok, ids, settings, out, context=context, stride=stride,
+              meta={"model": model_id(m), "corpus": "heldout", "sites": site_list})
+
+
+@directional_app.command("ppl")
+def ppl_cmd(
+    model: str = typer.Option("smollm2", "--model", "-m"),
+    site: str = typer.Option(..., "--site"),
+    s_par: float = typer.Option(1.0, "--s-par"),
+    s_perp: float = typer.Option(1.0, "--s-perp"),
+    layers: str = typer.Option("all", "--layers"),
+    tokens: int = typer.Option(2048, "--tokens"),
+    context: int = typer.Option(512, "--context"),
+    stride: int = typer.Option(256, "--stride"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Held-out perplexity with one component-scaling edit, beside the unedited baseline."""
+    from geosteer.cli import emit
+    from geosteer.directional.config import ComponentScaleConfig, parse_layers
+    from geosteer.directional.sites import ComponentScale
+    from geosteer.directional.studies import heldout_ids
+    from geosteer.eval.perplexity import strided_perplexity
+    from geosteer.models.anatomy import anatomy
+    from geosteer.models.loading import load_model
+    from geosteer.steer import steer
+
+    cfg = ComponentScaleConfig(site, s_par, s_perp)
+    m, tok = load_model(model)
+    cfg.layers = parse_layers(layers, anatomy(m).n_layers)
+    ids = heldout_ids(tok, tokens)
+    base = strided_perplexity(m, tok, ids=ids, context=context, stride=stride)
+    with steer(m, ComponentScale.from_config(cfg)):
+        edited = strided_perplexity(m, tok, ids=ids, context=context, stride=stride)
+    emit({**cfg.to_dict(), "tokens": edited.tokens, "ppl_baseline": base.ppl, "ppl": edited.ppl,
+          "delta_ppl": edited.ppl - base.ppl}, as_json)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``geosteer decompose`` and the ``geosteer directional`` sub-app."""
+    app.command("decompose")(decompose_cmd)
+    from geosteer.directional import cli_studies
+
+    cli_studies.register(directional_app)
+    app.add_typer(directional_app, name="directional")

@@ -1,0 +1,87 @@
+"""Configuration of directional component-scaling interventions (paper Section 4.3, Eq. 11)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from geosteer.errors import GeosteerError
+
+# Where ỹ = s∥·y∥ + s⊥·y⊥ is applied (reference in brackets):
+#   resid_attn          attention update A            [block input x, not normed]          (Eq. 4, 11)
+#   resid_mlp           MLP update Φ                  [the MLP's incoming residual: x + A, or x if parallel]
+#   resid_block         block update x' − x           [block input x]
+#   value_full          attention aggregate o_t       [the token's own value v_t, per head]  (Eq. 8)
+#   value_exclude_self  only the non-self part c_t    [v_t]; d_t = A_tt·v_t kept, no renormalisation (Eq. 10)
+#   diag_removal        control: A_tt = 0, renormalised over the other positions (scales ignored)
+SITES = ("resid_attn", "resid_mlp", "resid_block", "value_full", "value_exclude_self", "diag_removal")
+RESIDUAL_SITES = SITES[:3]
+VALUE_SITES = SITES[3:]
+
+
+def check_site(site: str) -> str:
+    if site not in SITES:
+        raise GeosteerError(f"unknown site '{site}'; valid: {', '.join(SITES)}")
+    return site
+
+
+def check_scale(name: str, value: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise GeosteerError(f"{name} must be a number (got {value!r})") from None
+    if not math.isfinite(v):
+        raise GeosteerError(f"{name} must be finite (got {value!r})")
+    return v
+
+
+def parse_layers(spec: str | Sequence[int] | None, n_layers: int) -> list[int] | None:
+    """``None``/``"all"`` → None (all layers); ``"0-5,9"`` or ``[0, 1]`` → a checked list."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "all")):
+        return None
+    out: list[int] = []
+    if isinstance(spec, str):
+        for part in spec.split(","):
+            part = part.strip()
+            try:
+                if "-" in part:
+                    a, b = part.split("-", 1)
+                    lo, hi = int(a), int(b)
+                    if hi < lo:
+                        raise GeosteerError(f"empty layer range '{part}'")
+                    out.extend(range(lo, hi + 1))
+                else:
+                    out.append(int(part))
+            except ValueError:
+                raise GeosteerError(f"bad layer spec '{spec}'; use e.g. 'all', '3', '0-5' or '0-5,9'") from None
+    else:
+        out = [int(i) for i in spec]
+    bad = [i for i in out if not 0 <= i < n_layers]
+    if bad:
+        raise GeosteerError(f"layer {bad[0]} out of range: this model has layers 0..{n_layers - 1}")
+    return sorted(set(out))
+
+
+@dataclass
+class ComponentScaleConfig:
+    """One component-scaling edit: ``site``, scales ``s_par`` (s∥) and ``s_perp`` (s⊥), ``layers`` (None = all)."""
+
+    site: str
+    s_par: float = 1.0
+    s_perp: float = 1.0
+    layers: list[int] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        check_site(self.site)
+        self.s_par = check_scale("s_par", self.s_par)
+        self.s_perp = check_scale("s_perp", self.s_perp)
+        if self.layers is not None:
+            self.layers = [int(i) for i in self.layers]
+
+    @property
+    def is_neutral(self) -> bool:
+        return self.site != "diag_removal" and self.s_par == 1.0 and self.s_perp == 1.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,226 @@
+"""Read-only measurement of the directional decomposition in one forward pass (paper Sections 3-4).
+
+Residual space, per layer and token (``ctx.state`` of the branch hook points gives this forward's
+references, so nothing is recomputed):
+
+- ``attn``  attention update A            vs the block input x (``resid_pre``, not normed)
+- ``mlp``   MLP update Φ                   vs the MLP's incoming residual (``mlp_norm_in``: x + A, or x if parallel)
+- ``block`` block update x' − x            vs x
+
+Value space, per layer, head and token (an attention handler; GQA: head h reads kv head h // n_rep):
+``o_*`` the aggregate o_t vs the token's own value v_t (Eq. 8); ``c_*`` the non-self part
+c_t = o_t − A_tt·v_t vs v_t (Eq. 9); ``a_self`` = A_tt; ``d_norm`` = ‖d_t‖ = A_tt‖v_t‖.
+
+Only running sums per (layer, site[, head], statistic) are kept (``RunningStats``), never the tokens, so
+memory does not grow with the number of tokens, and per layer it is a fixed-size summary. Padding
+positions (``attention_mask`` == 0 in the model call) are left out of every statistic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from geosteer.attention import add_attention_handler, use_geosteer_attention
+from geosteer.directional.decompose import PAIR_STATS, RunningStats, pair_stats
+from geosteer.directional.value import grouped_output, own_values, self_weight
+from geosteer.hooks import HookSet, add_hook
+from geosteer.models.anatomy import anatomy
+
+RESIDUAL_SITES = ("attn", "mlp", "block")
+VALUE_STATS = tuple(f"o_{s}" for s in PAIR_STATS) + tuple(f"c_{s}" for s in PAIR_STATS) + ("a_self", "d_norm")
+_AGGS = ("mean", "std", "min", "max")
+_PARTIAL = ("ratio", "abs_cos")  # may be undefined on some tokens: rows carry their own count
+
+
+class DirectionalMeasure:
+    """Intervention that changes nothing and accumulates per-layer summaries.
+
+    ``per_step=True`` closes a summary after every model call (one per generation step with a KV cache)
+    and starts a new one; ``rows()`` then carries a ``step`` column.
+    """
+
+    def __init__(self, layers: Sequence[int] | None = None, residual: bool = True, value: bool = True,
+                 per_step: bool = False) -> None:
+        self.layers = layers
+        self.residual = residual
+        self.value = value
+        self.per_step = per_step
+        self._acc: dict[tuple, RunningStats] = {}
+        self._steps: list[list[dict]] = []
+        self._mask: torch.Tensor | None = None
+        self._n_rep = 1
+
+    # -- accumulation ---------------------------------------------------------------------------
+    def _token_mask(self, b: int, q: int, device) -> torch.Tensor:
+        m = self._mask
+        if m is not None and m.shape[0] == b and m.shape[1] >= q:
+            return m[:, -q:].to(device)
+        return torch.ones(b, q, dtype=torch.bool, device=device)
+
+    def _add(self, key: tuple, values: torch.Tensor, mask: torch.Tensor) -> None:
+        acc = self._acc.get(key)
+        if acc is None:
+            acc = self._acc[key] = RunningStats()
+        acc.update(values, mask)
+
+    def _residual_fn(self, site: str, ref_key: str | None):
+        def fn(y, ctx):
+            x = ctx.state["resid_pre"] if ref_key is None else ctx.state[ref_key]
+            delta = y - x if site == "block" else y
+            st = pair_stats(delta, x)
+            vals = torch.stack([st[k] for k in PAIR_STATS], dim=-1)  # (b, q, n_stats)
+            self._add((ctx.layer, site), vals, self._token_mask(y.shape[0], y.shape[1], y.device))
+            return None
+
+        return fn
+
+    def _value_handler(self, layer: int):
+        def handler(call, proceed):
+            out, w = proceed(call)
+            with torch.no_grad():
+                o = grouped_output(out, call).float()
+                v = own_values(call).float()
+                a = self_weight(call)
+                c = o - a[..., None] * v
+                so, sc = pair_stats(o, v), pair_stats(c, v, scale=o.norm(dim=-1))
+                cols = [so[k] for k in PAIR_STATS] + [sc[k] for k in PAIR_STATS]
+                cols += [a, a * v.norm(dim=-1)]
+                b, hkv, r, q = a.shape
+                vals = torch.stack([t.expand(b, hkv, r, q) for t in cols], dim=-1)  # (b, Hkv, r, q, S)
+                vals = vals.reshape(b, hkv * r, q, -1).permute(0, 2, 1, 3)  # (b, q, H, S)
+                self._add((layer, "value"), vals, self._token_mask(b, q, vals.device))
+            return out, w
+
+        return handler
+
+    # -- attach / results -----------------------------------------------------------------------
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        an = anatomy(model)
+        layers = an.check_layers(self.layers)
+        self._n_rep = an.n_rep
+        hooks = HookSet()
+        removers: list[Callable[[], None]] = []
+
+        def pre(mod, args, kwargs):
+            m = kwargs.get("attention_mask")
+            self._mask = m.bool() if isinstance(m, torch.Tensor) and m.dim() == 2 else None
+
+        def post(mod, args, out):
+            if self.per_step:
+                self._steps.append(self._summary_rows())
+                self._acc = {}
+
+        hooks.add_handle(model.register_forward_pre_hook(pre, with_kwargs=True))
+        hooks.add_handle(model.register_forward_hook(post))
+        try:
+            if self.residual:
+                for i in layers:
+                    add_hook(model, "attn_out", i, self._residual_fn("attn", None), hooks)
+                    add_hook(model, "mlp_out", i, self._residual_fn("mlp", "mlp_norm_in"), hooks)
+                    add_hook(model, "resid_post", i, self._residual_fn("block", None), hooks)
+            if self.value:
+                use_geosteer_attention(model)
+                for i in layers:
+                    removers.append(add_attention_handler(an.blocks[i].attn, self._value_handler(i)))
+        except Exception:
+            hooks.remove()
+            raise
+
+        def remove() -> None:
+            for r in reversed(removers):
+                r()
+            hooks.remove()
+
+        return remove
+
+    def reset(self) -> None:
+        self._acc = {}
+        self._steps = []
+
+    def _summary_rows(self) -> list[dict]:
+        rows = []
+        for (layer, site), acc in sorted(self._acc.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            s = acc.summary()
+            if site == "value":
+                for h in range(s["mean"].shape[0]):
+                    row = {"layer": layer, "space": "value", "site": "value", "head": h,
+                           "kv_head": h // self._n_rep,
+                           "n_tokens": s["n"]}
+                    for j, name in enumerate(VALUE_STATS):
+                        for agg in _AGGS:
+                            row[f"{name}_{agg}"] = float(s[agg][h, j])
+                        if name.endswith(_PARTIAL):
+                            row[f"{name}_n"] = int(s["count"][h, j])
+                    rows.append(row)
+            else:
+                row = {"layer": layer, "space": "residual", "site": site, "n_tokens": s["n"]}
+                for j, name in enumerate(PAIR_STATS):
+                    for agg in _AGGS:
+                        row[f"{name}_{agg}"] = float(s[agg][j])
+                    if name.endswith(_PARTIAL):
+                        row[f"{name}_n"] = int(s["count"][j])
+                rows.append(row)
+        return rows
+
+    def rows(self) -> list[dict]:
+        """Tidy rows: one per (layer, residual site) and per (layer, head) in value space."""
+        if not self.per_step:
+            return self._summary_rows()
+        out = []
+        for step, rows in enumerate(self._steps):
+            out += [{"step": step, **r} for r in rows]
+        return out
+
+
+
+def _layer_list(model: nn.Module, layers) -> list[int] | None:
+    from geosteer.directional.config import parse_layers
+
+    return parse_layers(layers, anatomy(model).n_layers) if isinstance(layers, str) else layers
+
+
+@torch.no_grad()
+def measure_text(model: nn.Module, tok, text: str, *, tokens: int = 512, chunk: int = 512,
+                 layers: str | Sequence[int] | None = None, value: bool = True) -> tuple[list[dict], dict]:
+    """Measure the first ``tokens`` tokens of ``text`` (BOS first) in forwards of ``chunk`` tokens."""
+    from geosteer.errors import GeosteerError
+    from geosteer.eval.perplexity import encode
+    from geosteer.steer import steer
+
+    if tokens < 1 or chunk < 1:
+        raise GeosteerError(f"--tokens and --chunk must be >= 1 (got {tokens}, {chunk})")
+    if not text.strip():
+        raise GeosteerError("text is empty")
+    ids = encode(tok, text)[:tokens]
+    meas = DirectionalMeasure(_layer_list(model, layers), value=value)
+    device = next(model.parameters()).device
+    with steer(model, meas):
+        for i in range(0, len(ids), chunk):
+            model(input_ids=ids[None, i:i + chunk].to(device), use_cache=False)
+    return meas.rows(), {"tokens": int(len(ids)), "chunk": chunk, "value": value}
+
+
+@torch.no_grad()
+def measure_generation(model: nn.Module, tok, prompt: str, *, max_new_tokens: int = 32,
+                       layers: str | Sequence[int] | None = None, value: bool = True) -> tuple[list[dict], dict]:
+    """Greedy generation with one summary per model call (paper Figure 1): step 0 is the prompt, step
+    s ≥ 1 the single token fed at generation step s (KV cache)."""
+    from geosteer.errors import GeosteerError
+    from geosteer.steer import steer
+
+    if max_new_tokens < 1:
+        raise GeosteerError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
+    enc = tok(prompt, return_tensors="pt")
+    if enc.input_ids.shape[1] == 0:
+        raise GeosteerError("prompt is empty")
+    device = next(model.parameters()).device
+    meas = DirectionalMeasure(_layer_list(model, layers), value=value, per_step=True)
+    with steer(model, meas):
+        out = model.generate(**{k: v.to(device) for k, v in enc.items()}, max_new_tokens=max_new_tokens,
+                             do_sample=False, pad_token_id=tok.pad_token_id)
+    new = out[0, enc.input_ids.shape[1]:]
+    return meas.rows(), {"prompt": prompt, "generated": tok.decode(new, skip_special_tokens=True),
+                         "steps": len(meas._steps), "value": value}

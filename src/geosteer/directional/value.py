@@ -1,0 +1,118 @@
+"""Value-space quantities inside one attention call (paper Section 4.2, Eqs. 7-10), GQA-aware.
+
+Shapes follow the call: query (b, H, q, d), key/value (b, Hkv, k, d) before GQA expansion. Query head
+``h`` reads key/value head ``h // n_rep`` (HF ``repeat_kv`` order), so per-head tensors here are kept as
+(b, Hkv, n_rep, q, ·): head ``h`` is ``[:, h // n_rep, h % n_rep]`` and nothing is copied per query head.
+
+``self_weight`` gives A_tt from the diagonal score and the row log-sum-exp, A_tt = exp(s_tt − lse_t), with
+the log-sum-exp computed over blocks of query rows: only a (rows × k) block of scores exists at a time,
+so exclude-self editing does not need the full attention matrix.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from geosteer.attention import AttentionCall
+
+
+def grouped_query(call: AttentionCall) -> torch.Tensor:
+    """(b, Hkv, n_rep, q, d) view of the query."""
+    b, h, q, d = call.query.shape
+    return call.query.reshape(b, call.key.shape[1], h // call.key.shape[1], q, d)
+
+
+def own_values(call: AttentionCall) -> torch.Tensor:
+    """v_t for each query position (end-aligned with the keys, as with a KV cache): (b, Hkv, 1, q, dv)."""
+    q_len, k_len = call.query.shape[2], call.value.shape[2]
+    return call.value[:, :, None, k_len - q_len:]
+
+
+def grouped_output(out: torch.Tensor, call: AttentionCall) -> torch.Tensor:
+    """Attention output (b, q, H, dv) as transformers returns it → (b, Hkv, n_rep, q, dv)."""
+    b, q, h, dv = out.shape
+    return out.permute(0, 2, 1, 3).reshape(b, call.key.shape[1], h // call.key.shape[1], q, dv)
+
+
+def ungrouped_output(o: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`grouped_output`, contiguous like the stock output."""
+    b, hkv, r, q, dv = o.shape
+    return o.reshape(b, hkv * r, q, dv).permute(0, 2, 1, 3).contiguous().to(like.dtype)
+
+
+def _mask_block(call: AttentionCall, i0: int, i1: int, k_len: int) -> torch.Tensor | None:
+    """Boolean keep-mask for query rows [i0, i1) shaped to broadcast with (b, Hkv, n_rep, rows, k)."""
+    m = call.attention_mask
+    q_len = call.query.shape[2]
+    if m is not None:
+        m = m[..., i0:i1, :k_len]
+        if m.dtype != torch.bool:
+            m = m > torch.finfo(m.dtype).min / 2
+        b, hm = m.shape[0], m.shape[1]
+        if hm == 1:
+            return m[:, :, None]
+        return m.reshape(b, call.key.shape[1], hm // call.key.shape[1], i1 - i0, k_len)
+    if q_len == 1 or not getattr(call.module, "is_causal", True):
+        return None
+    offset = k_len - q_len
+    i = torch.arange(i0, i1, device=call.query.device)[:, None] + offset
+    j = torch.arange(k_len, device=call.query.device)[None, :]
+    return (j <= i)[None, None, None]
+
+
+def self_weight(call: AttentionCall, block_rows: int = 256) -> torch.Tensor:
+    """A_tt (b, Hkv, n_rep, q): the weight each query puts on its own key, as the stock softmax gives it.
+
+    Computed as exp(s_tt − logsumexp_j s_tj) with the row log-sum-exp taken over blocks of ``block_rows``
+    query rows (never the full q × k score matrix). Rows with no visible key get 0.
+    """
+    qg = grouped_query(call).float()
+    key = call.key.float()
+    scale = call.effective_scaling
+    q_len, k_len = qg.shape[3], key.shape[2]
+    k_diag = key[:, :, None, k_len - q_len:]  # (b, Hkv, 1, q, d)
+    s_diag = (qg * k_diag).sum(-1) * scale
+    lse = torch.empty_like(s_diag)
+    kt = key[:, :, None].transpose(-1, -2)  # (b, Hkv, 1, d, k)
+    for i0 in range(0, q_len, block_rows):
+        i1 = min(q_len, i0 + block_rows)
+        scores = (qg[..., i0:i1, :] @ kt) * scale
+        m = _mask_block(call, i0, i1, k_len)
+        if m is not None:
+            scores = scores.masked_fill(~m, float("-inf"))
+        lse[..., i0:i1] = torch.logsumexp(scores, dim=-1)
+    a = torch.exp(s_diag - lse)
+    diag_visible = _diag_visible(call, q_len, k_len)
+    if diag_visible is not None:
+        a = torch.where(diag_visible, a, torch.zeros_like(a))
+    return torch.nan_to_num(a, nan=0.0)
+
+
+def _diag_visible(call: AttentionCall, q_len: int, k_len: int) -> torch.Tensor | None:
+    """Whether query t may see its own key under the call's mask: (b|1, Hkv|1, n_rep|1, q) or None."""
+    m = call.attention_mask
+    if m is None:
+        return None
+    offset = k_len - q_len
+    idx = torch.arange(q_len, device=m.device)
+    diag = m[..., idx, idx + offset]
+    if diag.dtype != torch.bool:
+        diag = diag > torch.finfo(diag.dtype).min / 2
+    b, hm = diag.shape[0], diag.shape[1]
+    if hm == 1:
+        return diag[:, :, None]
+    return diag.reshape(b, call.key.shape[1], hm // call.key.shape[1], q_len)
+
+
+def without_diagonal_mask(call: AttentionCall) -> torch.Tensor:
+    """The call's boolean keep-mask (b|1, 1|H, q, k) with each query's own key removed (diag-removal control)."""
+    from geosteer.attention import additive_mask
+
+    q_len, k_len = call.query.shape[2], call.key.shape[2]
+    m = additive_mask(call, q_len, k_len)
+    idx = torch.arange(q_len, device=call.query.device)
+    eye = torch.zeros(q_len, k_len, dtype=torch.bool, device=call.query.device)
+    eye[idx, idx + (k_len - q_len)] = True
+    if m is None:
+        return ~eye[None, None]
+    return m & ~eye
