@@ -40,7 +40,8 @@ def test_pair_stats_match_numpy_per_token():
 
 def test_decomposition_is_orthogonal_and_complete():
     g = torch.Generator().manual_seed(1)
-    d, z = torch.randn(50, 32, generator=g, dtype=torch.float64), torch.randn(50, 32, generator=g, dtype=torch.float64)
+    d = torch.randn(50, 32, generator=g, dtype=torch.float64)
+    z = torch.randn(50, 32, generator=g, dtype=torch.float64)
     alpha, par, perp = decompose(d, z)
     assert torch.allclose(par + perp, d)
     assert (perp * z).sum(-1).abs().max() < 1e-12

@@ -1,4 +1,4 @@
-"""Measurement: residual decomposition vs plain torch hooks written here; value space vs materialised weights."""
+"""Measurement: residual stats vs plain torch hooks written here; value space vs materialised weights."""
 
 import json
 
@@ -75,8 +75,8 @@ def _plain_reference(name, ids, mask):
         pairs = {"attn": (A, x), "mlp": (F, x if spec["parallel"] else x + A), "block": (out - x, x)}
         for site, (d, z) in pairs.items():
             st = _np_pair(d[keep], z[keep])
-            ref[(i, site)] = {k: (v.mean().item(), v.std(unbiased=False).item(), v.min().item(), v.max().item())
-                              for k, v in st.items()}
+            ref[(i, site)] = {k: (v.mean().item(), v.std(unbiased=False).item(), v.min().item(),
+                                  v.max().item()) for k, v in st.items()}
     return ref
 
 

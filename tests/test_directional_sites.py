@@ -12,7 +12,8 @@ from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import anatomy
 from geosteer.steer import ScaleHook, steer
 
-FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2", "tiny-gpt_neox"]
+FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2",
+            "tiny-gpt_neox"]
 _cache = {}
 
 

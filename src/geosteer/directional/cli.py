@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 directional_app = typer.Typer(add_completion=False, no_args_is_help=True,
-                              help="Directional decomposition: component-scaling edits and the paper's studies.")
+                              help="Directional decomposition: component-scaling edits and studies.")
 
 
 def _threads(n: int | None) -> None:
@@ -18,14 +18,14 @@ def _threads(n: int | None) -> None:
 
 
 def decompose_cmd(
-    model: str = typer.Option("smollm2", "--model", "-m", help="smollm2 | gemma3-270m | tiny-<family> | path"),
+    model: str = typer.Option("smollm2", "--model", "-m", help="smollm2 | tiny-<family> | path"),
     corpus: str = typer.Option("heldout", "--corpus", help="corpus split to read: heldout | train"),
-    text_file: Path | None = typer.Option(None, "--text-file", help="read this text file instead of the corpus"),
+    text_file: Path | None = typer.Option(None, "--text-file", help="read this text file"),
     tokens: int = typer.Option(512, "--tokens", help="tokens to measure (from the start of the text)"),
     chunk: int = typer.Option(512, "--chunk", help="tokens per forward pass"),
     layers: str = typer.Option("all", "--layers", help="'all', '3', '0-5', '0-5,9'"),
     value: bool = typer.Option(True, "--value/--no-value", help="also measure value space (per head)"),
-    generate: str | None = typer.Option(None, "--generate", help="measure per generation step for this prompt"),
+    generate: str | None = typer.Option(None, "--generate", help="measure per generation step"),
     max_new_tokens: int = typer.Option(32, "--max-new-tokens"),
     as_json: bool = typer.Option(False, "--json", help="print JSON rows"),
     csv: Path | None = typer.Option(None, "--csv", help="write tidy rows to this CSV file"),
@@ -58,10 +58,10 @@ def decompose_cmd(
     if as_json:
         emit({"meta": meta, "rows": rows}, True)
     elif csv is None and out is None:
-        keep = ("step", "layer", "site", "head", "ratio_mean", "abs_cos_mean", "alpha_mean", "rel_norm_mean",
-                "a_self_mean", "c_ratio_mean")
+        keep = ("step", "layer", "site", "head", "ratio_mean", "abs_cos_mean", "alpha_mean",
+                "rel_norm_mean", "a_self_mean", "c_ratio_mean")
         show = [r for r in rows if r.get("head", -1) in (-1, None)] or rows
-        emit([{k: r[k] for k in keep if k in r} for r in show], False, table_title="directional decomposition")
+        emit([{k: r[k] for k in keep if k in r} for r in show], False, table_title="decomposition")
 
 
 @directional_app.command("sweep")

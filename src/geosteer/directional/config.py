@@ -54,7 +54,8 @@ def parse_layers(spec: str | Sequence[int] | None, n_layers: int) -> list[int] |
                 else:
                     out.append(int(part))
             except ValueError:
-                raise GeosteerError(f"bad layer spec '{spec}'; use e.g. 'all', '3', '0-5' or '0-5,9'") from None
+                raise GeosteerError(
+                    f"bad layer spec '{spec}'; use e.g. 'all', '3', '0-5' or '0-5,9'") from None
     else:
         out = [int(i) for i in spec]
     bad = [i for i in out if not 0 <= i < n_layers]
@@ -65,7 +66,7 @@ def parse_layers(spec: str | Sequence[int] | None, n_layers: int) -> list[int] |
 
 @dataclass
 class ComponentScaleConfig:
-    """One component-scaling edit: ``site``, scales ``s_par`` (s∥) and ``s_perp`` (s⊥), ``layers`` (None = all)."""
+    """One component-scaling edit: ``site``, scales ``s_par`` (s∥), ``s_perp`` (s⊥), ``layers``."""
 
     site: str
     s_par: float = 1.0

@@ -34,7 +34,7 @@ def decompose(delta: torch.Tensor, z: torch.Tensor, eps: float = _TINY) -> tuple
 
 
 def component_scale(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: float) -> torch.Tensor:
-    """Eq. 11: ỹ = s∥·y∥ + s⊥·y⊥, written as y + (s∥−1)·y∥ + (s⊥−1)·y⊥ so that s∥ = s⊥ = 1 returns y exactly."""
+    """Eq. 11: ỹ = s∥·y∥ + s⊥·y⊥, written as y + (s∥−1)·y∥ + (s⊥−1)·y⊥ (s∥ = s⊥ = 1 returns y exactly)."""
     if s_par == 1.0 and s_perp == 1.0:
         return y + 0.0 * y  # same values as y (finite inputs), but a new tensor like the general case
     _, par, perp = decompose(y, ref)

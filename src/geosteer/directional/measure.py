@@ -4,7 +4,8 @@ Residual space, per layer and token (``ctx.state`` of the branch hook points giv
 references, so nothing is recomputed):
 
 - ``attn``  attention update A            vs the block input x (``resid_pre``, not normed)
-- ``mlp``   MLP update Φ                   vs the MLP's incoming residual (``mlp_norm_in``: x + A, or x if parallel)
+- ``mlp``   MLP update Φ                   vs the MLP's incoming residual (``mlp_norm_in``: x + A, or x
+  if parallel)
 - ``block`` block update x' − x            vs x
 
 Value space, per layer, head and token (an attention handler; GQA: head h reads kv head h // n_rep):
@@ -205,7 +206,8 @@ def measure_text(model: nn.Module, tok, text: str, *, tokens: int = 512, chunk: 
 
 @torch.no_grad()
 def measure_generation(model: nn.Module, tok, prompt: str, *, max_new_tokens: int = 32,
-                       layers: str | Sequence[int] | None = None, value: bool = True) -> tuple[list[dict], dict]:
+                       layers: str | Sequence[int] | None = None,
+                       value: bool = True) -> tuple[list[dict], dict]:
     """Greedy generation with one summary per model call (paper Figure 1): step 0 is the prompt, step
     s ≥ 1 the single token fed at generation step s (KV cache)."""
     from geosteer.errors import GeosteerError

@@ -105,7 +105,7 @@ def _diag_visible(call: AttentionCall, q_len: int, k_len: int) -> torch.Tensor |
 
 
 def without_diagonal_mask(call: AttentionCall) -> torch.Tensor:
-    """The call's boolean keep-mask (b|1, 1|H, q, k) with each query's own key removed (diag-removal control)."""
+    """The call's boolean keep-mask (b|1, 1|H, q, k) without each query's own key (diag-removal control)."""
     from geosteer.attention import additive_mask
 
     q_len, k_len = call.query.shape[2], call.key.shape[2]
