@@ -159,9 +159,10 @@ def estimated_speedup(times: list[dict], layers: Sequence[int]) -> float:
 class ConcurrentParallel:
     """Parallelise ``layers`` *and* execute Φ(x) concurrently with attention on a worker thread.
 
-    Gives the same outputs as :class:`Parallelize` (up to nothing: the same ops on the same inputs). At the
-    block's entry the FFN branch (norm → MLP) is submitted to the worker on the block input; the MLP call in
-    the main thread then just collects the result. Only for timing the real speed-up.
+    Outputs equal those of :class:`Parallelize` exactly (the same ops on the same inputs, another thread). At
+    the block's entry the FFN branch (norm → MLP) is submitted to the worker on the block input; the MLP call
+    in the main thread then just collects the result. For timing the real speed-up; other hooks on the MLP
+    module itself do not see the worker's call.
     """
 
     def __init__(self, layers: Sequence[int]) -> None:
