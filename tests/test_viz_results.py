@@ -120,3 +120,27 @@ def test_cli_report_and_error_exit(tmp_path, monkeypatch, capsys):
         cli.main()
     assert e.value.code == 2
     assert capsys.readouterr().err.startswith("error: not found")
+
+
+def test_multi_table_file_with_mean_std_long_format(tmp_path):
+    rows = [{"table": "layers", "layer": lay, "metric": m, "mean": lay * (2 if m == "b" else 1), "std": 0.1,
+             "n": 64} for lay in range(3) for m in ("a", "b")]
+    rows += [{"table": "ov", "layer": lay, "head": h, "ratio": lay + h, "positive": h == 0}
+             for lay in range(3) for h in range(2)]
+    rows += [{"table": "sweep", "scale": s, "ppl": 10 ** s, "seconds": 3.0 + s} for s in range(4)]
+    figs = auto_figures(load_tidy(write_records(tmp_path / "diag.json", rows)))
+    titles = [f.layout.title.text for f in figs]
+    assert titles == ["diag [table=layers]: a vs layer", "diag [table=layers]: b vs layer",
+                      "diag [table=ov]: ratio vs layer", "diag [table=ov]: positive vs layer",
+                      "diag [table=sweep]: ppl vs scale"]  # n, head and seconds are not metrics
+    b = figs[1].data[0]
+    assert list(b.y) == [0, 2, 4] and list(b.error_y.array) == [0.1] * 3  # the row's own std
+    pos = figs[3].data[0]
+    assert list(pos.y) == [0.5] * 3  # booleans plot as the fraction true (head 0 of 2)
+    assert figs[4].layout.yaxis.type == "log"  # ppl spans three decades
+
+
+def test_many_metrics_become_one_panel(tmp_path):
+    rows = [{"layer": lay, **{f"m{i}": lay * i for i in range(1, 9)}} for lay in range(4)]
+    figs = auto_figures(load_tidy(write_records(tmp_path / "many.json", rows)))
+    assert len(figs) == 1 and len(figs[0].data) == 8 and "8 metrics vs layer" in figs[0].layout.title.text

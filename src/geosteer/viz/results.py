@@ -3,11 +3,14 @@
 The studies write one row per layer / setting / prompt. This module never recomputes anything: it reads
 the rows and picks plots from the column names:
 
+- files holding several tables (a ``table``/``section``/``kind`` string column) are split first;
+- long-format files (``metric`` + ``value`` or ``mean`` [+ ``std``]) are pivoted to one column per metric;
 - an x column (``layer`` first, then ``step``/``epoch``, then a sweep key such as ``scale``, ``alpha``,
-  ``beta``, ``s_par``, ``k``…) and every other numeric column as a metric → one line figure per metric,
-  one line per group (the low-cardinality string/bool columns and, for a sweep, the ``layer`` column),
-  repeated x within a group averaged with a ±1 std error bar;
-- long-format files (``metric`` + ``value`` columns) are pivoted first;
+  ``beta``, ``s_par``, ``k``…) and every other numeric or boolean column as a metric (ids such as head,
+  seed, n and run times excluded) → one line figure per metric, one line per group (the low-cardinality
+  string columns, other sweep keys with ≤ 6 values and, for a sweep, the ``layer`` column); repeated x
+  within a group are averaged with a ±1 std error bar (or the row's own ``<metric>_std``);
+- more than six metrics → one small-multiples panel instead of many figures;
 - two or more metrics whose names contain ``err`` also get one shared panel (the compression-error
   panels of the directional study);
 - no usable x: bars per group, or nothing but the table.
@@ -31,7 +34,9 @@ X_PRIORITY = ("layer", "step", "epoch", "iteration", "tokens")
 SWEEP_KEYS = ("scale", "factor", "alpha", "beta", "gamma", "s_par", "s_perp", "s", "gain", "strength",
               "beta_a", "beta_m", "k", "top_k", "rank", "grid", "grid_size", "lr", "threshold", "temperature",
               "n_parallel", "fraction", "ratio_target", "budget")
-ID_LIKE = ("seed", "index", "idx", "id", "prompt_id", "token_index", "head", "dim", "row", "col")
+ID_LIKE = ("seed", "index", "idx", "id", "prompt_id", "token_index", "head", "kv_head", "dim", "row", "col",
+           "n", "count")
+RUNTIME = {"seconds", "time", "elapsed", "wall_s", "tokens_per_s"}
 MAX_GROUPS = 12
 MAX_FIGURES = 16
 
@@ -111,18 +116,24 @@ def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _pivot_long(rows: list[dict]) -> list[dict]:
-    """``metric``/``value`` long format → one column per metric (other columns are the keys)."""
-    keys = [c for c in rows[0] if c not in ("metric", "value")]
+def _pivot_long(rows: list[dict], value: str) -> list[dict]:
+    """``metric`` + ``value``/``mean`` long format → one column per metric; ``std`` → ``<metric>_std``."""
+    skip = {"metric", value, "std"}
+    keys: list[str] = []
+    for r in rows:
+        keys.extend(k for k in r if k not in skip and k not in keys)
     out: dict[tuple, dict] = {}
     for r in rows:
-        key = tuple((k, r.get(k)) for k in keys)
-        out.setdefault(key, dict(key))[str(r.get("metric"))] = r.get("value")
+        key = tuple((k, r.get(k)) for k in keys if k != "n")
+        row = out.setdefault(key, dict(key))
+        row[str(r.get("metric"))] = r.get(value)
+        if "std" in r:
+            row[f"{r.get('metric')}_std"] = r.get("std")
     return list(out.values())
 
 
 def classify_columns(rows: list[dict]) -> tuple[list[str], list[str]]:
-    """(numeric columns, categorical columns with 2..MAX_GROUPS distinct values)."""
+    """(numeric columns incl. booleans as 0/1, categorical string columns with 2..MAX_GROUPS values)."""
     cols: list[str] = []
     for r in rows:
         cols.extend(k for k in r if k not in cols)
@@ -131,7 +142,7 @@ def classify_columns(rows: list[dict]) -> tuple[list[str], list[str]]:
         vals = [r.get(c) for r in rows if r.get(c) is not None]
         if not vals:
             continue
-        if all(_is_num(v) for v in vals):
+        if all(_is_num(v) or isinstance(v, bool) for v in vals):
             if len(set(vals)) > 1:
                 numeric.append(c)
         elif 2 <= len({str(v) for v in vals}) <= MAX_GROUPS:
@@ -151,71 +162,122 @@ def _label(r: dict, group_cols: list[str]) -> str:
     return ", ".join(f"{c}={r.get(c)}" for c in group_cols) if group_cols else "all"
 
 
+def _f(v) -> float | None:
+    if isinstance(v, bool):
+        return float(v)
+    return float(v) if _is_num(v) else None
+
+
 def _series(rows: list[dict], x: str, y: str, group_cols: list[str]) -> dict[str, tuple[list, list, list]]:
-    """group label → (xs, mean ys, std ys), x sorted; repeated x in a group are averaged."""
+    """group label → (xs, mean ys, error ys), x sorted. Repeated x in a group are averaged (error = their
+    std); a single row per x uses the row's own ``<y>_std`` column if there is one."""
     acc: dict[str, dict] = defaultdict(lambda: defaultdict(list))
+    own: dict[str, dict] = defaultdict(dict)
     for r in rows:
-        if _is_num(r.get(x)) and _is_num(r.get(y)):
-            acc[_label(r, group_cols)][r[x]].append(float(r[y]))
+        xv, yv = r.get(x), _f(r.get(y))
+        if _is_num(xv) and yv is not None:
+            g = _label(r, group_cols)
+            acc[g][xv].append(yv)
+            sd = _f(r.get(f"{y}_std"))
+            if sd is not None:
+                own[g][xv] = sd
     out = {}
     for g, by_x in acc.items():
         xs = sorted(by_x)
         means = [sum(by_x[v]) / len(by_x[v]) for v in xs]
-        stds = [math.sqrt(sum((u - m) ** 2 for u in by_x[v]) / len(by_x[v]))
-                for v, m in zip(xs, means, strict=True)]
-        out[g] = (xs, means, stds)
+        errs = []
+        for v, m in zip(xs, means, strict=True):
+            vals = by_x[v]
+            if len(vals) > 1:
+                errs.append(math.sqrt(sum((u - m) ** 2 for u in vals) / len(vals)))
+            else:
+                errs.append(own[g].get(v, 0.0))
+        out[g] = (xs, means, errs)
     return out
+
+
+def _wide_positive(series: dict) -> bool:
+    """All values > 0 and spanning more than two decades (perplexities under ablation): log axis."""
+    ys = [y for _, means, _ in series.values() for y in means]
+    return bool(ys) and min(ys) > 0 and max(ys) / min(ys) > 100
 
 
 def _line_figure(rows, x, y, group_cols, title) -> go.Figure:
     fig = go.Figure()
-    for g, (xs, ys, sd) in sorted(_series(rows, x, y, group_cols).items()):
+    series = _series(rows, x, y, group_cols)
+    for g, (xs, ys, sd) in sorted(series.items()):
         err = dict(type="data", array=sd, visible=True) if any(s > 0 for s in sd) else None
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=g, error_y=err))
     fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, template="plotly_white", height=380,
                       legend=dict(font=dict(size=10)))
+    if _wide_positive(series):
+        fig.update_yaxes(type="log")
     return fig
 
 
-def _error_panel(rows, x, metrics, group_cols, title) -> go.Figure:
-    cols = min(3, len(metrics))
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#393b79", "#637939"]
+
+
+def _panel(rows, x, metrics, group_cols, title) -> go.Figure:
+    """Small multiples: one subplot per metric against ``x``, shared legend."""
+    cols = min(4 if len(metrics) > 6 else 3, len(metrics))
     nrows = math.ceil(len(metrics) / cols)
-    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=metrics)
+    fig = make_subplots(rows=nrows, cols=cols, subplot_titles=metrics, vertical_spacing=0.5 / max(nrows, 1))
     seen = set()
-    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
-               "#7f7f7f", "#bcbd22", "#393b79", "#637939"]
     for i, m in enumerate(metrics):
-        for j, (g, (xs, ys, _)) in enumerate(sorted(_series(rows, x, m, group_cols).items())):
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=g, legendgroup=g,
-                                     showlegend=g not in seen, line=dict(color=palette[j % len(palette)])),
+        for j, (g, (xs, ys, sd)) in enumerate(sorted(_series(rows, x, m, group_cols).items())):
+            err = dict(type="data", array=sd, visible=True, thickness=1) if any(s > 0 for s in sd) else None
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=g, legendgroup=g, error_y=err,
+                                     showlegend=g not in seen, marker=dict(size=4),
+                                     line=dict(color=PALETTE[j % len(PALETTE)])),
                           row=i // cols + 1, col=i % cols + 1)
             seen.add(g)
-    fig.update_layout(title=title, template="plotly_white", height=300 * nrows + 80)
-    fig.update_xaxes(title_text=x)
+    fig.update_layout(title=title, template="plotly_white", height=240 * nrows + 100,
+                      showlegend=bool(group_cols))
+    fig.update_xaxes(title_text=x, title_standoff=2)
     return fig
+
+
+def _split(result: TidyResult) -> list[tuple[str, list[dict]]]:
+    """Files that hold several tables (a ``table``/``section`` column) → one (suffix, rows) per table."""
+    for key in ("table", "section", "kind"):
+        vals = [r.get(key) for r in result.rows]
+        if all(isinstance(v, str) for v in vals) and 1 < len(set(vals)) <= MAX_GROUPS:
+            names = list(dict.fromkeys(vals))
+            return [(f" [{key}={n}]", [{k: v for k, v in r.items() if k != key} for r in result.rows
+                                      if r.get(key) == n]) for n in names]
+    return [("", result.rows)]
 
 
 def auto_figures(result: TidyResult) -> list[go.Figure]:
     """Sensible plots for ``result`` chosen by its column names (see the module docstring)."""
-    rows = result.rows
+    figs: list[go.Figure] = []
+    base = result.meta.get("title") or result.meta.get("study") or result.name
+    for suffix, rows in _split(result):
+        figs.extend(_figures_for(rows, f"{base}{suffix}"))
+    return figs
+
+
+def _figures_for(rows: list[dict], title_base: str) -> list[go.Figure]:
     if not rows:
         return []
     cols = {c for r in rows for c in r}
-    if {"metric", "value"} <= cols:
-        rows = _pivot_long(rows)
+    if "metric" in cols and ({"value", "mean"} & cols):
+        rows = _pivot_long(rows, "value" if "value" in cols else "mean")
     numeric, categorical = classify_columns(rows)
     x = pick_x(numeric)
-    title_base = result.meta.get("title") or result.meta.get("study") or result.name
     figs: list[go.Figure] = []
+    skip = set(ID_LIKE) | RUNTIME
     if x is None:
-        metrics = [c for c in numeric if c.lower() not in ID_LIKE]
+        metrics = [c for c in numeric if c.lower() not in skip and not c.endswith("_std")]
         if categorical and metrics:
             g = categorical[0]
             for m in metrics[:MAX_FIGURES]:
                 labels = sorted({str(r.get(g)) for r in rows})
                 means = []
                 for lab in labels:
-                    vals = [float(r[m]) for r in rows if str(r.get(g)) == lab and _is_num(r.get(m))]
+                    vals = [_f(r.get(m)) for r in rows if str(r.get(g)) == lab and _f(r.get(m)) is not None]
                     means.append(sum(vals) / len(vals) if vals else None)
                 fig = go.Figure(go.Bar(x=labels, y=means))
                 fig.update_layout(title=f"{title_base}: {m} by {g}", xaxis_title=g, yaxis_title=m,
@@ -228,14 +290,21 @@ def auto_figures(result: TidyResult) -> list[go.Figure]:
         for c in numeric:
             if c.lower() == "layer" and len({r.get(c) for r in rows}) <= MAX_GROUPS:
                 group_cols.append(c)
-    # Other sweep keys with few values also split lines (e.g. s_perp at fixed s_par).
+    # Other sweep keys with few values also split lines (e.g. s_perp at fixed s_par, k of top-k).
     for c in numeric:
         if c != x and c.lower() in SWEEP_KEYS and len({r.get(c) for r in rows}) <= 6 and c not in group_cols:
             group_cols.append(c)
-    metrics = [c for c in numeric if c != x and c not in group_cols and c.lower() not in ID_LIKE]
+    metrics = [c for c in numeric if c != x and c not in group_cols and c.lower() not in skip
+               and not c.endswith("_std")]
+    if not metrics:
+        return figs
     err_metrics = [m for m in metrics if "err" in m.lower()]
     if len(err_metrics) >= 2:
-        figs.append(_error_panel(rows, x, err_metrics, group_cols, f"{title_base}: errors vs {x}"))
+        figs.append(_panel(rows, x, err_metrics, group_cols, f"{title_base}: errors vs {x}"))
+        metrics = [m for m in metrics if m not in err_metrics] + err_metrics
+    if len(metrics) > 6:
+        figs.append(_panel(rows, x, metrics, group_cols, f"{title_base}: {len(metrics)} metrics vs {x}"))
+        return figs
     for m in metrics[:MAX_FIGURES]:
         figs.append(_line_figure(rows, x, m, group_cols, f"{title_base}: {m} vs {x}"))
     return figs
