@@ -278,9 +278,8 @@ class SurfaceBank(nn.Module):
             mask = call.attention_mask
             crop = is_causal and mask is None and L > 1 and T > L
             if not crop:
-                features = cache.get(
-                    k, v, L, (lo_f, hi_f, fused),
-                    lambda kk, vv: key_features(kk, vv, self.grid_size, lo_f, hi_f, with_value=fused))
+                features = cache.get(k, v, L, (lo_f, hi_f),
+                                     lambda kk, vv: key_features(kk, vv, self.grid_size, lo_f, hi_f))
         out = modulated_attention(
             q, k, v, c, self.grid_size, lo_f, hi_f, attn_mask=call.attention_mask, is_causal=bool(is_causal),
             scaling=call.scaling, softcap=kw.get("softcap"),

@@ -1,13 +1,19 @@
 """Exact value-modulated attention in factored form (paper Eq. 2), never building (b, h, q, k, d).
 
     o_id = Σ_j a_ij v_jd (1 + S_d(q_id, k_jd)),   S_d(q, k) = Σ_ab C_dab B_a(q) B_b(k)
-         = (A V)_id + Σ_b Qf_idb · F_idb,   Qf_idb = Σ_a C_dab B_a(q_id),   F_idb = Σ_j a_ij v_jd B_b(k_jd)
+         = (A V)_id + Σ_a B_a(q_id) G_ida,   G_ida = Σ_b C_dab F_idb,   F_idb = Σ_j a_ij v_jd B_b(k_jd)
 
-Layout: the key side is one matrix per KV head, ``Vaug[j, d·(K+1) + c]`` = v_jd·B_c(k_jd) for c < K and
-v_jd for c = K (computed once per KV head, shared by its n_rep query heads, and cached across
-decode steps). Queries are processed in blocks; each block multiplies its attention weights by the key
-range it can see only (causal / sliding-window / padding masks: fully masked key ranges are skipped), so
-a causal forward costs about half of a dense one and memory stays linear in the sequence length.
+Key side: one matrix per KV head, ``feats[j, d·(K+1) + c]`` = v_jd·B_c(k_jd) for c < K and v_jd for c = K
+(computed once per KV head, shared by its n_rep query heads, cached across decode steps by the bank).
+One product of the attention weights with it gives the stock output A V and F together.
+
+Query side: only 4 of the K bases are non-zero at any q, so instead of forming Σ_a C_dab B_a(q) for all b we
+contract C with F (a small batched product) and gather the 4 entries that the query's basis selects.
+
+Queries are processed in blocks; each block multiplies its attention weights by the key range it can see
+only (causal / sliding-window / padding masks: fully masked key ranges are skipped), so a causal forward
+costs about half of a dense one and memory stays linear in the sequence length. For long query blocks the
+products run in a transposed layout (features × queries) so that no large tensor is ever permuted.
 
 The attention weights a_ij are those of the stock SDPA path: same scaling, boolean or additive mask
 (causal, sliding window, padding), optional soft-capping, GQA (query head h reads KV head h // n_rep), and
@@ -18,47 +24,111 @@ from __future__ import annotations
 
 import torch
 
-from geosteer.manifold.bspline import bspline_basis, bspline_local
+from geosteer.manifold.bspline import bspline_basis
 
 DEFAULT_BLOCK = 128
+SMALL_Q = 8  # at most this many queries (decoding): grouped layout, one pass over the key features
 
 
-def key_features(key: torch.Tensor, value: torch.Tensor, grid_size: int, lo, hi,
-                 with_value: bool = True) -> torch.Tensor:
-    """Key-side features (b, Hkv, T, d·C) with C = K + 1 (``with_value``) or K.
-
-    Per (j, d) the C columns are v_jd·B_0(k_jd) … v_jd·B_{K-1}(k_jd) followed (``with_value``) by v_jd.
-    """
-    K = grid_size + 3
-    a0, w = bspline_local(key, grid_size, lo, hi)  # (b, Hkv, T, d), (..., 4)
-    # Scatter the four local weights into a table padded by 3 on each side (basis a at column a + 3);
-    # the padding columns collect the pieces of non-existent bases and are dropped.
-    idx = (a0 + 3).unsqueeze(-1) + torch.arange(4, device=key.device)
-    table = torch.zeros(*key.shape, K + 6, dtype=w.dtype, device=key.device).scatter(-1, idx, w)
-    if with_value:
-        table[..., K + 3] = 1.0
-        feats = table[..., 3 : K + 4]
+def _position(x: torch.Tensor, grid_size: int, lo, hi) -> tuple[torch.Tensor, torch.Tensor]:
+    """Interval index s (float, floor; clamped to [-1, g+7] so that all four bases are out of range
+    beyond the support) and local coordinate t ∈ [0, 1)."""
+    if torch.is_tensor(lo) or torch.is_tensor(hi):
+        lo = torch.as_tensor(lo, dtype=x.dtype, device=x.device)
+        hi = torch.as_tensor(hi, dtype=x.dtype, device=x.device)
+        sc = grid_size / (hi - lo)
+        u = (x - lo) * sc + 3.0
     else:
-        feats = table[..., 3 : K + 3]
-    out = feats * value.unsqueeze(-1)
-    b, hk, t, _ = key.shape
-    return out.reshape(b, hk, t, -1)
+        sc = grid_size / (float(hi) - float(lo))
+        u = x * sc + (3.0 - float(lo) * sc)
+    u = u.clamp(-1.0, grid_size + 7.0)
+    s = torch.floor(u)
+    return s, u - s
 
 
-def query_features(query: torch.Tensor, coeff: torch.Tensor, grid_size: int, lo, hi) -> torch.Tensor:
-    """``Qf`` (..., H, L, d, K): Σ_a C[h, d, a, :] B_a(q) for query (b, H, L, d), coeff (H, d, K, K)."""
-    bq = bspline_basis(query, grid_size, lo, hi)  # (b, H, L, d, K)
-    return torch.einsum("bhlda,hdac->bhldc", bq, coeff.to(bq.dtype))
+def _weights(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """The four uniform cubic B-spline pieces at local coordinate t, stacked on ``dim``."""
+    t2 = t * t
+    t3 = t2 * t
+    m = 1.0 - t
+    w0 = m * m * m * (1.0 / 6.0)
+    w3 = t3 * (1.0 / 6.0)
+    w1 = t3 * 0.5 - t2 + (2.0 / 3.0)
+    w2 = 1.0 - w0 - w1 - w3
+    return torch.stack((w0, w1, w2, w3), dim=dim)
 
 
-def _mask_for_block(attn_mask, b, hkv, rep, s, e, k0, k1):
-    """The mask rows of queries [s, e) and keys [k0, k1), shaped to broadcast over (b, Hkv, rep, L, n)."""
-    m = attn_mask[..., s:e, k0:k1]
-    if m.dim() == 2:
-        m = m[None, None]
-    if m.shape[1] == 1:
-        return m[:, :, None]  # (b|1, 1, 1, L, n)
-    return m.reshape(m.shape[0], hkv, rep, e - s, k1 - k0)
+def key_features(key: torch.Tensor, value: torch.Tensor, grid_size: int, lo, hi) -> torch.Tensor:
+    """Key-side features (b, Hkv, T, d·(K+1)): per (j, d), v·B_0(k) … v·B_{K-1}(k), then v."""
+    K = grid_size + 3
+    s, t = _position(key, grid_size, lo, hi)
+    w = _weights(t, dim=-1) * value.unsqueeze(-1)  # (b, hkv, T, d, 4)
+    # basis index a = s - 3 + r; out-of-range ones go to column K, which is then overwritten by v
+    idx = (s.to(torch.long) - 3).unsqueeze(-1) + torch.arange(4, device=key.device)
+    idx = idx.clamp_(-1, K).remainder_(K + 1)
+    feats = torch.zeros(*key.shape, K + 1, dtype=w.dtype, device=key.device)
+    feats = feats.scatter(-1, idx, w)
+    feats[..., K] = value
+    b, hk, T, d = key.shape
+    return feats.view(b, hk, T, d * (K + 1))
+
+
+def _padded_coeff(coeff: torch.Tensor, hkv: int, rep: int) -> torch.Tensor:
+    """(rep, hkv, d, K+2, K): C with a zero row before and after, heads ordered (r, g) for h = g·rep + r."""
+    H, d, K, _ = coeff.shape
+    c = coeff.view(hkv, rep, d, K, K).transpose(0, 1)
+    return torch.nn.functional.pad(c, (0, 0, 1, 1))
+
+
+def _key_range(causal, attn_mask, float_mask, s, e, L, T):
+    """The key interval [k0, k1) that queries [s, e) can see (None: nothing visible)."""
+    if causal:
+        return 0, min(T, e + (T - L))
+    if attn_mask is not None and not float_mask:
+        m = attn_mask[..., s:e, :]
+        cols = m.reshape(-1, T).any(dim=0)
+        nz = torch.nonzero(cols)
+        if nz.numel() == 0:
+            return None
+        return int(nz[0]), int(nz[-1]) + 1
+    return 0, T
+
+
+def _weights_block(query_g, key, s, e, k0, k1, *, scaling, softcap, causal, attn_mask, float_mask, dropout,
+                   L, T):
+    """Attention weights (b, hkv, rep, n_q, n_k) of queries [s, e) over keys [k0, k1), as SDPA makes them."""
+    b, hkv, rep, _, d = query_g.shape
+    n_q, n_k = e - s, k1 - k0
+    qb = query_g[:, :, :, s:e].reshape(b, hkv, rep * n_q, d)
+    scores = torch.matmul(qb, key[:, :, k0:k1].transpose(-1, -2)).view(b, hkv, rep, n_q, n_k)
+    scores = scores * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    masked = False
+    if causal:
+        i = torch.arange(s, e, device=key.device)[:, None] + (T - L)
+        j = torch.arange(k0, k1, device=key.device)[None, :]
+        if bool((j > i).any()):
+            scores = scores.masked_fill(j > i, float("-inf"))
+    elif attn_mask is not None:
+        m = attn_mask[..., s:e, k0:k1]
+        if m.dim() == 2:
+            m = m[None, None]
+        m = m[:, :, None] if m.shape[1] == 1 else m.reshape(m.shape[0], hkv, rep, n_q, n_k)
+        if float_mask:
+            scores = scores + m.to(scores.dtype)
+        else:
+            scores = scores.masked_fill(~m, float("-inf"))
+            masked = True
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    else:
+        p = torch.softmax(scores, dim=-1)
+    if masked:
+        p = torch.nan_to_num(p, nan=0.0)  # fully masked rows attend nothing (output 0)
+    if dropout > 0.0:
+        p = torch.nn.functional.dropout(p, p=dropout, training=True)
+    return p
 
 
 def modulated_attention(
@@ -89,8 +159,6 @@ def modulated_attention(
     b, H, L, d = query.shape
     hkv, T = key.shape[1], key.shape[2]
     rep = H // hkv
-    K = grid_size + 3
-    C1 = K + 1 if with_value else K
     if scaling is None:
         scaling = d ** -0.5
     if is_causal and attn_mask is None and L > 1 and T > L:
@@ -100,64 +168,78 @@ def modulated_attention(
             features = features[:, :, :L]
     causal = bool(is_causal and attn_mask is None and L > 1)
     if features is None:
-        features = key_features(key, value, grid_size, lo, hi, with_value=with_value)
+        features = key_features(key, value, grid_size, lo, hi)
     float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
     if attn_mask is not None:
         attn_mask = attn_mask[..., :T]
-    qg = query.reshape(b, hkv, rep, L, d)
-    cf = coeff.to(query.dtype)
+    coeff = coeff.to(query.dtype)
+    query_g = query.view(b, hkv, rep, L, d)
+    common = dict(scaling=scaling, softcap=softcap, causal=causal, attn_mask=attn_mask, float_mask=float_mask,
+                  dropout=dropout, L=L, T=T)
+    if L <= SMALL_Q:
+        out = _small(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, common)
+    else:
+        out = _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block, common)
+    return out
+
+
+def _small(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, common):
+    """Few queries (decoding): grouped layout, one product per KV head."""
+    b, H, L, d = query.shape
+    hkv, rep = query_g.shape[1], query_g.shape[2]
+    K = grid_size + 3
+    rng = _key_range(common["causal"], common["attn_mask"], common["float_mask"], 0, L, L, common["T"])
+    if rng is None:
+        return query.new_zeros(b, L, H, d)
+    k0, k1 = rng
+    p = _weights_block(query_g, key, 0, L, k0, k1, **common)  # (b, hkv, rep, L, n_k)
+    o = torch.matmul(p.reshape(b, hkv, rep * L, k1 - k0), features[:, :, k0:k1])
+    o = o.view(b, H, L, d, K + 1)
+    qf = torch.einsum("bhlda,hdac->bhldc", bspline_basis(query, grid_size, lo, hi), coeff)
+    delta = (o[..., :K] * qf).sum(-1)
+    out = o[..., K] + delta if with_value else delta
+    return out.transpose(1, 2).contiguous()
+
+
+def _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block, common):
+    """Query blocks in the transposed layout (rep, b, hkv, d, ·, queries)."""
+    b, H, L, d = query.shape
+    hkv, rep = query_g.shape[1], query_g.shape[2]
+    K = grid_size + 3
+    D = d * (K + 1)
+    grad = torch.is_grad_enabled()
+    # query side, once per call: basis rows (into C padded by one zero row) and weights, (rep,b,hkv,d,4,L)
+    q_t = query_g.permute(2, 0, 1, 4, 3).contiguous()  # (rep, b, hkv, d, L)
+    s, t = _position(q_t, grid_size, lo, hi)
+    wq = _weights(t, dim=-2)
+    iq = ((s.to(torch.long) - 2).unsqueeze(-2) + torch.arange(4, device=query.device)[:, None])
+    iq = iq.clamp_(0, K + 1)
+    cpad = _padded_coeff(coeff, hkv, rep)[:, None]  # (rep, 1, hkv, d, K+2, K)
+    feats_t = features.transpose(-1, -2)  # (b, hkv, D, T)
     outs = []
-    for s in range(0, L, block):
-        e = min(L, s + block)
-        n_q = e - s
-        if causal:
-            k0, k1 = 0, min(T, e + (T - L))
-        elif attn_mask is not None and not float_mask:
-            cols = attn_mask[..., s:e, :].reshape(-1, n_q, T).any(dim=0).any(dim=0)
-            nz = torch.nonzero(cols)
-            if nz.numel() == 0:
-                outs.append(query.new_zeros(b, hkv, rep, n_q, d))
-                continue
-            k0, k1 = int(nz[0]), int(nz[-1]) + 1
+    for s0 in range(0, L, block):
+        e0 = min(L, s0 + block)
+        n_q = e0 - s0
+        rng = _key_range(common["causal"], common["attn_mask"], common["float_mask"], s0, e0, L, common["T"])
+        if rng is None:
+            outs.append(query.new_zeros(rep, b, hkv, d, n_q))
+            continue
+        k0, k1 = rng
+        p = _weights_block(query_g, key, s0, e0, k0, k1, **common)  # (b, hkv, rep, n_q, n_k)
+        ft = feats_t[..., k0:k1]
+        if grad:
+            o = torch.stack([torch.matmul(ft, p[:, :, r].transpose(-1, -2)) for r in range(rep)])
         else:
-            k0, k1 = 0, T
-        n_k = k1 - k0
-        qb = qg[:, :, :, s:e]  # (b, hkv, rep, n_q, d)
-        kb = key[:, :, k0:k1]
-        scores = torch.matmul(qb.reshape(b, hkv, rep * n_q, d), kb.transpose(-1, -2)) * scaling
-        scores = scores.view(b, hkv, rep, n_q, n_k)
-        if softcap is not None:
-            scores = torch.tanh(scores / softcap) * softcap
-        masked = False
-        if causal:
-            i = torch.arange(s, e, device=query.device)[:, None] + (T - L)
-            j = torch.arange(k0, k1, device=query.device)[None, :]
-            scores = scores.masked_fill(j > i, float("-inf"))
-        elif attn_mask is not None:
-            m = _mask_for_block(attn_mask, b, hkv, rep, s, e, k0, k1)
-            if float_mask:
-                scores = scores + m.to(scores.dtype)
-            else:
-                scores = scores.masked_fill(~m, float("-inf"))
-                masked = True
-        if scores.dtype in (torch.float16, torch.bfloat16):
-            p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-        else:
-            p = torch.softmax(scores, dim=-1)
-        if masked or float_mask:
-            p = torch.nan_to_num(p, nan=0.0)  # fully masked rows attend nothing (output 0)
-        if dropout > 0.0:
-            p = torch.nn.functional.dropout(p, p=dropout, training=True)
-        o = torch.matmul(p.view(b, hkv, rep * n_q, n_k), features[:, :, k0:k1])
-        o = o.view(b, hkv, rep, n_q, d, C1)
-        qf = query_features(qb.reshape(b, H, n_q, d), cf, grid_size, lo, hi).view(b, hkv, rep, n_q, d, K)
-        if with_value:
-            out = o[..., K] + (o[..., :K] * qf).sum(-1)
-        else:
-            out = (o * qf).sum(-1)
-        outs.append(out)
-    out = torch.cat(outs, dim=3) if len(outs) > 1 else outs[0]  # (b, hkv, rep, L, d)
-    return out.reshape(b, H, L, d).transpose(1, 2).contiguous()
+            o = query.new_empty(rep, b, hkv, D, n_q)
+            for r in range(rep):
+                torch.matmul(ft, p[:, :, r].transpose(-1, -2), out=o[r])
+        o = o.view(rep, b, hkv, d, K + 1, n_q)
+        g = torch.matmul(cpad, o[..., :K, :])  # (rep, b, hkv, d, K+2, n_q)
+        sel = torch.gather(g, -2, iq[..., s0:e0])  # (rep, b, hkv, d, 4, n_q)
+        delta = (sel * wq[..., s0:e0]).sum(-2)
+        outs.append(o[..., K, :] + delta if with_value else delta)
+    out = torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]  # (rep, b, hkv, d, L)
+    return out.permute(1, 4, 2, 0, 3).reshape(b, L, H, d)
 
 
 def naive_modulated_attention(weights: torch.Tensor, query, key, value, coeff, grid_size, lo, hi):

@@ -1,0 +1,279 @@
+"""Editing learned surfaces (paper §5): scale, invert, zero, set a control point, walls.
+
+An :class:`Edit` selects surfaces — layers, heads, dims (None = all), or the ``top`` N surfaces by
+Frobenius norm within that selection — and optionally a part of each K×K control net: ``rows`` (query-side
+control points) and/or ``cols`` (key-side). Operations:
+
+- ``scale`` (α·C), ``invert`` (−C: the gain 1 + S becomes 1 − S), ``zero`` (0), ``set`` (a value, e.g. one
+  control point), ``wall`` (C = −1: the basis is a partition of unity inside [lo, hi], so S = −1 and the
+  gain 1 + S = 0 there: no value flows through those dims for query/key pairs inside the grid region).
+
+Edits compose (applied in order), are validated against the bank (an index out of range is refused with
+the valid range) and are recorded in ``bank.history`` (saved with the artifact). :func:`live` applies edits
+for the duration of a ``with`` block and restores the coefficients (and history) afterwards — no files.
+
+Text form (CLI ``geosteer manifold edit OP...``): ``VERB[=NUMBER] KEY=VALUES ...`` with VERB one of
+scale/invert/zero/set/wall, KEYs ``layer head dim row col top`` (plural forms accepted), VALUES like
+``8`` or ``5-10`` or ``1,3,7-9``; e.g. ``"invert layer=8"``, ``"scale=0.5 layer=8 head=3 dim=25"``,
+``"invert layer=8 head=26 dim=25 rows=5-10"``, ``"set=1.5 layer=8 head=2 dim=4 row=5 col=5"``,
+``"wall layer=10 top=8"``. Tokens may also be separated by ``:``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+import torch
+
+OPS = ("scale", "invert", "zero", "set", "wall")
+_KEYS = {"layer": "layers", "layers": "layers", "head": "heads", "heads": "heads", "dim": "dims",
+         "dims": "dims", "row": "rows", "rows": "rows", "col": "cols", "cols": "cols", "column": "cols",
+         "columns": "cols", "top": "top", "alpha": "value", "value": "value"}
+
+
+@dataclass
+class Edit:
+    """One edit (see the module docstring). ``value`` is α for ``scale`` and the value for ``set``."""
+
+    op: str
+    layers: list[int] | None = None
+    heads: list[int] | None = None
+    dims: list[int] | None = None
+    rows: list[int] | None = None
+    cols: list[int] | None = None
+    value: float | None = None
+    top: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"unknown edit '{self.op}'; valid: {', '.join(OPS)}")
+        for name in ("layers", "heads", "dims", "rows", "cols"):
+            v = getattr(self, name)
+            if v is not None:
+                if isinstance(v, int):
+                    v = [v]
+                setattr(self, name, [int(x) for x in v])
+        if self.op == "scale" and self.value is None:
+            raise ValueError("scale needs a factor, e.g. scale=0.5")
+        if self.op == "set" and self.value is None:
+            raise ValueError("set needs a value, e.g. set=1.5")
+        if self.op in ("invert", "zero", "wall") and self.value is not None:
+            raise ValueError(f"{self.op} takes no value")
+        if self.top is not None and int(self.top) < 1:
+            raise ValueError(f"top must be ≥ 1 (got {self.top})")
+
+    def describe(self) -> str:
+        verb = self.op + (f"={self.value:g}" if self.value is not None else "")
+        parts = [verb]
+        for name in ("layers", "heads", "dims", "rows", "cols"):
+            v = getattr(self, name)
+            if v is not None:
+                parts.append(f"{name}={_fmt_list(v)}")
+        if self.top is not None:
+            parts.append(f"top={self.top}")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Edit:
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def _fmt_list(xs: Sequence[int]) -> str:
+    xs = list(xs)
+    if len(xs) > 1 and xs == list(range(xs[0], xs[-1] + 1)):
+        return f"{xs[0]}-{xs[-1]}"
+    return ",".join(map(str, xs))
+
+
+def parse_values(text: str) -> list[int]:
+    """``"5"`` → [5]; ``"5-10"`` → [5 … 10]; ``"1,3,7-9"`` → [1, 3, 7, 8, 9]."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)\s*(?:-|\.\.|–)\s*(\d+)", part)
+        if m:
+            a, b = int(m.group(1)), int(m.group(2))
+            if b < a:
+                raise ValueError(f"range {part} is empty (first > last)")
+            out.extend(range(a, b + 1))
+        elif re.fullmatch(r"\d+", part):
+            out.append(int(part))
+        else:
+            raise ValueError(f"'{part}' is not an index, a range like 5-10, or a list like 1,3,7-9")
+    return out
+
+
+def parse_edit(text: str) -> Edit:
+    """Parse the text form (module docstring) into an :class:`Edit`."""
+    tokens = [t for t in re.split(r"[\s:]+", text.strip()) if t]
+    if not tokens:
+        raise ValueError("empty edit")
+    verb, _, val = tokens[0].partition("=")
+    verb = verb.lower()
+    if verb not in OPS:
+        raise ValueError(f"unknown edit '{verb}' in '{text}'; valid: {', '.join(OPS)}")
+    kw: dict = {"op": verb}
+    if val:
+        try:
+            kw["value"] = float(val)
+        except ValueError:
+            raise ValueError(f"'{val}' is not a number (in '{text}')") from None
+    for tok in tokens[1:]:
+        key, eq, v = tok.partition("=")
+        if not eq or not v:
+            raise ValueError(f"'{tok}' should look like key=value (in '{text}'); keys: layer head dim row "
+                             "col top value")
+        name = _KEYS.get(key.lower())
+        if name is None:
+            raise ValueError(f"unknown key '{key}' (in '{text}'); keys: layer head dim row col top value")
+        if name == "top":
+            kw["top"] = int(v)
+        elif name == "value":
+            kw["value"] = float(v)
+        else:
+            kw[name] = parse_values(v)
+    return Edit(**kw)
+
+
+def _check(values, n: int, what: str) -> None:
+    if values is None:
+        return
+    bad = [x for x in values if not 0 <= x < n]
+    if bad:
+        raise ValueError(f"{what} {bad[0]} out of range (valid 0–{n - 1})")
+
+
+def surface_norms(bank, layers=None, heads=None, dims=None) -> torch.Tensor:
+    """Frobenius norms (slots, heads, dims) of the control nets (all, or masked to the selection: -1)."""
+    c = bank.coefficients.detach().float()
+    norms = c.flatten(-2).norm(dim=-1)
+    if layers is None and heads is None and dims is None:
+        return norms
+    keep = torch.zeros_like(norms, dtype=torch.bool)
+    sl = [bank.slot(x) for x in layers] if layers is not None else slice(None)
+    keep_l = torch.zeros(norms.shape[0], dtype=torch.bool)
+    keep_l[sl] = True
+    keep_h = torch.zeros(norms.shape[1], dtype=torch.bool)
+    keep_h[heads if heads is not None else slice(None)] = True
+    keep_d = torch.zeros(norms.shape[2], dtype=torch.bool)
+    keep_d[dims if dims is not None else slice(None)] = True
+    keep = keep_l[:, None, None] & keep_h[None, :, None] & keep_d[None, None, :]
+    return torch.where(keep, norms, torch.full_like(norms, -1.0))
+
+
+def _mask(bank, e: Edit) -> torch.Tensor:
+    """Boolean mask over the coefficients (slots, heads, dims, K, K) selected by ``e`` (validated)."""
+    L, H, D, K, _ = bank.coefficients.shape
+    if e.layers is not None:
+        for x in e.layers:
+            bank.slot(x)  # raises naming the covered layers
+    _check(e.heads, H, "head")
+    _check(e.dims, D, "dim")
+    _check(e.rows, K, "row")
+    _check(e.cols, K, "column")
+    if e.top is not None:
+        norms = surface_norms(bank, e.layers, e.heads, e.dims)
+        n = int((norms >= 0).sum())
+        if e.top > n:
+            raise ValueError(f"top {e.top} exceeds the {n} selected surfaces (valid 1–{n})")
+        idx = torch.topk(norms.flatten(), e.top).indices
+        sel = torch.zeros(L * H * D, dtype=torch.bool)
+        sel[idx] = True
+        sel = sel.view(L, H, D)
+    else:
+        ls = torch.zeros(L, dtype=torch.bool)
+        ls[[bank.slot(x) for x in e.layers] if e.layers is not None else slice(None)] = True
+        hs = torch.zeros(H, dtype=torch.bool)
+        hs[e.heads if e.heads is not None else slice(None)] = True
+        ds = torch.zeros(D, dtype=torch.bool)
+        ds[e.dims if e.dims is not None else slice(None)] = True
+        sel = ls[:, None, None] & hs[None, :, None] & ds[None, None, :]
+    rs = torch.zeros(K, dtype=torch.bool)
+    rs[e.rows if e.rows is not None else slice(None)] = True
+    cs = torch.zeros(K, dtype=torch.bool)
+    cs[e.cols if e.cols is not None else slice(None)] = True
+    net = rs[:, None] & cs[None, :]
+    return sel[..., None, None] & net
+
+
+def apply_edit(bank, edit: Edit | str, record: bool = True) -> dict:
+    """Apply one edit in place; returns (and records in ``bank.history``) what was done."""
+    e = parse_edit(edit) if isinstance(edit, str) else edit
+    mask = _mask(bank, e).to(bank.coefficients.device)
+    c = bank.coefficients
+    with torch.no_grad():
+        if e.op == "scale":
+            c.copy_(torch.where(mask, c * e.value, c))
+        elif e.op == "invert":
+            c.copy_(torch.where(mask, -c, c))
+        elif e.op == "zero":
+            c.masked_fill_(mask, 0.0)
+        elif e.op == "set":
+            c.masked_fill_(mask, float(e.value))
+        elif e.op == "wall":
+            c.masked_fill_(mask, -1.0)
+    surf = mask.any(-1).any(-1)
+    rec = {"edit": e.describe(), **e.to_dict(), "surfaces": int(surf.sum()), "coefficients": int(mask.sum()),
+           "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    if e.top is not None:
+        slots, heads, dims = torch.nonzero(surf, as_tuple=True)
+        rec["selected"] = [[bank.layers[int(s)], int(h), int(d)] for s, h, d in zip(slots, heads, dims,
+                                                                                    strict=True)]
+    bank.clear_cache() if hasattr(bank, "clear_cache") else None
+    if record:
+        bank.history.append(rec)
+    return rec
+
+
+def apply_edits(bank, edits: Sequence[Edit | str], record: bool = True) -> list[dict]:
+    """Apply edits in order (all validated first, so a bad one changes nothing)."""
+    parsed = [parse_edit(x) if isinstance(x, str) else x for x in edits]
+    for e in parsed:
+        _mask(bank, e)  # validate everything before touching the coefficients
+    return [apply_edit(bank, e, record=record) for e in parsed]
+
+
+@contextmanager
+def live(bank, *edits: Edit | str) -> Iterator:
+    """Apply ``edits`` for the duration of the block, then restore the coefficients and history exactly."""
+    saved = bank.coefficients.detach().clone()
+    hist = list(bank.history)
+    try:
+        apply_edits(bank, edits)
+        yield bank
+    finally:
+        with torch.no_grad():
+            bank.coefficients.copy_(saved)
+        bank.history[:] = hist
+        bank.clear_cache() if hasattr(bank, "clear_cache") else None
+
+
+def wall(layers=None, top: int | None = None, heads=None, dims=None) -> Edit:
+    """A wall (C = −1) over whole layers, or over the ``top`` N norm surfaces of the selection."""
+    return Edit("wall", layers=layers, heads=heads, dims=dims, top=top)
+
+
+def control_net(bank, layer: int, head: int, dim: int) -> torch.Tensor:
+    """The K×K control net of one surface (rows = query axis, columns = key axis)."""
+    slot = bank.slot(layer)
+    _check([head], bank.coefficients.shape[1], "head")
+    _check([dim], bank.coefficients.shape[2], "dim")
+    return bank.coefficients[slot, head, dim].detach().float().cpu().clone()
+
+
+def format_control_net(net: torch.Tensor, fmt: str = "{:+.3f}") -> str:
+    """Text table of a control net with row/column indices (rows = query axis)."""
+    K = net.shape[0]
+    w = max(len(fmt.format(float(x))) for x in net.flatten())
+    head = " q\\k " + " ".join(f"{j:>{w}d}" for j in range(K))
+    lines = [head]
+    for i in range(K):
+        lines.append(f"{i:>4d} " + " ".join(f"{fmt.format(float(x)):>{w}s}" for x in net[i]))
+    return "\n".join(lines)
