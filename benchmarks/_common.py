@@ -1,0 +1,68 @@
+"""Shared helpers of the peer benchmarks: machine line, attention mode switch, interleaved timing."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def machine(threads: int) -> str:
+    return f"{platform.machine()} {os.cpu_count()} cpus, torch {torch.__version__}, threads {threads}"
+
+
+def set_attention(model, name: str) -> None:
+    """``"sdpa"`` (stock HF) or ``"geosteer"`` (the registered function, bit-identical when neutral)."""
+    from geosteer.attention import ATTN_NAME, use_geosteer_attention
+
+    if name == "geosteer":
+        use_geosteer_attention(model)
+        return
+    model.set_attn_implementation("sdpa")
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if cfg is not None and getattr(cfg, "_attn_implementation", None) == ATTN_NAME:
+            cfg._attn_implementation = "sdpa"
+
+
+def module_path(model, module) -> str:
+    for name, m in model.named_modules():
+        if m is module:
+            return name
+    raise KeyError("module not in model")
+
+
+def envoy_at(envoy, path: str):
+    """Walk an nnsight envoy along a dotted module path (``model.layers.3``)."""
+    for part in path.split("."):
+        envoy = envoy[int(part)] if part.isdigit() else getattr(envoy, part)
+    return envoy
+
+
+def interleaved(sides: dict[str, tuple[Callable[[], object], Callable[[], None]]],
+                repeats: int) -> dict[str, list[float]]:
+    """Time each side once per round (A, B, C, A, B, C, ...), after one warm-up round.
+
+    ``sides``: name → (timed callable, untimed set-up run just before it, e.g. the attention mode).
+    """
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    for _ in range(repeats + 1):
+        for name, (fn, prepare) in sides.items():
+            prepare()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {k: v[1:] for k, v in times.items()}  # drop the warm-up round
+
+
+def ratios(times: dict[str, list[float]], base: str) -> dict[str, dict]:
+    out = {}
+    for name, ts in times.items():
+        r = [t / b for t, b in zip(ts, times[base], strict=True)]
+        out[name] = {"median_s": statistics.median(ts), "ratio_median": statistics.median(r),
+                     "ratio_min": min(r), "ratio_max": max(r), "n": len(r)}
+    return out
