@@ -110,10 +110,11 @@ def test_recipe_round_trip_reproduces_the_interventions(tiny_with_artifacts):
     import geosteer.manifold as M
     from geosteer.directional.sites import ComponentScale
     from geosteer.dynamics.gates import load_gates
-    from geosteer.studio.edits import apply_edit, parse_edit
+    from geosteer.manifold.edit import apply_edits
 
     model, tok, d = tiny_with_artifacts
-    edits = [{"op": "set", "scope": "head", "layer": 1, "head": 2, "value": 0.3}]
+    edits = ["set=0.3 layer=1 head=2",
+             {"op": "scale", "value": -2.0, "layers": [1], "heads": [2], "dims": [3]}]
     spec = InterventionSpec(surfaces=str(d / "surfaces"), edits=edits, scale_site="resid_attn",
                             scale_par=0.5, scale_layers="0;2", gates=str(d / "gates"))
     folder = save_recipe(d / "recipe", spec, base_model="tiny-llama", command="pytest", ppl_before=1.0)
@@ -126,8 +127,7 @@ def test_recipe_round_trip_reproduces_the_interventions(tiny_with_artifacts):
         ours = model(ids).logits
     # the same edits made by hand from the original artifacts
     bank = M.load(d / "surfaces", model=model)
-    apply_edit(bank.coefficients.data, parse_edit(edits[0], tuple(bank.coefficients.shape), bank.layers),
-               bank.slot(1), 0)
+    apply_edits(bank, ["set=0.3 layer=1 head=2", "scale=-2 layer=1 head=2 dim=3"])
     by_hand = [bank, ComponentScale("resid_attn", 0.5, 1.0, [0, 2]), load_gates(d / "gates", model)]
     with torch.no_grad(), steer(model, *by_hand):
         ref = model(ids).logits
@@ -171,3 +171,10 @@ def test_spec_errors_and_extension_point(tiny_cache):
     assert len(ivs) == 1 and ivs[0].point == "resid_post"
     with pytest.raises(ValueError, match="already taken: surfaces"):
         register_builder("other", ["surfaces"], lambda m, v: [])
+
+
+def test_bad_surface_edit_is_one_line_error(tiny_with_artifacts):
+    model, _, d = tiny_with_artifacts
+    for edits, msg in (("explode layer=1", "unknown edit 'explode'"), ("zero layer=7", "layer")):
+        with pytest.raises(GeosteerError, match=f"bad surface edit.*{msg}"):
+            InterventionSpec(surfaces=str(d / "surfaces"), edits=edits).build(model)

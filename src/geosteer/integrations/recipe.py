@@ -5,7 +5,9 @@ The same settings drive the lm-evaluation-harness model type (``--model_args``) 
 
 ============================  ====================================================================
 ``surfaces``                  surfaces artifact folder (attention manifolds, ``geosteer.manifold``)
-``edits``                     JSON file (or list) of studio edits applied to those surfaces first
+``edits``                     edits of those surfaces (``geosteer.manifold.edit`` text form), separated by
+                              ``;`` — e.g. ``invert layer=8;scale=0.5 layer=3 head=1`` —, a list, or a
+                              JSON file holding a list of such strings or ``Edit`` dicts
 ``scale_site``                component scaling site (``geosteer.directional``, paper Eq. 11)
 ``scale_par``/``scale_perp``  s∥ / s⊥ (default 1)
 ``scale_layers``              layers, e.g. ``all``, ``3``, ``0-5;9`` (``;`` because model_args split on ``,``)
@@ -139,14 +141,17 @@ class InterventionSpec:
         if self.edits is not None and self.surfaces is None:
             raise GeosteerError("edits= needs surfaces= (the edits change a surfaces artifact)")
 
-    def _edit_list(self) -> list[dict]:
+    def _edit_list(self) -> list:
+        """The edits as a list of text-form strings / ``Edit`` dicts (not yet validated)."""
         if self.edits is None:
             return []
         if isinstance(self.edits, (list, tuple)):
             return list(self.edits)
         p = Path(str(self.edits))
         if not p.is_file():
-            raise GeosteerError(f"edits file not found: {p} (a JSON list of studio edits)")
+            if str(self.edits).endswith(".json"):
+                raise GeosteerError(f"edits file not found: {p} (a JSON list of surface edits)")
+            return [e.strip() for e in str(self.edits).split(";") if e.strip()]
         try:
             doc = json.loads(p.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
@@ -194,15 +199,15 @@ class InterventionSpec:
 
     def _surfaces(self, model: nn.Module):
         import geosteer.manifold as M
-        from geosteer.studio.edits import apply_edit, parse_edit
+        from geosteer.manifold.edit import Edit, apply_edits
 
         bank = M.load(self.surfaces, model=model)
-        for i, body in enumerate(self._edit_list()):
+        edits = self._edit_list()
+        if edits:
             try:
-                spec = parse_edit(body, tuple(bank.coefficients.shape), bank.layers)
-            except ValueError as e:
-                raise GeosteerError(f"edit {i} in {self.edits}: {e}") from None
-            apply_edit(bank.coefficients.data, spec, bank.slot(spec.layer), i)
+                apply_edits(bank, [Edit.from_dict(e) if isinstance(e, dict) else e for e in edits])
+            except (ValueError, TypeError) as e:
+                raise GeosteerError(f"bad surface edit in edits={self.edits!r}: {e}") from None
         return bank
 
 
