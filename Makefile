@@ -22,7 +22,7 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.txt
 	touch $(STAMP)
 
 $(DEVSTAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,eval]'
 	touch $(DEVSTAMP)
 
 setup: $(STAMP)
