@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 import geosteer
 import geosteer.manifold as M
+from geosteer.eval.generation import generate
 from geosteer.io_utils import write_records
 from geosteer.manifold.bspline import bspline_basis_reference
 from geosteer.studio.server import create_app
@@ -108,6 +109,7 @@ def test_edit_changes_continuation_and_kl_is_independent(env):
     assert e["changed"] and e["before"]["text"] != e["after"]["text"]
     assert len(e["after"]["token_ids"]) == 12 and len(e["after"]["top"]) == 10
     now = _logp(model, tok, PROMPT)
+    assert e["after"]["token_ids"] == generate(model, tok, PROMPT, 12).token_ids
     assert e["kl"] == pytest.approx(float(rel_entr(np.exp(ref), np.exp(now)).sum()), rel=1e-4, abs=1e-7)
     assert e["after"]["top"][0]["p"] == pytest.approx(float(np.exp(now.max())), rel=1e-4)
     # undo restores the coefficients exactly and the "now" state equals the loaded one again

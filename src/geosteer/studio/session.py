@@ -112,14 +112,21 @@ class Session:
                     "artifacts": self.list_artifacts()}
 
     # ---- model runs ------------------------------------------------------------------------------------
+    @torch.no_grad()
     def _run_state(self, prompt: str, n: int) -> dict:
-        from geosteer.eval.compare import next_token_logprobs
-        from geosteer.eval.generation import generate
+        """Greedy continuation (as ``geosteer.eval.generation.generate``) and the next-token log-probs,
+        read from the first decoding step's raw logits (one prompt pass serves both)."""
+        from geosteer.eval.generation import prompt_ids
 
-        logp = next_token_logprobs(self.model, self.tok, prompt)
-        g = generate(self.model, self.tok, prompt, max_new_tokens=n)
+        ids = prompt_ids(self.tok, prompt).to(next(self.model.parameters()).device)
+        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                                  do_sample=False, temperature=None, top_p=None, top_k=None,
+                                  pad_token_id=self.tok.pad_token_id, use_cache=True,
+                                  return_dict_in_generate=True, output_logits=True)
+        new = out.sequences[0, ids.shape[1]:].tolist()
+        logp = torch.log_softmax(out.logits[0][0].float(), dim=-1)
         top = torch.topk(logp, 10)
-        return {"text": g.text, "token_ids": g.token_ids, "logp": logp,
+        return {"text": self.tok.decode(new, skip_special_tokens=True), "token_ids": new, "logp": logp,
                 "top": [{"token": self.tok.decode([int(i)]), "id": int(i), "p": float(v.exp())}
                         for v, i in zip(top.values, top.indices, strict=True)]}
 
