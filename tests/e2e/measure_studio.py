@@ -24,8 +24,8 @@ import torch
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-EDITS = [("surface", "invert"), ("layer", "invert"), ("head", "zero"), ("surface", "wall"), ("layer", "scale"),
-         ("head", "invert")]
+EDITS = [("surface", "invert"), ("layer", "invert"), ("head", "zero"), ("surface", "wall"),
+         ("layer", "scale"), ("head", "invert")]
 
 
 def main() -> None:
@@ -52,7 +52,11 @@ def main() -> None:
     if a.surfaces:
         bank = M.attach(model, bank=M.load(a.surfaces, model=model))
     else:
-        layers = None if a.layers == "all" else list(range(*(lambda x, y: (x, y + 1))(*map(int, a.layers.split("-")))))
+        if a.layers == "all":
+            layers = None
+        else:
+            first, last = map(int, a.layers.split("-"))
+            layers = list(range(first, last + 1))
         bank = M.attach(model, layers=layers)
         g = torch.Generator().manual_seed(0)
         with torch.no_grad():
