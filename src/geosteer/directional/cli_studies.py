@@ -2,9 +2,91 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import typer
 
 
+def compression_cmd(
+    model: str = typer.Option("smollm2", "--model", "-m"),
+    methods: str = typer.Option("rtn4,awq4,wanda50,wanda4:8,wanda2:4", "--methods"),
+    calib_seqs: int = typer.Option(16, "--calib-seqs", help="calibration sequences from the train split"),
+    seq_len: int = typer.Option(256, "--seq-len", help="tokens per calibration sequence and prompt"),
+    prompts: int = typer.Option(12, "--prompts", help="held-out prompts for the error decomposition"),
+    ppl_tokens: int = typer.Option(1024, "--ppl-tokens"),
+    context: int = typer.Option(512, "--context"),
+    stride: int = typer.Option(512, "--stride"),
+    out_dir: Path = typer.Option(Path("docs/results/directional"), "--out-dir"),
+    threads: int | None = typer.Option(None, "--threads"),
+) -> None:
+    """Study 2: compressed copies, per-layer ∥/⊥ update error, held-out PPL, Spearman ρ (paper §6.3)."""
+    import torch
+    from scipy.stats import spearmanr
+
+    from geosteer.data.corpus import split_text
+    from geosteer.directional.compression import METHODS, calibrate, compress, update_errors
+    from geosteer.directional.studies import heldout_ids
+    from geosteer.errors import GeosteerError
+    from geosteer.eval.perplexity import encode, strided_perplexity
+    from geosteer.io_utils import write_records
+    from geosteer.models.loading import load_model, model_id
+
+    if threads:
+        torch.set_num_threads(threads)
+    meths = [s.strip() for s in methods.split(",") if s.strip()]
+    bad = [s for s in meths if s not in METHODS]
+    if bad:
+        raise GeosteerError(f"unknown compression method '{bad[0]}'; valid: {', '.join(METHODS)}")
+    m, tok = load_model(model)
+    train = encode(tok, split_text("train", max_chars=calib_seqs * seq_len * 8))
+    calib_batches = [train[None, i * seq_len:(i + 1) * seq_len] for i in range(calib_seqs)]
+    held = heldout_ids(tok, max(ppl_tokens, (prompts + 8) * seq_len))
+    # prompts come from the end of the held-out slice so they do not overlap the scored PPL tokens
+    prompt_ids = [held[None, len(held) - (i + 1) * seq_len: len(held) - i * seq_len] for i in range(prompts)]
+    ppl_ids = held[:ppl_tokens]
+    t0 = time.time()
+    calib = calibrate(m, calib_batches)
+    print(f"calibrated on {calib_seqs}x{seq_len} train tokens ({time.time() - t0:.0f} s)", flush=True)
+    base_ppl = strided_perplexity(m, tok, ids=ppl_ids, context=context, stride=stride).ppl
+    summary = [{"method": "none", "ppl": base_ppl}]
+    layer_rows: list[dict] = []
+    meta = {"model": model_id(m), "calib": f"{calib_seqs}x{seq_len} train tokens", "prompts": prompts,
+            "prompt_len": seq_len, "ppl_tokens": int(len(ppl_ids)), "context": context, "stride": stride}
+    for meth in meths:
+        t0 = time.time()
+        comp, info = compress(m, meth, calib)
+        ppl = strided_perplexity(comp, tok, ids=ppl_ids, context=context, stride=stride).ppl
+        rows = update_errors(m, comp, prompt_ids)
+        del comp
+        layer_rows += [{"method": meth, **r} for r in rows]
+        row = {"method": meth, "ppl": ppl, **{k: v for k, v in info.items() if k != "method"}}
+        for site in ("attn", "mlp", "block"):
+            sel = [r for r in rows if r["site"] == site]
+            for stat in ("perp_err", "par_err", "total_err"):
+                row[f"{site}_{stat}"] = sum(r[f"{stat}_mean"] for r in sel) / len(sel)
+        summary.append(row)
+        write_records(out_dir / "compression_layers.csv", layer_rows)
+        write_records(out_dir / "compression_summary.json", summary, meta)
+        print(f"{meth}: ppl {ppl:.3f} attn perp {row['attn_perp_err']:.4f} par {row['attn_par_err']:.4f} "
+              f"({time.time() - t0:.0f} s)", flush=True)
+    comp_rows = [r for r in summary if r["method"] != "none"]
+    corr = []
+    if len(comp_rows) >= 3:
+        ppls = [r["ppl"] for r in comp_rows]
+        for site in ("attn", "mlp", "block"):
+            for stat in ("perp_err", "par_err", "total_err"):
+                rho, p = spearmanr([r[f"{site}_{stat}"] for r in comp_rows], ppls)
+                corr.append({"site": site, "error": stat, "spearman_rho_vs_ppl": float(rho), "p_value": float(p),
+                             "n_methods": len(comp_rows)})
+    write_records(out_dir / "compression_summary.json", summary, {**meta, "spearman": corr})
+    for c in corr:
+        print(f"spearman {c['site']} {c['error']}: rho={c['spearman_rho_vs_ppl']:.3f} (p={c['p_value']:.3f})")
+
+
 def register(sub: typer.Typer) -> None:
-    """Add the study verbs to the ``geosteer directional`` sub-app (filled in as the studies land)."""
-    return None
+    """Add the study verbs to the ``geosteer directional`` sub-app."""
+    sub.command("compression")(compression_cmd)
+    from geosteer.directional.pretrain import pretrain_cmd
+
+    sub.command("pretrain")(pretrain_cmd)

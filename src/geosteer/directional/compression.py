@@ -1,0 +1,196 @@
+"""Study 2: compressed copies of a model and the directional decomposition of their update error (Section 6.3).
+
+Compression (fake-quantised / masked fp32 weights of every ``nn.Linear`` inside the decoder blocks; the
+embeddings and LM head stay as they are):
+
+- ``rtn4``: 4-bit round-to-nearest, asymmetric min/max per group of ``group`` input columns per row.
+- ``awq4``: AWQ-style activation-aware scaling (Lin et al., 2024): per input channel s = mean|x|^a,
+  W ← Q(W·diag(s))·diag(s)⁻¹ with a ∈ {0, 0.1, …, 1} chosen per layer to minimise ‖X Ŵᵀ − X Wᵀ‖ on
+  calibration inputs X; then the same 4-bit grid as RTN.
+- ``wanda50``, ``wanda4:8``, ``wanda2:4``: Wanda pruning (Sun et al., 2024), score |W_ij|·‖X_j‖₂; 50%
+  per output row (unstructured), or keep the N best of every M consecutive inputs (N:M).
+
+Calibration activations come from one pass of the *uncompressed* model (not layer-sequential as in the
+original AWQ/Wanda code; stated in the docs).
+
+Error decomposition: with Δ_base and Δ_comp the update of a layer's attention / MLP / block in the
+uncompressed and compressed model on the same tokens (each model runs end to end), e = Δ_comp − Δ_base is
+split against Δ_base (Eq. 1-2): ‖e⊥‖/‖Δ_base‖, ‖e∥‖/‖Δ_base‖ and ‖e‖/‖Δ_base‖ per token.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from geosteer.directional.decompose import RunningStats, decompose
+from geosteer.errors import GeosteerError
+from geosteer.models.anatomy import anatomy
+
+METHODS = ("rtn4", "awq4", "wanda50", "wanda4:8", "wanda2:4")
+ERROR_STATS = ("perp_err", "par_err", "total_err")
+
+
+def block_linears(model: nn.Module) -> dict[str, nn.Linear]:
+    """Every ``nn.Linear`` inside the decoder blocks, by qualified name."""
+    an = anatomy(model)
+    out = {}
+    for i, b in enumerate(an.blocks):
+        for name, mod in b.layer.named_modules():
+            if isinstance(mod, nn.Linear):
+                out[f"{i}.{name}"] = mod
+    return out
+
+
+@torch.no_grad()
+def calibrate(model: nn.Module, batches: Sequence[torch.Tensor], keep_rows: int = 512) -> dict[str, dict]:
+    """Per linear: Σx² and Σ|x| per input channel, row count, and up to ``keep_rows`` sample input rows."""
+    lins = block_linears(model)
+    stats: dict[str, dict] = {n: {"sq": 0.0, "abs": 0.0, "n": 0, "rows": []} for n in lins}
+    handles = []
+    for name, mod in lins.items():
+        def hook(m, args, name=name):
+            x = args[0].detach().reshape(-1, args[0].shape[-1]).float()
+            st = stats[name]
+            st["sq"] = st["sq"] + (x * x).sum(0)
+            st["abs"] = st["abs"] + x.abs().sum(0)
+            st["n"] += x.shape[0]
+            have = sum(r.shape[0] for r in st["rows"])
+            if have < keep_rows:
+                idx = torch.linspace(0, x.shape[0] - 1, min(x.shape[0], keep_rows - have)).long()
+                st["rows"].append(x[idx])
+
+        handles.append(mod.register_forward_pre_hook(hook))
+    try:
+        for ids in batches:
+            model(input_ids=ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    for st in stats.values():
+        st["rows"] = torch.cat(st["rows"])
+    return stats
+
+
+def quantize_rtn(w: torch.Tensor, bits: int = 4, group: int = 64) -> torch.Tensor:
+    """Asymmetric min/max round-to-nearest per group of ``group`` consecutive inputs of each output row."""
+    out_f, in_f = w.shape
+    if in_f % group:
+        raise GeosteerError(f"in_features {in_f} is not a multiple of the quantisation group {group}")
+    g = w.reshape(out_f, in_f // group, group)
+    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+    qmax = 2 ** bits - 1
+    scale = ((hi - lo) / qmax).clamp_min(1e-8)
+    zero = torch.round(-lo / scale)
+    q = torch.clamp(torch.round(g / scale) + zero, 0, qmax)
+    return ((q - zero) * scale).reshape(out_f, in_f)
+
+
+def quantize_awq(w: torch.Tensor, act_abs_mean: torch.Tensor, x: torch.Tensor, bits: int = 4, group: int = 64,
+                 grid: int = 11) -> tuple[torch.Tensor, float]:
+    """AWQ-style scale search; returns (dequantised weight, chosen exponent a)."""
+    ref = x @ w.T
+    best, best_a, best_w = None, 0.0, None
+    for k in range(grid):
+        a = k / (grid - 1)
+        s = act_abs_mean.clamp_min(1e-5) ** a
+        s = s / (s.max() * s.min()).sqrt()
+        wq = quantize_rtn(w * s[None], bits, group) / s[None]
+        err = ((x @ wq.T - ref) ** 2).mean().item()
+        if best is None or err < best:
+            best, best_a, best_w = err, a, wq
+    return best_w, best_a
+
+
+def prune_wanda(w: torch.Tensor, sq_norm: torch.Tensor, sparsity: float = 0.5,
+                nm: tuple[int, int] | None = None) -> torch.Tensor:
+    """Wanda: score |W_ij|·‖X_j‖₂; zero the lowest ``sparsity`` per output row, or keep N of every M inputs."""
+    score = w.abs() * sq_norm.sqrt()[None]
+    mask = torch.ones_like(w, dtype=torch.bool)
+    if nm is None:
+        k = int(w.shape[1] * sparsity)
+        idx = torch.topk(score, k, dim=1, largest=False).indices
+        mask.scatter_(1, idx, False)
+    else:
+        n, m = nm
+        if w.shape[1] % m:
+            raise GeosteerError(f"in_features {w.shape[1]} is not a multiple of M={m}")
+        s = score.reshape(w.shape[0], -1, m)
+        idx = torch.topk(s, m - n, dim=-1, largest=False).indices
+        mk = torch.ones_like(s, dtype=torch.bool)
+        mk.scatter_(-1, idx, False)
+        mask = mk.reshape(w.shape)
+    return w * mask
+
+
+@torch.no_grad()
+def compress(model: nn.Module, method: str, calib: dict[str, dict], group: int = 64) -> tuple[nn.Module, dict]:
+    """A compressed deep copy of ``model`` and per-method info (e.g. AWQ exponents, achieved sparsity)."""
+    if method not in METHODS:
+        raise GeosteerError(f"unknown compression method '{method}'; valid: {', '.join(METHODS)}")
+    comp = copy.deepcopy(model)
+    info: dict = {"method": method}
+    zeros = total = 0
+    alphas = []
+    for name, lin in block_linears(comp).items():
+        w = lin.weight.data.float()
+        st = calib[name]
+        if method == "rtn4":
+            new = quantize_rtn(w, 4, group)
+        elif method == "awq4":
+            new, a = quantize_awq(w, st["abs"] / st["n"], st["rows"], 4, group)
+            alphas.append(a)
+        elif method == "wanda50":
+            new = prune_wanda(w, st["sq"], 0.5)
+        else:
+            n, m = (int(v) for v in method[len("wanda"):].split(":"))
+            new = prune_wanda(w, st["sq"], nm=(n, m))
+        zeros += int((new == 0).sum())
+        total += new.numel()
+        lin.weight.data.copy_(new.to(lin.weight.dtype))
+    info["zero_fraction"] = zeros / total
+    if alphas:
+        info["awq_alpha_mean"] = sum(alphas) / len(alphas)
+    return comp, info
+
+
+@torch.no_grad()
+def update_errors(base: nn.Module, comp: nn.Module, prompts: Sequence[torch.Tensor]) -> list[dict]:
+    """Per layer and site (attn, mlp, block): mean/std over tokens of ‖e⊥‖, ‖e∥‖, ‖e‖ relative to ‖Δ_base‖."""
+    from geosteer.record import Recorder
+    from geosteer.steer import steer
+
+    points = ("resid_pre", "attn_out", "mlp_out", "resid_post")
+    acc: dict[tuple[int, str], RunningStats] = {}
+    for ids in prompts:
+        recs = []
+        for m in (base, comp):
+            rec = Recorder(points)
+            with steer(m, rec):
+                m(input_ids=ids, use_cache=False)
+            recs.append(rec)
+        n_layers = anatomy(base).n_layers
+        for layer in range(n_layers):
+            upd = []
+            for rec in recs:
+                x, a, f, y = (rec[p, layer][0].float() for p in points)
+                upd.append({"attn": a, "mlp": f, "block": y - x})
+            for site in ("attn", "mlp", "block"):
+                db, dc = upd[0][site], upd[1][site]
+                e = dc - db
+                _, par, perp = decompose(e, db)
+                nb = db.norm(dim=-1).clamp_min(1e-12)
+                vals = torch.stack([perp.norm(dim=-1) / nb, par.norm(dim=-1) / nb, e.norm(dim=-1) / nb], -1)
+                acc.setdefault((layer, site), RunningStats()).update(vals, torch.ones(vals.shape[:2], dtype=torch.bool))
+    rows = []
+    for (layer, site), rs in sorted(acc.items()):
+        s = rs.summary()
+        row = {"layer": layer, "site": site, "n_tokens": s["n"]}
+        for j, name in enumerate(ERROR_STATS):
+            row[f"{name}_mean"] = float(s["mean"][j])
+            row[f"{name}_std"] = float(s["std"][j])
+        rows.append(row)
+    return rows

@@ -1,0 +1,151 @@
+"""Study 3: training-time parallel removal in small from-scratch models (paper Section 7, Figure 5).
+
+A small Llama-style decoder (byte-level, vocab 256) is trained from scratch on the corpus train split with
+the same seed, data order and steps for each variant; the variant's edit is active in training *and*
+evaluation, exactly as the inference-time intervention (``ComponentScale`` through ``geosteer.steer``):
+
+- ``baseline``   no edit
+- ``attn_par``   residual attention parallel removal, ``ComponentScale("resid_attn", s_par=0)``
+- ``value_par``  value-space parallel removal on the full aggregate, ``ComponentScale("value_full", s_par=0)``
+  (the paper's V-Para Rem. for pretraining)
+
+Validation loss is the mean next-byte cross-entropy (nats) on fixed held-out batches.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+import typer
+
+VARIANTS = {"baseline": None, "attn_par": ("resid_attn", 0.0), "value_par": ("value_full", 0.0)}
+
+
+def byte_ids(split: str, max_chars: int | None = None) -> torch.Tensor:
+    from geosteer.data.corpus import split_text
+
+    return torch.tensor(list(split_text(split, max_chars=max_chars).encode("utf-8")), dtype=torch.long)
+
+
+def small_model(d_model: int = 128, layers: int = 4, heads: int = 4, ffn: int = 384, ctx: int = 128,
+                seed: int = 0):
+    """A fresh byte-level Llama-style model (fp32) with the geosteer attention function."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from geosteer.attention import use_geosteer_attention
+
+    cfg = LlamaConfig(vocab_size=256, hidden_size=d_model, intermediate_size=ffn, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=ctx,
+                      tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg)
+    use_geosteer_attention(model)
+    return model
+
+
+def _batch(data: torch.Tensor, gen: torch.Generator, batch: int, ctx: int) -> torch.Tensor:
+    start = torch.randint(0, len(data) - ctx - 1, (batch,), generator=gen)
+    return torch.stack([data[s:s + ctx + 1] for s in start.tolist()])
+
+
+@torch.no_grad()
+def _loss(model, xs: list[torch.Tensor]) -> float:
+    model.eval()
+    tot = 0.0
+    for x in xs:
+        tot += model(input_ids=x[:, :-1], labels=x[:, 1:].contiguous(), use_cache=False).loss.item()
+    model.train()
+    return tot / len(xs)
+
+
+def _lm_loss(model, x: torch.Tensor) -> torch.Tensor:
+    logits = model(input_ids=x[:, :-1], use_cache=False).logits
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+
+
+def train_one(variant: str, seed: int, train: torch.Tensor, val_batches: list[torch.Tensor], *, steps: int,
+              batch: int, ctx: int, lr: float, eval_every: int, model_kw: dict, log=print) -> dict:
+    """Train one model; returns {"curve": [...], "final_val": float, "params": int, "seconds": float}."""
+    from geosteer.directional.sites import ComponentScale
+    from geosteer.steer import steer
+
+    model = small_model(ctx=ctx, seed=seed, **model_kw)
+    model.train()
+    ivs = [] if VARIANTS[variant] is None else [ComponentScale(VARIANTS[variant][0], s_par=VARIANTS[variant][1])]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    warm = max(1, steps // 10)
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return lr * (step + 1) / warm
+        return lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+    gen = torch.Generator().manual_seed(1000 + seed)  # same data order for every variant of a seed
+    curve = []
+    t0 = time.time()
+    with steer(model, *ivs):
+        for step in range(steps):
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step)
+            x = _batch(train, gen, batch, ctx)
+            loss = _lm_loss(model, x)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if (step + 1) % eval_every == 0 or step + 1 == steps:
+                val = _loss(model, val_batches)
+                curve.append({"variant": variant, "seed": seed, "step": step + 1, "train_loss": loss.item(),
+                              "val_loss": val})
+                log(f"{variant} seed {seed} step {step + 1}: train {loss.item():.4f} val {val:.4f} "
+                    f"({time.time() - t0:.0f} s)")
+    n_params = sum(p.numel() for p in model.parameters())
+    return {"curve": curve, "final_val": curve[-1]["val_loss"], "params": n_params, "seconds": time.time() - t0}
+
+
+def pretrain_cmd(
+    variants: str = typer.Option("baseline,attn_par,value_par", "--variants"),
+    seeds: str = typer.Option("0,1", "--seeds"),
+    steps: int = typer.Option(300, "--steps"),
+    batch: int = typer.Option(16, "--batch"),
+    ctx: int = typer.Option(128, "--ctx"),
+    lr: float = typer.Option(3e-3, "--lr"),
+    d_model: int = typer.Option(128, "--d-model"),
+    layers: int = typer.Option(4, "--layers"),
+    eval_every: int = typer.Option(25, "--eval-every"),
+    val_batches: int = typer.Option(16, "--val-batches", help="fixed held-out batches for the val loss"),
+    out_dir: Path = typer.Option(Path("docs/results/directional"), "--out-dir"),
+    threads: int | None = typer.Option(None, "--threads"),
+) -> None:
+    """Study 3: from-scratch byte-level models, baseline vs attention / value parallel removal."""
+    from geosteer.errors import GeosteerError
+    from geosteer.io_utils import write_records
+
+    if threads:
+        torch.set_num_threads(threads)
+    vs = [v.strip() for v in variants.split(",") if v.strip()]
+    bad = [v for v in vs if v not in VARIANTS]
+    if bad:
+        raise GeosteerError(f"unknown variant '{bad[0]}'; valid: {', '.join(VARIANTS)}")
+    seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    train = byte_ids("train", max_chars=4_000_000)
+    held = byte_ids("heldout")
+    g = torch.Generator().manual_seed(12345)
+    vals = [_batch(held, g, batch, ctx) for _ in range(val_batches)]
+    model_kw = {"d_model": d_model, "layers": layers, "heads": max(1, d_model // 32), "ffn": 3 * d_model}
+    curves, finals = [], []
+    meta = {"steps": steps, "batch": batch, "ctx": ctx, "lr": lr, "model": model_kw, "tokenizer": "bytes",
+            "train_bytes": int(len(train)), "val_tokens": val_batches * batch * ctx}
+    for seed in seed_list:
+        for v in vs:
+            res = train_one(v, seed, train, vals, steps=steps, batch=batch, ctx=ctx, lr=lr,
+                            eval_every=eval_every, model_kw=model_kw)
+            curves += res["curve"]
+            finals.append({"variant": v, "seed": seed, "final_val_loss": res["final_val"],
+                           "params": res["params"], "seconds": round(res["seconds"], 1)})
+            write_records(out_dir / "pretrain_curves.csv", curves)
+            write_records(out_dir / "pretrain_final.json", finals, meta)
