@@ -1,7 +1,9 @@
 """Data-parallel training on CPU: 2 processes (gloo, via accelerate) equal 1 process at the same global batch.
 
 Trains attention-manifold surfaces on a tiny Llama with the shared loop (``geosteer.train.train``). The
-2-process run also splits each process' share into micro-batches (gradient accumulation). The worker is
+2-process run also splits each process' share into micro-batches (gradient accumulation). The same
+processes then run sharded evaluation (``geosteer.integrations.distributed``): perplexity with the
+windows spread over the processes, and a prompt list sharded and gathered back in order. The worker is
 this module run as ``python -m tests.test_scale_ddp RANK WORLD PORT OUT``: each process is a plain
 ``accelerate`` multi-CPU process, set up by environment variables exactly as ``accelerate launch
 --cpu --num_processes 2`` sets them.
@@ -15,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,9 +63,30 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     acc = Accelerator(cpu=True)
     assert acc.num_processes == world and acc.process_index == rank, (acc.num_processes, acc.process_index)
     coef, losses = _train(BATCH, micro_batch=1, accelerator=acc)
+    from geosteer.integrations.distributed import gather_records, shard, sharded_perplexity
+
+    model, _, _ = _setup()
+    ppl = sharded_perplexity(model, _tok(), ids=_ppl_ids(), context=64, stride=24, batch_size=2,
+                             accelerator=acc)
+    mine = shard(PROMPTS, acc)
+    records = gather_records([{"prompt": p, "rank": rank} for p in mine], acc)
     if acc.is_main_process:
-        torch.save({"coef": coef, "losses": losses}, out)
+        torch.save({"coef": coef, "losses": losses, "ppl": ppl.to_dict(), "records": records,
+                    "mine": mine}, out)
     acc.wait_for_everyone()
+
+
+PROMPTS = [f"prompt {i}" for i in range(7)]
+
+
+def _tok():
+    from geosteer.models.loading import smollm2_tokenizer
+
+    return smollm2_tokenizer()
+
+
+def _ppl_ids() -> torch.Tensor:
+    return torch.randint(0, 512, (200,), generator=torch.Generator().manual_seed(11))
 
 
 def _free_port() -> int:
@@ -108,6 +132,18 @@ def test_two_gloo_processes_equal_one_process(tmp_path):
     # control: a different global batch gives a clearly different result, so the tolerance discriminates
     half_coef, _ = _train(BATCH // 2, micro_batch=None, accelerator=Accelerator(cpu=True))
     assert (half_coef - one_coef).abs().max().item() > 100 * max(diff, 1e-7)
+
+    # sharded evaluation: the one-process strided perplexity over the same windows
+    from geosteer.eval.perplexity import strided_perplexity
+
+    model, _, _ = _setup()
+    one = strided_perplexity(model, _tok(), ids=_ppl_ids(), context=64, stride=24, batch_size=2).to_dict()
+    assert ddp["ppl"]["windows"] == one["windows"] >= 7 and ddp["ppl"]["tokens"] == one["tokens"] == 199
+    for k in ("ppl", "nll", "bits_per_byte"):
+        assert ddp["ppl"][k] == pytest.approx(one[k], rel=1e-6), k
+    assert ddp["mine"] == PROMPTS[0::2]  # rank 0's share
+    assert [r["prompt"] for r in ddp["records"]] == PROMPTS
+    assert [r["rank"] for r in ddp["records"]] == [i % 2 for i in range(len(PROMPTS))]
 
 
 if __name__ == "__main__":
