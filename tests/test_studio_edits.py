@@ -45,16 +45,26 @@ CASES = [
 ]
 
 
+def _bank():
+    from geosteer.manifold import ManifoldConfig, SurfaceBank
+
+    cfg = ManifoldConfig(grid_size=2, layers=LAYERS, n_layers=8, n_heads=SHAPE[1], head_dim=SHAPE[2])
+    bank = SurfaceBank(cfg)
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(SHAPE, generator=torch.Generator().manual_seed(0)))
+    return bank
+
+
 @pytest.mark.parametrize("body", CASES, ids=[f"{c['op']}-{c['scope']}" for c in CASES])
 def test_edit_matches_naive_loop_and_undo_restores(body):
-    g = torch.Generator().manual_seed(0)
-    c = torch.randn(SHAPE, generator=g)
-    orig = c.clone()
+    bank = _bank()
+    orig = bank.coefficients.detach().clone()
     spec = parse_edit(dict(body), SHAPE, LAYERS)
-    rec = apply_edit(c, spec, LAYERS.index(body["layer"]), version_before=1)
-    torch.testing.assert_close(c, _naive(orig, body), rtol=0, atol=0)
-    undo_edit(c, rec)
-    assert torch.equal(c, orig)
+    rec = apply_edit(bank, spec, version_before=1)
+    torch.testing.assert_close(bank.coefficients.detach(), _naive(orig, body), rtol=0, atol=0)
+    assert bank.history[-1]["op"] == body["op"] and bank.history[-1]["source"] == "studio"
+    undo_edit(bank, rec)
+    assert torch.equal(bank.coefficients.detach(), orig) and bank.history == []
 
 
 @pytest.mark.parametrize("body,msg", [

@@ -1,10 +1,13 @@
-"""Studio edit requests → in-place edits of a bank's control nets, each with an undo record.
+"""Studio edit requests → ``geosteer.manifold.edit`` edits of a bank's control nets, each with an undo record.
 
 An edit targets a surface (layer, head, dim), a head (all its dims) or a layer (all heads and dims), and
 optionally a rectangle of the K×K control net (``rows``/``cols`` inclusive ranges; rows = query axis,
 columns = key axis, paper §5). Operations (paper §5): ``scale`` (αC), ``invert`` (−C, gain 1 + S → 1 − S),
 ``zero`` (0), ``set`` (a value, e.g. one control point), ``wall`` (−1: since the cubic B-spline basis is a
 partition of unity inside the fitted range, C ≡ −1 on a region makes S = −1 there, gain 0).
+The studio validates the JSON request (one-line messages), keeps the old values of the edited block for
+undo, and lets ``geosteer.manifold.edit.apply_edit`` do the edit (so it is recorded in ``bank.history``
+and saved with the artifact exactly like a CLI edit).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class UndoRecord:
     old: torch.Tensor
     spec: EditSpec
     version_before: int
+    entry: dict | None = None  # the bank.history record the edit added
 
 
 def _range(v: Any, name: str, k: int) -> tuple[int, int] | None:
@@ -121,26 +125,35 @@ def index_of(spec: EditSpec, slot: int) -> tuple:
     return (slot, head, dim, rows, cols)
 
 
-@torch.no_grad()
-def apply_edit(coefficients: torch.Tensor, spec: EditSpec, slot: int, version_before: int) -> UndoRecord:
-    """Apply ``spec`` in place on ``coefficients``; return what undo needs."""
-    idx = index_of(spec, slot)
-    view = coefficients[idx]
-    old = view.detach().clone()
-    if spec.op == "scale":
-        new = old * spec.factor
-    elif spec.op == "invert":
-        new = -old
-    elif spec.op == "zero":
-        new = torch.zeros_like(old)
-    elif spec.op == "set":
-        new = torch.full_like(old, spec.value)
-    else:  # wall
-        new = torch.full_like(old, -1.0)
-    coefficients[idx] = new
-    return UndoRecord(idx, old, spec, version_before)
+def to_edit(spec: EditSpec, layer: int):
+    """The equivalent ``geosteer.manifold.edit.Edit``."""
+    from geosteer.manifold.edit import Edit
+
+    def span(r):
+        return None if r is None else list(range(r[0], r[1] + 1))
+
+    value = spec.factor if spec.op == "scale" else spec.value if spec.op == "set" else None
+    return Edit(spec.op, layers=[layer], heads=None if spec.head is None else [spec.head],
+                dims=None if spec.dim is None else [spec.dim], rows=span(spec.rows), cols=span(spec.cols),
+                value=value)
 
 
-@torch.no_grad()
-def undo_edit(coefficients: torch.Tensor, rec: UndoRecord) -> None:
-    coefficients[rec.index] = rec.old
+def apply_edit(bank, spec: EditSpec, version_before: int) -> UndoRecord:
+    """Apply ``spec`` to ``bank`` in place (recorded in ``bank.history``); return what undo needs."""
+    from geosteer.manifold.edit import apply_edit as manifold_apply
+
+    idx = index_of(spec, bank.slot(spec.layer))
+    old = bank.coefficients.detach()[idx].clone()
+    entry = manifold_apply(bank, to_edit(spec, spec.layer))
+    entry["source"] = "studio"
+    return UndoRecord(idx, old, spec, version_before, entry)
+
+
+def undo_edit(bank, rec: UndoRecord) -> None:
+    """Put the old values back and drop the edit's history record."""
+    with torch.no_grad():
+        bank.coefficients[rec.index] = rec.old
+    if hasattr(bank, "clear_cache"):
+        bank.clear_cache()
+    if rec.entry is not None and bank.history and bank.history[-1] is rec.entry:
+        bank.history.pop()

@@ -180,9 +180,8 @@ class Session:
         with self.lock:
             layers = S.bank_layers(self.bank)
             spec = parse_edit(body, tuple(self.bank.coefficients.shape), layers)
-            rec = apply_edit(self.bank.coefficients, spec, S.layer_slot(self.bank, spec.layer), self.version)
+            rec = apply_edit(self.bank, spec, self.version)
             self.history.append(rec)
-            self.bank.history.append({"edit": spec.describe(), "source": "studio", **_spec_dict(spec)})
             if len(self.history) > MAX_HISTORY:
                 self.history.pop(0)
             self.version = next(self._versions)
@@ -193,9 +192,7 @@ class Session:
             if not self.history:
                 return None
             rec = self.history.pop()
-            undo_edit(self.bank.coefficients, rec)
-            if self.bank.history and self.bank.history[-1].get("source") == "studio":
-                self.bank.history.pop()
+            undo_edit(self.bank, rec)
             self.version = rec.version_before
             return rec.spec.describe()
 
@@ -288,10 +285,6 @@ class Session:
             self.loaded_coeffs = self.bank.coefficients.detach().clone()
             self._cache.clear()
             return {"name": name, "digest": coeff_digest(self.bank.coefficients), "version": self.version}
-
-
-def _spec_dict(spec: EditSpec) -> dict:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(spec).items() if v is not None}
 
 
 def coeff_digest(c: torch.Tensor) -> str:
