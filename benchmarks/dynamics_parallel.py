@@ -3,8 +3,7 @@
 Interleaved stock / parallel-concurrent forwards (BENCHMARKING.md), same tokens, after one warm-up each.
 With ``--threads 1`` the stock forward uses one core and the concurrent one up to two; with ``--threads 2``
 both may use both cores. Also prints the paper's submodule-time estimate for the same layers. The
-chosen layers are the lowest-C_ℓ
-ones (C_ℓ measured on train text).
+chosen layers are the lowest-C_ℓ ones (C_ℓ measured on train text).
 
     .venv/bin/python benchmarks/dynamics_parallel.py --model smollm2 --layers 8 --threads 2
 """
