@@ -110,7 +110,7 @@ def controlnet_figure(view: SurfaceView, title: str | None = None, height: int =
     zm = _zmax(c)
     k = c.shape[0]
     fig = go.Figure(go.Heatmap(z=c, x=list(range(k)), y=list(range(k)), colorscale=COLORSCALE, zmin=-zm,
-                               zmax=zm, text=np.round(c, 3), texttemplate="%{text}", textfont=dict(size=8),
+                               zmax=zm, texttemplate="%{z:.2f}", textfont=dict(size=8),
                                hovertemplate="row %{y} (query), col %{x} (key): %{z:.4f}<extra></extra>"))
     fig.update_layout(title=title or f"control net C, {view.name}", height=height, template="plotly_white",
                       xaxis=dict(title="column (key)", dtick=1), yaxis=dict(title="row (query)", dtick=1),
