@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--screenshot", type=Path)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    load_start = os.getloadavg()
 
     import geosteer
     import geosteer.manifold as M
@@ -109,11 +110,25 @@ def main() -> None:
             rows.append({"what": "edit_round_trip_api", "edit": f"{op} layer {lay}", "tokens": a.tokens,
                          "ms": round((time.perf_counter() - t) * 1000, 1)})
     stop()
+    # the same machine's speed at that moment: a plain greedy generation, without and with the surfaces
+    from geosteer.eval.generation import generate
+
+    for rep in range(3):
+        for attached in (False, True):
+            if not attached:
+                M.detach(model)
+            t = time.perf_counter()
+            generate(model, tok, session.default_prompt, a.tokens)
+            rows.append({"what": "generate_only", "surfaces": attached, "tokens": a.tokens, "rep": rep,
+                         "ms": round((time.perf_counter() - t) * 1000, 1)})
+            if not attached:
+                M.attach(model, bank=session.bank)
     trips = [r["ms"] for r in rows if r["what"].startswith("edit_round_trip")]
     meta = {"model": a.model, "surfaces": str(a.surfaces) if a.surfaces else f"random std {a.scale} seed 0",
             "bank_layers": info["layers"], "torch_threads": a.threads, "model_load_s": round(load_s, 2),
             "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "loadavg_end": os.getloadavg(), "edit_round_trip_ms_median": statistics.median(trips),
+            "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
+            "edit_round_trip_ms_median": statistics.median(trips),
             "edit_round_trip_ms_max": max(trips)}
     for r in rows:
         print(r)
