@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -251,3 +252,30 @@ def test_sensitivity_is_the_first_order_zeroing_effect(env):
             bank.coefficients[slot, h, d] = saved
         assert float(flat[i]) == pytest.approx(actual, rel=0.1, abs=1e-6)
     M.attach(model, bank=env["session"].bank)
+
+
+@pytest.mark.parametrize("host,warn", [(None, False), ("0.0.0.0", True)])
+def test_cli_binds_loopback_by_default_and_warns_otherwise(tmp_path, monkeypatch, capsys, host, warn):
+    import uvicorn
+
+    from geosteer import cli
+
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
+    argv = ["geosteer", "studio", "--model", "tiny-llama", "--workspace", str(tmp_path / "ws"), "--port", "9"]
+    monkeypatch.setattr(sys, "argv", argv + (["--host", host] if host else []))
+    cli.main()
+    M.detach(seen["app"].state.session.model)
+    err = capsys.readouterr().err
+    assert seen["host"] == (host or "127.0.0.1") and seen["port"] == 9
+    assert ("warning: binding 0.0.0.0" in err) == warn
+    assert (tmp_path / "ws").is_dir()
+
+
+def test_cli_rejects_bad_options(monkeypatch, capsys):
+    from geosteer import cli
+
+    monkeypatch.setattr(sys, "argv", ["geosteer", "studio", "--port", "70000"])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 2 and "--port must be in 1–65535" in capsys.readouterr().err

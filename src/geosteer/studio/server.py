@@ -97,6 +97,7 @@ def create_app(session: Session, results_dirs: list[Path] | None = None,
     from geosteer.studio.pages import ResultPages
 
     app = FastAPI(title="geosteer studio", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.session = session
     pages = ResultPages([Path(p) for p in (results_dirs or [])] + [session.workspace / "results"])
     hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
 
