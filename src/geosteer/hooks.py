@@ -136,6 +136,12 @@ def _ensure_state_tracking(model: nn.Module, layer: int, hooks: HookSet) -> None
     block.layer._geosteer_track_count = count + 1
     if count == 0:
         def track_pre(mod, args, kwargs):
+            # Only the running layer keeps tensors: earlier layers' state is dropped here, so memory
+            # does not grow with the number of layers hooked.
+            for other in an.blocks:
+                st = getattr(other.layer, "_geosteer_state", None)
+                if st and st is not state:
+                    st.clear()
             state.clear()
             state["resid_pre"] = _hidden_from_args(args, kwargs)[0]
 

@@ -7,6 +7,7 @@ with a completion marker, so a conversion killed half-way is detected and rebuil
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import json
@@ -193,13 +194,19 @@ def model_id(model) -> str:
                model.config.model_type)
 
 
+@functools.lru_cache(maxsize=1)
 def gpt2_tokenizer():
+    """GPT-2's tokenizer from the vendored vocabulary (cached per process: tiny models share it)."""
     from transformers import GPT2Tokenizer
 
-    return GPT2Tokenizer.from_pretrained(str(_ASSETS / "gpt2_tokenizer"))
+    tok = GPT2Tokenizer.from_pretrained(str(_ASSETS / "gpt2_tokenizer"))
+    tok.pad_token = tok.eos_token
+    return tok
 
 
+@functools.lru_cache(maxsize=1)
 def smollm2_tokenizer():
+    """SmolLM2's tokenizer from the vendored files (cached per process: tiny models share it)."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(_ASSETS / "smollm2_tokenizer"))
