@@ -76,14 +76,68 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
     console.print(gen_table)
     if bank is not None:
         summary["greedy_changed"] = f"{changed}/{len(DEMO_PROMPTS)}"
-        from geosteer.manifold.demo_steps import edit_and_wall_demo
-
-        summary.update(edit_and_wall_demo(model, tok, bank, DEMO_PROMPTS, out_dir, console))
+        summary.update(_edit_wall_report(model, tok, bank, surfaces, max_new_tokens, out_dir, console))
     else:
         console.print("[yellow]no trained surfaces found at artifacts/smollm2-surfaces; "
                       "showing the stock model only[/]")
     console.print(f"done in {time.time() - t0:.0f} s")
     return summary
+
+
+def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out_dir: Path, console) -> dict:
+    """Most sensitive layer → invert it (live) and wall its top-8 surfaces (live); then an HTML report."""
+    from rich.table import Table
+
+    from geosteer.eval.compare import kl_divergence, next_token_logprobs
+    from geosteer.eval.generation import generate
+    from geosteer.io_utils import write_records
+    from geosteer.manifold.edit import Edit, live
+    from geosteer.manifold.explore import layer_sensitivity
+    from geosteer.steer import steer
+    from geosteer.viz import surfaces as S
+    from geosteer.viz.report import build_report
+
+    sens = layer_sensitivity(model, tok, bank, DEMO_PROMPTS)
+    layer = sens[0]["layer"]
+    console.print(f"most sensitive layer (zeroing it moves next-token KL most): {layer} "
+                  f"(mean KL {sens[0]['kl_mean']:.4f})")
+    edits = {"invert": Edit("invert", layers=[layer]), "wall": Edit("wall", layers=[layer], top=8)}
+    table = Table(title=f"edits on layer {layer} (vs trained surfaces)", show_lines=True)
+    for col in ("prompt", "surfaces", "inverted layer", "wall on top-8 surfaces"):
+        table.add_column(col)
+    counts = {k: 0 for k in edits}
+    kls = {k: 0.0 for k in edits}
+    for p in DEMO_PROMPTS:
+        with steer(model, bank):
+            base = generate(model, tok, p, max_new_tokens)
+        lp_base = next_token_logprobs(model, tok, p, [bank])
+        cells = [p, base.text.strip()]
+        for name, e in edits.items():
+            with live(bank, e):
+                with steer(model, bank):
+                    g = generate(model, tok, p, max_new_tokens)
+                lp = next_token_logprobs(model, tok, p, [bank])
+            counts[name] += g.token_ids != base.token_ids
+            kls[name] += kl_divergence(lp_base, lp) / len(DEMO_PROMPTS)
+            cells.append(g.text.strip())
+        table.add_row(*cells)
+    console.print(table)
+    for name in edits:
+        console.print(f"{name}: greedy changed {counts[name]}/{len(DEMO_PROMPTS)}, mean next-token KL {kls[name]:.4f}")
+    # report: surface terrains/heatmaps with the first prompt's token self-pairs
+    out_dir.mkdir(parents=True, exist_ok=True)
+    picks = S.default_picks(bank, 4)
+    layers = sorted({lay for lay, _, _ in picks})
+    with steer(model, bank):
+        labels, qs, ks = S.record_qk_tensors(model, tok, DEMO_PROMPTS[0], layers)
+    qk = write_records(out_dir / "qk.json", S.qk_rows(labels, qs, ks, picks),
+                       {"kind": "qk-points", "prompt": DEMO_PROMPTS[0], "surfaces": str(Path(surfaces).resolve()),
+                        "tokens": labels})
+    sens_file = write_records(out_dir / "layer_sensitivity.json", sens, {"prompts": DEMO_PROMPTS})
+    rep = build_report([surfaces, qk, sens_file], out_dir / "report.html", title="geosteer demo")
+    console.print(f"HTML report: {rep['out']} ({rep['figures']} figures)")
+    return {"sensitive_layer": layer, "invert_changed": counts["invert"], "wall_changed": counts["wall"],
+            "invert_mean_kl": kls["invert"], "wall_mean_kl": kls["wall"], "report": rep["out"]}
 
 
 def register(app: typer.Typer) -> None:
