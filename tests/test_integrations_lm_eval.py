@@ -143,6 +143,19 @@ def test_interventions_match_plain_hooks(folder, model_args, module, hook):
     torch.testing.assert_close(torch.tensor(back), torch.tensor(stock), rtol=1e-5, atol=1e-4)
 
 
+def test_recipe_folder_as_model_args(folder, tmp_path):
+    from geosteer.integrations.recipe import InterventionSpec, save_recipe
+
+    path = str(folder / "model")
+    spec = InterventionSpec(ffn_variant="zero", ffn_layers=2, gates=str(folder / "gates"))
+    save_recipe(tmp_path / "recipe", spec, base_model=path)
+    by_keys = GeosteerLM(pretrained=path, **ARGS, ffn_variant="zero", ffn_layers=2, gates=str(folder / "gates"))
+    by_recipe = GeosteerLM(pretrained=path, **ARGS, recipe=str(tmp_path / "recipe"))
+    assert [type(iv).__name__ for iv in by_recipe.interventions] == ["FFNVariant", "FFNGates"]
+    assert [ll for ll, _ in by_recipe.loglikelihood(_requests())] == \
+        [ll for ll, _ in by_keys.loglikelihood(_requests())]
+
+
 def test_geosteer_names_load_through_geosteer():
     lm = GeosteerLM(pretrained="tiny-gpt2", **ARGS, scale_site="resid_mlp", scale_par=0.0, scale_layers="0;2")
     assert lm.model.config._geosteer_name == "tiny-gpt2"
@@ -155,6 +168,7 @@ def test_geosteer_names_load_through_geosteer():
     (dict(ffn_variant="sideways"), "unknown FFN variant"),
     (dict(edits="x.json"), "edits= needs surfaces="),
     (dict(scale_site="resid_attn", scale_layers="0-99"), "out of range"),
+    (dict(recipe="some/folder", scale_site="resid_attn"), "either recipe= or intervention keys"),
 ])
 def test_bad_model_args_fail_with_one_line(bad, msg):
     with pytest.raises((GeosteerError, ValueError), match=msg):
