@@ -98,6 +98,10 @@ def test_surface_heights_match_an_independent_spline(env):
     z_ref = bspline_basis_reference(qs, 4, -3, 3) @ c @ bspline_basis_reference(ks, 4, -3, 3).T
     np.testing.assert_allclose(_arr(hm["z"]), z_ref, atol=1e-5)
     assert np.asarray(d["coeffs"]).shape == (7, 7)
+    # without tokens (the page's first paint): same surface, no dots, no model pass needed
+    d0 = env["client"].get("/api/surface", params={"layer": 1, "head": 2, "dim": 5, "n": 16, "tokens": 0}).json()
+    assert d0["tokens"] == [] and len(d0["figures"]["heatmap"]["data"]) == 1
+    np.testing.assert_array_equal(_arr(d0["figures"]["heatmap"]["data"][0]["z"]), _arr(hm["z"]))
 
 
 def test_edit_changes_continuation_and_kl_is_independent(env):
@@ -203,6 +207,7 @@ def test_bad_requests_get_4xx_with_message(env, body, status, msg):
     ("/api/surface", {"layer": "a", "head": 0, "dim": 0}, "layer must be an integer"),
     ("/api/surface", {"layer": 9, "head": 0, "dim": 0}, "layer 9 has no surfaces"),
     ("/api/surface", {"layer": 0, "head": 0, "dim": 99}, "dim 99 out of range"),
+    ("/api/surface", {"layer": 0, "head": 0, "dim": 0, "tokens": "yes"}, "tokens must be 0 or 1"),
     ("/api/rank", {"by": "magic"}, "by must be"),
     ("/api/rank", {"top": 10_000}, "top must be"),
 ])

@@ -173,9 +173,11 @@ def create_app(session: Session, results_dirs: list[Path] | None = None,
 
     @app.get("/api/surface")
     def surface(layer: str | None = None, head: str | None = None, dim: str | None = None,
-                prompt: str | None = None, n: str | None = None):
+                prompt: str | None = None, n: str | None = None, tokens: str = "1"):
+        if tokens not in ("0", "1"):
+            raise ValueError(f"tokens must be 0 or 1 (got {tokens!r})")
         return session.surface(_int(layer, "layer"), _int(head, "head"), _int(dim, "dim"), prompt,
-                               _int(n, "n", 48))
+                               _int(n, "n", 48), tokens == "1")
 
     @app.post("/api/effect")
     async def effect(request: Request):

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from geosteer.errors import GeosteerError
@@ -202,7 +203,10 @@ class Session:
             return self._cached(("qk", self.version, prompt), lambda: S.record_qk_tensors(
                 self.model, self.tok, prompt, S.bank_layers(self.bank)))
 
-    def surface(self, layer: int, head: int, dim: int, prompt: str | None = None, n: int = 48) -> dict:
+    def surface(self, layer: int, head: int, dim: int, prompt: str | None = None, n: int = 48,
+                tokens: bool = True) -> dict:
+        """Figures of one surface; ``tokens`` adds the prompt's dots (needs a forward pass, cached per state;
+        the page first draws without them so the first paint never waits for the model)."""
         from geosteer.viz import figures as F
 
         prompt = self.check_prompt(prompt)
@@ -211,10 +215,13 @@ class Session:
         with self.lock:
             S.check_surface(self.bank, layer, head, dim)
             view = S.surface_view(self.bank, layer, head, dim, n=n)
-            labels, qs, ks = self.qk(prompt)
-            row = S.qk_rows(labels, qs, ks, [(layer, head, dim)])
-            pts = S.token_points(self.bank, layer, head, dim, labels, [r["q"] for r in row],
-                                 [r["k"] for r in row])
+            if tokens:
+                labels, qs, ks = self.qk(prompt)
+                row = S.qk_rows(labels, qs, ks, [(layer, head, dim)])
+                pts = S.token_points(self.bank, layer, head, dim, labels, [r["q"] for r in row],
+                                     [r["k"] for r in row])
+            else:
+                pts = F.TokenPoints([], np.zeros(0), np.zeros(0), np.zeros(0))
             version = self.version
         return {"layer": layer, "head": head, "dim": dim, "norm": view.norm, "version": version,
                 "lo": view.lo, "hi": view.hi, "coeffs": view.coeffs.tolist(),

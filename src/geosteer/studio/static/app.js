@@ -107,9 +107,10 @@ async function select(layer, head, dim) {
   await showSurface();
 }
 
-async function showSurface() {
+async function showSurface(tokens = true) {
   if (cur.layer === null) return;
-  const q = new URLSearchParams({ layer: cur.layer, head: cur.head, dim: cur.dim, prompt: $("prompt").value });
+  const q = new URLSearchParams({ layer: cur.layer, head: cur.head, dim: cur.dim, prompt: $("prompt").value,
+                                  tokens: tokens ? "1" : "0" });
   const d = await api("GET", "/api/surface?" + q);
   const cfg = { displaylogo: false, responsive: true };
   const f = d.figures;
@@ -262,7 +263,11 @@ async function main() {
   const rows = await rank();
   if (rows.length) {
     $("ranked").children[0].classList.add("active");
-    await select(rows[0].layer, rows[0].head, rows[0].dim);
+    // first paint without the token dots (no model pass), then the dots
+    cur.layer = rows[0].layer; cur.head = rows[0].head; cur.dim = rows[0].dim;
+    $("layer").value = cur.layer; $("head").value = cur.head; $("dim").value = cur.dim;
+    await showSurface(false);
+    await showSurface(true);
   }
   await runEffect();
   G.ready = true;
