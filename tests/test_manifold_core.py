@@ -115,10 +115,29 @@ def _padding_mask(b, L, T, pad, window=None):
     return m
 
 
+@pytest.fixture(params=["torch", "torch-nograd", "ext"])
+def path(request, monkeypatch):
+    """Run a kernel test on the autograd PyTorch path, the inference PyTorch path and the compiled one."""
+    from geosteer.manifold import _ext, kernel
+
+    if request.param == "ext":
+        if _ext.get() is None:
+            pytest.skip(f"compiled kernels {_ext.status()}")
+        with torch.no_grad():
+            yield request.param
+        return
+    monkeypatch.setattr(kernel, "USE_EXT", False)
+    if request.param == "torch-nograd":
+        with torch.no_grad():
+            yield request.param
+    else:
+        yield request.param
+
+
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("block", [5, 16, 128])
 @pytest.mark.parametrize("kind", ["causal", "padding", "window", "float", "decode", "none"])
-def test_kernel_exact_vs_per_pair_reference(kind, block, fused):
+def test_kernel_exact_vs_per_pair_reference(kind, block, fused, path):
     b, H, Hkv, d = 2, 6, 2, 8  # GQA 3
     L = T = 23
     if kind == "decode":
@@ -157,7 +176,7 @@ def _ref_nomask(q, k, v, C):
     return naive_modulated_attention(w, q, k, v, C, 8, -4.0, 4.0)
 
 
-def test_kernel_fully_masked_rows_give_zero_and_per_layer_range():
+def test_kernel_fully_masked_rows_give_zero_and_per_layer_range(path):
     q, k, v, C = _case(2, 4, 4, 9, 9, 4)
     mask = _padding_mask(2, 9, 9, [0, 4])
     mask[1, :, :4, :] = False  # padded query rows see nothing
@@ -439,3 +458,22 @@ def test_bank_trains(tiny_cache):
         assert losses[-1] < losses[0]
     finally:
         manifold.detach(model)
+
+
+def test_handlers_after_the_bank_still_run(tiny_cache):
+    """With another attention handler attached after the bank, the bank uses the stock path + Δo so that
+    the later handler sees (and may change) the call; the result is the same."""
+    from geosteer.record import AttentionRecorder
+
+    model, tok = tiny_cache("mistral")
+    ids = sample_ids(tok, 2)
+    bank = _random_bank(model, seed=4, scale=0.3)
+    manifold.detach(model)
+    rec = AttentionRecorder(what=("value",))
+    with torch.no_grad():
+        with steer(model, bank):
+            alone = model(ids).logits
+        with steer(model, bank, rec):
+            composed = model(ids).logits
+    assert len(rec["value", 0]) == 1
+    assert (alone - composed).abs().max().item() <= 1e-4

@@ -118,6 +118,9 @@ class SurfaceBank(nn.Module):
         self._nonzero_version = None
         self._nonzero: list[bool] = []
         self.source: str | None = None
+        self._views = None
+        self._views_version = None
+        self._last_slot = -1
 
     # ----------------------------------------------------------------- shape / lookup
     @property
@@ -232,6 +235,8 @@ class SurfaceBank(nn.Module):
     def clear_cache(self) -> None:
         """Drop the decode feature caches (they are rebuilt on the next decoding step)."""
         self._caches.clear()
+        self._views = None
+        self._last_slot = -1
 
     # ----------------------------------------------------------------- the handler
     def _layer_nonzero(self, slot: int) -> bool:
@@ -242,6 +247,19 @@ class SurfaceBank(nn.Module):
                 self._nonzero = (c.detach().reshape(c.shape[0], -1) != 0).any(dim=1).tolist()
             self._nonzero_version = key
         return self._nonzero[slot]
+
+    def _layer_coeff(self, slot: int, grad: bool) -> torch.Tensor:
+        """This layer's (heads, head_dim, K, K) coefficients. With autograd, all layers' views come from one
+        ``unbind`` per forward (one gradient buffer instead of a full-size zero buffer per layer); a forward
+        is recognised by the layers being visited in increasing order."""
+        coeff = self.coefficients
+        if not grad:
+            return coeff[slot]
+        if self._views is None or slot <= self._last_slot or self._views_version != coeff._version:
+            self._views = coeff.unbind(0)
+            self._views_version = coeff._version
+        self._last_slot = slot
+        return self._views[slot]
 
     def _make_handler(self, slot: int):
         def handler(call, proceed):
@@ -266,7 +284,8 @@ class SurfaceBank(nn.Module):
             is_causal = getattr(call.module, "is_causal", True)
         lo, hi = self.lo[slot], self.hi[slot]
         lo_f, hi_f = float(lo), float(hi)
-        c = coeff[slot].to(q.dtype) if coeff.dtype != q.dtype else coeff[slot]
+        c = self._layer_coeff(slot, grad)
+        c = c.to(q.dtype) if c.dtype != q.dtype else c
         # We compute the stock part ourselves only when we are the last handler in the chain, so that
         # handlers attached after us (recorders, value edits) still see and change the call.
         last = attention_handlers(call.module)[-1] is handler

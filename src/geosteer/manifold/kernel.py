@@ -26,13 +26,17 @@ import torch
 
 from geosteer.manifold.bspline import bspline_basis
 
-DEFAULT_BLOCK = 128
+DEFAULT_BLOCK = 64
 SMALL_Q = 8  # at most this many queries (decoding): grouped layout, one pass over the key features
 
 
 def _position(x: torch.Tensor, grid_size: int, lo, hi) -> tuple[torch.Tensor, torch.Tensor]:
-    """Interval index s (float, floor; clamped to [-1, g+7] so that all four bases are out of range
-    beyond the support) and local coordinate t ∈ [0, 1)."""
+    """Interval index s (float) and local coordinate t ∈ [0, 1) of x in knot units, u = (x - lo)/h + 3.
+
+    u is clamped to [0, g+6]: below the support that gives s = 0, t = 0, where the only existing basis
+    (B_0) has weight t³/6 = 0; above it s = g+6, where all four bases are past B_{K-1}. So the clamped
+    values are exactly zero outside the support, without masks.
+    """
     if torch.is_tensor(lo) or torch.is_tensor(hi):
         lo = torch.as_tensor(lo, dtype=x.dtype, device=x.device)
         hi = torch.as_tensor(hi, dtype=x.dtype, device=x.device)
@@ -41,7 +45,7 @@ def _position(x: torch.Tensor, grid_size: int, lo, hi) -> tuple[torch.Tensor, to
     else:
         sc = grid_size / (float(hi) - float(lo))
         u = x * sc + (3.0 - float(lo) * sc)
-    u = u.clamp(-1.0, grid_size + 7.0)
+    u = u.clamp(0.0, grid_size + 6.0)
     s = torch.floor(u)
     return s, u - s
 
@@ -60,6 +64,16 @@ def _weights(t: torch.Tensor, dim: int) -> torch.Tensor:
 
 def key_features(key: torch.Tensor, value: torch.Tensor, grid_size: int, lo, hi) -> torch.Tensor:
     """Key-side features (b, Hkv, T, d·(K+1)): per (j, d), v·B_0(k) … v·B_{K-1}(k), then v."""
+    ext = _ext_for(key, lo, hi)
+    if ext is not None:
+        sc, off = _affine(grid_size, lo, hi)
+        b, hk, T, d = key.shape
+        return ext.key_features(key, value, grid_size, sc, off).view(b, hk, T, -1)
+    return key_features_torch(key, value, grid_size, lo, hi)
+
+
+def key_features_torch(key: torch.Tensor, value: torch.Tensor, grid_size: int, lo, hi) -> torch.Tensor:
+    """:func:`key_features` in PyTorch ops (differentiable)."""
     K = grid_size + 3
     s, t = _position(key, grid_size, lo, hi)
     w = _weights(t, dim=-1) * value.unsqueeze(-1)  # (b, hkv, T, d, 4)
@@ -96,20 +110,23 @@ def _key_range(causal, attn_mask, float_mask, s, e, L, T):
 
 def _weights_block(query_g, key, s, e, k0, k1, *, scaling, softcap, causal, attn_mask, float_mask, dropout,
                    L, T):
-    """Attention weights (b, hkv, rep, n_q, n_k) of queries [s, e) over keys [k0, k1), as SDPA makes them."""
+    """Attention weights (b, hkv, rep, n_q, n_k) of queries [s, e) over keys [k0, k1), as SDPA makes them.
+
+    ``query_g`` is already multiplied by ``scaling`` when ``softcap`` is None (see the callers).
+    """
     b, hkv, rep, _, d = query_g.shape
     n_q, n_k = e - s, k1 - k0
     qb = query_g[:, :, :, s:e].reshape(b, hkv, rep * n_q, d)
     scores = torch.matmul(qb, key[:, :, k0:k1].transpose(-1, -2)).view(b, hkv, rep, n_q, n_k)
-    scores = scores * scaling
     if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
+        scores = torch.tanh(scores * (scaling / softcap)) * softcap
     masked = False
     if causal:
-        i = torch.arange(s, e, device=key.device)[:, None] + (T - L)
-        j = torch.arange(k0, k1, device=key.device)[None, :]
-        if bool((j > i).any()):
-            scores = scores.masked_fill(j > i, float("-inf"))
+        off = T - L
+        if k1 - 1 > s + off:  # some key of the range is after some query of the block
+            i = torch.arange(s, e, device=key.device)[:, None] + off
+            j = torch.arange(k0, k1, device=key.device)[None, :]
+            scores.masked_fill_(j > i, float("-inf"))
     elif attn_mask is not None:
         m = attn_mask[..., s:e, k0:k1]
         if m.dim() == 2:
@@ -173,10 +190,17 @@ def modulated_attention(
     if attn_mask is not None:
         attn_mask = attn_mask[..., :T]
     coeff = coeff.to(query.dtype)
+    ext = _ext_for(query, lo, hi)
+    # scores are computed from pre-scaled queries (one pass over q instead of one over the scores)
     query_g = query.view(b, hkv, rep, L, d)
+    if softcap is None:
+        query_g = query_g * scaling
     common = dict(scaling=scaling, softcap=softcap, causal=causal, attn_mask=attn_mask, float_mask=float_mask,
                   dropout=dropout, L=L, T=T)
-    if L <= SMALL_Q:
+    if ext is not None and L > SMALL_Q:
+        out = _blocked_ext(ext, query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block,
+                           common)
+    elif L <= SMALL_Q:
         out = _small(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, common)
     else:
         out = _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block, common)
@@ -195,6 +219,10 @@ def _small(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, 
     p = _weights_block(query_g, key, 0, L, k0, k1, **common)  # (b, hkv, rep, L, n_k)
     o = torch.matmul(p.reshape(b, hkv, rep * L, k1 - k0), features[:, :, k0:k1])
     o = o.view(b, H, L, d, K + 1)
+    ext = _ext_for(query, lo, hi)
+    if ext is not None:
+        sc, off = _affine(grid_size, lo, hi)
+        return ext.epilogue(o, query, coeff, grid_size, sc, off, with_value).transpose(1, 2).contiguous()
     qf = torch.einsum("bhlda,hdac->bhldc", bspline_basis(query, grid_size, lo, hi), coeff)
     delta = (o[..., :K] * qf).sum(-1)
     out = o[..., K] + delta if with_value else delta
@@ -209,7 +237,7 @@ def _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value
     D = d * (K + 1)
     grad = torch.is_grad_enabled()
     # query side, once per call: basis rows (into C padded by one zero row) and weights, (rep,b,hkv,d,4,L)
-    q_t = query_g.permute(2, 0, 1, 4, 3).contiguous()  # (rep, b, hkv, d, L)
+    q_t = query.view(b, hkv, rep, L, d).permute(2, 0, 1, 4, 3).contiguous()  # (rep, b, hkv, d, L)
     s, t = _position(q_t, grid_size, lo, hi)
     wq = _weights(t, dim=-2)
     iq = ((s.to(torch.long) - 2).unsqueeze(-2) + torch.arange(4, device=query.device)[:, None])
@@ -240,6 +268,48 @@ def _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value
         outs.append(o[..., K, :] + delta if with_value else delta)
     out = torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]  # (rep, b, hkv, d, L)
     return out.permute(1, 4, 2, 0, 3).reshape(b, L, H, d)
+
+
+def _affine(grid_size: int, lo, hi) -> tuple[float, float]:
+    sc = grid_size / (float(hi) - float(lo))
+    return sc, 3.0 - float(lo) * sc
+
+
+USE_EXT = True  # set False to force the PyTorch path (tests compare both)
+
+
+def _ext_for(query, lo, hi):
+    """The compiled kernels when they apply: inference (no autograd), float32 CPU, scalar range."""
+    if not USE_EXT or torch.is_grad_enabled() or query.dtype != torch.float32 or query.device.type != "cpu":
+        return None
+    if (torch.is_tensor(lo) and lo.numel() != 1) or (torch.is_tensor(hi) and hi.numel() != 1):
+        return None
+    from geosteer.manifold import _ext
+
+    return _ext.get()
+
+
+def _blocked_ext(ext, query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block, common):
+    """Query blocks, grouped layout, compiled epilogue (inference only)."""
+    b, H, L, d = query.shape
+    hkv, rep = query_g.shape[1], query_g.shape[2]
+    K = grid_size + 3
+    sc, off = _affine(grid_size, lo, hi)
+    outs = []
+    for s0 in range(0, L, block):
+        e0 = min(L, s0 + block)
+        n_q = e0 - s0
+        rng = _key_range(common["causal"], common["attn_mask"], common["float_mask"], s0, e0, L, common["T"])
+        if rng is None:
+            outs.append(query.new_zeros(b, H, n_q, d))
+            continue
+        k0, k1 = rng
+        p = _weights_block(query_g, key, s0, e0, k0, k1, **common)  # (b, hkv, rep, n_q, n_k)
+        o = torch.matmul(p.view(b, hkv, rep * n_q, k1 - k0), features[:, :, k0:k1])
+        o = o.view(b, H, n_q, d, K + 1)
+        outs.append(ext.epilogue(o, query[:, :, s0:e0], coeff, grid_size, sc, off, with_value))
+    out = torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
+    return out.transpose(1, 2).contiguous()
 
 
 def naive_modulated_attention(weights: torch.Tensor, query, key, value, coeff, grid_size, lo, hi):

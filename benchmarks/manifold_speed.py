@@ -1,0 +1,245 @@
+"""Cost of attention surfaces vs the stock model, measured in one run (see shared BENCHMARKING.md).
+
+Figures (ratios surfaces / stock; interleaved A, B, A, B after one warm-up each; median of --repeats
+pairs with the min–max spread of the per-pair ratios; threads pinned):
+
+- forward:   full forward at --tokens (default 512) tokens, no KV cache, logits for every position
+- decode:    cached greedy decoding, time per new token after a --prompt-tokens prompt
+- train:     one training step (forward + backward) at --train-seq × --train-batch tokens; surfaces: only
+             the coefficients require grad; stock: the input embeddings require grad, so the backward
+             also runs through every layer (no weight gradients on either side)
+- memory:    peak RSS of a --mem-tokens forward (no cache), stock and surfaces each in its own process
+
+The surfaces are grid 8 over (-4, 4) on every layer with random non-zero coefficients (a trained artifact
+with --surfaces), so no zero-layer shortcut applies. Prints one ``name: value`` line per figure (or JSON).
+
+    .venv/bin/python benchmarks/manifold_speed.py                 # all figures, 2 threads
+    .venv/bin/python benchmarks/manifold_speed.py --only forward --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+CLOCK = time.perf_counter  # --clock cpu: time.process_time (CPU time of this process; use with --threads 1)
+
+
+def _bank(model, surfaces: str | None, seed: int = 0):
+    from geosteer import manifold
+
+    if surfaces:
+        return manifold.load(surfaces, model=model)
+    bank = manifold.SurfaceBank(manifold.ManifoldConfig.for_model(model))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.05)
+    return bank
+
+
+def _ids(n: int, batch: int = 1, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(200, 40000, (batch, n), generator=g)
+
+
+def _pairs(run_a, run_b, repeats: int) -> dict:
+    """Interleaved timings: one warm-up each, then A, B, A, B …; ratios per pair."""
+    run_a()
+    run_b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        t = CLOCK()
+        run_a()
+        ta.append(CLOCK() - t)
+        t = CLOCK()
+        run_b()
+        tb.append(CLOCK() - t)
+    ratios = [b / a for a, b in zip(ta, tb, strict=True)]
+    return {"stock_s": statistics.median(ta), "surfaces_s": statistics.median(tb),
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "repeats": repeats}
+
+
+def bench_forward(model, bank, tokens: int, repeats: int) -> dict:
+    ids = _ids(tokens)
+
+    def stock():
+        with torch.no_grad():
+            model(ids, use_cache=False)
+
+    def surf():
+        rm = bank.attach(model)
+        try:
+            with torch.no_grad():
+                model(ids, use_cache=False)
+        finally:
+            rm()
+
+    return {"tokens": tokens, **_pairs(stock, surf, repeats)}
+
+
+def bench_decode(model, bank, prompt_tokens: int, new_tokens: int, repeats: int) -> dict:
+    from transformers import DynamicCache
+
+    ids = _ids(prompt_tokens, seed=1)
+
+    def decode() -> float:
+        with torch.no_grad():
+            cache = DynamicCache()
+            out = model(ids, cache=cache, use_cache=True)
+            nxt = out.logits[:, -1:].argmax(-1)
+            t = CLOCK()
+            for _ in range(new_tokens):
+                out = model(nxt, cache=cache, use_cache=True)
+                nxt = out.logits[:, -1:].argmax(-1)
+            return (CLOCK() - t) / new_tokens
+
+    def surf() -> float:
+        rm = bank.attach(model)
+        try:
+            return decode()
+        finally:
+            rm()
+
+    decode()
+    surf()
+    ta, tb = [], []
+    for _ in range(repeats):
+        ta.append(decode())
+        tb.append(surf())
+    ratios = [b / a for a, b in zip(ta, tb, strict=True)]
+    return {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "stock_s_per_token": statistics.median(ta),
+            "surfaces_s_per_token": statistics.median(tb), "ratio": statistics.median(ratios),
+            "ratio_min": min(ratios), "ratio_max": max(ratios), "repeats": repeats}
+
+
+def bench_train(model, bank, seq: int, batch: int, repeats: int) -> dict:
+    ids = _ids(seq, batch, seed=2)
+    emb = model.get_input_embeddings()
+
+    def stock():
+        x = emb(ids).detach().requires_grad_(True)
+        loss = model(inputs_embeds=x, labels=ids, use_cache=False).loss
+        loss.backward()
+
+    def surf():
+        bank.coefficients.requires_grad_(True)
+        bank.coefficients.grad = None
+        rm = bank.attach(model)
+        try:
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            loss.backward()
+        finally:
+            rm()
+            bank.coefficients.requires_grad_(False)
+
+    return {"seq_len": seq, "batch": batch, **_pairs(stock, surf, repeats)}
+
+
+def _mem_child(kind: str, model_name: str, tokens: int, surfaces: str | None, threads: int) -> None:
+    torch.set_num_threads(threads)
+    from geosteer import load_model
+
+    model, _ = load_model(model_name)
+    ids = _ids(tokens)
+    if kind == "surfaces":
+        bank = _bank(model, surfaces)
+        bank.attach(model)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with torch.no_grad():
+        model(ids, use_cache=False)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"kind": kind, "peak_rss_mb": peak / 1024, "before_forward_mb": base / 1024}))
+
+
+def bench_memory(model_name: str, tokens: int, surfaces: str | None, threads: int) -> dict:
+    res = {}
+    for kind in ("stock", "surfaces"):
+        cmd = [sys.executable, __file__, "--mem-child", kind, "--model", model_name, "--mem-tokens", str(tokens),
+               "--threads", str(threads)]
+        if surfaces:
+            cmd += ["--surfaces", surfaces]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        res[kind] = json.loads(out.stdout.strip().splitlines()[-1])
+    s, m = res["stock"], res["surfaces"]
+    return {"tokens": tokens, "stock_peak_mb": round(s["peak_rss_mb"], 1),
+            "surfaces_peak_mb": round(m["peak_rss_mb"], 1),
+            "ratio": m["peak_rss_mb"] / s["peak_rss_mb"],
+            "stock_forward_increase_mb": round(s["peak_rss_mb"] - s["before_forward_mb"], 1),
+            "surfaces_forward_increase_mb": round(m["peak_rss_mb"] - m["before_forward_mb"], 1)}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--surfaces", default=None, help="a trained artifact instead of random coefficients")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--train-seq", type=int, default=128)
+    ap.add_argument("--train-batch", type=int, default=8)
+    ap.add_argument("--mem-tokens", type=int, default=4096)
+    ap.add_argument("--only", default="forward,decode,train,memory")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall time (default) or this process's CPU time (robust on a loaded machine; "
+                         "meaningful with --threads 1)")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--mem-child", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.mem_child:
+        _mem_child(a.mem_child, a.model, a.mem_tokens, a.surfaces, a.threads)
+        return
+    torch.set_num_threads(a.threads)
+    global CLOCK
+    CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
+    from geosteer import load_model
+
+    only = [x.strip() for x in a.only.split(",") if x.strip()]
+    results: dict = {"machine": {"cores": os.cpu_count(), "threads": a.threads, "clock": a.clock,
+                                 "load_average": os.getloadavg()[0], "torch": torch.__version__,
+                                 "python": platform.python_version(), "model": a.model,
+                                 "surfaces": a.surfaces or "random, grid 8, range (-4, 4), all layers"}}
+    say = (lambda k, v: None) if a.json else (lambda k, v: print(f"{k}: {v}", flush=True))
+    for k, v in results["machine"].items():
+        say(k, v)
+    model, _ = load_model(a.model)
+    bank = _bank(model, a.surfaces)
+    if "forward" in only:
+        from geosteer.manifold import _ext
+
+        _ext.get()
+        results["machine"]["compiled_kernels"] = _ext.status()
+        say("compiled_kernels", _ext.status())
+        r = results["forward"] = bench_forward(model, bank, a.tokens, a.repeats)
+        say(f"forward_{a.tokens}_ratio", f"{r['ratio']:.3f} (min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f}; "
+            f"stock {r['stock_s']:.3f} s, surfaces {r['surfaces_s']:.3f} s)")
+    if "decode" in only:
+        r = results["decode"] = bench_decode(model, bank, a.prompt_tokens, a.new_tokens, a.repeats)
+        say("decode_per_token_ratio", f"{r['ratio']:.3f} (min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f}; "
+            f"stock {r['stock_s_per_token'] * 1e3:.1f} ms, surfaces {r['surfaces_s_per_token'] * 1e3:.1f} ms)")
+    if "train" in only:
+        r = results["train"] = bench_train(model, bank, a.train_seq, a.train_batch, a.repeats)
+        say("train_step_ratio", f"{r['ratio']:.3f} (min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f}; "
+            f"stock {r['stock_s']:.3f} s, surfaces {r['surfaces_s']:.3f} s)")
+    if "memory" in only:
+        r = results["memory"] = bench_memory(a.model, a.mem_tokens, a.surfaces, a.threads)
+        say(f"peak_memory_{a.mem_tokens}_ratio", f"{r['ratio']:.3f} (stock {r['stock_peak_mb']:.0f} MB, "
+            f"surfaces {r['surfaces_peak_mb']:.0f} MB; forward increase {r['stock_forward_increase_mb']:.0f} "
+            f"vs {r['surfaces_forward_increase_mb']:.0f} MB)")
+    if a.json:
+        print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

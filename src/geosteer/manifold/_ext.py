@@ -1,0 +1,163 @@
+"""Optional compiled CPU kernels for inference (no autograd): key features and the query-side epilogue.
+
+Both compute exactly what the PyTorch path in ``kernel.py`` computes (same clamping and basis pieces,
+float32), in one pass instead of a dozen element-wise passes. Built on first use with
+``torch.utils.cpp_extension.load_inline`` (needs a C++ compiler, ninja and the Python headers; about a
+minute, cached under ``$GEOSTEER_CACHE/torch_extensions``). When that is not possible, or with
+``GEOSTEER_NO_EXT=1``, geosteer uses the PyTorch path (same results, slower). Training always uses the
+PyTorch path (autograd).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+_SRC = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <cmath>
+
+static inline void pieces(float t, float* w) {
+    const float t2 = t * t, t3 = t2 * t, m = 1.0f - t;
+    w[0] = m * m * m * (1.0f / 6.0f);
+    w[3] = t3 * (1.0f / 6.0f);
+    w[1] = t3 * 0.5f - t2 + (2.0f / 3.0f);
+    w[2] = 1.0f - w[0] - w[1] - w[3];
+}
+
+// feats (N, D, K+1): v*B_0(k) ... v*B_{K-1}(k), v   for k, v (N, D)
+torch::Tensor key_features(torch::Tensor k, torch::Tensor v, int64_t g, double sc, double off) {
+    TORCH_CHECK(k.scalar_type() == torch::kFloat && v.scalar_type() == torch::kFloat, "float32 only");
+    k = k.contiguous(); v = v.contiguous();
+    const int64_t D = k.size(-1), N = k.numel() / D, K = g + 3;
+    auto sizes = k.sizes().vec(); sizes.push_back(K + 1);
+    auto out = torch::empty(sizes, k.options());
+    const float* kp = k.data_ptr<float>(); const float* vp = v.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    const float fsc = (float)sc, foff = (float)off, hi = (float)(g + 6);
+    at::parallel_for(0, N, 16, [&](int64_t b0, int64_t b1) {
+        for (int64_t n = b0; n < b1; ++n) {
+            for (int64_t d = 0; d < D; ++d) {
+                const float x = kp[n * D + d], val = vp[n * D + d];
+                float* row = op + (n * D + d) * (K + 1);
+                for (int64_t c = 0; c < K; ++c) row[c] = 0.0f;
+                row[K] = val;
+                float u = x * fsc + foff;
+                u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
+                if (std::isnan(u)) u = 0.0f;
+                const float s = std::floor(u);
+                float w[4]; pieces(u - s, w);
+                const int64_t a0 = (int64_t)s - 3;
+                for (int r = 0; r < 4; ++r) {
+                    const int64_t a = a0 + r;
+                    if (a >= 0 && a < K) row[a] = w[r] * val;
+                }
+            }
+        }
+    });
+    return out;
+}
+
+// o (B, H, n, D, K+1) attended features; q (B, H, n, D); c (H, D, K, K) -> out (B, H, n, D)
+// out = o[..., K] (if with_value) + sum_r w_r(q) * sum_b c[h, d, a_r, b] * o[..., b]
+// KK > 0: K known at compile time (unrolled, vectorised); KK == 0: runtime K.
+template <int KK>
+static void epilogue_impl(const float* op, const float* qp, const float* cp, float* outp, int64_t B, int64_t H,
+                          int64_t n, int64_t D, int64_t Kr, float fsc, float foff, float hi, bool with_value) {
+    const int64_t K = KK > 0 ? KK : Kr;
+    at::parallel_for(0, B * H * n, 4, [&](int64_t b0, int64_t b1) {
+        for (int64_t row = b0; row < b1; ++row) {
+            const int64_t h = (row / n) % H;
+            const float* orow = op + row * D * (K + 1);
+            const float* qrow = qp + row * D;
+            for (int64_t d = 0; d < D; ++d) {
+                const float* f = orow + d * (K + 1);
+                float u = qrow[d] * fsc + foff;
+                u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
+                if (u != u) u = 0.0f;
+                const float s = std::floor(u);
+                float w[4]; pieces(u - s, w);
+                const int64_t a0 = (int64_t)s - 3;
+                int64_t ar[4];
+                for (int r = 0; r < 4; ++r) {
+                    const int64_t a = a0 + r;
+                    const bool ok = a >= 0 && a < K;
+                    ar[r] = ok ? a : 0;
+                    if (!ok) w[r] = 0.0f;
+                }
+                const float* cb = cp + (h * D + d) * K * K;
+                const float* c0 = cb + ar[0] * K; const float* c1 = cb + ar[1] * K;
+                const float* c2 = cb + ar[2] * K; const float* c3 = cb + ar[3] * K;
+                float acc = 0.0f;
+                for (int64_t b = 0; b < K; ++b)
+                    acc += (w[0] * c0[b] + w[1] * c1[b] + w[2] * c2[b] + w[3] * c3[b]) * f[b];
+                outp[row * D + d] = with_value ? f[K] + acc : acc;
+            }
+        }
+    });
+}
+
+torch::Tensor epilogue(torch::Tensor o, torch::Tensor q, torch::Tensor c, int64_t g, double sc, double off,
+                       bool with_value) {
+    TORCH_CHECK(o.scalar_type() == torch::kFloat && q.scalar_type() == torch::kFloat &&
+                c.scalar_type() == torch::kFloat, "float32 only");
+    o = o.contiguous(); q = q.contiguous(); c = c.contiguous();
+    const int64_t B = q.size(0), H = q.size(1), n = q.size(2), D = q.size(3), K = g + 3;
+    TORCH_CHECK(o.size(-1) == K + 1 && c.size(0) == H && c.size(1) == D && c.size(2) == K, "shape mismatch");
+    auto out = torch::empty({B, H, n, D}, q.options());
+    const float* op = o.data_ptr<float>(); const float* qp = q.data_ptr<float>();
+    const float* cp = c.data_ptr<float>(); float* outp = out.data_ptr<float>();
+    const float fsc = (float)sc, foff = (float)off, hi = (float)(g + 6);
+    if (K == 11) epilogue_impl<11>(op, qp, cp, outp, B, H, n, D, K, fsc, foff, hi, with_value);
+    else if (K == 19) epilogue_impl<19>(op, qp, cp, outp, B, H, n, D, K, fsc, foff, hi, with_value);
+    else epilogue_impl<0>(op, qp, cp, outp, B, H, n, D, K, fsc, foff, hi, with_value);
+    return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("key_features", &key_features, "key-side features");
+    m.def("epilogue", &epilogue, "query-side epilogue");
+}
+"""
+
+_lock = threading.Lock()
+_state: dict = {"tried": False, "mod": None, "error": None}
+
+
+def get():
+    """The compiled module, or None (not buildable here, or disabled with GEOSTEER_NO_EXT=1)."""
+    if _state["tried"]:
+        return _state["mod"]
+    with _lock:
+        if _state["tried"]:
+            return _state["mod"]
+        _state["tried"] = True
+        if os.environ.get("GEOSTEER_NO_EXT", "") not in ("", "0"):
+            _state["error"] = "disabled by GEOSTEER_NO_EXT"
+            return None
+        try:
+            from torch.utils.cpp_extension import load_inline
+
+            from geosteer.models.loading import cache_dir
+
+            build = cache_dir() / "torch_extensions" / "manifold_v2"
+            build.mkdir(parents=True, exist_ok=True)
+            if not (build / "build.ninja").exists():
+                print("[geosteer] compiling the attention-surface CPU kernels (one time, ~1 min)...",
+                      file=sys.stderr, flush=True)
+            _state["mod"] = load_inline(
+                name="geosteer_manifold_v2", cpp_sources=[_SRC], functions=None,
+                extra_cflags=["-O3", "-march=native"], build_directory=str(build), verbose=False)
+        except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
+            _state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            _state["mod"] = None
+        return _state["mod"]
+
+
+def status() -> str:
+    """'compiled', 'not built yet', or why the PyTorch path is used."""
+    if not _state["tried"]:
+        return "not built yet"
+    return "compiled" if _state["mod"] is not None else f"unavailable ({_state['error']})"
