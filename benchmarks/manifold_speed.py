@@ -8,7 +8,8 @@ pairs with the min–max spread of the per-pair ratios; threads pinned):
 - train:     one training step (forward + backward) at --train-seq × --train-batch tokens; surfaces: only
              the coefficients require grad; stock: the input embeddings require grad, so the backward
              also runs through every layer (no weight gradients on either side)
-- memory:    peak RSS of a --mem-tokens forward (no cache), stock and surfaces each in its own process
+- memory:    peak RSS during a --mem-tokens forward (no cache), stock and surfaces each in its own process
+             (the high-water mark is reset after loading, which has a higher peak of its own)
 
 The surfaces are grid 8 over (-4, 4) on every layer with random non-zero coefficients (a trained artifact
 with --surfaces), so no zero-layer shortcut applies. Prints one ``name: value`` line per figure (or JSON).
@@ -23,7 +24,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -145,7 +145,17 @@ def bench_train(model, bank, seq: int, batch: int, repeats: int) -> dict:
     return {"seq_len": seq, "batch": batch, **_pairs(stock, surf, repeats)}
 
 
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
 def _mem_child(kind: str, model_name: str, tokens: int, surfaces: str | None, threads: int) -> None:
+    import gc
+
     torch.set_num_threads(threads)
     from geosteer import load_model
 
@@ -154,11 +164,18 @@ def _mem_child(kind: str, model_name: str, tokens: int, surfaces: str | None, th
     if kind == "surfaces":
         bank = _bank(model, surfaces)
         bank.attach(model)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        from geosteer.manifold import _ext
+
+        _ext.get()
+    gc.collect()
+    # Loading has its own (higher) peak: reset the kernel's high-water mark so that only the forward counts.
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = _status_mb("VmRSS")
     with torch.no_grad():
         model(ids, use_cache=False)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"kind": kind, "peak_rss_mb": peak / 1024, "before_forward_mb": base / 1024}))
+    peak = _status_mb("VmHWM")
+    print(json.dumps({"kind": kind, "peak_rss_mb": peak, "before_forward_mb": before}))
 
 
 def bench_memory(model_name: str, tokens: int, surfaces: str | None, threads: int) -> dict:

@@ -477,3 +477,21 @@ def test_handlers_after_the_bank_still_run(tiny_cache):
             composed = model(ids).logits
     assert len(rec["value", 0]) == 1
     assert (alone - composed).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_compiled_kernel_gradients_match_pytorch_path(monkeypatch, causal):
+    from geosteer.manifold import _ext, kernel
+
+    if _ext.get() is None:
+        pytest.skip(f"compiled kernels {_ext.status()}")
+    q, k, v, C = _case(2, 6, 2, 21 if causal else 3, 21, 8)
+    q, k, v, C = (t.requires_grad_() for t in (q, k, v, C))
+    gw = torch.randn(q.shape[0], q.shape[2], q.shape[1], q.shape[3])
+    res = []
+    for use in (True, False):
+        monkeypatch.setattr(kernel, "USE_EXT", use)
+        out = modulated_attention(q, k, v, C, 8, -4.0, 4.0, is_causal=causal, block=8)
+        res.append((out, *torch.autograd.grad((out * gw).sum(), (q, k, v, C))))
+    for a, b in zip(*res, strict=True):
+        assert (a - b).abs().max().item() <= 1e-5 * max(1.0, b.abs().max().item())

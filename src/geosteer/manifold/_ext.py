@@ -1,11 +1,12 @@
-"""Optional compiled CPU kernels for inference (no autograd): key features and the query-side epilogue.
+"""Optional compiled CPU kernels: key features and the query-side epilogue, forward and backward.
 
 Both compute exactly what the PyTorch path in ``kernel.py`` computes (same clamping and basis pieces,
 float32), in one pass instead of a dozen element-wise passes. Built on first use with
 ``torch.utils.cpp_extension.load_inline`` (needs a C++ compiler, ninja and the Python headers; about a
 minute, cached under ``$GEOSTEER_CACHE/torch_extensions``). When that is not possible, or with
-``GEOSTEER_NO_EXT=1``, geosteer uses the PyTorch path (same results, slower). Training always uses the
-PyTorch path (autograd).
+``GEOSTEER_NO_EXT=1``, geosteer uses the PyTorch path (same results, slower). ``KeyFeatures`` and
+``Epilogue`` wrap them as autograd functions (gradients for keys, values, queries, attended features and
+coefficients), so training uses them too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ _SRC = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <cmath>
+#include <vector>
 
 static inline void pieces(float t, float* w) {
     const float t2 = t * t, t3 = t2 * t, m = 1.0f - t;
@@ -116,9 +118,111 @@ torch::Tensor epilogue(torch::Tensor o, torch::Tensor q, torch::Tensor c, int64_
     return out;
 }
 
+static inline void dpieces(float t, float* dw) {
+    const float m = 1.0f - t;
+    dw[0] = -0.5f * m * m;
+    dw[3] = 0.5f * t * t;
+    dw[1] = 1.5f * t * t - 2.0f * t;
+    dw[2] = -(dw[0] + dw[1] + dw[3]);
+}
+
+// gradients of key_features: grad_f (N, D, K+1) -> (grad_k, grad_v) (N, D)
+std::vector<torch::Tensor> key_features_backward(torch::Tensor k, torch::Tensor v, torch::Tensor gf, int64_t g,
+                                                 double sc, double off) {
+    k = k.contiguous(); v = v.contiguous(); gf = gf.contiguous();
+    const int64_t D = k.size(-1), N = k.numel() / D, K = g + 3;
+    auto gk = torch::empty_like(k), gv = torch::empty_like(v);
+    const float* kp = k.data_ptr<float>(); const float* vp = v.data_ptr<float>();
+    const float* gp = gf.data_ptr<float>(); float* gkp = gk.data_ptr<float>(); float* gvp = gv.data_ptr<float>();
+    const float fsc = (float)sc, foff = (float)off, hi = (float)(g + 6);
+    at::parallel_for(0, N, 16, [&](int64_t b0, int64_t b1) {
+        for (int64_t n = b0; n < b1; ++n) {
+            for (int64_t d = 0; d < D; ++d) {
+                const float* row = gp + (n * D + d) * (K + 1);
+                const float x = kp[n * D + d], val = vp[n * D + d];
+                float u = x * fsc + foff;
+                const bool inside = u >= 0.0f && u <= hi;
+                u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
+                if (u != u) u = 0.0f;
+                const float s = std::floor(u);
+                float w[4], dw[4]; pieces(u - s, w); dpieces(u - s, dw);
+                const int64_t a0 = (int64_t)s - 3;
+                float sv = row[K], sk = 0.0f;
+                for (int r = 0; r < 4; ++r) {
+                    const int64_t a = a0 + r;
+                    if (a < 0 || a >= K) continue;
+                    sv += row[a] * w[r];
+                    sk += row[a] * dw[r];
+                }
+                gvp[n * D + d] = sv;
+                gkp[n * D + d] = inside ? val * sk * fsc : 0.0f;
+            }
+        }
+    });
+    return {gk, gv};
+}
+
+// gradients of epilogue: grad_out (B, H, n, D) -> (grad_o, grad_q, grad_c)
+std::vector<torch::Tensor> epilogue_backward(torch::Tensor o, torch::Tensor q, torch::Tensor c, torch::Tensor go,
+                                             int64_t g, double sc, double off, bool with_value) {
+    o = o.contiguous(); q = q.contiguous(); c = c.contiguous(); go = go.contiguous();
+    const int64_t B = q.size(0), H = q.size(1), n = q.size(2), D = q.size(3), K = g + 3;
+    auto gO = torch::empty_like(o), gQ = torch::empty_like(q), gC = torch::zeros_like(c);
+    const float* op = o.data_ptr<float>(); const float* qp = q.data_ptr<float>();
+    const float* cp = c.data_ptr<float>(); const float* gop = go.data_ptr<float>();
+    float* gOp = gO.data_ptr<float>(); float* gQp = gQ.data_ptr<float>(); float* gCp = gC.data_ptr<float>();
+    const float fsc = (float)sc, foff = (float)off, hi = (float)(g + 6);
+    // parallel over heads: each head owns its slice of grad_c
+    at::parallel_for(0, H, 1, [&](int64_t h0, int64_t h1) {
+        for (int64_t h = h0; h < h1; ++h) {
+            for (int64_t bb = 0; bb < B; ++bb) {
+                for (int64_t i = 0; i < n; ++i) {
+                    const int64_t row = (bb * H + h) * n + i;
+                    for (int64_t d = 0; d < D; ++d) {
+                        const int64_t idx = row * D + d;
+                        const float* f = op + idx * (K + 1);
+                        float* gf = gOp + idx * (K + 1);
+                        const float gout = gop[idx];
+                        float u = qp[idx] * fsc + foff;
+                        const bool inside = u >= 0.0f && u <= hi;
+                        u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
+                        if (u != u) u = 0.0f;
+                        const float s = std::floor(u);
+                        float w[4], dw[4]; pieces(u - s, w); dpieces(u - s, dw);
+                        const int64_t a0 = (int64_t)s - 3;
+                        for (int64_t b = 0; b < K; ++b) gf[b] = 0.0f;
+                        gf[K] = with_value ? gout : 0.0f;
+                        float gq = 0.0f;
+                        const float* cb = cp + (h * D + d) * K * K;
+                        float* gcb = gCp + (h * D + d) * K * K;
+                        for (int r = 0; r < 4; ++r) {
+                            const int64_t a = a0 + r;
+                            if (a < 0 || a >= K) continue;
+                            const float* crow = cb + a * K;
+                            float* gcrow = gcb + a * K;
+                            float dot = 0.0f;
+                            const float gw = gout * w[r];
+                            for (int64_t b = 0; b < K; ++b) {
+                                dot += crow[b] * f[b];
+                                gf[b] += gw * crow[b];
+                                gcrow[b] += gw * f[b];
+                            }
+                            gq += dw[r] * dot;
+                        }
+                        gQp[idx] = inside ? gout * gq * fsc : 0.0f;
+                    }
+                }
+            }
+        }
+    });
+    return {gO, gQ, gC};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("key_features", &key_features, "key-side features");
     m.def("epilogue", &epilogue, "query-side epilogue");
+    m.def("key_features_backward", &key_features_backward, "gradients of key_features");
+    m.def("epilogue_backward", &epilogue_backward, "gradients of epilogue");
 }
 """
 
@@ -142,18 +246,71 @@ def get():
 
             from geosteer.models.loading import cache_dir
 
-            build = cache_dir() / "torch_extensions" / "manifold_v2"
+            build = cache_dir() / "torch_extensions" / "manifold_v3"
             build.mkdir(parents=True, exist_ok=True)
             if not (build / "build.ninja").exists():
                 print("[geosteer] compiling the attention-surface CPU kernels (one time, ~1 min)...",
                       file=sys.stderr, flush=True)
             _state["mod"] = load_inline(
-                name="geosteer_manifold_v2", cpp_sources=[_SRC], functions=None,
+                name="geosteer_manifold_v3", cpp_sources=[_SRC], functions=None,
                 extra_cflags=["-O3", "-march=native"], build_directory=str(build), verbose=False)
         except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
             _state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             _state["mod"] = None
         return _state["mod"]
+
+
+class KeyFeatures:
+    """Autograd wrapper: features (…, D, K+1) of key, value (…, D)."""
+
+    @staticmethod
+    def apply(mod, key, value, grid_size, sc, off):
+        return _KeyFeaturesFn.apply(key, value, mod, grid_size, sc, off)
+
+
+class Epilogue:
+    """Autograd wrapper: out (B, H, n, D) from attended features o (B, H, n, D, K+1), q, coefficients."""
+
+    @staticmethod
+    def apply(mod, o, q, coeff, grid_size, sc, off, with_value):
+        return _EpilogueFn.apply(o, q, coeff, mod, grid_size, sc, off, with_value)
+
+
+def _fn_classes():
+    import torch
+
+    class KF(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, key, value, mod, grid_size, sc, off):
+            ctx.save_for_backward(key, value)
+            ctx.args = (mod, grid_size, sc, off)
+            return mod.key_features(key, value, grid_size, sc, off)
+
+        @staticmethod
+        def backward(ctx, gf):
+            key, value = ctx.saved_tensors
+            mod, grid_size, sc, off = ctx.args
+            gk, gv = mod.key_features_backward(key, value, gf, grid_size, sc, off)
+            return gk, gv, None, None, None, None
+
+    class EP(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, o, q, coeff, mod, grid_size, sc, off, with_value):
+            ctx.save_for_backward(o, q, coeff)
+            ctx.args = (mod, grid_size, sc, off, with_value)
+            return mod.epilogue(o, q, coeff, grid_size, sc, off, with_value)
+
+        @staticmethod
+        def backward(ctx, go):
+            o, q, coeff = ctx.saved_tensors
+            mod, grid_size, sc, off, with_value = ctx.args
+            g_o, g_q, g_c = mod.epilogue_backward(o, q, coeff, go, grid_size, sc, off, with_value)
+            return g_o, g_q, g_c, None, None, None, None, None
+
+    return KF, EP
+
+
+_KeyFeaturesFn, _EpilogueFn = _fn_classes()
 
 
 def status() -> str:

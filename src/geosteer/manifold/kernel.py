@@ -68,7 +68,13 @@ def key_features(key: torch.Tensor, value: torch.Tensor, grid_size: int, lo, hi)
     if ext is not None:
         sc, off = _affine(grid_size, lo, hi)
         b, hk, T, d = key.shape
-        return ext.key_features(key, value, grid_size, sc, off).view(b, hk, T, -1)
+        if torch.is_grad_enabled() and (key.requires_grad or value.requires_grad):
+            from geosteer.manifold._ext import KeyFeatures
+
+            f = KeyFeatures.apply(ext, key, value, grid_size, sc, off)
+        else:
+            f = ext.key_features(key, value, grid_size, sc, off)
+        return f.view(b, hk, T, -1)
     return key_features_torch(key, value, grid_size, lo, hi)
 
 
@@ -222,7 +228,7 @@ def _small(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, 
     ext = _ext_for(query, lo, hi)
     if ext is not None:
         sc, off = _affine(grid_size, lo, hi)
-        return ext.epilogue(o, query, coeff, grid_size, sc, off, with_value).transpose(1, 2).contiguous()
+        return _epilogue(ext, o, query, coeff, grid_size, sc, off, with_value).transpose(1, 2).contiguous()
     qf = torch.einsum("bhlda,hdac->bhldc", bspline_basis(query, grid_size, lo, hi), coeff)
     delta = (o[..., :K] * qf).sum(-1)
     out = o[..., K] + delta if with_value else delta
@@ -279,8 +285,8 @@ USE_EXT = True  # set False to force the PyTorch path (tests compare both)
 
 
 def _ext_for(query, lo, hi):
-    """The compiled kernels when they apply: inference (no autograd), float32 CPU, scalar range."""
-    if not USE_EXT or torch.is_grad_enabled() or query.dtype != torch.float32 or query.device.type != "cpu":
+    """The compiled kernels when they apply: float32 on the CPU with a scalar range."""
+    if not USE_EXT or query.dtype != torch.float32 or query.device.type != "cpu":
         return None
     if (torch.is_tensor(lo) and lo.numel() != 1) or (torch.is_tensor(hi) and hi.numel() != 1):
         return None
@@ -289,8 +295,16 @@ def _ext_for(query, lo, hi):
     return _ext.get()
 
 
+def _epilogue(ext, o, q, coeff, grid_size, sc, off, with_value):
+    if torch.is_grad_enabled() and (o.requires_grad or q.requires_grad or coeff.requires_grad):
+        from geosteer.manifold._ext import Epilogue
+
+        return Epilogue.apply(ext, o, q, coeff, grid_size, sc, off, with_value)
+    return ext.epilogue(o, q, coeff, grid_size, sc, off, with_value)
+
+
 def _blocked_ext(ext, query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block, common):
-    """Query blocks, grouped layout, compiled epilogue (inference only)."""
+    """Query blocks, grouped layout, compiled epilogue."""
     b, H, L, d = query.shape
     hkv, rep = query_g.shape[1], query_g.shape[2]
     K = grid_size + 3
@@ -307,7 +321,7 @@ def _blocked_ext(ext, query, query_g, key, features, coeff, grid_size, lo, hi, w
         p = _weights_block(query_g, key, s0, e0, k0, k1, **common)  # (b, hkv, rep, n_q, n_k)
         o = torch.matmul(p.view(b, hkv, rep * n_q, k1 - k0), features[:, :, k0:k1])
         o = o.view(b, H, n_q, d, K + 1)
-        outs.append(ext.epilogue(o, query[:, :, s0:e0], coeff, grid_size, sc, off, with_value))
+        outs.append(_epilogue(ext, o, query[:, :, s0:e0], coeff, grid_size, sc, off, with_value))
     out = torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
     return out.transpose(1, 2).contiguous()
 
