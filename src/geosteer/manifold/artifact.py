@@ -93,6 +93,7 @@ def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta)
         save_file(tensors, str(tmp / TENSORS_NAME), metadata={"format": FORMAT, "version": str(VERSION)})
         doc["sha256"] = _sha256(tmp / TENSORS_NAME)
         (tmp / CONFIG_NAME).write_text(json.dumps(doc, indent=2) + "\n")
+        _model_card(tmp, doc, bank)
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -108,6 +109,35 @@ def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return folder
+
+
+def _model_card(folder: Path, doc: dict, bank: SurfaceBank) -> None:
+    """README.md with Hub metadata (geosteer.artifacts conventions); best effort, never fails a save."""
+    try:
+        from geosteer.artifacts import render_model_card
+
+        meta = bank.meta or {}
+        tr = meta.get("training") or {}
+        held = tr.get("heldout") or {}
+        training = {k: tr[k] for k in ("tokens", "steps") if tr.get(k) is not None}
+        if tr.get("text"):
+            training["data"] = f"bundled corpus, {tr['text']} split" if tr["text"] == "train" else tr["text"]
+        edits = [h.get("edit") for h in bank.history]
+        extra = {"grid": f"{doc['grid_size']} (K = {doc['K']})", "layers": len(bank.layers),
+                 "storage dtype": doc["storage_dtype"]}
+        if edits:
+            extra["edits"] = "; ".join(str(e) for e in edits)
+        (folder / "README.md").write_text(
+            render_model_card(
+                method="manifold.surfaces", base_model=str(doc.get("base_model")),
+                title=f"Attention-manifold surfaces for {doc.get('base_model')}",
+                summary="Learned B-spline value-modulation surfaces (geosteer attention manifolds). Load with "
+                        "`geosteer.manifold.load(folder, model=model)`.",
+                training=training, ppl_before=held.get("ppl_before"), ppl_after=held.get("ppl_after"),
+                command=meta.get("command"), n_parameters=bank.n_parameters(),
+                files=[CONFIG_NAME, TENSORS_NAME], extra=extra, tags=["attention-manifolds"]))
+    except Exception:  # noqa: BLE001 - the card is documentation only
+        pass
 
 
 def _sha256(path: Path) -> str:
