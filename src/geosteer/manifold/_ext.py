@@ -246,6 +246,11 @@ def get():
 
             from geosteer.models.loading import cache_dir
 
+            # torch looks for `ninja` on PATH; the `ninja` wheel puts it beside this interpreter, which
+            # is not on PATH when .venv/bin/python is run without activating the venv.
+            bindir = os.path.dirname(sys.executable)
+            if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+                os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
             build = cache_dir() / "torch_extensions" / "manifold_v3"
             build.mkdir(parents=True, exist_ok=True)
             if not (build / "build.ninja").exists():
