@@ -75,7 +75,7 @@ def main() -> None:
         t0 = time.perf_counter()
         theirs()
         times_b.append(time.perf_counter() - t0)
-    ratios = [tb / ta for ta, tb in zip(times_a, times_b)]
+    ratios = [tb / ta for ta, tb in zip(times_a, times_b, strict=True)]
     res = {
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, torch {torch.__version__}, threads {args.threads}",
         "model": args.model,

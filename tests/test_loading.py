@@ -67,7 +67,7 @@ def test_missing_bundled_package_names_the_make_target(monkeypatch, tmp_path):
 def test_tiny_models_are_seeded_and_use_real_tokenizers(family):
     a, tok = load_model(f"tiny-{family}", seed=3)
     b, _ = load_model(f"tiny-{family}", seed=3)
-    for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+    for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters(), strict=True):
         assert (p == q).all(), n
     assert len(tok) > 40000
     assert tok.decode(tok("hello world").input_ids).strip() == "hello world"

@@ -36,7 +36,7 @@ def next_token_kl(model, tok, prompts: Sequence[str], a: Sequence = (), b: Seque
 
 
 def first_divergence(x: Sequence[int], y: Sequence[int]) -> int | None:
-    for i, (u, v) in enumerate(zip(x, y)):
+    for i, (u, v) in enumerate(zip(x, y, strict=False)):
         if u != v:
             return i
     return None if len(x) == len(y) else min(len(x), len(y))
