@@ -12,13 +12,11 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
+from geosteer.artifacts import write_folder_atomic
 from geosteer.errors import ArtifactError
 from geosteer.manifold.bank import SurfaceBank
 from geosteer.manifold.config import ManifoldConfig
@@ -88,27 +86,13 @@ def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta)
         "meta": _jsonable(bank.meta),
         "history": _jsonable(bank.history),
     }
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    try:
+    def fill(tmp: Path) -> None:
         save_file(tensors, str(tmp / TENSORS_NAME), metadata={"format": FORMAT, "version": str(VERSION)})
         doc["sha256"] = _sha256(tmp / TENSORS_NAME)
         (tmp / CONFIG_NAME).write_text(json.dumps(doc, indent=2) + "\n")
         _model_card(tmp, doc, bank)
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        old = None
-        if folder.exists():
-            old = folder.parent / f".{folder.name}.old-{os.getpid()}"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(folder, old)
-        os.replace(tmp, folder)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return folder
+
+    return write_folder_atomic(folder, fill)
 
 
 def _model_card(folder: Path, doc: dict, bank: SurfaceBank) -> None:
