@@ -178,3 +178,45 @@ def test_bad_surface_edit_is_one_line_error(tiny_with_artifacts):
     for edits, msg in (("explode layer=1", "unknown edit 'explode'"), ("zero layer=7", "layer")):
         with pytest.raises(GeosteerError, match=f"bad surface edit.*{msg}"):
             InterventionSpec(surfaces=str(d / "surfaces"), edits=edits).build(model)
+
+
+@pytest.mark.parametrize("kind", ["surfaces", "gates"])
+def test_method_artifacts_share_the_version_gate_and_card(tiny_with_artifacts, kind):
+    """Surfaces and gates go through check_config: unknown keys warned (and loaded), newer versions refused."""
+    import geosteer.manifold as M
+    from geosteer.dynamics.gates import load_gates
+
+    model, _, d = tiny_with_artifacts
+    folder = d / kind
+    doc = json.loads((folder / A.CONFIG_NAME).read_text())
+    assert doc["format"] == f"geosteer-{kind}" and doc["version"] == 1 and "geosteer_version" in doc
+    card = (folder / A.CARD_NAME).read_text()
+    assert card.startswith("---\nlibrary_name: geosteer\n") and "tiny-llama" in card
+    load = (lambda f: M.load(f, model=model, verify=False)) if kind == "surfaces" else \
+        (lambda f: load_gates(f, model))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load(folder)
+    doc["from_the_future"] = {"x": 1}
+    (folder / A.CONFIG_NAME).write_text(json.dumps(doc))
+    with pytest.warns(A.ArtifactWarning, match="from_the_future"):
+        loaded = load(folder)
+    assert loaded is not None
+    doc["version"] = 2
+    (folder / A.CONFIG_NAME).write_text(json.dumps(doc))
+    with pytest.raises(ArtifactError, match="newer geosteer"):
+        load(folder)
+
+
+def test_gates_read_the_first_unversioned_format(tiny_with_artifacts):
+    from geosteer.dynamics.gates import load_gates
+
+    model, _, d = tiny_with_artifacts
+    doc = json.loads((d / "gates" / A.CONFIG_NAME).read_text())
+    legacy = {k: doc[k] for k in ("layers", "init", "method", "n_layers", "base_model")}
+    (d / "gates" / A.CONFIG_NAME).write_text(json.dumps(legacy))
+    g = load_gates(d / "gates", model)
+    assert g.alpha.tolist() == [0.5, 1.5, 0.0]
+    (d / "gates" / A.CONFIG_NAME).write_text(json.dumps({**legacy, "method": "manifold"}))
+    with pytest.raises(ArtifactError, match="not dynamics.gates"):
+        load_gates(d / "gates", model)

@@ -10,14 +10,13 @@ atomically. Gates equal to one give the stock logits exactly (x · 1.0 is exact 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from geosteer.artifacts import CARD_NAME, base_fields, check_config, render_model_card, write_folder_atomic
 from geosteer.dynamics.config import GateConfig
 from geosteer.errors import ArtifactError
 from geosteer.hooks import HookSet, add_hook
@@ -25,6 +24,8 @@ from geosteer.models.anatomy import anatomy
 
 CONFIG_NAME = "geosteer_config.json"
 WEIGHTS_NAME = "gates.safetensors"
+FORMAT = "geosteer-gates"
+VERSION = 1
 
 
 class FFNGates(nn.Module):
@@ -80,43 +81,64 @@ class FFNGates(nn.Module):
 
     def config(self) -> dict:
         cfg = GateConfig(layers=self.layers, init=1.0)
-        return {**cfg.to_dict(), "n_layers": self.n_layers, "base_model": self.base_model}
+        return {**base_fields(FORMAT, VERSION), **cfg.to_dict(), "n_layers": self.n_layers,
+                "base_model": self.base_model}
 
     def save(self, path: str | Path, extra: dict | None = None, overwrite: bool = True) -> Path:
-        """Write the artifact folder atomically (temporary folder + rename)."""
+        """Write the artifact folder (config, ``gates.safetensors``, model card) atomically."""
         from safetensors.torch import save_file
 
-        path = Path(path)
-        if path.exists() and not overwrite:
-            raise ArtifactError(f"{path} exists; pass overwrite=True or choose another folder")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
         cfg = self.config()
         if extra:
             cfg["extra"] = extra
-        (tmp / CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n")
-        save_file({"alpha": self.alpha.detach().cpu().contiguous()}, str(tmp / WEIGHTS_NAME))
-        old = path.parent / f".{path.name}.old-{os.getpid()}"
-        if path.exists():
-            os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-        return path
+
+        def fill(tmp: Path) -> None:
+            (tmp / CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n")
+            save_file({"alpha": self.alpha.detach().cpu().contiguous()}, str(tmp / WEIGHTS_NAME),
+                      metadata={"format": FORMAT, "version": str(VERSION)})
+            (tmp / CARD_NAME).write_text(self._card(extra or {}))
+
+        return write_folder_atomic(path, fill, overwrite=overwrite)
+
+    def _card(self, extra: dict) -> str:
+        train = dict(extra.get("train") or {})
+        ev = extra.get("eval") or {}
+        s = self.summary()
+        training = {"data": "bundled corpus, train split", **{k: v for k, v in train.items() if v is not None}}
+        return render_model_card(
+            method="dynamics.gates", base_model=str(self.base_model), title=f"FFN gates for {self.base_model}",
+            summary="Learned scalar FFN gates α_ℓ (geosteer FFN steering field, paper Eq. 23). Load with "
+                    "`geosteer.dynamics.gates.load_gates(folder, model)`.",
+            training=training, n_parameters=self.alpha.numel(), files=[CONFIG_NAME, WEIGHTS_NAME],
+            extra={"gated layers": len(self.layers), "alpha mean": s["mean"], "alpha min": s["min"],
+                   "alpha max": s["max"], **({"held-out ΔL vs α = 1": ev["delta_loss"]}
+                                              if ev.get("delta_loss") is not None else {})},
+            tags=["ffn-gates"])
+
+
+_KNOWN = {"layers", "init", "method", "extra", "n_layers", "base_model"}
 
 
 def load_gates(path: str | Path, model: nn.Module | None = None) -> FFNGates:
-    """Load a gate artifact; with ``model``, check that it fits (layer count, base model id)."""
+    """Load a gate artifact; with ``model``, check that it fits (layer count, base model id).
+
+    Reads the versioned format (``format: geosteer-gates``) and the first, unversioned one (``method`` only).
+    """
     from safetensors.torch import load_file
 
     path = Path(path)
     cfg_file, w_file = path / CONFIG_NAME, path / WEIGHTS_NAME
     if not cfg_file.is_file() or not w_file.is_file():
         raise ArtifactError(f"{path} is not a gate artifact (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
-    cfg = json.loads(cfg_file.read_text())
-    if cfg.get("method") != "dynamics.gates":
-        raise ArtifactError(f"{path} holds a '{cfg.get('method')}' artifact, not dynamics.gates")
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{cfg_file} is not valid JSON ({e})") from None
+    if isinstance(cfg, dict) and "format" in cfg:
+        check_config(cfg, fmt=FORMAT, reader_version=VERSION, known_keys=_KNOWN, source=path)
+    elif not isinstance(cfg, dict) or cfg.get("method") != "dynamics.gates":
+        got = cfg.get("method") if isinstance(cfg, dict) else None
+        raise ArtifactError(f"{path} holds a '{got}' artifact, not dynamics.gates")
     alpha = load_file(str(w_file))["alpha"]
     if alpha.numel() != len(cfg["layers"]):
         raise ArtifactError(f"{path}: {alpha.numel()} gates for {len(cfg['layers'])} layers")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from geosteer.artifacts import write_folder_atomic
+from geosteer.artifacts import check_config, write_folder_atomic
 from geosteer.errors import ArtifactError
 from geosteer.manifold.bank import SurfaceBank
 from geosteer.manifold.config import ManifoldConfig
@@ -25,6 +25,8 @@ FORMAT = "geosteer-surfaces"
 VERSION = 1
 CONFIG_NAME = "geosteer_config.json"
 TENSORS_NAME = "surfaces.safetensors"
+_KNOWN = {"base_model", "model", "grid_size", "K", "grid_range", "layers", "lo", "hi", "shape", "storage_dtype",
+          "n_parameters", "config", "meta", "history", "sha256"}
 _STORE = {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -154,17 +156,13 @@ def resolve(path: str | Path) -> Path:
 
 
 def read_config(path: str | Path) -> dict:
+    """The checked config of a surfaces artifact (format, version ≤ this reader's; unknown keys warned)."""
     folder = resolve(path)
     try:
         doc = json.loads((folder / CONFIG_NAME).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ArtifactError(f"{folder / CONFIG_NAME} is not valid JSON ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ArtifactError(f"{folder} is not a surfaces artifact ({CONFIG_NAME} has format "
-                            f"{doc.get('format') if isinstance(doc, dict) else None!r}, expected {FORMAT!r})")
-    if int(doc.get("version", 0)) > VERSION:
-        raise ArtifactError(f"{folder} was written by a newer geosteer (artifact version "
-                            f"{doc.get('version')}, this one reads ≤ {VERSION})")
+    check_config(doc, fmt=FORMAT, reader_version=VERSION, known_keys=_KNOWN, source=folder)
     return doc
 
 
