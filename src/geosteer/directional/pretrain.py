@@ -57,7 +57,7 @@ def _loss(model, xs: list[torch.Tensor]) -> float:
     model.eval()
     tot = 0.0
     for x in xs:
-        tot += model(input_ids=x[:, :-1], labels=x[:, 1:].contiguous(), use_cache=False).loss.item()
+        tot += _lm_loss(model, x).item()  # not labels=: HF would shift the (already shifted) labels again
     model.train()
     return tot / len(xs)
 
