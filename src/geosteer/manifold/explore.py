@@ -67,7 +67,8 @@ def top_surfaces(bank, n: int = 10, layers: Sequence[int] | None = None) -> list
     if valid == 0:
         return []
     n = min(int(n), valid)
-    vals, idx = torch.topk(norms.flatten(), n)
+    vals, idx = torch.sort(norms.flatten(), descending=True, stable=True)  # ties: bank order
+    vals, idx = vals[:n], idx[:n]
     H, D = norms.shape[1], norms.shape[2]
     c = bank.coefficients.detach()
     rows = []

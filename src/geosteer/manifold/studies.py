@@ -73,18 +73,11 @@ def wall(slot: int, surfaces: Sequence[tuple[int, int]] | None = None):
 
 # ------------------------------------------------------------------ measurements
 def surface_norms(bank, top: int = 10, layer: int | None = None) -> list[dict]:
-    """The ``top`` surfaces by Frobenius norm ‖C‖_F (optionally within one layer), largest first."""
-    c = bank.coefficients.detach().float()
-    norms = c.flatten(3).norm(dim=-1)  # (L, H, d)
-    rows = []
-    for s, lay in enumerate(bank.layers):
-        if layer is not None and lay != layer:
-            continue
-        for h in range(norms.shape[1]):
-            for d in range(norms.shape[2]):
-                rows.append({"layer": lay, "head": h, "dim": d, "norm": float(norms[s, h, d])})
-    rows.sort(key=lambda r: -r["norm"])
-    return rows[:top]
+    """The ``top`` surfaces by Frobenius norm ‖C‖_F (optionally within one layer), largest first
+    (:func:`geosteer.manifold.explore.top_surfaces`)."""
+    from geosteer.manifold.explore import top_surfaces
+
+    return top_surfaces(bank, top, layers=None if layer is None else [layer])
 
 
 def layer_sensitivity(model, tok, bank, prompts: Sequence[str]) -> list[dict]:

@@ -67,9 +67,10 @@ def coeffs(bank, layer: int, head: int, dim: int) -> np.ndarray:
 
 
 def surface_norms(bank) -> np.ndarray:
-    """‖C_d‖_F for every surface: (bank layers, heads, dims)."""
-    c = bank.coefficients.detach().float()
-    return c.flatten(-2).norm(dim=-1).cpu().numpy()
+    """‖C_d‖_F for every surface: (bank layers, heads, dims) (:func:`geosteer.manifold.edit.surface_norms`)."""
+    from geosteer.manifold.edit import surface_norms as norms
+
+    return norms(bank).cpu().numpy()
 
 
 @torch.no_grad()
@@ -101,22 +102,14 @@ def token_points(bank, layer: int, head: int, dim: int, labels: Sequence[str], q
 
 
 def top_surfaces(bank, n: int = 8, layer: int | None = None) -> list[tuple[int, int, int, float]]:
-    """(layer, head, dim, norm) of the ``n`` largest-norm surfaces (in one layer, or over the bank)."""
-    norms = surface_norms(bank)
-    layers = bank_layers(bank)
+    """(layer, head, dim, norm) of the ``n`` largest-norm surfaces (in one layer, or over the bank);
+    the ranking is :func:`geosteer.manifold.explore.top_surfaces`."""
+    from geosteer.manifold.explore import top_surfaces as ranked
+
     if layer is not None:
-        slot = layer_slot(bank, layer)
-        flat = norms[slot].reshape(-1)
-        idx = np.argsort(-flat, kind="stable")[:n]
-        return [(layer, int(i // norms.shape[2]), int(i % norms.shape[2]), float(flat[i])) for i in idx]
-    flat = norms.reshape(-1)
-    idx = np.argsort(-flat, kind="stable")[:n]
-    per_layer = norms.shape[1] * norms.shape[2]
-    out = []
-    for i in idx:
-        s, r = divmod(int(i), per_layer)
-        out.append((layers[s], r // norms.shape[2], r % norms.shape[2], float(flat[i])))
-    return out
+        layer_slot(bank, layer)  # clear error for a layer without surfaces
+    rows = ranked(bank, n, layers=None if layer is None else [layer])
+    return [(r["layer"], r["head"], r["dim"], r["norm"]) for r in rows]
 
 
 def token_labels(tok, ids: Sequence[int]) -> list[str]:
