@@ -20,6 +20,7 @@ from geosteer.directional.compression import (
     update_errors,
 )
 from geosteer.directional.studies import sweep_settings
+from geosteer.errors import GeosteerError
 
 
 def test_rtn_grid_and_error_bound():
@@ -71,6 +72,37 @@ def test_update_errors_zero_for_identical_and_decomposed_for_pruned():
     for r in rows:  # ‖e‖² = ‖e∥‖² + ‖e⊥‖² per token, so mean total ≥ each part's mean
         assert r["total_err_mean"] >= max(r["perp_err_mean"], r["par_err_mean"]) - 1e-9
         assert r["total_err_mean"] > 0
+
+
+@pytest.mark.parametrize("method,kind,args", [("rtn3", "rtn", (3,)), ("awq8", "awq", (8,)),
+                                              ("wanda30", "wanda", (0.3,)), ("wanda1:4", "wanda_nm", (1, 4))])
+def test_parametric_methods_apply_the_named_strength(method, kind, args):
+    from geosteer.directional.compression import block_linears, parse_method
+
+    assert parse_method(method) == (kind, args)
+    m, _ = load_model("tiny-llama")
+    ids = [torch.randint(5, 900, (1, 12), generator=torch.Generator().manual_seed(3))]
+    calib = calibrate(m, ids)
+    comp, info = compress(m, method, calib)
+    name, lin = next(iter(block_linears(m).items()))
+    got = block_linears(comp)[name].weight
+    if kind == "rtn":
+        assert torch.equal(got, quantize_rtn(lin.weight.float(), 3, 64))
+        assert len(torch.unique(got[0, :64])) <= 2 ** 3
+    elif kind == "wanda":
+        assert info["zero_fraction"] == pytest.approx(0.3, abs=0.01)
+    elif kind == "wanda_nm":
+        assert info["zero_fraction"] == pytest.approx(0.75, abs=1e-6)
+    else:  # 8-bit AWQ changes weights only slightly
+        assert 0 < (got - lin.weight).abs().max() < 0.05 * lin.weight.abs().max()
+
+
+@pytest.mark.parametrize("bad", ["rtn9", "awq1", "wanda0", "wanda100", "wanda4:2", "gptq4"])
+def test_unknown_methods_name_the_valid_forms(bad):
+    from geosteer.directional.compression import parse_method
+
+    with pytest.raises(GeosteerError, match=f"unknown compression method '{bad}'; valid forms: rtn<bits>"):
+        parse_method(bad)
 
 
 def test_sweep_grid_is_the_papers():

@@ -25,9 +25,8 @@ def compression_cmd(
     from scipy.stats import spearmanr
 
     from geosteer.data.corpus import split_text
-    from geosteer.directional.compression import METHODS, calibrate, compress, update_errors
+    from geosteer.directional.compression import calibrate, compress, parse_method, update_errors
     from geosteer.directional.studies import heldout_ids
-    from geosteer.errors import GeosteerError
     from geosteer.eval.perplexity import encode, strided_perplexity
     from geosteer.io_utils import write_records
     from geosteer.models.loading import load_model, model_id
@@ -35,9 +34,8 @@ def compression_cmd(
     if threads:
         torch.set_num_threads(threads)
     meths = [s.strip() for s in methods.split(",") if s.strip()]
-    bad = [s for s in meths if s not in METHODS]
-    if bad:
-        raise GeosteerError(f"unknown compression method '{bad[0]}'; valid: {', '.join(METHODS)}")
+    for meth in meths:
+        parse_method(meth)  # one-line error naming the valid forms
     m, tok = load_model(model)
     train = encode(tok, split_text("train", max_chars=calib_seqs * seq_len * 8))
     calib_batches = [train[None, i * seq_len:(i + 1) * seq_len] for i in range(calib_seqs)]
