@@ -66,3 +66,38 @@ def test_real_model_diagnostics_smoke(smollm2):
         stock = model(ids).logits
         with steer(model, FFNVariant("full")):
             assert torch.equal(model(ids).logits, stock)
+
+
+def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch, capsys):
+    """Single-layer rows equal an independent paired evaluation; the measured order is ascending in them."""
+    import torch
+
+    from geosteer import load_model
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.variants import Parallelize
+    from geosteer.steer import steer
+
+    out = tmp_path / "p.json"
+    code, stdout, _ = run(["dynamics", "parallelize", "-m", "tiny-llama", "--counts", "0,1,3", "--seeds", "1",
+                           "--defect-tokens", "64", "--tokens", "64", "--seq-len", "32", "--json", "--out",
+                           str(out)], monkeypatch, capsys)
+    assert code == 0
+    shown = json.loads(stdout)
+    single = {r["layer"]: r["loss_increase"] for r in shown["curve"] if r["strategy"] == "single"}
+    assert sorted(single) == [0, 1, 2]
+    measured = [r for r in shown["curve"] if r["strategy"] == "measured"]
+    assert [r["n_parallel"] for r in measured] == [0, 1, 3]
+    assert measured[1]["loss_increase"] == pytest.approx(min(single.values()))
+    assert measured[2]["loss_increase"] == pytest.approx(next(r["loss_increase"] for r in shown["curve"]
+                                                              if r["strategy"] == "low" and r["n_parallel"] == 3))
+    # independent check of one single-layer number: HF's own loss with and without Parallelize([1])
+    model, tok = load_model("tiny-llama")
+    ids = corpus_windows(tok, "heldout", 64, 32)
+    with torch.no_grad():
+        base = model(input_ids=ids, labels=ids).loss.item()
+        with steer(model, Parallelize([1])):
+            par = model(input_ids=ids, labels=ids).loss.item()
+    assert single[1] == pytest.approx(par - base, rel=1e-4, abs=1e-6)
+    assert set(shown["defect_vs_single"]) == {"spearman_rho", "p_value", "layers"}
+    tables = {r["table"] for r in json.loads(out.read_text())["rows"]}
+    assert tables == {"defect", "curve", "single", "safe", "defect_vs_single"}

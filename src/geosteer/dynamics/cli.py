@@ -238,6 +238,8 @@ def parallelize(model: str = typer.Option("smollm2", "--model", "-m"),
                 seeds: int = typer.Option(5, "--seeds", help="random orders (seeds 0..N-1)"),
                 threshold: float = typer.Option(0.05, "--threshold"),
                 defect_tokens: int = typer.Option(1024, "--defect-tokens", help="train tokens for C_ℓ"),
+                measured: bool = typer.Option(True, "--measured/--no-measured",
+                                              help="also each layer alone + the order by its ΔL"),
                 tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
                 as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                 threads: int = THREADS_OPT) -> None:
@@ -245,7 +247,13 @@ def parallelize(model: str = typer.Option("smollm2", "--model", "-m"),
     from geosteer import anatomy
     from geosteer.cli import emit
     from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.parallel import defect_profile, parallel_curve, safe_speedup, submodule_times
+    from geosteer.dynamics.parallel import (
+        defect_predicts_cost,
+        defect_profile,
+        parallel_curve,
+        safe_speedup,
+        submodule_times,
+    )
 
     if seeds < 0:
         raise ValueError(f"--seeds must be >= 0 (got {seeds})")
@@ -255,18 +263,25 @@ def parallelize(model: str = typer.Option("smollm2", "--model", "-m"),
     defects = defect_profile(m, corpus_windows(tok, "train", defect_tokens, seq_len), batch_size)
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     times = submodule_times(m, ids[:1])
-    rows = parallel_curve(m, ids, defects, cnt, seeds=range(seeds), batch_size=batch_size, times=times)
+    rows = parallel_curve(m, ids, defects, cnt, seeds=range(seeds), batch_size=batch_size, times=times,
+                          measured=measured)
     safe = safe_speedup(rows, threshold)
+    rho = defect_predicts_cost(rows)
     all_rows = ([{"table": "defect", "layer": i, "defect": c, **times[i]} for i, c in enumerate(defects)]
-                + [{"table": "curve", **r} for r in rows] + [{"table": "safe", **r} for r in safe])
+                + [{"table": "curve", **r} for r in rows if r["strategy"] != "single"]
+                + [{"table": "single", **r} for r in rows if r["strategy"] == "single"]
+                + [{"table": "safe", **r} for r in safe]
+                + ([{"table": "defect_vs_single", **rho}] if rho else []))
     meta = _meta(m, tokens=int(ids.numel()), seq_len=seq_len, defect_tokens=defect_tokens)
     _write(all_rows, meta, out, csv)
     if as_json:
-        emit({"defects": defects, "curve": rows, "safe": safe}, True)
+        emit({"defects": defects, "curve": rows, "safe": safe, "defect_vs_single": rho}, True)
     else:
-        emit([r for r in rows if r["strategy"] != "random" or r["seed"] == 0], False,
-             table_title="loss increase vs parallelised layers")
+        emit([r for r in rows if r["strategy"] not in ("random", "single") or r["seed"] == 0
+              and r["strategy"] == "random"], False, table_title="loss increase vs parallelised layers")
         emit(safe, False, table_title=f"safe speed-up at ΔL ≤ {threshold}")
+        if rho:
+            emit(rho, False)
 
 
 def register(app: typer.Typer) -> None:

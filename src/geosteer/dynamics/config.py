@@ -8,7 +8,9 @@ from dataclasses import asdict, dataclass, field
 VARIANTS = ("full", "zero", "radial", "tangential", "attn_zero")
 GAIN_GRID = (0.0, 0.5, 1.0, 1.5, 2.0)  # paper Table 3: β_A, α_F
 TOPK_DEFAULT = (1, 4, 16, 32)  # paper Table 5
-STRATEGIES = ("low", "random", "high")  # defect-guided parallelisation order
+# Parallelisation orders: low / high C_ℓ first, random (seeded), and "measured" = ascending single-layer ΔL
+# (a check of the defect as a predictor: it costs one extra held-out evaluation per layer).
+STRATEGIES = ("low", "random", "high", "measured")
 
 
 def check_variant(variant: str) -> str:

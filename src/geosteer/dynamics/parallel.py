@@ -36,9 +36,15 @@ def defect_profile(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 
     return metric(diagnose(model, input_ids, batch_size=batch_size), "defect")
 
 
-def layer_order(defects: Sequence[float], strategy: str, seed: int = 0) -> list[int]:
-    """The order in which layers get parallelised: ``low`` / ``high`` C_ℓ first, or ``random`` (seeded)."""
+def layer_order(defects: Sequence[float], strategy: str, seed: int = 0,
+                single: Sequence[float] | None = None) -> list[int]:
+    """The order in which layers get parallelised: ``low`` / ``high`` C_ℓ first, ``random`` (seeded), or
+    ``measured``: ascending single-layer loss increase ``single`` (one held-out evaluation per layer)."""
     n = len(defects)
+    if strategy == "measured":
+        if single is None or len(single) != n:
+            raise ValueError("the 'measured' order needs the single-layer loss increases of every layer")
+        return sorted(range(n), key=lambda i: (single[i], i))
     if strategy == "low":
         return sorted(range(n), key=lambda i: (defects[i], i))
     if strategy == "high":
@@ -65,8 +71,13 @@ def mean_loss(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 4, in
 
 def parallel_curve(model: nn.Module, eval_ids: torch.Tensor, defects: Sequence[float],
                    counts: Sequence[int], seeds: Sequence[int] = (0, 1, 2, 3, 4), batch_size: int = 4,
-                   times: list[dict] | None = None, log: Callable[[str], None] | None = None) -> list[dict]:
-    """Held-out loss increase vs number of parallelised layers, per strategy (random: one row per seed)."""
+                   times: list[dict] | None = None, log: Callable[[str], None] | None = None,
+                   measured: bool = False) -> list[dict]:
+    """Held-out loss increase vs number of parallelised layers, per strategy (random: one row per seed).
+
+    ``measured``: also parallelise each layer alone (rows of strategy ``single``, with C_ℓ) and trace the
+    order by ascending single-layer ΔL (strategy ``measured``).
+    """
     n_layers = len(defects)
     bad = [c for c in counts if not 0 <= c <= n_layers]
     if bad:
@@ -82,8 +93,12 @@ def parallel_curve(model: nn.Module, eval_ids: torch.Tensor, defects: Sequence[f
     base = loss_of([])
     rows = []
     plans = [("low", 0), ("high", 0)] + [("random", s) for s in seeds]
+    single = None
+    if measured:
+        single = [loss_of([i]) - base for i in range(n_layers)]
+        plans.append(("measured", 0))
     for strategy, seed in plans:
-        order = layer_order(defects, strategy, seed)
+        order = layer_order(defects, strategy, seed, single)
         for c in counts:
             chosen = order[:c]
             loss = loss_of(chosen)
@@ -94,7 +109,23 @@ def parallel_curve(model: nn.Module, eval_ids: torch.Tensor, defects: Sequence[f
             rows.append(row)
             if log:
                 log(f"{strategy}/{seed} n={c}: ΔL={loss - base:+.4f}")
+    if single is not None:
+        rows += [{"strategy": "single", "seed": 0, "n_parallel": 1, "layer": i, "defect": float(defects[i]),
+                  "loss": base + d, "loss_stock": base, "loss_increase": d, "layers": str(i)}
+                 for i, d in enumerate(single)]
     return rows
+
+
+def defect_predicts_cost(rows: list[dict]) -> dict:
+    """Spearman ρ (scipy) between C_ℓ and the single-layer loss increase (rows of strategy ``single``):
+    the paper's premise is that a low defect means a cheap parallelisation, i.e. ρ > 0."""
+    from scipy.stats import spearmanr
+
+    single = [r for r in rows if r["strategy"] == "single"]
+    if len(single) < 3:
+        return {}
+    res = spearmanr([r["defect"] for r in single], [r["loss_increase"] for r in single])
+    return {"spearman_rho": float(res.statistic), "p_value": float(res.pvalue), "layers": len(single)}
 
 
 def safe_speedup(rows: list[dict], threshold: float = 0.05) -> list[dict]:
