@@ -61,6 +61,7 @@ class Session:
         self.loaded_coeffs = bank.coefficients.detach().clone()
         self.history: list[UndoRecord] = []
         self._cache: OrderedDict = OrderedDict()
+        self._drafts: dict[tuple[str, int], list[int]] = {}  # last continuation per (prompt, n)
         self.saves = 0
 
     # ---- helpers -------------------------------------------------------------------------------------
@@ -115,17 +116,20 @@ class Session:
     # ---- model runs ------------------------------------------------------------------------------------
     @torch.no_grad()
     def _run_state(self, prompt: str, n: int) -> dict:
-        """Greedy continuation (as ``geosteer.eval.generation.generate``) and the next-token log-probs,
-        read from the first decoding step's raw logits (one prompt pass serves both)."""
-        from geosteer.eval.generation import prompt_ids
+        """Greedy continuation and the next-token log-probs of the current coefficients.
+
+        Decoding checks the last continuation computed for this prompt as a draft in one pass
+        (:func:`geosteer.eval.generation.greedy_with_draft`): the tokens are those of plain greedy decoding,
+        and an edit that leaves the first k tokens unchanged skips about k decoding steps.
+        """
+        from geosteer.eval.generation import greedy_with_draft, prompt_ids
 
         ids = prompt_ids(self.tok, prompt).to(next(self.model.parameters()).device)
-        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
-                                  do_sample=False, temperature=None, top_p=None, top_k=None,
-                                  pad_token_id=self.tok.pad_token_id, use_cache=True,
-                                  return_dict_in_generate=True, output_logits=True)
-        new = out.sequences[0, ids.shape[1]:].tolist()
-        logp = torch.log_softmax(out.logits[0][0].float(), dim=-1)
+        new, first = greedy_with_draft(self.model, self.tok, ids, n, self._drafts.get((prompt, n)))
+        if len(self._drafts) > 64:
+            self._drafts.clear()
+        self._drafts[(prompt, n)] = new
+        logp = torch.log_softmax(first.float(), dim=-1)
         top = torch.topk(logp, 10)
         return {"text": self.tok.decode(new, skip_special_tokens=True), "token_ids": new, "logp": logp,
                 "top": [{"token": self.tok.decode([int(i)]), "id": int(i), "p": float(v.exp())}

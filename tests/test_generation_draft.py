@@ -1,0 +1,52 @@
+"""Draft-verified greedy decoding equals plain greedy `model.generate`, whatever the draft."""
+
+import pytest
+import torch
+
+import geosteer.manifold as M
+from geosteer.eval.generation import greedy_with_draft, prompt_ids
+
+
+def _reference(model, ids, n):
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                         temperature=None, top_p=None, top_k=None, use_cache=True, output_logits=True,
+                         return_dict_in_generate=True)
+    return out.sequences[0, ids.shape[1]:].tolist(), out.logits[0][0]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])
+def test_any_draft_gives_the_greedy_tokens(tiny_cache, family):
+    model, tok = tiny_cache(family)
+    ids = prompt_ids(tok, "The river flows past the old mill and")
+    n = 12
+    bank = M.attach(model, grid_size=4, grid_range=(-4.0, 4.0))  # surfaces on: the feature cache is cropped too
+    try:
+        with torch.no_grad():
+            bank.coefficients.copy_(torch.randn(bank.coefficients.shape,
+                                                generator=torch.Generator().manual_seed(0)) * 0.3)
+        ref, ref_first = _reference(model, ids, n)
+        wrong = [(t + 1) % 100 for t in ref]
+        drafts = {"none": None, "exact": ref, "prefix4": ref[:4] + wrong[4:], "wrong": wrong,
+                  "long": ref + ref, "short": ref[:2]}
+        for name, draft in drafts.items():
+            got, first = greedy_with_draft(model, tok, ids, n, draft)
+            assert got == ref, name
+            torch.testing.assert_close(first, ref_first, rtol=1e-4, atol=1e-4)
+    finally:
+        M.detach(model)
+
+
+def test_stops_after_eos_like_generate(tiny_cache):
+    model, tok = tiny_cache("llama")
+    ids = prompt_ids(tok, "Once upon a time")
+    ref, _ = _reference(model, ids, 8)
+    eos = ref[2]  # pretend the third greedy token is EOS: generate stops right after it
+    old = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = eos
+    try:
+        ref_eos, _ = _reference(model, ids, 8)
+        assert ref_eos[-1] == eos and len(ref_eos) <= 3
+        for draft in (None, ref, ref[:1]):
+            assert greedy_with_draft(model, tok, ids, 8, draft)[0] == ref_eos
+    finally:
+        model.generation_config.eos_token_id = old
