@@ -10,6 +10,7 @@ atomically. Gates equal to one give the stock logits exactly (x · 1.0 is exact 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -110,6 +111,8 @@ class FFNGates(nn.Module):
             summary="Learned scalar FFN gates α_ℓ (geosteer FFN steering field, paper Eq. 23). Load with "
                     "`geosteer.dynamics.gates.load_gates(folder, model)`.",
             training=training, n_parameters=self.alpha.numel(), files=[CONFIG_NAME, WEIGHTS_NAME],
+            ppl_before=math.exp(ev["loss_alpha1"]) if ev.get("loss_alpha1") is not None else None,
+            ppl_after=math.exp(ev["loss_gates"]) if ev.get("loss_gates") is not None else None,
             extra={"gated layers": len(self.layers), "alpha mean": s["mean"], "alpha min": s["min"],
                    "alpha max": s["max"], **({"held-out ΔL vs α = 1": ev["delta_loss"]}
                                               if ev.get("delta_loss") is not None else {})},
