@@ -4,7 +4,8 @@
         --out docs/results/studio/timing.json --screenshot docs/studio.png
 
 Starts the studio (uvicorn in a thread), opens the page cold right after the model load (first paint =
-the heatmap drawn, ms since navigation start), then does edits through the page and reads the round trip
+the surface heatmap drawn on a canvas from the boot data, ms since navigation start; then the interactive
+plotly heatmap once plotly.js has loaded), then does edits through the page and reads the round trip
 edit → new 20-token greedy continuation shown (browser clock), and the same via the JSON API. Surfaces: an
 artifact (``--surfaces``) or random coefficients (std ``--scale``, seed 0) on ``--layers``.
 """
@@ -79,6 +80,8 @@ def main() -> None:
             page.wait_for_function("window.__geosteer && window.__geosteer.ready", timeout=600_000)
             fp = page.evaluate("window.__geosteer.firstPaint")
             rows.append({"what": "first_paint", "visit": visit, "ms": round(fp, 1)})
+            rows.append({"what": "interactive_plot_paint", "visit": visit,
+                         "ms": round(page.evaluate("window.__geosteer.plotlyPaint"), 1)})
             rows.append({"what": "page_ready_incl_first_generation", "visit": visit,
                          "ms": round(page.evaluate("performance.now()"), 1)})
             if visit == "cold":

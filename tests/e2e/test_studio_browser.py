@@ -168,3 +168,36 @@ def test_report_opens_offline_from_disk(browser, tmp_path):
     assert page.locator(".plotly-graph-div .scatterlayer .trace").count() == 2
     assert remote == []
     page.close()
+
+
+def test_first_paint_canvas_matches_the_surface(browser, studio):
+    """The pre-plotly canvas shows the boot surface: each pixel is the colour scale at that S value
+    (checked against a Python interpolation of the same scale), rows drawn bottom (low q) to top."""
+    import numpy as np
+
+    page = browser.new_page()
+    page.goto(studio["url"] + "/")
+    page.wait_for_function("window.__geosteer && window.__geosteer.ready", timeout=60_000)
+    assert page.evaluate("window.__geosteer.plotlyPaint") >= page.evaluate("window.__geosteer.firstPaint")
+    got = page.evaluate("""async () => {
+        const boot = await (await fetch('/api/boot')).json();
+        const fig = boot.surface.figures.heatmap;
+        quickHeatmap(fig);
+        const cv = document.getElementById('quick-heatmap');
+        const px = Array.from(cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data);
+        return {px, w: cv.width, h: cv.height, z: Array.from(matrix(fig.data[0].z), r => Array.from(r)),
+                scale: fig.data[0].colorscale, lo: fig.data[0].zmin, hi: fig.data[0].zmax,
+                layer: boot.surface.layer, head: boot.surface.head, dim: boot.surface.dim};
+    }""")
+    assert (got["layer"], got["head"], got["dim"]) == STRONG
+    z = np.array(got["z"])
+    view = studio["session"].surface(*STRONG, None, 48, False)
+    assert z.shape == (got["h"], got["w"]) == (48, 48)
+    ts = [t for t, _ in got["scale"]]
+    rgb = np.array([[float(v) for v in c[c.index("(") + 1:-1].split(",")] for _, c in got["scale"]])
+    t = np.clip((z - got["lo"]) / (got["hi"] - got["lo"]), 0, 1)
+    want = np.stack([np.interp(t, ts, rgb[:, ch]) for ch in range(3)], -1)[::-1]  # top row = highest q
+    px = np.array(got["px"], dtype=float).reshape(48, 48, 4)
+    assert np.abs(px[..., :3] - want).max() <= 1.0 and (px[..., 3] == 255).all()
+    assert view["norm"] > 0
+    page.close()

@@ -166,6 +166,16 @@ def create_app(session: Session, results_dirs: list[Path] | None = None,
         d["results"] = pages.list()
         return d
 
+    @app.get("/api/boot")
+    def boot(top: str | None = None):
+        """Everything the page's first paint needs in one request (fetched while plotly.js loads): the
+        info, the norm ranking and the top surface's figures without token dots (no model pass)."""
+        d = info()
+        rows = session.rank("norm", None, _int(top, "top", 30), None)
+        first = rows[0] if rows else None
+        surf = session.surface(first["layer"], first["head"], first["dim"], None, 48, False) if first else None
+        return {"info": d, "rank": {"by": "norm", "rows": rows}, "surface": surf}
+
     @app.get("/api/rank")
     def rank(by: str = "norm", layer: str | None = None, top: str | None = None, prompt: str | None = None):
         lay = None if layer in (None, "", "all") else _int(layer, "layer")

@@ -1,6 +1,7 @@
 // geosteer studio client: plain JS over the JSON API; figures come from the server as plotly JSON.
 "use strict";
-const G = (window.__geosteer = { firstPaint: null, ready: false, lastEffect: null, busy: 0, errors: [] });
+const G = (window.__geosteer = { firstPaint: null, plotlyPaint: null, ready: false, lastEffect: null, busy: 0,
+                                 errors: [] });
 const $ = (id) => document.getElementById(id);
 const cur = { layer: null, head: null, dim: null };
 let info = null;
@@ -84,9 +85,14 @@ async function rank() {
   const q = new URLSearchParams({ by, layer, top: "30", prompt: $("prompt").value });
   status(`ranking by ${by}…`);
   const d = await api("GET", "/api/rank?" + q);
+  renderRank(d.rows, by);
+  return d.rows;
+}
+
+function renderRank(rows, by) {
   const ol = $("ranked");
   ol.replaceChildren();
-  for (const r of d.rows) {
+  for (const r of rows) {
     const li = document.createElement("li");
     li.textContent = `L${r.layer} H${r.head} D${r.dim}  ${by === "norm" ? "‖C‖" : "sens"}=${r.score.toPrecision(3)}`;
     li.dataset.layer = r.layer; li.dataset.head = r.head; li.dataset.dim = r.dim;
@@ -97,8 +103,7 @@ async function rank() {
     });
     ol.appendChild(li);
   }
-  status(`ranked ${d.rows.length} surfaces by ${by}`);
-  return d.rows;
+  status(`ranked ${rows.length} surfaces by ${by}`);
 }
 
 async function select(layer, head, dim) {
@@ -111,11 +116,86 @@ async function showSurface(tokens = true) {
   if (cur.layer === null) return;
   const q = new URLSearchParams({ layer: cur.layer, head: cur.head, dim: cur.dim, prompt: $("prompt").value,
                                   tokens: tokens ? "1" : "0" });
-  const d = await api("GET", "/api/surface?" + q);
+  await renderSurface(await api("GET", "/api/surface?" + q));
+}
+
+// plotly.js (4.6 MB) is loaded after the first paint, which draws a plain canvas heatmap from the boot data
+let plotlyPromise = null;
+function loadPlotly() {
+  if (window.Plotly) return Promise.resolve();
+  if (!plotlyPromise) {
+    plotlyPromise = new Promise((resolve, reject) => {
+      const el = document.createElement("script");
+      el.src = "/static/plotly.js";
+      el.addEventListener("load", () => resolve());
+      el.addEventListener("error", () => reject(new Error("could not load plotly.js")));
+      document.head.appendChild(el);
+    });
+  }
+  return plotlyPromise;
+}
+
+function rgbOf(c) {
+  const m = String(c).match(/(\d+(?:\.\d+)?)\D+(\d+(?:\.\d+)?)\D+(\d+(?:\.\d+)?)/);
+  return m ? [Number(m[1]), Number(m[2]), Number(m[3])] : [128, 128, 128];
+}
+
+const TYPED = { f8: Float64Array, f4: Float32Array, i4: Int32Array, u4: Uint32Array, i2: Int16Array,
+                u2: Uint16Array, i1: Int8Array, u1: Uint8Array };
+
+function matrix(z) {
+  // a plotly 2-D array: nested lists, or plotly.py's typed-array spec {dtype, bdata (base64), shape}
+  if (Array.isArray(z)) return z;
+  const bytes = Uint8Array.from(atob(z.bdata), (ch) => ch.charCodeAt(0));
+  const flat = new TYPED[z.dtype](bytes.buffer);
+  const [n, m] = String(z.shape).split(",").map((v) => parseInt(v, 10));
+  const rows = [];
+  for (let i = 0; i < n; i++) rows.push(flat.subarray(i * m, (i + 1) * m));
+  return rows;
+}
+
+function quickHeatmap(fig) {
+  // the heatmap trace drawn cell by cell (rows = query values, bottom to top), same colour scale and range
+  const tr = fig.data[0], z = matrix(tr.z), n = z.length, m = z[0].length;
+  const scale = (Array.isArray(tr.colorscale) ? tr.colorscale : [[0, "rgb(5,48,97)"], [0.5, "rgb(247,247,247)"],
+    [1, "rgb(103,0,31)"]]).map(([t, c]) => [Number(t), rgbOf(c)]);
+  const lo = tr.zmin, hi = tr.zmax;
+  const host = $("heatmap");
+  const cv = document.createElement("canvas");
+  cv.id = "quick-heatmap";
+  cv.width = m; cv.height = n;
+  cv.style.width = "100%"; cv.style.height = "100%"; cv.style.imageRendering = "pixelated";
+  const ctx = cv.getContext("2d"), img = ctx.createImageData(m, n);
+  for (let i = 0; i < n; i++) {
+    for (let j = 0; j < m; j++) {
+      const t = hi > lo ? Math.min(1, Math.max(0, (z[i][j] - lo) / (hi - lo))) : 0.5;
+      let k = 1;
+      while (k < scale.length - 1 && scale[k][0] < t) k++;
+      const [t0, c0] = scale[k - 1], [t1, c1] = scale[k], w = t1 > t0 ? (t - t0) / (t1 - t0) : 0;
+      const o = ((n - 1 - i) * m + j) * 4;
+      for (let ch = 0; ch < 3; ch++) img.data[o + ch] = c0[ch] + w * (c1[ch] - c0[ch]);
+      img.data[o + 3] = 255;
+    }
+  }
+  ctx.putImageData(img, 0, 0);
+  host.replaceChildren(cv);
+}
+
+async function renderSurface(d) {
   const cfg = { displaylogo: false, responsive: true };
   const f = d.figures;
+  G.surface = { layer: d.layer, head: d.head, dim: d.dim, norm: d.norm, coeffs: d.coeffs, version: d.version };
+  if (!window.Plotly) {
+    quickHeatmap(f.heatmap);
+    if (G.firstPaint === null) G.firstPaint = performance.now();
+    await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));  // let the canvas show
+    await loadPlotly();
+  }
+  const quick = document.getElementById("quick-heatmap");
+  if (quick) quick.remove();
   await Plotly.react("heatmap", f.heatmap.data, f.heatmap.layout, cfg);
   if (G.firstPaint === null) G.firstPaint = performance.now();
+  if (G.plotlyPaint === null) G.plotlyPaint = performance.now();
   await Plotly.react("terrain", f.terrain.data, f.terrain.layout, cfg);
   await Plotly.react("controlnet", f.controlnet.data, f.controlnet.layout, cfg);
   const cn = $("controlnet");
@@ -124,7 +204,6 @@ async function showSurface(tokens = true) {
     const p = ev.points[0];
     $("cp-row").value = p.y; $("cp-col").value = p.x; $("cp-value").value = Number(p.z).toFixed(4);
   });
-  G.surface = { layer: d.layer, head: d.head, dim: d.dim, norm: d.norm, coeffs: d.coeffs, version: d.version };
   $("surface-norm") && ($("surface-norm").textContent = d.norm.toPrecision(4));
 }
 
@@ -257,16 +336,26 @@ function wire() {
 
 async function main() {
   wire();
-  const d = await api("GET", "/api/info");
-  renderInfo(d);
-  $("prompt").value = d.default_prompt;
-  const rows = await rank();
+  const boot = await (window.__boot || Promise.resolve(null));
+  let rows;
+  if (boot) {  // info, ranking and the first surface arrived while plotly.js was loading
+    renderInfo(boot.info);
+    $("prompt").value = boot.info.default_prompt;
+    rows = boot.rank.rows;
+    renderRank(rows, "norm");
+  } else {
+    const d = await api("GET", "/api/info");
+    renderInfo(d);
+    $("prompt").value = d.default_prompt;
+    rows = await rank();
+  }
   if (rows.length) {
     $("ranked").children[0].classList.add("active");
     // first paint without the token dots (no model pass), then the dots
     cur.layer = rows[0].layer; cur.head = rows[0].head; cur.dim = rows[0].dim;
     $("layer").value = cur.layer; $("head").value = cur.head; $("dim").value = cur.dim;
-    await showSurface(false);
+    if (boot && boot.surface) await renderSurface(boot.surface);
+    else await showSurface(false);
     await showSurface(true);
   }
   await runEffect();
