@@ -1,4 +1,5 @@
-"""Data-parallel training on CPU: 2 processes (gloo, via accelerate) equal 1 process at the same global batch.
+"""Data-parallel training on CPU: 2 processes (gloo, via accelerate) equal 1 process at the same global batch,
+with the base model replicated (DDP-style) and with it sharded by FSDP2 (``TrainConfig(fsdp=True)``).
 
 Trains attention-manifold surfaces on a tiny Llama with the shared loop (``geosteer.train.train``). The
 2-process run also splits each process' share into micro-batches (gradient accumulation). The same
@@ -46,13 +47,17 @@ def _setup(seed: int = 0):
     return model, bank, ids
 
 
-def _train(batch: int, micro_batch: int | None, accelerator=None) -> tuple[torch.Tensor, list[float]]:
+def _train(batch: int, micro_batch: int | None, accelerator=None, fsdp: bool = False, model_out: list | None = None
+           ) -> tuple[torch.Tensor, list[float]]:
     from geosteer.train import TrainConfig, train
 
     model, bank, ids = _setup()
     cfg = TrainConfig(lr=LR, steps=STEPS, batch_size=batch, micro_batch=micro_batch, seq_len=SEQ,
-                      warmup_steps=1, eval_before_after=False, checkpoint_every=0, grad_clip=None, seed=3)
+                      warmup_steps=1, eval_before_after=False, checkpoint_every=0, grad_clip=None, seed=3,
+                      fsdp=fsdp)
     res = train(model, bank, cfg, train_ids=ids, progress=False, log=None, accelerator=accelerator)
+    if model_out is not None:
+        model_out.append(model)
     return bank.coefficients.detach().cpu().clone(), [h["loss"] for h in res.history]
 
 
@@ -63,6 +68,11 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     acc = Accelerator(cpu=True)
     assert acc.num_processes == world and acc.process_index == rank, (acc.num_processes, acc.process_index)
     coef, losses = _train(BATCH, micro_batch=1, accelerator=acc)
+    # the same run with the frozen base model sharded over the processes (FSDP2)
+    held: list = []
+    fsdp_coef, fsdp_losses = _train(BATCH, micro_batch=None, accelerator=acc, fsdp=True, model_out=held)
+    w = held[0].model.layers[0].mlp.up_proj.weight
+    fsdp_shard = [int(w.to_local().numel()), int(w.numel())]  # this process' share, the full size
     from geosteer.integrations.distributed import gather_records, shard, sharded_perplexity
 
     model, _, _ = _setup()
@@ -72,7 +82,8 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     records = gather_records([{"prompt": p, "rank": rank} for p in mine], acc)
     if acc.is_main_process:
         torch.save({"coef": coef, "losses": losses, "ppl": ppl.to_dict(), "records": records,
-                    "mine": mine}, out)
+                    "mine": mine, "fsdp_coef": fsdp_coef, "fsdp_losses": fsdp_losses,
+                    "fsdp_shard": fsdp_shard}, out)
     acc.wait_for_everyone()
 
 
@@ -132,6 +143,13 @@ def test_two_gloo_processes_equal_one_process(tmp_path):
     # control: a different global batch gives a clearly different result, so the tolerance discriminates
     half_coef, _ = _train(BATCH // 2, micro_batch=None, accelerator=Accelerator(cpu=True))
     assert (half_coef - one_coef).abs().max().item() > 100 * max(diff, 1e-7)
+
+    # FSDP2: each process held half of the frozen weights, and training gave the one-process result
+    local, full = ddp["fsdp_shard"]
+    assert local * 2 == full
+    torch.testing.assert_close(torch.tensor(ddp["fsdp_losses"]), torch.tensor(one_losses), rtol=1e-5, atol=1e-6)
+    fdiff = (ddp["fsdp_coef"] - one_coef).abs().max().item()
+    assert fdiff <= 1e-4 * moved, f"FSDP result differs by {fdiff:.3g} (parameters moved {moved:.3g})"
 
     # sharded evaluation: the one-process strided perplexity over the same windows
     from geosteer.eval.perplexity import strided_perplexity

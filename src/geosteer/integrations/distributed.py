@@ -6,6 +6,11 @@
   over the processes and the NLL sums all-reduced: the same windows, the same scored tokens, the same
   result (up to float summation order) as one process.
 
+- :func:`shard_frozen_model` — FSDP2 (``torch.distributed.fsdp.fully_shard``) over the decoder layers and
+  the root of a frozen base model, so each process holds 1/world of its weights (all-gathered per layer
+  during forward and backward). The training loop uses it with ``TrainConfig(fsdp=True)``; the trainable
+  intervention parameters (surfaces, gates) live outside the model and stay replicated.
+
 Without a distributed launch (one process) each function is the plain single-process computation.
 """
 
@@ -89,3 +94,28 @@ def sharded_perplexity(model, tok, text: str | None = None, *, ids: torch.Tensor
     return PerplexityResult(ppl=math.exp(total_nll / total_tok), nll=total_nll / total_tok, tokens=total_tok,
                             bits_per_byte=total_nll / math.log(2) / n_bytes, context=context, stride=stride,
                             windows=len(spans))
+
+
+def shard_frozen_model(model, accelerator=None):
+    """Shard a frozen model's decoder layers (and its root: embeddings, final norm, head) with FSDP2.
+
+    Every later forward must then run on all processes together (each layer all-gathers its weights), so
+    evaluation under a sharded model runs on every process. One process: returns the model unchanged.
+    """
+    rank, world = _world(accelerator)
+    if world == 1:
+        return model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from geosteer.errors import GeosteerError
+    from geosteer.models.anatomy import anatomy
+
+    if any(p.requires_grad for p in model.parameters()):
+        raise GeosteerError("shard_frozen_model expects a frozen base model (requires_grad_(False))")
+    device = next(model.parameters()).device.type
+    mesh = init_device_mesh(device, (world,))
+    for block in anatomy(model).blocks:
+        fully_shard(block.layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model

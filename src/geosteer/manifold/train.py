@@ -205,6 +205,9 @@ def train_command(sub_app) -> None:
         resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.pt"),
         overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
         dtype: str = typer.Option("float32", "--dtype", help="artifact storage: float32|float16"),
+        mixed_precision: str = typer.Option("no", "--mixed-precision", help="no|bf16|fp16 (accelerate; GPU)"),
+        fsdp: bool = typer.Option(False, "--fsdp", help="shard the frozen model over the processes "
+                                                        "(accelerate launch, FSDP2)"),
         threads: int = typer.Option(None, "--threads", help="torch CPU threads"),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
@@ -217,7 +220,8 @@ def train_command(sub_app) -> None:
             tokens = 262_144
         cfg = TrainConfig(lr=lr, steps=steps, tokens=tokens, batch_size=batch, micro_batch=micro_batch,
                           seq_len=seq_len, warmup_steps=warmup, seed=seed, eval_every=eval_every,
-                          eval_tokens=eval_tokens, checkpoint_every=checkpoint_every)
+                          eval_tokens=eval_tokens, checkpoint_every=checkpoint_every,
+                          mixed_precision=mixed_precision, fsdp=fsdp)
         m, tok = load_model(model)
         layer_list = parse_layers(layers, anatomy(m).n_layers)
         args = sys.argv[1:]

@@ -38,6 +38,7 @@ class TrainConfig:
     checkpoint_every: int = 50  # steps between checkpoints (needs an output folder)
     log_every: int = 10
     mixed_precision: str = "no"  # accelerate: "no" | "fp16" | "bf16"
+    fsdp: bool = False  # shard the frozen base model's layers over the processes (FSDP2); see geosteer.train
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # JSON round trips give lists

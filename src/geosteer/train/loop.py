@@ -156,6 +156,11 @@ def train(
     main = acc.is_main_process
     model.to(acc.device)
     trainable.to(acc.device)
+    sharded = bool(cfg.fsdp) and world > 1
+    if sharded:
+        from geosteer.integrations.distributed import shard_frozen_model
+
+        shard_frozen_model(model, acc)
 
     data = _prepare_windows(tok, text, train_ids, cfg)
     fp = fingerprint(data)
@@ -197,9 +202,11 @@ def train(
     eval_source = eval_text
 
     def evaluate(step: int) -> None:
-        if not main:
+        if not main and not sharded:  # a sharded model needs every process in each forward
             return
         r = heldout_perplexity(model, tok, cfg, eval_source)
+        if not main:
+            return
         evals.append({"step": step, **r})
         say(f"step {step}/{total}: held-out ppl {r['ppl']:.4f} ({r['tokens']} tokens)")
 
