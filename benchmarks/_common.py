@@ -66,3 +66,31 @@ def ratios(times: dict[str, list[float]], base: str) -> dict[str, dict]:
         out[name] = {"median_s": statistics.median(ts), "ratio_median": statistics.median(r),
                      "ratio_min": min(r), "ratio_max": max(r), "n": len(r)}
     return out
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def paired(run_a: Callable[[], object], run_b: Callable[[], object], repeats: int,
+           clocks: tuple[str, ...] = ("wall",)) -> dict[str, dict]:
+    """Interleaved A/B timing after one warm-up each (A, B, A, B, ...), per clock (``wall``, ``cpu``).
+
+    Returns ``{clock: {"a_s", "b_s" (medians), "ratio" (median of per-pair b/a), "ratio_min",
+    "ratio_max", "repeats"}}``.
+    """
+    run_a()
+    run_b()
+    t: dict[str, dict[str, list[float]]] = {c: {"a": [], "b": []} for c in clocks}
+    for _ in range(repeats):
+        for side, fn in (("a", run_a), ("b", run_b)):
+            start = {c: CLOCKS[c]() for c in clocks}
+            fn()
+            for c in clocks:
+                t[c][side].append(CLOCKS[c]() - start[c])
+    out = {}
+    for c in clocks:
+        r = [b / a for a, b in zip(t[c]["a"], t[c]["b"], strict=True)]
+        out[c] = {"a_s": statistics.median(t[c]["a"]), "b_s": statistics.median(t[c]["b"]),
+                  "ratio": statistics.median(r), "ratio_min": min(r), "ratio_max": max(r),
+                  "repeats": repeats}
+    return out

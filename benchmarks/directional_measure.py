@@ -12,12 +12,14 @@ import argparse
 import json
 import platform
 import resource
-import statistics
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import paired  # noqa: E402
 
 
 def _setup(model_name: str, tokens: int):
@@ -82,21 +84,10 @@ def main() -> None:
     print(f"model: {a.model} tokens: {ids.shape[1]} dtype: fp32 pairs: {a.pairs}")
     with torch.no_grad():
         for name, fn in (("residual", measured(False)), ("residual+value", measured(True))):
-            stock()
-            fn()  # warm-up
-            ratios, ta, tb = [], [], []
-            for _ in range(a.pairs):
-                t0 = time.perf_counter()
-                stock()
-                t1 = time.perf_counter()
-                fn()
-                t2 = time.perf_counter()
-                ta.append(t1 - t0)
-                tb.append(t2 - t1)
-                ratios.append((t2 - t1) / (t1 - t0))
-            print(f"stock_forward_s: {statistics.median(ta):.3f}")
-            print(f"measure_{name}_s: {statistics.median(tb):.3f}")
-            print(f"ratio_{name}: {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
+            r = paired(stock, fn, a.pairs)["wall"]
+            print(f"stock_forward_s: {r['a_s']:.3f}")
+            print(f"measure_{name}_s: {r['b_s']:.3f}")
+            print(f"ratio_{name}: {r['ratio']:.3f} (min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f})")
     if not a.no_memory:
         for mode in ("stock", "residual", "full"):
             out = subprocess.run([sys.executable, __file__, "--model", a.model, "--tokens", str(a.tokens),

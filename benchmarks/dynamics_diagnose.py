@@ -14,10 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import paired  # noqa: E402
 
 
 def main() -> None:
@@ -36,33 +39,25 @@ def main() -> None:
     model, tok = load_model(args.model)
     ids = corpus_windows(tok, "heldout", args.tokens, args.tokens)
 
-    def stock() -> tuple[float, float]:
-        t, c = time.perf_counter(), time.process_time()
+    def stock() -> None:
         with torch.no_grad():
             model(input_ids=ids, use_cache=False)
-        return time.perf_counter() - t, time.process_time() - c
 
-    def diag() -> tuple[float, float]:
+    def diag() -> None:
         col = DiagnosticsCollector()
-        t, c = time.perf_counter(), time.process_time()
         with torch.no_grad(), steer(model, col):
             model(input_ids=ids, use_cache=False)
         col.rows()
-        return time.perf_counter() - t, time.process_time() - c
 
-    stock(), diag()
-    pairs = [(stock(), diag()) for _ in range(args.pairs)]
-    ratios = [d[0] / s[0] for s, d in pairs]
-    cpu = [d[1] / s[1] for s, d in pairs]
+    r = paired(stock, diag, args.pairs, ("wall", "cpu"))
+    w, c = r["wall"], r["cpu"]
     print(json.dumps({
         "benchmark": "dynamics_diagnose", "model": args.model, "tokens": int(ids.numel()),
         "threads": args.threads, "cores": os.cpu_count(), "torch": torch.__version__, "pairs": args.pairs,
-        "stock_s_median": statistics.median(s[0] for s, _ in pairs),
-        "diagnose_s_median": statistics.median(d[0] for _, d in pairs),
-        "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-        "cpu_ratio_median": statistics.median(cpu), "cpu_ratio_min": min(cpu), "cpu_ratio_max": max(cpu),
+        "stock_s_median": w["a_s"], "diagnose_s_median": w["b_s"],
+        "ratio_median": w["ratio"], "ratio_min": w["ratio_min"], "ratio_max": w["ratio_max"],
+        "cpu_ratio_median": c["ratio"], "cpu_ratio_min": c["ratio_min"], "cpu_ratio_max": c["ratio_max"],
     }))
-
 
 if __name__ == "__main__":
     main()

@@ -28,10 +28,15 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import paired  # noqa: E402
+
 CLOCK = time.perf_counter  # --clock cpu: time.process_time (CPU time of this process; use with --threads 1)
+CLOCK_NAME = "wall"
 
 
 def _bank(model, surfaces: str | None, seed: int = 0):
@@ -52,21 +57,10 @@ def _ids(n: int, batch: int = 1, seed: int = 0) -> torch.Tensor:
 
 
 def _pairs(run_a, run_b, repeats: int) -> dict:
-    """Interleaved timings: one warm-up each, then A, B, A, B …; ratios per pair."""
-    run_a()
-    run_b()
-    ta, tb = [], []
-    for _ in range(repeats):
-        t = CLOCK()
-        run_a()
-        ta.append(CLOCK() - t)
-        t = CLOCK()
-        run_b()
-        tb.append(CLOCK() - t)
-    ratios = [b / a for a, b in zip(ta, tb, strict=True)]
-    return {"stock_s": statistics.median(ta), "surfaces_s": statistics.median(tb),
-            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-            "repeats": repeats}
+    """Interleaved timings (``_common.paired`` with this run's clock); ratios per pair."""
+    r = paired(run_a, run_b, repeats, (CLOCK_NAME,))[CLOCK_NAME]
+    return {"stock_s": r["a_s"], "surfaces_s": r["b_s"], "ratio": r["ratio"], "ratio_min": r["ratio_min"],
+            "ratio_max": r["ratio_max"], "repeats": repeats}
 
 
 def bench_forward(model, bank, tokens: int, repeats: int) -> dict:
@@ -218,8 +212,9 @@ def main(argv=None) -> None:
         _mem_child(a.mem_child, a.model, a.mem_tokens, a.surfaces, a.threads)
         return
     torch.set_num_threads(a.threads)
-    global CLOCK
+    global CLOCK, CLOCK_NAME
     CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
+    CLOCK_NAME = a.clock
     from geosteer import load_model
 
     only = [x.strip() for x in a.only.split(",") if x.strip()]
