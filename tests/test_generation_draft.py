@@ -50,3 +50,33 @@ def test_stops_after_eos_like_generate(tiny_cache):
             assert greedy_with_draft(model, tok, ids, 8, draft)[0] == ref_eos
     finally:
         model.generation_config.eos_token_id = old
+
+
+def _naive_seeded(model, tok, prompt, seed, n, temperature, top_k):
+    """Independent reference: no cache, batch 1, full forward per step, the same draw rule."""
+    ids = prompt_ids(tok, prompt)
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    with torch.no_grad():
+        for _ in range(n):
+            z = model(input_ids=ids).logits[0, -1].float() / temperature
+            kth = torch.topk(z, top_k).values[-1]
+            z = z.masked_fill(z < kth, float("-inf"))
+            t = int(torch.multinomial(torch.softmax(z, -1), 1, generator=g))
+            out.append(t)
+            ids = torch.cat([ids, torch.tensor([[t]])], 1)
+    return out
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_batched_seeds_equal_one_seed_at_a_time_without_cache(tiny_cache, family):
+    from geosteer.eval.generation import generate_seeds
+
+    model, tok = tiny_cache(family)
+    seeds = [0, 1, 2, 7]
+    got = generate_seeds(model, tok, "Once upon a time", seeds, 10, temperature=1.3, top_k=20)
+    assert [r.seed for r in got] == seeds and len({tuple(r.token_ids) for r in got}) > 1
+    for r in got:
+        assert r.token_ids == _naive_seeded(model, tok, "Once upon a time", r.seed, 10, 1.3, 20)
+    alone = generate_seeds(model, tok, "Once upon a time", [7], 10, temperature=1.3, top_k=20)
+    assert alone[0].token_ids == got[-1].token_ids

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from geosteer.eval.generation import generate, prompt_ids
+from geosteer.eval.generation import generate, generate_seeds, prompt_ids
 from geosteer.steer import steer
 
 
@@ -73,15 +73,11 @@ def compare_states(
             "text_b": gb.text,
         }
         if sample_seeds:
-            changed = 0
-            for s in sample_seeds:
-                with steer(model, *a):
-                    sa = generate(model, tok, p, max_new_tokens, greedy=False, temperature=temperature,
-                                  top_k=top_k, seed=s)
-                with steer(model, *b):
-                    sb = generate(model, tok, p, max_new_tokens, greedy=False, temperature=temperature,
-                                  top_k=top_k, seed=s)
-                changed += sa.token_ids != sb.token_ids
+            with steer(model, *a):
+                sa = generate_seeds(model, tok, p, sample_seeds, max_new_tokens, temperature, top_k)
+            with steer(model, *b):
+                sb = generate_seeds(model, tok, p, sample_seeds, max_new_tokens, temperature, top_k)
+            changed = sum(x.token_ids != y.token_ids for x, y in zip(sa, sb, strict=True))
             row["sampled_changed_frac"] = changed / len(sample_seeds)
             row["sample_seeds"] = len(sample_seeds)
         rows.append(row)

@@ -116,3 +116,62 @@ def greedy_with_draft(model, tok, ids: torch.Tensor, max_new_tokens: int,
                   attention_mask=torch.ones(1, total, dtype=ids.dtype, device=device))
         new.append(int(o.logits[0, -1].argmax()))
     return new, first
+
+
+def _sample_token(logits: torch.Tensor, temperature: float, top_k: int, gen: torch.Generator) -> int:
+    """One draw from softmax(logits / T) restricted to the top-k logits, with the row's own generator."""
+    z = logits.float() / temperature
+    if 0 < top_k < z.numel():
+        kth = torch.topk(z, top_k).values[-1]
+        z = z.masked_fill(z < kth, float("-inf"))
+    return int(torch.multinomial(torch.softmax(z, -1), 1, generator=gen))
+
+
+@torch.no_grad()
+def generate_seeds(model, tok, prompt: str, seeds, max_new_tokens: int = 50, temperature: float = 1.0,
+                   top_k: int = 50, add_bos: bool = True) -> list[GenerationResult]:
+    """Seeded samples of ``prompt``, one per seed, decoded together as one batch (KV cache).
+
+    Row i draws with its own ``torch.Generator`` seeded by ``seeds[i]`` (temperature, then top-k, then
+    ``torch.multinomial``), so a seed gives the same continuation alone or in any batch, and the same seed
+    with and without an intervention is a paired comparison. On a CPU, decoding reads the weights once per
+    step for the whole batch, so ten seeds cost far less than ten calls of :func:`generate` (whose seeded
+    draws come from HF's sampler and differ from these). Rows stop after an EOS token.
+    """
+    if max_new_tokens < 1:
+        raise GeosteerError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
+    if temperature <= 0:
+        raise GeosteerError(f"temperature must be > 0 (got {temperature}); use greedy decoding instead")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        return []
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    ids = prompt_ids(tok, prompt, add_bos).to(device)
+    n, L = len(seeds), ids.shape[1]
+    gens = [torch.Generator(device="cpu").manual_seed(s) for s in seeds]
+    eos = _eos_ids(model, tok)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    cache = DynamicCache(config=model.config)
+    x = ids.expand(n, L)
+    logits = model(input_ids=x, attention_mask=torch.ones_like(x), use_cache=True, cache=cache).logits[:, -1]
+    new: list[list[int]] = [[] for _ in range(n)]
+    alive = [True] * n
+    for step in range(max_new_tokens):
+        nxt = []
+        for i in range(n):
+            if alive[i]:
+                t = _sample_token(logits[i].cpu(), temperature, top_k, gens[i])
+                new[i].append(t)
+                alive[i] = t not in eos
+                nxt.append(t)
+            else:
+                nxt.append(pad)  # finished rows idle; rows never attend to each other
+        if step + 1 == max_new_tokens or not any(alive):
+            break
+        step_ids = torch.tensor(nxt, dtype=ids.dtype, device=device)[:, None]
+        mask = torch.ones(n, L + step + 1, dtype=ids.dtype, device=device)
+        logits = model(input_ids=step_ids, attention_mask=mask, use_cache=True, cache=cache).logits[:, -1]
+    return [GenerationResult(prompt=prompt, text=tok.decode(t, skip_special_tokens=True), token_ids=t,
+                             greedy=False, seed=s) for t, s in zip(new, seeds, strict=True)]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from geosteer.eval.compare import first_divergence, kl_divergence, next_token_logprobs
-from geosteer.eval.generation import generate
+from geosteer.eval.generation import generate, generate_seeds
 from geosteer.eval.prompts import Prompt
 
 
@@ -143,7 +143,8 @@ class PairedRunner:
             lp = next_token_logprobs(model, tok, p.text, base)
             with steer(model, *base):
                 g = generate(model, tok, p.text, **self.kw)
-                samples = [generate(model, tok, p.text, seed=s, **self.kw, **self.skw) for s in self.seeds]
+                samples = generate_seeds(model, tok, p.text, self.seeds, temperature=temperature, top_k=top_k,
+                                         **self.kw)
             self.base.append((lp, g, samples))
 
     def baseline_rows(self) -> list[dict]:
@@ -163,8 +164,8 @@ class PairedRunner:
             lp_b = next_token_logprobs(self.model, self.tok, p.text, interventions)
             with steer(self.model, *interventions):
                 gb = generate(self.model, self.tok, p.text, **self.kw)
-                sb = ([generate(self.model, self.tok, p.text, seed=s, **self.kw, **self.skw)
-                       for s in self.seeds] if sample else [])
+                sb = (generate_seeds(self.model, self.tok, p.text, self.seeds, temperature=self.skw["temperature"],
+                                     top_k=self.skw["top_k"], **self.kw) if sample else [])
             row = {"condition": condition, "category": p.category, "prompt": p.text,
                    "greedy_changed": ga.token_ids != gb.token_ids,
                    "first_divergence": first_divergence(ga.token_ids, gb.token_ids),
