@@ -145,24 +145,25 @@ class DirectionalMeasure:
         rows = []
         for (layer, site), acc in sorted(self._acc.items(), key=lambda kv: (kv[0][0], kv[0][1])):
             s = acc.summary()
+            lists = {k: (v.tolist() if torch.is_tensor(v) else v) for k, v in s.items()}  # one copy, no per-item
             if site == "value":
-                for h in range(s["mean"].shape[0]):
+                for h in range(len(lists["mean"])):
                     row = {"layer": layer, "space": "value", "site": "value", "head": h,
                            "kv_head": h // self._n_rep,
                            "n_tokens": s["n"]}
                     for j, name in enumerate(VALUE_STATS):
                         for agg in _AGGS:
-                            row[f"{name}_{agg}"] = float(s[agg][h, j])
+                            row[f"{name}_{agg}"] = float(lists[agg][h][j])
                         if name.endswith(_PARTIAL):
-                            row[f"{name}_n"] = int(s["count"][h, j])
+                            row[f"{name}_n"] = int(lists["count"][h][j])
                     rows.append(row)
             else:
                 row = {"layer": layer, "space": "residual", "site": site, "n_tokens": s["n"]}
                 for j, name in enumerate(PAIR_STATS):
                     for agg in _AGGS:
-                        row[f"{name}_{agg}"] = float(s[agg][j])
+                        row[f"{name}_{agg}"] = float(lists[agg][j])
                     if name.endswith(_PARTIAL):
-                        row[f"{name}_n"] = int(s["count"][j])
+                        row[f"{name}_n"] = int(lists["count"][j])
                 rows.append(row)
         return rows
 

@@ -60,7 +60,7 @@ def _mask_block(call: AttentionCall, i0: int, i1: int, k_len: int) -> torch.Tens
     return (j <= i)[None, None, None]
 
 
-def self_weight(call: AttentionCall, block_rows: int = 256) -> torch.Tensor:
+def self_weight(call: AttentionCall, block_rows: int = 128) -> torch.Tensor:
     """A_tt (b, Hkv, n_rep, q): the weight each query puts on its own key, as the stock softmax gives it.
 
     Computed as exp(s_tt − logsumexp_j s_tj) with the row log-sum-exp taken over blocks of ``block_rows``
@@ -74,9 +74,23 @@ def self_weight(call: AttentionCall, block_rows: int = 256) -> torch.Tensor:
     s_diag = (qg * k_diag).sum(-1) * scale
     lse = torch.empty_like(s_diag)
     kt = key[:, :, None].transpose(-1, -2)  # (b, Hkv, 1, d, k)
+    offset = k_len - q_len
+    # purely causal call: row block [i0, i1) sees every key < i0 + offset and a lower-triangular tile of
+    # the next i1 - i0 keys; later keys are never scored and only the tile needs a mask
+    causal_only = call.attention_mask is None and q_len > 1 and getattr(call.module, "is_causal", True)
     for i0 in range(0, q_len, block_rows):
         i1 = min(q_len, i0 + block_rows)
-        scores = (qg[..., i0:i1, :] @ kt) * scale
+        rows = qg[..., i0:i1, :] * scale
+        if causal_only:
+            a0, a1 = i0 + offset, i1 + offset
+            tile = rows @ kt[..., a0:a1]
+            tri = torch.ones(i1 - i0, a1 - a0, dtype=torch.bool, device=tile.device).tril()
+            out = torch.logsumexp(tile.masked_fill(~tri, float("-inf")), dim=-1)
+            if a0 > 0:
+                out = torch.logaddexp(out, torch.logsumexp(rows @ kt[..., :a0], dim=-1))
+            lse[..., i0:i1] = out
+            continue
+        scores = rows @ kt
         m = _mask_block(call, i0, i1, k_len)
         if m is not None:
             scores = scores.masked_fill(~m, float("-inf"))
