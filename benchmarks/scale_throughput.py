@@ -29,6 +29,9 @@ def main() -> None:
     ap.add_argument("--eval-tokens", type=int, default=2048)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lora", action="store_true",
+                    help="also surfaces vs PEFT LoRA r36 on q/v, both on --lora-layers (the manifold study)")
+    ap.add_argument("--lora-layers", default="8-15", help="FIRST-LAST layers of the --lora comparison")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -58,6 +61,10 @@ def main() -> None:
 
     eval_tps()  # warm-up
     rows = {"eval_strided_ppl": [], "train_surfaces": [], "train_ffn_gates": []}
+    if args.lora:
+        lo, hi = (int(x) for x in args.lora_layers.split("-"))
+        study_layers = list(range(lo, hi + 1))
+        rows.update({"train_surfaces_study_layers": [], "train_lora_r36_study_layers": []})
     for _ in range(args.repeats):  # interleaved rounds
         rows["eval_strided_ppl"].append(eval_tps())
         bank = M.attach(model, grid_size=8, grid_range=(-4.0, 4.0))
@@ -65,6 +72,18 @@ def main() -> None:
         M.detach(model)
         gates = FFNGates.for_model(model)
         rows["train_ffn_gates"].append(train_tps(gates, 3, interventions=[gates]))
+        if args.lora:
+            from peft import LoraConfig, get_peft_model
+
+            bank = M.attach(model, grid_size=8, grid_range=(-4.0, 4.0), layers=study_layers)
+            rows["train_surfaces_study_layers"].append(train_tps(bank, 3))
+            M.detach(model)
+            pm = get_peft_model(model, LoraConfig(r=36, lora_alpha=36.0, lora_dropout=0.0, bias="none",
+                                                  target_modules=["q_proj", "v_proj"],
+                                                  layers_to_transform=study_layers))
+            rows["train_lora_r36_study_layers"].append(train_tps(pm, 3))
+            model = pm.unload()
+            model.requires_grad_(False)
     print(f"machine: {machine(args.threads)}")
     print(f"setup: model {args.model}, fp32, eval context 512 stride 256 batch 4 over {ids.numel()} tokens; "
           f"train batch {args.batch} x seq {args.seq_len} (AdamW, 3 steps, median of steps 2-3); "
