@@ -64,6 +64,9 @@ def main(d: Path) -> None:
             rnd = [r["loss_increase"] for r in curve if r["strategy"] == "random" and r["n_parallel"] == c]
             row["dL_random_mean"] = statistics.mean(rnd)
             row["dL_random_min"], row["dL_random_max"] = min(rnd), max(rnd)
+            meas = [r for r in curve if r["strategy"] == "measured" and r["n_parallel"] == c]
+            if meas:
+                row["dL_measured"] = meas[0]["loss_increase"]
             row["speedup_est_low"] = next(r["speedup_est"] for r in curve
                                           if r["strategy"] == "low" and r["n_parallel"] == c)
             table.append(row)
@@ -74,6 +77,14 @@ def main(d: Path) -> None:
                  ["strategy", "threshold", "seeds", "max_layers", "speedup_est"]))
         low = [r for r in curve if r["strategy"] == "low"]
         print("\nlow-C order:", next(r["layers"] for r in low if r["n_parallel"] == max(counts)))
+        single = sorted((r for r in par["rows"] if r["table"] == "single"), key=lambda r: r["layer"])
+        if single:
+            print("\n### Each layer parallelised alone\n")
+            print(md(single, ["layer", "defect", "loss_increase"]))
+            rho = [r for r in par["rows"] if r["table"] == "defect_vs_single"]
+            if rho:
+                print("\nSpearman C_l vs single-layer dL:", json.dumps({k: rho[0][k] for k in
+                                                                       ("spearman_rho", "p_value", "layers")}))
     g = load(d, "gates.json")
     if g:
         print("\n### Gates\n")
