@@ -103,21 +103,27 @@ def test_residual_stats_match_plain_hooks(name):
                 assert got == pytest.approx(want, rel=1e-5, abs=1e-5), (r["layer"], r["site"], stat)
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
-def test_value_stats_match_materialised_weights(name):
+@pytest.mark.parametrize("name,padded", [("tiny-llama", True), ("tiny-gemma3", True), ("tiny-llama", False),
+                                         ("tiny-qwen3", False)])
+def test_value_stats_match_materialised_weights(name, padded):
+    """Padded batches take the blockwise log-sum-exp path; unpadded causal calls take the fused kernel's
+    log-sum-exp (``stock_attention_with_lse``); both against materialised attention weights."""
     m, _ = _model(name)
     an = anatomy(m)
     ids = torch.randint(5, 900, (2, 14), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
-    mask[0, :3] = 0
+    if padded:
+        mask[0, :3] = 0
     calls = []
     rm = add_attention_handler(an.blocks[2].attn, lambda c, p: (calls.append(c), p(c))[1])
     meas = DirectionalMeasure(layers=[2], residual=False)
+    kw = {"attention_mask": mask} if padded else {}
     try:
         with steer(m, meas):
-            m(input_ids=ids, attention_mask=mask)
+            measured = m(input_ids=ids, **kw).logits
     finally:
         rm()
+    assert torch.equal(measured, m(input_ids=ids, **kw).logits)  # read-only on both paths
     call = calls[0]
     W = attention_weights(call)
     v = repeat_kv(call.value, call.n_rep)  # (b, H, k, d): head h reads kv head h // n_rep
@@ -173,3 +179,38 @@ def test_summary_does_not_grow_with_tokens():
         size2 = sum(a.s1.numel() for a in meas._acc.values())
     assert size1 == size2
     assert all(r["n_tokens"] == 88 for r in meas.rows())
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gpt2", "tiny-gpt_neox", "tiny-gemma3"])
+def test_stock_attention_with_lse_is_the_stock_kernel(name):
+    """Where the fused path applies, its output is the stock output bit for bit and its log-sum-exp equals
+    torch.logsumexp over the causally masked scaled scores; elsewhere (masks: sliding windows) it is None."""
+    from geosteer.attention import stock_attention_with_lse
+
+    m, _ = _model(name)
+    seen = []
+
+    def handler(call, proceed):
+        out, w = proceed(call)
+        seen.append((call, out, stock_attention_with_lse(call)))
+        return out, w
+
+    rms = [add_attention_handler(b.attn, handler) for b in anatomy(m).blocks]
+    try:
+        with torch.no_grad():
+            m(input_ids=torch.randint(5, 900, (2, 12), generator=torch.Generator().manual_seed(2)))
+    finally:
+        for r in rms:
+            r()
+    fused = [(c, o, f) for c, o, f in seen if f is not None]
+    if name == "tiny-gemma3":  # sliding-window layers get a mask (fallback); the global layer is fused
+        assert 0 < len(fused) < len(seen)
+    else:
+        assert len(fused) == len(seen)
+    for call, out, (fo, lse) in fused:
+        assert torch.equal(fo, out)
+        k = repeat_kv(call.key, call.n_rep).double()
+        scores = (call.query.double() @ k.transpose(-1, -2)) * call.effective_scaling
+        causal = torch.ones(12, 12, dtype=torch.bool).tril()
+        ref = torch.logsumexp(scores.masked_fill(~causal, float("-inf")), -1)
+        torch.testing.assert_close(lse.double(), ref, rtol=1e-5, atol=1e-5)

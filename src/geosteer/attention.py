@@ -77,9 +77,48 @@ def geosteer_attention_forward(module, query, key, value, attention_mask, dropou
     def run(i: int, c: AttentionCall):
         if i == len(chain):
             return stock_attention(c)
-        return chain[i](c, lambda c2: run(i + 1, c2))
+        return chain[i](c, _Proceed(lambda c2: run(i + 1, c2), stock_next=i + 1 == len(chain)))
 
     return run(0, call)
+
+
+class _Proceed:
+    """The ``proceed`` a handler gets; ``stock_next`` tells whether it runs the stock attention directly
+    (no other handler after this one), so a read-only handler may run the stock kernel itself."""
+
+    __slots__ = ("fn", "stock_next")
+
+    def __init__(self, fn: Callable[[AttentionCall], tuple], stock_next: bool) -> None:
+        self.fn, self.stock_next = fn, stock_next
+
+    def __call__(self, call: AttentionCall) -> tuple:
+        return self.fn(call)
+
+
+_LSE_SAFE_KWARGS = {"position_ids", "use_cache", "sliding_window", "cache_position", "output_attentions"}
+
+
+def stock_attention_with_lse(call: AttentionCall) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(stock output (b, q, heads, dv), row log-sum-exp of the scaled scores (b, heads, q)), or None.
+
+    Only where transformers' SDPA path runs PyTorch's fused CPU flash-attention kernel on a plain causal
+    call (CPU, no mask, no dropout, no cache: q_len == k_len > 1, no soft-capping): the same kernel is called
+    here with the same inputs (GQA keys/values repeated as SDPA's ``enable_gqa`` does), so the output is the
+    stock output bit for bit (tested) and the kernel's log-sum-exp comes for free. Anything else: None, and
+    the caller uses ``proceed`` and computes what it needs itself.
+    """
+    q, k, v = call.query, call.key, call.value
+    if (q.device.type != "cpu" or call.attention_mask is not None or call.dropout
+            or q.shape[2] < 2 or q.shape[2] != k.shape[2] or not getattr(call.module, "is_causal", True)
+            or set(call.kwargs) - _LSE_SAFE_KWARGS or call.kwargs.get("output_attentions")
+            or q.dtype not in (torch.float32, torch.float64)):
+        return None
+    rep = q.shape[1] // k.shape[1]
+    if rep > 1:
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True,
+                                                                          scale=call.scaling)
+    return out.transpose(1, 2).contiguous(), lse
 
 
 _registered = False

@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from geosteer.attention import add_attention_handler, use_geosteer_attention
+from geosteer.attention import add_attention_handler, stock_attention_with_lse, use_geosteer_attention
 from geosteer.directional.decompose import PAIR_STATS, RunningStats, pair_stats
-from geosteer.directional.value import grouped_output, own_values, self_weight
+from geosteer.directional.value import grouped_output, own_values, self_weight, self_weight_from_lse
 from geosteer.hooks import HookSet, add_hook
 from geosteer.models.anatomy import anatomy
 
@@ -80,11 +80,15 @@ class DirectionalMeasure:
 
     def _value_handler(self, layer: int):
         def handler(call, proceed):
-            out, w = proceed(call)
+            fused = stock_attention_with_lse(call) if getattr(proceed, "stock_next", False) else None
+            if fused is not None:  # the stock kernel itself, with its row log-sum-exp
+                out, w = fused[0], None
+            else:
+                out, w = proceed(call)
             with torch.no_grad():
                 o = grouped_output(out, call).float()
                 v = own_values(call).float()
-                a = self_weight(call)
+                a = self_weight(call) if fused is None else self_weight_from_lse(call, fused[1])
                 c = o - a[..., None] * v
                 so, sc = pair_stats(o, v), pair_stats(c, v, scale=o.norm(dim=-1))
                 cols = [so[k] for k in PAIR_STATS] + [sc[k] for k in PAIR_STATS]

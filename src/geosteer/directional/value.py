@@ -102,6 +102,17 @@ def self_weight(call: AttentionCall, block_rows: int = 128) -> torch.Tensor:
     return torch.nan_to_num(a, nan=0.0)
 
 
+def self_weight_from_lse(call: AttentionCall, lse: torch.Tensor) -> torch.Tensor:
+    """A_tt (b, Hkv, n_rep, q) = exp(s_tt − lse_t) from the attention kernel's own row log-sum-exp
+    ``lse`` (b, H, q) (a plain causal call, see ``geosteer.attention.stock_attention_with_lse``)."""
+    qg = grouped_query(call).float()
+    key = call.key.float()
+    q_len, k_len = qg.shape[3], key.shape[2]
+    s_diag = (qg * key[:, :, None, k_len - q_len:]).sum(-1) * call.effective_scaling
+    b, hkv, r = qg.shape[:3]
+    return torch.exp(s_diag - lse.float().reshape(b, hkv, r, q_len))
+
+
 def _diag_visible(call: AttentionCall, q_len: int, k_len: int) -> torch.Tensor | None:
     """Whether query t may see its own key under the call's mask: (b|1, Hkv|1, n_rep|1, q) or None."""
     m = call.attention_mask
