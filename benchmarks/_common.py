@@ -94,3 +94,20 @@ def paired(run_a: Callable[[], object], run_b: Callable[[], object], repeats: in
                   "ratio": statistics.median(r), "ratio_min": min(r), "ratio_max": max(r),
                   "repeats": repeats}
     return out
+
+
+def status_mb(field: str) -> float:
+    """A memory field of /proc/self/status (VmRSS, VmHWM) in MB (Linux)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def reset_peak_rss() -> float:
+    """Reset the kernel's resident-memory high-water mark (model loading has its own, higher peak, which
+    would hide a forward's); returns the resident MB now."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return status_mb("VmRSS")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import paired  # noqa: E402
+from _common import paired, reset_peak_rss, status_mb  # noqa: E402
 
 
 def _setup(model_name: str, tokens: int):
@@ -38,7 +37,7 @@ def _memory_child(model_name: str, tokens: int, mode: str, threads: int) -> None
 
     torch.set_num_threads(threads)
     m, ids = _setup(model_name, tokens)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = reset_peak_rss()  # only the forward's peak counts, not the model load's
     with torch.no_grad():
         if mode == "stock":
             m(input_ids=ids, use_cache=False)
@@ -46,8 +45,8 @@ def _memory_child(model_name: str, tokens: int, mode: str, threads: int) -> None
             meas = DirectionalMeasure(residual=True, value=(mode == "full"))
             with steer(m, meas):
                 m(input_ids=ids, use_cache=False)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"mode": mode, "peak_rss_mb": after / 1024, "peak_growth_mb": (after - before) / 1024}))
+    after = status_mb("VmHWM")
+    print(json.dumps({"mode": mode, "peak_rss_mb": after, "peak_growth_mb": after - before}))
 
 
 def main() -> None:

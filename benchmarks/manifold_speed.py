@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import paired  # noqa: E402
+from _common import paired, reset_peak_rss, status_mb  # noqa: E402
 
 CLOCK = time.perf_counter  # --clock cpu: time.process_time (CPU time of this process; use with --threads 1)
 CLOCK_NAME = "wall"
@@ -139,14 +139,6 @@ def bench_train(model, bank, seq: int, batch: int, repeats: int) -> dict:
     return {"seq_len": seq, "batch": batch, **_pairs(stock, surf, repeats)}
 
 
-def _status_mb(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def _mem_child(kind: str, model_name: str, tokens: int, surfaces: str | None, threads: int) -> None:
     import gc
 
@@ -162,13 +154,10 @@ def _mem_child(kind: str, model_name: str, tokens: int, surfaces: str | None, th
 
         _ext.get()
     gc.collect()
-    # Loading has its own (higher) peak: reset the kernel's high-water mark so that only the forward counts.
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = _status_mb("VmRSS")
+    before = reset_peak_rss()  # loading has its own (higher) peak: only the forward counts
     with torch.no_grad():
         model(ids, use_cache=False)
-    peak = _status_mb("VmHWM")
+    peak = status_mb("VmHWM")
     print(json.dumps({"kind": kind, "peak_rss_mb": peak, "before_forward_mb": before}))
 
 
