@@ -29,6 +29,29 @@ static inline void pieces(float t, float* w) {
     w[2] = 1.0f - w[0] - w[1] - w[3];
 }
 
+static inline void dpieces(float t, float* dw) {
+    const float m = 1.0f - t;
+    dw[0] = -0.5f * m * m;
+    dw[3] = 0.5f * t * t;
+    dw[1] = 1.5f * t * t - 2.0f * t;
+    dw[2] = -(dw[0] + dw[1] + dw[3]);
+}
+
+// Knot position of x (u = x*sc + off, clamped to [0, g+6], NaN -> 0): the 4 piece weights w (and their
+// t-derivatives dw, when given) and the index a0 of the first of the 4 bases that can be non-zero.
+// Returns whether x lies inside the support before clamping (the derivative is 0 outside).
+static inline bool locate(float x, float fsc, float foff, float hi, float* w, float* dw, int64_t* a0) {
+    float u = x * fsc + foff;
+    const bool inside = u >= 0.0f && u <= hi;
+    u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
+    if (u != u) u = 0.0f;
+    const float s = std::floor(u);
+    pieces(u - s, w);
+    if (dw) dpieces(u - s, dw);
+    *a0 = (int64_t)s - 3;
+    return inside;
+}
+
 // feats (N, D, K+1): v*B_0(k) ... v*B_{K-1}(k), v   for k, v (N, D)
 torch::Tensor key_features(torch::Tensor k, torch::Tensor v, int64_t g, double sc, double off) {
     TORCH_CHECK(k.scalar_type() == torch::kFloat && v.scalar_type() == torch::kFloat, "float32 only");
@@ -46,12 +69,8 @@ torch::Tensor key_features(torch::Tensor k, torch::Tensor v, int64_t g, double s
                 float* row = op + (n * D + d) * (K + 1);
                 for (int64_t c = 0; c < K; ++c) row[c] = 0.0f;
                 row[K] = val;
-                float u = x * fsc + foff;
-                u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
-                if (std::isnan(u)) u = 0.0f;
-                const float s = std::floor(u);
-                float w[4]; pieces(u - s, w);
-                const int64_t a0 = (int64_t)s - 3;
+                float w[4]; int64_t a0;
+                locate(x, fsc, foff, hi, w, nullptr, &a0);
                 for (int r = 0; r < 4; ++r) {
                     const int64_t a = a0 + r;
                     if (a >= 0 && a < K) row[a] = w[r] * val;
@@ -76,12 +95,8 @@ static void epilogue_impl(const float* op, const float* qp, const float* cp, flo
             const float* qrow = qp + row * D;
             for (int64_t d = 0; d < D; ++d) {
                 const float* f = orow + d * (K + 1);
-                float u = qrow[d] * fsc + foff;
-                u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
-                if (u != u) u = 0.0f;
-                const float s = std::floor(u);
-                float w[4]; pieces(u - s, w);
-                const int64_t a0 = (int64_t)s - 3;
+                float w[4]; int64_t a0;
+                locate(qrow[d], fsc, foff, hi, w, nullptr, &a0);
                 int64_t ar[4];
                 for (int r = 0; r < 4; ++r) {
                     const int64_t a = a0 + r;
@@ -118,14 +133,6 @@ torch::Tensor epilogue(torch::Tensor o, torch::Tensor q, torch::Tensor c, int64_
     return out;
 }
 
-static inline void dpieces(float t, float* dw) {
-    const float m = 1.0f - t;
-    dw[0] = -0.5f * m * m;
-    dw[3] = 0.5f * t * t;
-    dw[1] = 1.5f * t * t - 2.0f * t;
-    dw[2] = -(dw[0] + dw[1] + dw[3]);
-}
-
 // gradients of key_features: grad_f (N, D, K+1) -> (grad_k, grad_v) (N, D)
 std::vector<torch::Tensor> key_features_backward(torch::Tensor k, torch::Tensor v, torch::Tensor gf, int64_t g,
                                                  double sc, double off) {
@@ -140,13 +147,8 @@ std::vector<torch::Tensor> key_features_backward(torch::Tensor k, torch::Tensor 
             for (int64_t d = 0; d < D; ++d) {
                 const float* row = gp + (n * D + d) * (K + 1);
                 const float x = kp[n * D + d], val = vp[n * D + d];
-                float u = x * fsc + foff;
-                const bool inside = u >= 0.0f && u <= hi;
-                u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
-                if (u != u) u = 0.0f;
-                const float s = std::floor(u);
-                float w[4], dw[4]; pieces(u - s, w); dpieces(u - s, dw);
-                const int64_t a0 = (int64_t)s - 3;
+                float w[4], dw[4]; int64_t a0;
+                const bool inside = locate(x, fsc, foff, hi, w, dw, &a0);
                 float sv = row[K], sk = 0.0f;
                 for (int r = 0; r < 4; ++r) {
                     const int64_t a = a0 + r;
@@ -183,13 +185,8 @@ std::vector<torch::Tensor> epilogue_backward(torch::Tensor o, torch::Tensor q, t
                         const float* f = op + idx * (K + 1);
                         float* gf = gOp + idx * (K + 1);
                         const float gout = gop[idx];
-                        float u = qp[idx] * fsc + foff;
-                        const bool inside = u >= 0.0f && u <= hi;
-                        u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
-                        if (u != u) u = 0.0f;
-                        const float s = std::floor(u);
-                        float w[4], dw[4]; pieces(u - s, w); dpieces(u - s, dw);
-                        const int64_t a0 = (int64_t)s - 3;
+                        float w[4], dw[4]; int64_t a0;
+                        const bool inside = locate(qp[idx], fsc, foff, hi, w, dw, &a0);
                         for (int64_t b = 0; b < K; ++b) gf[b] = 0.0f;
                         gf[K] = with_value ? gout : 0.0f;
                         float gq = 0.0f;
