@@ -207,13 +207,21 @@ def modulated_attention(
         out = _blocked_ext(ext, query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block,
                            common)
     elif L <= SMALL_Q:
-        out = _small(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, common)
+        out = _small(ext, query, query_g, key, features, coeff, grid_size, lo, hi, with_value, common)
     else:
         out = _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block, common)
     return out
 
 
-def _small(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, common):
+def _query_blocks(L: int, block: int, common: dict):
+    """(s0, e0, key range or None) for each block of ``block`` queries: the keys those queries can see."""
+    for s0 in range(0, L, block):
+        e0 = min(L, s0 + block)
+        yield s0, e0, _key_range(common["causal"], common["attn_mask"], common["float_mask"], s0, e0, L,
+                                 common["T"])
+
+
+def _small(ext, query, query_g, key, features, coeff, grid_size, lo, hi, with_value, common):
     """Few queries (decoding): grouped layout, one product per KV head."""
     b, H, L, d = query.shape
     hkv, rep = query_g.shape[1], query_g.shape[2]
@@ -225,7 +233,6 @@ def _small(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, 
     p = _weights_block(query_g, key, 0, L, k0, k1, **common)  # (b, hkv, rep, L, n_k)
     o = torch.matmul(p.reshape(b, hkv, rep * L, k1 - k0), features[:, :, k0:k1])
     o = o.view(b, H, L, d, K + 1)
-    ext = _ext_for(query, lo, hi)
     if ext is not None:
         sc, off = _affine(grid_size, lo, hi)
         return _epilogue(ext, o, query, coeff, grid_size, sc, off, with_value).transpose(1, 2).contiguous()
@@ -251,10 +258,8 @@ def _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value
     cpad = _padded_coeff(coeff, hkv, rep)[:, None]  # (rep, 1, hkv, d, K+2, K)
     feats_t = features.transpose(-1, -2)  # (b, hkv, D, T)
     outs = []
-    for s0 in range(0, L, block):
-        e0 = min(L, s0 + block)
+    for s0, e0, rng in _query_blocks(L, block, common):
         n_q = e0 - s0
-        rng = _key_range(common["causal"], common["attn_mask"], common["float_mask"], s0, e0, L, common["T"])
         if rng is None:
             outs.append(query.new_zeros(rep, b, hkv, d, n_q))
             continue
@@ -310,10 +315,8 @@ def _blocked_ext(ext, query, query_g, key, features, coeff, grid_size, lo, hi, w
     K = grid_size + 3
     sc, off = _affine(grid_size, lo, hi)
     outs = []
-    for s0 in range(0, L, block):
-        e0 = min(L, s0 + block)
+    for s0, e0, rng in _query_blocks(L, block, common):
         n_q = e0 - s0
-        rng = _key_range(common["causal"], common["attn_mask"], common["float_mask"], s0, e0, L, common["T"])
         if rng is None:
             outs.append(query.new_zeros(b, H, n_q, d))
             continue
