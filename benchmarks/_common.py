@@ -72,14 +72,16 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def paired(run_a: Callable[[], object], run_b: Callable[[], object], repeats: int,
-           clocks: tuple[str, ...] = ("wall",)) -> dict[str, dict]:
+           clocks: tuple[str, ...] = ("wall",), warmup: bool = True) -> dict[str, dict]:
     """Interleaved A/B timing after one warm-up each (A, B, A, B, ...), per clock (``wall``, ``cpu``).
 
+    ``warmup=False`` when the caller already ran both once (e.g. to check that they agree).
     Returns ``{clock: {"a_s", "b_s" (medians), "ratio" (median of per-pair b/a), "ratio_min",
     "ratio_max", "repeats"}}``.
     """
-    run_a()
-    run_b()
+    if warmup:
+        run_a()
+        run_b()
     t: dict[str, dict[str, list[float]]] = {c: {"a": [], "b": []} for c in clocks}
     for _ in range(repeats):
         for side, fn in (("a", run_a), ("b", run_b)):

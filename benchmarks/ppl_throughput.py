@@ -13,10 +13,13 @@ import json
 import math
 import os
 import platform
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import paired  # noqa: E402
 
 
 def plain_hf_loop(model, ids, context, stride):
@@ -67,15 +70,7 @@ def main() -> None:
 
     a, b = ours(), theirs()  # warm-up + agreement check
     rel = abs(a.ppl - b[0]) / b[0]
-    times_a, times_b = [], []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        ours()
-        times_a.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        theirs()
-        times_b.append(time.perf_counter() - t0)
-    ratios = [tb / ta for ta, tb in zip(times_a, times_b, strict=True)]
+    t = paired(ours, theirs, args.repeats, warmup=False)["wall"]  # ratio = plain HF time / geosteer time
     res = {
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, torch {torch.__version__}, threads {args.threads}",
         "model": args.model,
@@ -83,12 +78,12 @@ def main() -> None:
         "ppl_geosteer": a.ppl,
         "ppl_plain_hf": b[0],
         "ppl_rel_diff": rel,
-        "geosteer_s_median": statistics.median(times_a),
-        "plain_hf_s_median": statistics.median(times_b),
-        "geosteer_tokens_per_s": a.tokens / statistics.median(times_a),
-        "speedup_vs_plain_hf_median": statistics.median(ratios),
-        "speedup_min": min(ratios),
-        "speedup_max": max(ratios),
+        "geosteer_s_median": t["a_s"],
+        "plain_hf_s_median": t["b_s"],
+        "geosteer_tokens_per_s": a.tokens / t["a_s"],
+        "speedup_vs_plain_hf_median": t["ratio"],
+        "speedup_min": t["ratio_min"],
+        "speedup_max": t["ratio_max"],
     }
     for k, v in res.items():
         print(f"{k}: {v}")
