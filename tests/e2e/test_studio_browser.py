@@ -82,7 +82,11 @@ def test_invert_save_reload(browser, studio, tmp_path):
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.goto(studio["url"] + "/")
-    page.wait_for_function("window.__geosteer && window.__geosteer.ready", timeout=60_000)
+    try:
+        page.wait_for_function("window.__geosteer && window.__geosteer.ready", timeout=60_000)
+    except playwright_api.TimeoutError:
+        pytest.fail(f"studio page not ready after 60 s; status {page.inner_text('#status')!r}, "
+                    f"page errors {errors}")
     assert page.evaluate("window.__geosteer.firstPaint") is not None
     assert page.locator("#heatmap .main-svg").count() > 0
     assert page.locator("#terrain .gl-container").count() > 0

@@ -320,3 +320,8 @@ def status() -> str:
     if not _state["tried"]:
         return "not built yet"
     return "compiled" if _state["mod"] is not None else f"unavailable ({_state['error']})"
+
+
+if __name__ == "__main__":  # `python -m geosteer.manifold._ext`: build now (make setup does), report
+    get()
+    print(f"[geosteer] attention-surface CPU kernels: {status()}")

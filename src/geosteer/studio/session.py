@@ -63,6 +63,11 @@ class Session:
         self._cache: OrderedDict = OrderedDict()
         self._drafts: dict[tuple[str, int], list[int]] = {}  # last continuation per (prompt, n)
         self.saves = 0
+        # Build (first time, ~1 min) or load the compiled surface kernels now, while the model is
+        # loading anyway, so that the page's first request does not wait for a compiler.
+        from geosteer.manifold import _ext
+
+        _ext.get()
 
     # ---- helpers -------------------------------------------------------------------------------------
     def _cached(self, key, fn: Callable):
