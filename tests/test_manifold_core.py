@@ -496,3 +496,20 @@ def test_compiled_kernel_gradients_match_pytorch_path(monkeypatch, causal):
         res.append((out, *torch.autograd.grad((out * gw).sum(), (q, k, v, C))))
     for a, b in zip(*res, strict=True):
         assert (a - b).abs().max().item() <= 1e-5 * max(1.0, b.abs().max().item())
+
+
+@pytest.mark.parametrize("grid", [2, 5, 6, 8, 13, 14, 21, 22])
+def test_kernel_every_grid_size_matches_reference(grid, path):
+    """The compiled epilogue has vector paths for K <= 8, 16, 24 and a scalar one above: all exact."""
+    g = torch.Generator().manual_seed(grid)
+    b, H, Hkv, L, d = 2, 6, 3, 19, 8
+    K = grid + 3
+    q = torch.randn(b, H, L, d, generator=g) * 3.0  # some coordinates outside (-4, 4) and its support
+    k = torch.randn(b, Hkv, L, d, generator=g) * 3.0
+    v = torch.randn(b, Hkv, L, d, generator=g)
+    C = torch.randn(H, d, K, K, generator=g) * 0.5
+    out = modulated_attention(q, k, v, C, grid, -4.0, 4.0, is_causal=True, block=7)
+    scores = q @ k.repeat_interleave(2, 1).transpose(-1, -2) * d ** -0.5
+    w = torch.softmax(scores.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), float("-inf")), -1)
+    ref = naive_modulated_attention(w, q, k, v, C, grid, -4.0, 4.0)
+    assert (out - ref).abs().max().item() <= 1e-5 * max(1.0, ref.abs().max().item())

@@ -116,6 +116,68 @@ static void epilogue_impl(const float* op, const float* qp, const float* cp, flo
     });
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define GEOSTEER_AVX2 1
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 sh = _mm_movehdup_ps(s);
+    s = _mm_add_ps(s, sh);
+    sh = _mm_movehl_ps(sh, s);
+    return _mm_cvtss_f32(_mm_add_ss(s, sh));
+}
+
+// epilogue_impl with the b-loop in 8-lane AVX2 chunks. cz (H, D, K+7, 8*NC): the coefficient rows with 3
+// zero rows before, 4 after and zero lanes past K, so that any a0 + r (in [-3, K+3]) reads a valid row and
+// no coefficient load needs a mask; the piece-weighted rows are dotted with the attended features.
+template <int NC>
+static void epilogue_avx2(const float* op, const float* qp, const float* cz, float* outp, int64_t B, int64_t H,
+                          int64_t n, int64_t D, int64_t K, float fsc, float foff, float hi, bool with_value) {
+    const int64_t W = 8 * NC, R = K + 7;
+    const int64_t last = K - 8 * (NC - 1);  // valid lanes of the last chunk of f
+    const __m256i fmask = _mm256_setr_epi32(0 < last ? -1 : 0, 1 < last ? -1 : 0, 2 < last ? -1 : 0,
+                                            3 < last ? -1 : 0, 4 < last ? -1 : 0, 5 < last ? -1 : 0,
+                                            6 < last ? -1 : 0, 7 < last ? -1 : 0);
+    at::parallel_for(0, B * H * n, 4, [&](int64_t b0, int64_t b1) {
+        for (int64_t row = b0; row < b1; ++row) {
+            const int64_t h = (row / n) % H;
+            const float* orow = op + row * D * (K + 1);
+            const float* qrow = qp + row * D;
+            for (int64_t d = 0; d < D; ++d) {
+                const float* f = orow + d * (K + 1);
+                float w[4]; int64_t a0;
+                locate(qrow[d], fsc, foff, hi, w, nullptr, &a0);
+                const float* c0 = cz + ((h * D + d) * R + a0 + 3) * W;
+                const __m256 w0 = _mm256_set1_ps(w[0]), w1 = _mm256_set1_ps(w[1]);
+                const __m256 w2 = _mm256_set1_ps(w[2]), w3 = _mm256_set1_ps(w[3]);
+                __m256 acc = _mm256_setzero_ps();
+                for (int c = 0; c < NC; ++c) {
+                    __m256 s = _mm256_mul_ps(w0, _mm256_loadu_ps(c0 + c * 8));
+                    s = _mm256_fmadd_ps(w1, _mm256_loadu_ps(c0 + W + c * 8), s);
+                    s = _mm256_fmadd_ps(w2, _mm256_loadu_ps(c0 + 2 * W + c * 8), s);
+                    s = _mm256_fmadd_ps(w3, _mm256_loadu_ps(c0 + 3 * W + c * 8), s);
+                    const __m256 fv = c < NC - 1 ? _mm256_loadu_ps(f + c * 8)
+                                                 : _mm256_maskload_ps(f + c * 8, fmask);
+                    acc = _mm256_fmadd_ps(s, fv, acc);
+                }
+                const float dot = hsum8(acc);
+                outp[row * D + d] = with_value ? f[K] + dot : dot;
+            }
+        }
+    });
+}
+
+template <int NC>
+static void epilogue_avx2_padded(const float* op, const float* qp, const torch::Tensor& c, float* outp, int64_t B,
+                                 int64_t H, int64_t n, int64_t D, int64_t K, float fsc, float foff, float hi,
+                                 bool with_value) {
+    // (H, D, K, K) -> (H, D, K+7, 8*NC), zero padded
+    auto cz = torch::zeros({H, D, K + 7, 8 * NC}, c.options());
+    cz.narrow(2, 3, K).narrow(3, 0, K).copy_(c);
+    epilogue_avx2<NC>(op, qp, cz.data_ptr<float>(), outp, B, H, n, D, K, fsc, foff, hi, with_value);
+}
+#endif
+
 torch::Tensor epilogue(torch::Tensor o, torch::Tensor q, torch::Tensor c, int64_t g, double sc, double off,
                        bool with_value) {
     TORCH_CHECK(o.scalar_type() == torch::kFloat && q.scalar_type() == torch::kFloat &&
@@ -127,6 +189,11 @@ torch::Tensor epilogue(torch::Tensor o, torch::Tensor q, torch::Tensor c, int64_
     const float* op = o.data_ptr<float>(); const float* qp = q.data_ptr<float>();
     const float* cp = c.data_ptr<float>(); float* outp = out.data_ptr<float>();
     const float fsc = (float)sc, foff = (float)off, hi = (float)(g + 6);
+#ifdef GEOSTEER_AVX2
+    if (K <= 8) { epilogue_avx2_padded<1>(op, qp, c, outp, B, H, n, D, K, fsc, foff, hi, with_value); return out; }
+    if (K <= 16) { epilogue_avx2_padded<2>(op, qp, c, outp, B, H, n, D, K, fsc, foff, hi, with_value); return out; }
+    if (K <= 24) { epilogue_avx2_padded<3>(op, qp, c, outp, B, H, n, D, K, fsc, foff, hi, with_value); return out; }
+#endif
     if (K == 11) epilogue_impl<11>(op, qp, cp, outp, B, H, n, D, K, fsc, foff, hi, with_value);
     else if (K == 19) epilogue_impl<19>(op, qp, cp, outp, B, H, n, D, K, fsc, foff, hi, with_value);
     else epilogue_impl<0>(op, qp, cp, outp, B, H, n, D, K, fsc, foff, hi, with_value);
@@ -248,14 +315,17 @@ def get():
             bindir = os.path.dirname(sys.executable)
             if bindir not in os.environ.get("PATH", "").split(os.pathsep):
                 os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-            build = cache_dir() / "torch_extensions" / "manifold_v3"
+            build = cache_dir() / "torch_extensions" / "manifold_v6"
             build.mkdir(parents=True, exist_ok=True)
             if not (build / "build.ninja").exists():
                 print("[geosteer] compiling the attention-surface CPU kernels (one time, ~1 min)...",
                       file=sys.stderr, flush=True)
             _state["mod"] = load_inline(
-                name="geosteer_manifold_v3", cpp_sources=[_SRC], functions=None,
-                extra_cflags=["-O3", "-march=native"], build_directory=str(build), verbose=False)
+                name="geosteer_manifold_v6", cpp_sources=[_SRC], functions=None,
+                # -fopenmp: at::parallel_for runs on torch's OpenMP pool (the same libgomp.so.1 that torch
+                # loaded); without it the pragma is ignored and these loops run on one thread.
+                extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
+                build_directory=str(build), verbose=False)
         except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
             _state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             _state["mod"] = None
