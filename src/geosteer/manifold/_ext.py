@@ -18,6 +18,7 @@ import threading
 _SRC = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -88,7 +89,7 @@ template <int KK>
 static void epilogue_impl(const float* op, const float* qp, const float* cp, float* outp, int64_t B, int64_t H,
                           int64_t n, int64_t D, int64_t Kr, float fsc, float foff, float hi, bool with_value) {
     const int64_t K = KK > 0 ? KK : Kr;
-    at::parallel_for(0, B * H * n, 4, [&](int64_t b0, int64_t b1) {
+    at::parallel_for(0, B * H * n, std::max<int64_t>(4, 2048 / D), [&](int64_t b0, int64_t b1) {
         for (int64_t row = b0; row < b1; ++row) {
             const int64_t h = (row / n) % H;
             const float* orow = op + row * D * (K + 1);
@@ -138,7 +139,7 @@ static void epilogue_avx2(const float* op, const float* qp, const float* cz, flo
     const __m256i fmask = _mm256_setr_epi32(0 < last ? -1 : 0, 1 < last ? -1 : 0, 2 < last ? -1 : 0,
                                             3 < last ? -1 : 0, 4 < last ? -1 : 0, 5 < last ? -1 : 0,
                                             6 < last ? -1 : 0, 7 < last ? -1 : 0);
-    at::parallel_for(0, B * H * n, 4, [&](int64_t b0, int64_t b1) {
+    at::parallel_for(0, B * H * n, std::max<int64_t>(4, 2048 / D), [&](int64_t b0, int64_t b1) {
         for (int64_t row = b0; row < b1; ++row) {
             const int64_t h = (row / n) % H;
             const float* orow = op + row * D * (K + 1);
@@ -315,13 +316,13 @@ def get():
             bindir = os.path.dirname(sys.executable)
             if bindir not in os.environ.get("PATH", "").split(os.pathsep):
                 os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-            build = cache_dir() / "torch_extensions" / "manifold_v6"
+            build = cache_dir() / "torch_extensions" / "manifold_v7"
             build.mkdir(parents=True, exist_ok=True)
             if not (build / "build.ninja").exists():
                 print("[geosteer] compiling the attention-surface CPU kernels (one time, ~1 min)...",
                       file=sys.stderr, flush=True)
             _state["mod"] = load_inline(
-                name="geosteer_manifold_v6", cpp_sources=[_SRC], functions=None,
+                name="geosteer_manifold_v7", cpp_sources=[_SRC], functions=None,
                 # -fopenmp: at::parallel_for runs on torch's OpenMP pool (the same libgomp.so.1 that torch
                 # loaded); without it the pragma is ignored and these loops run on one thread.
                 extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
