@@ -513,3 +513,31 @@ def test_kernel_every_grid_size_matches_reference(grid, path):
     w = torch.softmax(scores.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), float("-inf")), -1)
     ref = naive_modulated_attention(w, q, k, v, C, grid, -4.0, 4.0)
     assert (out - ref).abs().max().item() <= 1e-5 * max(1.0, ref.abs().max().item())
+
+
+def test_compiled_kernels_fall_back_to_one_thread_then_to_pytorch(monkeypatch):
+    """A compiler without OpenMP still gets the (serial) compiled kernels; no compiler gets the PyTorch path."""
+    from geosteer.manifold import _ext
+
+    calls = []
+
+    def build(cache, name, omp):
+        calls.append((name, tuple(omp)))
+        if omp or name == "broken":
+            raise RuntimeError("unsupported option '-fopenmp'")
+        return "module"
+
+    monkeypatch.setattr(_ext, "_state", {"tried": False, "mod": None, "error": None, "serial": None})
+    monkeypatch.setattr(_ext, "_build", build)
+    monkeypatch.delenv("GEOSTEER_NO_EXT", raising=False)
+    assert _ext.get() == "module"
+    assert [c[1] for c in calls] == [("-fopenmp",), ()]
+    assert _ext.status().startswith("compiled, one thread (no OpenMP: RuntimeError: unsupported option")
+
+    def no_compiler(cache, name, omp):
+        raise OSError("no C++ compiler")
+
+    monkeypatch.setattr(_ext, "_state", {"tried": False, "mod": None, "error": None, "serial": None})
+    monkeypatch.setattr(_ext, "_build", no_compiler)
+    assert _ext.get() is None
+    assert _ext.status() == "unavailable (OSError: no C++ compiler)"

@@ -292,7 +292,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 """
 
 _lock = threading.Lock()
-_state: dict = {"tried": False, "mod": None, "error": None}
+_state: dict = {"tried": False, "mod": None, "error": None, "serial": None}
+
+
+def _build(cache, name: str, omp: list[str]):
+    from torch.utils.cpp_extension import load_inline
+
+    build = cache / "torch_extensions" / name
+    build.mkdir(parents=True, exist_ok=True)
+    if not (build / "build.ninja").exists():
+        print("[geosteer] compiling the attention-surface CPU kernels (one time, ~1 min)...",
+              file=sys.stderr, flush=True)
+    return load_inline(name=f"geosteer_{name}", cpp_sources=[_SRC], functions=None,
+                       extra_cflags=["-O3", "-march=native", *omp], extra_ldflags=omp,
+                       build_directory=str(build), verbose=False)
 
 
 def get():
@@ -307,8 +320,6 @@ def get():
             _state["error"] = "disabled by GEOSTEER_NO_EXT"
             return None
         try:
-            from torch.utils.cpp_extension import load_inline
-
             from geosteer.models.loading import cache_dir
 
             # torch looks for `ninja` on PATH; the `ninja` wheel puts it beside this interpreter, which
@@ -316,17 +327,13 @@ def get():
             bindir = os.path.dirname(sys.executable)
             if bindir not in os.environ.get("PATH", "").split(os.pathsep):
                 os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-            build = cache_dir() / "torch_extensions" / "manifold_v7"
-            build.mkdir(parents=True, exist_ok=True)
-            if not (build / "build.ninja").exists():
-                print("[geosteer] compiling the attention-surface CPU kernels (one time, ~1 min)...",
-                      file=sys.stderr, flush=True)
-            _state["mod"] = load_inline(
-                name="geosteer_manifold_v7", cpp_sources=[_SRC], functions=None,
+            try:
                 # -fopenmp: at::parallel_for runs on torch's OpenMP pool (the same libgomp.so.1 that torch
                 # loaded); without it the pragma is ignored and these loops run on one thread.
-                extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
-                build_directory=str(build), verbose=False)
+                _state["mod"] = _build(cache_dir(), "manifold_v7", ["-fopenmp"])
+            except Exception as e:  # noqa: BLE001 - e.g. a compiler without OpenMP (Apple clang)
+                _state["mod"] = _build(cache_dir(), "manifold_v7_serial", [])
+                _state["serial"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
             _state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             _state["mod"] = None
@@ -390,7 +397,9 @@ def status() -> str:
     """'compiled', 'not built yet', or why the PyTorch path is used."""
     if not _state["tried"]:
         return "not built yet"
-    return "compiled" if _state["mod"] is not None else f"unavailable ({_state['error']})"
+    if _state["mod"] is None:
+        return f"unavailable ({_state['error']})"
+    return "compiled" if _state["serial"] is None else f"compiled, one thread (no OpenMP: {_state['serial']})"
 
 
 if __name__ == "__main__":  # `python -m geosteer.manifold._ext`: build now (make setup does), report
