@@ -84,11 +84,21 @@ torch::Tensor key_features(torch::Tensor k, torch::Tensor v, int64_t g, double s
 
 // o (B, H, n, D, K+1) attended features; q (B, H, n, D); c (H, D, K, K) -> out (B, H, n, D)
 // out = o[..., K] (if with_value) + sum_r w_r(q) * sum_b c[h, d, a_r, b] * o[..., b]
-// KK > 0: K known at compile time (unrolled, vectorised); KK == 0: runtime K.
-template <int KK>
-static void epilogue_impl(const float* op, const float* qp, const float* cp, float* outp, int64_t B, int64_t H,
-                          int64_t n, int64_t D, int64_t Kr, float fsc, float foff, float hi, bool with_value) {
-    const int64_t K = KK > 0 ? KK : Kr;
+// The coefficients are read from cz (H, D, K+7, W): 3 zero rows before, 4 after and zero lanes from K to W,
+// so any a0 + r (in [-3, K+3]) reads a valid row and neither the row choice nor a load needs a branch.
+// One row loop for every K; `dot(c0, W, w, f)` combines the four rows at c0 with the piece weights w and
+// dots them with the attended features f (a scalar version and an AVX2 one below).
+static torch::Tensor pad_coeff(const torch::Tensor& c, int64_t K, int64_t W) {
+    auto cz = torch::zeros({c.size(0), c.size(1), K + 7, W}, c.options());
+    cz.narrow(2, 3, K).narrow(3, 0, K).copy_(c);
+    return cz;
+}
+
+template <typename Dot>
+static void epilogue_rows(const float* op, const float* qp, const float* cz, float* outp, int64_t B, int64_t H,
+                          int64_t n, int64_t D, int64_t K, int64_t W, float fsc, float foff, float hi,
+                          bool with_value, Dot dot) {
+    const int64_t R = K + 7;
     at::parallel_for(0, B * H * n, std::max<int64_t>(4, 2048 / D), [&](int64_t b0, int64_t b1) {
         for (int64_t row = b0; row < b1; ++row) {
             const int64_t h = (row / n) % H;
@@ -98,24 +108,25 @@ static void epilogue_impl(const float* op, const float* qp, const float* cp, flo
                 const float* f = orow + d * (K + 1);
                 float w[4]; int64_t a0;
                 locate(qrow[d], fsc, foff, hi, w, nullptr, &a0);
-                int64_t ar[4];
-                for (int r = 0; r < 4; ++r) {
-                    const int64_t a = a0 + r;
-                    const bool ok = a >= 0 && a < K;
-                    ar[r] = ok ? a : 0;
-                    if (!ok) w[r] = 0.0f;
-                }
-                const float* cb = cp + (h * D + d) * K * K;
-                const float* c0 = cb + ar[0] * K; const float* c1 = cb + ar[1] * K;
-                const float* c2 = cb + ar[2] * K; const float* c3 = cb + ar[3] * K;
-                float acc = 0.0f;
-                for (int64_t b = 0; b < K; ++b)
-                    acc += (w[0] * c0[b] + w[1] * c1[b] + w[2] * c2[b] + w[3] * c3[b]) * f[b];
-                outp[row * D + d] = with_value ? f[K] + acc : acc;
+                const float v = dot(cz + ((h * D + d) * R + a0 + 3) * W, W, w, f);
+                outp[row * D + d] = with_value ? f[K] + v : v;
             }
         }
     });
 }
+
+// KK > 0: K known at compile time (unrolled); KK == 0: runtime K.
+template <int KK>
+struct ScalarDot {
+    int64_t K;
+    float operator()(const float* c0, int64_t W, const float* w, const float* f) const {
+        const int64_t k = KK > 0 ? KK : K;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < k; ++b)
+            acc += (w[0] * c0[b] + w[1] * c0[W + b] + w[2] * c0[2 * W + b] + w[3] * c0[3 * W + b]) * f[b];
+        return acc;
+    }
+};
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -128,55 +139,30 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, sh));
 }
 
-// epilogue_impl with the b-loop in 8-lane AVX2 chunks. cz (H, D, K+7, 8*NC): the coefficient rows with 3
-// zero rows before, 4 after and zero lanes past K, so that any a0 + r (in [-3, K+3]) reads a valid row and
-// no coefficient load needs a mask; the piece-weighted rows are dotted with the attended features.
+// NC 8-lane chunks cover K <= 8*NC = W; only the last chunk of f needs a mask (it has K+1 entries).
 template <int NC>
-static void epilogue_avx2(const float* op, const float* qp, const float* cz, float* outp, int64_t B, int64_t H,
-                          int64_t n, int64_t D, int64_t K, float fsc, float foff, float hi, bool with_value) {
-    const int64_t W = 8 * NC, R = K + 7;
-    const int64_t last = K - 8 * (NC - 1);  // valid lanes of the last chunk of f
-    const __m256i fmask = _mm256_setr_epi32(0 < last ? -1 : 0, 1 < last ? -1 : 0, 2 < last ? -1 : 0,
-                                            3 < last ? -1 : 0, 4 < last ? -1 : 0, 5 < last ? -1 : 0,
-                                            6 < last ? -1 : 0, 7 < last ? -1 : 0);
-    at::parallel_for(0, B * H * n, std::max<int64_t>(4, 2048 / D), [&](int64_t b0, int64_t b1) {
-        for (int64_t row = b0; row < b1; ++row) {
-            const int64_t h = (row / n) % H;
-            const float* orow = op + row * D * (K + 1);
-            const float* qrow = qp + row * D;
-            for (int64_t d = 0; d < D; ++d) {
-                const float* f = orow + d * (K + 1);
-                float w[4]; int64_t a0;
-                locate(qrow[d], fsc, foff, hi, w, nullptr, &a0);
-                const float* c0 = cz + ((h * D + d) * R + a0 + 3) * W;
-                const __m256 w0 = _mm256_set1_ps(w[0]), w1 = _mm256_set1_ps(w[1]);
-                const __m256 w2 = _mm256_set1_ps(w[2]), w3 = _mm256_set1_ps(w[3]);
-                __m256 acc = _mm256_setzero_ps();
-                for (int c = 0; c < NC; ++c) {
-                    __m256 s = _mm256_mul_ps(w0, _mm256_loadu_ps(c0 + c * 8));
-                    s = _mm256_fmadd_ps(w1, _mm256_loadu_ps(c0 + W + c * 8), s);
-                    s = _mm256_fmadd_ps(w2, _mm256_loadu_ps(c0 + 2 * W + c * 8), s);
-                    s = _mm256_fmadd_ps(w3, _mm256_loadu_ps(c0 + 3 * W + c * 8), s);
-                    const __m256 fv = c < NC - 1 ? _mm256_loadu_ps(f + c * 8)
-                                                 : _mm256_maskload_ps(f + c * 8, fmask);
-                    acc = _mm256_fmadd_ps(s, fv, acc);
-                }
-                const float dot = hsum8(acc);
-                outp[row * D + d] = with_value ? f[K] + dot : dot;
-            }
+struct Avx2Dot {
+    __m256i fmask;
+    explicit Avx2Dot(int64_t K) {
+        const int64_t last = K - 8 * (NC - 1);
+        fmask = _mm256_setr_epi32(0 < last ? -1 : 0, 1 < last ? -1 : 0, 2 < last ? -1 : 0, 3 < last ? -1 : 0,
+                                  4 < last ? -1 : 0, 5 < last ? -1 : 0, 6 < last ? -1 : 0, 7 < last ? -1 : 0);
+    }
+    float operator()(const float* c0, int64_t W, const float* w, const float* f) const {
+        const __m256 w0 = _mm256_set1_ps(w[0]), w1 = _mm256_set1_ps(w[1]);
+        const __m256 w2 = _mm256_set1_ps(w[2]), w3 = _mm256_set1_ps(w[3]);
+        __m256 acc = _mm256_setzero_ps();
+        for (int c = 0; c < NC; ++c) {
+            __m256 s = _mm256_mul_ps(w0, _mm256_loadu_ps(c0 + c * 8));
+            s = _mm256_fmadd_ps(w1, _mm256_loadu_ps(c0 + W + c * 8), s);
+            s = _mm256_fmadd_ps(w2, _mm256_loadu_ps(c0 + 2 * W + c * 8), s);
+            s = _mm256_fmadd_ps(w3, _mm256_loadu_ps(c0 + 3 * W + c * 8), s);
+            const __m256 fv = c < NC - 1 ? _mm256_loadu_ps(f + c * 8) : _mm256_maskload_ps(f + c * 8, fmask);
+            acc = _mm256_fmadd_ps(s, fv, acc);
         }
-    });
-}
-
-template <int NC>
-static void epilogue_avx2_padded(const float* op, const float* qp, const torch::Tensor& c, float* outp, int64_t B,
-                                 int64_t H, int64_t n, int64_t D, int64_t K, float fsc, float foff, float hi,
-                                 bool with_value) {
-    // (H, D, K, K) -> (H, D, K+7, 8*NC), zero padded
-    auto cz = torch::zeros({H, D, K + 7, 8 * NC}, c.options());
-    cz.narrow(2, 3, K).narrow(3, 0, K).copy_(c);
-    epilogue_avx2<NC>(op, qp, cz.data_ptr<float>(), outp, B, H, n, D, K, fsc, foff, hi, with_value);
-}
+        return hsum8(acc);
+    }
+};
 #endif
 
 torch::Tensor epilogue(torch::Tensor o, torch::Tensor q, torch::Tensor c, int64_t g, double sc, double off,
@@ -187,17 +173,20 @@ torch::Tensor epilogue(torch::Tensor o, torch::Tensor q, torch::Tensor c, int64_
     const int64_t B = q.size(0), H = q.size(1), n = q.size(2), D = q.size(3), K = g + 3;
     TORCH_CHECK(o.size(-1) == K + 1 && c.size(0) == H && c.size(1) == D && c.size(2) == K, "shape mismatch");
     auto out = torch::empty({B, H, n, D}, q.options());
-    const float* op = o.data_ptr<float>(); const float* qp = q.data_ptr<float>();
-    const float* cp = c.data_ptr<float>(); float* outp = out.data_ptr<float>();
+    const float* op = o.data_ptr<float>(); const float* qp = q.data_ptr<float>(); float* outp = out.data_ptr<float>();
     const float fsc = (float)sc, foff = (float)off, hi = (float)(g + 6);
+    auto run = [&](int64_t W, auto dot) {
+        auto cz = pad_coeff(c, K, W);
+        epilogue_rows(op, qp, cz.data_ptr<float>(), outp, B, H, n, D, K, W, fsc, foff, hi, with_value, dot);
+    };
 #ifdef GEOSTEER_AVX2
-    if (K <= 8) { epilogue_avx2_padded<1>(op, qp, c, outp, B, H, n, D, K, fsc, foff, hi, with_value); return out; }
-    if (K <= 16) { epilogue_avx2_padded<2>(op, qp, c, outp, B, H, n, D, K, fsc, foff, hi, with_value); return out; }
-    if (K <= 24) { epilogue_avx2_padded<3>(op, qp, c, outp, B, H, n, D, K, fsc, foff, hi, with_value); return out; }
+    if (K <= 8) { run(8, Avx2Dot<1>(K)); return out; }
+    if (K <= 16) { run(16, Avx2Dot<2>(K)); return out; }
+    if (K <= 24) { run(24, Avx2Dot<3>(K)); return out; }
 #endif
-    if (K == 11) epilogue_impl<11>(op, qp, cp, outp, B, H, n, D, K, fsc, foff, hi, with_value);
-    else if (K == 19) epilogue_impl<19>(op, qp, cp, outp, B, H, n, D, K, fsc, foff, hi, with_value);
-    else epilogue_impl<0>(op, qp, cp, outp, B, H, n, D, K, fsc, foff, hi, with_value);
+    if (K == 11) run(K, ScalarDot<11>{K});
+    else if (K == 19) run(K, ScalarDot<19>{K});
+    else run(K, ScalarDot<0>{K});
     return out;
 }
 
@@ -330,9 +319,9 @@ def get():
             try:
                 # -fopenmp: at::parallel_for runs on torch's OpenMP pool (the same libgomp.so.1 that torch
                 # loaded); without it the pragma is ignored and these loops run on one thread.
-                _state["mod"] = _build(cache_dir(), "manifold_v7", ["-fopenmp"])
+                _state["mod"] = _build(cache_dir(), "manifold_v8", ["-fopenmp"])
             except Exception as e:  # noqa: BLE001 - e.g. a compiler without OpenMP (Apple clang)
-                _state["mod"] = _build(cache_dir(), "manifold_v7_serial", [])
+                _state["mod"] = _build(cache_dir(), "manifold_v8_serial", [])
                 _state["serial"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
             _state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
