@@ -301,8 +301,9 @@ def _batched_mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """x @ y over the leading (b, hkv) dimensions.
 
     Without autograd on the CPU this is one threaded GEMM per (b, hkv) into a preallocated output: CPU
-    ``bmm`` splits its few batch entries across threads (3 KV heads on 2 threads: one thread idles a third
-    of the time), so this measured about 20 % faster on the default model's shapes.
+    ``bmm`` splits its few batch entries across threads (3 KV heads on 2 threads), which made its time swing
+    between runs (3.9–5.6 ms vs 4.1–5.8 ms for this loop on the default model's shapes,
+    ``benchmarks/manifold_kernel_parts.py``); the loop's time is the steadier of the two.
     """
     if torch.is_grad_enabled() or x.device.type != "cpu":
         return torch.matmul(x, y)
