@@ -12,7 +12,7 @@ from geosteer import load_model
 from geosteer.errors import GeosteerError
 from geosteer.steer import HookIntervention, steer
 from geosteer.train import BatchOrder, TrainConfig, TrainingDiverged, train, windows
-from geosteer.train.checkpoint import load_checkpoint
+from geosteer.train.checkpoint import CHECKPOINT_NAME, load_checkpoint
 
 
 class LearnedBias(nn.Module):
@@ -123,7 +123,7 @@ def test_kill_and_resume_equals_uninterrupted(tiny, stream, tmp_path, full):
 
     with pytest.raises(KeyboardInterrupt):
         _run(tiny, stream, _cfg(), out_dir=tmp_path / "cut", callback=kill_at_5)
-    assert load_checkpoint(tmp_path / "cut" / "checkpoint.pt")["step"] == 3
+    assert load_checkpoint(tmp_path / "cut" / CHECKPOINT_NAME)["step"] == 3
     resumed, res = _run(tiny, stream, _cfg(), out_dir=tmp_path / "cut", resume=True)
     assert res.resumed_from == 3
     assert torch.equal(resumed.vec, full[0].vec)
@@ -139,7 +139,7 @@ def test_stop_at_then_resume(tiny, stream, tmp_path, full):
 
 def test_resume_refuses_other_settings(tiny, stream, tmp_path):
     _run(tiny, stream, _cfg(), out_dir=tmp_path, stop_at=3)
-    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3
+    assert load_checkpoint(tmp_path / CHECKPOINT_NAME)["step"] == 3
     with pytest.raises(GeosteerError, match="lr"):
         _run(tiny, stream, _cfg(lr=1e-3), out_dir=tmp_path, resume=True)
     with pytest.raises(GeosteerError, match="already exists"):
@@ -152,7 +152,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny, stream, tmp_path):
     with pytest.raises(TrainingDiverged, match=r"step 5: loss is nan.*step 3"):
         train(model, bias, _cfg(), tok=tok, train_ids=stream, interventions=[bias], out_dir=tmp_path,
               progress=False, log=None)
-    state = load_checkpoint(tmp_path / "checkpoint.pt")
+    state = load_checkpoint(tmp_path / CHECKPOINT_NAME)
     assert state["step"] == 3
     assert torch.isfinite(state["params"]["vec"]).all()
 

@@ -4,7 +4,7 @@ Used when a run has to be cut short (a 2-core machine shared with other jobs): t
 step and tokens actually trained, the planned schedule, and held-out perplexity with/without surfaces
 measured here on the same capped held-out tokens.
 
-    .venv/bin/python studies/manifold/export_checkpoint.py artifacts/smollm2-surfaces.train/checkpoint.pt \
+    .venv/bin/python studies/manifold/export_checkpoint.py artifacts/smollm2-surfaces.train/checkpoint.safetensors \
         --out artifacts/smollm2-surfaces --eval-tokens 16384 --command "<the training command>"
 """
 

@@ -115,7 +115,7 @@ def train_surfaces(
     """
     from geosteer.manifold import attach, detach, save
     from geosteer.models.anatomy import anatomy
-    from geosteer.train.checkpoint import CHECKPOINT_NAME, load_checkpoint
+    from geosteer.train.checkpoint import find_checkpoint, load_checkpoint
 
     cfg = cfg or TrainConfig(tokens=262_144)
     say = log or (lambda s: None)
@@ -125,8 +125,8 @@ def train_surfaces(
     layers = an.check_layers(layers)
     calibration = None
     ranges = None
-    ckpt = state_dir / CHECKPOINT_NAME
-    if resume and ckpt.exists():
+    ckpt = find_checkpoint(state_dir) if state_dir.is_dir() else None
+    if resume and ckpt is not None:
         # the ranges must be those of the interrupted run (calibration may see other data now)
         prev = load_checkpoint(ckpt)["extra"].get("surfaces", {})
         ranges = [tuple(r) for r in prev.get("ranges", [])] or None
@@ -202,7 +202,7 @@ def train_command(sub_app) -> None:
         eval_tokens: int = typer.Option(16384, "--eval-tokens", help="held-out tokens per evaluation"),
         eval_every: int = typer.Option(0, "--eval-every", help="steps between held-out evaluations"),
         checkpoint_every: int = typer.Option(25, "--checkpoint-every"),
-        resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.pt"),
+        resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.safetensors"),
         overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
         dtype: str = typer.Option("float32", "--dtype", help="artifact storage: float32|float16"),
         mixed_precision: str = typer.Option("no", "--mixed-precision", help="no|bf16|fp16 (accelerate; GPU)"),

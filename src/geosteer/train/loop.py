@@ -26,7 +26,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from geosteer.errors import GeosteerError
-from geosteer.train.checkpoint import CHECKPOINT_NAME, check_compatible, load_checkpoint, save_checkpoint
+from geosteer.train.checkpoint import (
+    CHECKPOINT_NAME,
+    check_compatible,
+    find_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from geosteer.train.config import TrainConfig
 from geosteer.train.data import BatchOrder, fingerprint, load_texts, token_stream, windows
 
@@ -97,6 +103,29 @@ def heldout_perplexity(model: nn.Module, tok, cfg: TrainConfig, text: str | None
                                batch_size=cfg.eval_batch, max_tokens=cfg.eval_tokens, progress=progress)
     model.train(was_training)
     return {"ppl": float(r.ppl), "nll": float(r.nll), "tokens": int(r.tokens)}
+
+
+def _restore_state(state: dict, params: dict[str, nn.Parameter], opt, sched, path: Path) -> None:
+    """Load a validated checkpoint's parameters, optimizer, schedule and RNG (one-line error if they do not fit)."""
+    shapes = [tuple(p.shape) for p in params.values()]
+    for idx, st in state["optimizer"]["state"].items():
+        if not isinstance(idx, int) or not 0 <= idx < len(shapes) or not isinstance(st, dict):
+            raise GeosteerError(f"cannot resume {path}: its optimizer state names parameter {idx!r}, "
+                                f"valid 0..{len(shapes) - 1}")
+        for key, t in st.items():
+            if isinstance(t, torch.Tensor) and t.dim() > 0 and tuple(t.shape) != shapes[idx]:
+                raise GeosteerError(f"cannot resume {path}: optimizer state {key} of parameter {idx} has "
+                                    f"shape {tuple(t.shape)}, expected {shapes[idx]}")
+    try:
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise GeosteerError(f"cannot resume {path}: its optimizer/schedule/RNG state does not fit this run "
+                            f"({type(e).__name__})") from None
+    with torch.no_grad():
+        for k, p in params.items():
+            p.copy_(state["params"][k].to(p.device, p.dtype))
 
 
 def _prepare_windows(tok, text, train_ids: torch.Tensor | None, cfg: TrainConfig) -> torch.Tensor:
@@ -176,25 +205,21 @@ def train(
     history: list[dict] = []
     evals: list[dict] = []
     start, resumed_from, last_good = 0, None, None
-    if ckpt_path is not None and ckpt_path.exists() and not resume and not overwrite:
-        raise GeosteerError(f"{ckpt_path} already exists; resume it (--resume) or choose another "
+    found = find_checkpoint(out_dir) if out_dir is not None else None
+    if found is not None and not resume and not overwrite:
+        raise GeosteerError(f"{found} already exists; resume it (--resume) or choose another "
                             "output folder")
     if resume:
         if ckpt_path is None:
             raise GeosteerError("resume needs the output folder that holds the checkpoint")
-        if ckpt_path.exists():
-            state = load_checkpoint(ckpt_path)
-            check_compatible(state, cfg, params, fp, ckpt_path)
-            with torch.no_grad():
-                for k, p in params.items():
-                    p.copy_(state["params"][k].to(p.device, p.dtype))
-            opt.load_state_dict(state["optimizer"])
-            sched.load_state_dict(state["scheduler"])
-            torch.set_rng_state(state["rng"])
+        if found is not None:
+            state = load_checkpoint(found)
+            check_compatible(state, cfg, params, fp, found)
+            _restore_state(state, params, opt, sched, found)
             history = list(state["history"])
             evals = list(state["extra"].get("evals", []))
             start = resumed_from = last_good = int(state["step"])
-            say(f"resumed from {ckpt_path} at step {start}/{total}")
+            say(f"resumed from {found} at step {start}/{total}")
         else:
             say(f"nothing to resume at {ckpt_path}; starting from step 0")
 
