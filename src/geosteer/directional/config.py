@@ -18,6 +18,10 @@ from geosteer.errors import GeosteerError
 SITES = ("resid_attn", "resid_mlp", "resid_block", "value_full", "value_exclude_self", "diag_removal")
 RESIDUAL_SITES = SITES[:3]
 VALUE_SITES = SITES[3:]
+# Value space of value_full / value_exclude_self: "head" decomposes each head's o_t against that head's
+# v_t (the paper's block-diagonal operator, the default); "concat" decomposes the concatenation of all
+# heads' o_t against the concatenation of their v_t (GQA: each query head's own kv head), one α per token.
+VALUE_SPACES = ("head", "concat")
 
 
 def check_site(site: str) -> str:
@@ -64,14 +68,51 @@ def parse_layers(spec: str | Sequence[int] | None, n_layers: int) -> list[int] |
     return sorted(set(out))
 
 
+def parse_heads(spec: str | Sequence[int] | None) -> list[int] | None:
+    """``None``/``"all"`` → None (all heads); ``"0,3"``/``"0-2"``/``[0, 3]`` → a sorted list (range is
+    checked against the model by :func:`check_heads`)."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "all")):
+        return None
+    out: list[int] = []
+    try:
+        if isinstance(spec, str):
+            for part in spec.split(","):
+                part = part.strip()
+                if "-" in part[1:]:
+                    a, b = part.split("-", 1)
+                    out.extend(range(int(a), int(b) + 1))
+                else:
+                    out.append(int(part))
+        else:
+            out = [int(i) for i in spec]
+    except (TypeError, ValueError):
+        raise GeosteerError(f"bad head spec {spec!r}; use e.g. 'all', '3', '0-2' or '0,5'") from None
+    if not out:
+        raise GeosteerError(f"empty head selection {spec!r}")
+    return sorted(set(out))
+
+
+def check_heads(heads: Sequence[int] | None, n_heads: int) -> list[int] | None:
+    """Validate a head selection against a model with ``n_heads`` query heads."""
+    if heads is None:
+        return None
+    bad = [h for h in heads if not 0 <= h < n_heads]
+    if bad:
+        raise GeosteerError(f"head {bad[0]} out of range: this model has heads 0..{n_heads - 1}")
+    return list(heads)
+
+
 @dataclass
 class ComponentScaleConfig:
-    """One component-scaling edit: ``site``, scales ``s_par`` (s∥), ``s_perp`` (s⊥), ``layers``."""
+    """One component-scaling edit: ``site``, scales ``s_par`` (s∥), ``s_perp`` (s⊥), ``layers``;
+    for value sites also ``heads`` (query heads edited; None = all) and ``value_space`` (``VALUE_SPACES``)."""
 
     site: str
     s_par: float = 1.0
     s_perp: float = 1.0
     layers: list[int] | None = field(default=None)
+    heads: list[int] | None = field(default=None)
+    value_space: str = "head"
 
     def __post_init__(self) -> None:
         check_site(self.site)
@@ -79,6 +120,15 @@ class ComponentScaleConfig:
         self.s_perp = check_scale("s_perp", self.s_perp)
         if self.layers is not None:
             self.layers = [int(i) for i in self.layers]
+        self.heads = parse_heads(self.heads)
+        if self.heads is not None and self.site in RESIDUAL_SITES:
+            raise GeosteerError(f"a head selection needs a value site ({', '.join(VALUE_SITES)}); "
+                                f"'{self.site}' edits the whole residual update")
+        if self.value_space not in VALUE_SPACES:
+            raise GeosteerError(f"unknown value space '{self.value_space}'; valid: {', '.join(VALUE_SPACES)}")
+        if self.value_space == "concat" and self.heads is not None:
+            raise GeosteerError("value_space='concat' decomposes all heads together; "
+                                "a head selection needs value_space='head'")
 
     @property
     def is_neutral(self) -> bool:

@@ -15,13 +15,14 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from geosteer.attention import add_attention_handler, use_geosteer_attention
-from geosteer.directional.config import ComponentScaleConfig
+from geosteer.attention import add_attention_handler, stock_attention_with_lse, use_geosteer_attention
+from geosteer.directional.config import ComponentScaleConfig, check_heads
 from geosteer.directional.decompose import decompose
 from geosteer.directional.value import (
     grouped_output,
     own_values,
     self_weight,
+    self_weight_from_lse,
     ungrouped_output,
     without_diagonal_mask,
 )
@@ -40,23 +41,31 @@ class ComponentScale:
 
     ``ComponentScale("value_exclude_self", s_par=0.0)`` is the paper's V-Excl.-self removal;
     ``ComponentScale("diag_removal")`` is the A_tt = 0 control (scales are ignored there).
+    Value sites only: ``heads`` edits those query heads and leaves the others' outputs untouched (None =
+    all; paper Fig. 7), ``value_space="concat"`` decomposes the concatenated heads instead of each head.
     """
 
     def __init__(self, site: str, s_par: float = 1.0, s_perp: float = 1.0,
-                 layers: Sequence[int] | None = None) -> None:
-        self.config = ComponentScaleConfig(site, s_par, s_perp, list(layers) if layers is not None else None)
+                 layers: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
+                 value_space: str = "head") -> None:
+        heads = list(heads) if heads is not None and not isinstance(heads, str) else heads
+        self.config = ComponentScaleConfig(site, s_par, s_perp, list(layers) if layers is not None else None,
+                                           heads, value_space)
 
     @classmethod
     def from_config(cls, cfg: ComponentScaleConfig) -> ComponentScale:
-        return cls(cfg.site, cfg.s_par, cfg.s_perp, cfg.layers)
+        return cls(cfg.site, cfg.s_par, cfg.s_perp, cfg.layers, cfg.heads, cfg.value_space)
 
     def __repr__(self) -> str:
         c = self.config
-        return f"ComponentScale({c.site!r}, s_par={c.s_par}, s_perp={c.s_perp}, layers={c.layers})"
+        extra = f", heads={c.heads}" if c.heads is not None else ""
+        extra += f", value_space={c.value_space!r}" if c.value_space != "head" else ""
+        return f"ComponentScale({c.site!r}, s_par={c.s_par}, s_perp={c.s_perp}, layers={c.layers}{extra})"
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
         an = anatomy(model)
         layers = an.check_layers(self.config.layers)
+        check_heads(self.config.heads, an.n_heads)
         site = self.config.site
         if site.startswith("resid_"):
             return self._attach_residual(model, layers)
@@ -102,12 +111,32 @@ class ComponentScale:
         return hooks.remove
 
     # -- value space ----------------------------------------------------------------------------
+    def _head_mask(self, n_heads: int, n_kv: int, device) -> torch.Tensor | None:
+        """(1, Hkv, n_rep, 1, 1) bool: the selected query heads (None when all are edited)."""
+        heads = self.config.heads
+        if heads is None:
+            return None
+        check_heads(heads, n_heads)
+        sel = torch.zeros(n_heads, dtype=torch.bool, device=device)
+        sel[heads] = True
+        return sel.reshape(1, n_kv, n_heads // n_kv, 1, 1)
+
     def _value_handler(self):
         sp, sq, site = self.config.s_par, self.config.s_perp, self.config.site
+        concat = self.config.value_space == "concat"
 
         if site == "diag_removal":
             def diag_handler(call, proceed):
                 keep = without_diagonal_mask(call)
+                sel = self._head_mask(call.query.shape[1], call.key.shape[1], keep.device)
+                if sel is not None:  # unselected heads keep their own key: (b|1, H, q, k)
+                    from geosteer.attention import additive_mask
+
+                    q_len, k_len = call.query.shape[2], call.key.shape[2]
+                    full = additive_mask(call, q_len, k_len)
+                    if full is None:
+                        full = torch.ones(1, 1, q_len, k_len, dtype=torch.bool, device=keep.device)
+                    keep = torch.where(sel.reshape(1, -1, 1, 1), keep, full)
                 out, w = proceed(call.with_(attention_mask=keep))
                 # A query whose only visible key was itself attends to nothing: output 0 (not NaN).
                 has_other = keep.any(-1)  # (b|1, 1|H, q)
@@ -119,15 +148,31 @@ class ComponentScale:
             return diag_handler
 
         def value_handler(call, proceed):
-            out, w = proceed(call)
+            fused = None
+            if site == "value_exclude_self" and getattr(proceed, "stock_next", False):
+                fused = stock_attention_with_lse(call)  # stock kernel + its row log-sum-exp (A_tt for free)
+            if fused is not None:
+                out, w = fused[0], None
+            else:
+                out, w = proceed(call)
             o = grouped_output(out, call).float()
             v = own_values(call).float()
             if site == "value_full":
-                new = o + _scaled_delta(o, v, sp, sq)  # Eq. 8 + 11 on the whole aggregate
+                y = o  # Eq. 8 + 11 on the whole aggregate
             else:  # value_exclude_self, Eq. 9-10: c_t = o_t − A_tt·v_t; d_t kept; no renormalisation
-                a_tt = self_weight(call)[..., None]
-                c = o - a_tt * v
-                new = o + _scaled_delta(c, v, sp, sq)
+                a_tt = self_weight(call) if fused is None else self_weight_from_lse(call, fused[1])
+                y = o - a_tt[..., None] * v
+            if concat:  # one decomposition of the concatenated heads against the concatenated v_t
+                b, hkv, r, q, dv = o.shape
+                vc = v.expand(b, hkv, r, q, dv).permute(0, 3, 1, 2, 4).reshape(b, q, 1, 1, hkv * r * dv)
+                yc = y.permute(0, 3, 1, 2, 4).reshape(b, q, 1, 1, hkv * r * dv)
+                d = _scaled_delta(yc, vc, sp, sq).reshape(b, q, hkv, r, dv).permute(0, 2, 3, 1, 4)
+            else:
+                d = _scaled_delta(y, v, sp, sq)
+            new = o + d
+            sel = self._head_mask(call.query.shape[1], call.key.shape[1], o.device)
+            if sel is not None:
+                new = torch.where(sel, new, o)
             return ungrouped_output(new, out), w
 
         return value_handler
