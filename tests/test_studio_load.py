@@ -28,12 +28,13 @@ NEW_TOKENS = int(os.environ.get("GEOSTEER_LOAD_TOKENS", "8"))
 MODEL = os.environ.get("GEOSTEER_LOAD_MODEL", "tiny-llama")
 
 
-def _client(i: int, url: str, info: dict, stop_at: float, saves: list, statuses: Counter, lock, errors: list):
+def _client(i: int, url: str, info: dict, stop_at: float, saves: list, statuses: Counter, lock, errors: list,
+            token: str):
     rnd = random.Random(i)
     layers, heads, dims = info["layers"], info["heads"], info["dims"]
     effect = {"max_new_tokens": NEW_TOKENS, "reference": "loaded"}
     n = 0
-    with httpx.Client(base_url=url, timeout=300) as c:
+    with httpx.Client(base_url=url, timeout=300, headers={"X-Geosteer-Token": token}) as c:
         while True:
             n += 1
             last = time.time() >= stop_at
@@ -95,12 +96,13 @@ def test_concurrent_clients_no_crash_no_lost_save(tmp_path):
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.3)
     ws = tmp_path / "ws"
     session = Session(model, tok, bank, ws, model_name=MODEL)
-    url, stop = serve_in_thread(create_app(session))
+    app = create_app(session)
+    url, stop = serve_in_thread(app)
     try:
         info = httpx.get(url + "/api/info", timeout=60).json()
         saves, statuses, errors, lock = [], Counter(), [], threading.Lock()
         stop_at = time.time() + SECONDS
-        args = (url, info, stop_at, saves, statuses, lock, errors)
+        args = (url, info, stop_at, saves, statuses, lock, errors, app.state.token)
         threads = [threading.Thread(target=_client, args=(i, *args)) for i in range(CLIENTS)]
         for t in threads:
             t.start()

@@ -1,4 +1,4 @@
-"""The studio's only contact with ``geosteer.manifold``: open/attach/swap/save a bank, and sensitivity.
+"""The studio's only contact with ``geosteer.manifold``: open/attach/read/save a bank, and sensitivity.
 
 Sensitivity of a surface (the ranking the studio offers besides ‖C‖): the first-order change of the
 top next-token log-probability when the surface is zeroed, |⟨∂ log p_top / ∂C_d, C_d⟩| — one backward
@@ -27,17 +27,11 @@ def open_bank(model, surfaces: Path | None):
     return M.attach(model, bank=M.load(surfaces, model=model))
 
 
-def swap(model, old, path: Path):
-    """Load ``path`` (the loader checks it fits the model), then replace ``old`` on the model with it."""
+def read(model, path: Path):
+    """Load ``path`` as a bank checked against ``model`` (shapes, and what the loader checks), unattached."""
     import geosteer.manifold as M
 
-    new = M.load(path, model=model)
-    try:
-        M.attach(model, bank=new)
-    except Exception:
-        M.attach(model, bank=old)
-        raise
-    return new
+    return M.load(path, model=model)
 
 
 def save(bank, folder: Path) -> None:

@@ -27,6 +27,18 @@ def allowed_hosts(host: str) -> list[str] | None:
     return names if host in names or host == "::1" else names + [host.lower()]
 
 
+def check_workspace(workspace: Path) -> None:
+    """Refuse (one line, before the model loads) a workspace that is a file or lies under one."""
+    from geosteer.errors import GeosteerError
+
+    for p in (workspace, *workspace.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "is" if p == workspace else f"lies under {p}, which is"
+                raise GeosteerError(f"--workspace {workspace} {what} a file, not a folder")
+            return
+
+
 def register(app: typer.Typer) -> None:
     from geosteer.cli import MODEL_OPT
 
@@ -44,6 +56,8 @@ def register(app: typer.Typer) -> None:
                                            "(read-only; default docs/results if it exists)"),
         max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="cap on tokens per generation"),
         threads: int = typer.Option(0, "--threads", help="torch CPU threads (0 = torch's default)"),
+        max_queue: int = typer.Option(32, "--max-queue", help="generations queued or running at most; "
+                                      "more get 503 with Retry-After"),
     ) -> None:
         """Local web app to see and edit attention manifolds live (FastAPI + a static page)."""
         if not 1 <= port <= 65535:
@@ -52,6 +66,9 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"--max-new-tokens must be in 1–512 (got {max_new_tokens})")
         if surfaces is not None and not surfaces.is_dir():
             raise FileNotFoundError(f"surface artifact folder not found: {surfaces}")
+        check_workspace(workspace)
+        if not 1 <= max_queue <= 1000:
+            raise ValueError(f"--max-queue must be in 1–1000 (got {max_queue})")
         if not is_loopback(host):
             typer.echo(f"warning: binding {host}: anyone who can reach this address can run and edit the "
                        "model and write into the workspace; there is no authentication", err=True)
@@ -70,7 +87,7 @@ def register(app: typer.Typer) -> None:
         roots = list(results) or ([Path("docs/results")] if Path("docs/results").is_dir() else [])
         session = Session(m, tok, bank, workspace, model_name=model,
                           artifact_name=surfaces.name if surfaces else "zero surfaces",
-                          max_new_tokens_cap=max_new_tokens)
+                          max_new_tokens_cap=max_new_tokens, max_queue=max_queue)
         app_ = create_app(session, roots, allowed_hosts=allowed_hosts(host))
         shown = f"[{host}]" if ":" in host else host
         typer.echo(f"geosteer studio: http://{shown}:{port}/  (workspace {session.workspace})", err=True)

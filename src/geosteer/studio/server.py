@@ -1,25 +1,39 @@
 """The studio's FastAPI app: a static page + a small JSON API over one ``Session``.
 
-Security bars: the CLI binds 127.0.0.1 by default and the app only answers requests whose Host header is
-one it serves (DNS-rebinding guard); request bodies are capped (413); every JSON body is parsed by us, so
-malformed JSON is a 400 with a one-line message; user errors are 400/404/409 ``{"error": ...}``; anything
-unexpected is a 500 ``{"error": "internal error ..."}`` without a traceback (logged server-side). Paths
-from requests are plain names resolved inside the workspace (artifacts) or the results folders (pages).
+Security bars: the CLI binds 127.0.0.1 by default; :class:`geosteer.studio.security.Guard` answers only
+Host headers the studio serves (DNS-rebinding guard), refuses state-changing requests that are not JSON,
+come from another site/origin or lack the per-process token (CSRF: 403), caps bodies (413, also chunked)
+and sets nosniff/frame/CSP headers. Every JSON body is parsed by us, so malformed JSON is a 400 with a
+one-line message; user errors are 400/404/409 ``{"error": ...}``, a full generation queue is 503 with
+Retry-After; anything unexpected is a 500 ``{"error": "internal error ..."}`` without a traceback (logged
+server-side). Paths from requests are plain names resolved inside the workspace (artifacts) or the results
+folders (pages). Requests that change state are validated whole before anything changes.
+
+Concurrency: reads (info, norm ranking, figures, static files, pages) only take the session's short state
+lock; model passes run on the session's worker thread (:mod:`geosteer.studio.worker`) and are awaited as
+futures, so waiting generations hold no thread of the server's pool.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+from html import escape
 from pathlib import Path
 
+from anyio import CapacityLimiter, to_thread
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from geosteer.errors import GeosteerError
+from geosteer.studio.security import Guard, new_nonce, new_token, page_csp
 from geosteer.studio.session import Session
+from geosteer.studio.worker import QueueFull
 
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_BODY = 64 * 1024
@@ -32,35 +46,8 @@ class BadRequest(Exception):
         self.status = status
 
 
-class BodyLimit:
-    """ASGI middleware: refuse bodies over ``limit`` bytes (by Content-Length, and while streaming)."""
-
-    def __init__(self, app, limit: int = MAX_BODY):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        cl = headers.get(b"content-length")
-        too_big = JSONResponse({"error": f"request body too large (limit {self.limit} bytes)"}, 413)
-        try:
-            if cl is not None and int(cl) > self.limit:
-                return await too_big(scope, receive, send)
-        except ValueError:
-            return await JSONResponse({"error": "bad Content-Length header"}, 400)(scope, receive, send)
-        seen = 0
-
-        async def limited():
-            nonlocal seen
-            msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > self.limit:
-                    raise BadRequest(413, f"request body too large (limit {self.limit} bytes)")
-            return msg
-
-        return await self.app(scope, limited, send)
+def _no_constant(name: str):
+    raise BadRequest(400, f"malformed JSON body: {name} is not a number JSON allows")
 
 
 async def read_json(request: Request) -> dict:
@@ -68,10 +55,12 @@ async def read_json(request: Request) -> dict:
     if not raw:
         return {}
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8"
         raise BadRequest(400, f"malformed JSON body: {msg}") from None
+    except RecursionError:
+        raise BadRequest(400, "malformed JSON body: nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest(400, "JSON body must be an object")
     return body
@@ -87,63 +76,80 @@ def _int(v, name: str, default=None):
     try:
         return int(v)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer (got {v!r})") from None
+        raise ValueError(f"{name} must be an integer (got {str(v)[:40]!r})") from None
+
+
+def one_line(e: BaseException) -> str:
+    """The first line of an error message, at most 300 characters (responses never carry tracebacks)."""
+    text = str(e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:300]
 
 
 def create_app(session: Session, results_dirs: list[Path] | None = None,
                allowed_hosts: list[str] | None = None,
                max_body: int = MAX_BODY) -> FastAPI:
-    """The app for ``session``; ``results_dirs`` are read-only roots for the study pages."""
+    """The app for ``session``; ``results_dirs`` are read-only roots for the study pages.
+
+    ``app.state.token`` is the CSRF token every POST must send as ``X-Geosteer-Token`` (the page has it).
+    """
     from geosteer.studio.pages import ResultPages
 
     app = FastAPI(title="geosteer studio", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.session = session
+    app.state.token = token = new_token()
     pages = ResultPages([Path(p) for p in (results_dirs or [])] + [session.workspace / "results"])
     hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
+    app.add_middleware(Guard, token=token, hosts=hosts, limit=max_body)
+    disk = CapacityLimiter(2)  # saves/loads wait here as coroutines, not in the shared thread pool
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if hosts is not None:
-            host = (request.headers.get("host") or "").lower()
-            name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
-            if name not in hosts:
-                return JSONResponse({"error": f"host '{host}' not allowed"}, 421)
-        try:
-            return await call_next(request)
-        except BadRequest as e:
-            return JSONResponse({"error": str(e)}, e.status)
-
-    app.add_middleware(BodyLimit, limit=max_body)
+    def err(status: int, e: BaseException | str, headers: dict | None = None) -> JSONResponse:
+        msg = e if isinstance(e, str) else one_line(e)
+        return JSONResponse({"error": msg}, status, headers=headers)
 
     @app.exception_handler(BadRequest)
     async def _bad(request, e: BadRequest):
-        return JSONResponse({"error": str(e)}, e.status)
+        return err(e.status, e)
+
+    @app.exception_handler(QueueFull)
+    async def _full(request, e: QueueFull):
+        return err(503, e, {"Retry-After": str(e.retry_after)})
 
     @app.exception_handler(FileExistsError)
     async def _exists(request, e):
-        return JSONResponse({"error": str(e)}, 409)
+        return err(409, e)
 
     @app.exception_handler(GeosteerError)
     async def _user(request, e):
-        return JSONResponse({"error": str(e)}, 400)
+        return err(400, e)
 
-    @app.exception_handler(ValueError)
+    @app.exception_handler(ValueError)  # includes UnicodeError
     async def _value(request, e):
-        return JSONResponse({"error": str(e)}, 400)
+        return err(400, e)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request, e):
+        return err(400, "invalid request parameters")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request, e):
-        return JSONResponse({"error": str(e.detail)}, e.status_code)
+        return err(e.status_code, str(e.detail))
 
     @app.exception_handler(Exception)
     async def _internal(request, e):
         log.exception("studio: unexpected error on %s", request.url.path)
-        return JSONResponse({"error": f"internal error ({type(e).__name__}); see the server log"}, 500)
+        return err(500, f"internal error ({type(e).__name__}); see the server log")
+
+    def html_page(html: str) -> HTMLResponse:
+        nonce = new_nonce()
+        html = html.replace("<script", f"<script nonce=\"{nonce}\"")
+        return HTMLResponse(html, headers={"Content-Security-Policy": page_csp(nonce),
+                                           "Cache-Control": "no-store"})
 
     # ---- static ------------------------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse)
     def index():
-        return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))
+        html = (STATIC / "index.html").read_text(encoding="utf-8")
+        return html_page(html.replace("{{token}}", escape(token, quote=True)))
 
     @app.get("/static/{name}")
     def static(name: str):
@@ -152,14 +158,13 @@ def create_app(session: Session, results_dirs: list[Path] | None = None,
 
             return Response(get_plotlyjs(), media_type="text/javascript",
                             headers={"Cache-Control": "max-age=86400"})
-        files = {p.name: p for p in STATIC.iterdir() if p.is_file()}
+        files = {p.name: p for p in STATIC.iterdir() if p.is_file() and p.suffix in (".js", ".css")}
         if name not in files:
-            return JSONResponse({"error": f"no static file '{name}'"}, 404)
-        kind = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}.get(files[name].suffix,
-                                                                                     "text/plain")
+            return err(404, f"no static file '{name[:100]}'")
+        kind = {".js": "text/javascript", ".css": "text/css"}[files[name].suffix]
         return Response(files[name].read_bytes(), media_type=kind)
 
-    # ---- API -----------------------------------------------------------------------------------------------
+    # ---- API: reads (never wait for the model unless they need a pass, and then before generations) ----
     @app.get("/api/info")
     def info():
         d = session.info()
@@ -169,78 +174,78 @@ def create_app(session: Session, results_dirs: list[Path] | None = None,
     @app.get("/api/boot")
     def boot(top: str | None = None):
         """Everything the page's first paint needs in one request (fetched while plotly.js loads): the
-        info, the norm ranking and the top surface's figures without token dots (no model pass)."""
+        info, the norm ranking and the top surface's figures without token dots (no model pass), and the
+        CSRF token (readable by the page only: no other origin can read this answer)."""
         d = info()
         rows = session.rank("norm", None, _int(top, "top", 30), None)
         first = rows[0] if rows else None
         surf = session.surface(first["layer"], first["head"], first["dim"], None, 48, False) if first else None
-        return {"info": d, "rank": {"by": "norm", "rows": rows}, "surface": surf}
+        return {"info": d, "rank": {"by": "norm", "rows": rows}, "surface": surf, "token": token}
 
     @app.get("/api/rank")
-    def rank(by: str = "norm", layer: str | None = None, top: str | None = None, prompt: str | None = None):
+    async def rank(by: str = "norm", layer: str | None = None, top: str | None = None,
+                   prompt: str | None = None):
         lay = None if layer in (None, "", "all") else _int(layer, "layer")
-        return {"by": by, "rows": session.rank(by, lay, _int(top, "top", 20), prompt)}
+        n = _int(top, "top", 20)
+        session.check_rank(by, n)
+        if by == "sensitivity":
+            await asyncio.wrap_future(session.submit_sensitivity(prompt))  # cached for the call below
+        return {"by": by, "rows": await run_in_threadpool(session.rank, by, lay, n, prompt)}
 
     @app.get("/api/surface")
-    def surface(layer: str | None = None, head: str | None = None, dim: str | None = None,
-                prompt: str | None = None, n: str | None = None, tokens: str = "1"):
+    async def surface(layer: str | None = None, head: str | None = None, dim: str | None = None,
+                      prompt: str | None = None, n: str | None = None, tokens: str = "1"):
         if tokens not in ("0", "1"):
-            raise ValueError(f"tokens must be 0 or 1 (got {tokens!r})")
-        return session.surface(_int(layer, "layer"), _int(head, "head"), _int(dim, "dim"), prompt,
-                               _int(n, "n", 48), tokens == "1")
+            raise ValueError(f"tokens must be 0 or 1 (got {tokens[:20]!r})")
+        args = (_int(layer, "layer"), _int(head, "head"), _int(dim, "dim"), prompt, _int(n, "n", 48))
+        if tokens == "1":
+            await asyncio.wrap_future(session.submit_qk(prompt))  # cached for the call below
+        return await run_in_threadpool(session.surface, *args, tokens == "1")
 
+    # ---- API: changes (validated whole before anything changes) -------------------------------------------
     @app.post("/api/effect")
     async def effect(request: Request):
         body = await read_json(request)
-        _only(body, {"prompt", "max_new_tokens", "reference"})
-        return await _run(session.effect, body.get("prompt"), body.get("max_new_tokens", 20),
-                          body.get("reference", "loaded"))
+        return await asyncio.wrap_future(session.submit_effect(body))
 
     @app.post("/api/edit")
     async def edit(request: Request):
         body = await read_json(request)
         effect_opts = body.pop("effect", None)
         t0 = time.perf_counter()
-        spec = await _run(session.edit, body)
-        out = {"edit": spec.describe(), "version": session.version}
-        if effect_opts is not None:
-            if not isinstance(effect_opts, dict):
-                raise ValueError("effect must be an object {prompt, max_new_tokens, reference}")
-            _only(effect_opts, {"prompt", "max_new_tokens", "reference"})
-            out["effect"] = await _run(session.effect, effect_opts.get("prompt"),
-                                       effect_opts.get("max_new_tokens", 20),
-                                       effect_opts.get("reference", "loaded"))
+        spec, version, fut = session.edit(body, effect_opts)
+        out = {"edit": spec.describe(), "version": version}
+        if fut is not None:
+            out["effect"] = await asyncio.wrap_future(fut)
         out["seconds"] = round(time.perf_counter() - t0, 4)
         return out
 
     @app.post("/api/undo")
     async def undo(request: Request):
-        await read_json(request)
-        undone = await _run(session.undo)
+        _only(await read_json(request), set())
+        undone = session.undo()
         return {"undone": undone, "version": session.version}
 
     @app.post("/api/save")
     async def save(request: Request):
         body = await read_json(request)
         _only(body, {"name", "overwrite"})
-        overwrite = body.get("overwrite", False)
-        if not isinstance(overwrite, bool):
-            raise ValueError("overwrite must be true or false")
-        return await _run(session.save, body.get("name"), overwrite)
+        return await to_thread.run_sync(session.save, body.get("name"), body.get("overwrite", False),
+                                        limiter=disk)
 
     @app.post("/api/load")
     async def load(request: Request):
         body = await read_json(request)
         _only(body, {"name"})
-        return await _run(session.load, body.get("name"))
+        return await to_thread.run_sync(session.load, body.get("name"), limiter=disk)
 
     @app.get("/results", response_class=HTMLResponse)
     def results_index():
-        return HTMLResponse(pages.index_html())
+        return html_page(pages.index_html())
 
     @app.get("/results/{rel:path}", response_class=HTMLResponse)
     def result_page(rel: str):
-        return HTMLResponse(pages.page_html(rel))
+        return html_page(pages.page_html(rel))
 
     return app
 
@@ -248,14 +253,7 @@ def create_app(session: Session, results_dirs: list[Path] | None = None,
 def _only(body: dict, allowed: set) -> None:
     extra = set(body) - allowed
     if extra:
-        raise ValueError(f"unknown field(s) {sorted(extra)}; valid: {sorted(allowed)}")
-
-
-async def _run(fn, *args):
-    """Run blocking model work in the thread pool (the session's lock serialises model access)."""
-    from starlette.concurrency import run_in_threadpool
-
-    return await run_in_threadpool(fn, *args)
+        raise ValueError(f"unknown field(s) {sorted(extra)[:10]}; valid: {sorted(allowed)}")
 
 
 def serve_in_thread(app, host: str = "127.0.0.1"):

@@ -1,21 +1,29 @@
-"""The studio's model session: one model, one attached surface bank, edits with undo, cached effects.
+"""The studio's model session: one model, one surface bank, edits with undo, cached effects.
 
-Every method that touches the model or the bank takes ``self.lock`` (an ``RLock``), so concurrent requests
-are serialised; results are cached per *state version* (an edit makes a new version, undo returns to the
-version before the edit), so "before" continuations are computed once. The effect of a state is the
-greedy continuation, the next-token top-10 and, against a reference state, KL(P_ref ‖ P_now) in nats
-(the paper's steering measures, §5).
+Two copies of the bank: ``self.bank`` is the *state* (what edits change, what info/surface/rank read and
+what save writes), guarded by ``self.lock``, which is only ever held for short bookkeeping (never during a
+model pass or a disk write); the *runtime* copy is attached to the model and used only by the session's
+model worker (:mod:`geosteer.studio.worker`), which copies a snapshot of the state's coefficients into it
+before each pass. So reading the state never waits for a generation, and a generation always sees one
+consistent state (the one current when it was asked for).
+
+Results are cached per *state version* (an edit makes a new version, undo returns to the version before
+the edit), so "before" continuations are computed once. The effect of a state is the greedy continuation,
+the next-token top-10 and, against a reference state, KL(P_ref ‖ P_now) in nats (the paper's steering
+measures, §5).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +32,14 @@ import torch
 from geosteer.errors import GeosteerError
 from geosteer.studio import bankio
 from geosteer.studio.edits import EditSpec, UndoRecord, apply_edit, parse_edit, undo_edit
+from geosteer.studio.worker import ModelWorker
 from geosteer.viz import surfaces as S
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 REFERENCES = ("loaded", "previous", "none")
 MAX_HISTORY = 100
 MAX_PROMPT_TOKENS = 256
+EFFECT_FIELDS = {"prompt", "max_new_tokens", "reference"}
 
 
 def safe_child(root: Path, name: str, what: str = "name") -> Path:
@@ -44,24 +54,54 @@ def safe_child(root: Path, name: str, what: str = "name") -> Path:
     return p
 
 
+def clone_bank(bank):
+    """An independent copy of a bank (coefficients, ranges, config, history), not attached to a model."""
+    bank.clear_cache()
+    return copy.deepcopy(bank)
+
+
+@dataclass
+class _State:
+    """One coefficient state to run the model in: cache key and a private copy of the coefficients."""
+    key: object
+    coeffs: torch.Tensor | None  # None when the result was cached at planning time
+    value: dict | None = None  # that cached result
+
+
+def _done(value) -> Future:
+    f: Future = Future()
+    f.set_result(value)
+    return f
+
+
 class Session:
     def __init__(self, model, tok, bank, workspace: Path, *, model_name: str = "model",
-                 artifact_name: str = "initial", max_new_tokens_cap: int = 64, default_prompt: str = ""):
-        self.model, self.tok, self.bank = model, tok, bank
+                 artifact_name: str = "initial", max_new_tokens_cap: int = 64, default_prompt: str = "",
+                 max_queue: int = 32):
+        self.model, self.tok = model, tok
+        self.bank = clone_bank(bank)  # the state (never attached)
+        self._runtime = bank  # attached to the model, used by the worker only
         self.workspace = Path(workspace).resolve()
-        self.workspace.mkdir(parents=True, exist_ok=True)
+        try:
+            self.workspace.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise GeosteerError(f"workspace {self.workspace} is (or lies under) a file, not a folder") from None
         self.model_name = model_name
         self.artifact_name = artifact_name
         self.max_new_tokens_cap = max_new_tokens_cap
         self.default_prompt = default_prompt or "The theory of relativity states that"
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # the state: short holds only
+        self._disk = threading.Lock()  # saves and loads, one at a time
+        self._tok_lock = threading.Lock()
+        self._check_tok = copy.deepcopy(tok)  # request validation never shares the worker's tokenizer
+        self.worker = ModelWorker(max_queue)
         self._versions = itertools.count(1)
         self.version = next(self._versions)
         self.loaded_version = self.version
-        self.loaded_coeffs = bank.coefficients.detach().clone()
+        self.loaded_coeffs = self.bank.coefficients.detach().clone()
         self.history: list[UndoRecord] = []
         self._cache: OrderedDict = OrderedDict()
-        self._drafts: dict[tuple[str, int], list[int]] = {}  # last continuation per (prompt, n)
+        self._drafts: dict[tuple[str, int], list[int]] = {}  # last continuation per (prompt, n); worker only
         self.saves = 0
         # Build (first time, ~1 min) or load the compiled surface kernels now, while the model is
         # loading anyway, so that the page's first request does not wait for a compiler.
@@ -70,21 +110,29 @@ class Session:
         _ext.get()
 
     # ---- helpers -------------------------------------------------------------------------------------
-    def _cached(self, key, fn: Callable):
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        val = fn()
-        self._cache[key] = val
-        while len(self._cache) > 64:
-            self._cache.popitem(last=False)
-        return val
+    def _get(self, key):
+        with self.lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+            return None
+
+    def _put(self, key, val) -> None:
+        with self.lock:
+            self._cache[key] = val
+            while len(self._cache) > 64:
+                self._cache.popitem(last=False)
 
     def check_prompt(self, prompt: str | None) -> str:
         prompt = self.default_prompt if prompt is None else prompt
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("prompt must be a non-empty string")
-        n = len(self.tok(prompt, add_special_tokens=False).input_ids)
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("prompt is not valid Unicode text (it contains a lone surrogate)") from None
+        with self._tok_lock:
+            n = len(self._check_tok(prompt, add_special_tokens=False).input_ids)
         if n > MAX_PROMPT_TOKENS:
             raise ValueError(f"prompt has {n} tokens; the studio accepts at most {MAX_PROMPT_TOKENS}")
         return prompt
@@ -94,34 +142,34 @@ class Session:
             raise ValueError(f"max_new_tokens must be an integer in 1–{self.max_new_tokens_cap} (got {n!r})")
         return n
 
-    def _with_coeffs(self, coeffs: torch.Tensor, fn: Callable):
-        """Run ``fn`` with the bank's coefficients temporarily replaced by ``coeffs``."""
-        c = self.bank.coefficients
-        saved = c.detach().clone()
+    def check_effect(self, opts: dict | None) -> tuple[str, int, str]:
+        """Validate an effect request ``{prompt, max_new_tokens, reference}`` (changes nothing)."""
+        opts = {} if opts is None else opts
+        if not isinstance(opts, dict):
+            raise ValueError("effect must be an object {prompt, max_new_tokens, reference}")
+        extra = set(opts) - EFFECT_FIELDS
+        if extra:
+            raise ValueError(f"unknown field(s) {sorted(extra)[:10]}; valid: {sorted(EFFECT_FIELDS)}")
+        reference = opts.get("reference", "loaded")
+        if reference not in REFERENCES:
+            raise ValueError(f"reference must be one of {', '.join(REFERENCES)} (got {reference!r})")
+        return self.check_prompt(opts.get("prompt")), self.check_new_tokens(opts.get("max_new_tokens", 20)), \
+            reference
+
+    # ---- the model worker's side ---------------------------------------------------------------------
+    def _use(self, runtime, coeffs: torch.Tensor) -> None:
+        """Worker only: put ``coeffs`` into the runtime bank and make sure it is the model's bank."""
+        import geosteer.manifold as M
+
+        if M.attached_bank(self.model) is not runtime:
+            M.attach(self.model, bank=runtime)
         with torch.no_grad():
-            c.copy_(coeffs)
-        try:
-            return fn()
-        finally:
-            with torch.no_grad():
-                c.copy_(saved)
+            runtime.coefficients.copy_(coeffs)
+        runtime.clear_cache()
 
-    # ---- info ----------------------------------------------------------------------------------------
-    def info(self) -> dict:
-        with self.lock:
-            c = self.bank.coefficients
-            layers = S.bank_layers(self.bank)
-            return {"model": self.model_name, "artifact": self.artifact_name, "layers": layers,
-                    "heads": int(c.shape[1]), "dims": int(c.shape[2]), "K": int(c.shape[-1]),
-                    "ranges": {str(lay): S.layer_range(self.bank, lay) for lay in layers},
-                    "version": self.version, "history": [r.spec.describe() for r in self.history],
-                    "max_new_tokens_cap": self.max_new_tokens_cap, "default_prompt": self.default_prompt,
-                    "artifacts": self.list_artifacts()}
-
-    # ---- model runs ------------------------------------------------------------------------------------
     @torch.no_grad()
     def _run_state(self, prompt: str, n: int) -> dict:
-        """Greedy continuation and the next-token log-probs of the current coefficients.
+        """Greedy continuation and the next-token log-probs of the runtime coefficients.
 
         Decoding checks the last continuation computed for this prompt as a draft in one pass
         (:func:`geosteer.eval.generation.greedy_with_draft`): the tokens are those of plain greedy decoding,
@@ -140,42 +188,62 @@ class Session:
                 "top": [{"token": self.tok.decode([int(i)]), "id": int(i), "p": float(v.exp())}
                         for v, i in zip(top.values, top.indices, strict=True)]}
 
-    def _state_result(self, which: str, prompt: str, n: int) -> dict:
+    def _results(self, runtime, states: list[_State], prompt: str, n: int) -> list[dict]:
+        out = []
+        for st in states:
+            val = st.value if st.value is not None else self._get(st.key)
+            if val is None:
+                self._use(runtime, st.coeffs)
+                val = self._run_state(prompt, n)
+                self._put(st.key, val)
+            out.append(val)
+        return out
+
+    # ---- info ----------------------------------------------------------------------------------------
+    def info(self) -> dict:
+        with self.lock:
+            c = self.bank.coefficients
+            layers = S.bank_layers(self.bank)
+            d = {"model": self.model_name, "artifact": self.artifact_name, "layers": layers,
+                 "heads": int(c.shape[1]), "dims": int(c.shape[2]), "K": int(c.shape[-1]),
+                 "ranges": {str(lay): S.layer_range(self.bank, lay) for lay in layers},
+                 "version": self.version, "history": [r.spec.describe() for r in self.history],
+                 "max_new_tokens_cap": self.max_new_tokens_cap, "default_prompt": self.default_prompt}
+        d["queue"] = self.worker.depth()
+        d["artifacts"] = self.list_artifacts()
+        return d
+
+    # ---- effects -------------------------------------------------------------------------------------
+    def _plan(self, which: str, prompt: str, n: int) -> _State:
+        """Under the lock: the cache key of state ``which`` and (if not cached) a copy of its coefficients."""
+        c = self.bank.coefficients.detach()
         if which == "now":
-            return self._cached((self.version, prompt, n), lambda: self._run_state(prompt, n))
-        if which == "loaded":
-            return self._cached((self.loaded_version, prompt, n), lambda: self._with_coeffs(
-                self.loaded_coeffs, lambda: self._run_state(prompt, n)))
-        if which == "none":
-            zeros = torch.zeros_like(self.bank.coefficients)
-            return self._cached(("none", prompt, n), lambda: self._with_coeffs(zeros, lambda: self._run_state(
-                prompt, n)))
-        if which == "previous":
-            if not self.history:
-                return self._state_result("now", prompt, n)
+            key, coeffs = (self.version, prompt, n), c
+        elif which == "loaded":
+            key, coeffs = (self.loaded_version, prompt, n), self.loaded_coeffs
+        elif which == "none":
+            key, coeffs = ("none", prompt, n), None
+        elif not self.history:  # previous, with nothing to go back to: the current state
+            return self._plan("now", prompt, n)
+        else:
             rec = self.history[-1]
+            key, coeffs = (rec.version_before, prompt, n), c.clone()
+            coeffs[rec.index] = rec.old
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return _State(key, None, self._cache[key])
+        if coeffs is None:
+            return _State(key, torch.zeros_like(c))
+        return _State(key, coeffs.clone())
 
-            def run_prev():
-                prev = self.bank.coefficients.detach().clone()
-                prev[rec.index] = rec.old
-                return self._with_coeffs(prev, lambda: self._run_state(prompt, n))
+    def _effect_job(self, prompt: str, n: int, reference: str) -> tuple[int, object, list[_State]]:
+        with self.lock:
+            return self.version, self._runtime, [self._plan(reference, prompt, n), self._plan("now", prompt, n)]
 
-            return self._cached((rec.version_before, prompt, n), run_prev)
-        raise ValueError(f"reference must be one of {', '.join(REFERENCES)} (got {which!r})")
-
-    def effect(self, prompt: str | None = None, max_new_tokens: int = 20, reference: str = "loaded") -> dict:
-        """Greedy continuation + top-10 now and in the reference state, and KL(P_ref ‖ P_now)."""
+    def _effect_result(self, version, runtime, states, prompt, n, reference, t0) -> dict:
         from geosteer.eval.compare import first_divergence, kl_divergence
 
-        if reference not in REFERENCES:
-            raise ValueError(f"reference must be one of {', '.join(REFERENCES)} (got {reference!r})")
-        prompt = self.check_prompt(prompt)
-        n = self.check_new_tokens(max_new_tokens)
-        t0 = time.perf_counter()
-        with self.lock:
-            before = self._state_result(reference, prompt, n)
-            after = self._state_result("now", prompt, n)
-            version = self.version
+        before, after = self._results(runtime, states, prompt, n)
         kl = kl_divergence(before["logp"], after["logp"])
         strip = ("logp",)
         return {"prompt": prompt, "reference": reference, "version": version, "kl": kl,
@@ -185,17 +253,51 @@ class Session:
                 "after": {k: v for k, v in after.items() if k not in strip},
                 "seconds": round(time.perf_counter() - t0, 4)}
 
+    def submit_effect(self, opts: dict | None = None, *, ticket=None) -> Future:
+        """Validate, then queue the effect of the current state (a done future when it is cached)."""
+        prompt, n, reference = self.check_effect(opts)
+        t0 = time.perf_counter()
+        version, runtime, states = self._effect_job(prompt, n, reference)
+        return self._submit(version, runtime, states, prompt, n, reference, t0, ticket)
+
+    def _submit(self, version, runtime, states, prompt, n, reference, t0, ticket) -> Future:
+        job = lambda: self._effect_result(version, runtime, states, prompt, n, reference, t0)  # noqa: E731
+        if all(s.coeffs is None for s in states):  # both cached: no model pass, no queue
+            if ticket is not None:
+                ticket.cancel()
+            return _done(job())
+        return (ticket or self.worker.reserve("generate")).submit(job)
+
+    def effect(self, prompt: str | None = None, max_new_tokens: int = 20, reference: str = "loaded") -> dict:
+        """Greedy continuation + top-10 now and in the reference state, and KL(P_ref ‖ P_now)."""
+        return self.submit_effect({"prompt": prompt, "max_new_tokens": max_new_tokens,
+                                   "reference": reference}).result()
+
     # ---- edits ---------------------------------------------------------------------------------------------
-    def edit(self, body: dict) -> EditSpec:
-        with self.lock:
-            layers = S.bank_layers(self.bank)
-            spec = parse_edit(body, tuple(self.bank.coefficients.shape), layers)
-            rec = apply_edit(self.bank, spec, self.version)
-            self.history.append(rec)
-            if len(self.history) > MAX_HISTORY:
-                self.history.pop(0)
-            self.version = next(self._versions)
-            return spec
+    def edit(self, body: dict, effect: dict | None = None) -> tuple[EditSpec, int, Future | None]:
+        """Validate the whole request (edit and effect) and reserve a generation place, then apply the edit
+        and queue its effect; nothing changes when any part is invalid or the queue is full."""
+        if not isinstance(body, dict):
+            raise ValueError("edit must be a JSON object")
+        opts = self.check_effect(effect) if effect is not None else None
+        ticket = self.worker.reserve("generate") if opts is not None else None
+        t0 = time.perf_counter()
+        try:
+            with self.lock:
+                spec = parse_edit(body, tuple(self.bank.coefficients.shape), S.bank_layers(self.bank))
+                rec = apply_edit(self.bank, spec, self.version)
+                self.history.append(rec)
+                if len(self.history) > MAX_HISTORY:
+                    self.history.pop(0)
+                self.version = next(self._versions)
+                version = self.version
+                job = self._effect_job(*opts) if opts is not None else None
+        except BaseException:
+            if ticket is not None:
+                ticket.cancel()
+            raise
+        fut = None if job is None else self._submit(*job, *opts, t0, ticket)
+        return spec, version, fut
 
     def undo(self) -> str | None:
         with self.lock:
@@ -207,10 +309,38 @@ class Session:
             return rec.spec.describe()
 
     # ---- surfaces ------------------------------------------------------------------------------------------
-    def qk(self, prompt: str) -> tuple[list[str], dict, dict]:
+    def _analysis(self, tag: str, prompt: str, fn) -> Future:
+        """Queue an analysis pass ``fn(runtime)`` of the current state, cached per (tag, version, prompt)."""
         with self.lock:
-            return self._cached(("qk", self.version, prompt), lambda: S.record_qk_tensors(
-                self.model, self.tok, prompt, S.bank_layers(self.bank)))
+            key = (tag, self.version, prompt)
+            if key in self._cache:
+                return _done(self._cache[key])
+            coeffs, runtime = self.bank.coefficients.detach().clone(), self._runtime
+            layers = S.bank_layers(self.bank)
+
+        def job():
+            val = self._get(key)
+            if val is None:
+                self._use(runtime, coeffs)
+                val = fn(runtime, layers)
+                self._put(key, val)
+            return val
+
+        return self.worker.run("analysis", job)
+
+    def submit_qk(self, prompt: str | None) -> Future:
+        """The prompt's post-RoPE q/k at the bank's layers in the current state (for the token dots)."""
+        prompt = self.check_prompt(prompt)
+        return self._analysis("qk", prompt, lambda rt, layers: S.record_qk_tensors(
+            self.model, self.tok, prompt, layers))
+
+    def submit_sensitivity(self, prompt: str | None) -> Future:
+        prompt = self.check_prompt(prompt)
+        return self._analysis("sens", prompt, lambda rt, layers: bankio.sensitivity(
+            self.model, self.tok, rt, prompt))
+
+    def qk(self, prompt: str) -> tuple[list[str], dict, dict]:
+        return self.submit_qk(prompt).result()
 
     def surface(self, layer: int, head: int, dim: int, prompt: str | None = None, n: int = 48,
                 tokens: bool = True) -> dict:
@@ -219,13 +349,16 @@ class Session:
         from geosteer.viz import figures as F
 
         prompt = self.check_prompt(prompt)
-        if not isinstance(n, int) or not 8 <= n <= 128:
+        if not isinstance(n, int) or isinstance(n, bool) or not 8 <= n <= 128:
             raise ValueError(f"n (grid samples) must be an integer in 8–128 (got {n!r})")
         with self.lock:
             S.check_surface(self.bank, layer, head, dim)
+        qk = self.qk(prompt) if tokens else None  # the model pass, outside the state lock
+        with self.lock:
+            S.check_surface(self.bank, layer, head, dim)  # a load may have changed the bank meanwhile
             view = S.surface_view(self.bank, layer, head, dim, n=n)
-            if tokens:
-                labels, qs, ks = self.qk(prompt)
+            if qk is not None:
+                labels, qs, ks = qk
                 row = S.qk_rows(labels, qs, ks, [(layer, head, dim)])
                 pts = S.token_points(self.bank, layer, head, dim, labels, [r["q"] for r in row],
                                      [r["k"] for r in row])
@@ -240,35 +373,39 @@ class Session:
                             "heatmap": F.heatmap_figure(view, pts, height=430).to_plotly_json(),
                             "controlnet": F.controlnet_figure(view, height=380).to_plotly_json()}}
 
-    def rank(self, by: str = "norm", layer: int | None = None, top: int = 20,
-             prompt: str | None = None) -> list[dict]:
+    def check_rank(self, by: str, top: int) -> None:
         if by not in ("norm", "sensitivity"):
             raise ValueError(f"by must be 'norm' or 'sensitivity' (got {by!r})")
-        if not isinstance(top, int) or not 1 <= top <= 200:
+        if not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= 200:
             raise ValueError(f"top must be an integer in 1–200 (got {top!r})")
+
+    def rank(self, by: str = "norm", layer: int | None = None, top: int = 20,
+             prompt: str | None = None) -> list[dict]:
+        self.check_rank(by, top)
+        with self.lock:
+            if layer is not None:
+                S.layer_slot(self.bank, layer)
+        sens = self.submit_sensitivity(prompt).result() if by == "sensitivity" else None
         with self.lock:
             if layer is not None:
                 S.layer_slot(self.bank, layer)
             norms = torch.as_tensor(S.surface_norms(self.bank))
-            if by == "norm":
-                score = norms
-            else:
-                prompt = self.check_prompt(prompt)
-                score = self._cached(("sens", self.version, prompt), lambda: bankio.sensitivity(
-                    self.model, self.tok, self.bank, prompt))
+            score = norms if sens is None else sens
             layers = S.bank_layers(self.bank)
-            if layer is not None:
-                mask = torch.full_like(score, float("-inf"))
-                slot = layers.index(layer)
-                mask[slot] = score[slot]
-                score = mask
-            flat = score.reshape(-1)
-            k = min(top, int(torch.isfinite(flat).sum()))
-            vals, idx = torch.topk(flat, k)
-            _, h, d = score.shape
-            return [{"layer": layers[int(i) // (h * d)], "head": int(i) % (h * d) // d, "dim": int(i) % d,
-                     "score": float(v), "norm": float(norms.reshape(-1)[int(i)])}
-                    for v, i in zip(vals, idx, strict=True)]
+        if score.shape != norms.shape:  # a load with another shape came between: rank the new bank
+            return self.rank(by, layer, top, prompt)
+        if layer is not None:
+            mask = torch.full_like(score, float("-inf"))
+            slot = layers.index(layer)
+            mask[slot] = score[slot]
+            score = mask
+        flat = score.reshape(-1)
+        k = min(top, int(torch.isfinite(flat).sum()))
+        vals, idx = torch.topk(flat, k)
+        _, h, d = score.shape
+        return [{"layer": layers[int(i) // (h * d)], "head": int(i) % (h * d) // d, "dim": int(i) % d,
+                 "score": float(v), "norm": float(norms.reshape(-1)[int(i)])}
+                for v, i in zip(vals, idx, strict=True)]
 
     # ---- artifacts ---------------------------------------------------------------------------------------
     def list_artifacts(self) -> list[str]:
@@ -276,24 +413,34 @@ class Session:
                       if p.is_dir() and not p.name.startswith(".") and bankio.is_artifact(p))
 
     def save(self, name: str, overwrite: bool = False) -> dict:
-        """Save the current surfaces as workspace/<name> (atomic: a complete artifact or none)."""
+        """Save the current surfaces as workspace/<name> (atomic: a complete artifact or none). The state is
+        copied under the lock and written outside it, so edits and reads do not wait for the disk."""
+        if not isinstance(overwrite, bool):
+            raise ValueError("overwrite must be true or false")
         target = safe_child(self.workspace, name, "artifact name")
-        with self.lock:
+        with self._disk:
             if target.exists() and not overwrite:
                 raise FileExistsError(f"artifact '{name}' already exists in the workspace "
                                       "(choose another name or set overwrite)")
-            bankio.save(self.bank, target)
-            digest = coeff_digest(self.bank.coefficients)
+            if target.exists() and not target.is_dir():
+                raise FileExistsError(f"'{name}' exists in the workspace and is not an artifact folder")
+            with self.lock:
+                snap, version = clone_bank(self.bank), self.version
+            bankio.save(snap, target)
             self.saves += 1
-            return {"name": name, "digest": digest, "version": self.version}
+        return {"name": name, "digest": coeff_digest(snap.coefficients), "version": version}
 
     def load(self, name: str) -> dict:
+        """Make workspace/<name> the state (read and checked outside the lock; history cleared)."""
         path = safe_child(self.workspace, name, "artifact name")
-        if not bankio.is_artifact(path):
-            have = ", ".join(self.list_artifacts()) or "none"
-            raise GeosteerError(f"no artifact '{name}' in the workspace (have: {have})")
+        with self._disk:
+            if not bankio.is_artifact(path):
+                have = ", ".join(self.list_artifacts()) or "none"
+                raise GeosteerError(f"no artifact '{name}' in the workspace (have: {have})")
+            new = bankio.read(self.model, path)
+        runtime = clone_bank(new)
         with self.lock:
-            self.bank = bankio.swap(self.model, self.bank, path)
+            self.bank, self._runtime = new, runtime
             self.artifact_name = name
             self.history.clear()
             self.version = next(self._versions)

@@ -5,6 +5,7 @@ const G = (window.__geosteer = { firstPaint: null, plotlyPaint: null, ready: fal
 const $ = (id) => document.getElementById(id);
 const cur = { layer: null, head: null, dim: null };
 let info = null;
+const TOKEN = (document.querySelector('meta[name="geosteer-token"]') || {}).content || "";
 
 function status(msg, isError) {
   const s = $("status");
@@ -16,9 +17,11 @@ function status(msg, isError) {
 async function api(method, path, body) {
   G.busy++;
   try {
-    const opts = { method, headers: {} };
+    const opts = { method, headers: {}, credentials: "same-origin" };
     if (body !== undefined) {
+      // every state-changing request: JSON plus the per-session token the server wrote into the page
       opts.headers["Content-Type"] = "application/json";
+      opts.headers["X-Geosteer-Token"] = TOKEN;
       opts.body = JSON.stringify(body);
     }
     const r = await fetch(path, opts);

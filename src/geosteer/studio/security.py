@@ -1,0 +1,157 @@
+"""The studio's request guard: one ASGI middleware in front of every route.
+
+What it checks, in order, and why (docs/studio.md, "Security model"):
+
+1. **Host** (421): the Host header must be a name the studio serves, so a page that DNS-rebinds its own
+   name to 127.0.0.1 cannot talk to the studio as a same-origin page.
+2. **Cross-site request forgery** (403), for every method but GET/HEAD/OPTIONS (the API's state-changing
+   requests are all POSTs): any web page the user has open can send a "simple" cross-site POST (e.g.
+   ``Content-Type: text/plain``) to ``127.0.0.1:<port>`` without a CORS preflight, and the browser sends a
+   legitimate Host with it. So a state-changing request must (a) say ``Content-Type: application/json``
+   (which a cross-site page can only send after a preflight the studio never grants), (b) not come from a
+   foreign page: ``Sec-Fetch-Site`` other than ``same-origin``/``none`` and an ``Origin`` other than the
+   served origin are refused, and (c) carry the per-process token in ``X-Geosteer-Token``; the token is
+   written into the studio page (and ``/api/boot``), which other origins cannot read.
+3. **Body size** (413): bodies are read here, up to ``limit`` bytes, whether announced by Content-Length
+   or chunked; the app then gets the buffered body.
+
+Every response gets ``X-Content-Type-Options: nosniff``, ``X-Frame-Options: DENY``, ``Referrer-Policy:
+no-referrer``, ``Cross-Origin-Opener-Policy``/``Cross-Origin-Resource-Policy: same-origin`` and, unless the
+route set its own (the HTML pages do, with a per-response script nonce), ``Content-Security-Policy:
+default-src 'none'; frame-ancestors 'none'``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+
+TOKEN_HEADER = "x-geosteer-token"
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+STRICT_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+HEADERS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
+           (b"referrer-policy", b"no-referrer"), (b"cross-origin-opener-policy", b"same-origin"),
+           (b"cross-origin-resource-policy", b"same-origin")]
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def new_nonce() -> str:
+    return secrets.token_urlsafe(18)
+
+
+def page_csp(nonce: str) -> str:
+    """CSP of the studio page and the result pages: scripts only from the app itself or inline with this
+    response's nonce; plotly.js needs inline styles (it writes its own <style>/style attributes), data:
+    images (the mode bar) and, for the WebGL 3-D terrain, ``'unsafe-eval'`` (its shader code generation).
+    Nothing may frame the page; fetches go to the app only."""
+    return (f"default-src 'self'; script-src 'self' 'nonce-{nonce}' 'unsafe-eval'; "
+            "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; font-src 'self' data:; "
+            "connect-src 'self'; worker-src 'self' blob:; object-src 'none'; base-uri 'none'; "
+            "form-action 'none'; frame-ancestors 'none'")
+
+
+def _host_name(host: str) -> str:
+    if host.startswith("["):
+        return host.split("]")[0] + "]"
+    return host.rsplit(":", 1)[0]
+
+
+def _json(status: int, message: str, extra: list | None = None):
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"content-security-policy", STRICT_CSP.encode()), *HEADERS, *(extra or [])]
+    return {"type": "http.response.start", "status": status, "headers": headers}, \
+        {"type": "http.response.body", "body": body}
+
+
+class Guard:
+    """ASGI middleware: Host check, CSRF checks, body cap and security headers (see the module docstring)."""
+
+    def __init__(self, app, *, token: str, hosts: set[str] | None, limit: int):
+        self.app, self.token, self.hosts, self.limit = app, token, hosts, limit
+
+    def csrf_problem(self, method: str, headers: dict[bytes, bytes]) -> str | None:
+        """Why a state-changing request is refused, or None when it may go on."""
+        if method in SAFE_METHODS:
+            return None
+        site = headers.get(b"sec-fetch-site", b"").decode("latin-1").lower()
+        if site and site not in ("same-origin", "none"):
+            return f"cross-site request refused (Sec-Fetch-Site: {site})"
+        origin = headers.get(b"origin")
+        if origin is not None:
+            host = headers.get(b"host", b"").decode("latin-1").lower()
+            if origin.decode("latin-1").lower() not in (f"http://{host}", f"https://{host}"):
+                return f"request from another origin refused (Origin: {origin.decode('latin-1')[:100]})"
+        ctype = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            return f"Content-Type must be application/json (got {ctype or 'none'!r})"
+        sent = headers.get(TOKEN_HEADER.encode(), b"")
+        if not sent:
+            return "missing X-Geosteer-Token header (the studio page sends it; it is in /api/boot)"
+        if not hmac.compare_digest(sent, self.token.encode()):
+            return "wrong X-Geosteer-Token (the studio was restarted? reload the page)"
+        return None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers: dict[bytes, bytes] = {}
+        for k, v in scope.get("headers") or []:
+            headers.setdefault(k.lower(), v)
+
+        async def reply(status, message, extra=None):
+            start, body = _json(status, message, extra)
+            await send(start)
+            await send(body)
+
+        if self.hosts is not None:
+            host = headers.get(b"host", b"").decode("latin-1").lower()
+            if _host_name(host) not in self.hosts:
+                return await reply(421, f"host '{host[:100]}' not allowed")
+        problem = self.csrf_problem(scope.get("method", "GET").upper(), headers)
+        if problem:
+            return await reply(403, problem)
+        too_big = f"request body too large (limit {self.limit} bytes)"
+        cl = headers.get(b"content-length")
+        if cl is not None:
+            try:
+                if int(cl) > self.limit or int(cl) < 0:
+                    return await reply(413 if int(cl) > self.limit else 400,
+                                       too_big if int(cl) > self.limit else "bad Content-Length header")
+            except ValueError:
+                return await reply(400, "bad Content-Length header")
+        # read the whole body here (announced or chunked), up to the limit
+        chunks, seen, more = [], 0, True
+        while more:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            chunk = msg.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
+                return await reply(413, too_big)
+            chunks.append(chunk)
+            more = msg.get("more_body", False)
+        body, sent_body = b"".join(chunks), False
+
+        async def replay():
+            nonlocal sent_body
+            if not sent_body:
+                sent_body = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        async def send_with_headers(msg):
+            if msg["type"] == "http.response.start":
+                have = {k.lower() for k, _ in msg.get("headers", [])}
+                extra = [h for h in HEADERS if h[0] not in have]
+                if b"content-security-policy" not in have:
+                    extra.append((b"content-security-policy", STRICT_CSP.encode()))
+                msg = {**msg, "headers": [*msg.get("headers", []), *extra]}
+            await send(msg)
+
+        return await self.app(scope, replay, send_with_headers)
