@@ -66,13 +66,14 @@ def main() -> None:
     load_s = time.perf_counter() - t0
     ws = Path(tempfile.mkdtemp(prefix="studio-measure-"))
     session = Session(model, tok, bank, ws, model_name=a.model)
-    url, stop = serve_in_thread(create_app(session, [Path("docs/results")]))
+    app = create_app(session, [Path("docs/results")])
+    url, stop = serve_in_thread(app)
     rows = []
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(tempfile.mkdtemp(), executable_path="/usr/bin/chromium",
-                                                   headless=True, args=ARGS,
+                                                   headless=True, args=ARGS, bypass_csp=True,
                                                    viewport={"width": 1500, "height": 1050})
         for visit in ("cold", "warm"):
             page = ctx.new_page()
@@ -104,7 +105,7 @@ def main() -> None:
         ctx.close()
     info = httpx.get(url + "/api/info", timeout=60).json()
     lay = info["layers"][len(info["layers"]) // 2]
-    with httpx.Client(base_url=url, timeout=600) as c:
+    with httpx.Client(base_url=url, timeout=600, headers={"X-Geosteer-Token": app.state.token}) as c:
         for op in ("invert", "invert", "zero"):
             t, cpu = time.perf_counter(), time.process_time()
             r = c.post("/api/edit", json={"op": op, "scope": "layer", "layer": lay, "effect": {

@@ -68,10 +68,21 @@ def studio(tmp_path_factory):
         stop()
 
 
+def _poll(page, fn: str, arg=None, timeout: float = 60.0):
+    """Wait until ``fn(arg)`` is truthy in the page. Polls ``page.evaluate`` (which the page's CSP does not
+    govern) instead of ``wait_for_function`` (whose string predicates need 'unsafe-eval')."""
+    import time
+
+    deadline = time.time() + timeout
+    while not page.evaluate(fn, arg):
+        if time.time() > deadline:
+            raise playwright_api.TimeoutError(f"timed out waiting for {fn}")
+        page.wait_for_timeout(50)
+
+
 def _wait_status(page, text: str):
-    page.wait_for_function("t => document.getElementById('status').textContent.includes(t) || "
-                           "document.getElementById('status').className === 'error'", arg=text,
-                           timeout=60_000)
+    _poll(page, "t => document.getElementById('status').textContent.includes(t) || "
+                "document.getElementById('status').className === 'error'", text)
     st = page.inner_text("#status")
     assert text in st, f"studio status: {st}"
 
@@ -83,7 +94,7 @@ def test_invert_save_reload(browser, studio, tmp_path):
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.goto(studio["url"] + "/")
     try:
-        page.wait_for_function("window.__geosteer && window.__geosteer.ready", timeout=60_000)
+        _poll(page, "() => window.__geosteer && window.__geosteer.ready")
     except playwright_api.TimeoutError:
         pytest.fail(f"studio page not ready after 60 s; status {page.inner_text('#status')!r}, "
                     f"page errors {errors}")
@@ -95,8 +106,7 @@ def test_invert_save_reload(browser, studio, tmp_path):
     first = page.locator("#ranked li").first
     assert first.inner_text().startswith("L1 H2 D5")
     first.click()
-    page.wait_for_function("s => window.__geosteer.surface && window.__geosteer.surface.dim === s",
-                           arg=STRONG[2])
+    _poll(page, "s => window.__geosteer.surface && window.__geosteer.surface.dim === s", STRONG[2])
     original = studio["session"].bank.coefficients.detach()[STRONG].clone()
     before_text = page.inner_text("#cont-after")
 
@@ -181,7 +191,7 @@ def test_first_paint_canvas_matches_the_surface(browser, studio):
 
     page = browser.new_page()
     page.goto(studio["url"] + "/")
-    page.wait_for_function("window.__geosteer && window.__geosteer.ready", timeout=60_000)
+    _poll(page, "() => window.__geosteer && window.__geosteer.ready")
     assert page.evaluate("window.__geosteer.plotlyPaint") >= page.evaluate("window.__geosteer.firstPaint")
     got = page.evaluate("""async () => {
         const boot = await (await fetch('/api/boot')).json();
@@ -204,4 +214,38 @@ def test_first_paint_canvas_matches_the_surface(browser, studio):
     px = np.array(got["px"], dtype=float).reshape(48, 48, 4)
     assert np.abs(px[..., :3] - want).max() <= 1.0 and (px[..., 3] == 255).all()
     assert view["norm"] > 0
+    page.close()
+
+
+def test_foreign_page_cannot_drive_the_studio(browser, studio):
+    """A page from another origin (served at http://evil.test by Playwright's router) sends the classic
+    CSRF requests to the studio: a text/plain "simple" POST (no preflight) and a JSON POST (preflighted).
+    Both are refused and nothing changes: no artifact saved, same version; the studio page cannot be
+    framed either."""
+    from geosteer.studio.session import coeff_digest
+
+    s = studio["session"]
+    before = (s.version, coeff_digest(s.bank.coefficients), sorted(p.name for p in s.workspace.iterdir()))
+    page = browser.new_page()
+    evil = ("<html><body><iframe id='f' src='" + studio["url"] + "/'></iframe><script>"
+            "window.results = [];"
+            "const url = '" + studio["url"] + "';"
+            "fetch(url + '/api/save', {method: 'POST', mode: 'no-cors', headers: {'Content-Type': 'text/plain'},"
+            " body: JSON.stringify({name: 'pwned', overwrite: true})}).then(r => results.push('plain:' + r.type),"
+            " e => results.push('plain-error'));"
+            "fetch(url + '/api/edit', {method: 'POST', headers: {'Content-Type': 'application/json'},"
+            " body: JSON.stringify({op: 'zero', scope: 'layer', layer: 1})}).then(r => results.push('json:' +"
+            " r.status), e => results.push('json-error'));"
+            "</script></body></html>")
+    page.route("http://evil.test/**", lambda route: route.fulfill(status=200, content_type="text/html",
+                                                                   body=evil))
+    page.goto("http://evil.test/")
+    _poll(page, "() => window.results.length === 2", timeout=30)
+    page.wait_for_timeout(300)
+    after = (s.version, coeff_digest(s.bank.coefficients), sorted(p.name for p in s.workspace.iterdir()))
+    assert after == before and not (s.workspace / "pwned").exists()
+    # the JSON request never got a readable answer (preflight refused / no CORS), and the frame stayed empty
+    assert "json-error" in page.evaluate("window.results")
+    frame = page.frame_locator("#f")
+    assert frame.locator("#ranked").count() == 0
     page.close()
