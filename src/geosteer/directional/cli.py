@@ -132,4 +132,7 @@ def register(app: typer.Typer) -> None:
     from geosteer.directional import cli_studies
 
     cli_studies.register(directional_app)
+    from geosteer.directional import cli_views
+
+    cli_views.register(directional_app)
     app.add_typer(directional_app, name="directional")

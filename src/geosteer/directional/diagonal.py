@@ -42,7 +42,7 @@ def output_projection(attn: nn.Module) -> nn.Module:
 def apply_linear(proj: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """W_O x without the bias: proj(x) − proj(0) (exact for Linear / GPT-2 Conv1D)."""
     x = x.to(next(proj.parameters()).dtype)
-    return proj(x) - proj(torch.zeros_like(x[..., :1, :]))
+    return proj.forward(x) - proj.forward(torch.zeros_like(x[..., :1, :]))
 
 
 def _alpha(y: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
