@@ -1,0 +1,269 @@
+"""Studio hardening probes (issue 11): CSRF, headers, whole-request validation, the generation queue,
+body and prompt edge cases, the workspace option. Every refused request must answer a 4xx with a one-line
+JSON error AND leave the state as it was (version, history, coefficients, artifact, files on disk)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+
+import pytest
+import torch
+from starlette.testclient import TestClient
+
+import geosteer
+import geosteer.manifold as M
+from geosteer.studio.server import create_app
+from geosteer.studio.session import Session, coeff_digest
+from geosteer.studio.worker import ModelWorker, QueueFull
+
+PROMPT = "The theory of relativity states that"
+POSTS = ["/api/edit", "/api/effect", "/api/save", "/api/load", "/api/undo"]
+VALID = {"/api/edit": {"op": "zero", "scope": "layer", "layer": 1},
+         "/api/effect": {"max_new_tokens": 2},
+         "/api/save": {"name": "kept", "overwrite": True},
+         "/api/load": {"name": "kept"},
+         "/api/undo": {}}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    torch.manual_seed(0)
+    model, tok = geosteer.load_model("tiny-llama")
+    bank = M.attach(model, grid_size=4, grid_range=(-3.0, 3.0))
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(0))
+                                * 0.5)
+    ws = tmp_path_factory.mktemp("hard") / "ws"
+    session = Session(model, tok, bank, ws, model_name="tiny-llama", max_new_tokens_cap=8, max_queue=2)
+    app = create_app(session, [], allowed_hosts=["testserver", "127.0.0.1", "localhost"])
+    token = app.state.token
+    client = TestClient(app, raise_server_exceptions=False, headers={"X-Geosteer-Token": token})
+    assert client.post("/api/save", json={"name": "kept"}).status_code == 200
+    yield dict(session=session, app=app, client=client, token=token, ws=ws, model=model)
+    M.detach(model)
+
+
+def snapshot(env) -> tuple:
+    """Everything a refused request must leave alone: session state and every file in the workspace."""
+    s = env["session"]
+    files = sorted((str(p.relative_to(env["ws"])), p.stat().st_mtime_ns, p.stat().st_size)
+                   for p in env["ws"].rglob("*"))
+    return (s.version, [r.spec.describe() for r in s.history], coeff_digest(s.bank.coefficients),
+            s.artifact_name, len(s.bank.history), files)
+
+
+def one_line_error(r) -> str:
+    d = r.json()
+    assert set(d) == {"error"} and "\n" not in d["error"] and "Traceback" not in r.text, r.text
+    return d["error"]
+
+
+# ---- CSRF --------------------------------------------------------------------------------------------------
+CSRF_CASES = {
+    "text/plain": ({"Content-Type": "text/plain"}, True, "Content-Type must be application/json"),
+    "form": ({"Content-Type": "application/x-www-form-urlencoded"}, True, "Content-Type must be"),
+    "no content type": ({}, True, "Content-Type must be"),
+    "foreign origin": ({"Content-Type": "application/json", "Origin": "http://evil.com"}, True,
+                       "another origin"),
+    "null origin": ({"Content-Type": "application/json", "Origin": "null"}, True, "another origin"),
+    "other port": ({"Content-Type": "application/json", "Origin": "http://testserver:9999"}, True,
+                   "another origin"),
+    "cross-site": ({"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"}, True, "cross-site"),
+    "same-site": ({"Content-Type": "application/json", "Sec-Fetch-Site": "same-site"}, True, "cross-site"),
+    "missing token": ({"Content-Type": "application/json"}, False, "missing X-Geosteer-Token"),
+    "wrong token": ({"Content-Type": "application/json", "X-Geosteer-Token": "x" * 43}, False,
+                    "wrong X-Geosteer-Token"),
+}
+
+
+@pytest.mark.parametrize("path", POSTS)
+@pytest.mark.parametrize("case", list(CSRF_CASES))
+def test_csrf_refused_and_nothing_changes(env, path, case):
+    headers, with_token, msg = CSRF_CASES[case]
+    if with_token:
+        headers = {**headers, "X-Geosteer-Token": env["token"]}
+    raw = TestClient(env["app"], raise_server_exceptions=False)  # no default token
+    before = snapshot(env)
+    r = raw.post(path, content=json.dumps(VALID[path]).encode(), headers=headers)
+    assert r.status_code == 403 and msg in one_line_error(r)
+    assert snapshot(env) == before
+
+
+def test_same_origin_request_with_token_passes(env):
+    c = env["client"]
+    r = c.post("/api/effect", json={"max_new_tokens": 2}, headers={"Origin": "http://testserver",
+                                                                     "Sec-Fetch-Site": "same-origin"})
+    assert r.status_code == 200, r.text
+    assert c.post("/api/effect", json={"max_new_tokens": 2},
+                  headers={"Content-Type": "application/json; charset=utf-8"}).status_code == 200
+
+
+def test_page_carries_token_nonce_and_security_headers(env):
+    c = env["client"]
+    r = c.get("/")
+    token = re.search(r'<meta name="geosteer-token" content="([^"]+)">', r.text).group(1)
+    assert token == env["token"] == c.get("/api/boot").json()["token"]
+    csp = r.headers["content-security-policy"]
+    nonce = re.search(r"'nonce-([^']+)'", csp).group(1)
+    scripts = re.findall(r"<script[^>]*>", r.text)
+    assert scripts and all(f'nonce="{nonce}"' in t for t in scripts)
+    assert "frame-ancestors 'none'" in csp and "unsafe-eval" not in csp and "connect-src 'self'" in csp
+    assert c.get("/").headers["content-security-policy"] != csp  # a fresh nonce per response
+    for path in ("/", "/api/info", "/static/app.js", "/api/nope", "/results"):
+        h = c.get(path).headers
+        assert h["x-frame-options"] == "DENY" and h["x-content-type-options"] == "nosniff", path
+        assert h["referrer-policy"] == "no-referrer" and "frame-ancestors 'none'" in h["content-security-policy"]
+    assert "default-src 'none'" in c.get("/api/info").headers["content-security-policy"]
+
+
+# ---- whole-request validation (issue item 6) ----------------------------------------------------------------
+BAD_EFFECTS = [([1], "effect must be an object"), ({"reference": "x"}, "reference must be"),
+               ({"max_new_tokens": 10_000}, "max_new_tokens must be"), ({"path": "/etc"}, "unknown field"),
+               ({"prompt": "\ud800"}, "lone surrogate"), ({"prompt": "  "}, "non-empty"),
+               ({"prompt": "word " * 400}, "at most 256"), ("x", "effect must be an object")]
+
+
+@pytest.mark.parametrize("effect,msg", BAD_EFFECTS)
+def test_edit_with_bad_effect_changes_nothing(env, effect, msg):
+    before = snapshot(env)
+    body = json.dumps({"op": "invert", "scope": "layer", "layer": 0, "effect": effect})  # ASCII: \ud800 as is
+    r = env["client"].post("/api/edit", content=body.encode(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and msg in one_line_error(r)
+    assert snapshot(env) == before
+
+
+@pytest.mark.parametrize("body,msg", [
+    (b'{"op": "set", "layer": 0, "head": 0, "dim": 0, "row": 1, "col": 1, "value": NaN}', "not a number"),
+    (b'{"op": "scale", "layer": 0, "head": 0, "dim": 0, "factor": Infinity}', "not a number"),
+    (b'{"op": "scale", "layer": 0, "head": 0, "dim": 0, "factor": 1e999}', "|factor|"),
+    (b"[" * 30_000 + b"]" * 30_000, "nested too deeply"),
+    (b'{"op": "zero", "layer": 0, "head": 0, "dim": 0, "bogus": 1}', "unknown edit field"),
+])
+def test_bad_edit_bodies(env, body, msg):
+    before = snapshot(env)
+    r = env["client"].post("/api/edit", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and msg in one_line_error(r)
+    assert snapshot(env) == before
+
+
+def test_lone_surrogate_prompt_is_400(env):
+    c = env["client"]
+    r = c.post("/api/effect", content=b'{"prompt": "bad \\ud800 text"}', headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "lone surrogate" in one_line_error(r)
+    # a surrogate's bytes in a query string are decoded with replacement characters: a valid prompt
+    r = c.get("/api/surface?layer=0&head=0&dim=0&tokens=0&prompt=%ED%B2%80x")
+    assert r.status_code == 200, r.text
+
+
+def test_chunked_body_over_the_limit_is_413_and_under_it_works(env):
+    c = env["client"]
+    before = snapshot(env)
+
+    def chunks(n):
+        for _ in range(n):
+            yield b" " * 1000
+
+    r = c.post("/api/save", content=chunks(70), headers={"Content-Type": "application/json"})
+    assert r.request.headers.get("transfer-encoding") == "chunked" and "content-length" not in r.request.headers
+    assert r.status_code == 413 and "too large" in one_line_error(r)
+    assert snapshot(env) == before
+
+    def small():
+        yield b'{"max_new_tokens": '
+        yield b"2}"
+
+    assert c.post("/api/effect", content=small(), headers={"Content-Type": "application/json"}).status_code == 200
+
+
+# ---- the generation queue (issue item 8) -------------------------------------------------------------------
+def test_full_queue_is_503_with_retry_after_and_reads_do_not_wait(env):
+    s, c = env["session"], env["client"]
+    gate = threading.Event()
+    blockers = [s.worker.run("generate", lambda: gate.wait(30)) for _ in range(2)]  # limit is 2
+    try:
+        before = snapshot(env)
+        r = c.post("/api/effect", json={"prompt": "a fresh prompt", "max_new_tokens": 3})
+        assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1 and "busy" in one_line_error(r)
+        r = c.post("/api/edit", json={"op": "zero", "scope": "layer", "layer": 2,
+                                      "effect": {"prompt": "another prompt", "max_new_tokens": 3}})
+        assert r.status_code == 503 and snapshot(env) == before  # the edit was not applied
+        t0 = time.perf_counter()
+        info = c.get("/api/info").json()
+        assert info["queue"]["generate"] == 2 and info["queue"]["limit"] == 2
+        assert c.get("/api/rank", params={"by": "norm"}).status_code == 200
+        assert c.get("/api/surface", params={"layer": 1, "head": 0, "dim": 0, "tokens": 0}).status_code == 200
+        assert c.get("/static/app.js").status_code == 200 and c.get("/results").status_code == 200
+        # an edit without an effect needs no model pass: applied at once
+        assert c.post("/api/edit", json={"op": "zero", "layer": 2, "head": 0, "dim": 0}).status_code == 200
+        assert c.post("/api/undo", json={}).status_code == 200
+        assert time.perf_counter() - t0 < 5
+    finally:
+        gate.set()
+    for f in blockers:
+        f.result(timeout=30)
+    assert c.get("/api/info").json()["queue"]["generate"] == 0
+
+
+def test_worker_runs_analysis_before_queued_generations_and_survives_errors():
+    w = ModelWorker(max_queue=5, max_analysis=5)
+    gate, order = threading.Event(), []
+    first = w.run("generate", lambda: gate.wait(30))
+    gens = [w.run("generate", lambda i=i: order.append(f"g{i}")) for i in range(3)]
+    ana = w.run("analysis", lambda: order.append("a"))
+    boom = w.run("analysis", lambda: 1 / 0)
+    with pytest.raises(QueueFull):
+        [w.reserve("generate") for _ in range(2)]  # 4 pending + 1 fits, the next one not
+    gate.set()
+    for f in [first, *gens, ana]:
+        f.result(timeout=30)
+    with pytest.raises(ZeroDivisionError):
+        boom.result(timeout=30)
+    assert order == ["a", "g0", "g1", "g2"]
+    w2 = ModelWorker(max_queue=1)
+    t = w2.reserve("generate")
+    with pytest.raises(QueueFull):
+        w2.reserve("generate")
+    t.cancel()
+    assert w2.run("generate", lambda: 7).result(timeout=30) == 7
+
+
+def test_effect_is_computed_on_the_state_it_was_asked_for(env):
+    """A generation queued before an edit reports (and computes) the state of when it was asked."""
+    s, c = env["session"], env["client"]
+    gate = threading.Event()
+    blocker = s.worker.run("analysis", lambda: gate.wait(30))
+    try:
+        fut = s.submit_effect({"prompt": "Paris is", "max_new_tokens": 4, "reference": "none"})
+        v0 = s.version
+        assert c.post("/api/edit", json={"op": "scale", "scope": "layer", "layer": 1, "factor": 3.0}).status_code \
+            == 200
+    finally:
+        gate.set()
+    blocker.result(timeout=30)
+    e = fut.result(timeout=60)
+    assert e["version"] == v0 != s.version
+    c.post("/api/undo", json={})
+    assert s.version == v0
+    assert s.effect("Paris is", 4, "none")["after"]["token_ids"] == e["after"]["token_ids"]
+
+
+# ---- CLI ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sub", ["", "/inner"])
+def test_cli_workspace_that_is_a_file(tmp_path, monkeypatch, capsys, sub):
+    import uvicorn
+
+    from geosteer import cli
+
+    f = tmp_path / "afile"
+    f.write_text("keep me")
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("server started"))
+    monkeypatch.setattr(sys, "argv", ["geosteer", "studio", "--model", "tiny-llama", "--workspace", f"{f}{sub}"])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith("error: --workspace") and "\n" not in err and "a file" in err
+    assert f.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
