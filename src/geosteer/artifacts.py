@@ -68,6 +68,28 @@ def check_config(doc: Mapping[str, Any], *, fmt: str, reader_version: int, known
     return unknown
 
 
+def _model_key(name: str) -> str:
+    """A comparable form of a model name: resolved path for local files/folders, else the lower-case id."""
+    name = str(name).strip()
+    p = Path(name).expanduser()
+    if p.exists():
+        return str(p.resolve())
+    return name.lower()
+
+
+def check_base_model(recorded: str | None, current: str | None, *, what: str = "this artifact",
+                     force: bool = False) -> None:
+    """Refuse an artifact made for another base model (shapes can match by chance: tiny-llama vs tiny-qwen3).
+
+    ``recorded``: the artifact's ``base_model``; ``current``: ``geosteer.models.loading.model_id(model)``.
+    Nothing is checked when either is unknown or ``force`` is set (an explicit user override).
+    """
+    if force or not recorded or not current or _model_key(recorded) == _model_key(current):
+        return
+    raise ArtifactError(f"{what} was made for base model '{recorded}', not for '{current}' (the model it is "
+                        "being loaded on); load that model, or pass force=True (CLI: --force) to use it anyway")
+
+
 def read_config(folder: str | Path, **check: Any) -> dict:
     """Read ``folder/geosteer_config.json`` and run :func:`check_config` with ``check`` (fmt=..., ...)."""
     folder = Path(folder)

@@ -49,13 +49,19 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def interventions_from_options(model, surfaces: Path | None = None) -> list:
-    """Interventions named on the command line (the method packages add their options here)."""
+FORCE_OPT = typer.Option(False, "--force", help="use artifacts recorded for another base model anyway")
+
+
+def interventions_from_options(model, surfaces: Path | None = None, force: bool = False) -> list:
+    """Interventions named on the command line (the method packages add their options here).
+
+    ``force``: accept an artifact whose recorded base model is not ``model`` (shapes must still fit).
+    """
     out = []
     if surfaces is not None:
         from geosteer.manifold import load as load_surfaces
 
-        out.append(load_surfaces(surfaces, model=model))
+        out.append(load_surfaces(surfaces, model=model, force=force))
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
@@ -11,17 +12,12 @@ from geosteer.errors import GeosteerError
 
 
 def _read_text_file(path: Path) -> str:
-    if not path.exists():
-        raise GeosteerError(f"text file not found: {path}")
-    if not path.is_file():
-        raise GeosteerError(f"not a file: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise GeosteerError(f"cannot read {path} as UTF-8 text ({type(e).__name__})") from None
-    if not text.strip():
-        raise GeosteerError(f"text file is empty: {path}")
-    return text
+    from geosteer.eval.textfile import read_text_file
+
+    return read_text_file(path)
+
+
+_PROMPTS_SHAPE = 'a list of strings, or {"prompts": [...]} whose items are strings or {"prompt"|"text": ...}'
 
 
 def _read_prompts(prompts: list[str] | None, prompts_file: Path | None) -> list[str]:
@@ -29,9 +25,22 @@ def _read_prompts(prompts: list[str] | None, prompts_file: Path | None) -> list[
     if prompts_file is not None:
         text = _read_text_file(prompts_file)
         if prompts_file.suffix == ".json":
-            data = json.loads(text)
-            items = data.get("prompts", data) if isinstance(data, dict) else data
-            out += [p["prompt"] if isinstance(p, dict) else str(p) for p in items]
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise GeosteerError(f"prompts file {prompts_file} is not valid JSON ({e.msg} at line {e.lineno}"
+                                    f" column {e.colno}); expected {_PROMPTS_SHAPE}") from None
+            items = data.get("prompts") if isinstance(data, dict) else data
+            if not isinstance(items, list):
+                raise GeosteerError(f"prompts file {prompts_file} holds no list of prompts; expected "
+                                    f"{_PROMPTS_SHAPE}")
+            for i, p in enumerate(items):
+                if isinstance(p, dict):
+                    p = p.get("prompt", p.get("text"))
+                if not isinstance(p, str) or not p.strip():
+                    raise GeosteerError(f"prompts file {prompts_file}: item {i} is not a non-empty prompt "
+                                        f"string; expected {_PROMPTS_SHAPE}")
+                out.append(p)
         else:
             out += [line.strip() for line in text.splitlines() if line.strip()]
     if not out:
@@ -39,8 +48,15 @@ def _read_prompts(prompts: list[str] | None, prompts_file: Path | None) -> list[
     return out
 
 
+def _check_sampling(temperature: float, top_k: int) -> None:
+    if not math.isfinite(temperature) or temperature < 0:
+        raise GeosteerError(f"--temperature must be a finite number >= 0 (got {temperature}); 0 means greedy")
+    if top_k < 0:
+        raise GeosteerError(f"--top-k must be >= 0 (got {top_k}); 0 keeps every token")
+
+
 def register(app: typer.Typer) -> None:
-    from geosteer.cli import MODEL_OPT, emit, interventions_from_options
+    from geosteer.cli import FORCE_OPT, MODEL_OPT, emit, interventions_from_options
 
     surfaces_opt = typer.Option(None, "--surfaces", help="attention-manifold artifact folder to attach")
 
@@ -54,12 +70,16 @@ def register(app: typer.Typer) -> None:
         max_tokens: int | None = typer.Option(None, help="score only the first N tokens"),
         batch_size: int = typer.Option(4, help="windows per forward pass"),
         surfaces: Path | None = surfaces_opt,
+        force: bool = FORCE_OPT,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Strided sliding-window perplexity (and bits per byte) of a text file or corpus split."""
+        """Strided sliding-window perplexity (and bits per byte) of a text file or corpus split.
+
+        A text file is read and tokenised incrementally, only as far as --max-tokens needs."""
         from geosteer import load_model
         from geosteer.data.corpus import split_text
         from geosteer.eval.perplexity import strided_perplexity
+        from geosteer.eval.textfile import encode_file
         from geosteer.steer import steer
 
         if (text_file is None) == (corpus is None):
@@ -68,11 +88,21 @@ def register(app: typer.Typer) -> None:
             raise GeosteerError(f"--stride must be > 0 (got {stride})")
         if context < stride:
             raise GeosteerError(f"--context ({context}) must be >= --stride ({stride})")
-        text = _read_text_file(text_file) if text_file else split_text(corpus)
+        if batch_size < 1:
+            raise GeosteerError(f"--batch-size must be >= 1 (got {batch_size})")
+        if max_tokens is not None and max_tokens < 2:
+            raise GeosteerError(f"--max-tokens must be >= 2 (got {max_tokens})")
+        if text_file is not None:
+            from geosteer.eval.textfile import _check_file
+
+            _check_file(text_file)
+        text = None if text_file else split_text(corpus)
         m, tok = load_model(model)
-        with steer(m, *interventions_from_options(m, surfaces)):
-            res = strided_perplexity(m, tok, text, context=context, stride=stride, max_tokens=max_tokens,
-                                     batch_size=batch_size, require_full_window=True, progress=not as_json)
+        ids = encode_file(tok, text_file, max_tokens=max_tokens) if text_file is not None else None
+        with steer(m, *interventions_from_options(m, surfaces, force=force)):
+            res = strided_perplexity(m, tok, text, ids=ids, context=context, stride=stride,
+                                     max_tokens=max_tokens, batch_size=batch_size, require_full_window=True,
+                                     progress=not as_json)
         d = res.to_dict()
         emit(d if not as_json else {k: d[k] for k in ("ppl", "nll", "tokens", "bits_per_byte")} | d, as_json)
 
@@ -82,22 +112,34 @@ def register(app: typer.Typer) -> None:
         prompt: str = typer.Option(..., "--prompt", "-p"),
         max_new_tokens: int = typer.Option(50),
         greedy: bool = typer.Option(True, "--greedy/--sample", help="greedy (default) or sampling"),
-        temperature: float | None = typer.Option(None, help="sampling temperature (implies --sample)"),
+        temperature: float | None = typer.Option(None, help="sampling temperature > 0 (implies --sample); "
+                                                 "0 means greedy"),
         top_k: int = typer.Option(50),
         seed: int = typer.Option(0),
         surfaces: Path | None = surfaces_opt,
+        force: bool = FORCE_OPT,
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Continue a prompt (greedy, or sampling with a seed)."""
+        """Continue a prompt (greedy, or sampling with a seed). --max-new-tokens beyond the model's
+        positions is capped at what fits (with a note on stderr)."""
         from geosteer import load_model
-        from geosteer.eval.generation import generate
+        from geosteer.eval.generation import cap_new_tokens, generate, prompt_ids
         from geosteer.steer import steer
 
+        if max_new_tokens < 1:
+            raise GeosteerError(f"max_new_tokens (--max-new-tokens) must be >= 1 (got {max_new_tokens})")
         if temperature is not None:
-            greedy = False
+            _check_sampling(temperature, top_k)
+            greedy = temperature == 0  # T = 0 is the limit of sampling: greedy decoding
+        elif top_k < 0:
+            _check_sampling(1.0, top_k)
         m, tok = load_model(model)
-        with steer(m, *interventions_from_options(m, surfaces)):
-            res = generate(m, tok, prompt, max_new_tokens, greedy=greedy, temperature=temperature or 1.0,
+        max_new_tokens, note = cap_new_tokens(m, prompt_ids(tok, prompt).shape[1], max_new_tokens)
+        if note:
+            typer.echo(f"note: {note}", err=True)
+        with steer(m, *interventions_from_options(m, surfaces, force=force)):
+            res = generate(m, tok, prompt, max_new_tokens, greedy=greedy,
+                           temperature=1.0 if temperature is None or greedy else temperature,
                            top_k=top_k, seed=seed)
         emit(res.to_dict() if as_json else {"prompt": prompt, "continuation": res.text}, as_json)
 
@@ -111,17 +153,31 @@ def register(app: typer.Typer) -> None:
         temperature: float = typer.Option(0.8),
         top_k: int = typer.Option(50),
         surfaces: Path | None = surfaces_opt,
+        force: bool = FORCE_OPT,
         out: Path | None = typer.Option(None, "--out", help="write tidy rows (.json or .csv)"),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Stock model (a) vs the model with the given interventions (b) on a prompt set."""
         from geosteer import load_model
         from geosteer.eval.compare import compare_states, summarize
+        from geosteer.eval.generation import cap_new_tokens, prompt_ids
         from geosteer.io_utils import write_records
 
+        if max_new_tokens < 1:
+            raise GeosteerError(f"max_new_tokens (--max-new-tokens) must be >= 1 (got {max_new_tokens})")
+        if seeds < 0:
+            raise GeosteerError(f"--seeds must be >= 0 (got {seeds})")
+        _check_sampling(temperature, top_k)
+        if seeds and temperature == 0:
+            raise GeosteerError("--temperature 0 with --seeds: seeded samples at T = 0 are the greedy "
+                                "continuation, which compare always reports; give T > 0 or --seeds 0")
         prompts = _read_prompts(prompt, prompts_file)
         m, tok = load_model(model)
-        b = interventions_from_options(m, surfaces)
+        longest = max(prompt_ids(tok, p).shape[1] for p in prompts)
+        max_new_tokens, note = cap_new_tokens(m, longest, max_new_tokens)
+        if note:
+            typer.echo(f"note: {note} (longest prompt)", err=True)
+        b = interventions_from_options(m, surfaces, force=force)
         if not b:
             typer.echo("note: no intervention given; both states are the stock model", err=True)
         rows = compare_states(m, tok, prompts, [], b, max_new_tokens=max_new_tokens,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -31,6 +32,50 @@ def prompt_ids(tok, prompt: str, add_bos: bool = True) -> torch.Tensor:
     return ids
 
 
+class GenerationCapped(UserWarning):
+    """``max_new_tokens`` was lowered to what fits in the model's context."""
+
+
+def context_limit(model) -> int | None:
+    """The model's number of positions (``max_position_embeddings``), or None when it has no limit."""
+    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def cap_new_tokens(model, n_prompt: int, max_new_tokens: int) -> tuple[int, str | None]:
+    """``max_new_tokens`` capped so that prompt + continuation fit the model's positions, and a note when
+    it was capped. Generating past the last position would run on positions the model never saw (HF only
+    warns), so the cap is the documented behaviour; a prompt that already fills the context is refused."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise GeosteerError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
+    limit = context_limit(model)
+    if limit is None or n_prompt + max_new_tokens <= limit:
+        return max_new_tokens, None
+    room = limit - n_prompt
+    if room < 1:
+        raise GeosteerError(f"the prompt has {n_prompt} tokens and fills the model's context of {limit} "
+                            "positions: nothing can be generated; shorten the prompt")
+    return room, (f"max_new_tokens {max_new_tokens} capped at {room}: the model has {limit} positions and "
+                  f"the prompt uses {n_prompt}")
+
+
+def _capped(model, n_prompt: int, max_new_tokens: int) -> int:
+    import warnings
+
+    n, note = cap_new_tokens(model, n_prompt, max_new_tokens)
+    if note:
+        warnings.warn(note, GenerationCapped, stacklevel=3)
+    return n
+
+
+def check_temperature(temperature: float) -> None:
+    """Sampling needs a finite temperature > 0 (T = 0 is greedy decoding: ask for greedy instead)."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+            math.isfinite(temperature) and temperature > 0):
+        raise GeosteerError(f"temperature must be a finite number > 0 for sampling (got {temperature}); "
+                            "use greedy decoding for T = 0")
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -43,13 +88,17 @@ def generate(
     seed: int = 0,
     add_bos: bool = True,
 ) -> GenerationResult:
-    """Continue ``prompt``. Sampling is reproducible: the seed fixes torch's RNG for this call only."""
+    """Continue ``prompt``. Sampling is reproducible: the seed fixes torch's RNG for this call only.
+
+    ``max_new_tokens`` beyond the model's positions is capped (a :class:`GenerationCapped` warning).
+    """
     if max_new_tokens < 1:
         raise GeosteerError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
-    if not greedy and temperature <= 0:
-        raise GeosteerError(f"temperature must be > 0 (got {temperature}); use greedy decoding instead")
+    if not greedy:
+        check_temperature(temperature)
     device = next(model.parameters()).device
     ids = prompt_ids(tok, prompt, add_bos).to(device)
+    max_new_tokens = _capped(model, ids.shape[1], max_new_tokens)
     kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, use_cache=True,
                   attention_mask=torch.ones_like(ids))
     if greedy:
@@ -140,8 +189,7 @@ def generate_seeds(model, tok, prompt: str, seeds, max_new_tokens: int = 50, tem
     """
     if max_new_tokens < 1:
         raise GeosteerError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
-    if temperature <= 0:
-        raise GeosteerError(f"temperature must be > 0 (got {temperature}); use greedy decoding instead")
+    check_temperature(temperature)
     seeds = [int(s) for s in seeds]
     if not seeds:
         return []
@@ -149,6 +197,7 @@ def generate_seeds(model, tok, prompt: str, seeds, max_new_tokens: int = 50, tem
 
     device = next(model.parameters()).device
     ids = prompt_ids(tok, prompt, add_bos).to(device)
+    max_new_tokens = _capped(model, ids.shape[1], max_new_tokens)
     n, L = len(seeds), ids.shape[1]
     gens = [torch.Generator(device="cpu").manual_seed(s) for s in seeds]
     eos = _eos_ids(model, tok)

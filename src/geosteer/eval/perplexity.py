@@ -17,6 +17,8 @@ import torch.nn.functional as F
 
 from geosteer.errors import GeosteerError
 
+_MAX_NLL = math.log(float.fromhex("0x1.fffffffffffffp+1023"))  # above this, exp(nll) overflows a float
+
 
 @dataclass
 class PerplexityResult:
@@ -78,6 +80,8 @@ def strided_perplexity(
     """Perplexity of ``text`` (or token ``ids``) under ``model`` with whatever interventions are active."""
     if (text is None) == (ids is None):
         raise GeosteerError("give exactly one of text or ids")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise GeosteerError(f"batch size must be a whole number >= 1 (got {batch_size})")
     if text is not None:
         if not text.strip():
             raise GeosteerError("text is empty")
@@ -119,6 +123,9 @@ def strided_perplexity(
     if bar is not None:
         bar.close()
     mean_nll = total_nll / total_tok
+    if not math.isfinite(mean_nll) or mean_nll > _MAX_NLL:
+        raise GeosteerError(f"perplexity is not finite (mean NLL {mean_nll} nats over {total_tok} tokens): the "
+                            "model, or an intervention attached to it, produces NaN or infinite logits")
     scored_text = tok.decode(ids[1:], skip_special_tokens=True)
     n_bytes = max(1, len(scored_text.encode("utf-8")))
     return PerplexityResult(

@@ -18,7 +18,7 @@ import torch
 
 from geosteer.artifacts import check_config, write_folder_atomic
 from geosteer.errors import ArtifactError
-from geosteer.manifold.bank import SurfaceBank
+from geosteer.manifold.bank import SurfaceBank, check_surfaces
 from geosteer.manifold.config import ManifoldConfig
 
 FORMAT = "geosteer-surfaces"
@@ -61,7 +61,11 @@ def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta)
     if folder.exists() and not folder.is_dir():
         raise ArtifactError(f"{folder} exists and is not a folder")
     folder.parent.mkdir(parents=True, exist_ok=True)
+    check_surfaces(bank.coefficients, bank.lo, bank.hi, bank.layers, source=f"cannot save {folder}")
     coef = bank.coefficients.detach().to("cpu", _STORE[dtype]).contiguous()
+    if dtype != "float32":
+        check_surfaces(coef, bank.lo, bank.hi, bank.layers,
+                       source=f"cannot save {folder} as {dtype} (a value is out of its range)")
     tensors = {"coefficients": coef, "lo": bank.lo.detach().cpu().float().contiguous(),
                "hi": bank.hi.detach().cpu().float().contiguous()}
     bank.meta.update(meta)
@@ -166,10 +170,12 @@ def read_config(path: str | Path) -> dict:
     return doc
 
 
-def load(path: str | Path, model=None, *, verify: bool = True) -> SurfaceBank:
+def load(path: str | Path, model=None, *, verify: bool = True, force: bool = False) -> SurfaceBank:
     """Read an artifact into a :class:`SurfaceBank` (float32). With ``model``: check that it fits the
-    model's shapes (error naming the mismatch) and move it to the model's device. It is not attached:
-    use ``geosteer.steer(model, bank)`` or ``geosteer.manifold.attach(model, bank=bank)``.
+    model's shapes and that the artifact's recorded base model is this model (errors name both; ``force``
+    skips the name check, never the shape check) and move it to the model's device. Non-finite
+    coefficients and ranges without finite lo < hi are refused. It is not attached: use
+    ``geosteer.steer(model, bank)`` or ``geosteer.manifold.attach(model, bank=bank)``.
     """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -188,8 +194,11 @@ def load(path: str | Path, model=None, *, verify: bool = True) -> SurfaceBank:
         if name not in tensors:
             raise ArtifactError(f"{tfile} lacks the '{name}' tensor (has {sorted(tensors)})")
     coef = tensors["coefficients"]
-    cfg = ManifoldConfig.from_dict(doc.get("config") or {})
-    layers = [int(x) for x in doc.get("layers", cfg.resolved_layers())]
+    try:
+        cfg = ManifoldConfig.from_dict(doc.get("config") or {})
+        layers = [int(x) for x in doc.get("layers", cfg.resolved_layers())]
+    except (TypeError, ValueError) as e:
+        raise ArtifactError(f"{folder / CONFIG_NAME}: invalid surfaces config ({e})") from None
     K = cfg.K
     expect = (len(layers), cfg.n_heads, cfg.head_dim, K, K)
     if tuple(coef.shape) != expect:
@@ -199,6 +208,7 @@ def load(path: str | Path, model=None, *, verify: bool = True) -> SurfaceBank:
     if lo.shape != (len(layers),) or hi.shape != (len(layers),):
         raise ArtifactError(f"{tfile}: lo/hi have shapes {tuple(lo.shape)}/{tuple(hi.shape)}, expected "
                             f"({len(layers)},)")
+    check_surfaces(coef.float(), lo, hi, layers, source=str(folder))
     cfg.layers = layers
     cfg.ranges = [(float(a), float(b)) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
     cfg.dtype = "float32"
@@ -211,7 +221,11 @@ def load(path: str | Path, model=None, *, verify: bool = True) -> SurfaceBank:
     bank.meta = dict(doc.get("meta") or {})
     bank.source = str(folder)
     if model is not None:
+        from geosteer.artifacts import check_base_model
+        from geosteer.models.loading import model_id
+
         bank.check_model(model)
+        check_base_model(cfg.base_model, model_id(model), what=f"surfaces {folder}", force=force)
         p = next(iter(model.parameters()), None)
         if p is not None:
             bank.to(p.device)

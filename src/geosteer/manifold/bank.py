@@ -11,6 +11,7 @@ A model carries at most one bank: attaching a second one (or the same one twice)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -308,6 +309,28 @@ class SurfaceBank(nn.Module):
             return out, None
         base, w = proceed(call)
         return base + out.to(base.dtype), w
+
+
+def check_surfaces(coefficients: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, layers: list[int],
+                   source: str = "surfaces") -> None:
+    """Refuse non-finite coefficients and grid ranges that are not finite with lo < hi.
+
+    The message names the first offending layer/head/dim (or layer, for a range): a NaN or infinite
+    coefficient makes every forward through that layer non-finite, and lo >= hi has no knot spacing.
+    """
+    for slot, layer in enumerate(layers):
+        a, b = float(lo[slot]), float(hi[slot])
+        if not (math.isfinite(a) and math.isfinite(b)) or a >= b:
+            raise GeosteerError(f"{source}: layer {layer} has grid range [{a}, {b}]; a range needs finite "
+                                "lo < hi")
+    c = coefficients.detach()
+    bad = ~torch.isfinite(c.reshape(*c.shape[:3], -1)).all(-1)
+    if bool(bad.any()):
+        slot, head, dim = (int(x) for x in torch.nonzero(bad)[0])
+        vals = c[slot, head, dim].flatten()
+        first = float(vals[~torch.isfinite(vals)][0])
+        raise GeosteerError(f"{source}: the surface of layer {layers[slot]} head {head} dim {dim} holds a "
+                            f"non-finite coefficient ({first}); surfaces must be finite numbers")
 
 
 def _fmt_layers(xs) -> str:

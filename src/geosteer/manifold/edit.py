@@ -22,6 +22,9 @@ scale/invert/zero/set/wall, KEYs ``layer head dim row col top`` (plural forms ac
 from __future__ import annotations
 
 import datetime as _dt
+import math
+import numbers
+import operator
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -30,6 +33,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 OPS = ("scale", "invert", "zero", "set", "wall")
+_MAX_RANGE = 1 << 16  # indices in one value list (no model dimension comes near it)
 _KEYS = {"layer": "layers", "layers": "layers", "head": "heads", "heads": "heads", "dim": "dims",
          "dims": "dims", "row": "rows", "rows": "rows", "col": "cols", "cols": "cols", "column": "cols",
          "columns": "cols", "top": "top", "alpha": "value", "value": "value"}
@@ -49,22 +53,30 @@ class Edit:
     top: int | None = None
 
     def __post_init__(self) -> None:
-        if self.op not in OPS:
+        if not isinstance(self.op, str) or self.op not in OPS:
             raise ValueError(f"unknown edit '{self.op}'; valid: {', '.join(OPS)}")
         for name in ("layers", "heads", "dims", "rows", "cols"):
             v = getattr(self, name)
             if v is not None:
-                if isinstance(v, int):
-                    v = [v]
-                setattr(self, name, [int(x) for x in v])
+                setattr(self, name, _indices(v, name))
+        if self.value is not None:
+            if isinstance(self.value, bool) or not isinstance(self.value, numbers.Real):
+                raise ValueError(f"{self.op} wants a number (got {self.value!r})")
+            if not math.isfinite(self.value):
+                raise ValueError(f"{self.op} wants a finite number (got {self.value}); NaN and infinity "
+                                 "would make the surfaces non-finite")
+            self.value = float(self.value)
         if self.op == "scale" and self.value is None:
             raise ValueError("scale needs a factor, e.g. scale=0.5")
         if self.op == "set" and self.value is None:
             raise ValueError("set needs a value, e.g. set=1.5")
         if self.op in ("invert", "zero", "wall") and self.value is not None:
             raise ValueError(f"{self.op} takes no value")
-        if self.top is not None and int(self.top) < 1:
-            raise ValueError(f"top must be ≥ 1 (got {self.top})")
+        if self.top is not None:
+            top = _indices([self.top], "top")[0] if not isinstance(self.top, list) else None
+            if top is None or top < 1:
+                raise ValueError(f"top must be a whole number ≥ 1 (got {self.top!r})")
+            self.top = top
 
     def describe(self) -> str:
         verb = self.op + (f"={self.value:g}" if self.value is not None else "")
@@ -85,6 +97,17 @@ class Edit:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
+def _indices(v, name: str) -> list[int]:
+    """Whole numbers (an int or a list of them; numpy/torch integers too), else a ValueError naming ``name``."""
+    items = v if isinstance(v, (list, tuple)) else [v]
+    try:
+        if any(isinstance(x, bool) for x in items):
+            raise TypeError
+        return [operator.index(x) for x in items]
+    except TypeError:
+        raise ValueError(f"{name} must be whole numbers (got {v!r})") from None
+
+
 def _fmt_list(xs: Sequence[int]) -> str:
     xs = list(xs)
     if len(xs) > 1 and xs == list(range(xs[0], xs[-1] + 1)):
@@ -102,12 +125,27 @@ def parse_values(text: str) -> list[int]:
             a, b = int(m.group(1)), int(m.group(2))
             if b < a:
                 raise ValueError(f"range {part} is empty (first > last)")
+            if b - a >= _MAX_RANGE:
+                raise ValueError(f"range {part} is too long (at most {_MAX_RANGE} indices)")
             out.extend(range(a, b + 1))
         elif re.fullmatch(r"\d+", part):
             out.append(int(part))
         else:
             raise ValueError(f"'{part}' is not an index, a range like 5-10, or a list like 1,3,7-9")
+        if len(out) > _MAX_RANGE:
+            raise ValueError(f"'{text}' lists more than {_MAX_RANGE} indices")
     return out
+
+
+def _number(v: str, text: str) -> float:
+    """A finite float from the text form, or a ValueError that quotes it."""
+    try:
+        x = float(v)
+    except ValueError:
+        raise ValueError(f"'{v}' is not a number (in '{text}')") from None
+    if not math.isfinite(x):
+        raise ValueError(f"'{v}' is not a finite number (in '{text}'); NaN and infinity are refused")
+    return x
 
 
 def parse_edit(text: str) -> Edit:
@@ -121,10 +159,7 @@ def parse_edit(text: str) -> Edit:
         raise ValueError(f"unknown edit '{verb}' in '{text}'; valid: {', '.join(OPS)}")
     kw: dict = {"op": verb}
     if val:
-        try:
-            kw["value"] = float(val)
-        except ValueError:
-            raise ValueError(f"'{val}' is not a number (in '{text}')") from None
+        kw["value"] = _number(val, text)
     for tok in tokens[1:]:
         key, eq, v = tok.partition("=")
         if not eq or not v:
@@ -134,9 +169,11 @@ def parse_edit(text: str) -> Edit:
         if name is None:
             raise ValueError(f"unknown key '{key}' (in '{text}'); keys: layer head dim row col top value")
         if name == "top":
+            if not re.fullmatch(r"[0-9]+", v):
+                raise ValueError(f"top wants a whole number ≥ 1, got '{v}' (in '{text}')")
             kw["top"] = int(v)
         elif name == "value":
-            kw["value"] = float(v)
+            kw["value"] = _number(v, text)
         else:
             kw[name] = parse_values(v)
     return Edit(**kw)
@@ -210,7 +247,11 @@ def apply_edit(bank, edit: Edit | str, record: bool = True) -> dict:
     c = bank.coefficients
     with torch.no_grad():
         if e.op == "scale":
-            c.copy_(torch.where(mask, c * e.value, c))
+            scaled = torch.where(mask, c * e.value, c)
+            if not bool(torch.isfinite(scaled[mask]).all()):
+                raise ValueError(f"'{e.describe()}' would overflow the coefficients to infinity; use a "
+                                 "smaller factor")
+            c.copy_(scaled)
         elif e.op == "invert":
             c.copy_(torch.where(mask, -c, c))
         elif e.op == "zero":
@@ -237,7 +278,15 @@ def apply_edits(bank, edits: Sequence[Edit | str], record: bool = True) -> list[
     parsed = [parse_edit(x) if isinstance(x, str) else x for x in edits]
     for e in parsed:
         _mask(bank, e)  # validate everything before touching the coefficients
-    return [apply_edit(bank, e, record=record) for e in parsed]
+    saved, hist = bank.coefficients.detach().clone(), list(bank.history)
+    try:
+        return [apply_edit(bank, e, record=record) for e in parsed]
+    except BaseException:  # e.g. an overflow found while applying: put everything back
+        with torch.no_grad():
+            bank.coefficients.copy_(saved)
+        bank.history[:] = hist
+        bank.clear_cache() if hasattr(bank, "clear_cache") else None
+        raise
 
 
 @contextmanager
