@@ -20,9 +20,11 @@ _VIEW_TITLES = {"baseline": "baseline A", "residual": "residual-space view",
                 "value_exclude_self": "value-space view (exclude-self)", "value_full": "value-space view (full)"}
 
 
-def diagonal_maps_figure(rows: Sequence[dict], views: Sequence[str] | None = None) -> go.Figure:
-    """Heatmaps (key on x, query on y, upper triangle blank) of each view; one shared diverging scale so
-    negative diagonal entries (Ã_tt < 0) show in blue."""
+def diagonal_maps_figure(rows: Sequence[dict], views: Sequence[str] | None = None,
+                         clip: float = 1.0) -> go.Figure:
+    """Heatmaps (key on x, query on y, upper triangle blank) of each view; one shared diverging scale,
+    clipped to ±``clip`` (weights live in [0, 1]; the residual view can reach far beyond where
+    (W_O v_t)ᵀz_t is small; hover shows the true value), so negative diagonal entries show in blue."""
     if not rows:
         raise GeosteerError("no map rows to draw")
     present = list(dict.fromkeys(r["view"] for r in rows))
@@ -32,7 +34,7 @@ def diagonal_maps_figure(rows: Sequence[dict], views: Sequence[str] | None = Non
     for r in rows:
         if r["view"] in mats:
             mats[r["view"]][int(r["query"]), int(r["key"])] = float(r["weight"])
-    zmax = max(float(np.nanmax(np.abs(m))) for m in mats.values()) or 1.0
+    zmax = clip
     fig = make_subplots(rows=1, cols=len(views), subplot_titles=[_VIEW_TITLES.get(v, v) for v in views],
                         horizontal_spacing=0.04)
     for i, v in enumerate(views):
@@ -41,8 +43,10 @@ def diagonal_maps_figure(rows: Sequence[dict], views: Sequence[str] | None = Non
                                  "<extra>" + v + "</extra>"), row=1, col=i + 1)
         fig.update_yaxes(autorange="reversed", row=1, col=i + 1)
     r0 = rows[0]
-    fig.update_layout(title=f"attention-diagonal views, layer {r0.get('layer')}, head {r0.get('head')}",
-                      height=380, width=360 * len(views) + 80, margin=dict(l=40, r=20, t=70, b=40))
+    fig.update_layout(title=f"attention-diagonal views (s∥ = 0), layer {r0.get('layer')}, head {r0.get('head')}; "
+                            f"colour clipped to ±{clip:g}",
+                      height=380, width=360 * len(views) + 80, margin=dict(l=40, r=20, t=70, b=40),
+                      plot_bgcolor="white")
     return fig
 
 
