@@ -139,16 +139,29 @@ def _run_cli(monkeypatch, capsys, *args):
     (["diagonal", "--map-head", "-1"], "head -1 out of range"),
     (["diagonal", "--map-layer", "99"], "layer 99 out of range"),
     (["plot", "nosuch", "x.json", "--out", "x.html"], "unknown figure kind"),
+    (["ppl", "--site", "value_full", "--heads", "99"], "head 99 out of range"),
+    (["ppl", "--site", "resid_attn", "--heads", "0"], "value site"),
+    (["ppl", "--site", "value_full", "--value-space", "flat"], "unknown value space"),
+    (["strength", "--value-space", "flat"], "unknown value space"),
 ])
 def test_cli_bad_input_exits_2(monkeypatch, capsys, tmp_path, args, needle):
     out = tmp_path / "r.json"
-    extra = ["--out", str(out)] if args[0] != "plot" else []
-    code, text = _run_cli(monkeypatch, capsys, "directional", *args, "-m", "tiny-llama", *extra) \
-        if args[0] != "plot" else _run_cli(monkeypatch, capsys, "directional", *args)
+    extra = ["-m", "tiny-llama"] if args[0] != "plot" else []
+    extra += ["--out", str(out)] if args[0] in ("heads", "strength", "diagonal") else []
+    code, text = _run_cli(monkeypatch, capsys, "directional", *args, *extra)
     assert code == 2, text
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], text
     assert not out.exists()
+
+
+def test_applied_strength_concat_differs():
+    m, _ = _model()
+    ids = _ids()
+    head = applied_strength(m, ids, ["value_exclude_self"], 0.0, layers=[1])[-1]
+    cat = applied_strength(m, ids, ["value_exclude_self"], 0.0, layers=[1], value_space="concat")[-1]
+    assert head["value_space"] == "head" and cat["value_space"] == "concat"
+    assert abs(head["perturb_norm"] - cat["perturb_norm"]) > 1e-4
 
 
 def test_cli_heads_and_plot(tmp_path):

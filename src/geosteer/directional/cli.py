@@ -104,10 +104,12 @@ def ppl_cmd(
     context: int = typer.Option(512, "--context"),
     stride: int = typer.Option(256, "--stride"),
     as_json: bool = typer.Option(False, "--json"),
+    heads: str = typer.Option("all", "--heads", help="value sites: query heads to edit ('all', '0-3', '0,5')"),
+    value_space: str = typer.Option("head", "--value-space", help="value sites: head | concat"),
 ) -> None:
     """Held-out perplexity with one component-scaling edit, beside the unedited baseline."""
     from geosteer.cli import emit
-    from geosteer.directional.config import ComponentScaleConfig, parse_layers
+    from geosteer.directional.config import ComponentScaleConfig, check_heads, parse_layers
     from geosteer.directional.sites import ComponentScale
     from geosteer.directional.studies import heldout_ids
     from geosteer.eval.perplexity import strided_perplexity
@@ -115,9 +117,10 @@ def ppl_cmd(
     from geosteer.models.loading import load_model
     from geosteer.steer import steer
 
-    cfg = ComponentScaleConfig(site, s_par, s_perp)
+    cfg = ComponentScaleConfig(site, s_par, s_perp, heads=heads, value_space=value_space)
     m, tok = load_model(model)
     cfg.layers = parse_layers(layers, anatomy(m).n_layers)
+    check_heads(cfg.heads, anatomy(m).n_heads)
     ids = heldout_ids(tok, tokens)
     base = strided_perplexity(m, tok, ids=ids, context=context, stride=stride)
     with steer(m, ComponentScale.from_config(cfg)):

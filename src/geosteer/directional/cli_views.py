@@ -138,6 +138,7 @@ def strength_cmd(
     s_par: float = typer.Option(0.0, "--s-par"),
     layers: str = typer.Option("all", "--layers", **_SMALL),
     tokens: int = typer.Option(512, "--tokens"),
+    value_space: str = typer.Option("head", "--value-space", help="value sites: head | concat"),
     out: Path = typer.Option(Path("docs/results/directional/strength.json"), "--out"),
     threads: int | None = typer.Option(None, "--threads"),
 ) -> None:
@@ -156,14 +157,19 @@ def strength_cmd(
         raise GeosteerError("applied strength is defined for resid_attn, value_full, value_exclude_self "
                             f"(not '{bad[0]}')")
     check_scale("s_par", s_par)
+    from geosteer.directional.config import VALUE_SPACES
+
+    if value_space not in VALUE_SPACES:
+        raise GeosteerError(f"unknown value space '{value_space}'; valid: {', '.join(VALUE_SPACES)}")
     m, tok = _setup(model, threads)
     layer_list = parse_layers(layers, anatomy(m).n_layers)
     ids = heldout_ids(tok, tokens)[None]
-    rows = applied_strength(m, ids, site_list, s_par, layer_list)
-    write_records(out, rows, {"model": model_id(m), "tokens": int(ids.shape[1]), "s_par": s_par})
+    rows = applied_strength(m, ids, site_list, s_par, layer_list, value_space)
+    write_records(out, rows, {"model": model_id(m), "tokens": int(ids.shape[1]), "s_par": s_par,
+                              "value_space": value_space})
     for r in rows:
         if r["layer"] == -1:
-            print(f"{r['site']}: perturbation norm {100 * r['perturb_norm']:.2f}%, energy "
+            print(f"{r['site']} ({r['value_space']}): perturbation norm {100 * r['perturb_norm']:.2f}%, energy "
                   f"{100 * r['perturb_energy']:.2f}%, retained norm {100 * r['retained_norm']:.2f}%")
 
 

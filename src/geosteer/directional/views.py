@@ -172,7 +172,8 @@ class _PostWOAudit:
 
 @torch.no_grad()
 def applied_strength(model: nn.Module, ids: torch.Tensor, sites: Sequence[str] = ("resid_attn", "value_exclude_self"),
-                     s_par: float = 0.0, layers: Sequence[int] | None = None) -> list[dict]:
+                     s_par: float = 0.0, layers: Sequence[int] | None = None,
+                     value_space: str = "head") -> list[dict]:
     """Table 6: per site (all ``layers`` edited at once, "Full No-Para" at s∥ = 0), the per-token
     perturbation norm ‖ỹ−y‖/‖y‖, energy ‖ỹ−y‖²/‖y‖² and retained norm ‖ỹ‖/‖y‖ at the post-W_O output,
     averaged over tokens (row ``layer`` = −1: over all layers and tokens)."""
@@ -181,7 +182,8 @@ def applied_strength(model: nn.Module, ids: torch.Tensor, sites: Sequence[str] =
     rows = []
     for site in sites:
         audit = _PostWOAudit(site, layers)
-        with steer(model, ComponentScale(site, s_par, 1.0, layers=layers), audit):
+        vs = value_space if site.startswith("value_") else "head"
+        with steer(model, ComponentScale(site, s_par, 1.0, layers=layers, value_space=vs), audit):
             model(input_ids=ids)
         per_layer: dict[int, tuple[list, list]] = {}
         for layer, p, r in zip(audit.layer_of, audit.pert, audit.ret, strict=True):
@@ -193,8 +195,9 @@ def applied_strength(model: nn.Module, ids: torch.Tensor, sites: Sequence[str] =
             p, r = torch.cat(per_layer[layer][0]), torch.cat(per_layer[layer][1])
             everything[0].append(p)
             everything[1].append(r)
-            rows.append(_strength_row(site, s_par, layer, p, r))
-        rows.append(_strength_row(site, s_par, -1, torch.cat(everything[0]), torch.cat(everything[1])))
+            rows.append({**_strength_row(site, s_par, layer, p, r), "value_space": vs})
+        rows.append({**_strength_row(site, s_par, -1, torch.cat(everything[0]), torch.cat(everything[1])),
+                     "value_space": vs})
     return rows
 
 
