@@ -20,9 +20,12 @@ more ``*.safetensors`` + a generated model card ``README.md``. The method packag
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -32,6 +35,7 @@ from geosteer.errors import ArtifactError
 
 CONFIG_NAME = "geosteer_config.json"
 CARD_NAME = "README.md"
+_log = logging.getLogger("geosteer.artifacts")
 
 
 class ArtifactWarning(UserWarning):
@@ -93,6 +97,7 @@ def check_base_model(recorded: str | None, current: str | None, *, what: str = "
 def read_config(folder: str | Path, **check: Any) -> dict:
     """Read ``folder/geosteer_config.json`` and run :func:`check_config` with ``check`` (fmt=..., ...)."""
     folder = Path(folder)
+    recover_folder(folder)
     path = folder / CONFIG_NAME
     if not path.is_file():
         raise ArtifactError(f"{folder} is not a geosteer artifact (missing {CONFIG_NAME})")
@@ -179,18 +184,79 @@ def write_model_card(folder: str | Path, text: str | None = None, **card: Any) -
     return atomic_write_text(Path(folder) / CARD_NAME, body)
 
 
+_TMP_PID = re.compile(r"\.tmp-(\d+)-")
+_STALE_S = 3600  # a temporary folder without a PID in its name (older geosteer) is stray after an hour
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # another thread of this process may be saving right now
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def recover_folder(folder: str | Path) -> list[str]:
+    """Repair what a killed :func:`write_folder_atomic` left beside ``folder``; return what was done.
+
+    A save renames the old folder to ``.NAME.old-PID`` and then the new one into place; killed between
+    the two, the artifact is missing and its only copy is hidden. If ``folder`` is missing, the newest
+    ``.NAME.old-PID`` of a process that is no longer running is renamed back; other such copies (the
+    artifact exists: the kill came after both renames) are removed, as are ``.NAME.tmp-PID-*`` folders of
+    processes that are gone. Each action is logged as a warning (``geosteer.artifacts``, shown on stderr).
+    Folders of a running process are left alone: that save may still be going on.
+    """
+    folder = Path(folder)
+    parent, name = folder.parent, folder.name
+    if not name or not parent.is_dir():
+        return []
+    done: list[str] = []
+    prefix = f".{name}."
+    olds, tmps = [], []
+    for p in parent.iterdir():
+        if not p.name.startswith(prefix) or not p.is_dir():
+            continue
+        rest = p.name[len(prefix):]
+        if rest.startswith("old-") and rest[4:].isdigit():
+            if not _pid_alive(int(rest[4:])):
+                olds.append(p)
+        elif rest.startswith("tmp-"):
+            m = _TMP_PID.match("." + rest)
+            stale = (not _pid_alive(int(m.group(1)))) if m else (time.time() - p.stat().st_mtime > _STALE_S)
+            if stale:
+                tmps.append(p)
+    olds.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    if olds and not folder.exists():
+        os.replace(olds[0], folder)
+        done.append(f"restored {folder} from {olds[0].name}, left by a save that was killed between its "
+                    "two renames")
+        olds = olds[1:]
+    for p in olds + tmps:
+        shutil.rmtree(p, ignore_errors=True)
+        done.append(f"removed {p}, left behind by a killed save of {folder}")
+    for msg in done:
+        _log.warning("warning: %s", msg)
+    return done
+
+
 def write_folder_atomic(folder: str | Path, fill: Callable[[Path], None], overwrite: bool = True) -> Path:
     """Create ``folder`` by calling ``fill(tmp)`` on a temporary sibling folder, then renaming it in place.
 
-    A crash inside ``fill`` leaves the previous folder (if any) untouched and no partial one.
+    A crash inside ``fill`` leaves the previous folder (if any) untouched and no partial one; what a kill
+    between the two renames leaves is repaired by :func:`recover_folder` (run first here and by loaders).
     """
     folder = Path(folder)
+    recover_folder(folder)
     if folder.exists() and not folder.is_dir():
         raise ArtifactError(f"{folder} exists and is not a folder")
     if folder.exists() and not overwrite:
         raise ArtifactError(f"{folder} exists; pass overwrite=True or choose another folder")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-", dir=folder.parent))
     try:
         fill(tmp)
         for f in tmp.iterdir():
@@ -221,6 +287,7 @@ def resolve(path: str | Path | None = None, *, repo_id: str | None = None, revis
         raise ArtifactError("give exactly one of a local path or repo_id=")
     if path is not None:
         p = Path(path)
+        recover_folder(p)
         if not p.is_dir():
             raise ArtifactError(f"no artifact folder at {p}")
         return p

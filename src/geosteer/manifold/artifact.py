@@ -144,9 +144,12 @@ def _jsonable(obj):
 
 def resolve(path: str | Path) -> Path:
     """The artifact folder for ``path`` (the folder itself, or one of its two files)."""
+    from geosteer.artifacts import recover_folder
+
     p = Path(path)
     if p.is_file() and p.name in (CONFIG_NAME, TENSORS_NAME):
         p = p.parent
+    recover_folder(p)
     if not p.exists():
         raise ArtifactError(f"no surfaces artifact at {p} (no such file or folder)")
     if not p.is_dir():

@@ -87,6 +87,28 @@ def calibrate_ranges(model, tok, layers: list[int], *, text: str | Path = "train
     return ranges
 
 
+STORAGE_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def check_options(*, out: Path, grid_size: int, grid_range, calibrate: bool, quantile: float,
+                  storage_dtype: str, text: str | Path) -> None:
+    """Validate every option of a surfaces run before any model is loaded or any step is taken, so a
+    mistake (e.g. ``--dtype int8``) costs nothing instead of failing after training."""
+    from geosteer.data.corpus import SPLITS
+    from geosteer.manifold.bspline import check_grid
+
+    if storage_dtype not in STORAGE_DTYPES:
+        raise GeosteerError(f"storage dtype must be one of {', '.join(STORAGE_DTYPES)} (got {storage_dtype})")
+    check_grid(grid_size, *grid_range)
+    if calibrate and not 0.5 <= quantile < 1.0:
+        raise GeosteerError(f"calibration quantile must be in [0.5, 1), got {quantile}")
+    if out.exists() and not out.is_dir():
+        raise GeosteerError(f"--out {out} exists and is not a folder")
+    if not (isinstance(text, str) and text in SPLITS) and not Path(text).is_file():
+        raise GeosteerError(f"training text '{text}' is neither a corpus split ({', '.join(SPLITS)}) nor a "
+                            "readable text file")
+
+
 def train_surfaces(
     model,
     tok,
@@ -120,6 +142,8 @@ def train_surfaces(
     cfg = cfg or TrainConfig(tokens=262_144)
     say = log or (lambda s: None)
     out = Path(out)
+    check_options(out=out, grid_size=grid_size, grid_range=grid_range, calibrate=calibrate,
+                  quantile=calibrate_quantile, storage_dtype=storage_dtype, text=text)
     state_dir = Path(str(out) + ".train")
     an = anatomy(model)
     layers = an.check_layers(layers)
@@ -214,10 +238,15 @@ def train_command(sub_app) -> None:
         """Train attention surfaces on a frozen model (only the coefficients train)."""
         from geosteer import anatomy, load_model
 
-        if threads:
-            torch.set_num_threads(threads)
+        if threads is not None and threads < 1:
+            raise GeosteerError(f"--threads must be >= 1 (got {threads})")
         if tokens is None and steps is None:
             tokens = 262_144
+        check_options(out=out, grid_size=grid, grid_range=tuple(grid_range), calibrate=calibrate,
+                      quantile=quantile, storage_dtype=dtype, text=text)
+        parse_layers(layers, 1 << 30)  # the syntax now; the range once the model is loaded
+        if threads:
+            torch.set_num_threads(threads)
         cfg = TrainConfig(lr=lr, steps=steps, tokens=tokens, batch_size=batch, micro_batch=micro_batch,
                           seq_len=seq_len, warmup_steps=warmup, seed=seed, eval_every=eval_every,
                           eval_tokens=eval_tokens, checkpoint_every=checkpoint_every,

@@ -29,7 +29,10 @@ def load_texts(source: str | Path | None = "train") -> list[str]:
     if not path.is_file():
         raise GeosteerError(f"training text '{source}' is neither a corpus split ({', '.join(SPLITS)}) "
                             "nor a readable text file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise GeosteerError(f"cannot read training text {path} as UTF-8 ({type(e).__name__})") from None
     docs = [d.strip() for d in text.split("\n\n") if d.strip()]
     if not docs:
         raise GeosteerError(f"training text file {path} is empty")
