@@ -267,3 +267,23 @@ def test_cli_workspace_that_is_a_file(tmp_path, monkeypatch, capsys, sub):
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and err.startswith("error: --workspace") and "\n" not in err and "a file" in err
     assert f.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_edit_that_would_overflow_is_refused_whole(env):
+    """Scaling by 1000 again and again: the edit that would overflow float32 is refused and undone exactly."""
+    c, s = env["client"], env["session"]
+    start, applied = s.version, 0
+    for _ in range(30):
+        before = snapshot(env)
+        r = c.post("/api/edit", json={"op": "scale", "layer": 0, "head": 1, "dim": 2, "factor": 1000})
+        if r.status_code == 400:
+            assert re.search("non-finite|overflow", one_line_error(r)) and snapshot(env) == before
+            break
+        assert r.status_code == 200
+        applied += 1
+    else:
+        pytest.fail("30 scalings by 1000 never overflowed")
+    assert applied >= 5 and torch.isfinite(s.bank.coefficients).all()
+    for _ in range(applied):
+        c.post("/api/undo", json={})
+    assert s.version == start

@@ -217,13 +217,15 @@ def test_first_paint_canvas_matches_the_surface(browser, studio):
     page.close()
 
 
-def test_foreign_page_cannot_drive_the_studio(browser, studio):
-    """A page from another origin (served at http://evil.test by Playwright's router) sends the classic
+def test_foreign_page_cannot_drive_the_studio(browser, studio, caplog):
+    """A page from another origin (http://localhost:<another port>, a plain local HTTP server: another
+    origin and, for the browser, another site than the studio's 127.0.0.1) sends the classic
     CSRF requests to the studio: a text/plain "simple" POST (no preflight) and a JSON POST (preflighted).
     Both are refused and nothing changes: no artifact saved, same version; the studio page cannot be
     framed either."""
     from geosteer.studio.session import coeff_digest
 
+    caplog.set_level("WARNING", logger="geosteer.studio")
     s = studio["session"]
     before = (s.version, coeff_digest(s.bank.coefficients), sorted(p.name for p in s.workspace.iterdir()))
     page = browser.new_page()
@@ -237,13 +239,32 @@ def test_foreign_page_cannot_drive_the_studio(browser, studio):
             " body: JSON.stringify({op: 'zero', scope: 'layer', layer: 1})}).then(r => results.push('json:' +"
             " r.status), e => results.push('json-error'));"
             "</script></body></html>")
-    page.route("http://evil.test/**", lambda route: route.fulfill(status=200, content_type="text/html",
-                                                                   body=evil))
-    page.goto("http://evil.test/")
-    _poll(page, "() => window.results.length === 2", timeout=30)
+    import http.server
+    import threading
+
+    class Evil(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(evil.encode())
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Evil)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        page.goto(f"http://localhost:{srv.server_address[1]}/")
+        _poll(page, "() => window.results.length === 2", timeout=30)
+    finally:
+        srv.shutdown()
     page.wait_for_timeout(300)
     after = (s.version, coeff_digest(s.bank.coefficients), sorted(p.name for p in s.workspace.iterdir()))
     assert after == before and not (s.workspace / "pwned").exists()
+    # the simple POST did reach the studio and was refused there by the guard (not only by the browser)
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert any("/api/save" in m and "cross-site" in m for m in refused), refused
     # the JSON request never got a readable answer (preflight refused / no CORS), and the frame stayed empty
     assert "json-error" in page.evaluate("window.results")
     frame = page.frame_locator("#f")

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import secrets
 
+log = logging.getLogger("geosteer.studio")
 TOKEN_HEADER = "x-geosteer-token"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 STRICT_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
@@ -115,6 +117,7 @@ class Guard:
                 return await reply(421, f"host '{host[:100]}' not allowed")
         problem = self.csrf_problem(scope.get("method", "GET").upper(), headers)
         if problem:
+            log.warning("studio: refused %s %s: %s", scope.get("method"), scope.get("path"), problem)
             return await reply(403, problem)
         too_big = f"request body too large (limit {self.limit} bytes)"
         cl = headers.get(b"content-length")

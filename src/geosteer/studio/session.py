@@ -286,6 +286,10 @@ class Session:
             with self.lock:
                 spec = parse_edit(body, tuple(self.bank.coefficients.shape), S.bank_layers(self.bank))
                 rec = apply_edit(self.bank, spec, self.version)
+                if not torch.isfinite(self.bank.coefficients.detach()[rec.index]).all():
+                    undo_edit(self.bank, rec)  # exact: old block and bank.history restored
+                    raise ValueError(f"{spec.describe()} would make coefficients non-finite (overflow); "
+                                     "nothing was changed")
                 self.history.append(rec)
                 if len(self.history) > MAX_HISTORY:
                     self.history.pop(0)
