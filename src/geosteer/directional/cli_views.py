@@ -173,6 +173,40 @@ def strength_cmd(
                   f"{100 * r['perturb_energy']:.2f}%, retained norm {100 * r['retained_norm']:.2f}%")
 
 
+def mlp_internal_cmd(
+    model: str = typer.Option("smollm2", "--model", "-m"),
+    layers: str = typer.Option("all", "--layers", **_SMALL),
+    texts: int = typer.Option(4, "--texts", help="fixed held-out sequences"),
+    text_len: int = typer.Option(128, "--text-len", help="tokens per sequence"),
+    out: Path = typer.Option(Path("docs/results/directional/mlp_internal.json"), "--out"),
+    threads: int | None = typer.Option(None, "--threads"),
+) -> None:
+    """Table 10: Δloss of Full No-Para / No-Perp at the residual MLP output and the MLP-internal sites."""
+    from geosteer.directional.config import parse_layers
+    from geosteer.directional.mlp_internal import MLPInternalScale, mlp_internal_study
+    from geosteer.directional.studies import heldout_ids
+    from geosteer.errors import GeosteerError
+    from geosteer.io_utils import write_records
+    from geosteer.models.anatomy import anatomy
+    from geosteer.models.loading import model_id
+
+    if texts < 1 or text_len < 2:
+        raise GeosteerError("--texts must be >= 1 and --text-len >= 2")
+    m, tok = _setup(model, threads)
+    layer_list = parse_layers(layers, anatomy(m).n_layers)
+    ids = heldout_ids(tok, texts * text_len)
+    if ids.numel() < texts * text_len:
+        raise GeosteerError(f"the held-out split has only {ids.numel()} tokens")
+    ids = ids.reshape(texts, text_len)
+    rows = mlp_internal_study(m, ids, layer_list)
+    cov = MLPInternalScale.coverage(m)
+    write_records(out, rows, {"model": model_id(m), "texts": texts, "text_len": text_len,
+                              "carrier_coverage": cov})
+    print(f"carrier coordinates in full d-groups (edited): {100 * cov:.1f}%")
+    for r in rows:
+        print(f"{r['geometry']} {r['setting']}: delta loss {r['delta_loss']:+.4f}")
+
+
 def plot_cmd(
     kind: str = typer.Argument(..., help="diagonal | heads"),
     result: Path = typer.Argument(..., help="the tidy result file (diagonal: the *_maps.json file)"),
@@ -194,4 +228,5 @@ def register(sub: typer.Typer) -> None:
     sub.command("diagonal")(diagonal_cmd)
     sub.command("heads")(heads_cmd)
     sub.command("strength")(strength_cmd)
+    sub.command("mlp-internal")(mlp_internal_cmd)
     sub.command("plot")(plot_cmd)
