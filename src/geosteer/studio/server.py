@@ -206,14 +206,14 @@ def create_app(session: Session, results_dirs: list[Path] | None = None,
     @app.post("/api/effect")
     async def effect(request: Request):
         body = await read_json(request)
-        return await asyncio.wrap_future(session.submit_effect(body))
+        return await asyncio.wrap_future(await run_in_threadpool(session.submit_effect, body))
 
     @app.post("/api/edit")
     async def edit(request: Request):
         body = await read_json(request)
         effect_opts = body.pop("effect", None)
         t0 = time.perf_counter()
-        spec, version, fut = session.edit(body, effect_opts)
+        spec, version, fut = await run_in_threadpool(session.edit, body, effect_opts)
         out = {"edit": spec.describe(), "version": version}
         if fut is not None:
             out["effect"] = await asyncio.wrap_future(fut)
@@ -223,7 +223,7 @@ def create_app(session: Session, results_dirs: list[Path] | None = None,
     @app.post("/api/undo")
     async def undo(request: Request):
         _only(await read_json(request), set())
-        undone = session.undo()
+        undone = await run_in_threadpool(session.undo)
         return {"undone": undone, "version": session.version}
 
     @app.post("/api/save")

@@ -23,6 +23,13 @@ from concurrent.futures import Future
 KINDS = {"analysis": 0, "generate": 1}  # priority: lower runs first
 
 
+def done(value) -> Future:
+    """A future that already holds ``value`` (a cached result: nothing to queue)."""
+    f: Future = Future()
+    f.set_result(value)
+    return f
+
+
 class QueueFull(Exception):
     """No room for another job of this kind; ``retry_after`` is a whole-second estimate."""
 
