@@ -1,0 +1,160 @@
+"""Experiment 3 as the paper runs it: diversity under aggregation pressure (paper §4 "FFN controls diversity
+under aggregation pressure", Eq. (20)), and the FFN gain sweep by depth (App. C.1, Fig. 8 left).
+
+Pressure. :class:`AttentionTemperature` multiplies the attention logits of the chosen layers by an inverse
+temperature β_A (β_A > 1 sharpens every softmax row: stronger aggregation; β_A = 1 is stock). It is an
+attention handler (``call.scaling`` × β_A), so it acts inside the softmax on every family, GQA and masks
+included. Under each β_A, the FFN of the same layers runs as one of the variants full / tangential /
+radial / zero (:class:`geosteer.dynamics.variants.FFNVariant`), and the spherical diversity D = 1 − ‖E u‖²
+of the residual directions after every block is recorded (per sequence, position 0 left out unless
+``with_bos``), with the held-out loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from geosteer.dynamics import sphere
+from geosteer.errors import GeosteerError
+
+PRESSURE_VARIANTS = ("full", "tangential", "radial", "zero")
+
+
+def check_beta(beta: float) -> float:
+    if not (math.isfinite(beta) and beta > 0):
+        raise GeosteerError(f"attention inverse temperature beta must be finite and > 0 (got {beta})")
+    return float(beta)
+
+
+@dataclass
+class AttentionTemperature:
+    """Multiply the attention logits of ``layers`` (None = all) by ``beta`` (β_A, inverse temperature)."""
+
+    beta: float = 1.0
+    layers: Sequence[int] | None = None
+
+    def __post_init__(self) -> None:
+        check_beta(self.beta)
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        from geosteer.attention import add_attention_handler, use_geosteer_attention
+        from geosteer.models.anatomy import anatomy
+
+        an = anatomy(model)
+        layers = an.check_layers(self.layers)
+        use_geosteer_attention(model)
+        beta = float(self.beta)
+
+        def handler(call, proceed):
+            return proceed(call.with_(scaling=call.effective_scaling * beta))
+
+        removers = [add_attention_handler(an.blocks[i].attn, handler) for i in layers]
+
+        def remove() -> None:
+            for r in reversed(removers):
+                r()
+
+        return remove
+
+
+class _DiversityRecorder:
+    """Read-only: D of the block outputs' directions per layer, summed over sequences."""
+
+    def __init__(self, with_bos: bool) -> None:
+        self.with_bos = with_bos
+        self.sums: dict[int, list[float]] = {}
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        from geosteer.hooks import HookSet, add_hook
+        from geosteer.models.anatomy import anatomy
+
+        hooks = HookSet()
+        for layer in range(anatomy(model).n_layers):
+            def rec(x, ctx):
+                u = sphere.unit((x if self.with_bos else x[:, 1:]).float())
+                d = sphere.diversity(u)
+                acc = self.sums.setdefault(ctx.layer, [0.0, 0])
+                acc[0] += float(d.sum())
+                acc[1] += int(d.numel())
+
+            add_hook(model, "resid_post", layer, rec, hooks)
+        return hooks.remove
+
+
+@torch.no_grad()
+def pressure_study(model: nn.Module, ids: torch.Tensor, betas: Sequence[float], layers: Sequence[int] | None,
+                   variants: Sequence[str] = PRESSURE_VARIANTS, batch_size: int = 4, with_bos: bool = False,
+                   log=None) -> tuple[list[dict], list[dict]]:
+    """D after every block and the loss, for each (β_A, FFN variant) applied at ``layers``.
+
+    Returns (per-layer rows, summary rows). Summary: loss, D after the last pressured layer and after the last
+    layer, and the mean D over the layers from the first pressured one on.
+    """
+    from geosteer.dynamics.topk import nll_sum
+    from geosteer.dynamics.variants import FFNVariant
+    from geosteer.models.anatomy import anatomy
+    from geosteer.steer import steer
+
+    an = anatomy(model)
+    chosen = an.check_layers(layers)
+    betas = [check_beta(b) for b in betas]
+    bad = [v for v in variants if v not in PRESSURE_VARIANTS]
+    if bad:
+        raise GeosteerError(f"unknown FFN variant '{bad[0]}'; valid: {', '.join(PRESSURE_VARIANTS)}")
+    device = next(model.parameters()).device
+    rows, summ = [], []
+    first, last = min(chosen), max(chosen)
+    for beta in betas:
+        for variant in variants:
+            rec = _DiversityRecorder(with_bos)
+            ivs = [AttentionTemperature(beta, chosen), FFNVariant(variant, chosen), rec]
+            tot, n = 0.0, 0
+            with steer(model, *ivs):
+                for i in range(0, ids.shape[0], batch_size):
+                    s, c = nll_sum(model, ids[i : i + batch_size].to(device))
+                    tot += s
+                    n += c
+            per_layer = {k: v[0] / v[1] for k, v in sorted(rec.sums.items())}
+            rows += [{"beta": beta, "variant": variant, "layer": k, "diversity": v} for k, v in per_layer.items()]
+            after = [per_layer[k] for k in per_layer if k >= first]
+            summ.append({"beta": beta, "variant": variant, "loss": tot / n,
+                         "D_last_pressured": per_layer[last], "D_final": per_layer[an.n_layers - 1],
+                         "D_mean_from_first": sum(after) / len(after)})
+            if log:
+                log(f"beta={beta} {variant}: loss {tot / n:.3f}, D_final {per_layer[an.n_layers - 1]:.3f}")
+    return rows, summ
+
+
+def depth_layers(n_layers: int, depths: Sequence[float]) -> list[int]:
+    """Layer round(f·(L − 1)) for each depth fraction f = ℓ/L in [0, 1]."""
+    bad = [f for f in depths if not (math.isfinite(f) and 0 <= f <= 1)]
+    if bad:
+        raise GeosteerError(f"depth fractions must be in [0, 1] (got {bad[0]})")
+    return [int(round(f * (n_layers - 1))) for f in depths]
+
+
+def gain_depth_sweep(model: nn.Module, ids: torch.Tensor, depths: Sequence[float], values: Sequence[float],
+                     batch_size: int = 4, log=None) -> list[dict]:
+    """FFN gain α_F at a single layer at depth ℓ/L (attention fixed, App. C.1 / Fig. 8 left): loss increase."""
+    from geosteer.dynamics.parallel import mean_loss
+    from geosteer.dynamics.variants import Gains
+    from geosteer.models.anatomy import anatomy
+
+    L = anatomy(model).n_layers
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise GeosteerError(f"gain values must be finite (got {bad[0]})")
+    base = mean_loss(model, ids, batch_size)
+    rows = []
+    for f, layer in zip(depths, depth_layers(L, depths), strict=True):
+        for v in values:
+            loss = base if v == 1.0 else mean_loss(model, ids, batch_size, (Gains(alpha_ffn=v, layers=[layer]),))
+            rows.append({"depth": f, "layer": layer, "alpha_ffn": v, "loss": loss, "loss_increase": loss - base})
+            if log:
+                log(f"depth {f:.3f} (layer {layer}) alpha {v}: dL {loss - base:+.4f}")
+    return rows
