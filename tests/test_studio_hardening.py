@@ -287,3 +287,28 @@ def test_edit_that_would_overflow_is_refused_whole(env):
     for _ in range(applied):
         c.post("/api/undo", json={})
     assert s.version == start
+
+
+def test_loading_a_non_finite_artifact_is_refused_and_changes_nothing(env):
+    """A NaN planted in a workspace artifact (checksum updated, so only the value check can catch it)."""
+    import hashlib
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    bad = env["ws"] / "nan-planted"
+    shutil.copytree(env["ws"] / "kept", bad)
+    tensors = load_file(str(bad / "surfaces.safetensors"))
+    tensors["coefficients"][1, 2, 3, 0, 0] = float("nan")
+    save_file(tensors, str(bad / "surfaces.safetensors"))
+    cfg = json.loads((bad / "geosteer_config.json").read_text())
+    cfg["sha256"] = hashlib.sha256((bad / "surfaces.safetensors").read_bytes()).hexdigest()
+    (bad / "geosteer_config.json").write_text(json.dumps(cfg))
+    try:
+        before = snapshot(env)
+        r = env["client"].post("/api/load", json={"name": "nan-planted"})
+        assert r.status_code == 400 and re.search("finite|NaN|nan", one_line_error(r)), r.text
+        assert snapshot(env) == before
+        assert env["client"].post("/api/effect", json={"max_new_tokens": 2}).status_code == 200
+    finally:
+        shutil.rmtree(bad)
