@@ -312,3 +312,25 @@ def test_loading_a_non_finite_artifact_is_refused_and_changes_nothing(env):
         assert env["client"].post("/api/effect", json={"max_new_tokens": 2}).status_code == 200
     finally:
         shutil.rmtree(bad)
+
+
+def test_live_server_chunked_body_and_csrf(env):
+    """The same probes through a real uvicorn server (HTTP/1.1 chunked framing parsed by uvicorn)."""
+    import httpx
+
+    from geosteer.studio.server import serve_in_thread
+
+    url, stop = serve_in_thread(env["app"])
+    try:
+        before = snapshot(env)
+        with httpx.Client(base_url=url, timeout=60) as c:
+            r = c.post("/api/save", content=(b" " * 1000 for _ in range(70)),
+                       headers={"Content-Type": "application/json", "X-Geosteer-Token": env["token"]})
+            assert r.status_code == 413 and "too large" in one_line_error(r)
+            r = c.post("/api/save", content=b'{"name": "kept", "overwrite": true}',
+                       headers={"Content-Type": "text/plain", "Origin": "http://evil.com"})
+            assert r.status_code == 403 and one_line_error(r)
+            assert c.get("/api/info").status_code == 200
+        assert snapshot(env) == before
+    finally:
+        stop()
