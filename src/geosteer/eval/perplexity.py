@@ -2,13 +2,16 @@
 
 Windows of ``context`` tokens start every ``stride`` tokens; in each window only the tokens not scored by
 the previous window are scored (labels of the overlap are masked), so every token after the first is
-scored exactly once with up to ``context - 1`` tokens of left context. NLL is token-weighted. Windows of
+scored exactly once with up to ``context - 1`` tokens of left context. NLL is token-weighted. Only the
+logits of scored positions are computed (``logits_to_keep``) and the log-softmax runs one window at a
+time, so memory beyond the model is about (batch, stride, vocab) floats, not twice (batch, context, vocab). Windows of
 equal length are batched (the result is the same as one window at a time). Bits per byte divide the
 total NLL in bits by the UTF-8 byte count of the scored text.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import asdict, dataclass
 
@@ -95,29 +98,35 @@ def strided_perplexity(
         raise GeosteerError(f"text is shorter than one window: {len(ids)} tokens < context {context}")
     spans = window_spans(len(ids), context, stride)
     device = next(model.parameters()).device
+    # HF causal LMs can compute the vocabulary projection for the last k positions only: a window
+    # scores at most ``stride`` tokens, so most of the (batch, context, vocab) logits are never needed.
+    keep_ok = "logits_to_keep" in inspect.signature(model.forward).parameters
     total_nll = 0.0
     total_tok = 0
     # Group windows by length so that each batch is rectangular.
-    groups: dict[int, list[tuple[int, int, int]]] = {}
+    groups: dict[tuple[int, bool], list[tuple[int, int, int]]] = {}
+    # The first window scores (almost) all its tokens and needs every position's logits: it gets a batch
+    # of its own, so the others keep only ``stride + 1`` positions.
     for s in spans:
-        groups.setdefault(s[1] - s[0], []).append(s)
+        groups.setdefault((s[1] - s[0], s[2] >= s[1] - s[0] - 1), []).append(s)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(spans), desc="perplexity", unit="win")
-    for length, group in groups.items():
+    for (length, _), group in groups.items():
         for i in range(0, len(group), batch_size):
             chunk = group[i : i + batch_size]
             x = torch.stack([ids[b:e] for b, e, _ in chunk]).to(device)
-            logits = model(input_ids=x, use_cache=False).logits.float()
-            logp = F.log_softmax(logits[:, :-1], dim=-1)
-            tgt = x[:, 1:]
-            nll_tok = -logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)  # (B, L-1)
-            for r, (_, _, trg) in enumerate(chunk):
-                n = min(trg, length - 1)  # first window: first token has no prediction
-                total_nll += nll_tok[r, -n:].double().sum().item()
+            ns = [min(trg, length - 1) for _, _, trg in chunk]  # first window: first token has no prediction
+            k = max(ns) + 1  # positions whose logits are needed: the predictions of the last k - 1 tokens
+            kw = {"logits_to_keep": k} if keep_ok and k < length else {}
+            logits = model(input_ids=x, use_cache=False, **kw).logits[:, -k:]
+            for r, n in enumerate(ns):  # one row at a time: a (n, vocab) log-softmax, not (B, L, vocab)
+                nll = F.cross_entropy(logits[r, -n - 1 : -1].float(), x[r, -n:], reduction="none")
+                total_nll += nll.double().sum().item()
                 total_tok += n
+            del logits
             if bar is not None:
                 bar.update(len(chunk))
     if bar is not None:

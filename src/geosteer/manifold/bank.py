@@ -215,9 +215,9 @@ class SurfaceBank(nn.Module):
         self.check_model(model)
         use_geosteer_attention(model)
         an = anatomy(model)
-        p = next(iter(model.parameters()), None)
-        if p is not None and self.coefficients.device != p.device:
-            self.to(p.device)
+        dev = _layers_device(an, self.layers)
+        if dev is not None and self.coefficients.device != dev:
+            self.to(dev)  # one device for all covered layers: move once (else per layer, per forward)
         removers = []
         for slot, layer in enumerate(self.layers):
             removers.append(add_attention_handler(an.blocks[layer].attn, self._make_handler(slot)))
@@ -286,7 +286,8 @@ class SurfaceBank(nn.Module):
         lo, hi = self.lo[slot], self.hi[slot]
         lo_f, hi_f = float(lo), float(hi)
         c = self._layer_coeff(slot, grad)
-        c = c.to(q.dtype) if c.dtype != q.dtype else c
+        if c.device != q.device:  # layers split over devices (device_map): this layer's device
+            c = c.to(q.device)
         # We compute the stock part ourselves only when we are the last handler in the chain, so that
         # handlers attached after us (recorders, value edits) still see and change the call.
         last = attention_handlers(call.module)[-1] is handler
@@ -309,6 +310,23 @@ class SurfaceBank(nn.Module):
             return out, None
         base, w = proceed(call)
         return base + out.to(base.dtype), w
+
+
+def _layers_device(an, layers: list[int]) -> torch.device | None:
+    """The one device holding the attention weights of ``layers``; None if they are split over devices or
+    not materialised (accelerate offload keeps them on ``meta`` until a forward: the hook's device counts)."""
+    devs = set()
+    for layer in layers:
+        attn = an.blocks[layer].attn
+        hook = getattr(attn, "_hf_hook", None)
+        dev = getattr(hook, "execution_device", None)
+        if dev is None:
+            p = next(iter(attn.parameters()), None)
+            dev = p.device if p is not None else None
+        if dev is None or torch.device(dev).type == "meta":
+            return None
+        devs.add(torch.device(dev if not isinstance(dev, int) else f"cuda:{dev}"))
+    return devs.pop() if len(devs) == 1 else None
 
 
 def check_surfaces(coefficients: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, layers: list[int],
