@@ -81,4 +81,4 @@ def ScaleHook(point: str, factor: float, layers: Sequence[int] | None = None) ->
 
 def AddVector(point: str, vector: torch.Tensor, layers: Sequence[int] | None = None) -> HookIntervention:
     """Add a steering vector (d_model,) at ``point`` on every token."""
-    return HookIntervention(point, lambda x, ctx: x + vector.to(x.dtype), layers)
+    return HookIntervention(point, lambda x, ctx: x + vector.to(device=x.device, dtype=x.dtype), layers)

@@ -64,7 +64,7 @@ class FFNGates(nn.Module):
         try:
             for i, layer in enumerate(self.layers):
                 def fn(phi, ctx, i=i):
-                    return phi * self.alpha[i].to(phi.dtype)
+                    return phi * self.alpha[i].to(device=phi.device, dtype=phi.dtype)
 
                 add_hook(model, "mlp_out", layer, fn, hooks)
         except Exception:

@@ -27,6 +27,7 @@ import torch
 from geosteer.manifold.bspline import bspline_basis
 
 DEFAULT_BLOCK = 128  # queries per block: measured best of 32–256 on the default model at 2 threads
+_HALF = (torch.float16, torch.bfloat16)
 SMALL_Q = 8  # at most this many queries (decoding): grouped layout, one pass over the key features
 
 
@@ -63,7 +64,11 @@ def _weights(t: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def key_features(key: torch.Tensor, value: torch.Tensor, grid_size: int, lo, hi) -> torch.Tensor:
-    """Key-side features (b, Hkv, T, d·(K+1)): per (j, d), v·B_0(k) … v·B_{K-1}(k), then v."""
+    """Key-side features (b, Hkv, T, d·(K+1)): per (j, d), v·B_0(k) … v·B_{K-1}(k), then v.
+
+    bf16/fp16 keys and values are computed in fp32 (see :func:`modulated_attention`)."""
+    if key.dtype in _HALF:
+        key, value = key.to(torch.float32), value.to(torch.float32)
     ext = _ext_for(key, lo, hi)
     if ext is not None:
         sc, off = _affine(grid_size, lo, hi)
@@ -195,6 +200,17 @@ def modulated_attention(
     :func:`key_features` for these keys (decode cache). ``with_value=False`` returns only Δo (the caller
     adds the stock output).
     """
+    if query.dtype in _HALF:
+        # bf16/fp16: positions on the knot grid need more than 8-11 mantissa bits (u = (x - lo)/h + 3 spans
+        # 0..g+6) and the feature sums run over all keys, so the whole kernel runs in fp32 (the compiled
+        # fp32 kernels on the CPU, PyTorch elsewhere) and the output comes back in the input dtype.
+        f32 = torch.float32
+        out = modulated_attention(
+            query.to(f32), key.to(f32), value.to(f32), coeff, grid_size, lo, hi,
+            attn_mask=attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else attn_mask.to(f32),
+            is_causal=is_causal, scaling=scaling, softcap=softcap, dropout=dropout,
+            features=None if features is None else features.to(f32), with_value=with_value, block=block)
+        return out.to(query.dtype)
     b, H, L, d = query.shape
     hkv, T = key.shape[1], key.shape[2]
     rep = H // hkv

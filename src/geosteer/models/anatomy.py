@@ -201,14 +201,42 @@ def supported_families() -> list[str]:
     return sorted(k for k in FAMILIES if k != "gemma3")
 
 
+def unwrap_peft(model: nn.Module) -> nn.Module:
+    """The transformers model inside a PEFT wrapper: ``PeftModel.get_base_model()`` (or
+    ``base_model.model``) for a ``PeftModel``, ``.model`` for a bare ``LoraModel``-style tuner; else ``model``.
+
+    Layers are resolved on the unwrapped model (the wrapper forwards attribute access one level down only,
+    so ``model.layers`` would miss); LoRA layers stay in place inside it, so an intervention attached there
+    sees the adapted weights.
+    """
+    seen = 0
+    while seen < 4:
+        seen += 1
+        get_base = getattr(type(model), "get_base_model", None)
+        if get_base is not None:
+            model = model.get_base_model()
+            continue
+        inner = model.__dict__.get("_modules", {}).get("model")
+        if type(model).__module__.startswith("peft.") and inner is not None:
+            model = inner
+            continue
+        break
+    return model
+
+
 def anatomy(model: nn.Module) -> Anatomy:
-    """Build (and cache on the model) the canonical view of ``model``.
+    """Build (and cache on the model) the canonical view of ``model`` (a PEFT wrapper is unwrapped).
 
     Raises :class:`UnsupportedArchitecture` naming the model type and the supported ones.
     """
     cached = getattr(model, "_geosteer_anatomy", None)
     if cached is not None:
         return cached
+    wrapper, model = model, unwrap_peft(model)
+    if model is not wrapper:
+        an = anatomy(model)
+        wrapper.__dict__["_geosteer_anatomy"] = an
+        return an
     config = model.config
     model_type = getattr(config, "model_type", type(model).__name__)
     spec = FAMILIES.get(model_type)

