@@ -17,13 +17,9 @@ from torch import nn
 
 from geosteer.attention import add_attention_handler, stock_attention_with_lse, use_geosteer_attention
 from geosteer.directional.config import ComponentScaleConfig, check_heads
-from geosteer.directional.decompose import decompose
 from geosteer.directional.value import (
-    grouped_output,
-    own_values,
     self_weight,
     self_weight_from_lse,
-    ungrouped_output,
     without_diagonal_mask,
 )
 from geosteer.hooks import HookSet, add_hook
@@ -31,9 +27,14 @@ from geosteer.models.anatomy import anatomy
 
 
 def _scaled_delta(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: float) -> torch.Tensor:
-    """(s∥−1)·y∥ + (s⊥−1)·y⊥: what Eq. 11 adds to y."""
-    _, par, perp = decompose(y, ref)
-    return (s_par - 1.0) * par + (s_perp - 1.0) * perp
+    """(s∥−1)·y∥ + (s⊥−1)·y⊥ = (s⊥−1)·y + (s∥−s⊥)·α·ref: what Eq. 11 adds to y.
+
+    Same convention as ``decompose`` (α = 0 for a zero reference), in as few tensor passes as possible:
+    two dot products, one scalar per token, one broadcast multiply (and one more pass when s⊥ ≠ 1)."""
+    rr = torch.linalg.vecdot(ref, ref)
+    alpha = torch.where(rr > 1e-30, torch.linalg.vecdot(y, ref) / rr.clamp_min(1e-30), 0.0)
+    par = ((s_par - s_perp) * alpha).unsqueeze(-1) * ref
+    return par if s_perp == 1.0 else par + (s_perp - 1.0) * y
 
 
 class ComponentScale:
@@ -155,24 +156,25 @@ class ComponentScale:
                 out, w = fused[0], None
             else:
                 out, w = proceed(call)
-            o = grouped_output(out, call).float()
-            v = own_values(call).float()
+            # Work in the output's own layout (b, q, Hkv, n_rep, dv): views, no transposed copies.
+            b, q, h, dv = out.shape
+            hkv = call.key.shape[1]
+            o = out.float().reshape(b, q, hkv, h // hkv, dv)
+            v = call.value[:, :, call.value.shape[2] - q:].float().transpose(1, 2).unsqueeze(3)  # (b,q,Hkv,1,dv)
             if site == "value_full":
                 y = o  # Eq. 8 + 11 on the whole aggregate
             else:  # value_exclude_self, Eq. 9-10: c_t = o_t − A_tt·v_t; d_t kept; no renormalisation
                 a_tt = self_weight(call) if fused is None else self_weight_from_lse(call, fused[1])
-                y = o - a_tt[..., None] * v
+                y = o - a_tt.permute(0, 3, 1, 2).unsqueeze(-1) * v
             if concat:  # one decomposition of the concatenated heads against the concatenated v_t
-                b, hkv, r, q, dv = o.shape
-                vc = v.expand(b, hkv, r, q, dv).permute(0, 3, 1, 2, 4).reshape(b, q, 1, 1, hkv * r * dv)
-                yc = y.permute(0, 3, 1, 2, 4).reshape(b, q, 1, 1, hkv * r * dv)
-                d = _scaled_delta(yc, vc, sp, sq).reshape(b, q, hkv, r, dv).permute(0, 2, 3, 1, 4)
+                vc = v.expand(o.shape).reshape(b, q, h * dv)
+                d = _scaled_delta(y.reshape(b, q, h * dv), vc, sp, sq).reshape(o.shape)
             else:
                 d = _scaled_delta(y, v, sp, sq)
             new = o + d
-            sel = self._head_mask(call.query.shape[1], call.key.shape[1], o.device)
-            if sel is not None:
-                new = torch.where(sel, new, o)
-            return ungrouped_output(new, out), w
+            sel = self._head_mask(h, hkv, o.device)
+            if sel is not None:  # (1, Hkv, n_rep, 1, 1) → (1, 1, Hkv, n_rep, 1)
+                new = torch.where(sel.permute(0, 3, 1, 2, 4), new, o)
+            return new.reshape(b, q, h, dv).to(out.dtype), w
 
         return value_handler
