@@ -61,9 +61,10 @@ def test_edit_ops_exact(tiny_cache):
 
 
 def test_wall_blocks_value_flow_inside_the_grid(tiny_cache):
+    """The legacy grid-wall (C = -1); exact region walls are tested in test_manifold_walls.py."""
     model, _ = tiny_cache("llama")
     bank = _bank(model)
-    E.apply_edit(bank, E.wall(layers=[1]))
+    E.apply_edit(bank, E.grid_wall(layers=[1]))
     assert torch.all(bank.coefficients[1] == -1)
     # 1 + S = 0 for q, k inside [lo, hi]
     q, k = torch.meshgrid(torch.linspace(-4, 3.99, 9), torch.linspace(-4, 3.99, 7), indexing="ij")
@@ -71,7 +72,7 @@ def test_wall_blocks_value_flow_inside_the_grid(tiny_cache):
     # top-N wall: exactly the N largest-norm surfaces of the layer
     bank2 = _bank(model, seed=1)
     norms = bank2.coefficients[2].flatten(-2).norm(dim=-1)
-    rec = E.apply_edit(bank2, "wall layer=2 top=5")
+    rec = E.apply_edit(bank2, "grid-wall layer=2 top=5")
     walled = (bank2.coefficients[2] == -1).all(-1).all(-1)
     assert int(walled.sum()) == 5
     top5 = set(torch.topk(norms.flatten(), 5).indices.tolist())

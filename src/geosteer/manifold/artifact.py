@@ -17,16 +17,16 @@ from pathlib import Path
 import torch
 
 from geosteer.artifacts import check_config, write_folder_atomic
-from geosteer.errors import ArtifactError
+from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.manifold.bank import SurfaceBank, check_surfaces
 from geosteer.manifold.config import ManifoldConfig
 
 FORMAT = "geosteer-surfaces"
-VERSION = 1
+VERSION = 2  # 2: exact region walls ("walls"); written only when the bank has walls, else 1
 CONFIG_NAME = "geosteer_config.json"
 TENSORS_NAME = "surfaces.safetensors"
 _KNOWN = {"base_model", "model", "grid_size", "K", "grid_range", "layers", "lo", "hi", "shape", "storage_dtype",
-          "n_parameters", "config", "meta", "history", "sha256"}
+          "n_parameters", "config", "meta", "history", "sha256", "walls"}
 _STORE = {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -70,9 +70,11 @@ def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta)
                "hi": bank.hi.detach().cpu().float().contiguous()}
     bank.meta.update(meta)
     cfg = bank.config
+    walls = [w.to_dict() for w in getattr(bank, "walls", [])]
+    version = VERSION if walls else 1  # readers of version 1 keep reading wall-less artifacts
     doc = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": version,
         "geosteer_version": __version__,
         "commit": _commit(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -92,8 +94,10 @@ def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta)
         "meta": _jsonable(bank.meta),
         "history": _jsonable(bank.history),
     }
+    if walls:
+        doc["walls"] = walls
     def fill(tmp: Path) -> None:
-        save_file(tensors, str(tmp / TENSORS_NAME), metadata={"format": FORMAT, "version": str(VERSION)})
+        save_file(tensors, str(tmp / TENSORS_NAME), metadata={"format": FORMAT, "version": str(version)})
         doc["sha256"] = _sha256(tmp / TENSORS_NAME)
         (tmp / CONFIG_NAME).write_text(json.dumps(doc, indent=2) + "\n")
         _model_card(tmp, doc, bank)
@@ -143,10 +147,11 @@ def _jsonable(obj):
 
 
 def resolve(path: str | Path) -> Path:
-    """The artifact folder for ``path`` (the folder itself, or one of its two files)."""
-    from geosteer.artifacts import recover_folder
+    """The artifact folder for ``path`` (the folder itself, or one of its two files, or a Hub repo id
+    ``org/name[@revision]``: its snapshot in the huggingface_hub cache, see ``geosteer.artifacts.locate``)."""
+    from geosteer.artifacts import locate, recover_folder
 
-    p = Path(path)
+    p = locate(path)
     if p.is_file() and p.name in (CONFIG_NAME, TENSORS_NAME):
         p = p.parent
     recover_folder(p)
@@ -173,7 +178,8 @@ def read_config(path: str | Path) -> dict:
     return doc
 
 
-def load(path: str | Path, model=None, *, verify: bool = True, force: bool = False) -> SurfaceBank:
+def load(path: str | Path, model=None, *, verify: bool = True, force: bool = False,
+         revision: str | None = None) -> SurfaceBank:
     """Read an artifact into a :class:`SurfaceBank` (float32). With ``model``: check that it fits the
     model's shapes and that the artifact's recorded base model is this model (errors name both; ``force``
     skips the name check, never the shape check) and move it to the model's device. Non-finite
@@ -183,7 +189,7 @@ def load(path: str | Path, model=None, *, verify: bool = True, force: bool = Fal
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    folder = resolve(path)
+    folder = resolve(path if revision is None else f"{path}@{revision}")  # revision: of a Hub repo id
     doc = read_config(folder)
     tfile = folder / TENSORS_NAME
     if verify and doc.get("sha256") and _sha256(tfile) != doc["sha256"]:
@@ -220,6 +226,13 @@ def load(path: str | Path, model=None, *, verify: bool = True, force: bool = Fal
         bank.coefficients.copy_(coef.float())
         bank.lo.copy_(lo)
         bank.hi.copy_(hi)
+    walls = doc.get("walls") or []
+    if not isinstance(walls, list):
+        raise ArtifactError(f"{folder / CONFIG_NAME}: walls must be a list (got {type(walls).__name__})")
+    try:
+        bank.set_walls(walls)
+    except GeosteerError as e:
+        raise ArtifactError(f"{folder / CONFIG_NAME}: invalid wall ({e})") from None
     bank.history = list(doc.get("history") or [])
     bank.meta = dict(doc.get("meta") or {})
     bank.source = str(folder)

@@ -122,6 +122,9 @@ class SurfaceBank(nn.Module):
         self._views = None
         self._views_version = None
         self._last_slot = -1
+        self.walls: list = []  # exact region walls (geosteer.manifold.walls.Wall), any model layer
+        self._compiled_walls: dict | None = None
+        self._is_attached = False
 
     # ----------------------------------------------------------------- shape / lookup
     @property
@@ -201,6 +204,43 @@ class SurfaceBank(nn.Module):
             raise GeosteerError(f"surfaces were made for {base} and do not fit this model "
                                 f"({an.model_type}): " + "; ".join(probs))
 
+    # ----------------------------------------------------------------- walls
+    def set_walls(self, walls) -> None:
+        """Replace the exact region walls (``Wall`` objects or their dicts), validated against the model
+        shape: one-line errors for a layer/head/dim out of range or a range with lo >= hi. Takes effect on
+        the next forward (also while attached)."""
+        from geosteer.manifold.walls import Wall, validate_wall
+
+        new = [w if isinstance(w, Wall) else Wall.from_dict(w) for w in walls]
+        for w in new:
+            validate_wall(w, n_layers=self.config.n_layers, layers=self.layers, n_heads=self.n_heads,
+                          head_dim=self.head_dim)
+        extra = sorted({w.layer for w in new} - set(self.layers) - set(self._wall_layers()))
+        if extra and self._is_attached:
+            raise GeosteerError(f"walls on layers without surfaces ({_fmt_layers(extra)}) must be set before "
+                                "the surfaces are attached (detach, add the walls, attach again)")
+        self.walls = new
+        self._compiled_walls = None
+        self.clear_cache()
+
+    def add_walls(self, walls) -> None:
+        """Append walls (validated; see :meth:`set_walls`)."""
+        self.set_walls(list(self.walls) + list(walls))
+
+    def _wall_layers(self) -> list[int]:
+        return sorted({w.layer for w in self.walls})
+
+    def walls_for(self, layer: int):
+        """The compiled walls of ``layer`` (``walls.LayerWalls``) or None."""
+        from geosteer.manifold.walls import compile_layer
+
+        if self._compiled_walls is None:
+            by: dict[int, list] = {}
+            for w in self.walls:
+                by.setdefault(w.layer, []).append(w)
+            self._compiled_walls = {x: compile_layer(ws, self.n_heads, self.head_dim) for x, ws in by.items()}
+        return self._compiled_walls.get(int(layer))
+
     # ----------------------------------------------------------------- intervention protocol
     def attach(self, model: nn.Module) -> Callable[[], None]:
         """Add one attention handler per covered layer; returns ``remove``. Refuses a second bank."""
@@ -220,18 +260,30 @@ class SurfaceBank(nn.Module):
             self.to(dev)  # one device for all covered layers: move once (else per layer, per forward)
         removers = []
         for slot, layer in enumerate(self.layers):
-            removers.append(add_attention_handler(an.blocks[layer].attn, self._make_handler(slot)))
+            removers.append(add_attention_handler(an.blocks[layer].attn, self._make_handler(slot, layer)))
+        for layer in self._wall_layers():  # walls on layers without surfaces (gain 1 − 1_R there)
+            if layer not in self.layers:
+                removers.append(add_attention_handler(an.blocks[layer].attn, self._make_handler(None, layer)))
         self.clear_cache()
+        self._is_attached = True
 
         def remove() -> None:
             for r in removers:
                 r()
+            self._is_attached = False
             if getattr(model, _BANK_ATTR, None) is not None and model.__dict__.get(_BANK_ATTR)[0] is self:
                 delattr(model, _BANK_ATTR)
             self.clear_cache()
 
         model.__dict__[_BANK_ATTR] = (self, remove)
         return remove
+
+    def push_to_hub(self, repo_id: str, **kwargs) -> str:
+        """Upload this bank (saved with its model card) to the Hub repo ``repo_id``; see
+        :func:`geosteer.manifold.hub.push_to_hub`. Load it back with ``geosteer.manifold.load(repo_id)``."""
+        from geosteer.manifold.hub import push_to_hub
+
+        return push_to_hub(self, repo_id, **kwargs)
 
     def clear_cache(self) -> None:
         """Drop the decode feature caches (they are rebuilt on the next decoding step)."""
@@ -262,11 +314,44 @@ class SurfaceBank(nn.Module):
         self._last_slot = slot
         return self._views[slot]
 
-    def _make_handler(self, slot: int):
+    def _make_handler(self, slot: int | None, layer: int):
         def handler(call, proceed):
-            return self._attend(call, proceed, slot, handler)
+            lw = self.walls_for(layer) if self.walls else None
+            if slot is None:
+                if not self.enabled or lw is None:
+                    return proceed(call)
+                return self._walled(call, proceed(call)[0], None, lw, None), None
+            if lw is None or not self.enabled:
+                return self._attend(call, proceed, slot, handler)
+            # walls: the unwalled output (also the compiled path), then the walled pairs recomputed
+            out, w = self._attend(call, proceed, slot, handler)
+            return self._walled(call, out, slot, lw, handler), w
 
         return handler
+
+    def _walled(self, call, out, slot, lw, handler):
+        from geosteer.manifold.walls import apply_walls, walled_output
+
+        q = call.query
+        kw = call.kwargs
+        is_causal = kw.get("is_causal")
+        if is_causal is None:
+            is_causal = getattr(call.module, "is_causal", True)
+        if slot is None:
+            coeff, lo, hi = None, 0.0, 1.0
+        else:
+            coeff = self._layer_coeff(slot, torch.is_grad_enabled() and self.coefficients.requires_grad)
+            coeff = coeff.to(q.device) if coeff.device != q.device else coeff
+            lo, hi = float(self.lo[slot]), float(self.hi[slot])
+        f32 = q.dtype in (torch.float16, torch.bfloat16)
+        cast = (lambda t: t.float()) if f32 else (lambda t: t)
+        mask = call.attention_mask
+        if f32 and mask is not None and mask.dtype != torch.bool:
+            mask = mask.float()
+        wo, aff = walled_output(cast(q), cast(call.key), cast(call.value), coeff, self.grid_size, lo, hi, lw,
+                                attn_mask=mask, is_causal=bool(is_causal), scaling=call.scaling,
+                                softcap=kw.get("softcap"), block=self.block)
+        return apply_walls(out, wo, aff, lw)
 
     def _attend(self, call, proceed, slot: int, handler):
         coeff = self.coefficients

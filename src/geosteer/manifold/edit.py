@@ -5,18 +5,26 @@ Frobenius norm within that selection — and optionally a part of each K×K cont
 control points) and/or ``cols`` (key-side). Operations:
 
 - ``scale`` (α·C), ``invert`` (−C: the gain 1 + S becomes 1 − S), ``zero`` (0), ``set`` (a value, e.g. one
-  control point), ``wall`` (C = −1: the basis is a partition of unity inside [lo, hi], so S = −1 and the
-  gain 1 + S = 0 there: no value flows through those dims for query/key pairs inside the grid region).
+  control point).
+- ``wall``: an exact region wall (``geosteer.manifold.walls``): the gain is exactly 0 for every pair with
+  q in the ``q=LO..HI`` range and k in the ``k=LO..HI`` range (closed, ±inf allowed, default the whole
+  line) on the selected (layer, head, dim) surfaces, also past the grid. It does not touch the
+  coefficients: it is a region list in the bank (saved with the artifact). Layers may be any model layer.
+- ``grid-wall`` (legacy, the earlier ``wall``): C = −1 on the selected control points. The basis is a
+  partition of unity only inside [lo, hi], so 1 + S = 0 only where q and k both lie inside the grid;
+  beyond it S decays to 0 and value passes (measure with ``wall_leakage``). Kept to reproduce the paper's
+  Table 3 walls; it takes no q/k ranges.
 
 Edits compose (applied in order), are validated against the bank (an index out of range is refused with
 the valid range) and are recorded in ``bank.history`` (saved with the artifact). :func:`live` applies edits
 for the duration of a ``with`` block and restores the coefficients (and history) afterwards — no files.
 
 Text form (CLI ``geosteer manifold edit OP...``): ``VERB[=NUMBER] KEY=VALUES ...`` with VERB one of
-scale/invert/zero/set/wall, KEYs ``layer head dim row col top`` (plural forms accepted), VALUES like
-``8`` or ``5-10`` or ``1,3,7-9``; e.g. ``"invert layer=8"``, ``"scale=0.5 layer=8 head=3 dim=25"``,
+scale/invert/zero/set/wall/grid-wall, KEYs ``layer head dim row col top q k`` (plural forms accepted),
+VALUES like ``8`` or ``5-10`` or ``1,3,7-9``, and ``q=LO..HI`` / ``k=LO..HI`` (numbers or ±inf); e.g.
+``"invert layer=8"``, ``"scale=0.5 layer=8 head=3 dim=25"``,
 ``"invert layer=8 head=26 dim=25 rows=5-10"``, ``"set=1.5 layer=8 head=2 dim=4 row=5 col=5"``,
-``"wall layer=10 top=8"``. Tokens may also be separated by ``:``.
+``"wall layer=10 top=8"``, ``"wall layer=10 head=3 dim=5 q=2..inf k=-inf..0"``. Tokens may also be separated by ``:``.
 """
 
 from __future__ import annotations
@@ -32,11 +40,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-OPS = ("scale", "invert", "zero", "set", "wall")
+OPS = ("scale", "invert", "zero", "set", "wall", "grid-wall")
 _MAX_RANGE = 1 << 16  # indices in one value list (no model dimension comes near it)
 _KEYS = {"layer": "layers", "layers": "layers", "head": "heads", "heads": "heads", "dim": "dims",
          "dims": "dims", "row": "rows", "rows": "rows", "col": "cols", "cols": "cols", "column": "cols",
-         "columns": "cols", "top": "top", "alpha": "value", "value": "value"}
+         "columns": "cols", "top": "top", "alpha": "value", "value": "value", "q": "q", "k": "k"}
 
 
 @dataclass
@@ -51,6 +59,8 @@ class Edit:
     cols: list[int] | None = None
     value: float | None = None
     top: int | None = None
+    q: tuple[float, float] | None = None  # wall only: closed q-range (±inf allowed)
+    k: tuple[float, float] | None = None  # wall only: closed k-range
 
     def __post_init__(self) -> None:
         if not isinstance(self.op, str) or self.op not in OPS:
@@ -70,8 +80,18 @@ class Edit:
             raise ValueError("scale needs a factor, e.g. scale=0.5")
         if self.op == "set" and self.value is None:
             raise ValueError("set needs a value, e.g. set=1.5")
-        if self.op in ("invert", "zero", "wall") and self.value is not None:
+        if self.op in ("invert", "zero", "wall", "grid-wall") and self.value is not None:
             raise ValueError(f"{self.op} takes no value")
+        if self.op == "wall" and (self.rows is not None or self.cols is not None):
+            raise ValueError("wall takes q=LO..HI / k=LO..HI ranges, not control-point rows/cols (the legacy "
+                             "C = -1 edit on control points is grid-wall)")
+        if self.op != "wall" and (self.q is not None or self.k is not None):
+            raise ValueError(f"{self.op} takes no q/k ranges (only wall does)")
+        if self.op == "wall":
+            from geosteer.manifold.walls import check_range
+
+            self.q = None if self.q is None else check_range(self.q, "q")
+            self.k = None if self.k is None else check_range(self.k, "k")
         if self.top is not None:
             top = _indices([self.top], "top")[0] if not isinstance(self.top, list) else None
             if top is None or top < 1:
@@ -87,14 +107,44 @@ class Edit:
                 parts.append(f"{name}={_fmt_list(v)}")
         if self.top is not None:
             parts.append(f"top={self.top}")
+        for name in ("q", "k"):
+            r = getattr(self, name)
+            if r is not None:
+                parts.append(f"{name}={_fmt_bound(r[0])}..{_fmt_bound(r[1])}")
         return " ".join(parts)
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        d = {k: v for k, v in asdict(self).items() if v is not None}
+        for name in ("q", "k"):  # strict JSON: infinite bounds as null
+            if name in d:
+                d[name] = [None if math.isinf(x) else x for x in d[name]]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Edit:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def _fmt_bound(x: float) -> str:
+    return "inf" if x == math.inf else "-inf" if x == -math.inf else f"{x:g}"
+
+
+def parse_range(v: str, text: str) -> tuple[float, float]:
+    """``"2..inf"`` → (2, inf); ``"-inf..0"``; ``"-1.5..2"`` (closed; lo < hi)."""
+    lo, sep, hi = v.partition("..")
+    if not sep:
+        raise ValueError(f"'{v}' is not a range LO..HI (in '{text}'); e.g. q=2..inf or k=-1.5..0")
+    out = []
+    for x in (lo, hi):
+        try:
+            out.append(float(x))
+        except ValueError:
+            raise ValueError(f"'{x}' is not a number or ±inf (in '{text}')") from None
+    if any(math.isnan(x) for x in out):
+        raise ValueError(f"NaN is not a range bound (in '{text}')")
+    if not out[0] < out[1]:
+        raise ValueError(f"range {v} is empty: it needs LO < HI (in '{text}')")
+    return (out[0], out[1])
 
 
 def _indices(v, name: str) -> list[int]:
@@ -164,16 +214,18 @@ def parse_edit(text: str) -> Edit:
         key, eq, v = tok.partition("=")
         if not eq or not v:
             raise ValueError(f"'{tok}' should look like key=value (in '{text}'); keys: layer head dim row "
-                             "col top value")
+                             "col top value q k")
         name = _KEYS.get(key.lower())
         if name is None:
-            raise ValueError(f"unknown key '{key}' (in '{text}'); keys: layer head dim row col top value")
+            raise ValueError(f"unknown key '{key}' (in '{text}'); keys: layer head dim row col top value q k")
         if name == "top":
             if not re.fullmatch(r"[0-9]+", v):
                 raise ValueError(f"top wants a whole number ≥ 1, got '{v}' (in '{text}')")
             kw["top"] = int(v)
         elif name == "value":
             kw["value"] = _number(v, text)
+        elif name in ("q", "k"):
+            kw[name] = parse_range(v, text)
         else:
             kw[name] = parse_values(v)
     return Edit(**kw)
@@ -240,9 +292,48 @@ def _mask(bank, e: Edit) -> torch.Tensor:
     return sel[..., None, None] & net
 
 
+def walls_from_edit(bank, e: Edit) -> list:
+    """The exact walls (``walls.Wall``) a ``wall`` edit adds, validated against the bank's model shape."""
+    from geosteer.manifold.walls import Wall, validate_wall
+
+    q = e.q if e.q is not None else (-math.inf, math.inf)
+    k = e.k if e.k is not None else (-math.inf, math.inf)
+    if e.top is not None:
+        sel = _mask(bank, e).any(-1).any(-1)
+        by: dict[int, list] = {}
+        for s, h, d in torch.nonzero(sel).tolist():
+            by.setdefault(bank.layers[s], []).append((h, d))
+        walls = [Wall(layer=x, pairs=tuple(ps), q=q, k=k) for x, ps in by.items()]
+    else:
+        layers = e.layers if e.layers is not None else list(bank.layers)
+        walls = [Wall(layer=x, heads=None if e.heads is None else tuple(e.heads),
+                      dims=None if e.dims is None else tuple(e.dims), q=q, k=k) for x in layers]
+    for w in walls:
+        validate_wall(w, n_layers=bank.config.n_layers, layers=bank.layers, n_heads=bank.n_heads,
+                      head_dim=bank.head_dim)
+    return walls
+
+
+def _validate(bank, e: Edit) -> None:
+    if e.op == "wall":
+        walls_from_edit(bank, e)
+    else:
+        _mask(bank, e)
+
+
 def apply_edit(bank, edit: Edit | str, record: bool = True) -> dict:
     """Apply one edit in place; returns (and records in ``bank.history``) what was done."""
     e = parse_edit(edit) if isinstance(edit, str) else edit
+    if e.op == "wall":
+        walls = walls_from_edit(bank, e)
+        bank.add_walls(walls)
+        n = sum(len(w.resolved_pairs(bank.n_heads, bank.head_dim)) for w in walls)
+        rec = {"edit": e.describe(), **e.to_dict(), "surfaces": n, "coefficients": 0,
+               "walls": [w.to_dict() for w in walls],
+               "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        if record:
+            bank.history.append(rec)
+        return rec
     mask = _mask(bank, e).to(bank.coefficients.device)
     c = bank.coefficients
     with torch.no_grad():
@@ -258,7 +349,7 @@ def apply_edit(bank, edit: Edit | str, record: bool = True) -> dict:
             c.masked_fill_(mask, 0.0)
         elif e.op == "set":
             c.masked_fill_(mask, float(e.value))
-        elif e.op == "wall":
+        elif e.op == "grid-wall":
             c.masked_fill_(mask, -1.0)
     surf = mask.any(-1).any(-1)
     rec = {"edit": e.describe(), **e.to_dict(), "surfaces": int(surf.sum()), "coefficients": int(mask.sum()),
@@ -273,40 +364,55 @@ def apply_edit(bank, edit: Edit | str, record: bool = True) -> dict:
     return rec
 
 
+def _walls_of(bank) -> list:
+    return list(getattr(bank, "walls", []))
+
+
+def _restore(bank, coeff, hist, walls) -> None:
+    with torch.no_grad():
+        bank.coefficients.copy_(coeff)
+    bank.history[:] = hist
+    if hasattr(bank, "set_walls"):
+        bank.walls = list(walls)
+        bank._compiled_walls = None
+    bank.clear_cache() if hasattr(bank, "clear_cache") else None
+
+
 def apply_edits(bank, edits: Sequence[Edit | str], record: bool = True) -> list[dict]:
     """Apply edits in order (all validated first, so a bad one changes nothing)."""
     parsed = [parse_edit(x) if isinstance(x, str) else x for x in edits]
     for e in parsed:
-        _mask(bank, e)  # validate everything before touching the coefficients
-    saved, hist = bank.coefficients.detach().clone(), list(bank.history)
+        _validate(bank, e)  # validate everything before touching the coefficients
+    saved, hist, walls = bank.coefficients.detach().clone(), list(bank.history), _walls_of(bank)
     try:
         return [apply_edit(bank, e, record=record) for e in parsed]
     except BaseException:  # e.g. an overflow found while applying: put everything back
-        with torch.no_grad():
-            bank.coefficients.copy_(saved)
-        bank.history[:] = hist
-        bank.clear_cache() if hasattr(bank, "clear_cache") else None
+        _restore(bank, saved, hist, walls)
         raise
 
 
 @contextmanager
 def live(bank, *edits: Edit | str) -> Iterator:
-    """Apply ``edits`` for the duration of the block, then restore the coefficients and history exactly."""
+    """Apply ``edits`` for the duration of the block, then restore the coefficients, walls and history."""
     saved = bank.coefficients.detach().clone()
     hist = list(bank.history)
+    walls = _walls_of(bank)
     try:
         apply_edits(bank, edits)
         yield bank
     finally:
-        with torch.no_grad():
-            bank.coefficients.copy_(saved)
-        bank.history[:] = hist
-        bank.clear_cache() if hasattr(bank, "clear_cache") else None
+        _restore(bank, saved, hist, walls)
 
 
-def wall(layers=None, top: int | None = None, heads=None, dims=None) -> Edit:
-    """A wall (C = −1) over whole layers, or over the ``top`` N norm surfaces of the selection."""
-    return Edit("wall", layers=layers, heads=heads, dims=dims, top=top)
+def wall(layers=None, top: int | None = None, heads=None, dims=None, q=None, k=None) -> Edit:
+    """An exact region wall over whole layers, or over the ``top`` N norm surfaces of the selection;
+    ``q``/``k`` (lo, hi) restrict the blocked region (default: everything)."""
+    return Edit("wall", layers=layers, heads=heads, dims=dims, top=top, q=q, k=k)
+
+
+def grid_wall(layers=None, top: int | None = None, heads=None, dims=None) -> Edit:
+    """The legacy wall (C = −1): blocks only where q and k both lie inside the grid (see the docstring)."""
+    return Edit("grid-wall", layers=layers, heads=heads, dims=dims, top=top)
 
 
 def control_net(bank, layer: int, head: int, dim: int) -> torch.Tensor:
