@@ -47,7 +47,8 @@ def test_model_card_has_hub_metadata_and_the_facts():
                                ppl_before=21.5, ppl_after=20.25, command="geosteer manifold train --seed 0",
                                files=["geosteer_config.json", "surfaces.safetensors"])
     head, body = text.split("---\n", 2)[1:]
-    assert "library_name: geosteer" in head and 'base_model: "smollm2"' in head and "  - manifold" in head
+    assert "library_name: geosteer" in head and "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in head
+    assert "- manifold" in head
     for needle in ("| training data | bundled corpus, train split |", "| training tokens | 300,000 |",
                    "| held-out perplexity before | 21.5000 |", "| held-out perplexity after | 20.2500 |",
                    "| trainable parameters | 123,456 |", "geosteer manifold train --seed 0",
@@ -79,7 +80,7 @@ def test_resolve_and_hub_errors(tmp_path, monkeypatch):
         A.resolve(tmp_path / "missing")
     assert A.resolve(tmp_path) == tmp_path
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # never touches the network
-    with pytest.raises(ArtifactError, match="could not fetch artifact 'org/never-made'"):
+    with pytest.raises(ArtifactError, match="Hub repo org/never-made is not in the local Hub cache"):
         A.resolve(repo_id="org/never-made")
     with pytest.raises(ArtifactError, match="missing geosteer_config.json"):
         A.push_to_hub(tmp_path, "org/x")

@@ -11,8 +11,8 @@ more ``*.safetensors`` + a generated model card ``README.md``. The method packag
 - :func:`render_model_card` / :func:`write_model_card` — README.md with Hub metadata (base model, method,
   training data and tokens, held-out perplexity before/after, the command that made it).
 - :func:`write_folder_atomic` — write a whole folder through a temporary sibling + rename.
-- :func:`resolve` / :func:`push_to_hub` — local path or hub repo id (``huggingface_hub``; needs network
-  access to the hub, so it is never exercised by the tests here).
+- :func:`locate` / :func:`resolve` / :func:`push` — local path or Hub repo id (``org/name[@revision]``,
+  ``huggingface_hub`` cache, ``HF_HUB_OFFLINE=1``; tested offline against a local cache layout).
 - :func:`convert_reference_checkpoint` — the named place for an importer of the attention-manifold
   reference release, whose checkpoint layout is not documented (it raises until it is).
 """
@@ -134,22 +134,34 @@ def render_model_card(*, method: str, base_model: str, title: str | None = None,
                       training: Mapping[str, Any] | None = None, ppl_before: float | None = None,
                       ppl_after: float | None = None, command: str | None = None,
                       n_parameters: int | None = None, files: Iterable[str] = (),
-                      extra: Mapping[str, Any] | None = None, tags: Iterable[str] = ()) -> str:
-    """Model card text (README.md) with Hub YAML front matter.
+                      extra: Mapping[str, Any] | None = None, tags: Iterable[str] = (),
+                      license: str = "apache-2.0", datasets: Iterable[str] = ()) -> str:
+    """Model card text (README.md) with Hub YAML front matter (``huggingface_hub.ModelCardData``):
+    ``library_name: geosteer``, ``license``, ``base_model`` as the real Hub id (``smollm2`` ->
+    ``HuggingFaceTB/SmolLM2-135M-Instruct``, via :data:`geosteer.models.loading.HUB_IDS`; left out for a
+    model that has none, e.g. a tiny test model), ``datasets`` (Hub dataset ids) and tags.
 
     ``training``: e.g. ``{"data": "bundled corpus, train split", "tokens": 300000, "steps": 300,
     "lr": 0.02, "seed": 0}``; ``ppl_before``/``ppl_after``: held-out perplexity without/with the artifact;
     ``command``: the exact command that produced it.
     """
-    tag_list = ["geosteer", method.split(".")[0], *tags]
-    front = ["---", "library_name: geosteer", f"base_model: {json.dumps(str(base_model))}", "tags:"]
-    front += [f"  - {t}" for t in dict.fromkeys(tag_list)]
-    front.append("---")
+    import yaml
+    from huggingface_hub import ModelCardData
+
+    from geosteer.models.loading import hub_id
+
+    tag_list = list(dict.fromkeys(["geosteer", method.split(".")[0], *tags]))
+    hub_base = hub_id(str(base_model))
+    data = ModelCardData(library_name="geosteer", license=license,
+                         base_model=hub_base if _REPO_ID.match(hub_base) else None,
+                         datasets=list(datasets) or None, tags=tag_list).to_dict()
+    ordered = {"library_name": data.pop("library_name"), **data}
+    front = ["---", yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True).strip(), "---"]
     lines = [*front, "", f"# {title or f'{method} for {base_model}'}", ""]
     if summary:
         lines += [summary.strip(), ""]
     lines += ["| field | value |", "|---|---|", f"| method | `{method}` |",
-              f"| base model | `{base_model}` |"]
+              f"| base model | `{base_model}`" + (f" (`{hub_base}`)" if hub_base != str(base_model) else "") + " |"]
     if n_parameters is not None:
         lines.append(f"| trainable parameters | {_fmt_num(int(n_parameters))} |")
     train = dict(training or {})
@@ -277,46 +289,105 @@ def write_folder_atomic(folder: str | Path, fill: Callable[[Path], None], overwr
     return folder
 
 
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def split_repo_ref(ref: str) -> tuple[str, str | None]:
+    """``"org/name@rev"`` -> ``("org/name", "rev")``; ``"org/name"`` -> ``("org/name", None)``."""
+    repo, sep, rev = str(ref).partition("@")
+    return repo, (rev or None) if sep else None
+
+
+def is_repo_id(ref: str | Path) -> bool:
+    """Whether ``ref`` is to be read as a Hub repo id (``org/name`` or ``org/name@revision``): it has that
+    shape and is not an existing local path (a local folder always wins)."""
+    if isinstance(ref, Path) or Path(str(ref)).expanduser().exists():
+        return False
+    return bool(_REPO_ID.match(split_repo_ref(str(ref))[0]))
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def locate(ref: str | Path, *, revision: str | None = None, cache_dir: str | Path | None = None,
+           token: str | None = None) -> Path:
+    """The local folder for ``ref``: an existing path as is; a Hub repo id (``org/name``, optionally
+    ``org/name@revision``) as its snapshot in the huggingface_hub cache (downloaded when online; with
+    ``HF_HUB_OFFLINE=1`` only the cache is read). Anything else comes back as ``Path(ref)`` for the caller's
+    own "no artifact here" error. Hub failures are one-line :class:`ArtifactError` messages."""
+    if not is_repo_id(ref):
+        return Path(ref)
+    repo, rev_in_ref = split_repo_ref(str(ref))
+    if revision is not None and rev_in_ref is not None and revision != rev_in_ref:
+        raise ArtifactError(f"two revisions given for {repo}: '{rev_in_ref}' and '{revision}'")
+    revision = revision or rev_in_ref
+    from huggingface_hub import errors as hf_errors
+    from huggingface_hub import snapshot_download
+
+    offline = hub_offline()
+    rev_txt = f" revision '{revision}'" if revision else ""
+    try:
+        return Path(snapshot_download(repo, revision=revision, cache_dir=str(cache_dir) if cache_dir else None,
+                                      token=token, local_files_only=offline, library_name="geosteer"))
+    except hf_errors.RevisionNotFoundError:
+        raise ArtifactError(f"revision '{revision}' does not exist in the Hub repo {repo}") from None
+    except (hf_errors.RepositoryNotFoundError, hf_errors.GatedRepoError):
+        raise ArtifactError(f"no local folder '{ref}', and the Hub repo {repo} does not exist or is not "
+                            "accessible with this token") from None
+    except (hf_errors.LocalEntryNotFoundError, hf_errors.OfflineModeIsEnabled, FileNotFoundError):
+        if offline:
+            raise ArtifactError(f"no local folder '{ref}', and Hub repo {repo}{rev_txt} is not in the local Hub "
+                                "cache (HF_HUB_OFFLINE=1): download it once online or pass a folder") from None
+        raise ArtifactError(f"no local folder '{ref}', and the Hub repo {repo}{rev_txt} could not be "
+                            "downloaded (no network?)") from None
+    except Exception as e:  # noqa: BLE001 - network errors come in many types
+        raise ArtifactError(f"could not fetch {repo}{rev_txt} from the Hub ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''})") from None
+
+
 def resolve(path: str | Path | None = None, *, repo_id: str | None = None, revision: str | None = None,
             token: str | None = None) -> Path:
-    """The local folder of an artifact: ``path`` itself, or a snapshot of the hub repo ``repo_id``.
-
-    Hub access needs ``huggingface_hub`` and network access; offline machines get a one-line error.
-    """
+    """The local folder of an artifact: ``path`` itself (or a Hub id, see :func:`locate`), or a snapshot of
+    the hub repo ``repo_id``."""
     if (path is None) == (repo_id is None):
         raise ArtifactError("give exactly one of a local path or repo_id=")
-    if path is not None:
+    if path is not None and not is_repo_id(path):
         p = Path(path)
         recover_folder(p)
         if not p.is_dir():
             raise ArtifactError(f"no artifact folder at {p}")
         return p
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
-        raise ArtifactError("loading from the hub needs the package huggingface_hub") from None
-    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
-    try:
-        return Path(snapshot_download(repo_id, revision=revision, token=token, local_files_only=offline,
-                                      library_name="geosteer"))
-    except Exception as e:  # noqa: BLE001 - hub errors come in many types
-        raise ArtifactError(f"could not fetch artifact '{repo_id}' from the hub ({type(e).__name__}); "
-                            "offline machines can pass a local folder instead") from None
+    return locate(repo_id if repo_id is not None else path, revision=revision, token=token)
 
 
-def push_to_hub(folder: str | Path, repo_id: str, *, private: bool = True, token: str | None = None,
-                commit_message: str | None = None, revision: str | None = None) -> str:
-    """Upload an artifact folder (config, tensors, model card) to the hub repo ``repo_id``; return its URL."""
+def push(folder: str | Path, repo_id: str, *, private: bool = True, token: str | None = None,
+         commit_message: str | None = None, revision: str | None = None) -> str:
+    """Upload an artifact folder (config, tensors, model card) to the Hub repo ``repo_id``; return its URL.
+
+    The folder must be a geosteer artifact whose README.md parses as a Hub model card."""
     folder = Path(folder)
     if not (folder / CONFIG_NAME).is_file():
         raise ArtifactError(f"{folder} is not a geosteer artifact (missing {CONFIG_NAME})")
-    from huggingface_hub import HfApi
+    if not _REPO_ID.match(repo_id):
+        raise ArtifactError(f"'{repo_id}' is not a Hub repo id (expected org/name)")
+    from huggingface_hub import HfApi, ModelCard
 
+    if (folder / CARD_NAME).is_file():
+        try:
+            ModelCard.load(folder / CARD_NAME)
+        except Exception as e:  # noqa: BLE001
+            raise ArtifactError(f"{folder / CARD_NAME} is not a valid model card ({e})") from None
     api = HfApi(token=token)
     url = api.create_repo(repo_id, private=private, exist_ok=True)
+    if revision:
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
     api.upload_folder(repo_id=repo_id, folder_path=str(folder), revision=revision,
                       commit_message=commit_message or f"Upload geosteer artifact {folder.name}")
     return str(url)
+
+
+push_to_hub = push  # the older name
 
 
 def convert_reference_checkpoint(path: str | Path) -> Path:

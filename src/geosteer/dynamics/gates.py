@@ -129,7 +129,9 @@ def load_gates(path: str | Path, model: nn.Module | None = None) -> FFNGates:
     """
     from safetensors.torch import load_file
 
-    path = Path(path)
+    from geosteer.artifacts import locate
+
+    path = locate(path)  # a folder, or a Hub repo id org/name[@revision]
     cfg_file, w_file = path / CONFIG_NAME, path / WEIGHTS_NAME
     if not cfg_file.is_file() or not w_file.is_file():
         raise ArtifactError(f"{path} is not a gate artifact (needs {CONFIG_NAME} and {WEIGHTS_NAME})")

@@ -235,8 +235,11 @@ def save_recipe(folder: str | Path, spec: InterventionSpec, *, base_model: str, 
 
 
 def load_recipe(folder: str | Path) -> tuple[InterventionSpec, dict]:
-    """``(spec, config)`` of a recipe folder; relative artifact paths resolve inside the folder."""
-    folder = Path(folder)
+    """``(spec, config)`` of a recipe folder (or Hub repo id ``org/name[@revision]``); relative artifact
+    paths resolve inside the folder."""
+    from geosteer.artifacts import locate
+
+    folder = locate(folder)
     doc = read_config(folder, fmt=FORMAT, reader_version=VERSION, known_keys=("base_model", "interventions"))
     inter = dict(doc.get("interventions") or {})
     known = set(InterventionSpec.KEYS) | {"extra"} | set(registered_keys())

@@ -1,0 +1,125 @@
+"""Hub round trip (issue 15 item 2), offline: artifacts laid into a local cache the way huggingface_hub lays
+it out (models--org--name/blobs, snapshots/<commit>/ symlinks, refs/<branch>), read back with
+HF_HUB_OFFLINE=1 by repo id."""
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from geosteer import artifacts as A
+from geosteer import manifold
+from geosteer.errors import ArtifactError
+from geosteer.models.loading import load_model
+
+huggingface_hub = pytest.importorskip("huggingface_hub")
+
+
+def lay_into_cache(folder: Path, cache: Path, repo_id: str, branch: str = "main") -> str:
+    """Copy ``folder`` into ``cache`` as huggingface_hub stores a downloaded model repo; return the commit."""
+    commit = hashlib.sha1(repo_id.encode() + b"@" + branch.encode()).hexdigest()
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / commit
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    snap.mkdir(parents=True)
+    for f in folder.iterdir():
+        data = f.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        os.symlink(os.path.relpath(blob, snap), snap / f.name)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / branch).write_text(commit)
+    return commit
+
+
+@pytest.fixture()
+def hub_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # "org/name" must not exist as a local folder
+    return cache
+
+
+@pytest.fixture(scope="module")
+def saved_bank(tmp_path_factory):
+    model, _ = load_model("tiny-llama")
+    bank = manifold.attach(model, grid_size=5, grid_range=(-3.0, 3.0))
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g))
+    manifold.detach(model)
+    folder = manifold.save(bank, tmp_path_factory.mktemp("art") / "surf", command="geosteer manifold train x")
+    return model, bank, folder
+
+
+def test_bank_by_repo_id_offline_identical(hub_cache, saved_bank):
+    model, bank, folder = saved_bank
+    commit = lay_into_cache(folder, hub_cache, "someorg/tiny-surfaces")
+    loaded = manifold.load("someorg/tiny-surfaces", model=model)
+    assert torch.equal(loaded.coefficients, bank.coefficients)
+    assert torch.equal(loaded.lo, bank.lo) and torch.equal(loaded.hi, bank.hi)
+    by_commit = manifold.load("someorg/tiny-surfaces", model=model, revision=commit)
+    assert torch.equal(by_commit.coefficients, bank.coefficients)
+    assert A.locate("someorg/tiny-surfaces@main").name == commit
+    card = huggingface_hub.ModelCard.load(A.locate("someorg/tiny-surfaces") / "README.md")
+    assert card.data.library_name == "geosteer"
+    assert card.data.license == "apache-2.0"
+    assert card.data.base_model is None  # tiny-llama has no Hub id; the table still names it
+    assert "tiny-llama" in card.text and "geosteer manifold train x" in card.text
+
+
+def test_branch_revision_and_errors(hub_cache, saved_bank):
+    model, bank, folder = saved_bank
+    lay_into_cache(folder, hub_cache, "someorg/tiny-surfaces", branch="v1")
+    assert torch.equal(manifold.load("someorg/tiny-surfaces@v1", model=model).coefficients, bank.coefficients)
+    with pytest.raises(ArtifactError) as e:
+        manifold.load("someorg/tiny-surfaces", model=model)  # no refs/main in this cache
+    assert "\n" not in str(e.value) and "not in the local Hub cache" in str(e.value)
+    with pytest.raises(ArtifactError, match=r"revision 'nope'.*not in the local Hub cache"):
+        manifold.load("someorg/tiny-surfaces", revision="nope")
+    with pytest.raises(ArtifactError, match="Hub repo other/missing is not in the local Hub cache"):
+        manifold.load("other/missing")
+    with pytest.raises(ArtifactError, match="Hub repo other/missing"):
+        A.locate("other/missing")
+    # a local folder with a repo-id-like name wins over the Hub
+    local = Path("someorg") / "tiny-surfaces"
+    shutil.copytree(folder, local)
+    assert A.locate("someorg/tiny-surfaces") == local
+
+
+def test_gates_and_recipe_by_repo_id(hub_cache, saved_bank, tmp_path):
+    from geosteer.dynamics.gates import FFNGates, load_gates
+
+    model, _, _ = saved_bank
+    gates = FFNGates.for_model(model, layers=[0, 2], init=0.5)
+    with torch.no_grad():
+        gates.alpha.copy_(torch.tensor([0.25, 1.75]))
+    gfolder = gates.save(tmp_path / "g")
+    lay_into_cache(gfolder, hub_cache, "someorg/tiny-gates")
+    back = load_gates("someorg/tiny-gates", model=model)
+    assert torch.equal(back.alpha, gates.alpha) and back.layers == [0, 2]
+    assert huggingface_hub.ModelCard.load(A.locate("someorg/tiny-gates") / "README.md").data.library_name == \
+        "geosteer"
+
+
+def test_card_base_model_is_the_hub_id_and_parses(tmp_path):
+    text = A.render_model_card(method="manifold.surfaces", base_model="smollm2", command="make x",
+                               ppl_before=12.5, ppl_after=12.25, datasets=["wikimedia/wikipedia"])
+    (tmp_path / "README.md").write_text(text)
+    card = huggingface_hub.ModelCard.load(tmp_path / "README.md")
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert card.data.datasets == ["wikimedia/wikipedia"]
+    assert "12.2500" in card.text and "make x" in card.text
+
+
+def test_push_checks_before_any_network(tmp_path):
+    with pytest.raises(ArtifactError, match="not a geosteer artifact"):
+        A.push(tmp_path, "org/name")
+    (tmp_path / A.CONFIG_NAME).write_text("{}")
+    with pytest.raises(ArtifactError, match="not a Hub repo id"):
+        A.push(tmp_path, "not a repo")
