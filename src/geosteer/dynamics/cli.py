@@ -285,4 +285,7 @@ def parallelize(model: str = typer.Option("smollm2", "--model", "-m"),
 
 
 def register(app: typer.Typer) -> None:
+    from geosteer.dynamics.cli_geometry import add_commands  # critical | commutator | pressure | gain-depth
+
+    add_commands(dyn)
     app.add_typer(dyn, name="dynamics")

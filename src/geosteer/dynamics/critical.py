@@ -15,9 +15,10 @@ kept and de-duplicated (⟨u₁, u₂⟩ > 1 − ``dedup_tol``: the same point; 
 Label. Eigenvalues of the tangent Jacobian J (d − 1 dims, :func:`geosteer.dynamics.fields.tangent_jacobian`):
 A-like (all real parts < 0), R-like (all > 0), S-like (mixed).
 
-Refinement (what the paper left out). Riemannian Gauss–Newton on g = 0 in tangent coordinates: solve
-J δ = −Bᵀ g(u) in the least-squares sense, retract u ← unit(u + B δ), halve the step while s does not
-decrease; stop at s ≤ ``refine_tol`` or after ``refine_iters``. Each refined point is labelled again;
+Refinement (what the paper left out). Riemannian Newton on g = 0 in tangent coordinates (chart
+u = unit(u₀ + B₀ v)): J δ = −B₀ᵀ g(u), chord steps with one factorised Jacobian per chart, the step halved
+until s decreases; stop at s ≤ ``refine_tol`` or after ``refine_iters`` Jacobians (:func:`refine`).
+Each refined point is labelled again;
 ``survives`` says whether the label is unchanged, ``angle_deg`` how far the root moved. Two candidates that
 refine to the same root are one refined point (``duplicate_of`` names the first); the ``refined`` counts
 are over distinct converged roots.
@@ -78,45 +79,49 @@ def dedup(points: torch.Tensor, scores: torch.Tensor, tol: float = 1e-3) -> list
     return kept
 
 
-def refine(field: ReducedField, u: torch.Tensor, iters: int = 12, tol: float = 1e-10,
-           J: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
-    """Riemannian Newton on g(u) = 0 from u (d,); returns (refined u, iterations used).
+def refine(field: ReducedField, u: torch.Tensor, iters: int = 4, tol: float = 1e-10,
+           J: torch.Tensor | None = None, chord_steps: int = 25) -> tuple[torch.Tensor, int]:
+    """Riemannian Newton on g(u) = 0 from u (d,); returns (refined u, Jacobians used).
 
-    Chord variant for speed: the tangent Jacobian (``J`` if given, at the start point) is reused, transported
-    by the bases, while a step lowers s by at least half; otherwise it is recomputed at the current point.
-    Linear systems use a least-squares solve (J may be near-singular)."""
+    Each outer iteration fixes a chart at the current point u₀ (u = unit(u₀ + B₀ v), B₀ a basis of u₀⊥) and
+    factorises the tangent Jacobian J₀ there once (``J`` if given, for the first chart); up to ``chord_steps``
+    chord-Newton steps v ← v − J₀⁻¹ B₀ᵀ g(u) follow, each halved until the zero score decreases. A new chart
+    (fresh Jacobian) is taken when the chord stalls; at most ``iters`` charts. Stops at score ≤ ``tol``."""
     u = u.double().clone()
     s = float(field.score(u[None])[0])
-    it = 0
-    B0 = tangent_basis(u)
-    J_amb = None if J is None else B0 @ J @ B0.T  # ambient form of the reused linearisation
-    fresh = J_amb is not None
-    for it in range(1, iters + 1):
-        if s <= tol:
-            return u, it - 1
-        B = tangent_basis(u)
-        if J_amb is None:
-            J_amb, fresh = B @ tangent_jacobian(field, u, B) @ B.T, True
-        Jt = B.T @ J_amb @ B
-        r = B.T @ field(u[None])[0]
-        delta = torch.linalg.lstsq(Jt, -r[:, None]).solution[:, 0]
-        step, moved = 1.0, False
-        while step > 1e-4:
-            cand = u + step * (B @ delta)
-            cand = cand / cand.norm()
-            s_new = float(field.score(cand[None])[0])
-            if s_new < s:
-                slow = s_new > 0.5 * s
-                u, s, moved, fresh = cand, s_new, True, False
-                if slow:
-                    J_amb = None  # slow progress: a fresh Jacobian next time
+    used = 0
+    while s > tol and used < iters:
+        B0 = tangent_basis(u)
+        J0 = J if (used == 0 and J is not None) else tangent_jacobian(field, u, B0)
+        used += 1
+        lu = torch.linalg.lu_factor(J0)
+        u0, v = u, torch.zeros(B0.shape[1], dtype=u.dtype)
+        progressed = False
+        for _ in range(chord_steps):
+            r = B0.T @ field(u[None])[0]
+            delta = -torch.linalg.lu_solve(*lu, r[:, None])[:, 0]
+            if not torch.isfinite(delta).all():
                 break
-            step *= 0.5
-        if not moved:
-            if fresh:
-                break  # even the Jacobian at this point gives no descent
-            J_amb = None
-    return u, it
+            step, moved = 1.0, False
+            while step > 1e-4:
+                x = u0 + B0 @ (v + step * delta)
+                cand = x / x.norm()
+                s_new = float(field.score(cand[None])[0])
+                if s_new < s:
+                    v, u, moved = v + step * delta, cand, True
+                    slow = s_new > 0.5 * s
+                    s = s_new
+                    break
+                step *= 0.5
+            if not moved or s <= tol:
+                progressed = progressed or moved
+                break
+            progressed = True
+            if slow:
+                break  # a fresh Jacobian converges faster than a slow chord
+        if not progressed:
+            break
+    return u, used
 
 
 def label_point(field: ReducedField, u: torch.Tensor) -> tuple[dict, torch.Tensor]:
@@ -128,7 +133,7 @@ def label_point(field: ReducedField, u: torch.Tensor) -> tuple[dict, torch.Tenso
 
 
 def find_candidates(field: ReducedField, seeds: torch.Tensor, sources: Sequence[str], *, threshold: float = 0.05,
-                    steps: int = 300, lr: float = 0.05, refine_iters: int = 12, refine_tol: float = 1e-10,
+                    steps: int = 300, lr: float = 0.05, refine_iters: int = 4, refine_tol: float = 1e-10,
                     dedup_tol: float = 1e-3) -> list[dict]:
     """Search from ``seeds`` (n, d), keep s ≤ threshold, de-duplicate, label, refine and label again.
 
@@ -154,7 +159,7 @@ def find_candidates(field: ReducedField, seeds: torch.Tensor, sources: Sequence[
         ur, iters = refine(field, u, refine_iters, refine_tol, J=J0)
         lab, _ = label_point(field, ur)
         row.update({f"refined_{key}": v for key, v in lab.items()})
-        row.update({"refine_iters": iters, "converged": lab["score"] <= max(refine_tol * 100, 1e-8),
+        row.update({"refine_jacobians": iters, "converged": lab["score"] <= max(refine_tol * 100, 1e-8),
                     "survives": lab["label"] == row["label"],
                     "angle_deg": math.degrees(math.acos(max(-1.0, min(1.0, float(u @ ur))))),
                     "duplicate_of": None, "u": ur.tolist()})
@@ -222,7 +227,7 @@ def residual_seeds(model, ids: torch.Tensor, layer: int, n: int, seed: int = 0, 
 def critical_study(model, ids: torch.Tensor | None, layers: Sequence[int], kinds: Sequence[str] = ("ov", "ffn", "full"),
                    *, alpha: float = 1.0, n_real: int = 32, n_random: int = 32, seed: int = 0,
                    with_bos: bool = False, ov_norm: str = "gain", threshold: float = 0.05, steps: int = 300,
-                   lr: float = 0.05, refine_iters: int = 12, log=None) -> tuple[list[dict], list[dict]]:
+                   lr: float = 0.05, refine_iters: int = 4, log=None) -> tuple[list[dict], list[dict]]:
     """Candidates of every field at every layer from the same seeds; returns (candidate rows, summary rows).
 
     Summary rows: per (layer, field) and per field over all layers, A/S/R counts and S-like fraction before

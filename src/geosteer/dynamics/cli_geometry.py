@@ -1,0 +1,159 @@
+"""``geosteer dynamics critical | commutator | pressure | gain-depth`` (issue 13): reduced-field critical
+geometry, the tangential commutator vs reordering error, diversity under aggregation pressure, FFN gain by
+depth. Tidy records via ``--out`` (.json/.csv) / ``--csv``; docs/dynamics.md quotes them."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import typer
+
+MODEL_OPT = typer.Option("smollm2", "--model", "-m")
+JSON_OPT = typer.Option(False, "--json", help="print JSON instead of a table")
+OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
+CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
+THREADS_OPT = typer.Option(0, "--threads", help="torch threads (0: leave the default)")
+BOS_OPT = typer.Option(False, "--with-bos/--no-bos", help="include position 0 (BOS) in seeds and statistics")
+
+
+def _layers(model, spec: str, default: str | None = None) -> list[int]:
+    from geosteer import anatomy
+    from geosteer.dynamics.cli import parse_layers
+
+    return anatomy(model).check_layers(parse_layers(spec if spec else default))
+
+
+def _finite(value: float, name: str, lo: float | None = None) -> float:
+    from geosteer.errors import GeosteerError
+
+    if not math.isfinite(value) or (lo is not None and value < lo):
+        raise GeosteerError(f"{name} must be finite{f' and >= {lo}' if lo is not None else ''} (got {value})")
+    return value
+
+
+def critical(model: str = MODEL_OPT,
+             layers: str = typer.Option(..., "--layers", help="layers, e.g. 5,15,25"),
+             fields: str = typer.Option("ov,ffn,full", "--fields", help="any of ov, ffn, full"),
+             alpha: float = typer.Option(1.0, "--alpha", help="FFN gain α of the full field (>= 0)"),
+             real: int = typer.Option(32, "--real", help="seeds from real residual directions"),
+             random: int = typer.Option(32, "--random", help="Gaussian random seeds"),
+             seed: int = typer.Option(0, "--seed"),
+             threshold: float = typer.Option(0.05, "--threshold", help="zero score ‖g‖/(‖F‖+ε) to keep"),
+             steps: int = typer.Option(300, "--steps", help="Adam steps of the search"),
+             lr: float = typer.Option(0.05, "--lr"),
+             refine_iters: int = typer.Option(4, "--refine-iters", help="Newton charts (fresh Jacobians; 0: none)"),
+             ov_norm: str = typer.Option("gain", "--ov-norm", help="fold the attention pre-norm gain: gain|none"),
+             with_bos: bool = BOS_OPT,
+             tokens: int = typer.Option(512, "--tokens", help="held-out tokens to draw residual seeds from"),
+             seq_len: int = typer.Option(256, "--seq-len"),
+             directions: bool = typer.Option(False, "--directions", help="keep each root's unit vector (JSON)"),
+             as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+             threads: int = THREADS_OPT) -> None:
+    """Critical candidates of the reduced fields P_uVu, P_uΦ(u), P_u(Vu+αΦ(u)): A/S/R labels (paper Table 2)."""
+    from geosteer.cli import emit
+    from geosteer.dynamics.cli import _meta, _setup, _write
+    from geosteer.dynamics.critical import check_threshold, critical_study
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.fields import check_field
+
+    kinds = [check_field(f.strip()) for f in fields.split(",") if f.strip()]
+    check_threshold(threshold)
+    _finite(alpha, "--alpha", 0.0)
+    m, tok = _setup(model, threads)
+    chosen = _layers(m, layers)
+    ids = corpus_windows(tok, "heldout", tokens, seq_len) if real else None
+    cand, summ = critical_study(m, ids, chosen, kinds, alpha=alpha, n_real=real, n_random=random, seed=seed,
+                                with_bos=with_bos, ov_norm=ov_norm, threshold=threshold, steps=steps, lr=lr,
+                                refine_iters=refine_iters, log=lambda s: typer.echo(s, err=True))
+    if not directions:
+        for c in cand:
+            c.pop("u", None)
+    rows = [{"table": "summary", **s} for s in summ] + [{"table": "candidate", **c} for c in cand]
+    meta = _meta(m, layers=chosen, fields=kinds, alpha=alpha, real=real, random=random, seed=seed,
+                 threshold=threshold, steps=steps, lr=lr, refine_iters=refine_iters, ov_norm=ov_norm,
+                 with_bos=with_bos, tokens=tokens, seq_len=seq_len)
+    _write(rows, meta, out, csv)
+    table = [{k: s.get(k) for k in ("layer", "field", "stage", "n", "A", "S", "R", "s_fraction")} for s in summ]
+    emit({"meta": meta, "summary": summ} if as_json else table, as_json, table_title="critical candidates A/S/R")
+
+
+def commutator(model: str = MODEL_OPT, layers: str = typer.Option("all", "--layers"),
+               tokens: int = typer.Option(512, "--tokens"), seq_len: int = typer.Option(128, "--seq-len"),
+               h: float = typer.Option(1e-2, "--h", help="central-difference step of the attention half"),
+               with_bos: bool = BOS_OPT, as_json: bool = JSON_OPT, out: Path | None = OUT_OPT,
+               csv: Path | None = CSV_OPT, threads: int = THREADS_OPT) -> None:
+    """Tangential commutator C (both halves, App. B) vs the measured reordering angular error (Fig. 8 right)."""
+    from geosteer.cli import emit
+    from geosteer.dynamics.cli import _meta, _setup, _write
+    from geosteer.dynamics.commutator import reorder_study
+    from geosteer.dynamics.diagnostics import corpus_windows
+
+    m, tok = _setup(model, threads)
+    chosen = _layers(m, layers, "all")
+    ids = corpus_windows(tok, "heldout", tokens, seq_len)
+    rows, summ = reorder_study(m, ids, chosen, h=h, with_bos=with_bos)
+    meta = _meta(m, tokens=int(ids.numel()), seq_len=seq_len, h=h, with_bos=with_bos, **summ[0])
+    _write([{"table": "layers", **r} for r in rows] + [{"table": "summary", **s} for s in summ], meta, out, csv)
+    emit({"meta": meta, "layers": rows} if as_json else rows, as_json, table_title="commutator vs reordering")
+    if not as_json:
+        emit(summ[0], False)
+
+
+def pressure(model: str = MODEL_OPT, betas: str = typer.Option("1,2,4", "--betas", help="β_A values (> 0)"),
+             layers: str = typer.Option("all", "--layers", help="layers under pressure (and FFN variant)"),
+             variants: str = typer.Option("full,tangential,radial,zero", "--variants"),
+             tokens: int = typer.Option(1024, "--tokens"), seq_len: int = typer.Option(256, "--seq-len"),
+             batch_size: int = typer.Option(4, "--batch-size"), with_bos: bool = BOS_OPT,
+             as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+             threads: int = THREADS_OPT) -> None:
+    """Diversity D after every block under attention inverse temperature β_A, per FFN variant (experiment 3)."""
+    from geosteer.cli import emit
+    from geosteer.dynamics.cli import _meta, _setup, _write, parse_floats
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.pressure import check_beta, pressure_study
+
+    bs = [check_beta(b) for b in parse_floats(betas, "--betas")]
+    vs = [v.strip() for v in variants.split(",") if v.strip()]
+    m, tok = _setup(model, threads)
+    chosen = _layers(m, layers, "all")
+    ids = corpus_windows(tok, "heldout", tokens, seq_len)
+    rows, summ = pressure_study(m, ids, bs, chosen, vs, batch_size=batch_size, with_bos=with_bos,
+                                log=lambda s: typer.echo(s, err=True))
+    meta = _meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=chosen, with_bos=with_bos)
+    _write([{"table": "summary", **s} for s in summ] + [{"table": "layers", **r} for r in rows], meta, out, csv)
+    emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="diversity under pressure")
+
+
+def gain_depth(model: str = MODEL_OPT,
+               depths: str = typer.Option(",".join(f"{i / 16:g}" for i in range(17)), "--depths",
+                                          help="depth fractions ℓ/L in [0, 1]"),
+               values: str = typer.Option("0,0.5,1.5,2", "--values", help="FFN gains α_F"),
+               tokens: int = typer.Option(1024, "--tokens"), seq_len: int = typer.Option(256, "--seq-len"),
+               batch_size: int = typer.Option(4, "--batch-size"), as_json: bool = JSON_OPT,
+               out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT, threads: int = THREADS_OPT) -> None:
+    """FFN gain α_F at one layer at depth ℓ/L, attention fixed (App. C.1, Fig. 8 left): loss increase."""
+    from geosteer.cli import emit
+    from geosteer.dynamics.cli import _meta, _setup, _write, parse_floats
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.pressure import depth_layers, gain_depth_sweep
+
+    ds = parse_floats(depths, "--depths")
+    vs = [_finite(v, "--values") for v in parse_floats(values, "--values")]
+    m, tok = _setup(model, threads)
+    from geosteer import anatomy
+
+    depth_layers(anatomy(m).n_layers, ds)  # validate before any forward
+    ids = corpus_windows(tok, "heldout", tokens, seq_len)
+    rows = gain_depth_sweep(m, ids, ds, vs, batch_size=batch_size, log=lambda s: typer.echo(s, err=True))
+    meta = _meta(m, tokens=int(ids.numel()), seq_len=seq_len)
+    _write(rows, meta, out, csv)
+    emit(rows, as_json, table_title="FFN gain by depth")
+
+
+def add_commands(app: typer.Typer) -> None:
+    """Register the verbs on the ``geosteer dynamics`` Typer."""
+    app.command()(critical)
+    app.command()(commutator)
+    app.command()(pressure)
+    app.command(name="gain-depth")(gain_depth)
