@@ -123,3 +123,18 @@ def test_push_checks_before_any_network(tmp_path):
     (tmp_path / A.CONFIG_NAME).write_text("{}")
     with pytest.raises(ArtifactError, match="not a Hub repo id"):
         A.push(tmp_path, "not a repo")
+
+
+def test_shipped_surfaces_have_a_hub_card(tmp_path):
+    from geosteer.manifold.hub import write_card
+
+    shipped = Path(__file__).resolve().parent.parent / "artifacts" / "smollm2-surfaces"
+    card = huggingface_hub.ModelCard.load(shipped / "README.md")
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert card.data.library_name == "geosteer" and card.data.license == "apache-2.0"
+    # the card is what write_card renders from the artifact's own config (regenerated, not hand-edited)
+    copy = tmp_path / "s"
+    shutil.copytree(shipped, copy)
+    (copy / "README.md").unlink()
+    write_card(copy)
+    assert (copy / "README.md").read_text() == (shipped / "README.md").read_text()

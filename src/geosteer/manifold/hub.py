@@ -23,3 +23,23 @@ def push_to_hub(bank, repo_id: str, *, private: bool = True, token: str | None =
         folder = save(bank, Path(tmp) / "surfaces", dtype=dtype, **meta)
         return push(folder, repo_id, private=private, token=token, revision=revision,
                     commit_message=commit_message or "Upload geosteer attention-manifold surfaces")
+
+
+def write_card(folder: str | Path) -> Path:
+    """(Re)write the model card README.md of an existing surfaces artifact from its config (Hub metadata:
+    ``library_name: geosteer``, the base model's Hub id, license; the training command and held-out
+    perplexity recorded at training time). The tensors and config are left untouched."""
+    from geosteer.io_utils import atomic_write_text
+    from geosteer.manifold.artifact import _model_card, load, read_config, resolve
+
+    folder = resolve(folder)
+    doc = read_config(folder)
+    bank = load(folder)
+    with tempfile.TemporaryDirectory(prefix="geosteer-card-") as tmp:
+        _model_card(Path(tmp), doc, bank)
+        card = Path(tmp) / "README.md"
+        if not card.is_file():
+            from geosteer.errors import ArtifactError
+
+            raise ArtifactError(f"could not render a model card for {folder}")
+        return atomic_write_text(folder / "README.md", card.read_text())
