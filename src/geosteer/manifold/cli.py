@@ -110,11 +110,14 @@ def explore_cmd(
     net: str = typer.Option(None, "--net", help="print this surface's control net: LAYER,HEAD,DIM "
                             "(default: the largest surface)"),
     no_sensitivity: bool = typer.Option(False, "--no-sensitivity", help="skip the model runs"),
+    windows: int = typer.Option(2, "--coverage-windows", help="held-out 128-token windows for grid coverage "
+                                "and wall leakage (0: skip them)"),
     out: Path = typer.Option(None, "--out", "-o", help="write the results as JSON"),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads"),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Per-layer sensitivity (zero each layer, next-token KL), top-N surfaces by norm, one control net."""
+    """Per-layer sensitivity (zero each layer, next-token KL), grid coverage and wall leakage on held-out
+    windows, top-N surfaces by norm, one control net."""
     import torch
 
     from geosteer.cli import emit
@@ -154,6 +157,12 @@ def explore_cmd(
         bank = load(surfaces, model=m)
         result["prompts"] = len(texts)
         result["sensitivity"] = layer_sensitivity(m, tok, bank, texts, layers=_layers(layers))
+        if windows > 0:
+            from geosteer.manifold.coverage import grid_coverage, heldout_windows, wall_leakage
+
+            wins = heldout_windows(tok, windows)
+            result["coverage"] = grid_coverage(m, tok, bank, wins)
+            result["wall_leakage"] = wall_leakage(m, tok, bank, wins)
     if out is not None:
         atomic_write_json(out, result)
     if as_json:
@@ -163,6 +172,14 @@ def explore_cmd(
         emit([{k: v for k, v in r.items()} for r in result["sensitivity"]], False,
              table_title=f"layer sensitivity: zero one layer's surfaces, next-token KL over {len(texts)} "
                          "prompts")
+    if result.get("coverage"):
+        emit([{k: r[k] for k in ("layer", "lo", "hi", "outside", "q_outside", "k_outside", "worst_head_outside")}
+              for r in result["coverage"]], False,
+             table_title=f"grid coverage: attention-mass fraction with q or k outside [lo, hi] ({windows} held-out "
+                         "windows of 128 tokens)")
+    if result.get("wall_leakage"):
+        emit(result["wall_leakage"], False, table_title="wall leakage: region attention mass that still passes "
+             "value (passing = Σ a·|gain| / Σ a in the region)")
     emit(tops, False, table_title=f"largest {len(tops)} surfaces (Frobenius norm)")
     if lhd is not None:
         typer.echo(f"control net of layer {lhd[0]} head {lhd[1]} dim {lhd[2]} (rows = query axis, "
