@@ -72,7 +72,8 @@ def head_ov(w_v: torch.Tensor, w_o: torch.Tensor, head: int, n_rep: int) -> torc
 
 
 def ov_rows(model: nn.Module) -> list[dict]:
-    """Tidy per-head rows: skew/sym ratio, dominant eigenvalue (largest modulus) and its sign."""
+    """Tidy per-head rows: skew/sym ratio, dominant eigenvalue (largest modulus) and its sign, and the
+    eigenvalue of largest real part (``dominant_by_real_positive``: it is real and > 0)."""
     an = anatomy(model)
     rows = []
     for layer, (w_v, w_o) in enumerate(ov_weights(model)):
@@ -86,11 +87,14 @@ def ov_rows(model: nn.Module) -> list[dict]:
             ev = torch.linalg.eigvals(small)
             top = ev[ev.abs().argmax()]
             is_real = abs(top.imag.item()) <= 1e-6 * max(abs(top).item(), 1e-30)
+            top_re = ev[ev.real.argmax()]  # "dominant" read as the largest real part (issue 13 item 5)
+            re_real = abs(top_re.imag.item()) <= 1e-6 * max(abs(top_re).item(), 1e-30)
             rows.append({
                 "layer": layer, "head": h, "kv_head": g, "skew_sym_ratio": ratio.item(),
                 "dominant_real": top.real.item(), "dominant_imag": top.imag.item(),
                 "dominant_positive": bool(is_real and top.real.item() > 0),
                 "max_real_part": ev.real.max().item(),
+                "dominant_by_real_positive": bool(re_real and top_re.real.item() > 0),
             })
     return rows
 
@@ -103,4 +107,5 @@ def ov_summary(rows: list[dict]) -> dict:
         "skew_sym_ratio_mean": sum(r["skew_sym_ratio"] for r in rows) / n,
         "frac_dominant_positive": sum(r["dominant_positive"] for r in rows) / n,
         "frac_max_real_positive": sum(r["max_real_part"] > 0 for r in rows) / n,
+        "frac_dominant_by_real_positive": sum(r["dominant_by_real_positive"] for r in rows) / n,
     }

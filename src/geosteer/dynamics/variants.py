@@ -42,14 +42,27 @@ def _zero(x: torch.Tensor, ctx) -> torch.Tensor:
     return torch.zeros_like(x)
 
 
-def _radial(phi: torch.Tensor, ctx) -> torch.Tensor:
-    u = sphere.unit(ctx.state["mlp_norm_in"].to(phi.dtype))
-    return sphere.radial(u, phi)
+# Reference direction of the radial/tangential split (issue 13 item 5): "read" = unit(mlp_norm_in), the state
+# the FFN reads (x + A in a sequential block; the default), "input" = unit(resid_pre), the block input x.
+REFERENCES = {"read": "mlp_norm_in", "input": "resid_pre"}
 
 
-def _tangential(phi: torch.Tensor, ctx) -> torch.Tensor:
-    u = sphere.unit(ctx.state["mlp_norm_in"].to(phi.dtype))
-    return sphere.tangential(u, phi)
+def _split(part: str, reference: str, skip_first: bool):
+    key = REFERENCES[reference]
+
+    def fn(phi: torch.Tensor, ctx) -> torch.Tensor:
+        u = sphere.unit(ctx.state[key].to(phi.dtype))
+        out = sphere.radial(u, phi) if part == "radial" else sphere.tangential(u, phi)
+        return _keep_first(phi, out) if skip_first else out
+
+    return fn
+
+
+def _keep_first(stock: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Position 0 (BOS) keeps its stock update."""
+    out = out.clone()
+    out[:, :1] = stock[:, :1]
+    return out
 
 
 @dataclass
@@ -57,23 +70,29 @@ class FFNVariant:
     """One of the five forward variants of paper §4 (Fig. 3) on ``layers`` (None = all).
 
     ``full``: stock (attaches nothing); ``zero``: Φ → 0; ``radial``: Φ → ⟨u, Φ⟩u; ``tangential``:
-    Φ → P_u Φ; ``attn_zero``: the attention update A → 0 (control).
+    Φ → P_u Φ; ``attn_zero``: the attention update A → 0 (control). ``reference``: u = unit of the state the
+    FFN reads (``"read"``, default) or of the block input x (``"input"``); ``skip_first``: position 0 (BOS)
+    keeps its stock update.
     """
 
     variant: str = "full"
     layers: Sequence[int] | None = None
+    reference: str = "read"
+    skip_first: bool = False
 
     def __post_init__(self) -> None:
         check_variant(self.variant)
+        if self.reference not in REFERENCES:
+            raise ValueError(f"unknown reference '{self.reference}'; valid: {', '.join(REFERENCES)}")
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
         layers = _layers(model, self.layers)
         if self.variant == "full":
             return lambda: None
-        if self.variant == "attn_zero":
-            return _attach_hooks(model, "attn_out", layers, _zero)
-        fn = {"zero": _zero, "radial": _radial, "tangential": _tangential}[self.variant]
-        return _attach_hooks(model, "mlp_out", layers, fn)
+        if self.variant in ("attn_zero", "zero"):
+            fn = (lambda x, ctx: _keep_first(x, _zero(x, ctx))) if self.skip_first else _zero
+            return _attach_hooks(model, "attn_out" if self.variant == "attn_zero" else "mlp_out", layers, fn)
+        return _attach_hooks(model, "mlp_out", layers, _split(self.variant, self.reference, self.skip_first))
 
 
 @dataclass
