@@ -114,6 +114,8 @@ def explore_cmd(
                                 "and wall leakage (0: skip them)"),
     out: Path = typer.Option(None, "--out", "-o", help="write the results as JSON"),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads"),
+    force: bool = typer.Option(False, "--force", help="use the surfaces on --model even if they were "
+                               "recorded for another base model"),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Per-layer sensitivity (zero each layer, next-token KL), grid coverage and wall leakage on held-out
@@ -154,7 +156,7 @@ def explore_cmd(
         if not name:
             raise ValueError("the artifact does not name its base model; pass --model")
         m, tok = load_model(name)
-        bank = load(surfaces, model=m)
+        bank = load(surfaces, model=m, force=force)
         result["prompts"] = len(texts)
         result["sensitivity"] = layer_sensitivity(m, tok, bank, texts, layers=_layers(layers))
         if windows > 0:
