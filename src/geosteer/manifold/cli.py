@@ -177,8 +177,8 @@ def explore_cmd(
     if result.get("coverage"):
         emit([{k: r[k] for k in ("layer", "lo", "hi", "outside", "q_outside", "k_outside", "worst_head_outside")}
               for r in result["coverage"]], False,
-             table_title=f"grid coverage: attention-mass fraction with q or k outside [lo, hi] ({windows} held-out "
-                         "windows of 128 tokens)")
+             table_title=f"grid coverage: attention-mass fraction with q or k outside the grid lo..hi "
+                         f"({windows} held-out windows of 128 tokens)")
     if result.get("wall_leakage"):
         emit(result["wall_leakage"], False, table_title="wall leakage: region attention mass that still passes "
              "value (passing = Σ a·|gain| / Σ a in the region)")
