@@ -21,6 +21,7 @@ from tests.test_dynamics_cli import run
     (["dynamics", "commutator", "-m", "tiny-gpt_neox", "--tokens", "64", "--seq-len", "32"], "sequential"),
     (["dynamics", "commutator", "-m", "tiny-llama", "--h", "2", "--tokens", "64", "--seq-len", "32"], "step h"),
     (["dynamics", "gain-depth", "-m", "tiny-llama", "--depths", "0,1.5"], "depth fractions"),
+    (["dynamics", "split-options", "-m", "tiny-llama", "--references", "read,output"], "unknown reference"),
 ])
 def test_bad_input_exits_2(argv, message, monkeypatch, capsys):
     code, _, err = run(argv, monkeypatch, capsys)

@@ -1,6 +1,7 @@
-"""``geosteer dynamics critical | commutator | pressure | gain-depth`` (issue 13): reduced-field critical
-geometry, the tangential commutator vs reordering error, diversity under aggregation pressure, FFN gain by
-depth. Tidy records via ``--out`` (.json/.csv) / ``--csv``; docs/dynamics.md quotes them."""
+"""``geosteer dynamics critical | commutator | pressure | gain-depth | split-options`` (issue 13):
+reduced-field critical geometry, the tangential commutator vs reordering error, diversity under aggregation
+pressure, FFN gain by depth, the FFN split choices. Tidy records via ``--out`` (.json/.csv) / ``--csv``;
+docs/dynamics.md quotes them."""
 
 from __future__ import annotations
 
@@ -151,9 +152,40 @@ def gain_depth(model: str = MODEL_OPT,
     emit(rows, as_json, table_title="FFN gain by depth")
 
 
+def split_options(model: str = MODEL_OPT, layers: str = typer.Option("all", "--layers"),
+                  variants: str = typer.Option("tangential,radial", "--variants"),
+                  references: str = typer.Option("read,input", "--references",
+                                                 help="read = unit(x + A) (default split), input = unit(x)"),
+                  tokens: int = typer.Option(1024, "--tokens"), seq_len: int = typer.Option(256, "--seq-len"),
+                  batch_size: int = typer.Option(4, "--batch-size"), as_json: bool = JSON_OPT,
+                  out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT, threads: int = THREADS_OPT) -> None:
+    """FFN radial/tangential ablation under each split reference, with BOS ablated or kept (issue 13 item 5)."""
+    from geosteer.cli import emit
+    from geosteer.dynamics.cli import _meta, _setup, _write
+    from geosteer.dynamics.config import check_variant
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.options import split_options_study
+    from geosteer.dynamics.variants import REFERENCES
+    from geosteer.errors import GeosteerError
+
+    vs = [check_variant(v.strip()) for v in variants.split(",") if v.strip()]
+    refs = [r.strip() for r in references.split(",") if r.strip()]
+    bad = [r for r in refs if r not in REFERENCES]
+    if bad:
+        raise GeosteerError(f"unknown reference '{bad[0]}'; valid: {', '.join(REFERENCES)}")
+    m, tok = _setup(model, threads)
+    chosen = _layers(m, layers, "all")
+    ids = corpus_windows(tok, "heldout", tokens, seq_len)
+    rows = split_options_study(m, ids, chosen, vs, refs, batch_size=batch_size,
+                               log=lambda s: typer.echo(s, err=True))
+    _write(rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=chosen), out, csv)
+    emit(rows, as_json, table_title="FFN split options")
+
+
 def add_commands(app: typer.Typer) -> None:
     """Register the verbs on the ``geosteer dynamics`` Typer."""
     app.command()(critical)
     app.command()(commutator)
     app.command()(pressure)
     app.command(name="gain-depth")(gain_depth)
+    app.command(name="split-options")(split_options)
