@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--workloads", default="prefill,decode")
     ap.add_argument("--s-par", type=float, default=0.0)
     ap.add_argument("--out", default=None, help="tidy JSON rows")
+    ap.add_argument("--profile", action="store_true",
+                    help="instead of timing: torch.profiler of one prefill, stock and each site, top ops")
     a = ap.parse_args()
 
     from geosteer import load_model
@@ -90,8 +92,13 @@ def main() -> None:
         with steer(m, ComponentScale(site, a.s_par, 1.0)):
             return fn()
 
+    if a.profile:
+        _profile(run, sites, workloads["prefill"])
+        return
     times = {(w, s): [] for w in workloads for s in ["stock", *sites]}
     ratios = {(w, s): [] for w in workloads for s in sites}
+    meta = {"model": a.model, "machine": machine(a.threads), "tokens": a.tokens, "decode_prompt": a.decode_prompt,
+            "decode_steps": a.decode_steps, "rounds": a.rounds}
     with torch.no_grad(), contextlib.suppress(KeyboardInterrupt):
         for rnd in range(a.rounds + 1):
             for w, fn in workloads.items():
@@ -104,25 +111,44 @@ def main() -> None:
                     times[(w, s)].append(t_edit)
                     ratios[(w, s)].append(t_edit / t_stock)
             if rnd:
+                rows = _summary(times, ratios, a.s_par)
                 print(f"round {rnd} done", flush=True)
+                if a.out:  # after every round, so a stopped run keeps what it measured
+                    from geosteer.io_utils import write_records
+
+                    write_records(a.out, rows, {**meta, "rounds_done": rnd})
+    set_attention(m, "sdpa")
+    for row in _summary(times, ratios, a.s_par):
+        print(f"{row['workload']}_{row['site']}_ratio: {row['ratio_median']:.3f} (min {row['ratio_min']:.3f}, "
+              f"max {row['ratio_max']:.3f}, {row['pairs']} pairs; edited {row['edited_s_median']:.3f} s, "
+              f"stock {row['stock_s_median']:.3f} s)")
+
+
+def _profile(run, sites, fn, top: int = 8) -> None:
+    """Self CPU time per op of one prefill (after a warm-up), stock and each site: where the time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        for s in [None, *sites]:
+            run(s, fn)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                run(s, fn)
+            ev = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+            total = sum(e.self_cpu_time_total for e in ev) / 1e3
+            print(f"profile {s or 'stock'}: total self CPU {total:.1f} ms")
+            for e in ev[:top]:
+                print(f"  {e.key}: {e.self_cpu_time_total / 1e3:.1f} ms ({e.count} calls)")
+
+
+def _summary(times: dict, ratios: dict, s_par: float) -> list[dict]:
     rows = []
     for (w, s), r in ratios.items():
-        if not r:
-            continue
-        row = {"workload": w, "site": s, "s_par": a.s_par, "ratio_median": statistics.median(r),
-               "ratio_min": min(r), "ratio_max": max(r), "pairs": len(r),
-               "edited_s_median": statistics.median(times[(w, s)]),
-               "stock_s_median": statistics.median(times[(w, "stock")])}
-        rows.append(row)
-        print(f"{w}_{s}_ratio: {row['ratio_median']:.3f} (min {row['ratio_min']:.3f}, max {row['ratio_max']:.3f}, "
-              f"{len(r)} pairs; edited {row['edited_s_median']:.3f} s, stock {row['stock_s_median']:.3f} s)")
-    set_attention(m, "sdpa")
-    if a.out:
-        from geosteer.io_utils import write_records
-
-        write_records(a.out, rows, {"model": a.model, "machine": machine(a.threads), "tokens": a.tokens,
-                                    "decode_prompt": a.decode_prompt, "decode_steps": a.decode_steps,
-                                    "rounds": a.rounds})
+        if r:
+            rows.append({"workload": w, "site": s, "s_par": s_par, "ratio_median": statistics.median(r),
+                         "ratio_min": min(r), "ratio_max": max(r), "pairs": len(r),
+                         "edited_s_median": statistics.median(times[(w, s)]),
+                         "stock_s_median": statistics.median(times[(w, "stock")])})
+    return rows
 
 
 if __name__ == "__main__":
