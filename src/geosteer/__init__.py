@@ -5,6 +5,12 @@ from geosteer.models.anatomy import Anatomy, anatomy
 from geosteer.models.loading import load_model
 from geosteer.steer import steer  # noqa: E402  (the function; the module stays importable)
 
-__version__ = "0.1.0"
+try:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _version
+
+    __version__ = _version("geosteer")  # the installed distribution's version (pyproject.toml)
+except PackageNotFoundError:  # pragma: no cover - a source tree on sys.path without an install
+    __version__ = "0+unknown"
 
 __all__ = ["Anatomy", "GeosteerError", "anatomy", "load_model", "steer", "__version__"]

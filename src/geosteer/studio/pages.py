@@ -10,7 +10,12 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from fastapi import HTTPException
+try:
+    from fastapi import HTTPException
+except ModuleNotFoundError as _e:  # without the optional extra: one line naming it
+    from geosteer.extras import missing
+
+    raise missing(_e) from None
 
 SUFFIXES = (".json", ".csv")
 MAX_FILES = 500

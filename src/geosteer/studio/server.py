@@ -23,12 +23,17 @@ import time
 from html import escape
 from pathlib import Path
 
-from anyio import CapacityLimiter, to_thread
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
+try:
+    from anyio import CapacityLimiter, to_thread
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+except ModuleNotFoundError as _e:  # without the optional extra: one line naming it
+    from geosteer.extras import missing
+
+    raise missing(_e) from None
 
 from geosteer.errors import GeosteerError
 from geosteer.studio.security import Guard, new_nonce, new_token, page_csp

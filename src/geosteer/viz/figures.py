@@ -16,8 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+
+try:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+except ModuleNotFoundError as _e:  # without the optional extra: one line naming it
+    from geosteer.extras import missing
+
+    raise missing(_e) from None
 
 COLORSCALE = "RdBu_r"
 

@@ -19,8 +19,13 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-import plotly.graph_objects as go
-import plotly.io as pio
+try:
+    import plotly.graph_objects as go
+    import plotly.io as pio
+except ModuleNotFoundError as _e:  # without the optional extra: one line naming it
+    from geosteer.extras import missing
+
+    raise missing(_e) from None
 
 from geosteer.errors import GeosteerError
 from geosteer.io_utils import atomic_write_text

@@ -25,8 +25,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+try:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+except ModuleNotFoundError as _e:  # without the optional extra: one line naming it
+    from geosteer.extras import missing
+
+    raise missing(_e) from None
 
 from geosteer.errors import GeosteerError
 
