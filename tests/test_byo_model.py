@@ -173,3 +173,20 @@ def test_surfaces_on_peft_lora_model():
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
     assert (got - plain_lora).abs().max() > 1e-2  # the surfaces act
     assert (got - no_lora).abs().max() > 1e-2  # and so does the adapter
+
+
+def test_gpu_smoke_dry_run_on_cpu(tmp_path):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_smoke.py"
+    spec = importlib.util.spec_from_file_location("gpu_smoke", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "smoke.json"
+    rc = mod.main(["--model", "tiny-qwen3", "--device", "cpu", "--dtype", "bf16", "--seq-len", "24", "--batch", "1",
+                   "--new-tokens", "3", "--check-tokens", "3", "--repeats", "1", "--out", str(out)])
+    rec = json.loads(out.read_text())
+    assert rc == 0 and rec["ok"] and rec["checks"]["neutral_bitwise"]
+    assert set(rec["timings"]) == {"forward", "decode", "train_step"}
