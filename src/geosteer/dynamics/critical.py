@@ -134,18 +134,24 @@ def label_point(field: ReducedField, u: torch.Tensor) -> tuple[dict, torch.Tenso
 
 def find_candidates(field: ReducedField, seeds: torch.Tensor, sources: Sequence[str], *, threshold: float = 0.05,
                     steps: int = 300, lr: float = 0.05, refine_iters: int = 4, refine_tol: float = 1e-10,
-                    dedup_tol: float = 1e-3) -> list[dict]:
+                    dedup_tol: float = 1e-3, stats: dict | None = None) -> list[dict]:
     """Search from ``seeds`` (n, d), keep s ≤ threshold, de-duplicate, label, refine and label again.
 
     One row per distinct kept candidate: ``source`` of its best seed, ``n_seeds`` that reached it, score,
     label, saddle index ``n_pos`` (expanding directions), spectrum extremes; ``refined_*`` after refinement,
     ``survives`` and ``angle_deg``. Rows carry the unit vector under ``u`` (a list) for later use.
+    ``stats`` (a dict, optional) receives the seed count, how many ended at s ≤ threshold and the end-score
+    quantiles — how well the search converged.
     """
     check_threshold(threshold)
     ends = minimise_score(field, seeds, steps=steps, lr=lr)
     with torch.no_grad():
         scores = field.score(ends)
     ok = torch.nonzero(scores <= threshold).flatten()
+    if stats is not None:
+        q = torch.quantile(scores, torch.tensor([0.0, 0.5], dtype=scores.dtype))
+        stats.update({"seeds": int(scores.numel()), "seeds_below": int(ok.numel()),
+                      "end_score_min": float(q[0]), "end_score_median": float(q[1])})
     if ok.numel() == 0:
         return []
     pts, sc = ends[ok], scores[ok]
@@ -257,14 +263,15 @@ def critical_study(model, ids: torch.Tensor | None, layers: Sequence[int], kinds
         seeds = torch.cat(parts)
         for kind, field in fields.items():
             t0 = time.perf_counter()
+            st: dict = {}
             rows = find_candidates(field, seeds, sources, threshold=threshold, steps=steps, lr=lr,
-                                   refine_iters=refine_iters)
+                                   refine_iters=refine_iters, stats=st)
             secs = time.perf_counter() - t0
             for i, r in enumerate(rows):
                 cand.append({"layer": layer, "field": kind, "alpha": alpha, "candidate": i, **r})
             for stage, key in (("candidate", "label"), ("refined", "refined_label")):
                 summ.append({"layer": layer, "field": kind, "stage": stage, **summarise(rows, key),
-                             "survived": sum(r["survives"] for r in rows), "seconds": secs})
+                             "survived": sum(r["survives"] for r in rows), "seconds": secs, **st})
             if kind == "ov":
                 summ.append({"layer": layer, "field": kind, "stage": "exact", **ov_exact(field.V)})
             if log:
