@@ -175,7 +175,8 @@ def explore_cmd(
              table_title=f"layer sensitivity: zero one layer's surfaces, next-token KL over {len(texts)} "
                          "prompts")
     if result.get("coverage"):
-        emit([{k: r[k] for k in ("layer", "lo", "hi", "outside", "q_outside", "k_outside", "worst_head_outside")}
+        emit([{k: r[k] for k in ("layer", "lo", "hi", "outside", "q_outside", "k_outside", "worst_head_outside",
+                                  "dims_mostly_outside")}
               for r in result["coverage"]], False,
              table_title=f"grid coverage: attention-mass fraction with q or k outside the grid lo..hi "
                          f"({windows} held-out windows of 128 tokens)")

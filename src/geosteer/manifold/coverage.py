@@ -62,7 +62,8 @@ def grid_coverage(model, tok, bank, texts_or_ids: Sequence, layers: Sequence[int
                   with_bank: bool = True) -> list[dict]:
     """Rows per layer: ``outside`` (attention-mass fraction with q or k outside [lo, hi], all heads and
     dims), ``q_outside`` / ``k_outside`` (each side alone), ``worst_head`` / ``worst_head_outside`` and
-    ``worst_dim_outside`` (the largest per-(head, dim) fraction). ``with_bank``: measure with the bank
+    ``worst_dim_outside`` (the largest per-(head, dim) fraction), ``dims_mostly_outside`` (how many of the
+    ``dims`` (head, dim) pairs have more than half their mass outside). ``with_bank``: measure with the bank
     attached (its operating point: earlier layers' surfaces move q, k) or on the stock model."""
     if not texts_or_ids:
         raise ValueError("no prompts or windows to measure coverage on")
@@ -100,7 +101,8 @@ def grid_coverage(model, tok, bank, texts_or_ids: Sequence, layers: Sequence[int
                     "q_outside": float((1 - s["qin"] / s["total"]).mean()),
                     "k_outside": float((1 - s["kin"] / s["total"]).mean()),
                     "worst_head": int((frac.mean(1)).argmax()), "worst_head_outside": float(frac.mean(1).max()),
-                    "worst_dim_outside": float(frac.max()), "worst_dim": [h, d]})
+                    "worst_dim_outside": float(frac.max()), "worst_dim": [h, d],
+                    "dims_mostly_outside": int((frac > 0.5).sum()), "dims": int(frac.numel())})
     return out
 
 

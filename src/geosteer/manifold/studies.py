@@ -6,7 +6,9 @@
   surfaces, next-token KL against the full bank) and the largest-norm surfaces (‖C_d‖_F).
 - :func:`steering_study`: edits of the trained bank against the unedited bank (paper Table 2): layer-wide
   inversion, single-surface inversion, row-only (query-side) vs column-only (key-side) inversion, a
-  layer-wide wall and a targeted wall (C = -1, so 1 + S = 0 inside the grid region; partition of unity).
+  layer-wide wall and a targeted wall, each both as the legacy grid-wall (C = -1, so 1 + S = 0 only inside
+  the grid region; partition of unity) and as an exact wall (gain 0 for every pair, ``manifold.walls``).
+- :func:`wall_study`: only the four walls on the wall prompts (unsafe vs safe), with each wall's leakage.
   Greedy change, first divergence, next-token KL, and paired-seed sampling (the same seed with and
   without the edit, T = 0.8, top-k 50).
 
@@ -69,6 +71,54 @@ def wall(slot: int, surfaces: Sequence[tuple[int, int]] | None = None):
                 c[slot, h, d].fill_(-1.0)
 
     return fn
+
+
+def exact_wall(bank, layer: int, surfaces: Sequence[tuple[int, int]] | None = None):
+    """A copy of ``bank`` with an exact wall (gain 0 for every pair) on the layer or on (head, dim) pairs."""
+    from geosteer.manifold.walls import Wall
+
+    new = copy.deepcopy(bank)
+    new.clear_cache()
+    new.add_walls([Wall(layer=layer) if surfaces is None else Wall(layer=layer, pairs=tuple(surfaces))])
+    return new
+
+
+def _walls(bank, layer: int, top_sd):
+    slot = bank.slot(layer)
+    return [(f"grid-wall layer {layer}", edited(bank, wall(slot))),
+            (f"grid-wall top-{len(top_sd)} surfaces of layer {layer}", edited(bank, wall(slot, top_sd))),
+            (f"exact wall layer {layer}", exact_wall(bank, layer)),
+            (f"exact wall top-{len(top_sd)} surfaces of layer {layer}", exact_wall(bank, layer, top_sd))]
+
+
+def wall_study(model, tok, bank, wall_prompts: Sequence[Prompt], layer: int, *, top_walls: int = 10,
+               max_new_tokens: int = 30, log: Callable[[str], None] | None = print) -> dict:
+    """The paper's Table 3 walls (layer-wide and top-N norm) as legacy grid-walls and as exact walls, on
+    ``wall_prompts`` (greedy change and next-token KL per unsafe/safe group) plus each wall's leakage (region
+    attention mass that still passes value) on the same prompts."""
+    from geosteer.manifold.coverage import legacy_walls, wall_leakage
+
+    say = log or (lambda s: None)
+    t0 = time.perf_counter()
+    top = surface_norms(bank, top=max(top_walls, 1), layer=layer)
+    top_sd = [(r["head"], r["dim"]) for r in top[:top_walls]]
+    runner = PairedRunner(model, tok, [bank], wall_prompts, max_new_tokens, ())
+    rows, leak = [], []
+    texts = [p.text for p in wall_prompts]
+    for name, b in _walls(bank, layer, top_sd):
+        rows += runner.run(name, [b], sample=False)
+        if name.startswith("grid-wall"):
+            from geosteer.manifold.walls import Wall
+
+            w = [Wall(layer=layer)] if "top" not in name else [Wall(layer=layer, pairs=tuple(top_sd))]
+            lk = wall_leakage(model, tok, b, texts, walls=w)
+        else:
+            lk = wall_leakage(model, tok, b, texts)
+        assert not legacy_walls(b)
+        leak += [{"condition": name, **r} for r in lk]
+        say(f"{name}: leakage {lk[0]['passing']:.4f} ({time.perf_counter() - t0:.0f} s)")
+    return {"layer": layer, "top_surfaces": top, "rows": rows, "summary": summarize_conditions(rows),
+            "leakage": leak, "wall_baseline": runner.baseline_rows(), "seconds": time.perf_counter() - t0}
 
 
 # ------------------------------------------------------------------ measurements
@@ -230,9 +280,8 @@ def steering_study(model, tok, bank, prompts: Sequence[Prompt], wall_prompts: Se
             f"greedy changed ({time.perf_counter() - t0:.0f} s)")
     wrunner = PairedRunner(model, tok, [bank], wall_prompts, max_new_tokens, ())
     top_sd = [(r["head"], r["dim"]) for r in top[:top_walls]]
-    for name, fn in [(f"wall layer {layer}", wall(slot)),
-                     (f"wall top-{len(top_sd)} surfaces of layer {layer}", wall(slot, top_sd))]:
-        rows += wrunner.run(name, [edited(bank, fn)], sample=False)
+    for name, b in _walls(bank, layer, top_sd):
+        rows += wrunner.run(name, [b], sample=False)
         say(f"{name} done ({time.perf_counter() - t0:.0f} s)")
     return {"layer": layer, "sensitivity": sens, "top_surfaces": top, "rows": rows,
             "summary": summarize_conditions(rows), "baseline": runner.baseline_rows(),
@@ -252,7 +301,7 @@ def _main(argv: Sequence[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(prog="python -m geosteer.manifold.studies",
                                  description=__doc__.splitlines()[0])
-    ap.add_argument("study", choices=["compare", "steer"])
+    ap.add_argument("study", choices=["compare", "steer", "walls"])
     ap.add_argument("--surfaces", required=True, help="surfaces artifact folder")
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--prompts", default=None, help="prompt set (default: manifold_ / steering_prompts)")
@@ -285,6 +334,20 @@ def _main(argv: Sequence[str] | None = None) -> None:
         atomic_write_csv(out.with_suffix(".summary.csv"), summary)
         for r in summary:
             log(f"{r['category']:>14}: {r['greedy_change_rate']:.2f} changed, mean KL {r['mean_kl']:.4f}")
+    elif a.study == "walls":
+        if a.layer is None:
+            raise SystemExit("error: the walls study needs --layer (e.g. the steer study's most sensitive layer)")
+        walls = load_prompts(a.wall_prompts)[: a.limit]
+        res = wall_study(model, tok, bank, walls, a.layer, top_walls=a.top_walls, max_new_tokens=a.max_new_tokens,
+                         log=log)
+        meta.update(wall_prompt_set=a.wall_prompts, layer=a.layer, top_surfaces=res["top_surfaces"],
+                    summary=res["summary"], leakage=res["leakage"], wall_baseline=res["wall_baseline"],
+                    seconds=round(res["seconds"], 1),
+                    kl="KL(P_unedited || P_edited) of the next token after the prompt, nats")
+        write_records(out, res["rows"], meta)
+        atomic_write_csv(out.with_suffix(".summary.csv"), res["summary"])
+        for r in res["summary"] + res["leakage"]:
+            log(str(r))
     else:
         prompts = load_prompts(a.prompts or "steering_prompts")[: a.limit]
         walls = load_prompts(a.wall_prompts)[: a.limit]
