@@ -190,3 +190,23 @@ def test_gpu_smoke_dry_run_on_cpu(tmp_path):
     rec = json.loads(out.read_text())
     assert rc == 0 and rec["ok"] and rec["checks"]["neutral_bitwise"]
     assert set(rec["timings"]) == {"forward", "decode", "train_step"}
+
+
+def test_eval_helpers_on_an_offloaded_model(tmp_path):
+    """perplexity and generation put their inputs where the dispatched model reads them (the embeddings are
+    offloaded to disk, so the model's first parameter sits on ``meta``)."""
+    accelerate = pytest.importorskip("accelerate")
+    from geosteer.eval.generation import generate
+    from geosteer.eval.perplexity import strided_perplexity
+
+    plain, tok = load_model("tiny-llama")
+    text = "The theory of relativity states that the laws of physics are the same for all observers. " * 3
+    ref_ppl = strided_perplexity(plain, tok, text, context=32, stride=16).ppl
+    ref_gen = generate(plain, tok, "The theory of", max_new_tokens=5).text
+    off, _ = load_model("tiny-llama")
+    device_map = {"model.embed_tokens": "disk", "model.rotary_emb": "cpu", "model.layers": "cpu",
+                  "model.norm": "cpu", "lm_head": "cpu"}
+    off = accelerate.dispatch_model(off, device_map=device_map, offload_dir=str(tmp_path / "o"))
+    assert next(off.parameters()).device.type == "meta"
+    assert strided_perplexity(off, tok, text, context=32, stride=16).ppl == pytest.approx(ref_ppl, rel=1e-5)
+    assert generate(off, tok, "The theory of", max_new_tokens=5).text == ref_gen

@@ -13,12 +13,13 @@ import torch
 import torch.nn.functional as F
 
 from geosteer.eval.generation import generate, generate_seeds, prompt_ids
+from geosteer.models.loading import input_device
 from geosteer.steer import steer
 
 
 @torch.no_grad()
 def next_token_logprobs(model, tok, prompt: str, interventions: Sequence = ()) -> torch.Tensor:
-    device = next(model.parameters()).device
+    device = input_device(model)
     ids = prompt_ids(tok, prompt).to(device)
     with steer(model, *interventions):
         logits = model(input_ids=ids, use_cache=False).logits[0, -1].float()

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from geosteer.errors import GeosteerError
+from geosteer.models.loading import input_device
 
 
 @dataclass
@@ -96,7 +97,7 @@ def generate(
         raise GeosteerError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
     if not greedy:
         check_temperature(temperature)
-    device = next(model.parameters()).device
+    device = input_device(model)
     ids = prompt_ids(tok, prompt, add_bos).to(device)
     max_new_tokens = _capped(model, ids.shape[1], max_new_tokens)
     kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, use_cache=True,
@@ -195,7 +196,7 @@ def generate_seeds(model, tok, prompt: str, seeds, max_new_tokens: int = 50, tem
         return []
     from transformers import DynamicCache
 
-    device = next(model.parameters()).device
+    device = input_device(model)
     ids = prompt_ids(tok, prompt, add_bos).to(device)
     max_new_tokens = _capped(model, ids.shape[1], max_new_tokens)
     n, L = len(seeds), ids.shape[1]

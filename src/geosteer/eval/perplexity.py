@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from geosteer.errors import GeosteerError
+from geosteer.models.loading import input_device
 
 _MAX_NLL = math.log(float.fromhex("0x1.fffffffffffffp+1023"))  # above this, exp(nll) overflows a float
 
@@ -97,7 +98,7 @@ def strided_perplexity(
     if require_full_window and len(ids) < context:
         raise GeosteerError(f"text is shorter than one window: {len(ids)} tokens < context {context}")
     spans = window_spans(len(ids), context, stride)
-    device = next(model.parameters()).device
+    device = input_device(model)
     # HF causal LMs can compute the vocabulary projection for the last k positions only: a window
     # scores at most ``stride`` tokens, so most of the (batch, context, vocab) logits are never needed.
     keep_ok = "logits_to_keep" in inspect.signature(model.forward).parameters

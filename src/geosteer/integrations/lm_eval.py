@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from geosteer.models.loading import input_device
+
 try:
     from lm_eval.api.registry import register_model
     from lm_eval.models.huggingface import HFLM
@@ -89,7 +91,7 @@ class GeosteerLM(HFLM):
             model.config._geosteer_name = name
         use_geosteer_attention(model)
         self.interventions = self.geosteer_spec.build(model)
-        device = next(model.parameters()).device
+        device = input_device(model)
         try:
             for iv in self.interventions:
                 if isinstance(iv, nn.Module):

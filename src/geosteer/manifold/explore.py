@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from geosteer.manifold.edit import Edit, live, surface_norms
+from geosteer.models.loading import input_device
 from geosteer.steer import steer
 
 DEFAULT_PROMPTS = "steering_prompts"
@@ -22,7 +23,7 @@ DEFAULT_PROMPTS = "steering_prompts"
 def _last_logits(model, tok, prompts: Sequence[str]) -> torch.Tensor:
     from geosteer.eval.generation import prompt_ids
 
-    device = next(model.parameters()).device
+    device = input_device(model)
     rows = []
     with torch.no_grad():
         for p in prompts:

@@ -23,6 +23,7 @@ import torch
 
 from geosteer.errors import GeosteerError
 from geosteer.io_utils import atomic_write_json
+from geosteer.models.loading import input_device
 from geosteer.train import TrainConfig, train
 from geosteer.train.data import load_texts, token_stream, windows
 
@@ -69,7 +70,7 @@ def calibrate_ranges(model, tok, layers: list[int], *, text: str | Path = "train
     w = windows(stream, seq_len, getattr(tok, "bos_token_id", None))
     order = BatchOrder(w.shape[0], batch_size, seed)
     rec = AttentionRecorder(layers=layers, what=("query", "key"))
-    device = next(model.parameters()).device
+    device = input_device(model)
     with steer(model, rec):
         for s in range(batches):
             x = w[order.indices(s)].to(device)

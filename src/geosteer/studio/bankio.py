@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from geosteer.models.loading import input_device
+
 CONFIG = "geosteer_config.json"
 
 
@@ -45,7 +47,7 @@ def sensitivity(model, tok, bank, prompt: str) -> torch.Tensor:
     """|⟨∇_C log p_top, C⟩| per surface: (bank layers, heads, dims)."""
     from geosteer.eval.generation import prompt_ids
 
-    ids = prompt_ids(tok, prompt).to(next(model.parameters()).device)
+    ids = prompt_ids(tok, prompt).to(input_device(model))
     c = bank.coefficients
     was = c.requires_grad
     c.requires_grad_(True)

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from geosteer.errors import GeosteerError
+from geosteer.models.loading import input_device
 from geosteer.studio import bankio
 from geosteer.studio.edits import EditSpec, UndoRecord, apply_edit, parse_edit, undo_edit
 from geosteer.studio.views import SurfaceViews
@@ -171,7 +172,7 @@ class Session(SurfaceViews):
         """
         from geosteer.eval.generation import greedy_with_draft, prompt_ids
 
-        ids = prompt_ids(self.tok, prompt).to(next(self.model.parameters()).device)
+        ids = prompt_ids(self.tok, prompt).to(input_device(self.model))
         new, first = greedy_with_draft(self.model, self.tok, ids, n, self._drafts.get((prompt, n)))
         if len(self._drafts) > 64:
             self._drafts.clear()

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
+from geosteer.models.loading import input_device
 from geosteer.viz.figures import SurfaceView, TokenPoints
 
 
@@ -123,7 +124,7 @@ def record_qk_tensors(model, tok, prompt: str, layers: Sequence[int]) -> tuple[l
     from geosteer.record import AttentionRecorder
     from geosteer.steer import steer
 
-    ids = prompt_ids(tok, prompt).to(next(model.parameters()).device)
+    ids = prompt_ids(tok, prompt).to(input_device(model))
     rec = AttentionRecorder(layers=list(layers), what=("query", "key"))
     with steer(model, rec):
         model(input_ids=ids, use_cache=False)
