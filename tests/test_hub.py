@@ -90,6 +90,10 @@ def test_branch_revision_and_errors(hub_cache, saved_bank):
     local = Path("someorg") / "tiny-surfaces"
     shutil.copytree(folder, local)
     assert A.locate("someorg/tiny-surfaces") == local
+    # and a name under an existing local folder is a missing local path, not a Hub repo (no Hub lookup)
+    assert not A.is_repo_id("someorg/typo") and A.locate("someorg/typo") == Path("someorg/typo")
+    with pytest.raises(ArtifactError, match="no surfaces artifact at someorg/typo"):
+        manifold.load("someorg/typo")
 
 
 def test_gates_and_recipe_by_repo_id(hub_cache, saved_bank, tmp_path):
