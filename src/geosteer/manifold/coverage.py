@@ -185,3 +185,49 @@ def wall_leakage(model, tok, bank, texts_or_ids: Sequence, walls: Sequence[Wall]
                      "passing": s["gain"] / m if m > 0 else math.nan,
                      "passing_pairs": s["pass"] / m if m > 0 else math.nan})
     return rows
+
+
+def _main(argv: Sequence[str] | None = None) -> None:
+    """``python -m geosteer.manifold.coverage``: coverage of an artifact, and the leakage of walls added by
+    ``--edit`` (applied to a copy; e.g. ``--edit "grid-wall layer=10"``), on held-out windows, as JSON."""
+    import argparse
+    import shlex
+    import sys
+
+    from geosteer import load_model
+    from geosteer.io_utils import atomic_write_json
+    from geosteer.manifold import load
+    from geosteer.manifold.edit import apply_edits
+
+    ap = argparse.ArgumentParser(prog="python -m geosteer.manifold.coverage", description=_main.__doc__)
+    ap.add_argument("--surfaces", required=True)
+    ap.add_argument("--model", default=None, help="default: the artifact's base model")
+    ap.add_argument("--windows", type=int, default=4, help="held-out windows of --length tokens")
+    ap.add_argument("--length", type=int, default=128)
+    ap.add_argument("--edit", action="append", default=[], help="edit whose walls' leakage to measure (repeat)")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    from geosteer.manifold import read_config
+
+    model, tok = load_model(a.model or read_config(a.surfaces).get("base_model"))
+    bank = load(a.surfaces, model=model)
+    wins = heldout_windows(tok, a.windows, a.length)
+    res = {"command": "python -m geosteer.manifold.coverage " + " ".join(shlex.quote(x) for x in
+                                                                         (argv or sys.argv[1:])),
+           "windows": a.windows, "length": a.length, "coverage": grid_coverage(model, tok, bank, wins)}
+    leak = []
+    for e in a.edit:
+        b = load(a.surfaces, model=model)
+        apply_edits(b, [e])
+        leak += [{"edit": e, **r} for r in wall_leakage(model, tok, b, wins)]
+    res["wall_leakage"] = leak
+    atomic_write_json(a.out, res)
+    for r in res["coverage"] + leak:
+        print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}, flush=True)
+
+
+if __name__ == "__main__":
+    _main()
