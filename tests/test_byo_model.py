@@ -118,7 +118,7 @@ def test_offloaded_model_with_surfaces_matches_plain(tmp_path):
     off = accelerate.dispatch_model(off, device_map=device_map, offload_dir=str(tmp_path / "offload"))
     assert next(off.parameters()).device.type == "meta", "the embeddings and layers 1-2 must be offloaded"
     assert input_device(off).type == "cpu"
-    bank2 = copy.deepcopy(bank)
+    bank2 = manifold.load(manifold.save(bank, tmp_path / "surf"), model=off)  # loading never goes to meta
     with torch.no_grad():
         neutral = off(ids).logits
         with steer(off, bank2):

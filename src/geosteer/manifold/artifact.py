@@ -242,7 +242,10 @@ def load(path: str | Path, model=None, *, verify: bool = True, force: bool = Fal
 
         bank.check_model(model)
         check_base_model(cfg.base_model, model_id(model), what=f"surfaces {folder}", force=force)
-        p = next(iter(model.parameters()), None)
-        if p is not None:
-            bank.to(p.device)
+        from geosteer.manifold.bank import _layers_device
+        from geosteer.models.anatomy import anatomy
+
+        dev = _layers_device(anatomy(model), bank.layers)  # None: split or offloaded (moved per layer)
+        if dev is not None:
+            bank.to(dev)
     return bank
