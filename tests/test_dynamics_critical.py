@@ -211,3 +211,14 @@ def test_direct_ov_read_matches_probe(family, tiny_cache):
     w_v, w_o = ov_weights(model)[1]
     probe = sum((w_v[h // an.n_rep].double() @ w_o[h].double()) for h in range(an.n_heads)).T
     torch.testing.assert_close(_ov_sum_direct(an, 1), probe, atol=1e-5, rtol=1e-5)
+
+
+def test_exact_ov_set_skips_the_null_space():
+    """Rank-deficient V (as with GQA): the zero eigenspace is a continuum of zeros with F = 0, not counted."""
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(8, 3, generator=g, dtype=torch.float64)
+    B = torch.randn(3, 8, generator=g, dtype=torch.float64)
+    ex = ov_exact(A @ B)
+    assert ex["null_dim"] == 5 and ex["rank"] == 3
+    ev = torch.linalg.eigvals(B @ A)  # the non-zero spectrum of AB
+    assert ex["real_eigenvalues"] == int((ev.imag.abs() < 1e-9).sum())

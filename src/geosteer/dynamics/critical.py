@@ -188,18 +188,25 @@ def summarise(rows: list[dict], key: str = "label") -> dict:
     return {"n": n, **counts, "s_fraction": counts["S"] / n if n else math.nan}
 
 
-def ov_exact(V: torch.Tensor, imag_tol: float = 1e-9) -> dict:
+def ov_exact(V: torch.Tensor, imag_tol: float = 1e-9, zero_tol: float = 1e-9) -> dict:
     """The exact critical set of g_OV(u) = P_u V u: ±(real eigenvectors of V); the tangent spectrum at the
     eigenvector of λ_i is {λ_j − λ_i, j ≠ i} (block-triangular V in the basis [u, B]), so labels follow from
-    eig(V) alone. An independent check of the finder on the attention-only field."""
+    eig(V) alone. An independent check of the finder on the attention-only field.
+
+    Zero eigenvalues (|λ| ≤ ``zero_tol``·max|λ|; e.g. GQA makes rank V ≤ n_kv·d_head) are not counted: their
+    eigenspace is a whole sphere of non-isolated zeros where F = V u = 0 itself (``null_dim`` reports its size).
+    """
     ev = torch.linalg.eigvals(V)
-    real = (ev.imag.abs() <= imag_tol * ev.abs().max()).nonzero().flatten().tolist()
+    scale = ev.abs().max()
+    zero = ev.abs() <= zero_tol * scale
+    real = ((ev.imag.abs() <= imag_tol * scale) & ~zero).nonzero().flatten().tolist()
     counts = dict.fromkeys(LABELS, 0)
     for i in real:
         lab = classify(torch.cat([ev[:i], ev[i + 1:]]) - ev[i].real)["label"]
         counts[lab] += 2  # +u and −u
     n = 2 * len(real)
-    return {"n": n, **counts, "s_fraction": counts["S"] / n if n else math.nan, "real_eigenvalues": len(real)}
+    return {"n": n, **counts, "s_fraction": counts["S"] / n if n else math.nan, "real_eigenvalues": len(real),
+            "null_dim": int(zero.sum()), "rank": int(torch.linalg.matrix_rank(V))}
 
 
 @torch.no_grad()
