@@ -5,7 +5,7 @@ set -euo pipefail
 R=docs/results/dynamics/smollm2
 G=".venv/bin/geosteer dynamics"
 export OMP_NUM_THREADS=1
-$G critical -m smollm2 --layers 5,15,25 --real 16 --random 16 --seed 0 --threads 1 --out $R/critical.json --csv $R/critical.csv
+$G critical -m smollm2 --layers 5,15 --real 16 --random 16 --seed 0 --steps 1500 --threads 1 --out $R/critical.json --csv $R/critical.csv
 $G commutator -m smollm2 --tokens 256 --seq-len 128 --threads 1 --out $R/commutator.json
 $G pressure -m smollm2 --betas 1,2,4 --layers 10-19 --tokens 512 --seq-len 256 --threads 1 --out $R/pressure.json
 $G gain-depth -m smollm2 --depths 0,0.125,0.25,0.375,0.5,0.625,0.75,0.875,1 --values 0,0.5,2 --tokens 512 --seq-len 256 --threads 1 --out $R/gain_depth.json

@@ -48,7 +48,7 @@ def random_seeds(n: int, d: int, seed: int = 0) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True)
 
 
-def minimise_score(field: ReducedField, seeds: torch.Tensor, steps: int = 300, lr: float = 0.05,
+def minimise_score(field: ReducedField, seeds: torch.Tensor, steps: int = 1500, lr: float = 0.05,
                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Minimise s(u)² from every row of ``seeds`` (n, d) at once (in ``dtype``); returns the unit end points
     (n, d) in float64."""
@@ -133,7 +133,7 @@ def label_point(field: ReducedField, u: torch.Tensor) -> tuple[dict, torch.Tenso
 
 
 def find_candidates(field: ReducedField, seeds: torch.Tensor, sources: Sequence[str], *, threshold: float = 0.05,
-                    steps: int = 300, lr: float = 0.05, refine_iters: int = 4, refine_tol: float = 1e-10,
+                    steps: int = 1500, lr: float = 0.05, refine_iters: int = 4, refine_tol: float = 1e-10,
                     dedup_tol: float = 1e-3, stats: dict | None = None) -> list[dict]:
     """Search from ``seeds`` (n, d), keep s ≤ threshold, de-duplicate, label, refine and label again.
 
