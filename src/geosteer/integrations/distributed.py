@@ -58,6 +58,7 @@ def sharded_perplexity(model, tok, text: str | None = None, *, ids: torch.Tensor
     """Strided perplexity with windows spread over the processes; returns a ``PerplexityResult``."""
     from geosteer.errors import GeosteerError
     from geosteer.eval.perplexity import PerplexityResult, encode, window_spans
+    from geosteer.models.loading import input_device
 
     if (text is None) == (ids is None):
         raise GeosteerError("give exactly one of text or ids")
@@ -68,7 +69,7 @@ def sharded_perplexity(model, tok, text: str | None = None, *, ids: torch.Tensor
         ids = ids[:max_tokens]
     spans = window_spans(len(ids), context, stride)
     mine = shard(spans, accelerator)
-    device = next(model.parameters()).device
+    device = input_device(model)
     nll = torch.zeros((), dtype=torch.float64)
     count = torch.zeros((), dtype=torch.float64)
     groups: dict[int, list[tuple[int, int, int]]] = {}
