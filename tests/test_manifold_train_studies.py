@@ -82,9 +82,9 @@ def test_steering_study_small(tiny):
                          log=None)
     assert res["layer"] in (0, 2) and len(res["sensitivity"]) == 2
     conds = {r["condition"] for r in res["rows"]}
-    assert len(conds) == 9
+    assert len(conds) == 11  # 7 inversions + 2 walls x {legacy grid-wall, exact wall}
     inv = [r for r in res["rows"] if r["condition"] == f"invert layer {res['layer']}"]
     assert all(r["seeds"] == 1 and 0 <= r["sampled_changed"] <= 1 for r in inv)
     assert all(r["kl"] > 0 for r in inv)
     wall_groups = {(s["condition"], s["prompts_group"]) for s in res["summary"] if "wall" in s["condition"]}
-    assert len(wall_groups) == 4  # two walls x {unsafe, safe}
+    assert len(wall_groups) == 8  # four walls x {unsafe, safe}
