@@ -142,3 +142,35 @@ def test_shipped_surfaces_have_a_hub_card(tmp_path):
     (copy / "README.md").unlink()
     write_card(copy)
     assert (copy / "README.md").read_text() == (shipped / "README.md").read_text()
+
+
+def test_bank_push_to_hub_uploads_a_loadable_folder(monkeypatch, saved_bank, hub_cache, tmp_path):
+    """push_to_hub with the Hub API replaced by a recorder: what would be uploaded, laid into a cache, loads
+    back to the same coefficients and carries a parseable card."""
+    model, bank, _ = saved_bank
+    calls = {}
+
+    class FakeApi:
+        def __init__(self, token=None):
+            calls["token"] = token
+
+        def create_repo(self, repo_id, private=True, exist_ok=False):
+            calls["repo"] = (repo_id, private)
+            return f"https://huggingface.co/{repo_id}"
+
+        def create_branch(self, repo_id, branch, exist_ok=False):
+            calls["branch"] = branch
+
+        def upload_folder(self, repo_id, folder_path, revision=None, commit_message=None):
+            calls["revision"] = revision
+            shutil.copytree(folder_path, tmp_path / "uploaded")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    url = bank.push_to_hub("someorg/pushed", revision="v2", token="t")
+    assert url == "https://huggingface.co/someorg/pushed"
+    assert calls["repo"] == ("someorg/pushed", True) and calls["branch"] == "v2" and calls["revision"] == "v2"
+    lay_into_cache(tmp_path / "uploaded", hub_cache, "someorg/pushed", branch="v2")
+    back = manifold.load("someorg/pushed@v2", model=model)
+    assert torch.equal(back.coefficients, bank.coefficients)
+    assert huggingface_hub.ModelCard.load(A.locate("someorg/pushed@v2") / "README.md").data.library_name == \
+        "geosteer"
