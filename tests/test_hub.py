@@ -60,7 +60,7 @@ def saved_bank(tmp_path_factory):
 def test_bank_by_repo_id_offline_identical(hub_cache, saved_bank):
     model, bank, folder = saved_bank
     commit = lay_into_cache(folder, hub_cache, "someorg/tiny-surfaces")
-    loaded = manifold.load("someorg/tiny-surfaces", model=model)
+    loaded = manifold.load(Path("someorg/tiny-surfaces"), model=model)  # CLI options arrive as Paths
     assert torch.equal(loaded.coefficients, bank.coefficients)
     assert torch.equal(loaded.lo, bank.lo) and torch.equal(loaded.hi, bank.hi)
     by_commit = manifold.load("someorg/tiny-surfaces", model=model, revision=commit)

@@ -302,7 +302,7 @@ def is_repo_id(ref: str | Path) -> bool:
     """Whether ``ref`` is to be read as a Hub repo id (``org/name`` or ``org/name@revision``): it has that
     shape, is not an existing local path (a local folder always wins) and its ``org`` part is not an existing
     local folder either (``runs/typo`` is a missing local folder, not a Hub repo)."""
-    if isinstance(ref, Path) or Path(str(ref)).expanduser().exists():
+    if Path(str(ref)).expanduser().exists():  # a Path is judged by its text too (CLI options come as Paths)
         return False
     repo = split_repo_ref(str(ref))[0]
     return bool(_REPO_ID.match(repo)) and not Path(repo.split("/")[0]).is_dir()
