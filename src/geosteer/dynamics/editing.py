@@ -1,0 +1,183 @@
+"""Editing specificity of FFN-value edits vs random directions (paper App. C.5, Fig. 13 bottom).
+
+See :mod:`geosteer.dynamics.prefix` for the definitions. Two edit kinds at layer ℓ, both as removable
+interventions (neutral at zero norm):
+
+- ``ffn_out``: Φ_ℓ += v at the last position of each prompt only.
+- ``down_col``: the down projection's column j gains δ (j = the neuron with the largest |a_j| at the last
+  position, per prompt), i.e. Φ_ℓ += a_j(x)·δ at *every* position; δ = v / a_j(last) so the last position
+  receives exactly v. Implemented as a forward hook on the down projection (``down_proj`` / ``c_proj`` /
+  ``dense_4h_to_h``); a test checks it against editing the weight itself. On Gemma-3 the FFN's post-norm
+  follows the down projection, so there the edit norm is measured before that norm.
+
+‖v‖ = ``scale`` × ‖Φ_ℓ‖ at the prompt's last position. Target token t: rank ``target_rank`` (0 = argmax) of
+the stock next-token logits of each prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from geosteer.dynamics.prefix import DIRECTIONS, EDIT_KINDS
+from geosteer.errors import GeosteerError
+from geosteer.hooks import HookSet, add_hook
+from geosteer.models.anatomy import anatomy
+
+DOWN_NAMES = ("down_proj", "c_proj", "dense_4h_to_h")
+
+
+def down_projection(model: nn.Module, layer: int) -> nn.Module:
+    """The FFN's output (down) projection of ``layer``."""
+    mlp = anatomy(model).blocks[layer].mlp
+    for name in DOWN_NAMES:
+        mod = getattr(mlp, name, None)
+        if isinstance(mod, nn.Module):
+            return mod
+    raise GeosteerError(f"no down projection ({', '.join(DOWN_NAMES)}) in {type(mlp).__name__}")
+
+
+class FFNOutEdit:
+    """Φ_ℓ[:, -1] += vecs (batch, d) at ``layer``."""
+
+    def __init__(self, layer: int, vecs: torch.Tensor) -> None:
+        self.layer, self.vecs = layer, vecs
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        hooks = HookSet()
+
+        def fn(x: torch.Tensor, ctx) -> torch.Tensor:
+            x = x.clone()
+            x[:, -1] = x[:, -1] + self.vecs.to(x.device, x.dtype)
+            return x
+
+        add_hook(model, "mlp_out", self.layer, fn, hooks)
+        return hooks.remove
+
+
+class DownColumnEdit:
+    """W_down[:, j_b] += δ_b for prompt b at ``layer``: the down projection's output gains a_{j_b}·δ_b."""
+
+    def __init__(self, layer: int, neurons: torch.Tensor, deltas: torch.Tensor) -> None:
+        self.layer, self.neurons, self.deltas = layer, neurons, deltas
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        anatomy(model).check_layers([self.layer])
+        mod = down_projection(model, self.layer)
+
+        def hook(m, args, out):
+            a = args[0]
+            aj = a.gather(-1, self.neurons.to(a.device).view(-1, 1, 1).expand(a.shape[0], a.shape[1], 1))
+            return out + aj * self.deltas.to(out.device, out.dtype)[:, None, :]
+
+        h = mod.register_forward_hook(hook)
+        return h.remove
+
+
+@torch.no_grad()
+def _probe(model: nn.Module, ids: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stock last-position logits (B, V), Φ_ℓ at the last position (B, d), down-projection input there (B, m)."""
+    from geosteer.models.loading import input_device
+
+    got: dict[str, torch.Tensor] = {}
+    hooks = HookSet()
+    add_hook(model, "mlp_out", layer, lambda x, ctx: got.__setitem__("phi", x[:, -1].detach()), hooks)
+    h = down_projection(model, layer).register_forward_hook(
+        lambda m, args, out: got.__setitem__("act", args[0][:, -1].detach()))
+    try:
+        logits = model(ids.to(input_device(model))).logits[:, -1]
+    finally:
+        h.remove()
+        hooks.remove()
+    return logits.double().cpu(), got["phi"].double().cpu(), got["act"].double().cpu()
+
+
+@torch.no_grad()
+def last_logits(model: nn.Module, ids: torch.Tensor, interventions: Sequence = ()) -> torch.Tensor:
+    from geosteer.models.loading import input_device
+    from geosteer.steer import steer
+
+    with steer(model, *interventions):
+        return model(ids.to(input_device(model))).logits[:, -1].double().cpu()
+
+
+def specificity(dz: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per row of Δz (B, V): target_move = Δz_t − mean_{v≠t}Δz_v, drift = std_{v≠t}Δz_v, their ratio."""
+    mask = torch.ones_like(dz, dtype=torch.bool)
+    mask[torch.arange(dz.shape[0]), target] = False
+    others = dz[mask].view(dz.shape[0], -1)
+    move = dz[torch.arange(dz.shape[0]), target] - others.mean(1)
+    drift = others.std(1)
+    return {"target_move": move, "drift": drift, "specificity": move / drift.clamp_min(1e-30)}
+
+
+def _kl(base: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    lp, lq = base.log_softmax(-1), new.log_softmax(-1)
+    return (lp.exp() * (lp - lq)).sum(-1)
+
+
+def make_edit(kind: str, layer: int, vecs: torch.Tensor, act: torch.Tensor):
+    """The intervention that puts ``vecs`` (B, d) on Φ_ℓ at the last position, by ``kind``."""
+    if kind == "ffn_out":
+        return FFNOutEdit(layer, vecs)
+    j = act.abs().argmax(-1)
+    aj = act.gather(-1, j[:, None])
+    return DownColumnEdit(layer, j, vecs / aj)
+
+
+def edit_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int], kinds: Sequence[str] = EDIT_KINDS,
+               direction: str = "unembed", scale: float = 1.0, target_rank: int = 10,
+               seeds: Sequence[int] = range(5)) -> tuple[list[dict], list[dict]]:
+    """Target-direction vs random-direction edits: per (layer, kind, edit, seed, prompt) records + a summary."""
+    if direction not in DIRECTIONS:
+        raise GeosteerError(f"unknown direction '{direction}'; valid: {', '.join(DIRECTIONS)}")
+    bad = [k for k in kinds if k not in EDIT_KINDS]
+    if bad:
+        raise GeosteerError(f"unknown edit kind '{bad[0]}'; valid: {', '.join(EDIT_KINDS)}")
+    if not (scale > 0 and np.isfinite(scale)):
+        raise GeosteerError(f"scale must be finite and > 0 (got {scale})")
+    if target_rank < 0:
+        raise GeosteerError(f"target rank must be >= 0 (got {target_rank})")
+    layers = anatomy(model).check_layers(list(layers))
+    w_u = model.get_output_embeddings().weight.detach().double().cpu()
+    if direction == "centered":
+        w_u = w_u - w_u.mean(0, keepdim=True)
+    records = []
+    for layer in layers:
+        base, phi, act = _probe(model, ids, layer)
+        if target_rank >= base.shape[-1]:
+            raise GeosteerError(f"target rank {target_rank} >= vocabulary size {base.shape[-1]}")
+        target = base.argsort(-1, descending=True)[:, target_rank]
+        norm = scale * phi.norm(dim=-1, keepdim=True)
+        u_t = w_u[target]
+        dirs = [("target", -1, u_t)]
+        for s in seeds:
+            g = torch.from_numpy(np.random.default_rng(s).standard_normal(u_t.shape))
+            dirs.append(("random", s, g))
+        for kind in kinds:
+            for edit, seed, d in dirs:
+                vecs = norm * d / d.norm(dim=-1, keepdim=True)
+                new = last_logits(model, ids, (make_edit(kind, layer, vecs, act),))
+                m = specificity(new - base, target)
+                kl = _kl(base, new)
+                for b in range(ids.shape[0]):
+                    records.append({"layer": layer, "kind": kind, "edit": edit, "seed": seed, "prompt": b,
+                                    "target": int(target[b]), "edit_norm": float(norm[b]),
+                                    **{k: float(v[b]) for k, v in m.items()}, "kl": float(kl[b])})
+    return records, summarise(records)
+
+
+def summarise(records: list[dict]) -> list[dict]:
+    """Mean over prompts (and random seeds) per (layer, kind, edit)."""
+    keys = sorted({(r["layer"], r["kind"], r["edit"]) for r in records}, key=lambda t: (t[0], t[1], t[2] != "target"))
+    out = []
+    for layer, kind, edit in keys:
+        rs = [r for r in records if (r["layer"], r["kind"], r["edit"]) == (layer, kind, edit)]
+        row = {"layer": layer, "kind": kind, "edit": edit, "n": len(rs)}
+        for k in ("specificity", "target_move", "drift", "kl"):
+            row[k] = float(np.mean([r[k] for r in rs]))
+        out.append(row)
+    return out
