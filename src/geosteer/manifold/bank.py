@@ -12,6 +12,7 @@ A model carries at most one bank: attaching a second one (or the same one twice)
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -24,6 +25,7 @@ from geosteer.manifold.config import ManifoldConfig
 from geosteer.manifold.kernel import DEFAULT_BLOCK, key_features, modulated_attention
 
 _BANK_ATTR = "_geosteer_surface_bank"
+_ATTACHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # banks now attached (not deep-copied)
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
            "bfloat16": torch.bfloat16}
 
@@ -124,7 +126,6 @@ class SurfaceBank(nn.Module):
         self._last_slot = -1
         self.walls: list = []  # exact region walls (geosteer.manifold.walls.Wall), any model layer
         self._compiled_walls: dict | None = None
-        self._is_attached = False
 
     # ----------------------------------------------------------------- shape / lookup
     @property
@@ -216,7 +217,7 @@ class SurfaceBank(nn.Module):
             validate_wall(w, n_layers=self.config.n_layers, layers=self.layers, n_heads=self.n_heads,
                           head_dim=self.head_dim)
         extra = sorted({w.layer for w in new} - set(self.layers) - set(self._wall_layers()))
-        if extra and self._is_attached:
+        if extra and _ATTACHED.get(self):
             raise GeosteerError(f"walls on layers without surfaces ({_fmt_layers(extra)}) must be set before "
                                 "the surfaces are attached (detach, add the walls, attach again)")
         self.walls = new
@@ -265,12 +266,12 @@ class SurfaceBank(nn.Module):
             if layer not in self.layers:
                 removers.append(add_attention_handler(an.blocks[layer].attn, self._make_handler(None, layer)))
         self.clear_cache()
-        self._is_attached = True
+        _ATTACHED[self] = True
 
         def remove() -> None:
             for r in removers:
                 r()
-            self._is_attached = False
+            _ATTACHED.pop(self, None)
             if getattr(model, _BANK_ATTR, None) is not None and model.__dict__.get(_BANK_ATTR)[0] is self:
                 delattr(model, _BANK_ATTR)
             self.clear_cache()
@@ -330,28 +331,9 @@ class SurfaceBank(nn.Module):
         return handler
 
     def _walled(self, call, out, slot, lw, handler):
-        from geosteer.manifold.walls import apply_walls, walled_output
+        from geosteer.manifold.walls import bank_walled_output
 
-        q = call.query
-        kw = call.kwargs
-        is_causal = kw.get("is_causal")
-        if is_causal is None:
-            is_causal = getattr(call.module, "is_causal", True)
-        if slot is None:
-            coeff, lo, hi = None, 0.0, 1.0
-        else:
-            coeff = self._layer_coeff(slot, torch.is_grad_enabled() and self.coefficients.requires_grad)
-            coeff = coeff.to(q.device) if coeff.device != q.device else coeff
-            lo, hi = float(self.lo[slot]), float(self.hi[slot])
-        f32 = q.dtype in (torch.float16, torch.bfloat16)
-        cast = (lambda t: t.float()) if f32 else (lambda t: t)
-        mask = call.attention_mask
-        if f32 and mask is not None and mask.dtype != torch.bool:
-            mask = mask.float()
-        wo, aff = walled_output(cast(q), cast(call.key), cast(call.value), coeff, self.grid_size, lo, hi, lw,
-                                attn_mask=mask, is_causal=bool(is_causal), scaling=call.scaling,
-                                softcap=kw.get("softcap"), block=self.block)
-        return apply_walls(out, wo, aff, lw)
+        return bank_walled_output(self, call, out, slot, lw)
 
     def _attend(self, call, proceed, slot: int, handler):
         coeff = self.coefficients

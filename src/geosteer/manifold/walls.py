@@ -294,3 +294,28 @@ def apply_walls(out: torch.Tensor, walled: torch.Tensor, affected: torch.Tensor,
     out = out.clone() if out.requires_grad or torch.is_grad_enabled() else out
     out[:, :, hp, dp] = torch.where(affected, walled.to(out.dtype), cur)
     return out
+
+
+def bank_walled_output(bank, call, out: torch.Tensor, slot: int | None, lw: LayerWalls) -> torch.Tensor:
+    """``out`` (the unwalled output of one attention call of ``bank``) with the layer's walls applied.
+    ``slot`` None: a layer without surfaces (gain 1 outside the walls). bf16/fp16 run in fp32."""
+    q = call.query
+    kw = call.kwargs
+    is_causal = kw.get("is_causal")
+    if is_causal is None:
+        is_causal = getattr(call.module, "is_causal", True)
+    if slot is None:
+        coeff, lo, hi = None, 0.0, 1.0
+    else:
+        coeff = bank._layer_coeff(slot, torch.is_grad_enabled() and bank.coefficients.requires_grad)
+        coeff = coeff.to(q.device) if coeff.device != q.device else coeff
+        lo, hi = float(bank.lo[slot]), float(bank.hi[slot])
+    half = q.dtype in (torch.float16, torch.bfloat16)
+    cast = (lambda t: t.float()) if half else (lambda t: t)
+    mask = call.attention_mask
+    if half and mask is not None and mask.dtype != torch.bool:
+        mask = mask.float()
+    wo, aff = walled_output(cast(q), cast(call.key), cast(call.value), coeff, bank.grid_size, lo, hi, lw,
+                            attn_mask=mask, is_causal=bool(is_causal), scaling=call.scaling,
+                            softcap=kw.get("softcap"), block=bank.block)
+    return apply_walls(out, wo, aff, lw)
