@@ -134,6 +134,10 @@ def test_pressure_study_neutral_row_is_stock(tiny_cache):
     assert s0["D_final"] == pytest.approx(want, rel=1e-5)
     with pytest.raises(GeosteerError, match="unknown FFN variant"):
         pressure_study(model, ids, [1.0], [1], variants=("sideways",))
+    _, g = pressure_study(model, ids, [1.0, 2.0], [1], variants=("full",), mode="gain")
+    assert g[0]["loss"] == pytest.approx(stock, rel=1e-6) and g[1]["loss"] != pytest.approx(stock, rel=1e-6)
+    with pytest.raises(GeosteerError, match="unknown pressure mode"):
+        pressure_study(model, ids, [1.0], [1], mode="volume")
 
 
 def test_gain_depth_sweep(tiny_cache):

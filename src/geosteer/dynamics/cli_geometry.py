@@ -106,6 +106,8 @@ def pressure(model: str = MODEL_OPT, betas: str = typer.Option("1,2,4", "--betas
              variants: str = typer.Option("full,tangential,radial,zero", "--variants"),
              tokens: int = typer.Option(1024, "--tokens"), seq_len: int = typer.Option(256, "--seq-len"),
              batch_size: int = typer.Option(4, "--batch-size"), with_bos: bool = BOS_OPT,
+             mode: str = typer.Option("temperature", "--mode",
+                                      help="β_A scales the attention logits (temperature) or the update A (gain)"),
              as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
              threads: int = THREADS_OPT) -> None:
     """Diversity D after every block under attention inverse temperature β_A, per FFN variant (experiment 3)."""
@@ -119,9 +121,9 @@ def pressure(model: str = MODEL_OPT, betas: str = typer.Option("1,2,4", "--betas
     m, tok = _setup(model, threads)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
-    rows, summ = pressure_study(m, ids, bs, chosen, vs, batch_size=batch_size, with_bos=with_bos,
+    rows, summ = pressure_study(m, ids, bs, chosen, vs, batch_size=batch_size, with_bos=with_bos, mode=mode,
                                 log=lambda s: typer.echo(s, err=True))
-    meta = _meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=chosen, with_bos=with_bos)
+    meta = _meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=chosen, with_bos=with_bos, mode=mode)
     _write([{"table": "summary", **s} for s in summ] + [{"table": "layers", **r} for r in rows], meta, out, csv)
     emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="diversity under pressure")
 

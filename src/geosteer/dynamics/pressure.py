@@ -7,7 +7,8 @@ attention handler (``call.scaling`` × β_A), so it acts inside the softmax on e
 included. Under each β_A, the FFN of the same layers runs as one of the variants full / tangential /
 radial / zero (:class:`geosteer.dynamics.variants.FFNVariant`), and the spherical diversity D = 1 − ‖E u‖²
 of the residual directions after every block is recorded (per sequence, position 0 left out unless
-``with_bos``), with the held-out loss.
+``with_bos``), with the held-out loss. ``mode="gain"`` reads β_A instead as the attention *gain* of the
+paper's Table 3 (x + β_A A, :class:`geosteer.dynamics.variants.Gains`): a second reading of "pressure".
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from geosteer.dynamics import sphere
 from geosteer.errors import GeosteerError
 
 PRESSURE_VARIANTS = ("full", "tangential", "radial", "zero")
+PRESSURE_MODES = ("temperature", "gain")
 
 
 def check_beta(beta: float) -> float:
@@ -89,17 +91,19 @@ class _DiversityRecorder:
 @torch.no_grad()
 def pressure_study(model: nn.Module, ids: torch.Tensor, betas: Sequence[float], layers: Sequence[int] | None,
                    variants: Sequence[str] = PRESSURE_VARIANTS, batch_size: int = 4, with_bos: bool = False,
-                   log=None) -> tuple[list[dict], list[dict]]:
+                   mode: str = "temperature", log=None) -> tuple[list[dict], list[dict]]:
     """D after every block and the loss, for each (β_A, FFN variant) applied at ``layers``.
 
     Returns (per-layer rows, summary rows). Summary: loss, D after the last pressured layer and after the last
     layer, and the mean D over the layers from the first pressured one on.
     """
     from geosteer.dynamics.topk import nll_sum
-    from geosteer.dynamics.variants import FFNVariant
+    from geosteer.dynamics.variants import FFNVariant, Gains
     from geosteer.models.anatomy import anatomy
     from geosteer.steer import steer
 
+    if mode not in PRESSURE_MODES:
+        raise GeosteerError(f"unknown pressure mode '{mode}'; valid: {', '.join(PRESSURE_MODES)}")
     an = anatomy(model)
     chosen = an.check_layers(layers)
     betas = [check_beta(b) for b in betas]
@@ -112,7 +116,8 @@ def pressure_study(model: nn.Module, ids: torch.Tensor, betas: Sequence[float], 
     for beta in betas:
         for variant in variants:
             rec = _DiversityRecorder(with_bos)
-            ivs = [AttentionTemperature(beta, chosen), FFNVariant(variant, chosen), rec]
+            press = AttentionTemperature(beta, chosen) if mode == "temperature" else Gains(beta, 1.0, chosen)
+            ivs = [press, FFNVariant(variant, chosen), rec]
             tot, n = 0.0, 0
             with steer(model, *ivs):
                 for i in range(0, ids.shape[0], batch_size):
@@ -120,9 +125,10 @@ def pressure_study(model: nn.Module, ids: torch.Tensor, betas: Sequence[float], 
                     tot += s
                     n += c
             per_layer = {k: v[0] / v[1] for k, v in sorted(rec.sums.items())}
-            rows += [{"beta": beta, "variant": variant, "layer": k, "diversity": v} for k, v in per_layer.items()]
+            rows += [{"mode": mode, "beta": beta, "variant": variant, "layer": k, "diversity": v}
+                     for k, v in per_layer.items()]
             after = [per_layer[k] for k in per_layer if k >= first]
-            summ.append({"beta": beta, "variant": variant, "loss": tot / n,
+            summ.append({"mode": mode, "beta": beta, "variant": variant, "loss": tot / n,
                          "D_last_pressured": per_layer[last], "D_final": per_layer[an.n_layers - 1],
                          "D_mean_from_first": sum(after) / len(after)})
             if log:
