@@ -1,0 +1,25 @@
+"""What the generated task folders' ``utils.py`` imports: the jsonl loader and the RULER scorer hook."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from geosteer.tasks.ruler import string_match_all, string_match_part
+
+
+def load_jsonl(path: str | Path):
+    """A ``datasets.DatasetDict`` with one ``test`` split read from a local jsonl file (no cache, no
+    download)."""
+    import datasets
+
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+
+
+def ruler_results(doc: dict, results: list) -> dict:
+    """lm-eval ``process_results`` for the RULER-style tasks: ``score`` = RULER's string_match_all
+    (string_match_part for QA-style docs that carry ``"metric": "part"``)."""
+    pred = results[0] if results else ""
+    fn = string_match_part if doc.get("metric") == "part" else string_match_all
+    return {"score": fn(pred, list(doc["outputs"]))}
