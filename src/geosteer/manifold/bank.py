@@ -5,6 +5,9 @@
 handler on each covered layer (so ``geosteer.steer(model, bank)`` works, with generation and the KV cache);
 ``geosteer.manifold.attach/detach`` are the persistent convenience forms.
 
+``walls`` is a list of exact region walls (``geosteer.manifold.walls``: gain exactly 0 on a (layer, head,
+dim, q-range, k-range) region, on any layer of the model); the handler applies them after the surfaces.
+
 A model carries at most one bank: attaching a second one (or the same one twice) is refused with a message;
 ``geosteer.manifold.attach`` replaces the persistent bank cleanly instead.
 """

@@ -37,13 +37,17 @@ def show_cmd(surfaces: Path = SURF_OPT, top: int = typer.Option(5, "--top", help
         "grid_size": doc.get("grid_size"), "layers": _fmt(bank.layers),
         "ranges": _ranges(bank), "parameters": bank.n_parameters(), "storage_dtype": doc.get("storage_dtype"),
         "training_tokens": training.get("tokens"), "heldout_ppl": _ppl(training), "edits": len(bank.history),
+        "walls": len(bank.walls),
         "created": doc.get("created"), "commit": doc.get("commit"),
     }
     tops = top_surfaces(bank, top)
     if as_json:
-        emit({**info, "history": bank.history, "top_surfaces": tops}, True)
+        emit({**info, "history": bank.history, "wall_regions": [w.to_dict() for w in bank.walls],
+              "top_surfaces": tops}, True)
         return
     emit(info, False)
+    for w in bank.walls:
+        typer.echo(f"  exact {w.describe()}")
     for h in bank.history:
         typer.echo(f"  edit: {h.get('edit')} ({h.get('surfaces')} surfaces, "
                    f"{h.get('coefficients')} coefficients)")
