@@ -288,4 +288,7 @@ def register(app: typer.Typer) -> None:
     from geosteer.dynamics.cli_geometry import add_commands  # critical | commutator | pressure | gain-depth
 
     add_commands(dyn)
+    from geosteer.dynamics.cli_prefix import add_commands as add_prefix  # prefix-spread | anchors | edit-...
+
+    add_prefix(dyn)
     app.add_typer(dyn, name="dynamics")

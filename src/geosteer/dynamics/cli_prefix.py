@@ -1,0 +1,169 @@
+"""``geosteer dynamics prefix-spread | anchors | edit-specificity`` (issue 13 item 3; paper App. C.5, Fig. 13).
+
+Definitions in :mod:`geosteer.dynamics.prefix` and :mod:`geosteer.dynamics.editing`. Tidy records via
+``--out`` (.json/.csv) / ``--csv``; docs/dynamics-prefix.md quotes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+MODEL_OPT = typer.Option("smollm2", "--model", "-m")
+JSON_OPT = typer.Option(False, "--json", help="print JSON instead of a table")
+OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
+CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
+THREADS_OPT = typer.Option(0, "--threads", help="torch threads (0: leave the default)")
+PREFIX_FILE_OPT = typer.Option(None, "--prefix-file",
+                               help="one prefix per line (default: held-out corpus windows)")
+N_PREFIX_OPT = typer.Option(16, "--prefixes", help="corpus prefixes (without --prefix-file)")
+PREFIX_LEN_OPT = typer.Option(32, "--prefix-len", help="tokens per corpus prefix")
+SUFFIX = "In short, the most important thing to remember is that"
+SUFFIX_OPT = typer.Option(SUFFIX, "--suffix", help="the fixed suffix (text)")
+
+
+def _encode(tok, text: str):
+    import torch
+
+    return torch.tensor(tok(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+
+
+def _prefixes(tok, prefix_file: Path | None, n: int, plen: int) -> list:
+    """Token prefixes: the file's non-blank lines, or ``n`` held-out windows of ``plen`` tokens (no BOS)."""
+    from geosteer.dynamics.prefix import check_positive
+    from geosteer.errors import GeosteerError
+
+    if prefix_file is not None:
+        try:
+            lines = [ln for ln in Path(prefix_file).read_text(encoding="utf-8").splitlines() if ln.strip()]
+        except OSError as e:
+            raise GeosteerError(f"cannot read prefix file {prefix_file}: {e.strerror}") from None
+        if len(lines) < 2:
+            raise GeosteerError(f"prefix file {prefix_file} needs at least 2 non-blank lines (got {len(lines)})")
+        return [_encode(tok, ln) for ln in lines]
+    check_positive(n, "--prefixes")
+    check_positive(plen, "--prefix-len")
+    return _windows(tok, "heldout", n, plen)
+
+
+def _windows(tok, split: str, n: int, length: int) -> list:
+    from geosteer.dynamics.diagnostics import corpus_windows
+
+    bos = getattr(tok, "bos_token_id", None)
+    w = corpus_windows(tok, split, n * (length + 1), length + 1)
+    return list(w[:, 1:] if bos is not None else w[:, :-1])
+
+
+def prefix_spread(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
+                  prefixes: int = N_PREFIX_OPT, prefix_len: int = PREFIX_LEN_OPT, suffix: str = SUFFIX_OPT,
+                  control: bool = typer.Option(True, "--control/--no-control",
+                                               help="also the spread of unrelated train-split contexts"),
+                  as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+                  threads: int = THREADS_OPT) -> None:
+    """Fixed suffix, varied prefixes: angular spread of the last-token residual direction per layer."""
+    from geosteer.cli import emit
+    from geosteer.dynamics.cli import _meta, _setup, _write
+    from geosteer.dynamics.prefix import contexts
+    from geosteer.dynamics.prefix import prefix_spread as run
+
+    m, tok = _setup(model, threads)
+    pre = _prefixes(tok, prefix_file, prefixes, prefix_len)
+    suf = _encode(tok, suffix)
+    bos = getattr(tok, "bos_token_id", None)
+    ctx = contexts(pre, suf, bos)
+    ctl = None
+    if control:
+        import torch
+
+        length = max(len(c) for c in ctx)
+        ctl = [torch.cat([c[:1], w[: length - 1]]) if bos is not None else w[:length]
+               for c, w in zip(ctx, _windows(tok, "train", len(ctx), length), strict=True)]
+    rows = run(m, pre, suf, bos, control=ctl)
+    meta = _meta(m, prefixes=len(pre), prefix_file=str(prefix_file) if prefix_file else None,
+                 prefix_len=prefix_len if prefix_file is None else None, suffix=suffix, suffix_tokens=len(suf),
+                 bos=bos is not None, control=control, state="resid_post, last position")
+    _write(rows, meta, out, csv)
+    emit({"meta": meta, "layers": rows} if as_json else rows, as_json, table_title="prefix spread (deg)")
+
+
+def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
+            prefixes: int = N_PREFIX_OPT, prefix_len: int = PREFIX_LEN_OPT, suffix: str = SUFFIX_OPT,
+            k: int = typer.Option(2, "--k", "-k", help="prefix tokens replaced"),
+            seeds: int = typer.Option(3, "--seeds", help="seeds 0..N-1 (replacement tokens, random positions)"),
+            score_layers: str = typer.Option("all", "--score-layers", help="layers summed in the anchor score"),
+            score: str = typer.Option("raw", "--score", help="raw: Σ‖P_uΦ‖; relative: Σ‖P_uΦ‖/‖x‖"),
+            pool: str = typer.Option("corpus", "--pool",
+                                     help="replacement tokens: corpus (train-split unigram) | vocab (uniform)"),
+            exclude_anchors: bool = typer.Option(False, "--exclude-anchors/--uniform-random",
+                                                 help="random positions avoid the anchors"),
+            as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+            threads: int = THREADS_OPT) -> None:
+    """Replace the k prefix tokens of largest ‖P_uΦ‖ vs k random ones: downstream last-token angular shift."""
+    import torch
+
+    from geosteer.cli import emit
+    from geosteer.dynamics.cli import _meta, _setup, _write, parse_layers
+    from geosteer.dynamics.prefix import anchor_study, check_positive
+    from geosteer.errors import GeosteerError
+
+    check_positive(k, "--k")
+    check_positive(seeds, "--seeds")
+    if pool not in ("corpus", "vocab"):
+        raise GeosteerError(f"unknown pool '{pool}'; valid: corpus, vocab")
+    m, tok = _setup(model, threads)
+    from geosteer import anatomy
+
+    layers = anatomy(m).check_layers(parse_layers(score_layers))
+    pre = _prefixes(tok, prefix_file, prefixes, prefix_len)
+    shortest = min(len(p) for p in pre)
+    pre = [p[len(p) - shortest:] for p in pre]  # one length: keep the tokens nearest the suffix
+    if pool == "corpus":
+        ids = torch.cat(_windows(tok, "train", 16, 256))
+    else:
+        special = set(getattr(tok, "all_special_ids", []) or [])
+        ids = torch.tensor([i for i in range(m.get_output_embeddings().weight.shape[0]) if i not in special])
+    recs, summ = anchor_study(m, pre, _encode(tok, suffix), getattr(tok, "bos_token_id", None), k,
+                              list(range(seeds)), ids, layers, score, exclude_anchors)
+    meta = _meta(m, prefixes=len(pre), prefix_tokens=shortest, suffix=suffix, k=k, seeds=seeds,
+                 score_layers=score_layers, score=score, pool=pool, exclude_anchors=exclude_anchors,
+                 state="resid_post, last position")
+    _write([{"table": "summary", **s} for s in summ] + [{"table": "pairs", **r} for r in recs], meta, out, csv)
+    emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="anchor vs random shift (deg)")
+
+
+def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--layers"),
+                     kinds: str = typer.Option("ffn_out,down_col", "--kinds", help="ffn_out, down_col"),
+                     direction: str = typer.Option("unembed", "--direction", help="unembed | centered"),
+                     scale: float = typer.Option(1.0, "--scale", help="‖edit‖ / ‖Φ_ℓ‖ at the last position"),
+                     target_rank: int = typer.Option(10, "--target-rank", help="target = this rank (0 = top)"),
+                     seeds: int = typer.Option(5, "--seeds", help="random directions (seeds 0..N-1)"),
+                     prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--seq-len"),
+                     as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+                     threads: int = THREADS_OPT) -> None:
+    """FFN-value edits toward a target's unembedding vs random directions: target move / non-target drift."""
+    from geosteer.cli import emit
+    from geosteer.dynamics.cli import _meta, _setup, _write, parse_layers
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.editing import edit_study
+    from geosteer.dynamics.prefix import check_positive
+
+    check_positive(seeds, "--seeds")
+    check_positive(prompts, "--prompts")
+    m, tok = _setup(model, threads)
+    from geosteer import anatomy
+
+    chosen = anatomy(m).check_layers(parse_layers(layers))
+    ids = corpus_windows(tok, "heldout", prompts * seq_len, seq_len)
+    recs, summ = edit_study(m, ids, chosen, [s.strip() for s in kinds.split(",") if s.strip()], direction,
+                            scale, target_rank, list(range(seeds)))
+    meta = _meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scale=scale,
+                 target_rank=target_rank, seeds=seeds)
+    _write([{"table": "summary", **s} for s in summ] + [{"table": "edits", **r} for r in recs], meta, out, csv)
+    emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="editing specificity")
+
+
+def add_commands(app: typer.Typer) -> None:
+    """Register the verbs on the ``geosteer dynamics`` Typer."""
+    app.command(name="prefix-spread")(prefix_spread)
+    app.command()(anchors)
+    app.command(name="edit-specificity")(edit_specificity)
