@@ -10,3 +10,5 @@ $G commutator -m smollm2 --tokens 256 --seq-len 128 --threads 1 --out $R/commuta
 $G pressure -m smollm2 --betas 1,2,4 --layers 10-19 --tokens 512 --seq-len 256 --threads 1 --out $R/pressure.json
 $G gain-depth -m smollm2 --depths 0,0.125,0.25,0.375,0.5,0.625,0.75,0.875,1 --values 0,0.5,2 --tokens 512 --seq-len 256 --threads 1 --out $R/gain_depth.json
 $G split-options -m smollm2 --tokens 512 --seq-len 256 --threads 1 --out $R/split_options.json
+$G pressure -m smollm2 --betas 0.25,0.5 --layers 10-19 --tokens 512 --seq-len 256 --threads 1 --out $R/pressure_soft.json
+$G pressure -m smollm2 --mode gain --betas 1.5,2 --layers 10-19 --tokens 512 --seq-len 256 --threads 1 --out $R/pressure_gain.json
