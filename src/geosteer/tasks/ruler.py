@@ -214,7 +214,9 @@ def _vt(rng: random.Random, length: int, count: Counter_, hops: int = 4) -> dict
 
 
 def _cwe(rng: random.Random, length: int, count: Counter_, n_common: int = 10) -> dict:
-    freq_common = 30 if length >= 4096 else (20 if length >= 2048 else 10)  # RULER's is 30 (≥ 4k)
+    """RULER's common-words extraction: 10 words repeated ``freq_common`` times among rarer ones. RULER uses
+    30 / 3 repetitions (at >= 4k tokens); shorter contexts get ~60 % of the list for the common words,
+    at most 30 repetitions each, the others one to three times."""
 
     def build(slack: int) -> dict:
         r = random.Random(rng.random())
@@ -225,11 +227,13 @@ def _cwe(rng: random.Random, length: int, count: Counter_, n_common: int = 10) -
         tail = ("\nQuestion: What are the 10 most common words in the above list? Answer: The top 10 words "
                 "that appear most often in the list are:")
         budget = length - max_new_tokens("cwe") - 1 - slack - count(head) - count(tail)
-        words = [w for w in common for _ in range(freq_common)]
-        per = sum(count(f" {i}. {w}") for i, w in enumerate(words[:50], 1)) / 50
+        per = sum(count(f" {i}. {w}") for i, w in enumerate(vocab[:50], 100)) / 50
         n_total = int(budget / per)
-        n_rare = max(0, min(len(rare), (n_total - len(words)) // 3))
-        words += [w for w in rare[:n_rare] for _ in range(3)]
+        freq_common = max(2, min(30, int(0.6 * n_total / n_common)))
+        freq_rare = min(3, freq_common - 1)
+        words = [w for w in common for _ in range(freq_common)]
+        n_rare = max(0, min(len(rare), (n_total - len(words)) // freq_rare))
+        words += [w for w in rare[:n_rare] for _ in range(freq_rare)]
         r.shuffle(words)
         body = " ".join(f"{i}. {w}" for i, w in enumerate(words, 1))
         return {"task": "cwe", "input": head + body + tail, "outputs": common,
