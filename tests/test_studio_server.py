@@ -137,13 +137,14 @@ def test_control_point_edit_and_history(env):
 
 def test_save_load_roundtrip(env):
     c, s, ws = env["client"], env["session"], env["ws"]
-    c.post("/api/edit", json={"op": "wall", "scope": "head", "layer": 1, "head": 0, "rows": [0, 2]})
+    r = c.post("/api/edit", json={"op": "wall", "scope": "head", "layer": 1, "head": 0, "rows": [0, 2]})
+    assert r.status_code == 200, r.text
     edited = s.bank.coefficients.detach().clone()
     d = c.post("/api/save", json={"name": "walled"}).json()
     assert d["digest"] == coeff_digest(edited)
     loaded = M.load(ws / "walled", model=env["model"])
     assert torch.equal(loaded.coefficients.detach(), edited)
-    assert loaded.history[-1]["op"] == "wall"
+    assert loaded.history[-1]["op"] == "grid-wall"  # the studio's wall is the control-point wall
     assert c.post("/api/save", json={"name": "walled"}).status_code == 409
     assert c.post("/api/save", json={"name": "walled", "overwrite": True}).status_code == 200
     c.post("/api/undo", json={})

@@ -4,7 +4,10 @@ An edit targets a surface (layer, head, dim), a head (all its dims) or a layer (
 optionally a rectangle of the K×K control net (``rows``/``cols`` inclusive ranges; rows = query axis,
 columns = key axis, paper §5). Operations (paper §5): ``scale`` (αC), ``invert`` (−C, gain 1 + S → 1 − S),
 ``zero`` (0), ``set`` (a value, e.g. one control point), ``wall`` (−1: since the cubic B-spline basis is a
-partition of unity inside the fitted range, C ≡ −1 on a region makes S = −1 there, gain 0).
+partition of unity inside the fitted range, C ≡ −1 on a region makes S = −1 there, gain 0). The studio's
+``wall`` is the library's ``grid-wall`` edit (control points, so it blocks only where q and k lie inside
+the grid); exact region walls that also block past the grid are ``wall`` edits of the CLI/library
+(``geosteer manifold edit "wall layer=… q=a..b k=c..d"``), which the studio lists but does not draw yet.
 The studio validates the JSON request (one-line messages), keeps the old values of the edited block for
 undo, and lets ``geosteer.manifold.edit.apply_edit`` do the edit (so it is recorded in ``bank.history``
 and saved with the artifact exactly like a CLI edit).
@@ -133,7 +136,8 @@ def to_edit(spec: EditSpec, layer: int):
         return None if r is None else list(range(r[0], r[1] + 1))
 
     value = spec.factor if spec.op == "scale" else spec.value if spec.op == "set" else None
-    return Edit(spec.op, layers=[layer], heads=None if spec.head is None else [spec.head],
+    op = "grid-wall" if spec.op == "wall" else spec.op  # control-point wall (see the module docstring)
+    return Edit(op, layers=[layer], heads=None if spec.head is None else [spec.head],
                 dims=None if spec.dim is None else [spec.dim], rows=span(spec.rows), cols=span(spec.cols),
                 value=value)
 
