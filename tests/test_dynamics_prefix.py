@@ -80,9 +80,10 @@ def test_anchor_study_replaces_the_top_scored_prefix_tokens(tiny):
     pre, suf = _rand(3, 8, 8), _rand(1, 3, 9)[0]
     bos = tok.bos_token_id
     pool = torch.arange(3, 300)
-    recs, summ = prefix.anchor_study(model, pre, suf, bos, 2, [0, 1], pool, exclude_anchors=True)
+    recs, summ, pos = prefix.anchor_study(model, pre, suf, bos, 2, [0, 1], pool, exclude_anchors=True)
     scores = prefix.anchor_scores(model, torch.stack(prefix.contexts(pre, suf, bos)))[:, 1:9].numpy()
-    for r in recs:
+    assert len(pos) == 3 * 2
+    for r in pos:
         assert r["anchor_positions"] == sorted(np.argsort(-scores[r["prefix"]])[:2].tolist())
         assert not set(r["anchor_positions"]) & set(r["random_positions"])
     assert len(recs) == 3 * 2 * anatomy(model).n_layers
@@ -229,4 +230,4 @@ def test_cli_writes_tidy_records(tmp_path, monkeypatch, capsys):
                          "--seeds", "2", "--out", str(out)], monkeypatch, capsys)
     assert code == 0, err
     saved = json.loads(out.read_text())
-    assert {r["table"] for r in saved["rows"]} == {"summary", "pairs"} and saved["meta"]["k"] == 1
+    assert {r["table"] for r in saved["rows"]} == {"summary", "pairs", "positions"} and saved["meta"]["k"] == 1

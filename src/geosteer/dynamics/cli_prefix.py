@@ -122,12 +122,13 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
     else:
         special = set(getattr(tok, "all_special_ids", []) or [])
         ids = torch.tensor([i for i in range(m.get_output_embeddings().weight.shape[0]) if i not in special])
-    recs, summ = anchor_study(m, pre, _encode(tok, suffix), getattr(tok, "bos_token_id", None), k,
+    recs, summ, pos = anchor_study(m, pre, _encode(tok, suffix), getattr(tok, "bos_token_id", None), k,
                               list(range(seeds)), ids, layers, score, exclude_anchors)
     meta = _meta(m, prefixes=len(pre), prefix_tokens=shortest, suffix=suffix, k=k, seeds=seeds,
                  score_layers=score_layers, score=score, pool=pool, exclude_anchors=exclude_anchors,
                  state="resid_post, last position")
-    _write([{"table": "summary", **s} for s in summ] + [{"table": "pairs", **r} for r in recs], meta, out, csv)
+    _write([{"table": "summary", **s} for s in summ] + [{"table": "pairs", **r} for r in recs]
+           + [{"table": "positions", **p} for p in pos], meta, out, csv)
     emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="anchor vs random shift (deg)")
 
 

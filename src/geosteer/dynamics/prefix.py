@@ -166,8 +166,9 @@ def _replacements(rng: np.random.Generator, pool: np.ndarray, original: np.ndarr
 
 def anchor_study(model: nn.Module, prefixes: Sequence[torch.Tensor], suffix: torch.Tensor, bos: int | None,
                  k: int, seeds: Sequence[int], pool: torch.Tensor, score_layers: Sequence[int] | None = None,
-                 score: str = "raw", exclude_anchors: bool = False) -> tuple[list[dict], list[dict]]:
-    """Anchor vs random replacement of k prefix tokens: per (prefix, seed, layer) records and a per-layer summary.
+                 score: str = "raw", exclude_anchors: bool = False) -> tuple[list[dict], list[dict], list[dict]]:
+    """Anchor vs random replacement of k prefix tokens: per (prefix, seed, layer) shifts, a per-layer paired
+    summary, and the replaced positions per (prefix, seed) (0-based within the prefix).
 
     Prefixes must share one length (they are batched). ``pool``: token ids replacements are drawn from.
     ``exclude_anchors``: random positions avoid the anchor positions (default False: uniform over the prefix).
@@ -187,7 +188,7 @@ def anchor_study(model: nn.Module, prefixes: Sequence[torch.Tensor], suffix: tor
     anchors = sc.topk(k, dim=1).indices.sort(dim=1).values  # (N, k) positions within the prefix
     base = last_token_states(model, ids)
     pool_np = pool.cpu().numpy().astype(np.int64)
-    records = []
+    records, positions = [], []
     for seed in seeds:
         rng = np.random.default_rng(seed)
         edited = {"anchor": ids.clone(), "random": ids.clone()}
@@ -209,9 +210,10 @@ def anchor_study(model: nn.Module, prefixes: Sequence[torch.Tensor], suffix: tor
             for layer in range(base.shape[0]):
                 records.append({"prefix": i, "seed": seed, "layer": layer,
                                 "anchor_deg": shifts["anchor"][layer, i].item(),
-                                "random_deg": shifts["random"][layer, i].item(),
-                                "anchor_positions": anchors[i].tolist(), "random_positions": rand_pos[i].tolist()})
-    return records, _paired_summary(records, base.shape[0])
+                                "random_deg": shifts["random"][layer, i].item()})
+            positions.append({"prefix": i, "seed": seed, "anchor_positions": anchors[i].tolist(),
+                              "random_positions": rand_pos[i].tolist()})
+    return records, _paired_summary(records, base.shape[0]), positions
 
 
 def _paired_summary(records: list[dict], n_layers: int) -> list[dict]:
