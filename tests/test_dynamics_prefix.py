@@ -91,10 +91,25 @@ def test_anchor_study_replaces_the_top_scored_prefix_tokens(tiny):
     last = anatomy(model).n_layers - 1
     d = [r["anchor_deg"] - r["random_deg"] for r in recs if r["layer"] == last]
     assert summ[last]["diff_deg"] == pytest.approx(float(np.mean(d)))
-    # the shift is the angle between the stock and the edited last-token direction: recompute one pair
-    r = next(x for x in recs if x["layer"] == last and x["seed"] == 0)
-    base = prefix.last_token_states(model, torch.stack(prefix.contexts(pre, suf, bos)))
-    assert r["anchor_deg"] > 0 and base.shape[0] == anatomy(model).n_layers
+    # the shift is the angle between the stock and the edited last-token direction: rebuild the edited
+    # contexts from the recorded positions/tokens and recompute it with HF hidden states and numpy
+    ctx = torch.stack(prefix.contexts(pre, suf, bos))
+    with torch.no_grad():
+        hs0 = model(ctx, output_hidden_states=True).hidden_states
+    for p in pos:
+        assert all(t in pool.tolist() for t in p["anchor_tokens"] + p["random_tokens"])
+        for which in ("anchor", "random"):
+            ids = ctx[p["prefix"]].clone()
+            orig = ids[1 + np.array(p[f"{which}_positions"])].tolist()
+            assert all(a != b for a, b in zip(orig, p[f"{which}_tokens"], strict=True))  # a real replacement
+            ids[1 + np.array(p[f"{which}_positions"])] = torch.tensor(p[f"{which}_tokens"])
+            with torch.no_grad():
+                hs = model(ids[None], output_hidden_states=True).hidden_states
+            for layer in range(anatomy(model).n_layers - 1):
+                r = next(x for x in recs if (x["prefix"], x["seed"], x["layer"]) == (p["prefix"], p["seed"], layer))
+                a, b = hs0[layer + 1][p["prefix"], -1], hs[layer + 1][0, -1]
+                want = _np_angles(a.double().numpy(), b.double().numpy())
+                assert r[f"{which}_deg"] == pytest.approx(float(want), abs=1e-3)
 
 
 def test_last_token_states_match_output_hidden_states(tiny):

@@ -168,7 +168,7 @@ def anchor_study(model: nn.Module, prefixes: Sequence[torch.Tensor], suffix: tor
                  k: int, seeds: Sequence[int], pool: torch.Tensor, score_layers: Sequence[int] | None = None,
                  score: str = "raw", exclude_anchors: bool = False) -> tuple[list[dict], list[dict], list[dict]]:
     """Anchor vs random replacement of k prefix tokens: per (prefix, seed, layer) shifts, a per-layer paired
-    summary, and the replaced positions per (prefix, seed) (0-based within the prefix).
+    summary, and per (prefix, seed) the replaced positions (0-based within the prefix) and replacement tokens.
 
     Prefixes must share one length (they are batched). ``pool``: token ids replacements are drawn from.
     ``exclude_anchors``: random positions avoid the anchor positions (default False: uniform over the prefix).
@@ -212,7 +212,9 @@ def anchor_study(model: nn.Module, prefixes: Sequence[torch.Tensor], suffix: tor
                                 "anchor_deg": shifts["anchor"][layer, i].item(),
                                 "random_deg": shifts["random"][layer, i].item()})
             positions.append({"prefix": i, "seed": seed, "anchor_positions": anchors[i].tolist(),
-                              "random_positions": rand_pos[i].tolist()})
+                              "random_positions": rand_pos[i].tolist(),
+                              "anchor_tokens": edited["anchor"][i, off + anchors[i]].tolist(),
+                              "random_tokens": edited["random"][i, off + rand_pos[i]].tolist()})
     return records, _paired_summary(records, base.shape[0]), positions
 
 
