@@ -103,7 +103,9 @@ def test_config_errors():
 def test_parse_layers():
     assert parse_layers("all", 4) is None
     assert parse_layers("0-2,3", 4) == [0, 1, 2, 3]
-    assert parse_layers([2, 1, 2], 4) == [1, 2]
+    assert parse_layers([2, 1], 4) == [1, 2]
+    with pytest.raises(GeosteerError, match="layer 2 given twice"):
+        parse_layers([2, 1, 2], 4)  # a repeated layer would attach the edit twice (issue 12)
     with pytest.raises(GeosteerError, match="out of range: this model has layers 0..3"):
         parse_layers("2-4", 4)
     with pytest.raises(GeosteerError, match="bad layer spec"):

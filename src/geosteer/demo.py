@@ -10,8 +10,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import typer
-
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_SURFACES = REPO / "artifacts" / "smollm2-surfaces"
 DEMO_PROMPTS = [
@@ -138,21 +136,3 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
     console.print(f"HTML report: {rep['out']} ({rep['figures']} figures)")
     return {"sensitive_layer": layer, "invert_changed": counts["invert"], "wall_changed": counts["wall"],
             "invert_mean_kl": kls["invert"], "wall_mean_kl": kls["wall"], "report": rep["out"]}
-
-
-def register(app: typer.Typer) -> None:
-    from geosteer.cli import MODEL_OPT, emit
-
-    @app.command()
-    def demo(
-        model: str = MODEL_OPT,
-        tokens: int = typer.Option(4096, help="held-out tokens to score"),
-        max_new_tokens: int = typer.Option(24),
-        surfaces: Path | None = typer.Option(None, help="surfaces artifact (default: the shipped one)"),
-        out_dir: Path = typer.Option(Path("runs/demo"), help="where the HTML report goes"),
-        as_json: bool = typer.Option(False, "--json"),
-    ) -> None:
-        """The main job: perplexity, generation, and (with surfaces) steering edits + an HTML report."""
-        summary = run_demo(model, tokens, max_new_tokens, surfaces, out_dir)
-        if as_json:
-            emit(summary, True)

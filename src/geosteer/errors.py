@@ -17,3 +17,7 @@ class ModelNotAvailable(GeosteerError):
 
 class ArtifactError(GeosteerError):
     pass
+
+
+class LayerSpecError(GeosteerError, ValueError):
+    """A layer list that is empty, repeats a layer, or names one the model does not have."""

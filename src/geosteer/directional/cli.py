@@ -6,19 +6,14 @@ from pathlib import Path
 
 import typer
 
+from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_threads
+
 directional_app = typer.Typer(add_completion=False, no_args_is_help=True,
                               help="Directional decomposition: component-scaling edits and studies.")
 
 
-def _threads(n: int | None) -> None:
-    if n:
-        import torch
-
-        torch.set_num_threads(n)
-
-
 def decompose_cmd(
-    model: str = typer.Option("smollm2", "--model", "-m", help="smollm2 | tiny-<family> | path"),
+    model: str = MODEL_OPT,
     corpus: str = typer.Option("heldout", "--corpus", help="corpus split to read: heldout | train"),
     text_file: Path | None = typer.Option(None, "--text-file", help="read this text file"),
     tokens: int = typer.Option(512, "--tokens", help="tokens to measure (from the start of the text)"),
@@ -27,18 +22,17 @@ def decompose_cmd(
     value: bool = typer.Option(True, "--value/--no-value", help="also measure value space (per head)"),
     generate: str | None = typer.Option(None, "--generate", help="measure per generation step"),
     max_new_tokens: int = typer.Option(32, "--max-new-tokens"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON rows"),
+    as_json: bool = JSON_OPT,
     csv: Path | None = typer.Option(None, "--csv", help="write tidy rows to this CSV file"),
     out: Path | None = typer.Option(None, "--out", help="write tidy rows (+meta) to this .json/.csv file"),
-    threads: int | None = typer.Option(None, "--threads"),
+    threads: int = THREADS_OPT,
 ) -> None:
     """Per-layer ∥/⊥ decomposition of the attention, MLP and block updates (and value space per head)."""
-    from geosteer.cli import emit
     from geosteer.directional.measure import measure_generation, measure_text
     from geosteer.io_utils import write_records
     from geosteer.models.loading import load_model, model_id
 
-    _threads(threads)
+    set_threads(threads)
     m, tok = load_model(model)
     if generate is not None:
         rows, meta = measure_generation(m, tok, generate, max_new_tokens=max_new_tokens, layers=layers,
@@ -66,7 +60,7 @@ def decompose_cmd(
 
 @directional_app.command("sweep")
 def sweep_cmd(
-    model: str = typer.Option("smollm2", "--model", "-m"),
+    model: str = MODEL_OPT,
     sites: str = typer.Option("value_exclude_self,resid_attn,resid_mlp", "--sites",
                               help="comma-separated sweep sites"),
     controls: bool = typer.Option(True, "--controls/--no-controls",
@@ -75,14 +69,14 @@ def sweep_cmd(
     context: int = typer.Option(512, "--context"),
     stride: int = typer.Option(256, "--stride"),
     out: Path = typer.Option(Path("docs/results/directional/sweep.json"), "--out"),
-    threads: int | None = typer.Option(None, "--threads"),
+    threads: int = THREADS_OPT,
 ) -> None:
     """Study 1: held-out strided perplexity vs s∥ (s⊥ = 1) and vs s⊥ (s∥ = 1) per site (paper Figure 3)."""
     from geosteer.directional.config import check_site
     from geosteer.directional.studies import heldout_ids, run_sweep, sweep_settings
     from geosteer.models.loading import load_model, model_id
 
-    _threads(threads)
+    set_threads(threads)
     site_list = [check_site(s.strip()) for s in sites.split(",") if s.strip()]
     m, tok = load_model(model)
     settings = sweep_settings(site_list)
@@ -95,7 +89,7 @@ def sweep_cmd(
 
 @directional_app.command("ppl")
 def ppl_cmd(
-    model: str = typer.Option("smollm2", "--model", "-m"),
+    model: str = MODEL_OPT,
     site: str = typer.Option(..., "--site"),
     s_par: float = typer.Option(1.0, "--s-par"),
     s_perp: float = typer.Option(1.0, "--s-perp"),
@@ -103,12 +97,11 @@ def ppl_cmd(
     tokens: int = typer.Option(2048, "--tokens"),
     context: int = typer.Option(512, "--context"),
     stride: int = typer.Option(256, "--stride"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JSON_OPT,
     heads: str = typer.Option("all", "--heads", help="value sites: query heads to edit ('all', '0-3', '0,5')"),
     value_space: str = typer.Option("head", "--value-space", help="value sites: head | concat"),
 ) -> None:
     """Held-out perplexity with one component-scaling edit, beside the unedited baseline."""
-    from geosteer.cli import emit
     from geosteer.directional.config import ComponentScaleConfig, check_heads, parse_layers
     from geosteer.directional.sites import ComponentScale
     from geosteer.directional.studies import heldout_ids

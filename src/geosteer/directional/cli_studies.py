@@ -7,9 +7,11 @@ from pathlib import Path
 
 import typer
 
+from geosteer.cli.common import MODEL_OPT, THREADS_OPT, set_threads
+
 
 def compression_cmd(
-    model: str = typer.Option("smollm2", "--model", "-m"),
+    model: str = MODEL_OPT,
     methods: str = typer.Option("rtn4,awq4,wanda50,wanda4:8,wanda2:4", "--methods"),
     calib_seqs: int = typer.Option(16, "--calib-seqs", help="calibration sequences from the train split"),
     seq_len: int = typer.Option(256, "--seq-len", help="tokens per calibration sequence and prompt"),
@@ -18,10 +20,9 @@ def compression_cmd(
     context: int = typer.Option(512, "--context"),
     stride: int = typer.Option(512, "--stride"),
     out_dir: Path = typer.Option(Path("docs/results/directional"), "--out-dir"),
-    threads: int | None = typer.Option(None, "--threads"),
+    threads: int = THREADS_OPT,
 ) -> None:
     """Study 2: compressed copies, per-layer ∥/⊥ update error, held-out PPL, Spearman ρ (paper §6.3)."""
-    import torch
     from scipy.stats import spearmanr
 
     from geosteer.data.corpus import split_text
@@ -31,8 +32,7 @@ def compression_cmd(
     from geosteer.io_utils import write_records
     from geosteer.models.loading import load_model, model_id
 
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     meths = [s.strip() for s in methods.split(",") if s.strip()]
     for meth in meths:
         parse_method(meth)  # one-line error naming the valid forms
@@ -82,9 +82,53 @@ def compression_cmd(
         print(f"spearman {c['site']} {c['error']}: rho={c['spearman_rho_vs_ppl']:.3f} (p={c['p_value']:.3f})")
 
 
+def pretrain_cmd(
+    variants: str = typer.Option("baseline,attn_par,value_par", "--variants"),
+    seeds: str = typer.Option("0,1", "--seeds"),
+    steps: int = typer.Option(300, "--steps"),
+    batch: int = typer.Option(16, "--batch"),
+    ctx: int = typer.Option(128, "--ctx"),
+    lr: float = typer.Option(3e-3, "--lr"),
+    d_model: int = typer.Option(128, "--d-model"),
+    layers: int = typer.Option(4, "--layers"),
+    eval_every: int = typer.Option(25, "--eval-every"),
+    val_batches: int = typer.Option(16, "--val-batches", help="fixed held-out batches for the val loss"),
+    out_dir: Path = typer.Option(Path("docs/results/directional"), "--out-dir"),
+    threads: int = THREADS_OPT,
+) -> None:
+    """Study 3: from-scratch byte-level models, baseline vs attention / value parallel removal."""
+    import torch
+
+    from geosteer.directional.pretrain import VARIANTS, _batch, byte_ids, train_one
+    from geosteer.errors import GeosteerError
+    from geosteer.io_utils import write_records
+
+    set_threads(threads)
+    vs = [v.strip() for v in variants.split(",") if v.strip()]
+    bad = [v for v in vs if v not in VARIANTS]
+    if bad:
+        raise GeosteerError(f"unknown variant '{bad[0]}'; valid: {', '.join(VARIANTS)}")
+    seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    train = byte_ids("train", max_chars=4_000_000)
+    held = byte_ids("heldout")
+    g = torch.Generator().manual_seed(12345)
+    vals = [_batch(held, g, batch, ctx) for _ in range(val_batches)]
+    model_kw = {"d_model": d_model, "layers": layers, "heads": max(1, d_model // 32), "ffn": 3 * d_model}
+    curves, finals = [], []
+    meta = {"steps": steps, "batch": batch, "ctx": ctx, "lr": lr, "model": model_kw, "tokenizer": "bytes",
+            "train_bytes": int(len(train)), "val_tokens": val_batches * batch * ctx}
+    for seed in seed_list:
+        for v in vs:
+            res = train_one(v, seed, train, vals, steps=steps, batch=batch, ctx=ctx, lr=lr,
+                            eval_every=eval_every, model_kw=model_kw)
+            curves += res["curve"]
+            finals.append({"variant": v, "seed": seed, "final_val_loss": res["final_val"],
+                           "params": res["params"], "seconds": round(res["seconds"], 1)})
+            write_records(out_dir / "pretrain_curves.csv", curves)
+            write_records(out_dir / "pretrain_final.json", finals, meta)
+
+
 def register(sub: typer.Typer) -> None:
     """Add the study verbs to the ``geosteer directional`` sub-app."""
     sub.command("compression")(compression_cmd)
-    from geosteer.directional.pretrain import pretrain_cmd
-
     sub.command("pretrain")(pretrain_cmd)

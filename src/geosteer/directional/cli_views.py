@@ -7,17 +7,13 @@ from pathlib import Path
 
 import typer
 
+from geosteer.cli.common import MODEL_OPT, THREADS_OPT, load
+
 _SMALL = dict(help="'all', '3', '0-5', '0-5,9'")
 
 
 def _setup(model: str, threads: int | None):
-    import torch
-
-    from geosteer.models.loading import load_model
-
-    if threads:
-        torch.set_num_threads(threads)
-    return load_model(model)
+    return load(model, threads=threads)
 
 
 def _save_figure(fig, path: Path) -> None:
@@ -33,7 +29,7 @@ def _save_figure(fig, path: Path) -> None:
 
 
 def diagonal_cmd(
-    model: str = typer.Option("smollm2", "--model", "-m"),
+    model: str = MODEL_OPT,
     tokens: int = typer.Option(64, "--tokens", help="held-out tokens (one sequence)"),
     layers: str = typer.Option("all", "--layers", **_SMALL),
     s_par: float = typer.Option(0.0, "--s-par", help="s∥ of the edit the diagonal change realises"),
@@ -42,7 +38,7 @@ def diagonal_cmd(
     map_head: int = typer.Option(0, "--map-head", help="head of the Fig. 4 maps"),
     out: Path = typer.Option(Path("docs/results/directional/diagonal.json"), "--out"),
     figure: Path | None = typer.Option(None, "--figure", help="write the Fig. 4 maps (.html, + .png)"),
-    threads: int | None = typer.Option(None, "--threads"),
+    threads: int = THREADS_OPT,
 ) -> None:
     """Distribution of the closed-form diagonal change ΔA_tt per layer and form, and one head's maps."""
     from geosteer.directional.config import VALUE_SPACES, check_heads, check_scale, parse_layers
@@ -86,7 +82,7 @@ def diagonal_cmd(
 
 
 def heads_cmd(
-    model: str = typer.Option("smollm2", "--model", "-m"),
+    model: str = MODEL_OPT,
     site: str = typer.Option("value_exclude_self", "--site", help="value_full | value_exclude_self"),
     s_par: float = typer.Option(0.0, "--s-par"),
     layers: str = typer.Option("all", "--layers", **_SMALL),
@@ -95,7 +91,7 @@ def heads_cmd(
     text_len: int = typer.Option(128, "--text-len", help="tokens per sequence"),
     out: Path = typer.Option(Path("docs/results/directional/heads.json"), "--out"),
     figure: Path | None = typer.Option(None, "--figure", help="write the Fig. 7 curve (.html, + .png)"),
-    threads: int | None = typer.Option(None, "--threads"),
+    threads: int = THREADS_OPT,
 ) -> None:
     """Fig. 7: single-head vs joint all-head s∥ edit per layer (Δ next-token loss on fixed texts)."""
     from geosteer.directional.config import check_heads, check_scale, check_site, parse_heads, parse_layers
@@ -133,14 +129,14 @@ def heads_cmd(
 
 
 def strength_cmd(
-    model: str = typer.Option("smollm2", "--model", "-m"),
+    model: str = MODEL_OPT,
     sites: str = typer.Option("resid_attn,value_exclude_self,value_full", "--sites"),
     s_par: float = typer.Option(0.0, "--s-par"),
     layers: str = typer.Option("all", "--layers", **_SMALL),
     tokens: int = typer.Option(512, "--tokens"),
     value_space: str = typer.Option("head", "--value-space", help="value sites: head | concat"),
     out: Path = typer.Option(Path("docs/results/directional/strength.json"), "--out"),
-    threads: int | None = typer.Option(None, "--threads"),
+    threads: int = THREADS_OPT,
 ) -> None:
     """Table 6: perturbation norm, energy and retained norm at the post-W_O output of each edit."""
     from geosteer.directional.config import check_scale, check_site, parse_layers

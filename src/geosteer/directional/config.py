@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from geosteer.errors import GeosteerError
+from geosteer.models.anatomy import parse_indices, parse_layers  # noqa: F401 - parse_layers re-exported
 
 # Where ỹ = s∥·y∥ + s⊥·y⊥ is applied (reference in brackets):
 #   resid_attn          attention update A            [block input x, not normed]          (Eq. 4, 11)
@@ -40,56 +41,12 @@ def check_scale(name: str, value: float) -> float:
     return v
 
 
-def parse_layers(spec: str | Sequence[int] | None, n_layers: int) -> list[int] | None:
-    """``None``/``"all"`` → None (all layers); ``"0-5,9"`` or ``[0, 1]`` → a checked list."""
-    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "all")):
-        return None
-    out: list[int] = []
-    if isinstance(spec, str):
-        for part in spec.split(","):
-            part = part.strip()
-            try:
-                if "-" in part:
-                    a, b = part.split("-", 1)
-                    lo, hi = int(a), int(b)
-                    if hi < lo:
-                        raise GeosteerError(f"empty layer range '{part}'")
-                    out.extend(range(lo, hi + 1))
-                else:
-                    out.append(int(part))
-            except ValueError:
-                raise GeosteerError(
-                    f"bad layer spec '{spec}'; use e.g. 'all', '3', '0-5' or '0-5,9'") from None
-    else:
-        out = [int(i) for i in spec]
-    bad = [i for i in out if not 0 <= i < n_layers]
-    if bad:
-        raise GeosteerError(f"layer {bad[0]} out of range: this model has layers 0..{n_layers - 1}")
-    return sorted(set(out))
-
-
 def parse_heads(spec: str | Sequence[int] | None) -> list[int] | None:
-    """``None``/``"all"`` → None (all heads); ``"0,3"``/``"0-2"``/``[0, 3]`` → a sorted list (range is
-    checked against the model by :func:`check_heads`)."""
-    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "all")):
+    """``None``/``"all"`` → None (all heads); ``"0,3"``/``"0-2"``/``[0, 3]`` → a sorted list (the one index
+    parser, :func:`geosteer.models.anatomy.parse_indices`; the range is checked by :func:`check_heads`)."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() == "all"):
         return None
-    out: list[int] = []
-    try:
-        if isinstance(spec, str):
-            for part in spec.split(","):
-                part = part.strip()
-                if "-" in part[1:]:
-                    a, b = part.split("-", 1)
-                    out.extend(range(int(a), int(b) + 1))
-                else:
-                    out.append(int(part))
-        else:
-            out = [int(i) for i in spec]
-    except (TypeError, ValueError):
-        raise GeosteerError(f"bad head spec {spec!r}; use e.g. 'all', '3', '0-2' or '0,5'") from None
-    if not out:
-        raise GeosteerError(f"empty head selection {spec!r}")
-    return sorted(set(out))
+    return sorted(parse_indices(spec, None, "head"))
 
 
 def check_heads(heads: Sequence[int] | None, n_heads: int) -> list[int] | None:

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 import torch
-import typer
 
 VARIANTS = {"baseline": None, "attn_par": ("resid_attn", 0.0), "value_par": ("value_full", 0.0)}
 
@@ -105,47 +103,3 @@ def train_one(variant: str, seed: int, train: torch.Tensor, val_batches: list[to
                     f"({time.time() - t0:.0f} s)")
     n_params = sum(p.numel() for p in model.parameters())
     return {"curve": curve, "final_val": curve[-1]["val_loss"], "params": n_params, "seconds": time.time() - t0}
-
-
-def pretrain_cmd(
-    variants: str = typer.Option("baseline,attn_par,value_par", "--variants"),
-    seeds: str = typer.Option("0,1", "--seeds"),
-    steps: int = typer.Option(300, "--steps"),
-    batch: int = typer.Option(16, "--batch"),
-    ctx: int = typer.Option(128, "--ctx"),
-    lr: float = typer.Option(3e-3, "--lr"),
-    d_model: int = typer.Option(128, "--d-model"),
-    layers: int = typer.Option(4, "--layers"),
-    eval_every: int = typer.Option(25, "--eval-every"),
-    val_batches: int = typer.Option(16, "--val-batches", help="fixed held-out batches for the val loss"),
-    out_dir: Path = typer.Option(Path("docs/results/directional"), "--out-dir"),
-    threads: int | None = typer.Option(None, "--threads"),
-) -> None:
-    """Study 3: from-scratch byte-level models, baseline vs attention / value parallel removal."""
-    from geosteer.errors import GeosteerError
-    from geosteer.io_utils import write_records
-
-    if threads:
-        torch.set_num_threads(threads)
-    vs = [v.strip() for v in variants.split(",") if v.strip()]
-    bad = [v for v in vs if v not in VARIANTS]
-    if bad:
-        raise GeosteerError(f"unknown variant '{bad[0]}'; valid: {', '.join(VARIANTS)}")
-    seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    train = byte_ids("train", max_chars=4_000_000)
-    held = byte_ids("heldout")
-    g = torch.Generator().manual_seed(12345)
-    vals = [_batch(held, g, batch, ctx) for _ in range(val_batches)]
-    model_kw = {"d_model": d_model, "layers": layers, "heads": max(1, d_model // 32), "ffn": 3 * d_model}
-    curves, finals = [], []
-    meta = {"steps": steps, "batch": batch, "ctx": ctx, "lr": lr, "model": model_kw, "tokenizer": "bytes",
-            "train_bytes": int(len(train)), "val_tokens": val_batches * batch * ctx}
-    for seed in seed_list:
-        for v in vs:
-            res = train_one(v, seed, train, vals, steps=steps, batch=batch, ctx=ctx, lr=lr,
-                            eval_every=eval_every, model_kw=model_kw)
-            curves += res["curve"]
-            finals.append({"variant": v, "seed": seed, "final_val_loss": res["final_val"],
-                           "params": res["params"], "seconds": round(res["seconds"], 1)})
-            write_records(out_dir / "pretrain_curves.csv", curves)
-            write_records(out_dir / "pretrain_final.json", finals, meta)

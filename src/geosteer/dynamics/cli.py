@@ -10,33 +10,16 @@ from pathlib import Path
 
 import typer
 
-dyn = typer.Typer(no_args_is_help=True, help="FFN steering field: residual dynamics on the sphere (issue 5).")
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load
+from geosteer.models.anatomy import anatomy, parse_layers
+
+dyn = typer.Typer(no_args_is_help=True, help="FFN steering field: residual dynamics on the sphere.")
 
 TOKENS_OPT = typer.Option(2048, "--tokens", "-n", help="held-out tokens (cut into --seq-len windows)")
 SEQ_OPT = typer.Option(256, "--seq-len", help="window length in tokens (BOS first)")
 BATCH_OPT = typer.Option(4, "--batch-size")
-JSON_OPT = typer.Option(False, "--json", help="print JSON instead of a table")
 OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
 CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
-THREADS_OPT = typer.Option(0, "--threads", help="torch threads (0: leave the default)")
-
-
-def parse_layers(spec: str | None) -> list[int] | None:
-    """'0-5,7' → [0, 1, 2, 3, 4, 5, 7]; None/'' /'all' → None (all layers)."""
-    if spec is None or spec.strip() in ("", "all"):
-        return None
-    out: list[int] = []
-    for part in spec.split(","):
-        part = part.strip()
-        try:
-            if "-" in part[1:]:
-                a, b = part.split("-", 1) if not part.startswith("-") else (part, "")
-                out.extend(range(int(a), int(b) + 1))
-            else:
-                out.append(int(part))
-        except ValueError:
-            raise ValueError(f"bad layer list '{spec}': use e.g. 0-5,7") from None
-    return out
 
 
 def parse_floats(spec: str, name: str) -> list[float]:
@@ -53,14 +36,8 @@ def parse_ints(spec: str, name: str) -> list[int]:
         raise ValueError(f"bad {name} '{spec}': comma-separated integers, e.g. 1,4,16") from None
 
 
-def _setup(model: str, threads: int):
-    import torch
-
-    from geosteer import load_model
-
-    if threads:
-        torch.set_num_threads(threads)
-    return load_model(model)
+def _setup(model: str, threads: int, device: str = "cpu", dtype: str = "float32"):
+    return load(model, threads=threads, device=device, dtype=dtype)
 
 
 def _write(rows: list[dict], meta: dict, out: Path | None, csv: Path | None) -> None:
@@ -81,7 +58,7 @@ def _meta(m, **kw) -> dict:
 
 
 @dyn.command()
-def diagnose(model: str = typer.Option("smollm2", "--model", "-m"), tokens: int = TOKENS_OPT,
+def diagnose(model: str = MODEL_OPT, tokens: int = TOKENS_OPT,
              seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
              split: str = typer.Option("heldout", "--split"),
              topk: str = typer.Option("", "--topk", help="also run top-k for k, e.g. 1,4,16,32"),
@@ -89,7 +66,6 @@ def diagnose(model: str = typer.Option("smollm2", "--model", "-m"), tokens: int 
              as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
              threads: int = THREADS_OPT) -> None:
     """Per-layer diagnostics in one forward pass (+ optional top-k and OV tables)."""
-    from geosteer.cli import emit
     from geosteer.dynamics.config import DiagnoseConfig, check_k
     from geosteer.dynamics.diagnostics import corpus_windows, wide
     from geosteer.dynamics.diagnostics import diagnose as run
@@ -127,23 +103,22 @@ def diagnose(model: str = typer.Option("smollm2", "--model", "-m"), tokens: int 
 
 
 @dyn.command()
-def ablate(model: str = typer.Option("smollm2", "--model", "-m"),
+def ablate(model: str = MODEL_OPT,
            variants: str = typer.Option("zero,radial,tangential,attn_zero", "--variants"),
            layers: str = typer.Option("all", "--layers", help="layer range, e.g. 0-29 or 3,5"),
            tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
            as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-           threads: int = THREADS_OPT) -> None:
+           threads: int = THREADS_OPT,
+           device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Held-out loss of FFN variants (full / zero / radial / tangential / attn_zero) vs the full model."""
-    from geosteer import anatomy
-    from geosteer.cli import emit
     from geosteer.dynamics.config import check_variant
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.parallel import mean_loss
     from geosteer.dynamics.variants import FFNVariant
 
     names = [check_variant(v.strip()) for v in variants.split(",") if v.strip()]
-    m, tok = _setup(model, threads)
-    chosen = anatomy(m).check_layers(parse_layers(layers))
+    m, tok = _setup(model, threads, device, dtype)
+    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     base = mean_loss(m, ids, batch_size)
     rows = [{"variant": "full", "layers": layers, "loss": base, "loss_increase": 0.0}]
@@ -157,21 +132,20 @@ def ablate(model: str = typer.Option("smollm2", "--model", "-m"),
 
 
 @dyn.command()
-def gains(model: str = typer.Option("smollm2", "--model", "-m"),
+def gains(model: str = MODEL_OPT,
           values: str = typer.Option("0,0.5,1,1.5,2", "--values"),
           layers: str = typer.Option("all", "--layers"), tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT,
           batch_size: int = BATCH_OPT, as_json: bool = JSON_OPT, out: Path | None = OUT_OPT,
-          csv: Path | None = CSV_OPT, threads: int = THREADS_OPT) -> None:
+          csv: Path | None = CSV_OPT, threads: int = THREADS_OPT,
+           device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Sweep the attention gain β_A (α_F = 1) and the FFN gain α_F (β_A = 1)."""
-    from geosteer import anatomy
-    from geosteer.cli import emit
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.parallel import mean_loss
     from geosteer.dynamics.variants import Gains
 
     vals = parse_floats(values, "--values")
-    m, tok = _setup(model, threads)
-    chosen = anatomy(m).check_layers(parse_layers(layers))
+    m, tok = _setup(model, threads, device, dtype)
+    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     base = mean_loss(m, ids, batch_size)
     rows = []
@@ -185,7 +159,7 @@ def gains(model: str = typer.Option("smollm2", "--model", "-m"),
 
 
 @dyn.command()
-def gates(model: str = typer.Option("smollm2", "--model", "-m"),
+def gates(model: str = MODEL_OPT,
           save: Path | None = typer.Option(None, "--save", help="train and save the gate artifact here"),
           load: Path | None = typer.Option(None, "--load", help="evaluate a saved gate artifact"),
           train_tokens: int = typer.Option(65536, "--train-tokens"), lr: float = typer.Option(2e-2, "--lr"),
@@ -196,7 +170,6 @@ def gates(model: str = typer.Option("smollm2", "--model", "-m"),
           as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
           threads: int = THREADS_OPT) -> None:
     """Learn scalar FFN gates α_ℓ on the train split (or load them); report them and ΔL vs α = 1."""
-    from geosteer.cli import emit
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.gates import load_gates, train_gates
     from geosteer.dynamics.parallel import mean_loss
@@ -213,7 +186,7 @@ def gates(model: str = typer.Option("smollm2", "--model", "-m"),
 
         cfg = TrainConfig(lr=lr, tokens=train_tokens, batch_size=train_batch, seq_len=train_seq, seed=seed,
                           eval_before_after=False, checkpoint_every=0)
-        g, info = train_gates(m, tok, cfg, layers=parse_layers(layers), log=None)
+        g, info = train_gates(m, tok, cfg, layers=parse_layers(layers, anatomy(m).n_layers), log=None)
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     base = mean_loss(m, ids, batch_size)
     loss = mean_loss(m, ids, batch_size, (g,))
@@ -233,7 +206,7 @@ def gates(model: str = typer.Option("smollm2", "--model", "-m"),
 
 
 @dyn.command()
-def parallelize(model: str = typer.Option("smollm2", "--model", "-m"),
+def parallelize(model: str = MODEL_OPT,
                 counts: str = typer.Option("", "--counts", help="layer counts, e.g. 0,2,4 (default: all)"),
                 seeds: int = typer.Option(5, "--seeds", help="random orders (seeds 0..N-1)"),
                 threshold: float = typer.Option(0.05, "--threshold"),
@@ -244,8 +217,6 @@ def parallelize(model: str = typer.Option("smollm2", "--model", "-m"),
                 as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                 threads: int = THREADS_OPT) -> None:
     """Defect-guided parallelisation: ΔL vs number of parallelised layers (low-C / random / high-C first)."""
-    from geosteer import anatomy
-    from geosteer.cli import emit
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.parallel import (
         defect_predicts_cost,

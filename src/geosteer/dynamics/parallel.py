@@ -87,7 +87,7 @@ def parallel_curve(model: nn.Module, eval_ids: torch.Tensor, defects: Sequence[f
     def loss_of(layers: list[int]) -> float:
         key = frozenset(layers)
         if key not in cache:
-            cache[key] = mean_loss(model, eval_ids, batch_size, (Parallelize(sorted(layers)),))
+            cache[key] = mean_loss(model, eval_ids, batch_size, (Parallelize(sorted(layers)),) if layers else ())
         return cache[key]
 
     base = loss_of([])

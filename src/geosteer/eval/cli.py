@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, FORCE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load
 from geosteer.errors import GeosteerError
 
 
@@ -56,7 +57,7 @@ def _check_sampling(temperature: float, top_k: int) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from geosteer.cli import FORCE_OPT, MODEL_OPT, emit, interventions_from_options
+    from geosteer.cli import interventions_from_options
 
     surfaces_opt = typer.Option(None, "--surfaces", help="attention-manifold artifact folder to attach")
 
@@ -71,12 +72,14 @@ def register(app: typer.Typer) -> None:
         batch_size: int = typer.Option(4, help="windows per forward pass"),
         surfaces: Path | None = surfaces_opt,
         force: bool = FORCE_OPT,
-        as_json: bool = typer.Option(False, "--json"),
+        threads: int = THREADS_OPT,
+        device: str = DEVICE_OPT,
+        dtype: str = DTYPE_OPT,
+        as_json: bool = JSON_OPT,
     ) -> None:
         """Strided sliding-window perplexity (and bits per byte) of a text file or corpus split.
 
         A text file is read and tokenised incrementally, only as far as --max-tokens needs."""
-        from geosteer import load_model
         from geosteer.data.corpus import split_text
         from geosteer.eval.perplexity import strided_perplexity
         from geosteer.eval.textfile import encode_file
@@ -97,7 +100,7 @@ def register(app: typer.Typer) -> None:
 
             _check_file(text_file)
         text = None if text_file else split_text(corpus)
-        m, tok = load_model(model)
+        m, tok = load(model, threads=threads, device=device, dtype=dtype)
         ids = encode_file(tok, text_file, max_tokens=max_tokens) if text_file is not None else None
         with steer(m, *interventions_from_options(m, surfaces, force=force)):
             res = strided_perplexity(m, tok, text, ids=ids, context=context, stride=stride,
@@ -118,11 +121,13 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0),
         surfaces: Path | None = surfaces_opt,
         force: bool = FORCE_OPT,
-        as_json: bool = typer.Option(False, "--json"),
+        threads: int = THREADS_OPT,
+        device: str = DEVICE_OPT,
+        dtype: str = DTYPE_OPT,
+        as_json: bool = JSON_OPT,
     ) -> None:
         """Continue a prompt (greedy, or sampling with a seed). --max-new-tokens beyond the model's
         positions is capped at what fits (with a note on stderr)."""
-        from geosteer import load_model
         from geosteer.eval.generation import cap_new_tokens, generate, prompt_ids
         from geosteer.steer import steer
 
@@ -133,7 +138,7 @@ def register(app: typer.Typer) -> None:
             greedy = temperature == 0  # T = 0 is the limit of sampling: greedy decoding
         elif top_k < 0:
             _check_sampling(1.0, top_k)
-        m, tok = load_model(model)
+        m, tok = load(model, threads=threads, device=device, dtype=dtype)
         max_new_tokens, note = cap_new_tokens(m, prompt_ids(tok, prompt).shape[1], max_new_tokens)
         if note:
             typer.echo(f"note: {note}", err=True)
@@ -155,10 +160,12 @@ def register(app: typer.Typer) -> None:
         surfaces: Path | None = surfaces_opt,
         force: bool = FORCE_OPT,
         out: Path | None = typer.Option(None, "--out", help="write tidy rows (.json or .csv)"),
-        as_json: bool = typer.Option(False, "--json"),
+        threads: int = THREADS_OPT,
+        device: str = DEVICE_OPT,
+        dtype: str = DTYPE_OPT,
+        as_json: bool = JSON_OPT,
     ) -> None:
         """Stock model (a) vs the model with the given interventions (b) on a prompt set."""
-        from geosteer import load_model
         from geosteer.eval.compare import compare_states, summarize
         from geosteer.eval.generation import cap_new_tokens, prompt_ids
         from geosteer.io_utils import write_records
@@ -172,7 +179,7 @@ def register(app: typer.Typer) -> None:
             raise GeosteerError("--temperature 0 with --seeds: seeded samples at T = 0 are the greedy "
                                 "continuation, which compare always reports; give T > 0 or --seeds 0")
         prompts = _read_prompts(prompt, prompts_file)
-        m, tok = load_model(model)
+        m, tok = load(model, threads=threads, device=device, dtype=dtype)
         longest = max(prompt_ids(tok, p).shape[1] for p in prompts)
         max_new_tokens, note = cap_new_tokens(m, longest, max_new_tokens)
         if note:

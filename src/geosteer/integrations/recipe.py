@@ -35,6 +35,7 @@ from torch import nn
 
 from geosteer.artifacts import CONFIG_NAME, base_fields, read_config, render_model_card, write_folder_atomic
 from geosteer.errors import ArtifactError, GeosteerError
+from geosteer.models.anatomy import parse_layers
 
 FORMAT = "geosteer-recipe"
 VERSION = 1
@@ -62,17 +63,6 @@ def register_builder(name: str, keys: Sequence[str], build: Builder) -> None:
 
 def registered_keys() -> list[str]:
     return [k for r in _BUILDERS.values() for k in r.keys]
-
-
-def parse_layers(spec: Any, n_layers: int) -> list[int] | None:
-    """``None``/``"all"`` → None; ``3``, ``"0-5;9"``, ``"0-5 9"``, ``[1, 2]`` → checked sorted list."""
-    from geosteer.directional.config import parse_layers as _parse
-
-    if isinstance(spec, int) and not isinstance(spec, bool):
-        spec = str(spec)
-    if isinstance(spec, str):
-        spec = ",".join(p for p in spec.replace(";", ",").replace("|", ",").replace(" ", ",").split(",") if p)
-    return _parse(spec, n_layers)
 
 
 def _num(name: str, v: Any) -> float:

@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import typer
 
+from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_threads
+
 man = typer.Typer(no_args_is_help=True,
-                  help="Attention manifolds: learned B-spline value-modulation surfaces (issue 3).")
+                  help="Attention manifolds: learned B-spline value-modulation surfaces.")
 
 SURF_OPT = typer.Option(..., "--surfaces", "-s", help="surfaces artifact folder")
-JSON_OPT = typer.Option(False, "--json", help="print JSON")
-
-
-def _layers(spec: str | None) -> list[int] | None:
-    from geosteer.manifold.edit import parse_values
-
-    if spec is None or spec.strip() in ("", "all"):
-        return None
-    return parse_values(spec)
 
 
 @man.command("show")
 def show_cmd(surfaces: Path = SURF_OPT, top: int = typer.Option(5, "--top", help="largest surfaces to list"),
              as_json: bool = JSON_OPT) -> None:
     """What an artifact holds: base model, shapes, grid, ranges, training, edit history, largest surfaces."""
-    from geosteer.cli import emit
     from geosteer.manifold import load, read_config
     from geosteer.manifold.explore import top_surfaces
 
@@ -86,7 +80,6 @@ def edit_cmd(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Edit surfaces (scale/invert/zero/set/wall on surfaces, heads, layers, rows/columns, top-N norms)."""
-    from geosteer.cli import emit
     from geosteer.manifold import load, read_config, save
     from geosteer.manifold.edit import apply_edits
 
@@ -117,23 +110,19 @@ def explore_cmd(
     windows: int = typer.Option(2, "--coverage-windows", help="held-out 128-token windows for grid coverage "
                                 "and wall leakage (0: skip them)"),
     out: Path = typer.Option(None, "--out", "-o", help="write the results as JSON"),
-    threads: int = typer.Option(None, "--threads", help="torch CPU threads"),
+    threads: int = THREADS_OPT,
     force: bool = typer.Option(False, "--force", help="use the surfaces on --model even if they were "
                                "recorded for another base model"),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Per-layer sensitivity (zero each layer, next-token KL), grid coverage and wall leakage on held-out
     windows, top-N surfaces by norm, one control net."""
-    import torch
-
-    from geosteer.cli import emit
     from geosteer.io_utils import atomic_write_json
     from geosteer.manifold import load, read_config
     from geosteer.manifold.edit import control_net, format_control_net
     from geosteer.manifold.explore import layer_norms, layer_sensitivity, top_surfaces
 
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     doc = read_config(surfaces)
     bank = load(surfaces)
     tops = top_surfaces(bank, top)
@@ -154,6 +143,7 @@ def explore_cmd(
     if not no_sensitivity:
         from geosteer import load_model
         from geosteer.eval.prompts import load_prompts
+        from geosteer.models.anatomy import anatomy, parse_layers
 
         texts = list(prompt) if prompt else [p.text for p in load_prompts(prompts)]
         name = model or doc.get("base_model")
@@ -162,7 +152,8 @@ def explore_cmd(
         m, tok = load_model(name)
         bank = load(surfaces, model=m, force=force)
         result["prompts"] = len(texts)
-        result["sensitivity"] = layer_sensitivity(m, tok, bank, texts, layers=_layers(layers))
+        layer_list = parse_layers(layers, anatomy(m).n_layers)
+        result["sensitivity"] = layer_sensitivity(m, tok, bank, texts, layers=layer_list)
         if windows > 0:
             from geosteer.manifold.coverage import grid_coverage, heldout_windows, wall_leakage
 
@@ -196,12 +187,70 @@ def explore_cmd(
         typer.echo(f"wrote {out}")
 
 
+@man.command("train")
+def train_cmd(
+    out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (state in <out>.train/)"),
+    model: str = MODEL_OPT,
+    grid: int = typer.Option(8, "--grid", help="grid intervals g (K = g + 3 basis functions)"),
+    grid_range: tuple[float, float] = typer.Option((-4.0, 4.0), "--range", help="grid range LO HI"),
+    calibrate: bool = typer.Option(False, "--calibrate", help="per-layer range from q/k quantiles"),
+    quantile: float = typer.Option(0.99, "--quantile", help="quantile of |q|,|k| for --calibrate"),
+    layers: str = typer.Option("all", "--layers", help="e.g. 8-15, 0,2,5-7 or all"),
+    tokens: int = typer.Option(None, "--tokens", help="training tokens (default 262144 unless --steps)"),
+    steps: int = typer.Option(None, "--steps", help="optimizer steps (overrides --tokens)"),
+    seq_len: int = typer.Option(128, "--seq-len"),
+    batch: int = typer.Option(8, "--batch", help="windows per step (global)"),
+    micro_batch: int = typer.Option(None, "--micro-batch", help="split each step (less memory)"),
+    lr: float = typer.Option(2e-2, "--lr"),
+    warmup: int = typer.Option(None, "--warmup", help="warmup steps (default 5%)"),
+    seed: int = typer.Option(0, "--seed"),
+    text: str = typer.Option("train", "--text", help="corpus split (train) or a UTF-8 text file"),
+    eval_tokens: int = typer.Option(16384, "--eval-tokens", help="held-out tokens per evaluation"),
+    eval_every: int = typer.Option(0, "--eval-every", help="steps between held-out evaluations"),
+    checkpoint_every: int = typer.Option(25, "--checkpoint-every"),
+    resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.safetensors"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
+    dtype: str = typer.Option("float32", "--dtype", help="artifact storage: float32|float16"),
+    mixed_precision: str = typer.Option("no", "--mixed-precision", help="no|bf16|fp16 (accelerate; GPU)"),
+    fsdp: bool = typer.Option(False, "--fsdp", help="shard the frozen model over the processes "
+                                                    "(accelerate launch, FSDP2)"),
+    threads: int = THREADS_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Train attention surfaces on a frozen model (only the coefficients train)."""
+    from geosteer import anatomy, load_model
+    from geosteer.manifold.train import check_options, train_surfaces
+    from geosteer.models.anatomy import parse_layers
+    from geosteer.train import TrainConfig
+
+    if tokens is None and steps is None:
+        tokens = 262_144
+    check_options(out=out, grid_size=grid, grid_range=tuple(grid_range), calibrate=calibrate,
+                  quantile=quantile, storage_dtype=dtype, text=text)
+    parse_layers(layers, 1 << 30)  # the syntax now; the range once the model is loaded
+    set_threads(threads)
+    cfg = TrainConfig(lr=lr, steps=steps, tokens=tokens, batch_size=batch, micro_batch=micro_batch,
+                      seq_len=seq_len, warmup_steps=warmup, seed=seed, eval_every=eval_every,
+                      eval_tokens=eval_tokens, checkpoint_every=checkpoint_every,
+                      mixed_precision=mixed_precision, fsdp=fsdp)
+    m, tok = load_model(model)
+    layer_list = parse_layers(layers, anatomy(m).n_layers)
+    args = sys.argv[1:]
+    if "train" in args[:3]:  # geosteer [..] manifold train ...
+        args = args[args.index("train") + 1:]
+    command = "geosteer manifold train " + " ".join(shlex.quote(a) for a in args)
+    _, res = train_surfaces(m, tok, out, grid_size=grid, grid_range=tuple(grid_range),
+                            calibrate=calibrate, calibrate_quantile=quantile, layers=layer_list, cfg=cfg,
+                            text=text,
+                            resume=resume, overwrite=overwrite, storage_dtype=dtype, command=command,
+                            progress=sys.stderr.isatty() and not as_json,
+                            log=(lambda s: print(s, file=sys.stderr, flush=True)))
+    summary = {"out": str(out), "steps": res.steps_done, "tokens": res.tokens_seen,
+               "final_loss": res.final_loss, "ppl_before": res.ppl_before, "ppl_after": res.ppl_after,
+               "seconds": round(res.seconds, 1)}
+    emit(summary, as_json)
+
+
 def register(app: typer.Typer) -> None:
-    try:
-        from geosteer.manifold.train import train_command
-    except ModuleNotFoundError as e:
-        if e.name != "geosteer.manifold.train":
-            raise
-    else:
-        train_command(man)
+    """Add the ``geosteer manifold`` sub-app."""
     app.add_typer(man, name="manifold")

@@ -40,8 +40,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from geosteer.models.anatomy import parse_indices
+
 OPS = ("scale", "invert", "zero", "set", "wall", "grid-wall")
-_MAX_RANGE = 1 << 16  # indices in one value list (no model dimension comes near it)
 _KEYS = {"layer": "layers", "layers": "layers", "head": "heads", "heads": "heads", "dim": "dims",
          "dims": "dims", "row": "rows", "rows": "rows", "col": "cols", "cols": "cols", "column": "cols",
          "columns": "cols", "top": "top", "alpha": "value", "value": "value", "q": "q", "k": "k"}
@@ -166,25 +167,8 @@ def _fmt_list(xs: Sequence[int]) -> str:
 
 
 def parse_values(text: str) -> list[int]:
-    """``"5"`` → [5]; ``"5-10"`` → [5 … 10]; ``"1,3,7-9"`` → [1, 3, 7, 8, 9]."""
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        m = re.fullmatch(r"(\d+)\s*(?:-|\.\.|–)\s*(\d+)", part)
-        if m:
-            a, b = int(m.group(1)), int(m.group(2))
-            if b < a:
-                raise ValueError(f"range {part} is empty (first > last)")
-            if b - a >= _MAX_RANGE:
-                raise ValueError(f"range {part} is too long (at most {_MAX_RANGE} indices)")
-            out.extend(range(a, b + 1))
-        elif re.fullmatch(r"\d+", part):
-            out.append(int(part))
-        else:
-            raise ValueError(f"'{part}' is not an index, a range like 5-10, or a list like 1,3,7-9")
-        if len(out) > _MAX_RANGE:
-            raise ValueError(f"'{text}' lists more than {_MAX_RANGE} indices")
-    return out
+    """``"5"`` → [5]; ``"5-10"`` → [5 … 10]; ``"1,3,7-9"`` → [1, 3, 7, 8, 9] (the one index parser)."""
+    return parse_indices(text, None, "index")
 
 
 def _number(v: str, text: str) -> float:
@@ -226,8 +210,8 @@ def parse_edit(text: str) -> Edit:
             kw["value"] = _number(v, text)
         elif name in ("q", "k"):
             kw[name] = parse_range(v, text)
-        else:
-            kw[name] = parse_values(v)
+        else:  # the bank checks the layers against those it covers when the edit is applied
+            kw[name] = parse_indices(v, None, "layer" if name == "layers" else name[:-1])
     return Edit(**kw)
 
 

@@ -1,4 +1,4 @@
-"""Training attention surfaces on a frozen model: ``train_surfaces(...)`` and ``geosteer manifold train``.
+"""Training attention surfaces on a frozen model: ``train_surfaces(...)`` (``geosteer manifold train`` in cli.py).
 
 Only the coefficients C (paper Eq. 1, initialised to zero = the stock model) train, with next-token
 cross-entropy on the bundled corpus' train split (or a text file) through the generic loop
@@ -23,32 +23,10 @@ import torch
 
 from geosteer.errors import GeosteerError
 from geosteer.io_utils import atomic_write_json
+from geosteer.models.anatomy import parse_layers  # noqa: F401 - the one layer-list parser, re-exported
 from geosteer.models.loading import input_device
 from geosteer.train import TrainConfig, train
 from geosteer.train.data import load_texts, token_stream, windows
-
-
-def parse_layers(spec: str | None, n_layers: int) -> list[int] | None:
-    """``"8-15"``, ``"0,2,5-7"``, ``"all"`` or None (all) → sorted layer list, validated."""
-    if spec is None or str(spec).strip().lower() in ("", "all"):
-        return None
-    out: set[int] = set()
-    for part in str(spec).split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                a, b = (int(x) for x in part.split("-", 1))
-                if a > b:
-                    raise ValueError
-                out.update(range(a, b + 1))
-            else:
-                out.add(int(part))
-        except ValueError:
-            raise GeosteerError(f"bad layer spec '{spec}': use e.g. 8-15, 0,2,5-7 or all") from None
-    bad = sorted(x for x in out if not 0 <= x < n_layers)
-    if bad:
-        raise GeosteerError(f"layer {bad[0]} out of range: this model has layers 0..{n_layers - 1}")
-    return sorted(out)
 
 
 @torch.no_grad()
@@ -198,87 +176,3 @@ def train_surfaces(
          command=command or " ".join(shlex.quote(a) for a in sys.argv))
     say(f"saved surfaces to {out} (held-out ppl {res.ppl_before} -> {res.ppl_after})")
     return bank, res
-
-
-def train_command(sub_app) -> None:
-    """Add ``train`` to the ``geosteer manifold`` sub-app (called by ``geosteer.manifold.cli``)."""
-    import typer
-
-    from geosteer.cli import MODEL_OPT, emit
-
-    @sub_app.command("train")
-    def train_cmd(
-        out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (state in <out>.train/)"),
-        model: str = MODEL_OPT,
-        grid: int = typer.Option(8, "--grid", help="grid intervals g (K = g + 3 basis functions)"),
-        grid_range: tuple[float, float] = typer.Option((-4.0, 4.0), "--range", help="grid range LO HI"),
-        calibrate: bool = typer.Option(False, "--calibrate", help="per-layer range from q/k quantiles"),
-        quantile: float = typer.Option(0.99, "--quantile", help="quantile of |q|,|k| for --calibrate"),
-        layers: str = typer.Option("all", "--layers", help="e.g. 8-15, 0,2,5-7 or all"),
-        tokens: int = typer.Option(None, "--tokens", help="training tokens (default 262144 unless --steps)"),
-        steps: int = typer.Option(None, "--steps", help="optimizer steps (overrides --tokens)"),
-        seq_len: int = typer.Option(128, "--seq-len"),
-        batch: int = typer.Option(8, "--batch", help="windows per step (global)"),
-        micro_batch: int = typer.Option(None, "--micro-batch", help="split each step (less memory)"),
-        lr: float = typer.Option(2e-2, "--lr"),
-        warmup: int = typer.Option(None, "--warmup", help="warmup steps (default 5%)"),
-        seed: int = typer.Option(0, "--seed"),
-        text: str = typer.Option("train", "--text", help="corpus split (train) or a UTF-8 text file"),
-        eval_tokens: int = typer.Option(16384, "--eval-tokens", help="held-out tokens per evaluation"),
-        eval_every: int = typer.Option(0, "--eval-every", help="steps between held-out evaluations"),
-        checkpoint_every: int = typer.Option(25, "--checkpoint-every"),
-        resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.safetensors"),
-        overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
-        dtype: str = typer.Option("float32", "--dtype", help="artifact storage: float32|float16"),
-        mixed_precision: str = typer.Option("no", "--mixed-precision", help="no|bf16|fp16 (accelerate; GPU)"),
-        fsdp: bool = typer.Option(False, "--fsdp", help="shard the frozen model over the processes "
-                                                        "(accelerate launch, FSDP2)"),
-        threads: int = typer.Option(None, "--threads", help="torch CPU threads"),
-        as_json: bool = typer.Option(False, "--json"),
-    ) -> None:
-        """Train attention surfaces on a frozen model (only the coefficients train)."""
-        from geosteer import anatomy, load_model
-
-        if threads is not None and threads < 1:
-            raise GeosteerError(f"--threads must be >= 1 (got {threads})")
-        if tokens is None and steps is None:
-            tokens = 262_144
-        check_options(out=out, grid_size=grid, grid_range=tuple(grid_range), calibrate=calibrate,
-                      quantile=quantile, storage_dtype=dtype, text=text)
-        parse_layers(layers, 1 << 30)  # the syntax now; the range once the model is loaded
-        if threads:
-            torch.set_num_threads(threads)
-        cfg = TrainConfig(lr=lr, steps=steps, tokens=tokens, batch_size=batch, micro_batch=micro_batch,
-                          seq_len=seq_len, warmup_steps=warmup, seed=seed, eval_every=eval_every,
-                          eval_tokens=eval_tokens, checkpoint_every=checkpoint_every,
-                          mixed_precision=mixed_precision, fsdp=fsdp)
-        m, tok = load_model(model)
-        layer_list = parse_layers(layers, anatomy(m).n_layers)
-        args = sys.argv[1:]
-        if "train" in args[:3]:  # geosteer [..] manifold train ...
-            args = args[args.index("train") + 1:]
-        command = "geosteer manifold train " + " ".join(shlex.quote(a) for a in args)
-        _, res = train_surfaces(m, tok, out, grid_size=grid, grid_range=tuple(grid_range),
-                                calibrate=calibrate, calibrate_quantile=quantile, layers=layer_list, cfg=cfg,
-                                text=text,
-                                resume=resume, overwrite=overwrite, storage_dtype=dtype, command=command,
-                                progress=sys.stderr.isatty() and not as_json,
-                                log=(lambda s: print(s, file=sys.stderr, flush=True)))
-        summary = {"out": str(out), "steps": res.steps_done, "tokens": res.tokens_seen,
-                   "final_loss": res.final_loss, "ppl_before": res.ppl_before, "ppl_after": res.ppl_after,
-                   "seconds": round(res.seconds, 1)}
-        emit(summary, as_json)
-
-
-if __name__ == "__main__":  # ``python -m geosteer.manifold.train ...`` == ``geosteer manifold train ...``
-    import typer as _typer
-
-    from geosteer.cli import main as _main  # noqa: F401 - same error handling as the CLI
-
-    _app = _typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    train_command(_app)
-    try:
-        _app(standalone_mode=False)
-    except (GeosteerError, ValueError, FileNotFoundError) as _e:
-        print(f"error: {_e}", file=sys.stderr)
-        sys.exit(2)

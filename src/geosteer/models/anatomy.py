@@ -11,12 +11,14 @@ Parallel block (GPT-NeoX):               x' = x + A(attn_norm(x)) + Φ(mlp_norm(
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from geosteer.errors import UnsupportedArchitecture
+from geosteer.errors import LayerSpecError, UnsupportedArchitecture
 
 
 @dataclass(frozen=True)
@@ -144,15 +146,11 @@ class Anatomy:
     def kv_head_of(self, head: int) -> int:
         return head // self.n_rep
 
-    def check_layers(self, layers: list[int] | range | None) -> list[int]:
-        """Validate a layer selection; ``None`` means all layers."""
+    def check_layers(self, layers: Sequence[int] | None) -> list[int]:
+        """Validate a layer selection (``None`` means all layers): non-empty, no duplicates, in range."""
         if layers is None:
             return list(range(self.n_layers))
-        out = [int(i) for i in layers]
-        bad = [i for i in out if not 0 <= i < self.n_layers]
-        if bad:
-            raise ValueError(f"layer {bad[0]} out of range: this model has layers 0..{self.n_layers - 1}")
-        return out
+        return parse_indices(layers, self.n_layers, "layer")
 
     def table(self) -> list[dict]:
         """Tidy rows describing the model (one per layer), for ``geosteer info``."""
@@ -309,3 +307,80 @@ def replace_first(out, new: torch.Tensor):
     if isinstance(out, list):
         return [new, *out[1:]]
     return new
+
+
+MAX_INDICES = 1 << 16  # indices in one list (no model dimension comes near it; bounds the memory a spec costs)
+_RANGE = re.compile(r"^(\d+)(?:-|\.\.|–)(\d+)$")
+
+
+def _checked(out: list[int], n: int | None, shown: str, what: str = "layer") -> list[int]:
+    if n is None:
+        valid = "indices start at 0"
+    else:
+        valid = f"this model has layers 0..{n - 1}" if what == "layer" else f"valid 0..{n - 1}"
+    if not out:
+        raise LayerSpecError(f"empty {what} list {shown}: {valid}" + (" (or 'all')" if what == "layer" else ""))
+    bad = [i for i in out if i < 0 or (n is not None and i >= n)]
+    if bad:
+        raise LayerSpecError(f"{what} {bad[0]} out of range: {valid}")
+    dup = sorted({i for i in out if out.count(i) > 1})
+    if dup:
+        raise LayerSpecError(f"{what} {dup[0]} given twice in {shown}: {valid}")
+    return out
+
+
+def parse_indices(spec: str | int | Sequence[int], n: int | None = None, what: str = "layer") -> list[int]:
+    """``"5"``, ``"8-15"``, ``"0,2,5-7"`` (also ``;``/``|``/spaces, ``5..7``), an int or ints → a checked list.
+
+    Refuses an empty list, duplicates, reversed (``"5-3"``) or open (``"3-"``) ranges, non-numbers, and
+    indices outside ``0..n-1`` (when ``n`` is given) with a one-line message naming the valid range.
+    """
+    hint = f" (this model has layers 0..{n - 1})" if n is not None and what == "layer" else ""
+    if isinstance(spec, bool):
+        raise LayerSpecError(f"bad {what} spec {spec!r}: use e.g. 8-15 or 0,2,5-7{hint}")
+    if isinstance(spec, int):
+        return _checked([spec], n, repr(spec), what)
+    if not isinstance(spec, str):
+        try:
+            out = [int(i) for i in spec]
+        except (TypeError, ValueError):
+            raise LayerSpecError(f"bad {what} list {spec!r}: use e.g. [8, 9] or '8-15'") from None
+        return _checked(out, n, str(list(spec)), what)
+    out = []
+    for part in _parts(spec):
+        m = _RANGE.match(part)
+        if m:
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if hi < lo:
+                raise LayerSpecError(f"reversed {what} range '{part}' in '{spec}' is empty: write {hi}-{lo}{hint}")
+            if n is not None and hi >= n:
+                _checked([hi], n, repr(spec), what)  # out of range: say so before building the list
+            if hi - lo >= MAX_INDICES:
+                raise LayerSpecError(f"{what} range '{part}' is too long (at most {MAX_INDICES} indices)")
+            out.extend(range(lo, hi + 1))
+        elif part.isdigit():
+            out.append(int(part))
+        else:
+            raise LayerSpecError(f"bad {what} spec '{spec}': '{part}' is not an index or a range like 8-15"
+                                 f"{hint}")
+        if len(out) > MAX_INDICES:
+            raise LayerSpecError(f"'{spec}' lists more than {MAX_INDICES} {what} indices")
+    return _checked(out, n, repr(spec), what)
+
+
+def parse_layers(spec: str | int | Sequence[int] | None, n_layers: int) -> list[int] | None:
+    """The one layer-list parser: ``None``/``"all"`` → None (all layers); else a checked, sorted list.
+
+    Accepts ``"8-15"``, ``"0,2,5-7"`` (also ``;``, ``|`` or spaces between parts), an int, or a sequence of
+    ints. Refuses, with the valid range in a one-line message: an empty list, duplicates (``"3,3"``,
+    ``"0-4,3"``), reversed ranges (``"5-3"``), open ranges (``"3-"``), non-numbers and out-of-range indices.
+    """
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() == "all"):
+        return None
+    return sorted(parse_indices(spec, n_layers, "layer"))
+
+
+def _parts(text: str) -> list[str]:
+    """Split on ``,``/``;``/``|``/whitespace, keeping ``a - b`` ranges whole."""
+    text = re.sub(r"\s*(-|\.\.|–)\s*", r"\1", text.strip())
+    return [p for p in re.split(r"[,;|\s]+", text) if p]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+from geosteer.cli.common import MODEL_OPT, THREADS_OPT, set_threads
 
 
 def is_loopback(host: str) -> bool:
@@ -40,7 +40,6 @@ def check_workspace(workspace: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from geosteer.cli import MODEL_OPT
 
     @app.command("studio")
     def studio(
@@ -55,7 +54,7 @@ def register(app: typer.Typer) -> None:
         results: list[Path] = typer.Option([], "--results", help="folders of study result files to show "
                                            "(read-only; default docs/results if it exists)"),
         max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="cap on tokens per generation"),
-        threads: int = typer.Option(0, "--threads", help="torch CPU threads (0 = torch's default)"),
+        threads: int = THREADS_OPT,
         max_queue: int = typer.Option(32, "--max-queue", help="generations queued or running at most; "
                                       "more get 503 with Retry-After"),
     ) -> None:
@@ -72,7 +71,6 @@ def register(app: typer.Typer) -> None:
         if not is_loopback(host):
             typer.echo(f"warning: binding {host}: anyone who can reach this address can run and edit the "
                        "model and write into the workspace; there is no authentication", err=True)
-        import torch
         import uvicorn
 
         from geosteer import load_model
@@ -80,8 +78,7 @@ def register(app: typer.Typer) -> None:
         from geosteer.studio.server import create_app
         from geosteer.studio.session import Session
 
-        if threads:
-            torch.set_num_threads(threads)
+        set_threads(threads)
         m, tok = load_model(model)
         bank = bankio.open_bank(m, surfaces)
         roots = list(results) or ([Path("docs/results")] if Path("docs/results").is_dir() else [])

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import typer
 
+from geosteer.cli.common import JSON_OPT, MODEL_OPT, emit
+
 
 def register(app: typer.Typer) -> None:
-    from geosteer.cli import MODEL_OPT, emit
 
     @app.command("report")
     def report(
@@ -18,7 +19,7 @@ def register(app: typer.Typer) -> None:
         title: str = typer.Option("geosteer report", "--title"),
         png: Path | None = typer.Option(None, "--png", help="also write each figure as PNG into this folder "
                                         "(needs kaleido and a local Chromium)"),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = JSON_OPT,
     ) -> None:
         """One self-contained HTML report (plotly.js inline, opens offline) from result files."""
         from geosteer.viz.report import build_report
@@ -35,7 +36,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("qk.json"), "--out", "-o"),
         top: int = typer.Option(8, "--top", help="surfaces per layer to record (largest ‖C‖)"),
         model: str = MODEL_OPT,
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = JSON_OPT,
     ) -> None:
         """Record the prompt's post-RoPE (q, k) self-pairs on the top surfaces (tidy JSON for `report`)."""
         from geosteer import load_model

@@ -1,0 +1,85 @@
+"""The ``geosteer`` command. Core verbs live here; each method package adds its own via ``register(app)``.
+
+User errors (``GeosteerError``, ``ValueError``, missing files) print one line ``error: …`` and exit 2.
+Shared options, ``emit`` and the error handling live in :mod:`geosteer.cli.common`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import typer
+
+from geosteer.cli.common import (  # noqa: F401 - FORCE_OPT re-exported for the method CLIs
+    DEVICE_OPT,
+    DTYPE_OPT,
+    FORCE_OPT,
+    JSON_OPT,
+    MODEL_OPT,
+    THREADS_OPT,
+    emit,
+    load,
+    run_app,
+)
+
+__all__ = ["app", "main", "emit", "MODEL_OPT", "interventions_from_options"]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Geometric steering and analysis of pretrained language models.")
+
+
+def interventions_from_options(model, surfaces: Path | None = None, force: bool = False) -> list:
+    """Interventions named on the command line (the method packages add their options here).
+
+    ``force``: accept an artifact whose recorded base model is not ``model`` (shapes must still fit).
+    """
+    out = []
+    if surfaces is not None:
+        from geosteer.manifold import load as load_surfaces
+
+        out.append(load_surfaces(surfaces, model=model, force=force))
+    return out
+
+
+_METHOD_CLIS = ("geosteer.eval.cli", "geosteer.manifold.cli", "geosteer.directional.cli",
+                "geosteer.dynamics.cli", "geosteer.viz.cli", "geosteer.studio.cli", "geosteer.cli.demo")
+
+
+def _register_methods() -> None:
+    for name in _METHOD_CLIS:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:
+                continue  # that method has no CLI yet
+            raise
+        mod.register(app)
+
+
+@app.callback()
+def _root() -> None:
+    """geosteer: attention manifolds, directional decomposition, FFN steering field."""
+
+
+@app.command()
+def info(model: str = MODEL_OPT, device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
+         threads: int = THREADS_OPT, as_json: bool = JSON_OPT) -> None:
+    """The model's anatomy: shapes, block wiring and per-layer parts."""
+    from geosteer import anatomy
+
+    m, _ = load(model, threads=threads, device=device, dtype=dtype)
+    an = anatomy(m)
+    if as_json:
+        emit({"summary": an.summary(), "layers": an.table()}, True)
+    else:
+        emit(an.summary(), False)
+        emit(an.table(), False, table_title="blocks")
+
+
+_register_methods()
+
+
+def main() -> None:
+    """Entry point of the ``geosteer`` console script."""
+    run_app(app)

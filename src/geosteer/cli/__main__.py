@@ -1,0 +1,5 @@
+"""``python -m geosteer.cli`` == ``geosteer``."""
+
+from geosteer.cli import main
+
+main()

@@ -1,0 +1,31 @@
+"""``geosteer demo``: the CLI face of :func:`geosteer.demo.run_demo`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_threads
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``geosteer demo``."""
+
+    @app.command()
+    def demo(
+        model: str = MODEL_OPT,
+        tokens: int = typer.Option(4096, help="held-out tokens to score"),
+        max_new_tokens: int = typer.Option(24),
+        surfaces: Path | None = typer.Option(None, help="surfaces artifact (default: the shipped one)"),
+        out_dir: Path = typer.Option(Path("runs/demo"), help="where the HTML report goes"),
+        threads: int = THREADS_OPT,
+        as_json: bool = JSON_OPT,
+    ) -> None:
+        """The main job: perplexity, generation, and (with surfaces) steering edits + an HTML report."""
+        from geosteer.demo import run_demo
+
+        set_threads(threads)
+        summary = run_demo(model, tokens, max_new_tokens, surfaces, out_dir)
+        if as_json:
+            emit(summary, True)
