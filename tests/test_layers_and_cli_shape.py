@@ -104,6 +104,9 @@ LAYER_VERBS = [
     ["dynamics", "gates", "-m", "tiny-llama", "--save", "{tmp}/g", "--train-tokens", "64"],
     ["decompose", "-m", "tiny-llama", "--tokens", "16", "--chunk", "16"],
     ["directional", "ppl", "-m", "tiny-llama", "--site", "resid_attn", "--tokens", "64"],
+    ["directional", "diagonal", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o"],
+    ["directional", "heads", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o"],
+    ["directional", "strength", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o"],
     ["manifold", "train", "-m", "tiny-llama", "--out", "{tmp}/o", "--steps", "1"],
     ["manifold", "explore", "-m", "tiny-llama", "--surfaces", "{surf}"],
 ]

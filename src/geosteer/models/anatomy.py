@@ -354,7 +354,7 @@ def parse_indices(spec: str | int | Sequence[int], n: int | None = None, what: s
             if hi < lo:
                 raise LayerSpecError(f"reversed {what} range '{part}' in '{spec}' is empty: write {hi}-{lo}{hint}")
             if n is not None and hi >= n:
-                _checked([hi], n, repr(spec), what)  # out of range: say so before building the list
+                _checked([max(lo, n)], n, repr(spec), what)  # the first index out of range, before building
             if hi - lo >= MAX_INDICES:
                 raise LayerSpecError(f"{what} range '{part}' is too long (at most {MAX_INDICES} indices)")
             out.extend(range(lo, hi + 1))
