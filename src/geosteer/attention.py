@@ -10,7 +10,7 @@ compose as a chain, each one receiving the call and a ``proceed`` that runs the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -167,6 +167,32 @@ def add_attention_handler(module: nn.Module, handler: AttentionHandler) -> Calla
                 del lst[i]
                 break
 
+    return remove
+
+
+def attach_handlers(model: nn.Module, layers: Sequence[int] | None,
+                    make: Callable[[int], AttentionHandler]) -> Callable[[], None]:
+    """Add ``make(layer)`` to the attention chain of each of ``layers`` (None = all); return the remover.
+
+    The one loop every value-level intervention uses: switches ``model`` to the geosteer attention
+    function, checks the layers, and removes in reverse order (also what was added before an error).
+    """
+    from geosteer.models.anatomy import anatomy
+
+    use_geosteer_attention(model)
+    an = anatomy(model)
+    removers: list[Callable[[], None]] = []
+
+    def remove() -> None:
+        while removers:
+            removers.pop()()
+
+    try:
+        for layer in an.check_layers(layers):
+            removers.append(add_attention_handler(an.blocks[layer].attn, make(layer)))
+    except Exception:
+        remove()
+        raise
     return remove
 
 

@@ -17,7 +17,7 @@ hooks can decompose an update against its incoming hidden state without extra pa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -121,6 +121,26 @@ def add_hook(model: nn.Module, point: str, layer: int, fn: HookFn, hooks: HookSe
             return args, {**kwargs, key: y}
 
         hooks.add_handle(mod.register_forward_pre_hook(pre_in, with_kwargs=True))
+
+
+def attach_hooks(model: nn.Module, point: str, layers: Sequence[int] | None, fn: HookFn) -> Callable[[], None]:
+    """Register ``fn`` at ``point`` on each of ``layers`` (None = all); return the remover.
+
+    The one loop every hook-based intervention uses: layers are checked first (one-line error), and if a
+    registration fails half-way the hooks already added are removed before the error propagates.
+    ``fn`` sees the layer as ``ctx.layer``.
+    """
+    if point not in HOOK_POINTS:
+        raise ValueError(f"unknown hook point '{point}'; valid: {', '.join(HOOK_POINTS)}")
+    chosen = anatomy(model).check_layers(layers)
+    hooks = HookSet()
+    try:
+        for layer in chosen:
+            add_hook(model, point, layer, fn, hooks)
+    except Exception:
+        hooks.remove()
+        raise
+    return hooks.remove
 
 
 def _ensure_state_tracking(model: nn.Module, layer: int, hooks: HookSet) -> None:

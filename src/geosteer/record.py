@@ -13,9 +13,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from geosteer.attention import add_attention_handler, use_geosteer_attention
-from geosteer.hooks import HookSet, add_hook
-from geosteer.models.anatomy import anatomy
+from geosteer.attention import attach_handlers
+from geosteer.hooks import HookSet, attach_hooks
 
 
 class Recorder:
@@ -40,16 +39,18 @@ class Recorder:
         self.records.clear()
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        an = anatomy(model)
-        hooks = HookSet()
-        for layer in an.check_layers(self.layers):
-            for point in self.points:
-                def fn(x, ctx, key=(point, layer)):
-                    t = x.detach()
-                    self.records[key].append(t.cpu() if self.to_cpu else t.clone())
-                    return None
+        def fn(x, ctx):
+            t = x.detach()
+            self.records[(ctx.point, ctx.layer)].append(t.cpu() if self.to_cpu else t.clone())
+            return None
 
-                add_hook(model, point, layer, fn, hooks)
+        hooks = HookSet()
+        try:
+            for point in self.points:
+                hooks.add_handle(attach_hooks(model, point, self.layers, fn))
+        except Exception:
+            hooks.remove()
+            raise
         return hooks.remove
 
 
@@ -65,19 +66,12 @@ class AttentionRecorder:
         return self.records[key]
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        an = anatomy(model)
-        use_geosteer_attention(model)
-        removers = []
-        for layer in an.check_layers(self.layers):
-            def handler(call, proceed, layer=layer):
+        def make(layer: int):
+            def handler(call, proceed):
                 for name in self.what:
                     self.records[(name, layer)].append(getattr(call, name).detach().cpu())
                 return proceed(call)
 
-            removers.append(add_attention_handler(an.blocks[layer].attn, handler))
+            return handler
 
-        def remove() -> None:
-            for r in removers:
-                r()
-
-        return remove
+        return attach_handlers(model, self.layers, make)

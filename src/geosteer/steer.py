@@ -22,8 +22,7 @@ import torch
 from torch import nn
 
 from geosteer.attention import use_geosteer_attention
-from geosteer.hooks import HOOK_POINTS, HookFn, HookSet, add_hook
-from geosteer.models.anatomy import anatomy
+from geosteer.hooks import HookFn, attach_hooks
 
 
 @runtime_checkable
@@ -56,17 +55,7 @@ class HookIntervention:
     layers: Sequence[int] | None = None
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        an = anatomy(model)
-        if self.point not in HOOK_POINTS:
-            raise ValueError(f"unknown hook point '{self.point}'; valid: {', '.join(HOOK_POINTS)}")
-        hooks = HookSet()
-        try:
-            for layer in an.check_layers(self.layers):
-                add_hook(model, self.point, layer, self.fn, hooks)
-        except Exception:
-            hooks.remove()
-            raise
-        return hooks.remove
+        return attach_hooks(model, self.point, self.layers, self.fn)
 
 
 def Identity(point: str = "attn_out", layers: Sequence[int] | None = None) -> HookIntervention:

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from geosteer.attention import AttentionCall, add_attention_handler, attention_weights, repeat_kv
+from geosteer.attention import AttentionCall, attach_handlers, attention_weights, repeat_kv
 from geosteer.errors import GeosteerError
-from geosteer.hooks import HookSet, add_hook
+from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy
 
 _OUT_PROJ_NAMES = ("o_proj", "c_proj", "dense", "out_proj")
@@ -119,30 +119,28 @@ class DiagonalCapture:
         self.update: dict[int, torch.Tensor] = {}
 
     def attach(self, model: nn.Module):
-        from geosteer.attention import use_geosteer_attention
 
-        an = anatomy(model)
-        an.check_layers(self.layers)
-        use_geosteer_attention(model)
-        hooks = HookSet()
-        removers = []
-        for i in self.layers:
-            def grab(call, proceed, i=i):
+        def make(i: int):
+            def grab(call, proceed):
                 self.calls[i] = call
                 return proceed(call)
 
-            removers.append(add_attention_handler(an.blocks[i].attn, grab))
+            return grab
 
-            def keep(a, ctx):
-                self.z[ctx.layer] = ctx.state["resid_pre"].detach()
-                self.update[ctx.layer] = a.detach()
+        def keep(a, ctx):
+            self.z[ctx.layer] = ctx.state["resid_pre"].detach()
+            self.update[ctx.layer] = a.detach()
 
-            add_hook(model, "attn_out", i, keep, hooks)
+        detach_handlers = attach_handlers(model, self.layers, make)
+        try:
+            detach_hooks = attach_hooks(model, "attn_out", self.layers, keep)
+        except Exception:
+            detach_handlers()
+            raise
 
         def remove() -> None:
-            for r in reversed(removers):
-                r()
-            hooks.remove()
+            detach_handlers()
+            detach_hooks()
 
         return remove
 

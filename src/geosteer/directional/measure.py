@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from geosteer.attention import add_attention_handler, stock_attention_with_lse, use_geosteer_attention
+from geosteer.attention import attach_handlers, stock_attention_with_lse
 from geosteer.directional.decompose import PAIR_STATS, RunningStats, pair_stats
 from geosteer.directional.value import grouped_output, own_values, self_weight, self_weight_from_lse
-from geosteer.hooks import HookSet, add_hook
+from geosteer.hooks import HookSet, attach_hooks
 from geosteer.models.anatomy import anatomy
 
 RESIDUAL_SITES = ("attn", "mlp", "block")
@@ -107,7 +107,6 @@ class DirectionalMeasure:
         layers = an.check_layers(self.layers)
         self._n_rep = an.n_rep
         hooks = HookSet()
-        removers: list[Callable[[], None]] = []
 
         def pre(mod, args, kwargs):
             m = kwargs.get("attention_mask")
@@ -122,24 +121,15 @@ class DirectionalMeasure:
         hooks.add_handle(model.register_forward_hook(post))
         try:
             if self.residual:
-                for i in layers:
-                    add_hook(model, "attn_out", i, self._residual_fn("attn", None), hooks)
-                    add_hook(model, "mlp_out", i, self._residual_fn("mlp", "mlp_norm_in"), hooks)
-                    add_hook(model, "resid_post", i, self._residual_fn("block", None), hooks)
+                hooks.add_handle(attach_hooks(model, "attn_out", layers, self._residual_fn("attn", None)))
+                hooks.add_handle(attach_hooks(model, "mlp_out", layers, self._residual_fn("mlp", "mlp_norm_in")))
+                hooks.add_handle(attach_hooks(model, "resid_post", layers, self._residual_fn("block", None)))
             if self.value:
-                use_geosteer_attention(model)
-                for i in layers:
-                    removers.append(add_attention_handler(an.blocks[i].attn, self._value_handler(i)))
+                hooks.add_handle(attach_handlers(model, layers, self._value_handler))
         except Exception:
             hooks.remove()
             raise
-
-        def remove() -> None:
-            for r in reversed(removers):
-                r()
-            hooks.remove()
-
-        return remove
+        return hooks.remove
 
     def reset(self) -> None:
         self._acc = {}

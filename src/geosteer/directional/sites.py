@@ -15,14 +15,14 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from geosteer.attention import add_attention_handler, stock_attention_with_lse, use_geosteer_attention
+from geosteer.attention import attach_handlers, stock_attention_with_lse
 from geosteer.directional.config import ComponentScaleConfig, check_heads
 from geosteer.directional.value import (
     self_weight,
     self_weight_from_lse,
     without_diagonal_mask,
 )
-from geosteer.hooks import HookSet, add_hook
+from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy
 
 
@@ -70,15 +70,8 @@ class ComponentScale:
         site = self.config.site
         if site.startswith("resid_"):
             return self._attach_residual(model, layers)
-        use_geosteer_attention(model)
         handler = self._value_handler()
-        removers = [add_attention_handler(an.blocks[i].attn, handler) for i in layers]
-
-        def remove() -> None:
-            for r in reversed(removers):
-                r()
-
-        return remove
+        return attach_handlers(model, layers, lambda layer: handler)
 
     # -- residual space -------------------------------------------------------------------------
     def _attach_residual(self, model: nn.Module, layers: list[int]) -> Callable[[], None]:
@@ -102,14 +95,7 @@ class ComponentScale:
                 x = ctx.state["resid_pre"]
                 return x_out + _scaled_delta(x_out - x, x, sp, sq)
 
-        hooks = HookSet()
-        try:
-            for i in layers:
-                add_hook(model, point, i, fn, hooks)
-        except Exception:
-            hooks.remove()
-            raise
-        return hooks.remove
+        return attach_hooks(model, point, layers, fn)
 
     # -- value space ----------------------------------------------------------------------------
     def _head_mask(self, n_heads: int, n_kv: int, device) -> torch.Tensor | None:

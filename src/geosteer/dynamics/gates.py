@@ -20,7 +20,7 @@ from torch import nn
 from geosteer.artifacts import CARD_NAME, base_fields, check_config, render_model_card, write_folder_atomic
 from geosteer.dynamics.config import GateConfig
 from geosteer.errors import ArtifactError
-from geosteer.hooks import HookSet, add_hook
+from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy
 
 CONFIG_NAME = "geosteer_config.json"
@@ -60,17 +60,12 @@ class FFNGates(nn.Module):
         an = anatomy(model)
         if an.n_layers != self.n_layers:
             raise ArtifactError(f"gates were made for {self.n_layers} layers; this model has {an.n_layers}")
-        hooks = HookSet()
-        try:
-            for i, layer in enumerate(self.layers):
-                def fn(phi, ctx, i=i):
-                    return phi * self.alpha[i].to(device=phi.device, dtype=phi.dtype)
+        index = {layer: i for i, layer in enumerate(self.layers)}
 
-                add_hook(model, "mlp_out", layer, fn, hooks)
-        except Exception:
-            hooks.remove()
-            raise
-        return hooks.remove
+        def fn(phi, ctx):
+            return phi * self.alpha[index[ctx.layer]].to(device=phi.device, dtype=phi.dtype)
+
+        return attach_hooks(model, "mlp_out", self.layers, fn)
 
     def table(self) -> list[dict]:
         alpha = self.alpha.detach()

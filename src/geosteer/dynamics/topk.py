@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from geosteer.attention import AttentionCall, add_attention_handler, attention_weights, repeat_kv
+from geosteer.attention import AttentionCall, attach_handlers, attention_weights, repeat_kv
 from geosteer.dynamics import sphere
 from geosteer.dynamics.config import check_k
 from geosteer.models.anatomy import anatomy
@@ -49,22 +49,10 @@ class TopKAttention:
         self.k = check_k(self.k)
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        from geosteer.attention import use_geosteer_attention
+        def handler(call, proceed):
+            return topk_attention(call, self.k), None
 
-        an = anatomy(model)
-        use_geosteer_attention(model)
-        removers = []
-        for layer in an.check_layers(self.layers):
-            def handler(call, proceed):
-                return topk_attention(call, self.k), None
-
-            removers.append(add_attention_handler(an.blocks[layer].attn, handler))
-
-        def remove() -> None:
-            for r in reversed(removers):
-                r()
-
-        return remove
+        return attach_handlers(model, self.layers, lambda layer: handler)
 
 
 def nll_sum(model: nn.Module, ids: torch.Tensor) -> tuple[float, int]:

@@ -19,23 +19,12 @@ from torch import nn
 
 from geosteer.dynamics import sphere
 from geosteer.dynamics.config import check_variant
-from geosteer.hooks import HookSet, add_hook
+from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy
 
 
 def _layers(model: nn.Module, layers: Sequence[int] | None) -> list[int]:
     return anatomy(model).check_layers(layers)
-
-
-def _attach_hooks(model: nn.Module, point: str, layers: list[int], fn) -> Callable[[], None]:
-    hooks = HookSet()
-    try:
-        for layer in layers:
-            add_hook(model, point, layer, fn, hooks)
-    except Exception:
-        hooks.remove()
-        raise
-    return hooks.remove
 
 
 def _zero(x: torch.Tensor, ctx) -> torch.Tensor:
@@ -91,8 +80,8 @@ class FFNVariant:
             return lambda: None
         if self.variant in ("attn_zero", "zero"):
             fn = (lambda x, ctx: _keep_first(x, _zero(x, ctx))) if self.skip_first else _zero
-            return _attach_hooks(model, "attn_out" if self.variant == "attn_zero" else "mlp_out", layers, fn)
-        return _attach_hooks(model, "mlp_out", layers, _split(self.variant, self.reference, self.skip_first))
+            return attach_hooks(model, "attn_out" if self.variant == "attn_zero" else "mlp_out", layers, fn)
+        return attach_hooks(model, "mlp_out", layers, _split(self.variant, self.reference, self.skip_first))
 
 
 @dataclass
@@ -108,7 +97,7 @@ class Gains:
         removers = []
         for point, g in (("attn_out", float(self.beta_attn)), ("mlp_out", float(self.alpha_ffn))):
             if g != 1.0:
-                removers.append(_attach_hooks(model, point, layers, lambda x, ctx, g=g: x * g))
+                removers.append(attach_hooks(model, point, layers, lambda x, ctx, g=g: x * g))
 
         def remove() -> None:
             for r in reversed(removers):
@@ -128,7 +117,7 @@ class Parallelize:
     layers: Sequence[int] = ()
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        layers = _layers(model, list(self.layers))
-        if not layers:
+        if not list(self.layers):  # no layer parallelised: the stock model (a neutral setting)
             return lambda: None
-        return _attach_hooks(model, "mlp_norm_in", layers, lambda x, ctx: ctx.state["resid_pre"])
+        layers = _layers(model, list(self.layers))
+        return attach_hooks(model, "mlp_norm_in", layers, lambda x, ctx: ctx.state["resid_pre"])

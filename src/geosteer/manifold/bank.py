@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from geosteer.attention import add_attention_handler, attention_handlers, use_geosteer_attention
+from geosteer.attention import attach_handlers, attention_handlers
 from geosteer.errors import GeosteerError
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.config import ManifoldConfig
@@ -257,23 +257,20 @@ class SurfaceBank(nn.Module):
             raise GeosteerError(f"{what} already attached to this model; detach first "
                                 "(geosteer.manifold.detach(model), or leave the steer() block)")
         self.check_model(model)
-        use_geosteer_attention(model)
-        an = anatomy(model)
-        dev = _layers_device(an, self.layers)
+        dev = _layers_device(anatomy(model), self.layers)
         if dev is not None and self.coefficients.device != dev:
             self.to(dev)  # one device for all covered layers: move once (else per layer, per forward)
-        removers = []
-        for slot, layer in enumerate(self.layers):
-            removers.append(add_attention_handler(an.blocks[layer].attn, self._make_handler(slot, layer)))
-        for layer in self._wall_layers():  # walls on layers without surfaces (gain 1 − 1_R there)
-            if layer not in self.layers:
-                removers.append(add_attention_handler(an.blocks[layer].attn, self._make_handler(None, layer)))
+        covered = sorted(set(self.layers) | set(self._wall_layers()))  # walls also on layers without surfaces
+
+        def make(layer: int):
+            return self._make_handler(self.slot(layer) if layer in self.layers else None, layer)
+
+        detach_handlers = attach_handlers(model, covered, make)
         self.clear_cache()
         _ATTACHED[self] = True
 
         def remove() -> None:
-            for r in removers:
-                r()
+            detach_handlers()
             _ATTACHED.pop(self, None)
             if getattr(model, _BANK_ATTR, None) is not None and model.__dict__.get(_BANK_ATTR)[0] is self:
                 delattr(model, _BANK_ATTR)
