@@ -42,19 +42,25 @@ def interventions_from_options(model, surfaces: Path | None = None, force: bool 
     return out
 
 
-_METHOD_CLIS = ("geosteer.eval.cli", "geosteer.manifold.cli", "geosteer.directional.cli",
-                "geosteer.dynamics.cli", "geosteer.viz.cli", "geosteer.studio.cli", "geosteer.cli.demo")
+_CORE_CLIS = ("geosteer.eval.cli", "geosteer.viz.cli", "geosteer.studio.cli", "geosteer.cli.demo")
+_registered: set[str] = set()
 
 
-def _register_methods() -> None:
-    for name in _METHOD_CLIS:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:
-                continue  # that method has no CLI yet
-            raise
-        mod.register(app)
+def register_clis(target: typer.Typer | None = None) -> None:
+    """Add the core verbs and every registered method's CLI (``Method.cli``: a module path with
+    ``register(app)``, or such a function) to ``app``; methods registered later are added on the next call."""
+    from geosteer.methods import methods
+
+    target = target or app
+    todo = [(name, name) for name in _CORE_CLIS]
+    todo += [(f"method:{m.name}", m.cli) for m in methods().values() if m.cli is not None]
+    for key, cli in todo:
+        if key in _registered and target is app:
+            continue
+        register = importlib.import_module(cli).register if isinstance(cli, str) else cli
+        register(target)
+        if target is app:
+            _registered.add(key)
 
 
 @app.callback()
@@ -77,9 +83,10 @@ def info(model: str = MODEL_OPT, device: str = DEVICE_OPT, dtype: str = DTYPE_OP
         emit(an.table(), False, table_title="blocks")
 
 
-_register_methods()
+register_clis()
 
 
 def main() -> None:
     """Entry point of the ``geosteer`` console script."""
+    register_clis()  # methods registered since import (plugins, tests)
     run_app(app)

@@ -1,0 +1,16 @@
+"""Directional decomposition: updates split parallel / perpendicular to the residual stream.
+
+    from geosteer.directional import ComponentScale, measure_text
+    rows, meta = measure_text(model, tok, text)                       # per-layer ∥/⊥ statistics
+    with geosteer.steer(model, ComponentScale("resid_attn", s_par=0.0)):  # remove the parallel part
+        ...
+"""
+
+from geosteer.directional.config import SITES, ComponentScaleConfig, check_site
+from geosteer.directional.decompose import component_scale, decompose
+from geosteer.directional.measure import DirectionalMeasure, measure_generation, measure_text
+from geosteer.directional.method import METHOD
+from geosteer.directional.sites import ComponentScale
+
+__all__ = ["METHOD", "SITES", "ComponentScale", "ComponentScaleConfig", "DirectionalMeasure", "check_site",
+           "component_scale", "decompose", "measure_generation", "measure_text"]

@@ -17,13 +17,19 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from geosteer.artifacts import CARD_NAME, base_fields, check_config, render_model_card, write_folder_atomic
+from geosteer.artifacts import (
+    CARD_NAME,
+    CONFIG_NAME,
+    ArtifactFormat,
+    check_config,
+    render_model_card,
+    write_folder_atomic,
+)
 from geosteer.dynamics.config import GateConfig
 from geosteer.errors import ArtifactError
 from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy
 
-CONFIG_NAME = "geosteer_config.json"
 WEIGHTS_NAME = "gates.safetensors"
 FORMAT = "geosteer-gates"
 VERSION = 1
@@ -77,7 +83,7 @@ class FFNGates(nn.Module):
 
     def config(self) -> dict:
         cfg = GateConfig(layers=self.layers, init=1.0)
-        return {**base_fields(FORMAT, VERSION), **cfg.to_dict(), "n_layers": self.n_layers,
+        return {**GATES.header(), **cfg.to_dict(), "n_layers": self.n_layers,
                 "base_model": self.base_model}
 
     def save(self, path: str | Path, extra: dict | None = None, overwrite: bool = True) -> Path:
@@ -156,6 +162,12 @@ def load_gates(path: str | Path, model: nn.Module | None = None) -> FFNGates:
             raise ArtifactError(f"gates at {path} were trained on '{gates.base_model}', "
                                 f"not on '{model_id(model)}'")
     return gates
+
+
+GATES = ArtifactFormat(FORMAT, VERSION, tensors=(WEIGHTS_NAME,), known_keys=tuple(sorted(_KNOWN)),
+                       load=lambda folder, model: load_gates(folder, model), method="dynamics.gates")
+GATES_V0 = ArtifactFormat("dynamics.gates", 0, tensors=(WEIGHTS_NAME,), load=GATES.load,
+                          method="dynamics.gates")  # the first, unversioned gate artifacts
 
 
 def train_gates(model: nn.Module, tok, cfg, *, layers: Sequence[int] | None = None,

@@ -1,4 +1,4 @@
-"""Attention manifolds: learned B-spline surfaces that modulate each value dimension (issue 3).
+"""Attention manifolds: learned B-spline surfaces that modulate each value dimension.
 
 o_id = Σ_j a_ij v_jd (1 + S_d(q_id, k_jd)) with S_d(q, k) = Σ_ab C_dab B_a(q) B_b(k) on post-RoPE q/k,
 computed exactly in factored form (``geosteer.manifold.kernel``), with KV-cache decoding.
@@ -14,6 +14,7 @@ from geosteer.manifold.artifact import load, read_config, save
 from geosteer.manifold.bank import SurfaceBank, attach, attached_bank, detach
 from geosteer.manifold.bspline import bspline_basis, bspline_local
 from geosteer.manifold.config import ManifoldConfig
+from geosteer.manifold.method import METHOD, SURFACES
 
-__all__ = ["ManifoldConfig", "SurfaceBank", "attach", "attached_bank", "bspline_basis", "bspline_local",
-           "detach", "load", "read_config", "save"]
+__all__ = ["METHOD", "SURFACES", "ManifoldConfig", "SurfaceBank", "attach", "attached_bank", "bspline_basis",
+           "bspline_local", "detach", "load", "read_config", "save"]

@@ -9,21 +9,19 @@ mismatched artifact. Loading checks everything and names what does not fit.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
 from pathlib import Path
 
 import torch
 
-from geosteer.artifacts import check_config, write_folder_atomic
+from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_config, write_folder_atomic
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.manifold.bank import SurfaceBank, check_surfaces
 from geosteer.manifold.config import ManifoldConfig
 
 FORMAT = "geosteer-surfaces"
 VERSION = 2  # 2: exact region walls ("walls"); written only when the bank has walls, else 1
-CONFIG_NAME = "geosteer_config.json"
 TENSORS_NAME = "surfaces.safetensors"
 _KNOWN = {"base_model", "model", "grid_size", "K", "grid_range", "layers", "lo", "hi", "shape", "storage_dtype",
           "n_parameters", "config", "meta", "history", "sha256", "walls"}
@@ -50,7 +48,6 @@ def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta)
     """
     from safetensors.torch import save_file
 
-    from geosteer import __version__
 
     if dtype not in _STORE:
         raise ValueError(f"storage dtype must be one of {', '.join(_STORE)} (got {dtype})")
@@ -73,11 +70,9 @@ def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta)
     walls = [w.to_dict() for w in getattr(bank, "walls", [])]
     version = VERSION if walls else 1  # readers of version 1 keep reading wall-less artifacts
     doc = {
-        "format": FORMAT,
+        **SURFACES.header(),
         "version": version,
-        "geosteer_version": __version__,
         "commit": _commit(),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "base_model": cfg.base_model,
         "model": {"model_type": cfg.model_type, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
                   "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim},
@@ -249,3 +244,7 @@ def load(path: str | Path, model=None, *, verify: bool = True, force: bool = Fal
         if dev is not None:
             bank.to(dev)
     return bank
+
+
+SURFACES = ArtifactFormat(FORMAT, VERSION, tensors=(TENSORS_NAME,), known_keys=tuple(sorted(_KNOWN)),
+                          load=lambda folder, model: load(folder, model=model), method="manifold")

@@ -13,11 +13,12 @@ import torch
 
 from geosteer.models.loading import input_device
 
-CONFIG = "geosteer_config.json"
-
 
 def is_artifact(path: Path) -> bool:
-    return path.is_dir() and (path / CONFIG).is_file() and any(path.glob("*.safetensors"))
+    """A surfaces artifact folder (config of that format and its tensor file): what the studio opens."""
+    from geosteer.artifacts import is_artifact as _is_artifact
+
+    return _is_artifact(path, "geosteer-surfaces")
 
 
 def open_bank(model, surfaces: Path | None):

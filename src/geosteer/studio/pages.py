@@ -17,6 +17,8 @@ except ModuleNotFoundError as _e:  # without the optional extra: one line naming
 
     raise missing(_e) from None
 
+from geosteer.artifacts import CONFIG_NAME
+
 SUFFIXES = (".json", ".csv")
 MAX_FILES = 500
 
@@ -32,7 +34,7 @@ class ResultPages:
                 continue
             for p in sorted(root.rglob("*")):
                 if p.suffix.lower() in SUFFIXES and p.is_file() and self._inside(p.resolve(), root) \
-                        and not (p.parent / "geosteer_config.json").is_file():
+                        and not (p.parent / CONFIG_NAME).is_file():
                     out.append({"id": f"{i}/{p.relative_to(root).as_posix()}", "name": p.name,
                                 "folder": root.name})
                     if len(out) >= MAX_FILES:

@@ -27,12 +27,11 @@ except ModuleNotFoundError as _e:  # without the optional extra: one line naming
 
     raise missing(_e) from None
 
+from geosteer.artifacts import CONFIG_NAME
 from geosteer.errors import GeosteerError
 from geosteer.io_utils import atomic_write_text
 from geosteer.viz import figures as F
 from geosteer.viz.results import TidyResult, auto_figures, load_tidy, table_html
-
-ARTIFACT_CONFIG = "geosteer_config.json"
 
 
 @dataclass
@@ -44,7 +43,10 @@ class Section:
 
 
 def is_artifact(path: Path) -> bool:
-    return path.is_dir() and (path / ARTIFACT_CONFIG).is_file()
+    """Any geosteer artifact folder (surfaces, gates, recipe, ...): see :func:`geosteer.artifacts.is_artifact`."""
+    from geosteer.artifacts import is_artifact as _is_artifact
+
+    return _is_artifact(path)
 
 
 def expand_inputs(paths: list[str | Path]) -> list[Path]:
@@ -56,7 +58,7 @@ def expand_inputs(paths: list[str | Path]) -> list[Path]:
         if is_artifact(p) or p.is_file():
             out.append(p)
             continue
-        arts = sorted(a.parent for a in p.rglob(ARTIFACT_CONFIG))
+        arts = sorted(a.parent for a in p.rglob(CONFIG_NAME))
         found = sorted(x for x in p.rglob("*") if x.is_file() and x.suffix.lower() in (".json", ".csv")
                        and not any(a == x.parent or a in x.parents for a in arts))
         out.extend(arts)

@@ -1,0 +1,68 @@
+"""What the attention-manifold method adds to geosteer (registered on import of ``geosteer.manifold``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from geosteer.errors import GeosteerError
+from geosteer.manifold.artifact import SURFACES
+from geosteer.methods import Method, RecipeKey, register_method
+
+
+def edit_list(edits: Any) -> list:
+    """Recipe ``edits``: ``;``-separated text, a list, or a JSON file holding a list → a list (unchecked)."""
+    if edits is None:
+        return []
+    if isinstance(edits, (list, tuple)):
+        return list(edits)
+    p = Path(str(edits))
+    if not p.is_file():
+        if str(edits).endswith(".json"):
+            raise GeosteerError(f"edits file not found: {p} (a JSON list of surface edits)")
+        return [e.strip() for e in str(edits).split(";") if e.strip()]
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise GeosteerError(f"edits file {p} is not valid JSON ({e})") from None
+    doc = doc.get("edits", doc) if isinstance(doc, dict) else doc
+    if not isinstance(doc, list):
+        raise GeosteerError(f"edits file {p} must hold a JSON list of edits")
+    return doc
+
+
+def _validate(v: dict) -> None:
+    if v["edits"] is not None and v["surfaces"] is None:
+        raise GeosteerError("edits= needs surfaces= (the edits change a surfaces artifact)")
+
+
+def _build(model, v: dict) -> list:
+    if v["surfaces"] is None:
+        return []
+    import geosteer.manifold as M
+    from geosteer.manifold.edit import Edit, apply_edits
+
+    bank = M.load(v["surfaces"], model=model)
+    edits = edit_list(v["edits"])
+    if edits:
+        try:
+            apply_edits(bank, [Edit.from_dict(e) if isinstance(e, dict) else e for e in edits])
+        except (ValueError, TypeError) as e:
+            raise GeosteerError(f"bad surface edit in edits={v['edits']!r}: {e}") from None
+    return [bank]
+
+
+METHOD = register_method(Method(
+    name="manifold",
+    summary="attention manifolds: learned B-spline value-modulation surfaces",
+    keys=(
+        RecipeKey("surfaces", None, "surfaces artifact folder", kind="folder"),
+        RecipeKey("edits", None, "edits of those surfaces (text form, ';'-separated), a list, or a JSON file",
+                  inline=lambda e: edit_list(e) or None),
+    ),
+    build=_build,
+    validate=_validate,
+    cli="geosteer.manifold.cli",
+    artifacts=(SURFACES,),
+))
