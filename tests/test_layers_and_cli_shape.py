@@ -107,6 +107,7 @@ LAYER_VERBS = [
     ["directional", "diagonal", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o"],
     ["directional", "heads", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o"],
     ["directional", "strength", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o"],
+    ["directional", "mlp-internal", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o"],
     ["manifold", "train", "-m", "tiny-llama", "--out", "{tmp}/o", "--steps", "1"],
     ["manifold", "explore", "-m", "tiny-llama", "--surfaces", "{surf}"],
 ]

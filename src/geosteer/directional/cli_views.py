@@ -170,12 +170,12 @@ def strength_cmd(
 
 
 def mlp_internal_cmd(
-    model: str = typer.Option("smollm2", "--model", "-m"),
+    model: str = MODEL_OPT,
     layers: str = typer.Option("all", "--layers", **_SMALL),
     texts: int = typer.Option(4, "--texts", help="fixed held-out sequences"),
     text_len: int = typer.Option(128, "--text-len", help="tokens per sequence"),
     out: Path = typer.Option(Path("docs/results/directional/mlp_internal.json"), "--out"),
-    threads: int | None = typer.Option(None, "--threads"),
+    threads: int = THREADS_OPT,
 ) -> None:
     """Table 10: Δloss of Full No-Para / No-Perp at the residual MLP output and the MLP-internal sites."""
     from geosteer.directional.config import parse_layers

@@ -44,24 +44,14 @@ class AttentionTemperature:
         check_beta(self.beta)
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        from geosteer.attention import add_attention_handler, use_geosteer_attention
-        from geosteer.models.anatomy import anatomy
+        from geosteer.attention import attach_handlers
 
-        an = anatomy(model)
-        layers = an.check_layers(self.layers)
-        use_geosteer_attention(model)
         beta = float(self.beta)
 
         def handler(call, proceed):
             return proceed(call.with_(scaling=call.effective_scaling * beta))
 
-        removers = [add_attention_handler(an.blocks[i].attn, handler) for i in layers]
-
-        def remove() -> None:
-            for r in reversed(removers):
-                r()
-
-        return remove
+        return attach_handlers(model, self.layers, lambda layer: handler)
 
 
 class _DiversityRecorder:
@@ -72,20 +62,16 @@ class _DiversityRecorder:
         self.sums: dict[int, list[float]] = {}
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        from geosteer.hooks import HookSet, add_hook
-        from geosteer.models.anatomy import anatomy
+        from geosteer.hooks import attach_hooks
 
-        hooks = HookSet()
-        for layer in range(anatomy(model).n_layers):
-            def rec(x, ctx):
-                u = sphere.unit((x if self.with_bos else x[:, 1:]).float())
-                d = sphere.diversity(u)
-                acc = self.sums.setdefault(ctx.layer, [0.0, 0])
-                acc[0] += float(d.sum())
-                acc[1] += int(d.numel())
+        def rec(x, ctx):
+            u = sphere.unit((x if self.with_bos else x[:, 1:]).float())
+            d = sphere.diversity(u)
+            acc = self.sums.setdefault(ctx.layer, [0.0, 0])
+            acc[0] += float(d.sum())
+            acc[1] += int(d.numel())
 
-            add_hook(model, "resid_post", layer, rec, hooks)
-        return hooks.remove
+        return attach_hooks(model, "resid_post", None, rec)
 
 
 @torch.no_grad()
