@@ -21,10 +21,10 @@ from tests.conftest import sample_ids
 
 
 def _record(model, ids, layer, *ivs):
-    rec = Recorder(("mlp_norm_in", "mlp_out", "attn_out", "resid_post"), layers=[layer])
+    rec = Recorder(("mlp_in", "mlp_out", "attn_out", "resid_post"), layers=[layer])
     with torch.no_grad(), steer(model, *ivs, rec):
         logits = model(ids).logits
-    return {p: rec[p, layer][0] for p in ("mlp_norm_in", "mlp_out", "attn_out", "resid_post")}, logits
+    return {p: rec[p, layer][0] for p in ("mlp_in", "mlp_out", "attn_out", "resid_post")}, logits
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3", "gpt_neox"])
@@ -36,7 +36,7 @@ def test_radial_and_tangential_variants_split_phi(family, tiny_cache):
     rad, _ = _record(model, ids, layer, FFNVariant("radial", [layer]))
     tan, _ = _record(model, ids, layer, FFNVariant("tangential", [layer]))
     zero, _ = _record(model, ids, layer, FFNVariant("zero", [layer]))
-    u = stock["mlp_norm_in"].double()
+    u = stock["mlp_in"].double()
     u = u / u.norm(dim=-1, keepdim=True)
     phi = stock["mlp_out"].double()
     assert (rad["mlp_out"].double() + tan["mlp_out"].double() - phi).abs().max() <= 1e-5

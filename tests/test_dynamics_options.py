@@ -26,10 +26,10 @@ def test_split_reference_and_bos_against_stock_records(family, reference, skip_f
     model, tok = tiny_cache(family)
     ids = sample_ids(tok)
     layer = 1
-    rec = Recorder(["resid_pre", "attn_out", "mlp_norm_in", "mlp_out", "resid_post"], [layer])
+    rec = Recorder(["resid_pre", "attn_out", "mlp_in", "mlp_out", "resid_post"], [layer])
     with torch.no_grad(), steer(model, rec):
         model(ids)
-    x, a, m, phi = (rec[p, layer][0] for p in ("resid_pre", "attn_out", "mlp_norm_in", "mlp_out"))
+    x, a, m, phi = (rec[p, layer][0] for p in ("resid_pre", "attn_out", "mlp_in", "mlp_out"))
     u = _unit(m if reference == "read" else x)
     tang = phi - (phi * u).sum(-1, keepdim=True) * u
     if skip_first:

@@ -27,7 +27,7 @@ def test_recorded_points_match_plain_hooks(tiny_cache, family):
             with_kwargs=True))
         handles.append(layer.register_forward_hook(
             lambda m, a, o, i=i: plain.__setitem__(("y", i), _first(o).clone())))
-    rec = Recorder(points=("resid_pre", "attn_out", "mlp_out", "resid_post", "mlp_norm_in"))
+    rec = Recorder(points=("resid_pre", "attn_out", "mlp_out", "resid_post", "mlp_in"))
     with torch.no_grad(), steer(model, rec):
         model(ids)
     for h in handles:
@@ -41,7 +41,7 @@ def test_recorded_points_match_plain_hooks(tiny_cache, family):
         # the canonical decomposition of the block: y = x + A + Φ
         torch.testing.assert_close(x + a + f, y, rtol=1e-5, atol=1e-5)
         expected_mlp_in = x if parallel else x + a
-        torch.testing.assert_close(rec["mlp_norm_in", i][0], expected_mlp_in, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(rec["mlp_in", i][0], expected_mlp_in, rtol=1e-6, atol=1e-6)
 
 
 def test_attention_recorder_gives_post_rope_qkv(tiny_cache):
@@ -72,3 +72,27 @@ def test_attention_recorder_gives_post_rope_qkv(tiny_cache):
     torch.testing.assert_close(rec["query", 1][0], q, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(rec["key", 1][0], k, rtol=1e-5, atol=1e-5)
     assert rec["value", 1][0].shape == (1, 2, s, hd)
+
+
+def test_mlp_hook_names_follow_transformerlens_and_the_old_name_warns(tiny_cache):
+    """``mlp_in`` is the MLP branch's input before its norm (TransformerLens' hook_mlp_in), ``mlp_normed``
+    after it; ``mlp_norm_in`` still works for one release, with a DeprecationWarning, as ``mlp_in``."""
+    from geosteer.models.anatomy import anatomy
+
+    model, tok = tiny_cache("llama")
+    ids = sample_ids(tok, 1)
+    block = anatomy(model).blocks[1]
+    seen = {}
+    hs = [block.mlp_norm.register_forward_pre_hook(lambda m, a: seen.__setitem__("pre", a[0].clone())),
+          block.mlp.register_forward_pre_hook(lambda m, a: seen.__setitem__("post", a[0].clone()))]
+    rec = Recorder(points=("mlp_in", "mlp_normed"), layers=[1])
+    with pytest.warns(DeprecationWarning, match="'mlp_norm_in' is deprecated; use 'mlp_in'"):
+        old = Recorder(points=("mlp_norm_in",), layers=[1])
+        with torch.no_grad(), steer(model, rec, old):
+            model(ids)
+    for h in hs:
+        h.remove()
+    torch.testing.assert_close(rec["mlp_in", 1][0], seen["pre"], rtol=0, atol=0)
+    torch.testing.assert_close(rec["mlp_normed", 1][0], seen["post"], rtol=0, atol=0)
+    torch.testing.assert_close(old["mlp_norm_in", 1][0], seen["pre"], rtol=0, atol=0)
+    torch.testing.assert_close(block.mlp_norm(seen["pre"]), seen["post"])

@@ -45,7 +45,7 @@ def test_identity_branch_interventions_match(tiny_cache, family):
     ids = sample_ids(tok)
     with torch.no_grad():
         ref = model(ids).logits
-        points = ("resid_pre", "attn_out", "mlp_norm_in", "mlp_in", "mlp_out", "resid_post")
+        points = ("resid_pre", "attn_out", "mlp_in", "mlp_normed", "mlp_out", "resid_post")
         with steer(model, *[Identity(p) for p in points]):
             out = model(ids).logits
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)

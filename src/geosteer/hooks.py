@@ -1,18 +1,23 @@
 """Branch-level hook points with stable names, on every family through the anatomy table.
 
-Points per layer ℓ (TransformerLens-style names; all tensors are (batch, seq, d_model)):
+Points per layer ℓ (TransformerLens names and meanings; all tensors are (batch, seq, d_model)):
 
 - ``resid_pre``   block input x (the residual stream before the block; *not* normed)
 - ``attn_out``    residual attention update A (what the block adds for attention)
-- ``mlp_norm_in`` the residual stream the MLP branch reads, before its norm (x + A, or x if parallel)
-- ``mlp_in``      the MLP's input (after its norm)
+- ``mlp_in``      the residual stream the MLP branch reads, *before* its norm (x + A, or x if parallel):
+                  TransformerLens' ``hook_mlp_in``
+- ``mlp_normed``  the MLP's input after its norm (TransformerLens' ``ln2.hook_normalized``)
 - ``mlp_out``     residual MLP update Φ
 - ``resid_post``  block output x'
 
+Deprecated (warned, removed in the next release): ``mlp_norm_in`` = ``mlp_in``. Before issue 12,
+``mlp_in`` named the tensor after the norm (now ``mlp_normed``).
+
 A hook is ``fn(tensor, ctx) -> tensor | None`` (None keeps the tensor). ``ctx.state`` is a per-layer dict
 that holds the block input (``ctx.state["resid_pre"]``) and, once computed, the attention update
-(``"attn_out"``) and the MLP branch's residual input (``"mlp_norm_in"``) of the *current* forward, so
-hooks can decompose an update against its incoming hidden state without extra passes.
+(``"attn_out"``) and the MLP branch's residual input (``"mlp_in"``; also under the deprecated key
+``"mlp_norm_in"``) of the *current* forward, so hooks can decompose an update against its incoming hidden
+state without extra passes. :func:`attach_hooks` registers one ``fn`` on many layers.
 """
 
 from __future__ import annotations
@@ -25,7 +30,22 @@ from torch import nn
 
 from geosteer.models.anatomy import anatomy, first_tensor, replace_first
 
-HOOK_POINTS = ("resid_pre", "attn_out", "mlp_norm_in", "mlp_in", "mlp_out", "resid_post")
+HOOK_POINTS = ("resid_pre", "attn_out", "mlp_in", "mlp_normed", "mlp_out", "resid_post")
+DEPRECATED_POINTS = {"mlp_norm_in": "mlp_in"}  # old name -> current name (one release)
+
+
+def canonical_point(point: str) -> str:
+    """``point`` with deprecated names mapped to the current ones (warned); unknown names refused."""
+    if point in DEPRECATED_POINTS:
+        import warnings
+
+        new = DEPRECATED_POINTS[point]
+        warnings.warn(f"hook point '{point}' is deprecated; use '{new}' (TransformerLens' name)",
+                      DeprecationWarning, stacklevel=3)
+        return new
+    if point not in HOOK_POINTS:
+        raise ValueError(f"unknown hook point '{point}'; valid: {', '.join(HOOK_POINTS)}")
+    return point
 
 
 @dataclass
@@ -70,8 +90,7 @@ class HookSet:
 def add_hook(model: nn.Module, point: str, layer: int, fn: HookFn, hooks: HookSet) -> None:
     """Register ``fn`` at ``point`` of ``layer``; its handles go into ``hooks``."""
     an = anatomy(model)
-    if point not in HOOK_POINTS:
-        raise ValueError(f"unknown hook point '{point}'; valid: {', '.join(HOOK_POINTS)}")
+    point = canonical_point(point)
     an.check_layers([layer])
     block = an.blocks[layer]
     state = _layer_state(block.layer)
@@ -104,8 +123,8 @@ def add_hook(model: nn.Module, point: str, layer: int, fn: HookFn, hooks: HookSe
             return replace_first(out, y)
 
         hooks.add_handle(mod.register_forward_hook(post))
-    elif point in ("mlp_norm_in", "mlp_in"):
-        mod = block.mlp_norm if point == "mlp_norm_in" else block.mlp
+    elif point in ("mlp_in", "mlp_normed"):
+        mod = block.mlp_norm if point == "mlp_in" else block.mlp
 
         def pre_in(mod, args, kwargs):
             x, positional = _hidden_from_args(args, kwargs) if args or "hidden_states" in kwargs else (
@@ -113,8 +132,8 @@ def add_hook(model: nn.Module, point: str, layer: int, fn: HookFn, hooks: HookSe
             y = fn(x, ctx())
             if y is None:
                 return None
-            if point == "mlp_norm_in":
-                state["mlp_norm_in"] = y
+            if point == "mlp_in":
+                state["mlp_in"] = state["mlp_norm_in"] = y
             if positional:
                 return (y, *args[1:]), kwargs
             key = "hidden_states" if "hidden_states" in kwargs else next(iter(kwargs))
@@ -130,8 +149,7 @@ def attach_hooks(model: nn.Module, point: str, layers: Sequence[int] | None, fn:
     registration fails half-way the hooks already added are removed before the error propagates.
     ``fn`` sees the layer as ``ctx.layer``.
     """
-    if point not in HOOK_POINTS:
-        raise ValueError(f"unknown hook point '{point}'; valid: {', '.join(HOOK_POINTS)}")
+    point = canonical_point(point)
     chosen = anatomy(model).check_layers(layers)
     hooks = HookSet()
     try:
@@ -144,7 +162,7 @@ def attach_hooks(model: nn.Module, point: str, layers: Sequence[int] | None, fn:
 
 
 def _ensure_state_tracking(model: nn.Module, layer: int, hooks: HookSet) -> None:
-    """Keep ``state`` filled with the current forward's resid_pre / attn_out / mlp_norm_in for ``layer``.
+    """Keep ``state`` filled with the current forward's resid_pre / attn_out / mlp_in for ``layer``.
 
     Registered first (``prepend=True``) so user hooks at the same module see fresh state. Reference
     counted: the trackers go away with the last HookSet that needed them.
@@ -169,7 +187,7 @@ def _ensure_state_tracking(model: nn.Module, layer: int, hooks: HookSet) -> None
             state["attn_out"] = first_tensor(out)
 
         def track_mlp_norm(mod, args, kwargs):
-            state["mlp_norm_in"] = args[0] if args else next(iter(kwargs.values()))
+            state["mlp_in"] = state["mlp_norm_in"] = args[0] if args else next(iter(kwargs.values()))
 
         handles = [
             block.layer.register_forward_pre_hook(track_pre, with_kwargs=True, prepend=True),

@@ -39,15 +39,18 @@ class Recorder:
         self.records.clear()
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        def fn(x, ctx):
-            t = x.detach()
-            self.records[(ctx.point, ctx.layer)].append(t.cpu() if self.to_cpu else t.clone())
-            return None
+        def make(point: str):  # keyed by the name asked for (a deprecated alias keeps its name)
+            def fn(x, ctx):
+                t = x.detach()
+                self.records[(point, ctx.layer)].append(t.cpu() if self.to_cpu else t.clone())
+                return None
+
+            return fn
 
         hooks = HookSet()
         try:
             for point in self.points:
-                hooks.add_handle(attach_hooks(model, point, self.layers, fn))
+                hooks.add_handle(attach_hooks(model, point, self.layers, make(point)))
         except Exception:
             hooks.remove()
             raise

@@ -4,7 +4,7 @@ Residual space, per layer and token (``ctx.state`` of the branch hook points giv
 references, so nothing is recomputed):
 
 - ``attn``  attention update A            vs the block input x (``resid_pre``, not normed)
-- ``mlp``   MLP update Φ                   vs the MLP's incoming residual (``mlp_norm_in``: x + A, or x
+- ``mlp``   MLP update Φ                   vs the MLP's incoming residual (``mlp_in``: x + A, or x
   if parallel)
 - ``block`` block update x' − x            vs x
 
@@ -122,7 +122,7 @@ class DirectionalMeasure:
         try:
             if self.residual:
                 hooks.add_handle(attach_hooks(model, "attn_out", layers, self._residual_fn("attn", None)))
-                hooks.add_handle(attach_hooks(model, "mlp_out", layers, self._residual_fn("mlp", "mlp_norm_in")))
+                hooks.add_handle(attach_hooks(model, "mlp_out", layers, self._residual_fn("mlp", "mlp_in")))
                 hooks.add_handle(attach_hooks(model, "resid_post", layers, self._residual_fn("block", None)))
             if self.value:
                 hooks.add_handle(attach_handlers(model, layers, self._value_handler))

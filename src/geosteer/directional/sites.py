@@ -87,7 +87,7 @@ class ComponentScale:
             point = "mlp_out"
 
             def fn(phi, ctx):
-                return phi + _scaled_delta(phi, ctx.state["mlp_norm_in"], sp, sq)
+                return phi + _scaled_delta(phi, ctx.state["mlp_in"], sp, sq)
         else:  # resid_block
             point = "resid_post"
 

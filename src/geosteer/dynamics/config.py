@@ -6,8 +6,6 @@ from dataclasses import asdict, dataclass, field
 
 # FFN variants of paper §4 ("Tangential effect of FFN"), applied per layer range.
 VARIANTS = ("full", "zero", "radial", "tangential", "attn_zero")
-GAIN_GRID = (0.0, 0.5, 1.0, 1.5, 2.0)  # paper Table 3: β_A, α_F
-TOPK_DEFAULT = (1, 4, 16, 32)  # paper Table 5
 # Parallelisation orders: low / high C_ℓ first, random (seeded), and "measured" = ascending single-layer ΔL
 # (a check of the defect as a predictor: it costs one extra held-out evaluation per layer).
 STRATEGIES = ("low", "random", "high", "measured")

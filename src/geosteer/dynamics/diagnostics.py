@@ -91,7 +91,7 @@ class DiagnosticsCollector:
             block = an.blocks[layer]
             local: dict[str, torch.Tensor] = {}
 
-            def on_mlp_norm_in(x, ctx, block=block, local=local):
+            def on_mlp_in(x, ctx, block=block, local=local):
                 if not an.parallel_residual:
                     local["phi_x"] = ffn_field(block, ctx.state["resid_pre"])
                 return None
@@ -105,14 +105,14 @@ class DiagnosticsCollector:
                 local.clear()
                 return None
 
-            add_hook(model, "mlp_norm_in", layer, on_mlp_norm_in, hooks)
+            add_hook(model, "mlp_in", layer, on_mlp_in, hooks)
             add_hook(model, "mlp_out", layer, on_mlp_out, hooks)
             add_hook(model, "resid_post", layer, on_post, hooks)
         return hooks.remove
 
     @torch.no_grad()
     def _measure(self, layer: int, state: dict, local: dict, x_post: torch.Tensor) -> None:
-        x, a, m, phi = state["resid_pre"], state["attn_out"], state["mlp_norm_in"], local["phi"]
+        x, a, m, phi = state["resid_pre"], state["attn_out"], state["mlp_in"], local["phi"]
         x, a, m, phi, x_post = (t.float() for t in (x, a, m, phi, x_post))
         phi_x = local["phi_x"].float() if "phi_x" in local else phi  # parallel block: Φ already reads x
         mask = self.mask

@@ -5,7 +5,7 @@ on sequential and parallel-residual blocks through the anatomy table, compose wi
 ``geosteer.steer``, and are removed cleanly.
 
 Which u? The FFN update Φ is decomposed at the direction of the residual state the FFN branch *reads*,
-``u = unit(mlp_norm_in)`` — the paper's Φ(u) is a field evaluated at the particle u (Eq. (2), (19)). In a
+``u = unit(mlp_in)`` — the paper's Φ(u) is a field evaluated at the particle u (Eq. (2), (19)). In a
 sequential block that is x + A(x), the state Φ is added to; in a parallel-residual block it is x.
 """
 
@@ -31,9 +31,9 @@ def _zero(x: torch.Tensor, ctx) -> torch.Tensor:
     return torch.zeros_like(x)
 
 
-# Reference direction of the radial/tangential split (issue 13 item 5): "read" = unit(mlp_norm_in), the state
+# Reference direction of the radial/tangential split (issue 13 item 5): "read" = unit(mlp_in), the state
 # the FFN reads (x + A in a sequential block; the default), "input" = unit(resid_pre), the block input x.
-REFERENCES = {"read": "mlp_norm_in", "input": "resid_pre"}
+REFERENCES = {"read": "mlp_in", "input": "resid_pre"}
 
 
 def _split(part: str, reference: str, skip_first: bool):
@@ -110,7 +110,7 @@ class Gains:
 class Parallelize:
     """Replace blocks ``layers`` by the parallel surrogate x + A(x) + Φ(x) (paper §4, Eq. (21)→(22)).
 
-    The FFN branch is fed the block input (``resid_pre``) instead of x + A(x) through the ``mlp_norm_in``
+    The FFN branch is fed the block input (``resid_pre``) instead of x + A(x) through the ``mlp_in``
     hook; the residual sum itself is untouched. On a parallel-residual block this is a no-op.
     """
 
@@ -120,4 +120,4 @@ class Parallelize:
         if not list(self.layers):  # no layer parallelised: the stock model (a neutral setting)
             return lambda: None
         layers = _layers(model, list(self.layers))
-        return attach_hooks(model, "mlp_norm_in", layers, lambda x, ctx: ctx.state["resid_pre"])
+        return attach_hooks(model, "mlp_in", layers, lambda x, ctx: ctx.state["resid_pre"])

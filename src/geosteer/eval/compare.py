@@ -31,11 +31,6 @@ def kl_divergence(logp_a: torch.Tensor, logp_b: torch.Tensor) -> float:
     return float((logp_a.exp() * (logp_a - logp_b)).sum().clamp_min(0.0))
 
 
-def next_token_kl(model, tok, prompts: Sequence[str], a: Sequence = (), b: Sequence = ()) -> list[float]:
-    return [kl_divergence(next_token_logprobs(model, tok, p, a), next_token_logprobs(model, tok, p, b))
-            for p in prompts]
-
-
 def first_divergence(x: Sequence[int], y: Sequence[int]) -> int | None:
     for i, (u, v) in enumerate(zip(x, y, strict=False)):
         if u != v:

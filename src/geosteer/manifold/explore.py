@@ -17,8 +17,6 @@ from geosteer.manifold.edit import Edit, live, surface_norms
 from geosteer.models.loading import input_device
 from geosteer.steer import steer
 
-DEFAULT_PROMPTS = "steering_prompts"
-
 
 def _last_logits(model, tok, prompts: Sequence[str]) -> torch.Tensor:
     from geosteer.eval.generation import prompt_ids

@@ -7,7 +7,6 @@ with a completion marker, so a conversion killed half-way is detected and rebuil
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
 import json
@@ -20,10 +19,11 @@ from pathlib import Path
 import torch
 
 from geosteer.errors import GeosteerError, ModelNotAvailable
+from geosteer.models.tiny import TINY_FAMILIES, tiny_model
+from geosteer.models.tokenizers import gpt2_tokenizer, smollm2_tokenizer  # noqa: F401 - re-exported
 
 DEFAULT_MODEL = "smollm2"
 _MARKER = "geosteer-complete.json"
-_ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,6 @@ def cache_dir() -> Path:
 
 
 def known_names() -> list[str]:
-    from geosteer.models.tiny import TINY_FAMILIES
-
     return list(BUNDLED) + [f"tiny-{f}" for f in TINY_FAMILIES]
 
 
@@ -214,7 +212,6 @@ def load_model(
     from transformers import AutoTokenizer
 
     from geosteer.attention import use_geosteer_attention
-    from geosteer.models.tiny import TINY_FAMILIES, tiny_model
 
     dtype = resolve_dtype(dtype)
     if device_map is None:
@@ -326,21 +323,3 @@ def model_id(model) -> str:
     """A short name for the base model, recorded in artifacts and results."""
     return str(getattr(model.config, "_geosteer_name", None) or getattr(model.config, "_name_or_path", "") or
                model.config.model_type)
-
-
-@functools.lru_cache(maxsize=1)
-def gpt2_tokenizer():
-    """GPT-2's tokenizer from the vendored vocabulary (cached per process: tiny models share it)."""
-    from transformers import GPT2Tokenizer
-
-    tok = GPT2Tokenizer.from_pretrained(str(_ASSETS / "gpt2_tokenizer"))
-    tok.pad_token = tok.eos_token
-    return tok
-
-
-@functools.lru_cache(maxsize=1)
-def smollm2_tokenizer():
-    """SmolLM2's tokenizer from the vendored files (cached per process: tiny models share it)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(_ASSETS / "smollm2_tokenizer"))

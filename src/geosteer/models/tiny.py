@@ -42,7 +42,7 @@ def tiny_model(family: str, seed: int = 0):
     """Return ``(model, tokenizer)`` for a tiny random ``family`` model (fp32, eval mode)."""
     from transformers import AutoModelForCausalLM
 
-    from geosteer.models.loading import gpt2_tokenizer, smollm2_tokenizer
+    from geosteer.models.tokenizers import gpt2_tokenizer, smollm2_tokenizer
 
     tok = gpt2_tokenizer() if family == "gpt2" else smollm2_tokenizer()
     cfg = tiny_config(family, vocab_size=len(tok))
