@@ -18,12 +18,9 @@ MODEL_HELP = "smollm2 | gemma3-270m | tiny-<family> | .gguf file | folder | hub 
 MODEL_OPT = typer.Option("smollm2", "--model", "-m", help=MODEL_HELP)
 THREADS_OPT = typer.Option(0, "--threads", help="torch CPU threads (0: torch's default)")
 DEVICE_OPT = typer.Option("cpu", "--device", help="torch device for the model: cpu | cuda | cuda:N | mps")
-DTYPE_OPT = typer.Option("float32", "--dtype", help="model weights dtype: float32 | bfloat16 | float16")
+DTYPE_OPT = typer.Option("float32", "--dtype", help="model weights dtype: float32 | bfloat16 | float16 | auto")
 JSON_OPT = typer.Option(False, "--json", help="print JSON")
 FORCE_OPT = typer.Option(False, "--force", help="use artifacts recorded for another base model anyway")
-
-DTYPES = ("float32", "bfloat16", "float16")
-
 
 def set_threads(threads: int | None) -> None:
     """``torch.set_num_threads(threads)`` when given (0 or None keeps torch's default)."""
@@ -35,21 +32,12 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def torch_dtype(name: str):
-    """``"float32"`` etc. → the torch dtype; anything else is a one-line user error."""
-    import torch
-
-    if name not in DTYPES:
-        raise GeosteerError(f"unknown --dtype '{name}'; valid: {', '.join(DTYPES)}")
-    return getattr(torch, name)
-
-
 def load(model: str, *, threads: int | None = None, device: str = "cpu", dtype: str = "float32"):
     """Set the thread count and return ``load_model(model, dtype=..., device=...)`` → (model, tokenizer)."""
     from geosteer.models.loading import load_model
 
     set_threads(threads)
-    return load_model(model, dtype=torch_dtype(dtype), device=device)
+    return load_model(model, dtype=dtype, device=device)  # load_model checks both (one-line errors)
 
 
 def emit(obj, as_json: bool, table_title: str | None = None) -> None:

@@ -10,19 +10,18 @@ from pathlib import Path
 
 import typer
 
-MODEL_OPT = typer.Option("smollm2", "--model", "-m")
-JSON_OPT = typer.Option(False, "--json", help="print JSON instead of a table")
+from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit
+
 OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
 CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
-THREADS_OPT = typer.Option(0, "--threads", help="torch threads (0: leave the default)")
 BOS_OPT = typer.Option(False, "--with-bos/--no-bos", help="include position 0 (BOS) in seeds and statistics")
 
 
 def _layers(model, spec: str, default: str | None = None) -> list[int]:
-    from geosteer import anatomy
-    from geosteer.dynamics.cli import parse_layers
+    from geosteer.models.anatomy import anatomy, parse_layers
 
-    return anatomy(model).check_layers(parse_layers(spec if spec else default))
+    an = anatomy(model)
+    return an.check_layers(parse_layers(default if spec is None else spec, an.n_layers))
 
 
 def _finite(value: float, name: str, lo: float | None = None) -> float:
@@ -52,7 +51,6 @@ def critical(model: str = MODEL_OPT,
              as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
              threads: int = THREADS_OPT) -> None:
     """Critical candidates of the reduced fields P_uVu, P_uΦ(u), P_u(Vu+αΦ(u)): A/S/R labels (paper Table 2)."""
-    from geosteer.cli import emit
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.critical import check_threshold, critical_study
     from geosteer.dynamics.diagnostics import corpus_windows
@@ -85,7 +83,6 @@ def commutator(model: str = MODEL_OPT, layers: str = typer.Option("all", "--laye
                with_bos: bool = BOS_OPT, as_json: bool = JSON_OPT, out: Path | None = OUT_OPT,
                csv: Path | None = CSV_OPT, threads: int = THREADS_OPT) -> None:
     """Tangential commutator C (both halves, App. B) vs the measured reordering angular error (Fig. 8 right)."""
-    from geosteer.cli import emit
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.commutator import reorder_study
     from geosteer.dynamics.diagnostics import corpus_windows
@@ -111,7 +108,6 @@ def pressure(model: str = MODEL_OPT, betas: str = typer.Option("1,2,4", "--betas
              as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
              threads: int = THREADS_OPT) -> None:
     """Diversity D after every block under attention inverse temperature β_A, per FFN variant (experiment 3)."""
-    from geosteer.cli import emit
     from geosteer.dynamics.cli import _meta, _setup, _write, parse_floats
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.pressure import check_beta, pressure_study
@@ -136,7 +132,6 @@ def gain_depth(model: str = MODEL_OPT,
                batch_size: int = typer.Option(4, "--batch-size"), as_json: bool = JSON_OPT,
                out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT, threads: int = THREADS_OPT) -> None:
     """FFN gain α_F at one layer at depth ℓ/L, attention fixed (App. C.1, Fig. 8 left): loss increase."""
-    from geosteer.cli import emit
     from geosteer.dynamics.cli import _meta, _setup, _write, parse_floats
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.pressure import depth_layers, gain_depth_sweep
@@ -162,7 +157,6 @@ def split_options(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                   batch_size: int = typer.Option(4, "--batch-size"), as_json: bool = JSON_OPT,
                   out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT, threads: int = THREADS_OPT) -> None:
     """FFN radial/tangential ablation under each split reference, with BOS ablated or kept (issue 13 item 5)."""
-    from geosteer.cli import emit
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.config import check_variant
     from geosteer.dynamics.diagnostics import corpus_windows
