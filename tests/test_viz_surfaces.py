@@ -119,3 +119,14 @@ def test_png_export(art, tmp_path):
     assert "png_problem" not in s, s.get("png_problem")
     files = sorted((tmp_path / "png").glob("*.png"))
     assert s["png"] == len(files) == 1 and files[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_norms_figure_uses_model_layer_numbers(art):
+    """The per-layer norm figure is indexed by model layer (the bank covers layers 0 and 2), not by bank row."""
+    bank = art["bank"]
+    norms = S.surface_norms(bank)
+    fig = F.norms_figure(norms, layers=S.bank_layers(bank))
+    assert list(fig.data[0].x) == [0, 2]
+    np.testing.assert_allclose(fig.data[0].y, norms.reshape(2, -1).max(1))
+    with pytest.raises(ValueError, match="2 bank rows but 3 layer numbers"):
+        F.norms_figure(norms, layers=[0, 1, 2])

@@ -176,10 +176,15 @@ def trajectory_figure(views: Sequence[SurfaceView], points: Sequence[TokenPoints
     return fig
 
 
-def norms_figure(norms: np.ndarray, title: str = "surface norms ‖C‖ per layer") -> go.Figure:
-    """Per-layer distribution of surface norms (layers, heads, dims): max, 99th pct, median."""
+def norms_figure(norms: np.ndarray, title: str = "surface norms ‖C‖ per layer",
+                 layers: list[int] | None = None) -> go.Figure:
+    """Per-layer distribution of surface norms (bank layers, heads, dims): max, 99th pct, median.
+
+    ``layers``: the model layer of each bank row (the x axis); default 0..n-1 (bank order)."""
     n = np.asarray(norms).reshape(norms.shape[0], -1)
-    layers = list(range(n.shape[0]))
+    layers = list(range(n.shape[0])) if layers is None else [int(x) for x in layers]
+    if len(layers) != n.shape[0]:
+        raise ValueError(f"norms_figure: {n.shape[0]} bank rows but {len(layers)} layer numbers")
     fig = go.Figure()
     for name, vals in (("max", n.max(1)), ("p99", np.percentile(n, 99, axis=1)), ("median", np.median(n, 1))):
         fig.add_trace(go.Scatter(x=layers, y=vals, mode="lines+markers", name=name))

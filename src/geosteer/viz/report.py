@@ -82,7 +82,7 @@ def surface_sections(surfaces, qk: TidyResult | None, name: str, top: int = 8) -
 
     norms = S.surface_norms(surfaces)
     layers = S.bank_layers(surfaces)
-    secs = [Section(f"{name}: surface norms", [F.norms_figure(norms)])]
+    secs = [Section(f"{name}: surface norms", [F.norms_figure(norms, layers=layers)])]
     best = S.top_surfaces(surfaces, 1)
     if not best or best[0][3] == 0.0:
         secs[0].html = "<p class='note'>all surfaces are zero (neutral artifact)</p>"
