@@ -157,7 +157,7 @@ def test_explore_helpers(tiny_cache):
     assert len(layer_norms(bank)) == 3
     rows = layer_sensitivity(model, tok, bank, ["The cat sat on", "Paris is the capital of"])
     assert {r["layer"] for r in rows} == {0, 1, 2}
-    assert rows[0]["kl_mean"] >= rows[-1]["kl_mean"] >= 0
+    assert rows[0]["mean_kl"] >= rows[-1]["mean_kl"] >= 0
     assert torch.count_nonzero(bank.coefficients) == bank.coefficients.numel()  # restored
     assert manifold.attached_bank(model) is None
     net = E.format_control_net(E.control_net(bank, 1, 2, 3))

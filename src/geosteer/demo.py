@@ -98,7 +98,7 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
     sens = layer_sensitivity(model, tok, bank, DEMO_PROMPTS)
     layer = sens[0]["layer"]
     console.print(f"most sensitive layer (zeroing it moves next-token KL most): {layer} "
-                  f"(mean KL {sens[0]['kl_mean']:.4f})")
+                  f"(mean KL {sens[0]['mean_kl']:.4f})")
     edits = {"invert": Edit("invert", layers=[layer]), "wall": Edit("wall", layers=[layer], top=8)}
     table = Table(title=f"edits on layer {layer} (vs trained surfaces)", show_lines=True)
     for col in ("prompt", "surfaces", "inverted layer", "wall on top-8 surfaces"):

@@ -32,7 +32,7 @@ def _last_logits(model, tok, prompts: Sequence[str]) -> torch.Tensor:
 
 def layer_sensitivity(model, tok, bank, prompts: Sequence[str], layers: Sequence[int] | None = None,
                       progress=None) -> list[dict]:
-    """Rows ``{layer, kl_mean, kl_max, max_logit_change}`` sorted by ``kl_mean`` (largest first).
+    """Rows ``{layer, mean_kl, max_kl, max_logit_change}`` sorted by ``mean_kl`` (largest first).
 
     The model runs with ``bank`` attached (it must not already carry another bank); each layer's surfaces
     are zeroed live, one layer at a time.
@@ -51,11 +51,11 @@ def layer_sensitivity(model, tok, bank, prompts: Sequence[str], layers: Sequence
                 out = _last_logits(model, tok, prompts)
             logp = F.log_softmax(out, -1)
             kl = (logp_ref.exp() * (logp_ref - logp)).sum(-1).clamp_min(0.0)
-            rows.append({"layer": layer, "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
+            rows.append({"layer": layer, "mean_kl": float(kl.mean()), "max_kl": float(kl.max()),
                          "max_logit_change": float((out - ref).abs().max())})
             if progress is not None:
                 progress(i + 1, len(layers))
-    rows.sort(key=lambda r: -r["kl_mean"])
+    rows.sort(key=lambda r: -r["mean_kl"])
     return rows
 
 
