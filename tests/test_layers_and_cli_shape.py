@@ -106,6 +106,7 @@ LAYER_VERBS = [
     ["dynamics", "commutator", "-m", "tiny-llama"],
     ["dynamics", "pressure", "-m", "tiny-llama"],
     ["dynamics", "split-options", "-m", "tiny-llama"],
+    ["dynamics", "edit-specificity", "-m", "tiny-llama"],
     ["decompose", "-m", "tiny-llama", "--tokens", "16", "--chunk", "16"],
     ["directional", "ppl", "-m", "tiny-llama", "--site", "resid_attn", "--tokens", "64"],
     ["directional", "diagonal", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o"],

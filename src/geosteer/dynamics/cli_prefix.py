@@ -9,11 +9,11 @@ from pathlib import Path
 
 import typer
 
-MODEL_OPT = typer.Option("smollm2", "--model", "-m")
-JSON_OPT = typer.Option(False, "--json", help="print JSON instead of a table")
+from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit
+from geosteer.models.anatomy import anatomy, parse_layers
+
 OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
 CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
-THREADS_OPT = typer.Option(0, "--threads", help="torch threads (0: leave the default)")
 PREFIX_FILE_OPT = typer.Option(None, "--prefix-file",
                                help="one prefix per line (default: held-out corpus windows)")
 N_PREFIX_OPT = typer.Option(16, "--prefixes", help="corpus prefixes (without --prefix-file)")
@@ -61,7 +61,6 @@ def prefix_spread(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE
                   as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                   threads: int = THREADS_OPT) -> None:
     """Fixed suffix, varied prefixes: angular spread of the last-token residual direction per layer."""
-    from geosteer.cli import emit
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.prefix import contexts
     from geosteer.dynamics.prefix import prefix_spread as run
@@ -101,8 +100,7 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
     """Replace the k prefix tokens of largest ‖P_uΦ‖ vs k random ones: downstream last-token angular shift."""
     import torch
 
-    from geosteer.cli import emit
-    from geosteer.dynamics.cli import _meta, _setup, _write, parse_layers
+    from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.prefix import anchor_study, check_positive
     from geosteer.errors import GeosteerError
 
@@ -111,9 +109,7 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
     if pool not in ("corpus", "vocab"):
         raise GeosteerError(f"unknown pool '{pool}'; valid: corpus, vocab")
     m, tok = _setup(model, threads)
-    from geosteer import anatomy
-
-    layers = anatomy(m).check_layers(parse_layers(score_layers))
+    layers = anatomy(m).check_layers(parse_layers(score_layers, anatomy(m).n_layers))
     pre = _prefixes(tok, prefix_file, prefixes, prefix_len)
     shortest = min(len(p) for p in pre)
     pre = [p[len(p) - shortest:] for p in pre]  # one length: keep the tokens nearest the suffix
@@ -142,8 +138,7 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
                      as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                      threads: int = THREADS_OPT) -> None:
     """FFN-value edits toward a target's unembedding vs random directions: target move / non-target drift."""
-    from geosteer.cli import emit
-    from geosteer.dynamics.cli import _meta, _setup, _write, parse_layers
+    from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.editing import edit_study
     from geosteer.dynamics.prefix import check_positive
@@ -151,9 +146,7 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
     check_positive(seeds, "--seeds")
     check_positive(prompts, "--prompts")
     m, tok = _setup(model, threads)
-    from geosteer import anatomy
-
-    chosen = anatomy(m).check_layers(parse_layers(layers))
+    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
     ids = corpus_windows(tok, "heldout", prompts * seq_len, seq_len)
     recs, summ = edit_study(m, ids, chosen, [s.strip() for s in kinds.split(",") if s.strip()], direction,
                             scale, target_rank, list(range(seeds)))
