@@ -63,11 +63,11 @@ def test_anchor_scores_match_per_token_brute_force(tiny):
         fast = prefix.anchor_scores(model, ids, layers, score).numpy()
         slow = np.zeros(ids.shape)
         for i in range(ids.shape[1]):  # causal: the prefix ids[:, :i+1] gives token i its full-context state
-            rec = Recorder(("mlp_norm_in", "mlp_out"), layers)
+            rec = Recorder(("mlp_in", "mlp_out"), layers)
             with steer(model, rec), torch.no_grad():
                 model(ids[:, : i + 1])
             for layer in layers:
-                x = rec["mlp_norm_in", layer][0][:, -1].double().numpy()
+                x = rec["mlp_in", layer][0][:, -1].double().numpy()
                 phi = rec["mlp_out", layer][0][:, -1].double().numpy()
                 u = x / np.linalg.norm(x, axis=1, keepdims=True)
                 tan = np.linalg.norm(phi - (phi * u).sum(1, keepdims=True) * u, axis=1)
