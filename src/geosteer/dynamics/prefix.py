@@ -6,9 +6,9 @@
   mean over i of ∠(u_i, unit(Σ u)). Control (``control_deg``): the same statistic when the suffix varies too
   (N unrelated corpus contexts), i.e. the spread of last-token directions with nothing held fixed.
 - **Anchors** (:func:`anchor_scores`, :func:`anchor_study`): the anchor score of a prefix token is the
-  tangential FFN update norm ‖P_u Φ‖ at that token, u = unit(mlp_norm_in) (the state the FFN reads, as in
+  tangential FFN update norm ‖P_u Φ‖ at that token, u = unit(mlp_in) (the state the FFN reads, as in
   :mod:`geosteer.dynamics.variants`) and Φ the block's real FFN update, summed over ``score_layers``
-  (``score="raw"``) or with each layer's term divided by ‖mlp_norm_in‖ (``score="relative"``: the angle the
+  (``score="raw"``) or with each layer's term divided by ‖mlp_in‖ (``score="relative"``: the angle the
   FFN turns the token by, to first order). BOS and the suffix are never candidates. The top-k prefix tokens
   are replaced, and, paired, k uniformly random prefix positions get the *same* replacement tokens (drawn
   per seed from the corpus unigram stream, resampled where equal to the original); the downstream shift is
@@ -127,7 +127,7 @@ def prefix_spread(model: nn.Module, prefixes: Sequence[torch.Tensor], suffix: to
 @torch.no_grad()
 def anchor_scores(model: nn.Module, ids: torch.Tensor, score_layers: Sequence[int] | None = None,
                   score: str = "raw") -> torch.Tensor:
-    """(batch, seq) anchor score: Σ_ℓ ‖P_u Φ_ℓ‖ (``raw``) or Σ_ℓ ‖P_u Φ_ℓ‖/‖mlp_norm_in‖ (``relative``)."""
+    """(batch, seq) anchor score: Σ_ℓ ‖P_u Φ_ℓ‖ (``raw``) or Σ_ℓ ‖P_u Φ_ℓ‖/‖mlp_in‖ (``relative``)."""
     from geosteer.models.loading import input_device
 
     if score not in SCORES:
@@ -138,7 +138,7 @@ def anchor_scores(model: nn.Module, ids: torch.Tensor, score_layers: Sequence[in
 
     def fn(phi: torch.Tensor, ctx) -> None:
         nonlocal total
-        x = ctx.state["mlp_norm_in"].double()
+        x = ctx.state["mlp_in"].double()
         t = sphere.tangential(sphere.unit(x), phi.double()).norm(dim=-1)
         if score == "relative":
             t = t / x.norm(dim=-1).clamp_min(sphere.EPS)
