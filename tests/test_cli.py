@@ -88,3 +88,72 @@ def test_every_verb_has_help(monkeypatch, capsys):
     for verb in ["ppl", "generate", "compare", "info"]:
         code, out, _ = run_cli(monkeypatch, capsys, verb, "--help")
         assert code == 0 and "--model" in out
+
+
+def test_version(monkeypatch, capsys):
+    from geosteer import __version__
+
+    code, out, err = run_cli(monkeypatch, capsys, "--version")
+    assert code == 0 and out.strip() == f"geosteer {__version__}"
+
+
+def test_push_uploads_the_folder(monkeypatch, capsys, tmp_path):
+    """`geosteer push DIR org/name` hands the folder to the Hub API (replaced by a recorder here)."""
+    import shutil
+    from pathlib import Path
+
+    import huggingface_hub
+
+    calls = {}
+
+    class FakeApi:
+        def __init__(self, token=None):
+            calls["token"] = token
+
+        def create_repo(self, repo_id, private=True, exist_ok=False):
+            calls["repo"] = (repo_id, private)
+            return f"https://huggingface.co/{repo_id}"
+
+        def create_branch(self, repo_id, branch, exist_ok=False):
+            calls["branch"] = branch
+
+        def upload_folder(self, repo_id, folder_path, revision=None, commit_message=None):
+            shutil.copytree(folder_path, tmp_path / "uploaded")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    shipped = Path(__file__).resolve().parents[1] / "artifacts" / "smollm2-surfaces"
+    code, out, err = run_cli(monkeypatch, capsys, "push", str(shipped), "someorg/surf", "--public")
+    assert code == 0, err
+    assert calls["repo"] == ("someorg/surf", False) and "someorg/surf" in out
+    assert sorted(p.name for p in (tmp_path / "uploaded").iterdir()) == sorted(p.name for p in shipped.iterdir())
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["push", "/no/such/folder", "org/name"], "not a geosteer artifact"),
+    (["push", "artifacts/smollm2-surfaces", "not-a-repo-id"], "not a Hub repo id"),
+])
+def test_push_bad_input(monkeypatch, capsys, args, needle):
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_optional_package_names_its_extra(monkeypatch, capsys):
+    """A verb importing an absent optional package prints which extra to install (one line, exit 2)."""
+    import typer
+
+    from geosteer.cli.common import run_app
+
+    app = typer.Typer()
+
+    @app.command()
+    def needs_scipy() -> None:
+        raise ModuleNotFoundError("No module named 'scipy'", name="scipy")
+
+    @app.command()
+    def other() -> None:
+        pass
+
+    with pytest.raises(SystemExit) as e:
+        run_app(app, ["needs-scipy"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "geosteer[stats]" in err and len(err.strip().splitlines()) == 1

@@ -63,9 +63,34 @@ def register_clis(target: typer.Typer | None = None) -> None:
             _registered.add(key)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from geosteer import __version__
+
+        typer.echo(f"geosteer {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
     """geosteer: attention manifolds, directional decomposition, FFN steering field."""
+
+
+@app.command()
+def push(folder: Path = typer.Argument(..., help="artifact folder (surfaces, gates, recipe)"),
+         repo_id: str = typer.Argument(..., help="Hub repo id, org/name"),
+         public: bool = typer.Option(False, "--public", help="create the repo public (default: private)"),
+         revision: str | None = typer.Option(None, "--revision", help="branch to push to (default: main)"),
+         message: str | None = typer.Option(None, "--message", help="commit message"),
+         token: str | None = typer.Option(None, "--token", help="Hub token (default: huggingface_hub's login)"),
+         ) -> None:
+    """Upload an artifact folder (config, tensors, model card) to the Hugging Face Hub."""
+    from geosteer.artifacts import push as push_artifact
+
+    url = push_artifact(folder, repo_id, private=not public, token=token, commit_message=message,
+                        revision=revision)
+    emit({"pushed": str(folder), "repo": repo_id, "url": url}, False)
 
 
 @app.command()

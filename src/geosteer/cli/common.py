@@ -22,6 +22,7 @@ DTYPE_OPT = typer.Option("float32", "--dtype", help="model weights dtype: float3
 JSON_OPT = typer.Option(False, "--json", help="print JSON")
 FORCE_OPT = typer.Option(False, "--force", help="use artifacts recorded for another base model anyway")
 
+
 def set_threads(threads: int | None) -> None:
     """``torch.set_num_threads(threads)`` when given (0 or None keeps torch's default)."""
     if threads:
@@ -78,6 +79,14 @@ def run_app(app: typer.Typer, args: list[str] | None = None) -> None:
         app(args=args, standalone_mode=False)
     except USER_ERRORS as e:
         typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except ModuleNotFoundError as e:  # an optional package imported inside a verb: name its extra
+        from geosteer.extras import hint
+
+        msg = hint(e.name or "")
+        if msg is None:
+            raise
+        typer.echo(f"error: {msg}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)

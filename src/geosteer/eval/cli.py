@@ -59,7 +59,8 @@ def _check_sampling(temperature: float, top_k: int) -> None:
 def register(app: typer.Typer) -> None:
     from geosteer.cli import interventions_from_options
 
-    surfaces_opt = typer.Option(None, "--surfaces", help="attention-manifold artifact folder to attach")
+    surfaces_opt = typer.Option(None, "--surfaces", help="attention-manifold artifact to attach: a folder or "
+                                                          "a Hub repo id org/name[@revision]")
 
     @app.command()
     def ppl(
