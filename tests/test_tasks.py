@@ -115,6 +115,34 @@ def test_main_exit_2_one_line(tmp_path, capsys):
     assert rc == 2 and err.startswith("error: context length 4096") and err.count("\n") == 1
 
 
+def test_geosteer_tasks_build_cli_same_bytes_as_the_library(tmp_path, built, monkeypatch, capsys):
+    """`geosteer tasks build` writes exactly what build() writes; bad input is one line, exit 2."""
+    import sys
+
+    from geosteer import cli
+
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["geosteer", "tasks", "build", *args])
+        try:
+            cli.main()
+            code = 0
+        except SystemExit as e:
+            code = e.code or 0
+        return code, capsys.readouterr()
+
+    code, out = run("--out", str(tmp_path / "c"), "--model", "tiny-llama", "--lengths", str(L),
+                    "--ruler-n", "2", "--proxy-n", "6", "--json")
+    assert code == 0, out.err
+    assert json.loads(out.out)["tasks"] == built[1]["tasks"]
+    for f in (built[0] / "a").glob("*.jsonl"):
+        assert (tmp_path / "c" / f.name).read_bytes() == f.read_bytes()
+    for args, msg in [(["--lengths", "a,b"], "--lengths takes integers"), (["--ruler-n", "0"], "must be >= 1"),
+                      (["--lengths", "4096"], "above tiny-llama's limit")]:
+        code, out = run("--out", str(tmp_path / "d"), "--model", "tiny-llama", *args)
+        assert code == 2 and msg in out.err and len(out.err.strip().splitlines()) == 1
+    assert not (tmp_path / "d").exists()
+
+
 # ------------------------------------------------------------------------------ lm-eval, offline
 def test_neutral_geosteer_equals_stock_hf_on_generated_tasks(tmp_path):
     pytest.importorskip("lm_eval")

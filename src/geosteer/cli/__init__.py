@@ -42,7 +42,8 @@ def interventions_from_options(model, surfaces: Path | None = None, force: bool 
     return out
 
 
-_CORE_CLIS = ("geosteer.eval.cli", "geosteer.viz.cli", "geosteer.studio.cli", "geosteer.cli.demo")
+_CORE_CLIS = ("geosteer.eval.cli", "geosteer.viz.cli", "geosteer.studio.cli", "geosteer.cli.demo",
+              "geosteer.cli.tasks")
 _registered: set[str] = set()
 
 
