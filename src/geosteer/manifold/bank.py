@@ -286,6 +286,13 @@ class SurfaceBank(nn.Module):
 
         return push_to_hub(self, repo_id, **kwargs)
 
+    def plot(self, layer: int, head: int, dim: int, kind: str = "heatmap", n: int = 48):
+        """One surface S_d(q, k) as a plotly figure (inline in a notebook): ``kind`` is ``heatmap``,
+        ``terrain`` (3-D) or ``controlnet`` (the K×K coefficients); see :func:`geosteer.viz.figures.surface_figure`."""
+        from geosteer.viz.figures import surface_figure
+
+        return surface_figure(self, layer, head, dim, kind=kind, n=n)
+
     def clear_cache(self) -> None:
         """Drop the decode feature caches (they are rebuilt on the next decoding step)."""
         self._caches.clear()
