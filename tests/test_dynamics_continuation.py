@@ -1,0 +1,121 @@
+"""α continuation and basin maps (geosteer.dynamics.continuation) on synthetic fields with closed-form answers."""
+
+import numpy as np
+import pytest
+import torch
+
+from geosteer.dynamics.continuation import (
+    basin_map,
+    check_grid,
+    check_steps,
+    cluster_ends,
+    continue_alpha,
+    integrate_flow,
+    ov_start_points,
+    pca_plane,
+)
+from geosteer.dynamics.fields import ReducedField
+from geosteer.errors import GeosteerError
+
+
+def _sym(d, seed):
+    a = np.random.default_rng(seed).standard_normal((d, d))
+    return torch.from_numpy((a + a.T) / 2)
+
+
+def _linear(W):
+    lin = torch.nn.Linear(W.shape[0], W.shape[0], bias=False).double()
+    with torch.no_grad():
+        lin.weight.copy_(W)
+    lin.weight.requires_grad_(False)
+    return lin
+
+
+def test_continuation_tracks_eigenvectors_of_v_plus_alpha_w():
+    d, steps = 6, 10
+    V = torch.diag(torch.tensor([3.0, 1.5, 0.5, -0.5, -1.5, -3.0], dtype=torch.float64))
+    W = 0.4 * _sym(d, 1)  # small enough that eigenvalues of V + αW stay distinct for α in [0, 1]
+    starts = ov_start_points(V, 3)
+    rows = continue_alpha(V, _linear(W), starts, steps)
+    assert len(rows) == 3 * (steps + 1)
+    for r in rows:
+        M = V + r["alpha"] * W
+        lam, vec = np.linalg.eigh(M.numpy())
+        # the continued branch: eigenvector i of V + αW (eigenvalues stay ordered, symmetric → no crossing)
+        i = d - 1 - r["track"]
+        u = np.array(r["u"])
+        assert abs(float(u @ vec[:, i])) > 1 - 1e-9, (r["alpha"], r["track"])
+        assert r["converged"] and r["score"] < 1e-8
+        others = np.delete(lam, i) - lam[i]  # closed-form tangent spectrum at the eigenvector of λ_i
+        assert r["max_real"] == pytest.approx(others.max(), abs=1e-7)
+        assert r["saddle_index"] == int((others > 0).sum()) == r["track"]
+        assert r["max_abs_imag"] < 1e-8
+        assert r["rho"] == pytest.approx(lam[i], abs=1e-8)
+
+
+def test_continuation_complex_spectrum_reports_imag_part():
+    # V = diag(2, R) with R a rotation-scaling block: at u = e0 the tangent spectrum is eig(R) − 2 = complex pair.
+    V = torch.tensor([[2.0, 0, 0], [0, 0.5, -1.0], [0, 1.0, 0.5]], dtype=torch.float64)
+    rows = continue_alpha(V, _linear(torch.zeros(3, 3, dtype=torch.float64)), ov_start_points(V, 1), 2)
+    for r in rows:
+        assert r["max_real"] == pytest.approx(-1.5, abs=1e-9) and r["max_abs_imag"] == pytest.approx(1.0, abs=1e-9)
+        assert r["label"] == "A" and r["saddle_index"] == 0
+
+
+def test_flow_basins_of_quadratic_are_hemispheres():
+    # P_u A u is the (half) gradient flow of uᵀAu on the sphere: it ends at ±(top eigenvector), by sign of u₀.
+    d = 5
+    A = torch.diag(torch.tensor([3.0, 1.0, 0.0, -1.0, -2.0], dtype=torch.float64))
+    eye = torch.eye(d, dtype=torch.float64)
+    plane = (eye[1], eye[0], eye[3])  # m = e₂ (2nd eigenvector), slice spanned by the top and 4th eigenvectors
+    grid = 6  # even: no grid point on a = 0
+    pts, clus = basin_map({0.0: ReducedField("ov", V=A)}, plane, grid, span=1.0, steps=400, dt=0.2)
+    assert len(pts) == grid * grid
+    assert sorted(c["size"] for c in clus) == [grid * grid // 2] * 2
+    sign_of_cluster = {c["cluster"]: np.sign(c["cos_e1"]) for c in clus}
+    for c in clus:
+        assert abs(c["cos_e1"]) > 1 - 1e-6 and c["end_score"] < 1e-6
+    for p in pts:
+        assert sign_of_cluster[p["cluster"]] == np.sign(p["a"])
+        assert p["end_score"] < 1e-6
+
+
+def test_euler_and_rk4_agree_on_end_points():
+    A = torch.diag(torch.tensor([2.0, 1.0, -1.0], dtype=torch.float64))
+    u = torch.tensor([[0.3, 0.9, 0.2], [-0.5, 0.5, 0.7]], dtype=torch.float64)
+    field = ReducedField("ov", V=A)
+    e = integrate_flow(field, u, 300, 0.05, "euler")
+    r = integrate_flow(field, u, 300, 0.05, "rk4")
+    expect = torch.tensor([[1.0, 0, 0], [-1.0, 0, 0]], dtype=torch.float64)
+    assert torch.allclose(e, expect, atol=1e-5) and torch.allclose(r, expect, atol=1e-5)
+
+
+def test_cluster_ends_by_angle_and_size_order():
+    e = torch.tensor([[1.0, 0], [0, 1.0], [0.0, 1.0], [np.cos(0.01), np.sin(0.01)], [0, 1.0]], dtype=torch.float64)
+    labels, centres = cluster_ends(e, 5.0)
+    assert labels.tolist() == [1, 0, 0, 1, 0] and centres.shape == (2, 2)
+
+
+def test_pca_plane_is_orthonormal_and_spans_top_variance():
+    g = np.random.default_rng(0)
+    x = np.zeros((200, 6))
+    x[:, 0] = 5.0
+    x[:, 1] = 2.0 * g.standard_normal(200)
+    x[:, 2] = 0.7 * g.standard_normal(200)
+    x[:, 3:] = 0.05 * g.standard_normal((200, 3))
+    m, e1, e2 = pca_plane(torch.from_numpy(x))
+    B = torch.stack([m, e1, e2])
+    assert torch.allclose(B @ B.T, torch.eye(3, dtype=torch.float64), atol=1e-10)
+    assert abs(float(m[0])) > 0.95 and abs(float(e1[1])) > 0.95 and abs(float(e2[2])) > 0.9
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: check_steps(0, "alpha steps"), "alpha steps must be >= 1"),
+    (lambda: check_grid(1), "grid must be >= 2"),
+    (lambda: integrate_flow(ReducedField("ov", V=torch.eye(2, dtype=torch.float64)),
+                            torch.eye(2, dtype=torch.float64), 5, 0.1, "leapfrog"), "unknown integrator"),
+    (lambda: pca_plane(torch.ones(2, 4, dtype=torch.float64)), "at least 3"),
+])
+def test_bad_input(call, message):
+    with pytest.raises(GeosteerError, match=message):
+        call()
