@@ -80,3 +80,22 @@ def test_batched_seeds_equal_one_seed_at_a_time_without_cache(tiny_cache, family
         assert r.token_ids == _naive_seeded(model, tok, "Once upon a time", r.seed, 10, 1.3, 20)
     alone = generate_seeds(model, tok, "Once upon a time", [7], 10, temperature=1.3, top_k=20)
     assert alone[0].token_ids == got[-1].token_ids
+
+
+def test_draft_greedy_is_capped_at_the_context(tiny_cache):
+    """Asking past the model's positions gives exactly what fits (a GenerationCapped warning), the same tokens
+    as plain greedy decoding of that many; a prompt that fills the context is a one-line error."""
+    from geosteer.errors import GeosteerError
+    from geosteer.eval.generation import GenerationCapped
+
+    model, tok = tiny_cache("llama")
+    limit = model.config.max_position_embeddings
+    ids = torch.randint(5, 100, (1, limit - 3), generator=torch.Generator().manual_seed(0))
+    with pytest.warns(GenerationCapped, match="capped at 3"):
+        got, _ = greedy_with_draft(model, tok, ids, 50)
+    ref, _ = _reference(model, ids, 3)
+    assert len(got) <= 3 and got == ref[:len(got)]
+    with pytest.raises(GeosteerError, match="fills the model's context"):
+        greedy_with_draft(model, tok, torch.randint(5, 100, (1, limit)), 5)
+    with pytest.raises(GeosteerError, match="max_new_tokens must be >= 1"):
+        greedy_with_draft(model, tok, ids, 0)

@@ -136,8 +136,7 @@ def greedy_with_draft(model, tok, ids: torch.Tensor, max_new_tokens: int,
     studio passes the previous continuation after an edit. Returns (new token ids, logits of the first new
     token).
     """
-    if max_new_tokens < 1:
-        raise GeosteerError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
+    max_new_tokens = _capped(model, ids.shape[1], max_new_tokens)  # >= 1, within the model's positions
     eos = _eos_ids(model, tok)
     device = ids.device
     draft = [int(t) for t in (draft or [])][: max_new_tokens - 1]
