@@ -172,6 +172,22 @@ def test_artifact_for_another_model_is_refused_unless_forced(monkeypatch, capsys
     assert math.isfinite(json.loads(out)["ppl"])
 
 
+def test_studio_start_artifact_for_another_model_needs_force(tiny_cache, saved):
+    """`geosteer studio --surfaces DIR` goes through bankio.open_bank: refused for another base model unless
+    --force (the studio CLI passes it)."""
+    from geosteer.studio import bankio
+
+    qwen3, _ = tiny_cache("qwen3")
+    with pytest.raises(GeosteerError, match="not for 'tiny-qwen3'"):
+        bankio.open_bank(qwen3, saved)
+    assert manifold.attached_bank(qwen3) is None  # nothing attached by the refusal
+    bank = bankio.open_bank(qwen3, saved, force=True)
+    try:
+        assert manifold.attached_bank(qwen3) is bank
+    finally:
+        manifold.detach(qwen3)
+
+
 # ----------------------------------------------------------------------------- killed between the renames
 def _dead_pid() -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -21,13 +21,14 @@ def is_artifact(path: Path) -> bool:
     return _is_artifact(path, "geosteer-surfaces")
 
 
-def open_bank(model, surfaces: Path | None):
-    """The bank to edit, attached to ``model`` persistently: loaded from ``surfaces`` or fresh zeros."""
+def open_bank(model, surfaces: Path | None, force: bool = False):
+    """The bank to edit, attached to ``model`` persistently: loaded from ``surfaces`` or fresh zeros.
+    ``force``: accept an artifact recorded for another base model (shapes must still fit)."""
     import geosteer.manifold as M
 
     if surfaces is None:
         return M.attach(model)
-    return M.attach(model, bank=M.load(surfaces, model=model))
+    return M.attach(model, bank=M.load(surfaces, model=model, force=force))
 
 
 def read(model, path: Path):

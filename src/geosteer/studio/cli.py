@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import MODEL_OPT, THREADS_OPT, set_threads
+from geosteer.cli.common import FORCE_OPT, MODEL_OPT, THREADS_OPT, set_threads
 
 
 def is_loopback(host: str) -> bool:
@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
                                            "(read-only; default docs/results if it exists)"),
         max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="cap on tokens per generation"),
         threads: int = THREADS_OPT,
+        force: bool = FORCE_OPT,
         max_queue: int = typer.Option(32, "--max-queue", help="generations queued or running at most; "
                                       "more get 503 with Retry-After"),
     ) -> None:
@@ -80,7 +81,7 @@ def register(app: typer.Typer) -> None:
 
         set_threads(threads)
         m, tok = load_model(model)
-        bank = bankio.open_bank(m, surfaces)
+        bank = bankio.open_bank(m, surfaces, force=force)
         roots = list(results) or ([Path("docs/results")] if Path("docs/results").is_dir() else [])
         session = Session(m, tok, bank, workspace, model_name=model,
                           artifact_name=surfaces.name if surfaces else "zero surfaces",
