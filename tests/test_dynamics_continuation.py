@@ -119,3 +119,49 @@ def test_pca_plane_is_orthonormal_and_spans_top_variance():
 def test_bad_input(call, message):
     with pytest.raises(GeosteerError, match=message):
         call()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["dynamics", "continuation", "-m", "tiny-llama", "--layer", "0", "--steps", "0"], "--steps must be >= 1"),
+    (["dynamics", "continuation", "-m", "tiny-llama", "--layer", "0", "--steps", "-3"], "--steps must be >= 1"),
+    (["dynamics", "continuation", "-m", "tiny-llama", "--layer", "7"], "layer 7 out of range"),
+    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "0", "--grid", "1"], "grid must be >= 2"),
+    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "9"], "out of range"),
+    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "0", "--alphas", "0,-1"], "--alphas must be finite"),
+    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "0", "--method", "leapfrog"], "unknown integrator"),
+])
+def test_cli_bad_input_exits_2(argv, message, monkeypatch, capsys, tmp_path):
+    from tests.test_dynamics_cli import run
+
+    out = tmp_path / "x.json"
+    code, _, err = run([*argv, "--out", str(out)], monkeypatch, capsys)
+    assert code == 2, err
+    assert err.strip().splitlines()[-1].startswith("error: ") and message in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_cli_continuation_and_basins_write_tidy_records(tmp_path, monkeypatch, capsys):
+    import json
+
+    from tests.test_dynamics_cli import run
+
+    out = tmp_path / "c.json"
+    code, _, err = run(["dynamics", "continuation", "-m", "tiny-llama", "--layer", "1", "--tracks", "2",
+                        "--steps", "2", "--out", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["track"], r["alpha"]) for r in rows] == [(t, a) for t in range(2) for a in (0.0, 0.5, 1.0)]
+    assert all(r["score"] < 1e-6 for r in rows if r["alpha"] == 0.0)  # exact eigenvectors of V at α = 0
+    out = tmp_path / "b.json"
+    html = tmp_path / "b.html"
+    code, _, err = run(["dynamics", "basins", "-m", "tiny-llama", "--layer", "1", "--grid", "3", "--steps", "20",
+                        "--tokens", "64", "--seq-len", "32", "--residuals", "16", "--out", str(out),
+                        "--html", str(html)], monkeypatch, capsys)
+    assert code == 0, err
+    recs = json.loads(out.read_text())["rows"]
+    pts = [r for r in recs if r["table"] == "points"]
+    clus = [r for r in recs if r["table"] == "clusters"]
+    assert len(pts) == 2 * 9 and {p["alpha"] for p in pts} == {0.0, 1.0}
+    for a in (0.0, 1.0):
+        assert sum(c["size"] for c in clus if c["alpha"] == a) == 9
+    assert html.read_text().count("heatmap") >= 2

@@ -262,4 +262,7 @@ def register(app: typer.Typer) -> None:
     from geosteer.dynamics.cli_prefix import add_commands as add_prefix  # prefix-spread | anchors | edit-...
 
     add_prefix(dyn)
+    from geosteer.dynamics.cli_continuation import add_commands as add_continuation  # continuation | basins
+
+    add_continuation(dyn)
     app.add_typer(dyn, name="dynamics")

@@ -1,0 +1,105 @@
+"""``geosteer dynamics continuation | basins`` (issue 13 item 2): critical candidates of g_α tracked as α goes
+0 → 1 (paper Fig. 11) and basin maps of the flow of g_α on a PCA slice of the sphere, α = 0 vs 1 (Fig. 12).
+Tidy records via ``--out`` (.json/.csv) / ``--csv``; ``--html`` writes the basin figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit
+
+OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
+CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
+NORM_OPT = typer.Option("gain", "--ov-norm", help="fold the attention pre-norm gain: gain|none")
+
+
+def _layer(model, layer: int) -> int:
+    from geosteer.models.anatomy import anatomy, parse_layers
+
+    an = anatomy(model)
+    return an.check_layers(parse_layers(str(layer), an.n_layers))[0]
+
+
+def continuation(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help="one layer"),
+                 tracks: int = typer.Option(4, "--tracks", help="zeros of g_0 (top real eigenvectors of V) to track"),
+                 steps: int = typer.Option(10, "--steps", help="α steps from 0 to 1 (>= 1)"),
+                 refine_iters: int = typer.Option(6, "--refine-iters", help="Newton charts per α step"),
+                 ov_norm: str = NORM_OPT, directions: bool = typer.Option(False, "--directions",
+                                                                          help="keep each point's unit vector"),
+                 as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+                 threads: int = THREADS_OPT) -> None:
+    """Track critical points of g_α = P_u(Vu + αΦ(u)) from α = 0 to 1: max Re, saddle index, max |Im| (Fig. 11)."""
+    from geosteer.dynamics.cli import _meta, _setup, _write
+    from geosteer.dynamics.continuation import check_steps, continue_alpha, ov_start_points
+    from geosteer.dynamics.fields import layer_fields
+
+    check_steps(steps, "--steps")
+    check_steps(tracks, "--tracks")
+    m, _ = _setup(model, threads)
+    ell = _layer(m, layer)
+    full = layer_fields(m, ell, ("full",), ov_norm=ov_norm)["full"]
+    rows = continue_alpha(full.V, full.phi, ov_start_points(full.V, tracks), steps, refine_iters=refine_iters)
+    for r in rows:
+        r["layer"] = ell
+        if not directions:
+            r.pop("u")
+    meta = _meta(m, layer=ell, tracks=tracks, steps=steps, refine_iters=refine_iters, ov_norm=ov_norm)
+    _write(rows, meta, out, csv)
+    keys = ("track", "alpha", "score", "label", "max_real", "saddle_index", "max_abs_imag", "converged")
+    emit({"meta": meta, "rows": rows} if as_json else [{k: r[k] for k in keys} for r in rows], as_json,
+         table_title="α continuation")
+
+
+def basins(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help="one layer"),
+           alphas: str = typer.Option("0,1", "--alphas", help="FFN gains α of the fields compared"),
+           grid: int = typer.Option(15, "--grid", help="grid points per axis (>= 2)"),
+           span: float = typer.Option(1.0, "--span", help="a, b in [-span, span] (unit PCA directions)"),
+           steps: int = typer.Option(200, "--steps", help="integration steps"),
+           dt: float = typer.Option(0.1, "--dt", help="step in units of 1/median‖F‖ over the grid"),
+           method: str = typer.Option("rk4", "--method", help="euler|rk4"),
+           cluster_deg: float = typer.Option(5.0, "--cluster-deg", help="end points within this angle: one basin"),
+           tokens: int = typer.Option(512, "--tokens", help="held-out tokens for the PCA plane"),
+           seq_len: int = typer.Option(256, "--seq-len"), seed: int = typer.Option(0, "--seed"),
+           residuals: int = typer.Option(256, "--residuals", help="residual directions drawn for the PCA"),
+           ov_norm: str = NORM_OPT, html: Path | None = typer.Option(None, "--html", help="write the figure"),
+           as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+           threads: int = THREADS_OPT) -> None:
+    """Basins of the flow of g_α on the sphere slice unit(m + a e1 + b e2) of real residuals (Fig. 12)."""
+    from geosteer.dynamics.cli import _meta, _setup, _write, parse_floats
+    from geosteer.dynamics.cli_geometry import _finite
+    from geosteer.dynamics.continuation import basin_figure, basin_map, check_grid, check_method, check_steps, pca_plane
+    from geosteer.dynamics.critical import residual_seeds
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.fields import ReducedField, layer_fields
+
+    al = [_finite(a, "--alphas", 0.0) for a in parse_floats(alphas, "--alphas")]
+    check_grid(grid)
+    check_steps(steps, "--steps")
+    check_method(method)
+    _finite(span, "--span", 1e-12)
+    _finite(dt, "--dt", 1e-12)
+    m, tok = _setup(model, threads)
+    ell = _layer(m, layer)
+    full = layer_fields(m, ell, ("full",), ov_norm=ov_norm)["full"]
+    ids = corpus_windows(tok, "heldout", tokens, seq_len)
+    plane = pca_plane(residual_seeds(m, ids, ell, residuals, seed))
+    fields = {a: ReducedField("full", V=full.V, phi=full.phi, alpha=a) for a in al}
+    pts, clus = basin_map(fields, plane, grid, span, steps=steps, dt=dt, method=method, cluster_deg=cluster_deg)
+    meta = _meta(m, layer=ell, alphas=al, grid=grid, span=span, steps=steps, dt=dt, method=method,
+                 cluster_deg=cluster_deg, tokens=int(ids.numel()), seq_len=seq_len, residuals=residuals,
+                 seed=seed, ov_norm=ov_norm)
+    _write([{"table": "clusters", "layer": ell, **c} for c in clus] +
+           [{"table": "points", "layer": ell, **p} for p in pts], meta, out, csv)
+    if html is not None:
+        from geosteer.io_utils import atomic_write_text
+
+        atomic_write_text(html, basin_figure(pts).to_html(include_plotlyjs=True))
+    emit({"meta": meta, "clusters": clus} if as_json else clus, as_json, table_title="basins (end clusters)")
+
+
+def add_commands(app: typer.Typer) -> None:
+    """Register the verbs on the ``geosteer dynamics`` Typer."""
+    app.command()(continuation)
+    app.command()(basins)
