@@ -147,11 +147,13 @@ def test_cli_continuation_and_basins_write_tidy_records(tmp_path, monkeypatch, c
 
     out = tmp_path / "c.json"
     code, _, err = run(["dynamics", "continuation", "-m", "tiny-llama", "--layer", "1", "--tracks", "2",
-                        "--steps", "2", "--out", str(out)], monkeypatch, capsys)
+                        "--steps", "2", "--out", str(out), "--html", str(tmp_path / "c.html")],
+                       monkeypatch, capsys)
     assert code == 0, err
     rows = json.loads(out.read_text())["rows"]
     assert [(r["track"], r["alpha"]) for r in rows] == [(t, a) for t in range(2) for a in (0.0, 0.5, 1.0)]
     assert all(r["score"] < 1e-6 for r in rows if r["alpha"] == 0.0)  # exact eigenvectors of V at α = 0
+    assert (tmp_path / "c.html").read_text().count("scatter") >= 6
     out = tmp_path / "b.json"
     html = tmp_path / "b.html"
     code, _, err = run(["dynamics", "basins", "-m", "tiny-llama", "--layer", "1", "--grid", "3", "--steps", "20",
@@ -165,3 +167,22 @@ def test_cli_continuation_and_basins_write_tidy_records(tmp_path, monkeypatch, c
     for a in (0.0, 1.0):
         assert sum(c["size"] for c in clus if c["alpha"] == a) == 9
     assert html.read_text().count("heatmap") >= 2
+
+
+def test_figures_from_tidy_rows():
+    from geosteer.dynamics.continuation import basin_figure, continuation_figure
+
+    A = torch.diag(torch.tensor([3.0, 1.0, 0.0, -1.0], dtype=torch.float64))
+    eye = torch.eye(4, dtype=torch.float64)
+    pts, clus = basin_map({0.0: ReducedField("ov", V=A), 1.0: ReducedField("ov", V=2 * A)}, (eye[1], eye[0], eye[2]),
+                          4, steps=50)
+    rows = [{"table": "clusters", **c} for c in clus] + [{"table": "points", **p} for p in pts]
+    fig = basin_figure(rows)
+    assert len(fig.data) == 2
+    z = np.array(fig.data[0].z)  # rows b, columns a; cluster labels split by the sign of a
+    assert z.shape == (4, 4) and (z[:, :2] == z[0, 0]).all() and (z[:, 2:] != z[0, 0]).all()
+    V = torch.diag(torch.tensor([2.0, 1.0, -1.0], dtype=torch.float64))
+    crow = continue_alpha(V, _linear(torch.zeros(3, 3, dtype=torch.float64)), ov_start_points(V, 2), 2)
+    fig = continuation_figure(crow)
+    assert len(fig.data) == 6
+    assert list(fig.data[4].y) == [r["saddle_index"] for r in crow if r["track"] == 1] == [1, 1, 1]

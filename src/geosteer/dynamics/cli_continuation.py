@@ -26,7 +26,8 @@ def continuation(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer
                  tracks: int = typer.Option(4, "--tracks", help="zeros of g_0 (top real eigenvectors of V) to track"),
                  steps: int = typer.Option(10, "--steps", help="α steps from 0 to 1 (>= 1)"),
                  refine_iters: int = typer.Option(6, "--refine-iters", help="Newton charts per α step"),
-                 ov_norm: str = NORM_OPT, directions: bool = typer.Option(False, "--directions",
+                 ov_norm: str = NORM_OPT, html: Path | None = typer.Option(None, "--html", help="write the figure"),
+                 directions: bool = typer.Option(False, "--directions",
                                                                           help="keep each point's unit vector"),
                  as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                  threads: int = THREADS_OPT) -> None:
@@ -47,6 +48,11 @@ def continuation(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer
             r.pop("u")
     meta = _meta(m, layer=ell, tracks=tracks, steps=steps, refine_iters=refine_iters, ov_norm=ov_norm)
     _write(rows, meta, out, csv)
+    if html is not None:
+        from geosteer.dynamics.continuation import continuation_figure
+        from geosteer.io_utils import atomic_write_text
+
+        atomic_write_text(html, continuation_figure(rows).to_html(include_plotlyjs="cdn"))
     keys = ("track", "alpha", "score", "label", "max_real", "saddle_index", "max_abs_imag", "converged")
     emit({"meta": meta, "rows": rows} if as_json else [{k: r[k] for k in keys} for r in rows], as_json,
          table_title="α continuation")
@@ -95,7 +101,7 @@ def basins(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", hel
     if html is not None:
         from geosteer.io_utils import atomic_write_text
 
-        atomic_write_text(html, basin_figure(pts).to_html(include_plotlyjs=True))
+        atomic_write_text(html, basin_figure(pts).to_html(include_plotlyjs="cdn"))
     emit({"meta": meta, "clusters": clus} if as_json else clus, as_json, table_title="basins (end clusters)")
 
 

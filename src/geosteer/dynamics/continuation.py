@@ -190,11 +190,13 @@ def basin_map(fields: dict[float, ReducedField], plane: Sequence[torch.Tensor], 
 
 
 def basin_figure(points: list[dict]):
-    """A plotly figure from basin point rows: one heatmap of end-cluster labels per α, side by side."""
+    """A plotly figure from basin point rows (or all rows of a ``basins`` tidy file; only ``table = points``
+    are drawn): one heatmap of end-cluster labels per α, side by side."""
     from geosteer.extras import require
 
     go = require("plotly.graph_objects")
     subplots = require("plotly.subplots")
+    points = [r for r in points if r.get("table", "points") == "points"]
     alphas = sorted({r["alpha"] for r in points})
     fig = subplots.make_subplots(rows=1, cols=len(alphas), subplot_titles=[f"α = {a:g}" for a in alphas])
     for k, alpha in enumerate(alphas):
@@ -209,4 +211,25 @@ def basin_figure(points: list[dict]):
         fig.update_xaxes(title_text="a (PC1)", row=1, col=k + 1)
         fig.update_yaxes(title_text="b (PC2)", row=1, col=k + 1)
     fig.update_layout(title="basins of the flow of g_α on a PCA slice of the sphere")
+    return fig
+
+
+def continuation_figure(rows: list[dict]):
+    """A plotly figure from ``continuation`` rows: max real part, saddle index and max |imag part| of the
+    tangent spectrum against α, one line per track (dashed markers where Newton had lost the track)."""
+    from geosteer.extras import require
+
+    go = require("plotly.graph_objects")
+    subplots = require("plotly.subplots")
+    panels = (("max_real", "max Re λ"), ("saddle_index", "saddle index"), ("max_abs_imag", "max |Im λ|"))
+    fig = subplots.make_subplots(rows=1, cols=3, subplot_titles=[t for _, t in panels])
+    for t in sorted({r["track"] for r in rows}):
+        sel = sorted((r for r in rows if r["track"] == t), key=lambda r: r["alpha"])
+        for k, (key, _) in enumerate(panels):
+            fig.add_trace(go.Scatter(x=[r["alpha"] for r in sel], y=[r[key] for r in sel], name=f"track {t}",
+                                     legendgroup=str(t), showlegend=k == 0, mode="lines+markers",
+                                     marker={"symbol": ["circle" if r["converged"] else "x" for r in sel]}),
+                          row=1, col=k + 1)
+            fig.update_xaxes(title_text="α", row=1, col=k + 1)
+    fig.update_layout(title="tangent spectra of critical candidates under FFN gain α (x: track lost)")
     return fig
