@@ -186,3 +186,39 @@ def test_figures_from_tidy_rows():
     fig = continuation_figure(crow)
     assert len(fig.data) == 6
     assert list(fig.data[4].y) == [r["saddle_index"] for r in crow if r["track"] == 1] == [1, 1, 1]
+
+
+def test_fit_linear_field_recovers_matrix_and_spectrum():
+    from geosteer.dynamics.continuation import fit_linear_field
+
+    g = np.random.default_rng(3)
+    z = g.standard_normal((50, 3))
+    J = np.array([[-1.0, 2.0, 0.0], [-2.0, -1.0, 0.0], [0.0, 0.0, 0.5]])  # eigenvalues −1 ± 2i, 0.5
+    y = (z - z.mean(0)) @ J.T + np.array([0.1, -0.2, 0.3])
+    fit = fit_linear_field(z, y)
+    assert np.allclose(fit["J"], J, atol=1e-10) and np.allclose(fit["c"], [0.1, -0.2, 0.3], atol=1e-10)
+    assert fit["r2"] == pytest.approx(1.0) and fit["n_pos"] == 1
+    assert fit["max_real"] == pytest.approx(0.5) and fit["max_abs_imag"] == pytest.approx(2.0)
+    with pytest.raises(GeosteerError, match="needs more than"):
+        fit_linear_field(z[:4], y[:4])
+
+
+def test_inward_scores_and_phase_reconstruction():
+    from geosteer.dynamics.continuation import inward_scores, phase_reconstruction
+
+    g = np.random.default_rng(4)
+    z = g.standard_normal((40, 2))
+    assert inward_scores(z, -(z - z.mean(0)))["inward_fraction"] == 1.0
+    out = inward_scores(z, z - z.mean(0))
+    assert out["inward_fraction"] == 0.0 and out["inward_cos"] == pytest.approx(-1.0)
+    # directions near e0 spread in (e1, e2); field = −(tangent displacement in that plane): a sink, J ≈ −I.
+    d = 6
+    x = np.zeros((80, d))
+    x[:, 0] = 1.0
+    x[:, 1:3] = 0.05 * g.standard_normal((80, 2))
+    u = torch.from_numpy(x / np.linalg.norm(x, axis=1, keepdims=True))
+    gf = torch.zeros_like(u)
+    gf[:, 1:3] = -(u[:, 1:3] - u[:, 1:3].mean(0))
+    rec = phase_reconstruction(u, gf, 2)
+    assert rec["inward_fraction"] == 1.0 and rec["r2"] == pytest.approx(1.0)
+    assert np.allclose(rec["J"], -np.eye(2), atol=1e-3) and rec["n_pos"] == 0  # sphere curvature: ~1e-5

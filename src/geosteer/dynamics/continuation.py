@@ -233,3 +233,50 @@ def continuation_figure(rows: list[dict]):
             fig.update_xaxes(title_text="α", row=1, col=k + 1)
     fig.update_layout(title="tangent spectra of critical candidates under FFN gain α (x: track lost)")
     return fig
+
+
+def fit_linear_field(z: np.ndarray, y: np.ndarray) -> dict:
+    """Least-squares affine fit y ≈ (z − z̄) Jᵀ + c of a field sampled at points z (n, k) with values y (n, k):
+    the local linearisation of an empirical field in a k-dim subspace (paper App. C.4 "local spectra").
+    Returns J, c, R² of the fit and the spectrum summary of J (max real part, max |imag part|, n_pos)."""
+    n, k = z.shape
+    if n <= k + 1:
+        raise GeosteerError(f"a linear fit in {k} dims needs more than {k + 1} points (got {n})")
+    zc = z - z.mean(0)
+    X = np.hstack([zc, np.ones((n, 1))])
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    J, c = coef[:k].T, coef[k]
+    resid = y - X @ coef
+    ss = ((y - y.mean(0)) ** 2).sum()
+    ev = np.linalg.eigvals(J)
+    return {"J": J, "c": c, "r2": float(1 - (resid ** 2).sum() / ss) if ss > 0 else float("nan"),
+            "max_real": float(ev.real.max()), "max_abs_imag": float(np.abs(ev.imag).max()),
+            "n_pos": int((ev.real > 0).sum())}
+
+
+def inward_scores(z: np.ndarray, y: np.ndarray) -> dict:
+    """How much a sampled field y (n, k) at points z (n, k) points towards the centroid z̄: the fraction of
+    points with ⟨y_i, z̄ − z_i⟩ > 0 (0.5 = balanced) and the mean cosine between y_i and z̄ − z_i."""
+    to_c = z.mean(0) - z
+    num = (y * to_c).sum(1)
+    den = np.linalg.norm(y, axis=1) * np.linalg.norm(to_c, axis=1)
+    ok = den > 0
+    return {"inward_fraction": float((num[ok] > 0).mean()), "inward_cos": float((num[ok] / den[ok]).mean())}
+
+
+def phase_reconstruction(u: torch.Tensor, g: torch.Tensor, k: int = 2) -> dict:
+    """Empirical field of unit directions u (n, d) with tangent updates g (n, d) in the top-k PCA subspace of
+    u (inside m⊥, m the unit mean): coordinates z = u E, field y = g E; inward scores and the local linear
+    spectrum of y(z) (:func:`fit_linear_field`)."""
+    if not 1 <= k < u.shape[1]:
+        raise GeosteerError(f"k must be in [1, d − 1] (got {k})")
+    un = u.double() / u.double().norm(dim=-1, keepdim=True)
+    m = un.mean(0)
+    m = m / m.norm()
+    c = un - un.mean(0)
+    c = c - (c @ m)[:, None] * m
+    E = torch.linalg.svd(c, full_matrices=False)[2][:k].T  # (d, k), orthonormal, ⟂ m up to rounding
+    z, y = (un @ E).numpy(), (g.double() @ E).numpy()
+    fit = fit_linear_field(z, y)
+    return {"k": k, "n": int(u.shape[0]), **inward_scores(z, y), **{key: v for key, v in fit.items()
+                                                                    if key not in ("J", "c")}, "J": fit["J"]}
