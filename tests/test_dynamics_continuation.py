@@ -129,6 +129,8 @@ def test_bad_input(call, message):
     (["dynamics", "basins", "-m", "tiny-llama", "--layer", "9"], "out of range"),
     (["dynamics", "basins", "-m", "tiny-llama", "--layer", "0", "--alphas", "0,-1"], "--alphas must be finite"),
     (["dynamics", "basins", "-m", "tiny-llama", "--layer", "0", "--method", "leapfrog"], "unknown integrator"),
+    (["dynamics", "phase", "-m", "tiny-llama", "--layer", "0", "--dims", "0,2"], "--dims must be integers >= 1"),
+    (["dynamics", "phase", "-m", "tiny-llama", "--layer", "5"], "out of range"),
 ])
 def test_cli_bad_input_exits_2(argv, message, monkeypatch, capsys, tmp_path):
     from tests.test_dynamics_cli import run
@@ -222,3 +224,33 @@ def test_inward_scores_and_phase_reconstruction():
     rec = phase_reconstruction(u, gf, 2)
     assert rec["inward_fraction"] == 1.0 and rec["r2"] == pytest.approx(1.0)
     assert np.allclose(rec["J"], -np.eye(2), atol=1e-3) and rec["n_pos"] == 0  # sphere curvature: ~1e-5
+
+
+def test_cli_phase_on_real_updates(tmp_path, monkeypatch, capsys):
+    import json
+
+    from geosteer.dynamics.continuation import real_updates
+    from tests.test_dynamics_cli import run
+
+    out = tmp_path / "p.json"
+    code, _, err = run(["dynamics", "phase", "-m", "tiny-llama", "--layer", "1", "--dims", "2,3", "--samples", "40",
+                        "--tokens", "64", "--seq-len", "32", "--out", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["k"] for r in rows] == [2, 3] and all(0 <= r["inward_fraction"] <= 1 and r["n"] == 40 for r in rows)
+    import geosteer
+
+    m, _ = geosteer.load_model("tiny-llama")
+    ids = torch.randint(0, 100, (2, 16))
+    u, g = real_updates(m, ids, 0, 10)
+    assert torch.allclose(u.norm(dim=-1), torch.ones(10, dtype=torch.float64))
+    assert (g * u).sum(-1).abs().max() < 1e-10  # tangent to the sphere
+    # independent: the block's update from a plain forward with hidden states
+    with torch.no_grad():
+        hs = m(input_ids=ids, output_hidden_states=True).hidden_states
+    x = hs[0][:, 1:].reshape(-1, hs[0].shape[-1]).double()
+    d = (hs[1][:, 1:].reshape(-1, hs[1].shape[-1]).double() - x) / x.norm(dim=-1, keepdim=True)
+    un = x / x.norm(dim=-1, keepdim=True)
+    gd = d - (d * un).sum(-1, keepdim=True) * un
+    pick = torch.from_numpy(np.random.default_rng(0).choice(x.shape[0], size=10, replace=False))
+    assert torch.allclose(u, un[pick], atol=1e-6) and torch.allclose(g, gd[pick], atol=1e-5)

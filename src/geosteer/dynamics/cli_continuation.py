@@ -1,4 +1,4 @@
-"""``geosteer dynamics continuation | basins`` (issue 13 item 2): critical candidates of g_α tracked as α goes
+"""``geosteer dynamics continuation | basins | phase`` (issue 13 item 2): critical candidates of g_α tracked as α goes
 0 → 1 (paper Fig. 11) and basin maps of the flow of g_α on a PCA slice of the sphere, α = 0 vs 1 (Fig. 12).
 Tidy records via ``--out`` (.json/.csv) / ``--csv``; ``--html`` writes the basin figure."""
 
@@ -105,7 +105,42 @@ def basins(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", hel
     emit({"meta": meta, "clusters": clus} if as_json else clus, as_json, table_title="basins (end clusters)")
 
 
+def phase(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help="one layer"),
+          dims: str = typer.Option("2,3", "--dims", help="PCA subspace dimensions k (>= 1)"),
+          samples: int = typer.Option(256, "--samples", help="real tokens sampled"),
+          tokens: int = typer.Option(512, "--tokens"), seq_len: int = typer.Option(256, "--seq-len"),
+          seed: int = typer.Option(0, "--seed"),
+          with_bos: bool = typer.Option(False, "--with-bos/--no-bos", help="include position 0 (BOS)"),
+          as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+          threads: int = THREADS_OPT) -> None:
+    """Empirical field of real block updates in PCA subspaces: inward scores, local linear spectra (Fig. 9)."""
+    from geosteer.dynamics.cli import _meta, _setup, _write, parse_ints
+    from geosteer.dynamics.continuation import phase_reconstruction, real_updates
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.errors import GeosteerError
+
+    ks = parse_ints(dims, "--dims")
+    if not ks or min(ks) < 1:
+        raise GeosteerError(f"--dims must be integers >= 1 (got '{dims}')")
+    if samples < 3:
+        raise GeosteerError(f"--samples must be >= 3 (got {samples})")
+    m, tok = _setup(model, threads)
+    ell = _layer(m, layer)
+    ids = corpus_windows(tok, "heldout", tokens, seq_len)
+    u, g = real_updates(m, ids, ell, samples, seed, with_bos)
+    rows = []
+    for k in ks:
+        rec = phase_reconstruction(u, g, k)
+        rec.pop("J")
+        rows.append({"layer": ell, **rec})
+    meta = _meta(m, layer=ell, dims=ks, samples=samples, tokens=int(ids.numel()), seq_len=seq_len, seed=seed,
+                 with_bos=with_bos)
+    _write(rows, meta, out, csv)
+    emit({"meta": meta, "rows": rows} if as_json else rows, as_json, table_title="phase reconstruction")
+
+
 def add_commands(app: typer.Typer) -> None:
     """Register the verbs on the ``geosteer dynamics`` Typer."""
     app.command()(continuation)
     app.command()(basins)
+    app.command()(phase)

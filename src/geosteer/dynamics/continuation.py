@@ -280,3 +280,38 @@ def phase_reconstruction(u: torch.Tensor, g: torch.Tensor, k: int = 2) -> dict:
     fit = fit_linear_field(z, y)
     return {"k": k, "n": int(u.shape[0]), **inward_scores(z, y), **{key: v for key, v in fit.items()
                                                                     if key not in ("J", "c")}, "J": fit["J"]}
+
+
+@torch.no_grad()
+def real_updates(model, ids: torch.Tensor, layer: int, n: int, seed: int = 0, with_bos: bool = False,
+                 batch_size: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """(u, g) for n real tokens at ``layer`` (drawn by ``numpy.random.default_rng(seed)``; position 0 left out
+    unless ``with_bos``): u = unit(x) of the block input x and g = P_u (x' − x)/‖x‖, the first-order velocity
+    of the direction under the block's whole update x' − x = A + Φ (the empirical field Ĝ of App. C.4)."""
+    from geosteer.hooks import HookSet, add_hook
+
+    xs: list[torch.Tensor] = []
+    ys: list[torch.Tensor] = []
+    hooks = HookSet()
+
+    def grab(store):
+        def fn(x, ctx):
+            store.append((x if with_bos else x[:, 1:]).reshape(-1, x.shape[-1]).double().cpu())
+        return fn
+
+    add_hook(model, "resid_pre", layer, grab(xs), hooks)
+    add_hook(model, "resid_post", layer, grab(ys), hooks)
+    try:
+        device = next(model.parameters()).device
+        for i in range(0, ids.shape[0], batch_size):
+            model(input_ids=ids[i : i + batch_size].to(device), use_cache=False)
+    finally:
+        hooks.remove()
+    x, y = torch.cat(xs), torch.cat(ys)
+    if n > x.shape[0]:
+        raise GeosteerError(f"asked for {n} tokens but the windows hold only {x.shape[0]}")
+    pick = torch.from_numpy(np.random.default_rng(seed).choice(x.shape[0], size=n, replace=False))
+    x, y = x[pick], y[pick]
+    r = x.norm(dim=-1, keepdim=True)
+    u, delta = x / r, (y - x) / r
+    return u, delta - (delta * u).sum(-1, keepdim=True) * u
