@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from geosteer.dynamics.critical import label_point, refine
+from geosteer.dynamics.critical import label_point, refine, token_states
 from geosteer.dynamics.fields import ReducedField
 from geosteer.errors import GeosteerError
 
@@ -288,26 +288,8 @@ def real_updates(model, ids: torch.Tensor, layer: int, n: int, seed: int = 0, wi
     """(u, g) for n real tokens at ``layer`` (drawn by ``numpy.random.default_rng(seed)``; position 0 left out
     unless ``with_bos``): u = unit(x) of the block input x and g = P_u (x' − x)/‖x‖, the first-order velocity
     of the direction under the block's whole update x' − x = A + Φ (the empirical field Ĝ of App. C.4)."""
-    from geosteer.hooks import HookSet, add_hook
-
-    xs: list[torch.Tensor] = []
-    ys: list[torch.Tensor] = []
-    hooks = HookSet()
-
-    def grab(store):
-        def fn(x, ctx):
-            store.append((x if with_bos else x[:, 1:]).reshape(-1, x.shape[-1]).double().cpu())
-        return fn
-
-    add_hook(model, "resid_pre", layer, grab(xs), hooks)
-    add_hook(model, "resid_post", layer, grab(ys), hooks)
-    try:
-        device = next(model.parameters()).device
-        for i in range(0, ids.shape[0], batch_size):
-            model(input_ids=ids[i : i + batch_size].to(device), use_cache=False)
-    finally:
-        hooks.remove()
-    x, y = torch.cat(xs), torch.cat(ys)
+    x, y = token_states(model, ids, layer, ("resid_pre", "resid_post"), with_bos=with_bos,
+                        batch_size=batch_size)
     if n > x.shape[0]:
         raise GeosteerError(f"asked for {n} tokens but the windows hold only {x.shape[0]}")
     pick = torch.from_numpy(np.random.default_rng(seed).choice(x.shape[0], size=n, replace=False))

@@ -210,26 +210,39 @@ def ov_exact(V: torch.Tensor, imag_tol: float = 1e-9, zero_tol: float = 1e-9) ->
 
 
 @torch.no_grad()
+def token_states(model, ids: torch.Tensor, layer: int, points: Sequence[str] = ("resid_pre",),
+                 with_bos: bool = False, batch_size: int = 4) -> list[torch.Tensor]:
+    """The tensors at ``points`` of ``layer`` for every token of the windows ``ids`` (one (tokens, d) float64
+    tensor per point, in token order; position 0 left out unless ``with_bos``), through ``attach_hooks``."""
+    from geosteer.hooks import attach_hooks
+    from geosteer.models.loading import input_device
+
+    got: list[list[torch.Tensor]] = [[] for _ in points]
+
+    def grab(store: list[torch.Tensor]):
+        def fn(x, ctx):
+            store.append((x if with_bos else x[:, 1:]).reshape(-1, x.shape[-1]).double().cpu())
+        return fn
+
+    removers = []
+    try:
+        for point, store in zip(points, got, strict=True):
+            removers.append(attach_hooks(model, point, [layer], grab(store)))
+        device = input_device(model)
+        for i in range(0, ids.shape[0], batch_size):
+            model(input_ids=ids[i : i + batch_size].to(device), use_cache=False)
+    finally:
+        for remove in reversed(removers):
+            remove()
+    return [torch.cat(store) for store in got]
+
+
+@torch.no_grad()
 def residual_seeds(model, ids: torch.Tensor, layer: int, n: int, seed: int = 0, with_bos: bool = False,
                    batch_size: int = 4) -> torch.Tensor:
     """n unit block inputs (``resid_pre`` at ``layer``) of real tokens, drawn without replacement by
     ``numpy.random.default_rng(seed)`` from the windows ``ids``; position 0 is left out unless ``with_bos``."""
-    from geosteer.hooks import HookSet, add_hook
-
-    got: list[torch.Tensor] = []
-    hooks = HookSet()
-
-    def grab(x, ctx):
-        got.append((x if with_bos else x[:, 1:]).reshape(-1, x.shape[-1]).double().cpu())
-
-    add_hook(model, "resid_pre", layer, grab, hooks)
-    try:
-        device = next(model.parameters()).device
-        for i in range(0, ids.shape[0], batch_size):
-            model(input_ids=ids[i : i + batch_size].to(device), use_cache=False)
-    finally:
-        hooks.remove()
-    pool = torch.cat(got)
+    (pool,) = token_states(model, ids, layer, ("resid_pre",), with_bos=with_bos, batch_size=batch_size)
     if n > pool.shape[0]:
         raise GeosteerError(f"asked for {n} residual seeds but the windows hold only {pool.shape[0]} tokens")
     pick = np.random.default_rng(seed).choice(pool.shape[0], size=n, replace=False)
