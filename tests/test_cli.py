@@ -1,22 +1,10 @@
 """CLI: machine-readable output, and one-line errors with exit code 2 (no traceback) on bad input."""
 
 import json
-import sys
 
 import pytest
 
-from geosteer import cli
-
-
-def run_cli(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["geosteer", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from tests.cli_helpers import run_cli
 
 
 @pytest.fixture

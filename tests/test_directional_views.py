@@ -116,18 +116,10 @@ def test_diagonal_study_maps():
 
 
 def _run_cli(monkeypatch, capsys, *args):
-    import sys
+    from tests.cli_helpers import run_cli
 
-    from geosteer import cli
-
-    monkeypatch.setattr(sys, "argv", ["geosteer", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out + out.err
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    return code, out + err
 
 
 @pytest.mark.parametrize("args,needle", [

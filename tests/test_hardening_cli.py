@@ -5,31 +5,16 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import pytest
 import torch
 
-from geosteer import cli, manifold
+from geosteer import manifold
 from geosteer.eval import textfile
 from geosteer.eval.perplexity import encode, strided_perplexity
 from geosteer.eval.textfile import encode_file
-
-
-def run_cli(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["geosteer", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def _one_line_exit_2(code, err):
-    assert code == 2, err
-    assert err.startswith("error: ") and "Traceback" not in err and len(err.strip().splitlines()) == 1
+from tests.cli_helpers import one_line_exit_2 as _one_line_exit_2
+from tests.cli_helpers import run_cli
 
 
 @pytest.fixture

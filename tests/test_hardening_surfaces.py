@@ -14,27 +14,13 @@ import sys
 import pytest
 import torch
 
-from geosteer import cli, manifold
+from geosteer import manifold
 from geosteer.artifacts import recover_folder, write_folder_atomic
 from geosteer.errors import GeosteerError
 from geosteer.manifold import edit as E
 from geosteer.manifold.artifact import TENSORS_NAME, _sha256
-
-
-def run_cli(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["geosteer", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def _one_line_exit_2(code, err):
-    assert code == 2, err
-    assert err.startswith("error: ") and "Traceback" not in err and len(err.strip().splitlines()) == 1
+from tests.cli_helpers import one_line_exit_2 as _one_line_exit_2
+from tests.cli_helpers import run_cli
 
 
 def _bank(model, seed=0, **kw):

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import ast
-import sys
 from pathlib import Path
 
 import pytest
@@ -75,16 +74,10 @@ def test_every_layer_parser_is_the_one_function():
 
 
 def _run(argv, monkeypatch, capsys):
-    from geosteer import cli
+    from tests.cli_helpers import run_cli
 
-    monkeypatch.setattr(sys, "argv", ["geosteer", *argv])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.err
+    code, _, err = run_cli(monkeypatch, capsys, *argv)
+    return code, err
 
 
 @pytest.fixture(scope="module")
