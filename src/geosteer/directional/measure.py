@@ -29,6 +29,7 @@ from geosteer.directional.decompose import PAIR_STATS, RunningStats, pair_stats
 from geosteer.directional.value import grouped_output, own_values, self_weight, self_weight_from_lse
 from geosteer.hooks import HookSet, attach_hooks
 from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import input_device
 
 RESIDUAL_SITES = ("attn", "mlp", "block")
 VALUE_STATS = tuple(f"o_{s}" for s in PAIR_STATS) + tuple(f"c_{s}" for s in PAIR_STATS) + ("a_self", "d_norm")
@@ -192,7 +193,7 @@ def measure_text(model: nn.Module, tok, text: str, *, tokens: int = 512, chunk: 
         raise GeosteerError("text is empty")
     ids = encode(tok, text)[:tokens]
     meas = DirectionalMeasure(_layer_list(model, layers), value=value)
-    device = next(model.parameters()).device
+    device = input_device(model)
     with steer(model, meas):
         for i in range(0, len(ids), chunk):
             model(input_ids=ids[None, i:i + chunk].to(device), use_cache=False)
@@ -213,7 +214,7 @@ def measure_generation(model: nn.Module, tok, prompt: str, *, max_new_tokens: in
     enc = tok(prompt, return_tensors="pt")
     if enc.input_ids.shape[1] == 0:
         raise GeosteerError("prompt is empty")
-    device = next(model.parameters()).device
+    device = input_device(model)
     meas = DirectionalMeasure(_layer_list(model, layers), value=value, per_step=True)
     with steer(model, meas):
         out = model.generate(**{k: v.to(device) for k, v in enc.items()}, max_new_tokens=max_new_tokens,

@@ -29,6 +29,7 @@ from torch import nn
 
 from geosteer.dynamics import sphere
 from geosteer.errors import GeosteerError
+from geosteer.models.loading import input_device
 
 
 def tangential_field(f: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -116,7 +117,7 @@ def reorder_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int] | N
     chosen = an.check_layers(layers)
     if not 0 < h < 1:
         raise GeosteerError(f"finite-difference step h must be in (0, 1) (got {h})")
-    ids = ids.to(next(model.parameters()).device)
+    ids = ids.to(input_device(model))
     rows = []
     for layer in chosen:
         block = an.blocks[layer]

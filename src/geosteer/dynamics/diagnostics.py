@@ -32,6 +32,7 @@ from torch import nn
 from geosteer.dynamics import sphere
 from geosteer.hooks import HookSet, add_hook
 from geosteer.models.anatomy import BlockView, anatomy
+from geosteer.models.loading import input_device
 
 TOKEN_METRICS = ("du_norm", "cos_attn", "cos_full", "cos_gap", "deficit", "ffn_tangential_frac", "defect",
                  "commutator", "norm")
@@ -196,7 +197,7 @@ def diagnose(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
     col = DiagnosticsCollector(layers=layers, eps=eps)
-    device = next(model.parameters()).device
+    device = input_device(model)
     with steer(model, *interventions, col):
         for i in range(0, input_ids.shape[0], batch_size):
             ids = input_ids[i : i + batch_size].to(device)

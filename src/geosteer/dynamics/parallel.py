@@ -29,6 +29,7 @@ from geosteer.dynamics.topk import nll_sum
 from geosteer.dynamics.variants import Parallelize
 from geosteer.hooks import HookSet, add_hook
 from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import input_device
 
 
 def defect_profile(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 4) -> list[float]:
@@ -59,7 +60,7 @@ def mean_loss(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 4, in
     """Mean next-token NLL over the windows ``input_ids`` under ``interventions``."""
     from geosteer.steer import steer
 
-    device = next(model.parameters()).device
+    device = input_device(model)
     tot, n = 0.0, 0
     with steer(model, *interventions):
         for i in range(0, input_ids.shape[0], batch_size):

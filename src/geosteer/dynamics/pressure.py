@@ -22,6 +22,7 @@ from torch import nn
 
 from geosteer.dynamics import sphere
 from geosteer.errors import GeosteerError
+from geosteer.models.loading import input_device
 
 PRESSURE_VARIANTS = ("full", "tangential", "radial", "zero")
 PRESSURE_MODES = ("temperature", "gain")
@@ -96,7 +97,7 @@ def pressure_study(model: nn.Module, ids: torch.Tensor, betas: Sequence[float], 
     bad = [v for v in variants if v not in PRESSURE_VARIANTS]
     if bad:
         raise GeosteerError(f"unknown FFN variant '{bad[0]}'; valid: {', '.join(PRESSURE_VARIANTS)}")
-    device = next(model.parameters()).device
+    device = input_device(model)
     rows, summ = [], []
     first, last = min(chosen), max(chosen)
     for beta in betas:

@@ -25,6 +25,7 @@ from geosteer.attention import AttentionCall, attach_handlers, attention_weights
 from geosteer.dynamics import sphere
 from geosteer.dynamics.config import check_k
 from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import input_device
 
 
 def topk_attention(call: AttentionCall, k: int) -> torch.Tensor:
@@ -75,7 +76,7 @@ def topk_study(model: nn.Module, input_ids: torch.Tensor, ks: Sequence[int] = (1
     chosen = an.check_layers(layers)
     cos_acc = {(k, layer): [0.0, 0.0, 0] for k in ks for layer in chosen}
     loss = {k: [0.0, 0] for k in [0, *ks]}
-    device = next(model.parameters()).device
+    device = input_device(model)
     for i in range(0, input_ids.shape[0], batch_size):
         ids = input_ids[i : i + batch_size].to(device)
         rec = Recorder(("resid_pre", "resid_post"), layers=chosen, to_cpu=False)

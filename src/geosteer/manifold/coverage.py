@@ -20,6 +20,7 @@ import torch
 from geosteer.attention import add_attention_handler, attention_weights, repeat_kv, use_geosteer_attention
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.walls import Wall, blocked_mask, compile_layer
+from geosteer.models.loading import input_device
 
 GAIN_EPS = 1e-6  # |gain| above this counts as passing value
 
@@ -43,7 +44,7 @@ def _run(model, inputs: Sequence[torch.Tensor], handlers: dict, interventions: S
     an = anatomy(model)
     removers = [add_attention_handler(an.blocks[layer].attn, h) for layer, h in handlers.items()]
     try:
-        dev = next(model.parameters()).device
+        dev = input_device(model)
         with torch.no_grad(), steer(model, *interventions):
             for ids in inputs:
                 model(input_ids=ids.to(dev), use_cache=False)
