@@ -69,7 +69,7 @@ def main() -> None:
     from geosteer.directional.config import check_site
     from geosteer.directional.sites import ComponentScale
     from geosteer.eval.perplexity import encode
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     torch.set_num_threads(a.threads)
     sites = [check_site(s.strip()) for s in a.sites.split(",") if s.strip()]

@@ -33,7 +33,7 @@ def _setup(model_name: str, tokens: int):
 
 def _memory_child(model_name: str, tokens: int, mode: str, threads: int) -> None:
     from geosteer.directional.measure import DirectionalMeasure
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     torch.set_num_threads(threads)
     m, ids = _setup(model_name, tokens)
@@ -63,7 +63,7 @@ def main() -> None:
         return
 
     from geosteer.directional.measure import DirectionalMeasure
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     torch.set_num_threads(a.threads)
     m, ids = _setup(a.model, a.tokens)

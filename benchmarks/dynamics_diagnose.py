@@ -34,7 +34,7 @@ def main() -> None:
 
     from geosteer import load_model
     from geosteer.dynamics.diagnostics import DiagnosticsCollector, corpus_windows
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     model, tok = load_model(args.model)
     ids = corpus_windows(tok, "heldout", args.tokens, args.tokens)

@@ -38,7 +38,7 @@ def main() -> None:
         layer_order,
         submodule_times,
     )
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     model, tok = load_model(args.model)
     ids = corpus_windows(tok, "heldout", args.tokens, args.tokens)

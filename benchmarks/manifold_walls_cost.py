@@ -9,10 +9,10 @@ import torch
 
 import geosteer
 from geosteer import manifold as M
+from geosteer.interventions import steer
 from geosteer.manifold.coverage import heldout_windows
 from geosteer.manifold.explore import top_surfaces
 from geosteer.manifold.walls import Wall
-from geosteer.steer import steer
 
 torch.set_num_threads(1)
 model, tok = geosteer.load_model("smollm2")

@@ -40,9 +40,9 @@ def main() -> None:
     from geosteer import load_model
     from geosteer.data.corpus import split_text
     from geosteer.eval.perplexity import encode
+    from geosteer.interventions import steer
     from geosteer.models.anatomy import anatomy
     from geosteer.record import Recorder
-    from geosteer.steer import steer
 
     model, tok = load_model(args.model)
     ids = encode(tok, split_text("heldout", max_chars=args.tokens * 8))[: args.tokens][None]

@@ -42,8 +42,8 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
 
     from geosteer import load_model
+    from geosteer.interventions import AddVector, steer
     from geosteer.models.anatomy import anatomy
-    from geosteer.steer import AddVector, steer
 
     model, tok = load_model(args.model)
     an = anatomy(model)

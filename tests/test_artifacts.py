@@ -10,7 +10,7 @@ import torch
 from geosteer import artifacts as A
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.integrations.recipe import InterventionSpec, load_recipe, register_builder, save_recipe
-from geosteer.steer import steer
+from geosteer.interventions import steer
 from tests.conftest import sample_ids
 
 KNOWN = ("base_model", "layers")
@@ -158,7 +158,7 @@ def test_recipe_forward_compatible_and_versioned(tiny_with_artifacts):
 
 
 def test_spec_errors_and_extension_point(tiny_cache):
-    from geosteer.steer import ScaleHook
+    from geosteer.interventions import ScaleHook
 
     model, tok = tiny_cache("llama")
     with pytest.raises(GeosteerError, match="unknown recipe keys: bogus"):

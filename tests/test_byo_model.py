@@ -8,10 +8,10 @@ import torch
 
 from geosteer import manifold
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
 from geosteer.manifold import kernel
 from geosteer.models.anatomy import anatomy, unwrap_peft
 from geosteer.models.loading import hub_id, input_device, load_model, resolve_dtype
-from geosteer.steer import steer
 
 
 def sample_ids(model, n=2, length=16, seed=0):

@@ -4,7 +4,7 @@ from scipy.special import rel_entr
 
 from geosteer.eval.compare import compare_states, first_divergence, kl_divergence, summarize
 from geosteer.eval.generation import generate
-from geosteer.steer import ScaleHook, steer
+from geosteer.interventions import ScaleHook, steer
 
 
 def test_kl_matches_scipy():

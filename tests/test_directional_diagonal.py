@@ -13,8 +13,8 @@ from geosteer.directional.diagonal import (
     value_diagonal_change,
 )
 from geosteer.directional.sites import ComponentScale
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from geosteer.steer import steer
 
 FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2",
             "tiny-gpt_neox"]

@@ -7,8 +7,8 @@ from geosteer import load_model
 from geosteer.attention import add_attention_handler, attention_weights, repeat_kv, stock_attention
 from geosteer.directional.sites import ComponentScale
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from geosteer.steer import steer
 
 _cache = {}
 

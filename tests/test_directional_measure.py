@@ -10,8 +10,8 @@ from geosteer import load_model
 from geosteer.attention import add_attention_handler, attention_weights, repeat_kv
 from geosteer.directional.decompose import PAIR_STATS
 from geosteer.directional.measure import DirectionalMeasure, measure_generation
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from geosteer.steer import steer
 
 _cache = {}
 

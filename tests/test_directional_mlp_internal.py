@@ -6,8 +6,8 @@ import torch
 from geosteer import load_model
 from geosteer.directional.mlp_internal import MLPInternalScale, down_projection, group_contributions
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from geosteer.steer import steer
 
 _cache = {}
 

@@ -9,8 +9,8 @@ from geosteer.directional.config import SITES
 from geosteer.directional.sites import ComponentScale
 from geosteer.directional.value import self_weight
 from geosteer.errors import GeosteerError
+from geosteer.interventions import ScaleHook, steer
 from geosteer.models.anatomy import anatomy
-from geosteer.steer import ScaleHook, steer
 
 FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2",
             "tiny-gpt_neox"]

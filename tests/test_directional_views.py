@@ -11,8 +11,8 @@ from geosteer.directional.diagonal import output_projection
 from geosteer.directional.figures import diagonal_maps_figure, head_localisation_figure
 from geosteer.directional.sites import ComponentScale
 from geosteer.directional.views import applied_strength, diagonal_study, head_localisation, head_summary
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from geosteer.steer import steer
 
 _cache = {}
 

@@ -55,7 +55,7 @@ def test_real_model_diagnostics_smoke(smollm2):
 
     from geosteer.dynamics.diagnostics import corpus_windows, diagnose, wide
     from geosteer.dynamics.variants import FFNVariant
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     model, tok = smollm2
     ids = corpus_windows(tok, "heldout", 64, 64)
@@ -75,7 +75,7 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
     from geosteer import load_model
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.variants import Parallelize
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     out = tmp_path / "p.json"
     code, stdout, _ = run(["dynamics", "parallelize", "-m", "tiny-llama", "--counts", "0,1,3", "--seeds", "1",

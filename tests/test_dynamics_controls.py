@@ -17,7 +17,7 @@ from geosteer.dynamics.pressure import (
 )
 from geosteer.dynamics.variants import FFNVariant
 from geosteer.errors import GeosteerError
-from geosteer.steer import steer
+from geosteer.interventions import steer
 from tests.conftest import TINY_FAMILIES, sample_ids
 
 

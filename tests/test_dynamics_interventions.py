@@ -15,8 +15,8 @@ from geosteer.dynamics.parallel import estimated_speedup, layer_order, safe_spee
 from geosteer.dynamics.topk import TopKAttention, topk_attention
 from geosteer.dynamics.variants import FFNVariant, Gains, Parallelize
 from geosteer.errors import ArtifactError
+from geosteer.interventions import steer
 from geosteer.record import Recorder
-from geosteer.steer import steer
 from tests.conftest import sample_ids
 
 

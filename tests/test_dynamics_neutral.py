@@ -9,7 +9,7 @@ from geosteer.dynamics.gates import FFNGates
 from geosteer.dynamics.parallel import ConcurrentParallel
 from geosteer.dynamics.topk import TopKAttention
 from geosteer.dynamics.variants import FFNVariant, Gains, Parallelize
-from geosteer.steer import steer
+from geosteer.interventions import steer
 from tests.conftest import TINY_FAMILIES, sample_ids
 
 

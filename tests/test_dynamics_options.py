@@ -9,8 +9,8 @@ from geosteer import anatomy
 from geosteer.dynamics.options import split_options_study
 from geosteer.dynamics.ov import head_ov, ov_rows, ov_summary, ov_weights
 from geosteer.dynamics.variants import FFNVariant
+from geosteer.interventions import steer
 from geosteer.record import Recorder
-from geosteer.steer import steer
 from tests.conftest import sample_ids
 
 

@@ -8,9 +8,9 @@ import torch
 
 from geosteer import load_model
 from geosteer.dynamics import editing, prefix
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
 from geosteer.record import Recorder
-from geosteer.steer import steer
 
 
 @pytest.fixture(scope="module")

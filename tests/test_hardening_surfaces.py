@@ -128,7 +128,7 @@ def test_load_refuses_non_finite_and_degenerate(monkeypatch, capsys, tiny_cache,
 
 def test_non_finite_perplexity_is_an_error(tiny_cache):
     from geosteer.eval.perplexity import strided_perplexity
-    from geosteer.steer import HookIntervention, steer
+    from geosteer.interventions import HookIntervention, steer
 
     model, tok = tiny_cache("llama")
     text = "The cat sat on the mat by the door. " * 20

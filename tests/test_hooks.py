@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from geosteer.interventions import steer
 from geosteer.models.anatomy import FAMILIES, get_submodule
 from geosteer.record import AttentionRecorder, Recorder
-from geosteer.steer import steer
 from tests.conftest import TINY_FAMILIES, sample_ids
 
 

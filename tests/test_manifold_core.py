@@ -10,10 +10,10 @@ import torch
 from geosteer import manifold
 from geosteer.attention import AttentionCall, add_attention_handler, attention_weights
 from geosteer.errors import ArtifactError, GeosteerError
+from geosteer.interventions import steer
 from geosteer.manifold.bspline import bspline_basis, bspline_basis_reference, bspline_local
 from geosteer.manifold.kernel import modulated_attention, naive_modulated_attention
 from geosteer.models.anatomy import anatomy
-from geosteer.steer import steer
 from tests.conftest import TINY_FAMILIES, sample_ids
 
 # ----------------------------------------------------------------------------- basis

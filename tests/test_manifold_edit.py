@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from geosteer import manifold
+from geosteer.interventions import steer
 from geosteer.manifold import edit as E
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.explore import layer_norms, layer_sensitivity, top_surfaces
-from geosteer.steer import steer
 from tests.conftest import sample_ids
 
 

@@ -9,10 +9,10 @@ import torch
 
 from geosteer import load_model
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
 from geosteer.manifold import detach, load, read_config
 from geosteer.manifold.train import calibrate_ranges, parse_layers, train_surfaces
 from geosteer.record import AttentionRecorder
-from geosteer.steer import steer
 from geosteer.train import TrainConfig
 
 TEXT = ("The river flows through the valley and the village. The mill by the river grinds the grain. "

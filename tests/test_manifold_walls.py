@@ -11,10 +11,10 @@ import torch
 from geosteer import manifold
 from geosteer.attention import attention_weights, repeat_kv
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
 from geosteer.manifold import edit as E
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.walls import Wall
-from geosteer.steer import steer
 from tests.conftest import sample_ids
 
 FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gemma3", "gpt2", "gpt_neox"]

@@ -6,10 +6,10 @@ import torch
 
 from geosteer import manifold
 from geosteer.attention import attention_weights, repeat_kv
+from geosteer.interventions import steer
 from geosteer.manifold import edit as E
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.coverage import grid_coverage, wall_leakage
-from geosteer.steer import steer
 from tests.test_manifold_walls import _bank, _Capture
 
 TEXTS = ["The cat sat on the mat and looked at", "Water boils at one hundred degrees"]

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from geosteer.attention import ATTN_NAME, add_attention_handler
+from geosteer.interventions import Identity, ScaleHook, steer
 from geosteer.models.anatomy import anatomy
-from geosteer.steer import Identity, ScaleHook, steer
 from tests.conftest import TINY_FAMILIES, sample_ids
 
 

@@ -67,7 +67,7 @@ def test_core_cli_runs_without_the_extras(tmp_path):
     assert "n_kv_heads" in r.stdout
     code = textwrap.dedent("""
         import sys
-        import geosteer, geosteer.manifold, geosteer.directional, geosteer.dynamics, geosteer.steer
+        import geosteer, geosteer.manifold, geosteer.directional, geosteer.dynamics, geosteer.interventions
         from geosteer.models.loading import load_model
         bad = [m for m in sys.modules if m.split('.')[0] in {opt!r} and sys.modules[m] is not None]
         assert not bad, bad

@@ -10,7 +10,7 @@ from torch import nn
 
 from geosteer import load_model
 from geosteer.errors import GeosteerError
-from geosteer.steer import HookIntervention, steer
+from geosteer.interventions import HookIntervention, steer
 from geosteer.train import BatchOrder, TrainConfig, TrainingDiverged, train, windows
 from geosteer.train.checkpoint import CHECKPOINT_NAME, load_checkpoint
 

@@ -1,9 +1,9 @@
 """geosteer: geometric steering and analysis of pretrained language models."""
 
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer  # the function; the module is geosteer.interventions
 from geosteer.models.anatomy import Anatomy, anatomy
 from geosteer.models.loading import load_model
-from geosteer.steer import steer  # noqa: E402  (the function; the module stays importable)
 
 try:
     from importlib.metadata import PackageNotFoundError

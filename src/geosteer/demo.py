@@ -30,7 +30,7 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
     from geosteer.data.corpus import split_text
     from geosteer.eval.generation import generate
     from geosteer.eval.perplexity import strided_perplexity
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     console = Console()
     t0 = time.time()
@@ -88,10 +88,10 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
 
     from geosteer.eval.compare import kl_divergence, next_token_logprobs
     from geosteer.eval.generation import generate
+    from geosteer.interventions import steer
     from geosteer.io_utils import write_records
     from geosteer.manifold.edit import Edit, live
     from geosteer.manifold.explore import layer_sensitivity
-    from geosteer.steer import steer
     from geosteer.viz import surfaces as S
     from geosteer.viz.report import build_report
 

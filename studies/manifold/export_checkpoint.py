@@ -31,8 +31,8 @@ def main() -> None:
     from geosteer import load_model
     from geosteer.data.corpus import split_text
     from geosteer.eval.perplexity import strided_perplexity
+    from geosteer.interventions import steer
     from geosteer.manifold import attach, save
-    from geosteer.steer import steer
     from geosteer.train.checkpoint import load_checkpoint
 
     state = load_checkpoint(a.checkpoint)

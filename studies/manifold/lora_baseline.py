@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--eval-tokens", type=int, default=32768)
     ap.add_argument("--eval-before", action="store_true", help="also score the stock model first")
     ap.add_argument("--checkpoint-every", type=int, default=8)
+    ap.add_argument("--eval-every", type=int, default=0, help="steps between held-out evaluations (0: end only)")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--out", type=Path, required=True, help="folder for checkpoint + adapter")
     ap.add_argument("--result", type=Path, required=True, help="tidy JSON result")
@@ -69,7 +70,8 @@ def main() -> None:
     pm = get_peft_model(model, lcfg)
     n_lora = sum(p.numel() for p in pm.parameters() if p.requires_grad)
     cfg = TrainConfig(lr=a.lr, tokens=a.tokens, batch_size=a.batch, seq_len=a.seq_len, seed=a.seed,
-                      eval_tokens=a.eval_tokens, checkpoint_every=a.checkpoint_every, eval_before_after=True)
+                      eval_tokens=a.eval_tokens, checkpoint_every=a.checkpoint_every, eval_every=a.eval_every,
+                      eval_before_after=True)
     print(f"LoRA r={rank} alpha={alpha} on q_proj,v_proj of layers {a.layers}: {n_lora:,} params "
           f"(grid-8 surfaces on the same layers: {surface_params:,})", flush=True)
     res = train(model, pm, cfg, tok=tok, out_dir=a.out, resume=a.resume, progress=False,

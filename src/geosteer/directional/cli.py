@@ -106,9 +106,9 @@ def ppl_cmd(
     from geosteer.directional.sites import ComponentScale
     from geosteer.directional.studies import heldout_ids
     from geosteer.eval.perplexity import strided_perplexity
+    from geosteer.interventions import steer
     from geosteer.models.anatomy import anatomy
     from geosteer.models.loading import load_model
-    from geosteer.steer import steer
 
     cfg = ComponentScaleConfig(site, s_par, s_perp, heads=heads, value_space=value_space)
     m, tok = load_model(model)

@@ -178,8 +178,8 @@ def compress(model: nn.Module, method: str, calib: dict[str, dict], group: int =
 @torch.no_grad()
 def update_errors(base: nn.Module, comp: nn.Module, prompts: Sequence[torch.Tensor]) -> list[dict]:
     """Per layer and site (attn, mlp, block): mean/std over tokens of ‖e⊥‖, ‖e∥‖, ‖e‖ relative to ‖Δ_base‖."""
+    from geosteer.interventions import steer
     from geosteer.record import Recorder
-    from geosteer.steer import steer
 
     points = ("resid_pre", "attn_out", "mlp_out", "resid_post")
     acc: dict[tuple[int, str], RunningStats] = {}

@@ -185,7 +185,7 @@ def measure_text(model: nn.Module, tok, text: str, *, tokens: int = 512, chunk: 
     """Measure the first ``tokens`` tokens of ``text`` (BOS first) in forwards of ``chunk`` tokens."""
     from geosteer.errors import GeosteerError
     from geosteer.eval.perplexity import encode
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     if tokens < 1 or chunk < 1:
         raise GeosteerError(f"--tokens and --chunk must be >= 1 (got {tokens}, {chunk})")
@@ -207,7 +207,7 @@ def measure_generation(model: nn.Module, tok, prompt: str, *, max_new_tokens: in
     """Greedy generation with one summary per model call (paper Figure 1): step 0 is the prompt, step
     s ≥ 1 the single token fed at generation step s (KV cache)."""
     from geosteer.errors import GeosteerError
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     if max_new_tokens < 1:
         raise GeosteerError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")

@@ -131,7 +131,7 @@ def mlp_internal_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int
     the residual MLP output and the two internal sites, all ``layers`` edited."""
     from geosteer.directional.sites import ComponentScale
     from geosteer.directional.views import _next_token_loss
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     base = _next_token_loss(model, ids)
     rows = []

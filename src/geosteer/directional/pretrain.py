@@ -69,7 +69,7 @@ def train_one(variant: str, seed: int, train: torch.Tensor, val_batches: list[to
               batch: int, ctx: int, lr: float, eval_every: int, model_kw: dict, log=print) -> dict:
     """Train one model; returns {"curve": [...], "final_val": float, "params": int, "seconds": float}."""
     from geosteer.directional.sites import ComponentScale
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     model = small_model(ctx=ctx, seed=seed, **model_kw)
     model.train()

@@ -49,7 +49,7 @@ def run_sweep(model, tok, ids: torch.Tensor, settings: Sequence[ComponentScaleCo
 
     from geosteer.directional.sites import ComponentScale
     from geosteer.eval.perplexity import strided_perplexity
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     out = Path(out)
     rows: list[dict] = []

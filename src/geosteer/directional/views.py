@@ -12,8 +12,8 @@ from torch import nn
 from geosteer.attention import add_attention_handler
 from geosteer.directional.diagonal import DiagonalCapture, layer_views, output_projection
 from geosteer.directional.sites import ComponentScale
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy, first_tensor
-from geosteer.steer import steer
 
 
 def _quantiles(x: torch.Tensor) -> dict[str, float]:

@@ -190,7 +190,7 @@ def diagnose(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
     ``attention_mask`` (n, seq) marks real tokens (padding is masked out of every statistic).
     ``interventions`` stay active during the pass (diagnostics of a modified model).
     """
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     if input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids must be (n, seq) with seq >= 1, got shape {tuple(input_ids.shape)}")

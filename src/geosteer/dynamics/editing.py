@@ -97,8 +97,8 @@ def _probe(model: nn.Module, ids: torch.Tensor, layer: int) -> tuple[torch.Tenso
 
 @torch.no_grad()
 def last_logits(model: nn.Module, ids: torch.Tensor, interventions: Sequence = ()) -> torch.Tensor:
+    from geosteer.interventions import steer
     from geosteer.models.loading import input_device
-    from geosteer.steer import steer
 
     with steer(model, *interventions):
         return model(ids.to(input_device(model))).logits[:, -1].double().cpu()

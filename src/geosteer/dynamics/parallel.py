@@ -58,7 +58,7 @@ def layer_order(defects: Sequence[float], strategy: str, seed: int = 0,
 @torch.no_grad()
 def mean_loss(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 4, interventions=()) -> float:
     """Mean next-token NLL over the windows ``input_ids`` under ``interventions``."""
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     device = input_device(model)
     tot, n = 0.0, 0

@@ -69,8 +69,8 @@ def spread(u: torch.Tensor) -> dict[str, float]:
 @torch.no_grad()
 def last_token_states(model: nn.Module, ids: torch.Tensor, interventions: Sequence = ()) -> torch.Tensor:
     """(layers, batch, d) block outputs (``resid_post``) at the last position, float64 on CPU."""
+    from geosteer.interventions import steer
     from geosteer.models.loading import input_device
-    from geosteer.steer import steer
 
     an = anatomy(model)
     out: dict[int, torch.Tensor] = {}

@@ -86,8 +86,8 @@ def pressure_study(model: nn.Module, ids: torch.Tensor, betas: Sequence[float], 
     """
     from geosteer.dynamics.topk import nll_sum
     from geosteer.dynamics.variants import FFNVariant, Gains
+    from geosteer.interventions import steer
     from geosteer.models.anatomy import anatomy
-    from geosteer.steer import steer
 
     if mode not in PRESSURE_MODES:
         raise GeosteerError(f"unknown pressure mode '{mode}'; valid: {', '.join(PRESSURE_MODES)}")

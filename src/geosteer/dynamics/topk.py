@@ -68,8 +68,8 @@ def nll_sum(model: nn.Module, ids: torch.Tensor) -> tuple[float, int]:
 def topk_study(model: nn.Module, input_ids: torch.Tensor, ks: Sequence[int] = (1, 4, 16, 32), *,
                layers: Sequence[int] | None = None, batch_size: int = 4) -> tuple[list[dict], list[dict]]:
     """(per-layer cosine rows, per-k summary rows) for top-k aggregation; see the module docstring."""
+    from geosteer.interventions import HookIntervention, steer
     from geosteer.record import Recorder
-    from geosteer.steer import HookIntervention, steer
 
     ks = [check_k(k) for k in ks]
     an = anatomy(model)

@@ -1,6 +1,6 @@
 """Branch-level interventions of the FFN steering field: FFN variants, gains, parallel blocks.
 
-All of them are :class:`geosteer.steer.Intervention` objects built on the named hook points, so they work
+All of them are :class:`geosteer.interventions.Intervention` objects built on the named hook points, so they work
 on sequential and parallel-residual blocks through the anatomy table, compose with each other and with
 ``geosteer.steer``, and are removed cleanly.
 

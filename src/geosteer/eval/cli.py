@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
         from geosteer.data.corpus import split_text
         from geosteer.eval.perplexity import strided_perplexity
         from geosteer.eval.textfile import encode_file
-        from geosteer.steer import steer
+        from geosteer.interventions import steer
 
         if (text_file is None) == (corpus is None):
             raise GeosteerError("give exactly one of --text-file F or --corpus heldout|train")
@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
         """Continue a prompt (greedy, or sampling with a seed). --max-new-tokens beyond the model's
         positions is capped at what fits (with a note on stderr)."""
         from geosteer.eval.generation import cap_new_tokens, generate, prompt_ids
-        from geosteer.steer import steer
+        from geosteer.interventions import steer
 
         if max_new_tokens < 1:
             raise GeosteerError(f"max_new_tokens (--max-new-tokens) must be >= 1 (got {max_new_tokens})")

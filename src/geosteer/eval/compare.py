@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from geosteer.eval.generation import generate, generate_seeds, prompt_ids
+from geosteer.interventions import steer
 from geosteer.models.loading import input_device
-from geosteer.steer import steer
 
 
 @torch.no_grad()

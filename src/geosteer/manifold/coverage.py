@@ -37,8 +37,8 @@ def heldout_windows(tok, n: int = 4, length: int = 128, split: str = "heldout") 
 
 
 def _run(model, inputs: Sequence[torch.Tensor], handlers: dict, interventions: Sequence) -> None:
+    from geosteer.interventions import steer
     from geosteer.models.anatomy import anatomy
-    from geosteer.steer import steer
 
     use_geosteer_attention(model)
     an = anatomy(model)

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from geosteer.interventions import steer
 from geosteer.manifold.edit import Edit, live, surface_norms
 from geosteer.models.loading import input_device
-from geosteer.steer import steer
 
 
 def _last_logits(model, tok, prompts: Sequence[str]) -> torch.Tensor:

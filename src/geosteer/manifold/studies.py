@@ -151,7 +151,7 @@ def output_comparison(model, tok, bank, prompts: Sequence[Prompt], max_new_token
         lp_a = next_token_logprobs(model, tok, p.text, [])
         lp_b = next_token_logprobs(model, tok, p.text, [bank])
         ga = generate(model, tok, p.text, max_new_tokens)
-        from geosteer.steer import steer
+        from geosteer.interventions import steer
 
         with steer(model, bank):
             gb = generate(model, tok, p.text, max_new_tokens)
@@ -182,7 +182,7 @@ class PairedRunner:
 
     def __init__(self, model, tok, base: list, prompts: Sequence[Prompt], max_new_tokens: int = 30,
                  seeds: Sequence[int] = (), temperature: float = 0.8, top_k: int = 50) -> None:
-        from geosteer.steer import steer
+        from geosteer.interventions import steer
 
         self.model, self.tok, self.prompts = model, tok, list(prompts)
         self.kw = dict(max_new_tokens=max_new_tokens)
@@ -207,7 +207,7 @@ class PairedRunner:
         return rows
 
     def run(self, condition: str, interventions: list, sample: bool = True) -> list[dict]:
-        from geosteer.steer import steer
+        from geosteer.interventions import steer
 
         rows = []
         for p, (lp_a, ga, sa) in zip(self.prompts, self.base, strict=True):

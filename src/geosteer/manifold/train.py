@@ -38,8 +38,8 @@ def calibrate_ranges(model, tok, layers: list[int], *, text: str | Path = "train
     Reads ``batches`` × ``batch_size`` windows of ``seq_len`` tokens from ``text`` (the first windows of a
     seeded shuffle, like training) and records every covered layer's post-RoPE queries and keys.
     """
+    from geosteer.interventions import steer
     from geosteer.record import AttentionRecorder
-    from geosteer.steer import steer
     from geosteer.train.data import BatchOrder
 
     if not 0.5 <= quantile < 1.0:

@@ -173,7 +173,7 @@ def train(
     """
     from accelerate import Accelerator
 
-    from geosteer.steer import steer
+    from geosteer.interventions import steer
 
     say = log if log is not None else (lambda s: None)
     params = trainable_parameters(trainable)

@@ -40,9 +40,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Record the prompt's post-RoPE (q, k) self-pairs on the top surfaces (tidy JSON for `report`)."""
         from geosteer import load_model
+        from geosteer.interventions import steer
         from geosteer.io_utils import write_records
         from geosteer.manifold import load as load_surfaces
-        from geosteer.steer import steer
         from geosteer.viz import surfaces as S
 
         if top < 1:

@@ -121,8 +121,8 @@ def token_labels(tok, ids: Sequence[int]) -> list[str]:
 def record_qk_tensors(model, tok, prompt: str, layers: Sequence[int]) -> tuple[list[str], dict, dict]:
     """One forward under whatever is attached: labels, {layer: q (H, T, d)}, {layer: k (Hkv, T, d)}."""
     from geosteer.eval.generation import prompt_ids
+    from geosteer.interventions import steer
     from geosteer.record import AttentionRecorder
-    from geosteer.steer import steer
 
     ids = prompt_ids(tok, prompt).to(input_device(model))
     rec = AttentionRecorder(layers=list(layers), what=("query", "key"))

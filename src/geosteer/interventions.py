@@ -1,4 +1,4 @@
-"""Interventions: a small protocol, composition, and clean removal.
+"""Interventions: a small protocol, composition, and clean removal (``geosteer.interventions``).
 
 An intervention is any object with ``attach(model) -> remove`` (a zero-argument callable that undoes
 exactly what ``attach`` did). ``steer(model, a, b, ...)`` attaches them in order and always removes them
@@ -58,16 +58,24 @@ class HookIntervention:
         return attach_hooks(model, self.point, self.layers, self.fn)
 
 
-def Identity(point: str = "attn_out", layers: Sequence[int] | None = None) -> HookIntervention:
+class Identity(HookIntervention):
     """A no-op branch intervention (returns the tensor unchanged): used to prove neutrality."""
-    return HookIntervention(point, lambda x, ctx: x.clone(), layers)
+
+    def __init__(self, point: str = "attn_out", layers: Sequence[int] | None = None) -> None:
+        super().__init__(point, lambda x, ctx: x.clone(), layers)
 
 
-def ScaleHook(point: str, factor: float, layers: Sequence[int] | None = None) -> HookIntervention:
+class ScaleHook(HookIntervention):
     """Multiply the tensor at ``point`` by ``factor`` (e.g. an attention gain β_A on ``attn_out``)."""
-    return HookIntervention(point, lambda x, ctx: x * factor, layers)
+
+    def __init__(self, point: str, factor: float, layers: Sequence[int] | None = None) -> None:
+        super().__init__(point, lambda x, ctx: x * factor, layers)
+        self.factor = factor
 
 
-def AddVector(point: str, vector: torch.Tensor, layers: Sequence[int] | None = None) -> HookIntervention:
+class AddVector(HookIntervention):
     """Add a steering vector (d_model,) at ``point`` on every token."""
-    return HookIntervention(point, lambda x, ctx: x + vector.to(device=x.device, dtype=x.dtype), layers)
+
+    def __init__(self, point: str, vector: torch.Tensor, layers: Sequence[int] | None = None) -> None:
+        super().__init__(point, lambda x, ctx: x + vector.to(device=x.device, dtype=x.dtype), layers)
+        self.vector = vector
