@@ -10,7 +10,7 @@ import pytest
 
 from geosteer.errors import GeosteerError
 from geosteer.tasks import build as B
-from geosteer.tasks import ruler
+from geosteer.tasks import proxies, ruler
 from geosteer.tasks.lm_eval_glue import ruler_results
 
 L = 384  # tiny models: max_position_embeddings 512
@@ -34,11 +34,11 @@ def test_same_seed_byte_identical_other_seed_differs(built):
     B.build(d / "c", seed=1, **SMALL)
     names = sorted(p.name for p in (d / "a").iterdir())
     assert names == sorted(p.name for p in (d / "b").iterdir())
-    assert len([n for n in names if n.endswith(".jsonl")]) == len(ruler.TASKS) + 2
+    assert len([n for n in names if n.endswith(".jsonl")]) == len(ruler.TASKS) + len(proxies.PROXIES)
     for n in names:
         assert (d / "a" / n).read_bytes() == (d / "b" / n).read_bytes(), n
     differ = [n for n in names if n.endswith(".jsonl") and (d / "a" / n).read_bytes() != (d / "c" / n).read_bytes()]
-    assert len(differ) == len(ruler.TASKS) + 2
+    assert len(differ) == len(ruler.TASKS) + len(proxies.PROXIES)
 
 
 def test_examples_fit_and_contain_their_answers(built):
@@ -79,6 +79,22 @@ def test_proxies_have_one_true_choice(built):
         assert len(doc["choices"]) == 4 and len(set(doc["choices"])) == 4
     for doc in _rows(d / "a" / "geosteer_proxy_nextsent.jsonl"):
         assert len(set(doc["choices"])) == 4 and doc["choices"][doc["answer"]] not in doc["context"]
+
+
+def test_fact_proxy_cannot_be_copied_and_distractors_match_the_kind():
+    docs = proxies.generate("proxy_fact", 60, seed=3)
+    assert len(docs) == 60 and {d["kind"] for d in docs} == {"year", "name"}
+    for doc in docs:
+        true = doc["choices"][doc["answer"]]
+        assert len(set(doc["choices"])) == 4
+        assert true.lower() not in doc["context"].lower()  # recall, not copying
+        assert len(doc["context"].split()) >= 4
+        if doc["kind"] == "year":
+            assert all(c.isdigit() and abs(int(c) - int(true)) <= 60 for c in doc["choices"])
+        else:
+            assert all(c[0].isupper() and c.isalpha() for c in doc["choices"])
+    assert proxies.generate("proxy_fact", 60, seed=3) == docs  # deterministic
+    assert proxies.generate("proxy_fact", 60, seed=4) != docs
 
 
 @pytest.mark.parametrize("pred,refs,all_,part", [

@@ -9,7 +9,8 @@
 The folder holds one ``<name>.jsonl`` and one ``<name>.yaml`` per task, ``utils.py`` (loader + RULER
 scorer, importing :mod:`geosteer.tasks.lm_eval_glue`) and ``manifest.json`` (arguments, counts, sha256 of
 each data file). Task names: ``geosteer_ruler_<task>_<length>`` (tags ``geosteer_ruler_<length>`` and
-``geosteer_ruler``), ``geosteer_proxy_cloze`` / ``geosteer_proxy_nextsent`` (tag ``geosteer_proxy``).
+``geosteer_ruler``), ``geosteer_proxy_cloze`` / ``geosteer_proxy_nextsent`` (tag ``geosteer_proxy``),
+``geosteer_proxy_fact`` (tag ``geosteer_fact``).
 The token lengths are counted with ``--model``'s tokenizer; a length above its
 ``max_position_embeddings`` is refused.
 """
@@ -79,8 +80,8 @@ def _ruler_yaml(name: str, task: str, length: int) -> str:
             "metadata:\n  version: 1.0\n")
 
 
-def _proxy_yaml(name: str) -> str:
-    return (f"task: {name}\ntag:\n  - geosteer_proxy\n"
+def _proxy_yaml(name: str, tag: str = "geosteer_proxy") -> str:
+    return (f"task: {name}\ntag:\n  - {tag}\n"
             f"custom_dataset: !function utils.load\ndataset_kwargs:\n  file: {name}.jsonl\n"
             "output_type: multiple_choice\ntest_split: test\ndoc_to_text: context\n"
             "doc_to_choice: choices\ndoc_to_target: answer\ntarget_delimiter: \" \"\n"
@@ -128,7 +129,8 @@ def build(out: str | Path, *, model: str = "smollm2", lengths: Sequence[int] = (
     for t in proxy_tasks:
         name = f"geosteer_{t}"
         rows = proxies.generate(t, proxy_n, seed)
-        files[f"{name}.jsonl"], files[f"{name}.yaml"] = _jsonl(rows), _proxy_yaml(name).encode()
+        files[f"{name}.jsonl"] = _jsonl(rows)
+        files[f"{name}.yaml"] = _proxy_yaml(name, proxies.TAGS[t]).encode()
         tasks[name] = len(rows)
     manifest = {"format": "geosteer-tasks", "version": 1, "model": model, "max_position_embeddings": limit,
                 "lengths": list(lengths), "seed": seed, "ruler_n": ruler_n, "proxy_n": proxy_n, "tasks": tasks,

@@ -9,6 +9,10 @@ still rank the right continuation first — on text the model can be scored on o
 - ``proxy_nextsent``: two consecutive sentences of an article as context; choices are the true next
   sentence and three sentences from other held-out articles (HellaSwag/SWAG-like, without adversarial
   filtering).
+- ``proxy_fact``: factual recall. A held-out sentence (with the sentence before it) cut just before a year
+  or a proper noun that does not occur in the context, so it cannot be copied; choices are the true one
+  and three of the same kind (years within ±60 of it; proper nouns of other articles). Harder than
+  ``proxy_cloze``, whose last words are often predictable from the sentence itself.
 
 Scored by lm-eval's ``multiple_choice`` (``acc``, ``acc_norm``); chance is 25 %.
 """
@@ -20,7 +24,8 @@ import re
 
 from geosteer.errors import GeosteerError
 
-PROXIES = ("proxy_cloze", "proxy_nextsent")
+PROXIES = ("proxy_cloze", "proxy_nextsent", "proxy_fact")
+TAGS = {"proxy_cloze": "geosteer_proxy", "proxy_nextsent": "geosteer_proxy", "proxy_fact": "geosteer_fact"}
 N_CHOICES = 4
 
 
@@ -77,10 +82,62 @@ def _nextsent(rng: random.Random, n: int) -> list[dict]:
     return out
 
 
+_YEAR = re.compile(r"(?<= )(1[5-9]\d\d|20[0-2]\d)\b")
+_NAME = re.compile(r"(?<= )([A-Z][a-z]{3,})\b")
+_NOT_NAMES = frozenset("""The This That These Those There Their They When Where While Which What After Before
+During Since Until With Without From Into About Although However Also Many Most Some Other Such Each Both
+Following According Between Under Over Among Around Through January February March April June July August
+September October November December Monday Tuesday Wednesday Thursday Friday Saturday Sunday""".split())
+
+
+def _fact_spans(sents: list[str]) -> list[tuple[str, str, str]]:
+    """(kind, context, answer) for each sentence with a usable year or proper noun (the first one)."""
+    out = []
+    for i, s in enumerate(sents):
+        prev = sents[i - 1] if i else ""
+        hits = [(m.start(), "year", m.group(1)) for m in _YEAR.finditer(s)]
+        hits += [(m.start(), "name", m.group(1)) for m in _NAME.finditer(s) if m.group(1) not in _NOT_NAMES]
+        for start, kind, ans in sorted(hits):
+            head = s[:start].rstrip()
+            ctx = f"{prev} {head}".strip()
+            if len(head.split()) >= 4 and ans.lower() not in ctx.lower():
+                out.append((kind, ctx, ans))
+                break
+    return out
+
+
+def _fact(rng: random.Random, n: int) -> list[dict]:
+    arts = _articles()
+    years = sorted({int(y) for sents in arts for s in sents for y in _YEAR.findall(s)})
+    names = [{m for s in sents for m in _NAME.findall(s) if m not in _NOT_NAMES} for sents in arts]
+    spans = [(a, *span) for a, sents in enumerate(arts) for span in _fact_spans(sents)]
+    by_kind = {k: [c for c in spans if c[1] == k] for k in ("year", "name")}
+    for v in by_kind.values():
+        rng.shuffle(v)
+    # alternate years and names (as many years as there are, up to half): a mix of both kinds of fact
+    cands = [c for pair in zip(by_kind["year"], by_kind["name"], strict=False) for c in pair]
+    cands += by_kind["name"][len(by_kind["year"]):] + by_kind["year"][len(by_kind["name"]):]
+    out = []
+    for a, kind, ctx, ans in cands:
+        if kind == "year":
+            pool = [str(y) for y in years if y != int(ans) and abs(y - int(ans)) <= 60]
+        else:
+            pool = sorted({w for b, ws in enumerate(names) if b != a for w in ws if w.lower() not in ctx.lower()}
+                          - names[a])
+        if len(pool) < N_CHOICES - 1:
+            continue
+        choices = rng.sample(pool, N_CHOICES - 1) + [ans]
+        rng.shuffle(choices)
+        out.append({"context": ctx, "choices": choices, "answer": choices.index(ans), "kind": kind})
+        if len(out) == n:
+            break
+    return out
+
+
 def generate(task: str, n: int, seed: int) -> list[dict]:
     """``n`` items of a proxy task (fewer only if the held-out split runs out). Same seed → same items."""
     if task not in PROXIES:
         raise GeosteerError(f"unknown proxy task '{task}'; valid: {', '.join(PROXIES)}")
     rng = random.Random(f"geosteer-proxy/{task}/{seed}")
-    docs = (_cloze if task == "proxy_cloze" else _nextsent)(rng, n)
+    docs = {"proxy_cloze": _cloze, "proxy_nextsent": _nextsent, "proxy_fact": _fact}[task](rng, n)
     return [dict(d, index=i) for i, d in enumerate(docs)]
