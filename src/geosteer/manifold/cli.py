@@ -13,6 +13,10 @@ from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_thre
 man = typer.Typer(no_args_is_help=True,
                   help="Attention manifolds: learned B-spline value-modulation surfaces.")
 
+from geosteer.manifold.cli_wall_learn import wall_learn_cmd  # noqa: E402
+
+man.command("wall-learn")(wall_learn_cmd)
+
 SURF_OPT = typer.Option(..., "--surfaces", "-s", help="surfaces artifact folder")
 
 

@@ -1,0 +1,70 @@
+"""``geosteer manifold wall-learn``: learn exact wall regions that suppress a target continuation."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+
+from geosteer.cli.common import JSON_OPT, THREADS_OPT, emit, set_threads
+
+
+def wall_learn_cmd(
+    surfaces: Path = typer.Option(..., "--surfaces", "-s", help="surfaces artifact folder to add walls to"),
+    target_file: Path = typer.Option(..., "--target-file", help='JSON list of {"prompt", "target"}'),
+    control_file: Path = typer.Option(..., "--control-file", help="JSON list of control prompt strings"),
+    out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (state in <out>.train/)"),
+    model: str = typer.Option(None, "--model", "-m", help="base model (default: the artifact's)"),
+    layers: str = typer.Option(None, "--layers", help="candidate layers, e.g. 8-15 (default: the bank's)"),
+    candidates: int = typer.Option(16, "--candidates", help="channels kept after contrastive scoring"),
+    steps: int = typer.Option(30, "--steps"),
+    lr: float = typer.Option(0.1, "--lr"),
+    kl_threshold: float = typer.Option(0.01, "--kl-threshold", help="control KL allowed (nats, > 0)"),
+    kl_weight: float = typer.Option(100.0, "--kl-weight"),
+    sparsity: float = typer.Option(0.05, "--sparsity", help="L1 weight on the gates"),
+    mode: str = typer.Option("walls", "--mode", help="walls | dense (fine-tune the surfaces: a baseline)"),
+    seed: int = typer.Option(0, "--seed"),
+    checkpoint_every: int = typer.Option(5, "--checkpoint-every"),
+    resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.safetensors"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
+    force: bool = typer.Option(False, "--force", help="use the surfaces on --model even if made for another"),
+    threads: int = THREADS_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Learn a short list of exact wall regions (layer, head, dim, q-box, k-box) that lower the target
+    continuations' log-prob while keeping the control prompts' next-token KL under --kl-threshold."""
+    from geosteer import load_model
+    from geosteer.manifold import load, read_config
+    from geosteer.manifold.wall_learn import WallLearnConfig, read_controls, read_targets
+    from geosteer.manifold.wall_learn_train import learn_walls
+    from geosteer.models.anatomy import parse_layers
+
+    cfg = WallLearnConfig(candidates=candidates, steps=steps, lr=lr, kl_threshold=kl_threshold,
+                          kl_weight=kl_weight, sparsity=sparsity, mode=mode, seed=seed,
+                          checkpoint_every=checkpoint_every)
+    targets, controls = read_targets(target_file), read_controls(control_file)
+    if layers is not None:
+        parse_layers(layers, 1 << 30)  # the syntax now; the range once the model is loaded
+    doc = read_config(surfaces)
+    set_threads(threads)
+    name = model or doc.get("base_model")
+    if not name:
+        raise ValueError("the artifact does not name its base model; pass --model")
+    m, tok = load_model(name)
+    bank = load(surfaces, model=m, force=force)
+    if layers is not None:
+        from geosteer.models.anatomy import anatomy
+
+        cfg.layers = parse_layers(layers, anatomy(m).n_layers)
+    args = sys.argv[1:]
+    if "wall-learn" in args[:3]:
+        args = args[args.index("wall-learn") + 1:]
+    command = "geosteer manifold wall-learn " + " ".join(shlex.quote(a) for a in args)
+    _, rep = learn_walls(m, tok, bank, targets, controls, cfg, out, resume=resume, overwrite=overwrite,
+                         storage_dtype=doc.get("storage_dtype") or "float32", command=command,
+                         log=(lambda s: print(s, file=sys.stderr, flush=True)))
+    summary = {"out": str(out), "mode": cfg.mode, **rep["train_eval"],
+               "regions": rep.get("regions_text", [])}
+    emit(summary, as_json)

@@ -1,0 +1,433 @@
+"""Learned walls (issue 16 item 4): a short list of exact wall regions that suppress a target continuation.
+
+Given target prompts with a continuation to suppress and control prompts to leave alone, learn which
+(layer, head, dim) value channels and which (q, k) boxes to wall off (``geosteer.manifold.walls``: gain exactly
+0 inside the box). Three stages, all on the frozen model with its surfaces attached:
+
+1. **Candidates** (:func:`score_candidates`): attribution patching. One forward/backward per prompt set gives
+   ∂ℓ/∂o for every attention output o_{i,h,d} of the candidate layers; zeroing channel (l, h, d) changes the
+   target continuation's log-prob by ≈ −Σ_i g_id o_id (first order). score = mean target drop − mean |change
+   of each control prompt's greedy-token log-probs|. The top-N channels get a starting box spanning the
+   ``quantiles`` of their q and k values on the target prompts.
+2. **Relaxation** (:class:`SoftWalls`): each candidate w removes the soft share
+   g_w · m_Q(q_i) m_K(k_j) of the value flow a_ij v_jd (1 + S_d(q_i, k_j)), with g_w = σ(a_w) and sigmoid box
+   edges m(x) = σ((x − lo)/t)·σ((hi − x)/t), t = temperature × the channel's q (k) spread, annealed toward
+   0. Loss (``wall_learn_train``) = target log-prob + kl_weight·max(0, control KL − kl_threshold) +
+   sparsity·Σ_w g_w: the L1 penalty on the gates is group-sparse (a gate switches a whole region).
+3. **Harden** (:meth:`SoftWalls.harden`): keep gates > 0.5, snap the boxes to exact walls. The hard walls are
+   what ships and what is evaluated; :class:`SoftWalls` with ``hard=True`` computes exactly that edit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from geosteer.errors import GeosteerError
+
+
+@dataclass
+class WallLearnConfig:
+    """Settings of one wall-learning run (recorded in the artifact and the checkpoint)."""
+
+    layers: list[int] | None = None  # candidate layers (None: the bank's layers)
+    candidates: int = 16  # channels kept after scoring
+    steps: int = 30
+    lr: float = 0.1  # AdamW on gate logits and box edges (dense mode: on the coefficients)
+    kl_threshold: float = 0.01  # τ: control next-token KL allowed before the penalty acts (nats)
+    kl_weight: float = 100.0  # λ
+    sparsity: float = 0.05  # L1 weight on the gates (per gate)
+    temp_start: float = 0.3  # box-edge temperature in units of the channel's spread, annealed
+    temp_end: float = 0.02
+    gate_init: float = 0.0  # gate logit at the start (σ = 0.5)
+    quantiles: tuple[float, float] = (0.02, 0.98)  # starting box from the target q/k values
+    control_weight: float = 1.0  # β in the candidate score
+    mode: str = "walls"  # "walls" (learned regions) | "dense" (fine-tune all surface coefficients)
+    seed: int = 0
+    checkpoint_every: int = 5
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.quantiles = tuple(float(x) for x in self.quantiles)
+        self.validate()
+
+    def validate(self) -> None:
+        if not (self.kl_threshold > 0 and math.isfinite(self.kl_threshold)):
+            raise GeosteerError(f"the KL threshold must be a positive number of nats (got {self.kl_threshold})")
+        if self.candidates < 1:
+            raise GeosteerError(f"candidates must be >= 1 (got {self.candidates})")
+        if self.steps < 1:
+            raise GeosteerError(f"steps must be >= 1 (got {self.steps})")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise GeosteerError(f"lr must be a positive number (got {self.lr})")
+        if self.kl_weight < 0 or self.sparsity < 0 or self.control_weight < 0:
+            raise GeosteerError("kl_weight, sparsity and control_weight must be >= 0")
+        if not 0 < self.temp_end <= self.temp_start:
+            raise GeosteerError(f"temperatures need 0 < end <= start (got {self.temp_start} -> {self.temp_end})")
+        lo, hi = self.quantiles
+        if not 0.0 <= lo < hi <= 1.0:
+            raise GeosteerError(f"quantiles must satisfy 0 <= lo < hi <= 1 (got {self.quantiles})")
+        if self.mode not in ("walls", "dense"):
+            raise GeosteerError(f"mode must be walls or dense (got {self.mode!r})")
+        if self.checkpoint_every < 0:
+            raise GeosteerError("checkpoint_every must be >= 0")
+
+    def temperature(self, step: int) -> float:
+        """Geometric anneal from ``temp_start`` (step 0) to ``temp_end`` (last step)."""
+        frac = step / max(1, self.steps - 1)
+        return self.temp_start * (self.temp_end / self.temp_start) ** min(1.0, frac)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["quantiles"] = list(self.quantiles)
+        return d
+
+
+# ----------------------------------------------------------------------------------------- prompt files
+def read_targets(path: str | Path) -> list[dict]:
+    """T.json: a non-empty JSON list of {"prompt": str, "target": str} (one-line errors otherwise)."""
+    items = _read_list(path, "target file")
+    out = []
+    for i, it in enumerate(items):
+        if not isinstance(it, dict) or not isinstance(it.get("prompt"), str) or not isinstance(
+                it.get("target"), str):
+            raise GeosteerError(f"{path}: item {i} must be an object with string 'prompt' and 'target'")
+        if not it["prompt"].strip():
+            raise GeosteerError(f"{path}: item {i} has an empty prompt")
+        if not it["target"]:
+            raise GeosteerError(f"{path}: item {i} has an empty target continuation")
+        out.append({"prompt": it["prompt"], "target": it["target"]})
+    return out
+
+
+def read_controls(path: str | Path) -> list[str]:
+    """C.json: a non-empty JSON list of prompt strings."""
+    items = _read_list(path, "control file")
+    for i, it in enumerate(items):
+        if not isinstance(it, str) or not it.strip():
+            raise GeosteerError(f"{path}: item {i} must be a non-empty prompt string")
+    return list(items)
+
+
+def _read_list(path, what: str) -> list:
+    p = Path(path)
+    if not p.is_file():
+        raise GeosteerError(f"{what} not found: {p}")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise GeosteerError(f"{p} is not valid JSON ({e})") from None
+    if not isinstance(doc, list):
+        raise GeosteerError(f"{p}: the {what} must be a JSON list")
+    if not doc:
+        raise GeosteerError(f"{p}: the {what} is empty (need at least one prompt)")
+    return doc
+
+
+@dataclass
+class Batch:
+    """Right-padded token ids (n, T) with BOS; ``lengths`` (n,); ``target`` (n, T) bool marks the positions
+    whose next token is a target token (empty for control batches)."""
+
+    ids: torch.Tensor
+    lengths: torch.Tensor
+    target: torch.Tensor | None = None
+    target_ids: list[list[int]] | None = None
+
+
+def _ids(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False).input_ids
+
+
+def encode_targets(tok, targets: list[dict]) -> Batch:
+    """Prompt and target tokenised apart and joined (the target's tokens are exactly what is suppressed)."""
+    bos = getattr(tok, "bos_token_id", None)
+    seqs, marks, tids = [], [], []
+    for i, t in enumerate(targets):
+        p, c = _ids(tok, t["prompt"]), _ids(tok, t["target"])
+        if not c:
+            raise GeosteerError(f"target {i} ({t['target']!r}) tokenises to nothing")
+        if not p:
+            raise GeosteerError(f"target prompt {i} tokenises to nothing")
+        pre = ([bos] if bos is not None else []) + p
+        seqs.append(pre + c)
+        m = [False] * (len(pre) - 1) + [True] * len(c) + [False]  # position i predicts token i+1
+        marks.append(m[: len(pre) + len(c)])
+        tids.append(c)
+    b = _pad(tok, seqs)
+    tgt = torch.zeros_like(b.ids, dtype=torch.bool)
+    for i, m in enumerate(marks):
+        tgt[i, : len(m)] = torch.tensor(m)
+    b.target, b.target_ids = tgt, tids
+    return b
+
+
+def encode_controls(tok, prompts: list[str]) -> Batch:
+    bos = getattr(tok, "bos_token_id", None)
+    seqs = []
+    for i, p in enumerate(prompts):
+        ids = _ids(tok, p)
+        if not ids:
+            raise GeosteerError(f"control prompt {i} tokenises to nothing")
+        seqs.append(([bos] if bos is not None else []) + ids)
+    return _pad(tok, seqs)
+
+
+def _pad(tok, seqs: list[list[int]]) -> Batch:
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), int(pad), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+    return Batch(ids, torch.tensor([len(s) for s in seqs]))
+
+
+def target_logprob(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """(n,) log-prob of each target continuation (sum over its tokens), teacher-forced.
+
+    Right padding with a purely causal mask: real positions never see the pads, so no attention mask."""
+    logp = torch.log_softmax(logits.float(), -1)[:, :-1]
+    nxt = batch.ids[:, 1:].to(logits.device)
+    tok_lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
+    return (tok_lp * batch.target[:, :-1].to(logits.device)).sum(-1)
+
+
+def control_logprobs(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probs (n, T, V), valid (n, T) bool): next-token distributions at every real position."""
+    logp = torch.log_softmax(logits.float(), -1)
+    valid = torch.arange(batch.ids.shape[1])[None] < batch.lengths[:, None]
+    return logp, valid.to(logits.device)
+
+
+def control_kl(logp_ref: torch.Tensor, logp: torch.Tensor, valid: torch.Tensor, last_only: bool = False,
+               lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean KL(P_ref ‖ P) over the valid positions (or only each prompt's last position)."""
+    kl = (logp_ref.exp() * (logp_ref - logp)).sum(-1)
+    if last_only:
+        return kl[torch.arange(kl.shape[0]), (lengths - 1).to(kl.device)].mean()
+    return (kl * valid).sum() / valid.sum()
+
+
+# ----------------------------------------------------------------------------------------- soft walls
+def _soft_box(x: torch.Tensor, lo, hi, t) -> torch.Tensor:
+    """σ((x − lo)/t)·σ((hi − x)/t); ``lo``/``hi``/``t`` (P,) broadcast over x (b, P, n)."""
+    return torch.sigmoid((x - lo[:, None]) / t[:, None]) * torch.sigmoid((hi[:, None] - x) / t[:, None])
+
+
+def _hard_box(x: torch.Tensor, lo, hi) -> torch.Tensor:
+    xd = x.double()
+    return ((xd >= lo[:, None].double()) & (xd <= hi[:, None].double())).to(x.dtype)
+
+
+class SoftWalls(nn.Module):
+    """Candidate walls with soft boxes and gates (parameters: ``gate``, ``q_lo/q_hi/k_lo/k_hi``).
+
+    ``cands``: dicts with layer, head, dim, q (lo, hi), k (lo, hi), q_scale, k_scale. Attach *outside* the
+    surfaces (``steer(model, soft, bank)``: the first attached handler is the outer one), so that its
+    correction removes the share of the full surface-modulated flow, as an exact wall does.
+    ``hard=True``: indicator boxes and gates thresholded at 0.5 (exactly the hardened walls' edit).
+    """
+
+    def __init__(self, cands: list[dict], bank=None, temperature: float = 0.3) -> None:
+        super().__init__()
+        if not cands:
+            raise GeosteerError("no candidate walls to learn")
+        self.cands = [dict(c) for c in cands]
+        f = lambda key, i: torch.tensor([float(c[key][i]) for c in cands])  # noqa: E731
+        self.gate = nn.Parameter(torch.zeros(len(cands)))
+        self.q_lo, self.q_hi = nn.Parameter(f("q", 0)), nn.Parameter(f("q", 1))
+        self.k_lo, self.k_hi = nn.Parameter(f("k", 0)), nn.Parameter(f("k", 1))
+        self.register_buffer("q_scale", torch.tensor([float(c["q_scale"]) for c in cands]))
+        self.register_buffer("k_scale", torch.tensor([float(c["k_scale"]) for c in cands]))
+        self._bank = [bank]  # a list: an nn.Module attribute would register the bank's parameters here
+        self.temperature = float(temperature)
+        self.hard = False
+        self.layers = sorted({int(c["layer"]) for c in cands})
+
+    @property
+    def bank(self):
+        return self._bank[0]
+
+    def gates(self) -> torch.Tensor:
+        return torch.sigmoid(self.gate)
+
+    def attach(self, model: nn.Module):
+        from geosteer.attention import attach_handlers
+
+        return attach_handlers(model, self.layers, self._make)
+
+    def _make(self, layer: int):
+        idx = torch.tensor([i for i, c in enumerate(self.cands) if int(c["layer"]) == layer])
+        heads = torch.tensor([int(self.cands[i]["head"]) for i in idx])
+        dims = torch.tensor([int(self.cands[i]["dim"]) for i in idx])
+
+        def handler(call, proceed):
+            out, w = proceed(call)
+            return self._correct(call, out, layer, idx, heads, dims), w
+
+        return handler
+
+    def _correct(self, call, out, layer, idx, heads, dims):
+        from geosteer.manifold.bspline import bspline_basis
+        from geosteer.manifold.kernel import _weights_block
+
+        q, key, value = call.query, call.key, call.value
+        b, H, L, d = q.shape
+        hkv, T = key.shape[1], key.shape[2]
+        rep = H // hkv
+        scaling = call.scaling if call.scaling is not None else d ** -0.5
+        softcap = call.kwargs.get("softcap")
+        is_causal = call.kwargs.get("is_causal")
+        if is_causal is None:
+            is_causal = getattr(call.module, "is_causal", True)
+        mask = call.attention_mask
+        if is_causal and mask is None and L > 1 and T > L:
+            key, value, T = key[:, :, :L], value[:, :, :L], L
+        causal = bool(is_causal and mask is None and L > 1)
+        float_mask = mask is not None and mask.dtype != torch.bool
+        qg = q.view(b, hkv, rep, L, d)
+        if softcap is None:
+            qg = qg * scaling
+        p = _weights_block(qg, key, 0, L, 0, T, scaling=scaling, softcap=softcap, causal=causal,
+                           attn_mask=None if mask is None else mask[..., :T], float_mask=float_mask,
+                           dropout=0.0, L=L, T=T)
+        dev = q.device
+        hp, dp, ix = heads.to(dev), dims.to(dev), idx.to(dev)
+        g = torch.div(hp, rep, rounding_mode="floor")
+        pw = p[:, g, hp % rep]  # (b, P, L, T)
+        qv = q.transpose(-1, -2)[:, hp, dp]  # (b, P, L)
+        kv = key.transpose(-1, -2)[:, g, dp]
+        vv = value.transpose(-1, -2)[:, g, dp]
+        bank = self.bank
+        if bank is not None and layer in bank.layers and bool(bank.enabled):
+            slot = bank.slot(layer)
+            lo, hi = float(bank.lo[slot]), float(bank.hi[slot])
+            c = bank.coefficients[slot][hp, dp].to(q.dtype)  # (P, K, K)
+            feats = torch.cat([vv.unsqueeze(-1) * bspline_basis(kv, bank.grid_size, lo, hi), vv.unsqueeze(-1)], -1)
+            qb = torch.einsum("bplk,pkc->bplc", bspline_basis(qv, bank.grid_size, lo, hi), c)
+            qfac = torch.cat([qb, torch.ones_like(qb[..., :1])], -1)
+        else:
+            feats, qfac = vv.unsqueeze(-1), None
+        if self.hard:
+            gate = (self.gates()[ix] > 0.5).to(q.dtype)
+            mq = _hard_box(qv, self.q_lo[ix], self.q_hi[ix])
+            mk = _hard_box(kv, self.k_lo[ix], self.k_hi[ix])
+        else:
+            gate = self.gates()[ix].to(q.dtype)
+            mq = _soft_box(qv, self.q_lo[ix], self.q_hi[ix], self.temperature * self.q_scale[ix])
+            mk = _soft_box(kv, self.k_lo[ix], self.k_hi[ix], self.temperature * self.k_scale[ix])
+        blocked = torch.matmul(pw, feats * mk.unsqueeze(-1))  # (b, P, L, K+1 | 1)
+        blocked = (blocked * qfac).sum(-1) if qfac is not None else blocked[..., 0]
+        corr = (gate[None, :, None] * mq * blocked).transpose(1, 2)  # (b, L, P)
+        out = out.clone()
+        out[:, :, hp, dp] = out[:, :, hp, dp] - corr.to(out.dtype)
+        return out
+
+    def harden(self) -> list:
+        """The exact walls: candidates with gate > 0.5 and a non-empty box (lo < hi on both axes)."""
+        from geosteer.manifold.walls import Wall
+
+        walls = []
+        g = self.gates().detach()
+        for i, c in enumerate(self.cands):
+            box = [float(x.detach()[i]) for x in (self.q_lo, self.q_hi, self.k_lo, self.k_hi)]
+            if float(g[i]) > 0.5 and box[0] < box[1] and box[2] < box[3]:
+                walls.append(Wall(layer=int(c["layer"]), heads=(int(c["head"]),), dims=(int(c["dim"]),),
+                                  q=(box[0], box[1]), k=(box[2], box[3])))
+        return walls
+
+
+# ----------------------------------------------------------------------------------------- candidates
+class _Probe:
+    """Adds a zero leaf to each attention output (so ∂ℓ/∂o is its gradient) and records q, k, o."""
+
+    def __init__(self, layers: list[int]) -> None:
+        self.layers = layers
+        self.z: dict[int, torch.Tensor] = {}
+        self.o: dict[int, torch.Tensor] = {}
+        self.q: dict[int, torch.Tensor] = {}
+        self.k: dict[int, torch.Tensor] = {}
+
+    def attach(self, model):
+        from geosteer.attention import attach_handlers
+
+        def make(layer):
+            def handler(call, proceed):
+                out, w = proceed(call)
+                z = torch.zeros_like(out, requires_grad=True)
+                self.z[layer], self.o[layer] = z, out.detach()
+                rep = call.query.shape[1] // call.key.shape[1]
+                self.q[layer] = call.query.detach()
+                self.k[layer] = call.key.detach().repeat_interleave(rep, dim=1)
+                return out + z, w
+
+            return handler
+
+        return attach_handlers(model, self.layers, make)
+
+
+def _attribution(model, bank, batch: Batch, layers, objective) -> tuple[_Probe, torch.Tensor]:
+    """Per-sample first-order change of ``objective`` (n,) when each channel is zeroed: (n, layers, H, d)."""
+    from geosteer.interventions import steer
+    from geosteer.models.loading import input_device
+
+    probe = _Probe(layers)
+    with torch.enable_grad(), steer(model, probe, bank):
+        logits = model(input_ids=batch.ids.to(input_device(model)), use_cache=False).logits
+        val = objective(logits)
+        val.sum().backward()
+    eff = torch.stack([(probe.z[x].grad * probe.o[x]).sum(1) for x in layers], 1)  # (n, layers, H, d)
+    return probe, eff.float().cpu()
+
+
+def score_candidates(model, tok, bank, tb: Batch, cb: Batch, cfg: WallLearnConfig, layers: list[int]) -> list[dict]:
+    """Top ``cfg.candidates`` channels by contrastive attribution, each with a starting box (module docstring)."""
+    from geosteer.models.loading import input_device
+
+    dev = input_device(model)
+    probe, t_eff = _attribution(model, bank, tb, layers, lambda lg: target_logprob(lg, tb))
+    with torch.no_grad():
+        from geosteer.interventions import steer
+
+        with steer(model, bank):
+            ref = model(input_ids=cb.ids.to(dev), use_cache=False).logits
+        top = ref.argmax(-1)
+    valid = (torch.arange(cb.ids.shape[1])[None] < cb.lengths[:, None]).to(dev)
+
+    def ctrl(lg):
+        lp = torch.log_softmax(lg.float(), -1).gather(-1, top.unsqueeze(-1)).squeeze(-1)
+        return (lp * valid).sum(-1)
+
+    _, c_eff = _attribution(model, bank, cb, layers, ctrl)
+    drop = t_eff.mean(0)  # zeroing a channel lowers the target log-prob by ≈ Σ g·o
+    collateral = c_eff.abs().mean(0)
+    score = drop - cfg.control_weight * collateral
+    score = torch.where(drop > 0, score, torch.full_like(score, -math.inf))
+    n = min(cfg.candidates, int(torch.isfinite(score).sum()))
+    if n == 0:
+        raise GeosteerError("no channel lowers the target log-prob to first order; nothing to learn")
+    vals, flat = score.flatten().topk(n)
+    real = torch.arange(tb.ids.shape[1])[None] < tb.lengths[:, None]
+    H, d = score.shape[1], score.shape[2]
+    qlo, qhi = cfg.quantiles
+    out = []
+    for v, f in zip(vals.tolist(), flat.tolist(), strict=True):
+        li, h, dd = f // (H * d), (f // d) % H, f % d
+        layer = layers[li]
+        qs = probe.q[layer][:, h, :, dd].cpu()[real].double()
+        ks = probe.k[layer][:, h, :, dd].cpu()[real].double()
+        out.append({"layer": layer, "head": h, "dim": dd, "score": v, "drop": float(drop[li, h, dd]),
+                    "collateral": float(collateral[li, h, dd]),
+                    "q": [float(torch.quantile(qs, qlo)), float(torch.quantile(qs, qhi))],
+                    "k": [float(torch.quantile(ks, qlo)), float(torch.quantile(ks, qhi))],
+                    "q_scale": max(float(qs.std()), 1e-3), "k_scale": max(float(ks.std()), 1e-3)})
+    for c in out:  # a degenerate box (all values equal) gets one spread of room
+        for ax in ("q", "k"):
+            if not c[ax][0] < c[ax][1]:
+                c[ax] = [c[ax][0] - c[f"{ax}_scale"], c[ax][1] + c[f"{ax}_scale"]]
+    return out

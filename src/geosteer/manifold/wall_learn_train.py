@@ -1,0 +1,204 @@
+"""The wall-learning loop (``geosteer manifold wall-learn``): candidates, relaxation, hardening, artifact.
+
+Full-batch and deterministic: every step sees all target and control prompts, so a run is fixed by its
+inputs and settings. State (parameters, AdamW, schedule, RNG, history, the scored candidates) is written with
+the ``geosteer.train`` checkpoint helpers into ``<out>.train/`` (atomic), first right after scoring, then every
+``checkpoint_every`` steps; ``resume=True`` continues from it and ends with exactly the parameters of an
+uninterrupted run. ``mode="dense"`` trains all surface coefficients on the same objective instead (the dense
+baseline of the study); it saves the fine-tuned surfaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from geosteer.errors import GeosteerError
+from geosteer.manifold.wall_learn import (
+    SoftWalls,
+    WallLearnConfig,
+    control_kl,
+    control_logprobs,
+    encode_controls,
+    encode_targets,
+    score_candidates,
+    target_logprob,
+)
+
+
+def _fingerprint(tb, cb, cfg: WallLearnConfig, layers: list[int]) -> str:
+    h = hashlib.sha256()
+    for t in (tb.ids, tb.target, cb.ids):
+        h.update(t.numpy().tobytes())
+    h.update(json.dumps({**cfg.to_dict(), "layers": layers, "steps": None, "checkpoint_every": None},
+                        sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _forward(model, batch):
+    from geosteer.models.loading import input_device
+
+    return model(input_ids=batch.ids.to(input_device(model)), use_cache=False).logits
+
+
+def objective_terms(model, tb, cb, ref_logp) -> dict:
+    """Target log-prob (n,), control KL over all positions and at the last position (scalars)."""
+    tlp = target_logprob(_forward(model, tb), tb)
+    lp, valid = control_logprobs(_forward(model, cb), cb)
+    return {"target_logprob": tlp, "kl": control_kl(ref_logp, lp, valid),
+            "kl_last": control_kl(ref_logp, lp, valid, last_only=True, lengths=cb.lengths)}
+
+
+def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg: WallLearnConfig, out,
+                *, resume: bool = False, overwrite: bool = False, stop_at: int | None = None,
+                storage_dtype: str = "float32", command: str | None = None,
+                log: Callable[[str], None] | None = print):
+    """Learn walls (or, ``cfg.mode="dense"``, fine-tune the surfaces) and save the artifact at ``out``.
+
+    ``bank``: the surfaces (loaded for ``model``, not attached); it is edited in place (walls added) and
+    saved. ``stop_at``: end after that many steps as if killed (no artifact). Returns (bank, report).
+    """
+    from geosteer.interventions import steer
+    from geosteer.manifold.artifact import save
+    from geosteer.models.anatomy import anatomy
+    from geosteer.train import TrainConfig
+    from geosteer.train.checkpoint import check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
+
+    say = log or (lambda s: None)
+    cfg.validate()
+    if not targets:
+        raise GeosteerError("the target prompt set is empty")
+    if not controls:
+        raise GeosteerError("the control prompt set is empty")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise GeosteerError(f"--out {out} exists and is not a folder")
+    layers = anatomy(model).check_layers(cfg.layers if cfg.layers is not None else bank.layers)
+    tb, cb = encode_targets(tok, targets), encode_controls(tok, controls)
+    state_dir = Path(str(out) + ".train")
+    ckpt_path = state_dir / "checkpoint.safetensors"
+    found = find_checkpoint(state_dir) if state_dir.is_dir() else None
+    if found is not None and not resume and not overwrite:
+        raise GeosteerError(f"{found} already exists; resume it (--resume) or pass --overwrite")
+    fp = _fingerprint(tb, cb, cfg, layers)
+    tcfg = TrainConfig(lr=cfg.lr, steps=cfg.steps, batch_size=1, seq_len=1, warmup_steps=0, min_lr_ratio=1.0,
+                       grad_clip=None, seed=cfg.seed, checkpoint_every=cfg.checkpoint_every,
+                       eval_before_after=False)
+    t0 = time.perf_counter()
+    bank.coefficients.requires_grad_(False)  # walls mode: the surfaces stay as they are
+    with torch.no_grad(), steer(model, bank):
+        ref_logp, _ = control_logprobs(_forward(model, cb), cb)
+        ref_target = target_logprob(_forward(model, tb), tb)
+    state = load_checkpoint(found) if resume and found is not None else None
+    cands = None
+    if cfg.mode == "walls":
+        cands = state["extra"]["candidates"] if state is not None else \
+            score_candidates(model, tok, bank, tb, cb, cfg, layers)
+        soft = SoftWalls(cands, bank=bank, temperature=cfg.temperature(0))
+        with torch.no_grad():
+            soft.gate.fill_(cfg.gate_init)
+        params = {n: p for n, p in soft.named_parameters()}
+        trainable = [soft, bank]
+    else:
+        soft = None
+        bank.coefficients.requires_grad_(True)
+        params = {"coefficients": bank.coefficients}
+        trainable = [bank]
+    torch.manual_seed(cfg.seed)
+    opt = torch.optim.AdamW(list(params.values()), lr=cfg.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, tcfg.lr_factor)
+    history: list[dict] = []
+    start = 0
+    extra = {"candidates": cands, "layers": layers, "mode": cfg.mode}
+    if state is not None:
+        from geosteer.train.loop import _restore_state
+
+        check_compatible(state, tcfg, params, fp, found)
+        _restore_state(state, params, opt, sched, found)
+        history, start = list(state["history"]), int(state["step"])
+        say(f"resumed from {found} at step {start}/{cfg.steps}")
+
+    def checkpoint(step: int) -> None:
+        save_checkpoint(ckpt_path, step=step, params=params, optimizer=opt, scheduler=sched, cfg=tcfg,
+                        history=history, data_fingerprint=fp, extra=extra)
+
+    if state is None:
+        checkpoint(0)  # the scored candidates survive a kill during the first steps
+    say(f"{cfg.mode}: {len(cands) if cands else bank.n_parameters()} "
+        f"{'candidate channels' if cands else 'coefficients'}, {cfg.steps} steps")
+    stopped = False
+    try:
+        with steer(model, *trainable):
+            for step in range(start, cfg.steps):
+                if stop_at is not None and step >= stop_at:
+                    stopped = True
+                    break
+                if soft is not None:
+                    soft.temperature = cfg.temperature(step)
+                opt.zero_grad(set_to_none=True)
+                with torch.enable_grad():
+                    terms = objective_terms(model, tb, cb, ref_logp)
+                    tlp = terms["target_logprob"].mean()
+                    penalty = cfg.kl_weight * torch.relu(terms["kl"] - cfg.kl_threshold)
+                    sparse = cfg.sparsity * soft.gates().sum() if soft is not None else tlp.new_zeros(())
+                    loss = tlp + penalty + sparse
+                    loss.backward()
+                if not torch.isfinite(loss.detach()):
+                    raise GeosteerError(f"wall learning diverged at step {step + 1} (loss {float(loss)}); "
+                                        f"try a lower lr (now {cfg.lr:g})")
+                opt.step()
+                sched.step()
+                rec = {"step": step + 1, "loss": float(loss.detach()), "target_logprob": float(tlp.detach()),
+                       "kl": float(terms["kl"].detach()), "kl_last": float(terms["kl_last"].detach())}
+                if soft is not None:
+                    g = soft.gates().detach()
+                    rec.update(temperature=soft.temperature, gates_open=int((g > 0.5).sum()),
+                               gate_sum=float(g.sum()))
+                history.append(rec)
+                say(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()))
+                if step + 1 == cfg.steps or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
+                    checkpoint(step + 1)
+    finally:
+        bank.coefficients.requires_grad_(False)
+    if stopped:
+        say(f"stopped after step {len(history)}/{cfg.steps}; resume with --resume")
+        return bank, {"stopped": True, "steps_done": len(history)}
+    report = {"mode": cfg.mode, "config": cfg.to_dict(), "layers": layers, "history": history,
+              "reference": {"target_logprob": float(ref_target.mean())}, "candidates": cands,
+              "seconds_this_run": round(time.perf_counter() - t0, 1)}
+    if soft is not None:
+        walls = soft.harden()
+        report["regions"] = [w.to_dict() for w in walls]
+        report["regions_text"] = [w.describe() for w in walls]
+        report["gates"] = soft.gates().detach().tolist()
+        report["boxes"] = torch.stack([soft.q_lo, soft.q_hi, soft.k_lo, soft.k_hi], 1).detach().tolist()
+        if not walls:
+            say("no gate ended above 0.5: the artifact gets no walls (lower --sparsity or raise --kl-threshold)")
+        bank.add_walls(walls)
+        bank.history.append({"edit": "wall-learn: " + ("; ".join(report["regions_text"]) or "no regions"),
+                             "surfaces": len(walls), "coefficients": 0})
+    else:
+        bank.history.append({"edit": "wall-learn dense: surfaces fine-tuned on the target/control objective",
+                             "surfaces": bank.n_parameters() // bank.K ** 2,
+                             "coefficients": bank.n_parameters()})
+    with torch.no_grad(), steer(model, bank):  # what ships: the bank with its exact walls
+        hard = objective_terms(model, tb, cb, ref_logp)
+    report["train_eval"] = {"target_logprob": float(hard["target_logprob"].mean()),
+                            "target_drop": float((ref_target - hard["target_logprob"]).mean()),
+                            "kl": float(hard["kl"]), "kl_last": float(hard["kl_last"])}
+    te = report["train_eval"]
+    say(f"hard result on the training prompts: target log-prob drop {te['target_drop']:.4g}, control KL "
+        f"{te['kl']:.4g} (last token {te['kl_last']:.4g})")
+    if command:
+        report["command"] = command
+    save(bank, out, dtype=storage_dtype, wall_learn={k: v for k, v in report.items() if k != "history"})
+    from geosteer.io_utils import atomic_write_json
+
+    atomic_write_json(state_dir / "history.json", {"history": history, "config": cfg.to_dict()})
+    say(f"saved {out}")
+    return bank, report
