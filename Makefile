@@ -45,3 +45,8 @@ gemma: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# The docs site (mkdocs-material + mkdocstrings, mkdocs.yml) into site/; --strict fails on any warning.
+.PHONY: docs
+docs: $(DEVSTAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
