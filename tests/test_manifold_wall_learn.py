@@ -113,7 +113,7 @@ def test_attribution_matches_finite_difference(tiny_cache):
     """The candidate score's drop Σ_i g_id o_id equals −d/dε log p(target) when channel (h, d) is scaled by
     (1 − ε), by central differences."""
     from geosteer.attention import attach_handlers
-    from geosteer.manifold.wall_learn import _attribution
+    from geosteer.manifold.wall_learn_candidates import _attribution
 
     model, tok = tiny_cache("llama")
     bank = _bank(model)

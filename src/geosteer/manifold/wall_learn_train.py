@@ -140,11 +140,14 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
                     break
                 if soft is not None:
                     soft.temperature = cfg.temperature(step)
+                t_step = time.perf_counter()
                 opt.zero_grad(set_to_none=True)
                 with torch.enable_grad():
                     terms = objective_terms(model, tb, cb, ref_logp)
                     tlp = terms["target_logprob"].mean()
-                    penalty = cfg.kl_weight * torch.relu(terms["kl"] - cfg.kl_threshold)
+                    # both the next-token KL after each prompt and the KL over all its positions stay under τ
+                    penalty = cfg.kl_weight * (torch.relu(terms["kl_last"] - cfg.kl_threshold)
+                                               + torch.relu(terms["kl"] - cfg.kl_threshold))
                     sparse = cfg.sparsity * soft.gates().sum() if soft is not None else tlp.new_zeros(())
                     loss = tlp + penalty + sparse
                     loss.backward()
@@ -153,7 +156,8 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
                                         f"try a lower lr (now {cfg.lr:g})")
                 opt.step()
                 sched.step()
-                rec = {"step": step + 1, "loss": float(loss.detach()), "target_logprob": float(tlp.detach()),
+                rec = {"step": step + 1, "seconds": round(time.perf_counter() - t_step, 2),
+                       "loss": float(loss.detach()), "target_logprob": float(tlp.detach()),
                        "kl": float(terms["kl"].detach()), "kl_last": float(terms["kl_last"].detach())}
                 if soft is not None:
                     g = soft.gates().detach()
