@@ -25,7 +25,7 @@ import torch
 
 from geosteer.errors import GeosteerError
 from geosteer.io_utils import atomic_write_bytes
-from geosteer.train.config import RESUME_KEYS, TrainConfig
+from geosteer.train.config import RESUME_DEFAULTS, RESUME_KEYS, TrainConfig
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
 LEGACY_NAME = "checkpoint.pt"  # torch pickle of geosteer < this format; read with weights_only=True
@@ -203,8 +203,8 @@ def check_compatible(state: dict, cfg: TrainConfig, params: dict[str, torch.Tens
                      path: Path) -> None:
     """Refuse to resume a checkpoint made with another schedule, data or parameter set."""
     sig = resume_signature(cfg)
-    diffs = [f"{k}: checkpoint {state['signature'].get(k)!r}, now {v!r}" for k, v in sig.items()
-             if state["signature"].get(k) != v]
+    saved_sig = {**RESUME_DEFAULTS, **state["signature"]}  # keys that older checkpoints did not write yet
+    diffs = [f"{k}: checkpoint {saved_sig.get(k)!r}, now {v!r}" for k, v in sig.items() if saved_sig.get(k) != v]
     if diffs:
         raise GeosteerError(f"cannot resume {path}: the run settings differ ({'; '.join(diffs)})")
     if state["data"] != data_fingerprint:

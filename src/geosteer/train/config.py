@@ -25,6 +25,7 @@ class TrainConfig:
     seq_len: int = 128
     warmup_steps: int | None = None  # default: 5% of the steps (at least 1)
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    schedule: str = "cosine"  # cosine | linear | constant (geosteer.train.schedule)
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = 1.0
@@ -39,9 +40,21 @@ class TrainConfig:
     log_every: int = 10
     mixed_precision: str = "no"  # accelerate: "no" | "fp16" | "bf16"
     fsdp: bool = False  # shard the frozen base model's layers over the processes (FSDP2); see geosteer.train
+    # experiment trackers through accelerate (geosteer.train.tracking): e.g. "tensorboard" or
+    # "tensorboard,wandb"; () logs nothing. log_dir: where file-based trackers write (default <out_dir>/logs)
+    log_with: tuple[str, ...] = ()
+    log_dir: str | None = None
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # JSON round trips give lists
+        if self.log_with is None:
+            self.log_with = ()
+        elif isinstance(self.log_with, str):
+            self.log_with = tuple(n.strip() for n in self.log_with.split(",") if n.strip())
+        else:
+            self.log_with = tuple(self.log_with)
+        if self.log_dir is not None:
+            self.log_dir = str(self.log_dir)
         self.validate()
 
     def validate(self) -> None:
@@ -69,6 +82,14 @@ class TrainConfig:
             raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip}")
         if self.mixed_precision not in ("no", "fp16", "bf16"):
             raise ValueError(f"mixed_precision must be no, fp16 or bf16, got {self.mixed_precision!r}")
+        from geosteer.train.schedule import SCHEDULES
+        from geosteer.train.tracking import check_trackers
+
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.schedule != "cosine" and self.min_lr_ratio != 0.1:
+            raise ValueError(f"min_lr_ratio applies to the cosine schedule only (schedule {self.schedule!r})")
+        check_trackers(self.log_with)
 
     @property
     def total_steps(self) -> int:
@@ -83,18 +104,16 @@ class TrainConfig:
         return max(1, round(0.05 * self.total_steps))
 
     def lr_factor(self, step: int) -> float:
-        """Multiplier of ``lr`` for optimizer step ``step`` (0-based): linear warmup, then cosine."""
-        w, n = self.total_warmup, self.total_steps
-        if step < w:
-            return (step + 1) / w
-        if n <= w:
-            return 1.0
-        progress = min(1.0, (step - w) / max(1, n - w - 1))
-        return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        """Multiplier of ``lr`` for optimizer step ``step`` (0-based) under ``schedule``
+        (:mod:`geosteer.train.schedule`; default: linear warmup, then cosine to ``min_lr_ratio``)."""
+        from geosteer.train.schedule import lr_lambda
+
+        return lr_lambda(self)(step)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["betas"] = list(self.betas)
+        d["log_with"] = list(self.log_with)
         return d
 
     @classmethod
@@ -109,4 +128,6 @@ class TrainConfig:
 # Fields that must agree between a checkpoint and the run that resumes it (they fix the data order,
 # the schedule and the optimizer); the others (logging, evaluation cadence) may change on resume.
 RESUME_KEYS = ("lr", "total_steps", "batch_size", "seq_len", "total_warmup", "min_lr_ratio",
-               "weight_decay", "betas", "grad_clip", "seed")
+               "weight_decay", "betas", "grad_clip", "seed", "schedule")
+# What a checkpoint written before a key existed meant by it (checkpoints without "schedule" are cosine).
+RESUME_DEFAULTS = {"schedule": "cosine"}

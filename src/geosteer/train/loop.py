@@ -2,7 +2,8 @@
 
 ``train(model, trainable, cfg)`` optimises the parameters of ``trainable`` that require grad (an
 ``nn.Module`` that acts inside ``model``'s forward: an attached SurfaceBank, FFN gates, a PEFT-wrapped
-model) with next-token cross-entropy, AdamW, linear warmup + cosine decay and gradient clipping. The base
+model) with next-token cross-entropy, AdamW, a learning-rate schedule (:mod:`geosteer.train.schedule`; default
+linear warmup + cosine decay) and gradient clipping. The base
 model must be frozen (the loop refuses to run otherwise). It runs through HF ``accelerate`` so that the
 same code trains on one CPU process or many GPUs/nodes (launch with ``accelerate launch``): each process
 takes an equal share of every global batch and the gradients are averaged before the step.
@@ -10,7 +11,8 @@ takes an equal share of every global batch and the gradients are averaged before
 Runs are reproducible from ``cfg.seed``; a checkpoint every ``cfg.checkpoint_every`` steps (atomic)
 lets ``resume=True`` continue after a kill with nothing lost but the steps since that checkpoint, and the
 resumed run ends with the same parameters as an uninterrupted one. A non-finite loss or gradient stops
-the run with :class:`TrainingDiverged`; the last good checkpoint is left untouched.
+the run with :class:`TrainingDiverged`; the last good checkpoint is left untouched. ``cfg.log_with`` sends
+the per-step records to experiment trackers through accelerate (:mod:`geosteer.train.tracking`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from geosteer.train.checkpoint import (
 )
 from geosteer.train.config import TrainConfig
 from geosteer.train.data import BatchOrder, fingerprint, load_texts, token_stream, windows
+from geosteer.train.schedule import make_scheduler
 
 
 class TrainingDiverged(GeosteerError):
@@ -178,7 +181,18 @@ def train(
     say = log if log is not None else (lambda s: None)
     params = trainable_parameters(trainable)
     _check_frozen(model, params)
-    acc = accelerator or Accelerator(mixed_precision=cfg.mixed_precision)
+    tracking = bool(cfg.log_with)
+    if tracking:
+        from geosteer.train.tracking import require_trackers, tracker_dir
+
+        require_trackers(cfg.log_with)
+        if accelerator is not None and not accelerator.log_with:
+            raise GeosteerError("cfg.log_with needs the trackers on the accelerator: build it with "
+                                "Accelerator(log_with=..., project_dir=...) or do not pass one")
+        log_dir = tracker_dir(cfg.log_with, cfg.log_dir, out_dir)
+    acc = accelerator or Accelerator(mixed_precision=cfg.mixed_precision,
+                                     log_with=list(cfg.log_with) if tracking else None,
+                                     project_dir=log_dir if tracking else None)
     world, rank = acc.num_processes, acc.process_index
     if cfg.batch_size % world:
         raise GeosteerError(f"batch_size {cfg.batch_size} is not divisible by the {world} processes")
@@ -199,7 +213,7 @@ def train(
 
     torch.manual_seed(cfg.seed)
     opt = torch.optim.AdamW(list(params.values()), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, cfg.lr_factor)
+    sched = make_scheduler(opt, cfg)
 
     ckpt_path = Path(out_dir) / CHECKPOINT_NAME if out_dir is not None else None
     history: list[dict] = []
@@ -233,6 +247,8 @@ def train(
         if not main:
             return
         evals.append({"step": step, **r})
+        if tracking:
+            acc.log({"heldout_ppl": r["ppl"], "heldout_nll": r["nll"]}, step=step)
         say(f"step {step}/{total}: held-out ppl {r['ppl']:.4f} ({r['tokens']} tokens)")
 
     def checkpoint(step: int) -> None:
@@ -247,6 +263,11 @@ def train(
     t_run = time.perf_counter()
     stopped = False
     bar = None
+    if tracking:
+        from geosteer.train.tracking import tracker_config
+
+        name = Path(out_dir).name if out_dir is not None else "geosteer-train"
+        acc.init_trackers(name, config=tracker_config(cfg.to_dict()))
     with steer(model, *interventions):
         if (do_eval and eval_before and start == 0 and cfg.eval_before_after
                 and not any(e["step"] == 0 for e in evals)):
@@ -297,6 +318,9 @@ def train(
                 rec = {"step": step + 1, "loss": loss_val, "lr": lr_now, "grad_norm": gnorm,
                        "tokens": (step + 1) * tokens_per_step, "tokens_per_s": tokens_per_step / dt}
                 history.append(rec)
+                if tracking:
+                    acc.log({k: rec[k] for k in ("loss", "lr", "grad_norm", "tokens", "tokens_per_s")},
+                            step=step + 1)
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(loss=f"{loss_val:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}")
@@ -316,6 +340,8 @@ def train(
         finally:
             if bar is not None:
                 bar.close()
+            if tracking:
+                acc.end_training()
     done = history[-1]["step"] if history else start
     return TrainResult(steps_done=done, total_steps=total, tokens_seen=done * tokens_per_step,
                        seconds=time.perf_counter() - t_run, resumed_from=resumed_from, stopped_early=stopped,

@@ -1,0 +1,73 @@
+"""Learning-rate schedules of the training loop: one ``LambdaLR`` built by :func:`make_scheduler`.
+
+``TrainConfig.schedule`` names the schedule; every one is a ``torch.optim.lr_scheduler.LambdaLR`` whose
+factor depends on the optimizer step ``s`` (0-based), the warmup ``w = cfg.total_warmup`` and the run length
+``n = cfg.total_steps``, so checkpoints store the same scheduler state whatever the schedule:
+
+- ``cosine`` (default): ``(s + 1) / w`` for ``s < w``; then ``r + (1 - r) * 0.5 * (1 + cos(pi * p))`` with
+  ``p = min(1, (s - w) / max(1, n - w - 1))`` and ``r = cfg.min_lr_ratio``. The peak is held for steps
+  ``w - 1`` and ``w``; the last step runs at exactly ``r``.
+- ``linear``: transformers' ``get_linear_schedule_with_warmup(opt, w, n)`` (the HF Trainer's ``linear``):
+  ``s / w`` during warmup (step 0 runs at lr 0), then ``(n - s) / max(1, n - w)`` down to 0.
+- ``constant``: transformers' ``get_constant_schedule_with_warmup(opt, w)`` (the HF Trainer's
+  ``constant_with_warmup``): ``s / w`` during warmup, then 1.
+
+Why ``cosine`` is geosteer's own formula and not transformers' ``get_cosine_with_min_lr_schedule_with_warmup``
+(checked against transformers 5.24's source): that one warms up as ``s / w`` (its first step runs at lr 0)
+and decays with ``p = (s - w) / (n - w)`` (its last step runs above ``r``); its ``..._lr_rate`` variant warms
+up as ``(s + 1) / w`` like ours but decays with ``p = (s - w + 1) / (n - w)``, one step ahead of ours (every
+step after the warmup would run at a lower lr). Either would change the lr of the steps left in a run
+resumed from a checkpoint of an earlier geosteer, so the formula stays, tested equal bit for bit at every
+step against an independent copy (tests/test_train_schedule.py). ``linear`` and ``constant`` have no such
+history and are transformers' own functions; ``min_lr_ratio`` applies to ``cosine`` only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from geosteer.train.config import TrainConfig
+
+SCHEDULES = ("cosine", "linear", "constant")
+
+
+def cosine_factor(step: int, *, warmup: int, total: int, min_lr_ratio: float) -> float:
+    """geosteer's warmup + cosine factor (see the module docstring; unchanged since the first release)."""
+    w, n = warmup, total
+    if step < w:
+        return (step + 1) / w
+    if n <= w:
+        return 1.0
+    progress = min(1.0, (step - w) / max(1, n - w - 1))
+    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
+    """The factor function of ``cfg.schedule`` (a picklable ``functools.partial``)."""
+    w, n = cfg.total_warmup, cfg.total_steps
+    if cfg.schedule == "cosine":
+        return partial(cosine_factor, warmup=w, total=n, min_lr_ratio=cfg.min_lr_ratio)
+    from transformers.optimization import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
+
+    # transformers builds a LambdaLR around its factor function; take that function (on a throwaway
+    # optimizer, so that the caller's optimizer is set up once, by make_scheduler).
+    scratch = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    if cfg.schedule == "linear":
+        hf = get_linear_schedule_with_warmup(scratch, num_warmup_steps=w, num_training_steps=n)
+    elif cfg.schedule == "constant":
+        hf = get_constant_schedule_with_warmup(scratch, num_warmup_steps=w)
+    else:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {cfg.schedule!r}")
+    return hf.lr_lambdas[0]
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    """The ``LambdaLR`` of ``cfg.schedule`` on ``optimizer`` (its state dict is the same for every schedule
+    and for checkpoints of earlier geosteer versions: ``load_state_dict`` of one resumes the other)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
