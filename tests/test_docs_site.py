@@ -61,3 +61,16 @@ def test_api_reference_renders_the_public_api(site):
             "geosteer.manifold.edit.parse_edit"} <= ids("manifold")
     assert {"geosteer.directional.ComponentScale", "geosteer.directional.measure_text"} <= ids("directional")
     assert {"geosteer.dynamics.FFNVariant", "geosteer.dynamics.diagnose"} <= ids("dynamics")
+
+
+def test_sphinx_roles_in_docstrings_render_as_code(site):
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        from _hooks import drop_sphinx_roles, readme_as_index
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    assert drop_sphinx_roles("see :func:<code>geosteer.steer</code> and :class:<code>~a.b.Bank</code>") == \
+        "see <code>geosteer.steer</code> and <code>Bank</code>"
+    assert readme_as_index("[a](docs/x.md) [b](https://e.org/docs/y)") == "[a](x.md) [b](https://e.org/docs/y)"
+    for page in (site / "api").glob("*/index.html"):
+        assert not re.search(r":(func|class|mod|meth|attr):<code>", page.read_text("utf-8")), page
