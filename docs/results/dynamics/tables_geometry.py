@@ -1,6 +1,10 @@
 """Print the issue-13 tables of docs/dynamics.md from the result files (run from the repository root).
 
     .venv/bin/python docs/results/dynamics/tables_geometry.py [docs/results/dynamics/smollm2]
+
+Critical candidates are read from every ``critical*.json`` of the folder (one file per run, e.g. one per
+layer), gain by depth from every ``gain_depth*.json`` (a later run adds depths), pressure from every
+``pressure*.json``; the row label is the folder name.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ def _rows(path: Path) -> list[dict]:
     return json.loads(path.read_text())["rows"] if path.exists() else []
 
 
+def _rows_glob(d: Path, pattern: str) -> list[dict]:
+    return [r for p in sorted(d.glob(pattern)) for r in _rows(p)]
+
+
 def _cell(s: dict | None) -> str:
     if not s or not s["n"]:
         return "0 found"
@@ -29,10 +37,14 @@ def _cell(s: dict | None) -> str:
 
 
 def critical(d: Path) -> None:
-    rows = [r for r in _rows(d / "critical.json") if r["table"] == "summary"]
+    rows = [r for r in _rows_glob(d, "critical*.json") if r["table"] == "summary" and r["layer"] != "all"]
     if not rows:
         return
     get = {(r["layer"], r["field"], r["stage"]): r for r in rows}
+    for (_, f, stage) in list(get):  # the pooled row, summed over the per-layer rows of every file
+        sel = [r for (layer, ff, st), r in get.items() if layer != "all" and (ff, st) == (f, stage)]
+        tot = {k: sum(r[k] for r in sel) for k in ("n", "A", "S", "R")}
+        get[("all", f, stage)] = {**tot, "s_fraction": tot["S"] / tot["n"] if tot["n"] else float("nan")}
     print("| model / layer | stage | attention-only P_uVu | FFN-only P_uΦ(u) | full P_u(Vu+Φ(u)) |")
     print("|---|---|---|---|---|")
     for name, cells in PAPER_T2.items():
@@ -44,8 +56,12 @@ def critical(d: Path) -> None:
                      for f in ("ov", "ffn", "full")]
             if all(c == "—" for c in cells):
                 continue
-            print(f"| SmolLM2 layer {layer} | {stage} | " + " | ".join(cells) + " |")
-    cand = [r for r in _rows(d / "critical.json") if r["table"] == "candidate"]
+            print(f"| {d.name} layer {layer} | {stage} | " + " | ".join(cells) + " |")
+    for r in rows:
+        if r["stage"] == "candidate":
+            print(f"  layer {r['layer']} {r['field']}: {r['seeds_below']} of {r['seeds']} seeds below the threshold, "
+                  f"end score min {r['end_score_min']:.4f} median {r['end_score_median']:.4f}, {r['seconds']:.0f} s")
+    cand = [r for r in _rows_glob(d, "critical*.json") if r["table"] == "candidate"]
     if cand:
         surv = sum(r["survives"] for r in cand)
         conv = sum(r["converged"] for r in cand)
@@ -57,7 +73,11 @@ def critical(d: Path) -> None:
                 print(f"  {f}: {len(sel)} candidates, {sum(r['converged'] for r in sel)} converged, "
                       f"{sum(r['survives'] for r in sel)} labels survive, median move {ang[len(ang) // 2]:.2f} deg, "
                       f"sources {sum(r['source'] == 'residual' for r in sel)} residual / "
-                      f"{sum(r['source'] == 'random' for r in sel)} random")
+                      f"{sum(r['source'] == 'random' for r in sel)} random; saddle index median "
+                      f"{sorted(r['n_pos'] for r in sel)[len(sel) // 2]}, complex eigenvalues median "
+                      f"{sorted(r['n_complex'] for r in sel)[len(sel) // 2]}; score median "
+                      f"{sorted(r['score'] for r in sel)[len(sel) // 2]:.4f} -> refined "
+                      f"{sorted(r['refined_score'] for r in sel)[len(sel) // 2]:.4f}")
 
 
 def commutator(d: Path) -> None:
@@ -79,10 +99,15 @@ def commutator(d: Path) -> None:
 
 
 def pressure(d: Path) -> None:
-    rows = [r for r in _rows(d / "pressure.json") if r["table"] == "summary"]
+    for p in sorted(d.glob("pressure*.json")):
+        _pressure(p)
+
+
+def _pressure(p: Path) -> None:
+    rows = [r for r in _rows(p) if r["table"] == "summary"]
     if not rows:
         return
-    print("\n| β_A | FFN variant | loss | D after last pressured layer | D final | mean D from first pressured |")
+    print(f"\n{p.name}\n\n| β_A | FFN variant | loss | D after last pressured layer | D final | mean D from first pressured |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['beta']:g} | {r['variant']} | {r['loss']:.3f} | {r['D_last_pressured']:.3f} | "
@@ -90,7 +115,7 @@ def pressure(d: Path) -> None:
 
 
 def gain_depth(d: Path) -> None:
-    rows = _rows(d / "gain_depth.json")
+    rows = _rows_glob(d, "gain_depth*.json")
     if not rows:
         return
     vals = sorted({r["alpha_ffn"] for r in rows})
