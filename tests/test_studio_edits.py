@@ -95,3 +95,36 @@ def test_safe_child_refuses_paths(tmp_path, name):
 
 def test_safe_child_accepts_plain_names(tmp_path):
     assert safe_child(tmp_path, "run-1.v2_ok") == (tmp_path / "run-1.v2_ok").resolve()
+
+
+@pytest.mark.parametrize("body,msg", [
+    ({"op": "invert", "layer": True, "head": 0, "dim": 0}, r"layer must be an integer \(got True\)"),
+    ({"op": "invert", "layer": 4, "head": 1.0, "dim": 0}, r"head must be an integer \(got 1.0\)"),
+    ({"op": "scale", "layer": 4, "head": 0, "dim": 0, "factor": "2"}, r"factor must be a number \(got '2'\)"),
+    ({"op": "scale", "layer": 4, "head": 0, "dim": 0, "factor": True}, "factor must be a number"),
+    ({"op": "invert", "scope": 3, "layer": 4}, "scope must be one of 'surface', 'head', 'layer'"),
+    ({"layer": 4}, "op is required"),
+    ([1], "edit must be a JSON object"),
+])
+def test_edit_body_is_strict(body, msg):
+    """The pydantic model (strict mode): no coercion of booleans, floats or strings into indices or numbers."""
+    with pytest.raises(ValueError, match=msg):
+        parse_edit(body, SHAPE, LAYERS)
+
+
+@pytest.mark.parametrize("model,body,msg", [
+    ("SaveBody", {"name": "a", "overwrite": "yes"}, r"overwrite must be true or false \(got 'yes'\)"),
+    ("SaveBody", {"name": "a", "path": "/etc"}, r"unknown field\(s\) \['path'\]; valid: \['name', 'overwrite'\]"),
+    ("UndoBody", {"x": 1}, r"unknown field\(s\) \['x'\]; valid: \[\]"),
+    ("EffectBody", {"max_new_tokens": 2.0}, r"max_new_tokens must be an integer \(got 2.0\)"),
+    ("EffectBody", {"reference": "x"}, "reference must be one of 'loaded', 'previous', 'none'"),
+    ("EffectBody", {"prompt": 5}, r"prompt must be a string \(got 5\)"),
+])
+def test_request_bodies_one_line_errors(model, body, msg):
+    from geosteer.studio import bodies
+
+    with pytest.raises(ValueError, match=msg) as e:
+        bodies.parse(getattr(bodies, model), body, "JSON body must be an object")
+    assert "\n" not in str(e.value)
+    ok = bodies.parse(bodies.EffectBody, {"prompt": "x", "max_new_tokens": 3}, "-")
+    assert (ok.prompt, ok.max_new_tokens, ok.reference) == ("x", 3, "loaded")

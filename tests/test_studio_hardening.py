@@ -142,6 +142,8 @@ def test_edit_with_bad_effect_changes_nothing(env, effect, msg):
     (b'{"op": "scale", "layer": 0, "head": 0, "dim": 0, "factor": 1e999}', "|factor|"),
     (b"[" * 30_000 + b"]" * 30_000, "nested too deeply"),
     (b'{"op": "zero", "layer": 0, "head": 0, "dim": 0, "bogus": 1}', "unknown edit field"),
+    (b'{"op": "zero", "layer": true, "head": 0, "dim": 0}', "layer must be an integer"),  # true is not 1
+    (b'{"op": "zero", "layer": 0, "head": 0, "dim": 0.0}', "dim must be an integer"),
 ])
 def test_bad_edit_bodies(env, body, msg):
     before = snapshot(env)
@@ -334,3 +336,36 @@ def test_live_server_chunked_body_and_csrf(env):
         assert snapshot(env) == before
     finally:
         stop()
+
+
+# ---- Host check (Starlette's TrustedHostMiddleware, answered 421) -----------------------------------------
+@pytest.mark.parametrize("host,ok", [
+    ("testserver", True), ("127.0.0.1:8765", True), ("LOCALHOST", True), ("localhost:1", True),
+    ("evil.example", False), ("evil.example:8765", False), ("127.0.0.1.evil.com", False), ("x.localhost", False),
+    ("127.0.0.1:abc", False), ("evil@127.0.0.1", False), ("127.0.0.1/x", False), ("127.0.0.1 :80", False),
+])
+def test_host_check(env, host, ok):
+    c = env["client"]
+    r = c.get("/api/info", headers={"Host": host})
+    if ok:
+        assert r.status_code == 200, r.text
+        return
+    assert r.status_code == 421 and "not allowed" in one_line_error(r)
+    assert r.headers["x-frame-options"] == "DENY" and "default-src 'none'" in r.headers["content-security-policy"]
+    before = snapshot(env)  # a state-changing request from a foreign Host: 421 first, nothing changes
+    r = c.post("/api/edit", json=VALID["/api/edit"], headers={"Host": host})
+    assert r.status_code == 421 and snapshot(env) == before
+
+
+def test_host_check_ipv6_and_bind_all(env):
+    import geosteer.cli  # noqa: F401 - first: it registers geosteer.studio.cli
+    from geosteer.studio.cli import allowed_hosts
+
+    app = create_app(env["session"], [], allowed_hosts=allowed_hosts("::1"))
+    c = TestClient(app, raise_server_exceptions=False)
+    assert c.get("/api/info", headers={"Host": "[::1]:8765"}).status_code == 200
+    for bad in ("[::1]evil", "[::2]:8765", "::1"):
+        assert c.get("/api/info", headers={"Host": bad}).status_code == 421, bad
+    assert allowed_hosts("2001:db8::5")[-1] == "[2001:db8::5]" and allowed_hosts("0.0.0.0") is None
+    app = create_app(env["session"], [], allowed_hosts=allowed_hosts("0.0.0.0"))  # --host 0.0.0.0: any name
+    assert TestClient(app).get("/api/info", headers={"Host": "any.name:1"}).status_code == 200

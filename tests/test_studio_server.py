@@ -24,7 +24,7 @@ PROMPT = "The theory of relativity states that"
 
 
 def random_bank(model, scale=0.5, seed=0):
-    bank = M.attach(model, grid_size=4, grid_range=(-3.0, 3.0))
+    bank = M.install(model, grid_size=4, grid_range=(-3.0, 3.0))
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * scale)
@@ -189,7 +189,8 @@ def test_no_writes_or_loads_outside_workspace(env, name):
     (b"{not json", 400, "malformed JSON"),
     (b"[1, 2]", 400, "must be an object"),
     (b"\xff\xfe", 400, "malformed JSON"),
-    (json.dumps({"op": "invert", "layer": "zero"}).encode(), 400, "layer must be one of"),
+    (json.dumps({"op": "invert", "layer": "zero"}).encode(), 400, "layer must be an integer (got 'zero')"),
+    (json.dumps({"op": "invert", "layer": 99}).encode(), 400, "layer must be one of"),
     (json.dumps({"op": "invert", "layer": 0, "head": 0, "dim": 0,
                  "effect": {"max_new_tokens": 10_000}}).encode(),
      400, "max_new_tokens must be an integer in 1–32"),
@@ -257,7 +258,7 @@ def test_sensitivity_is_the_first_order_zeroing_effect(env):
         with torch.no_grad():
             bank.coefficients[slot, h, d] = saved
         assert float(flat[i]) == pytest.approx(actual, rel=0.1, abs=1e-6)
-    M.attach(model, bank=env["session"].bank)
+    M.install(model, bank=env["session"].bank)
 
 
 @pytest.mark.parametrize("host,warn", [(None, False), ("0.0.0.0", True)])
@@ -271,7 +272,7 @@ def test_cli_binds_loopback_by_default_and_warns_otherwise(tmp_path, monkeypatch
     argv = ["geosteer", "studio", "--model", "tiny-llama", "--workspace", str(tmp_path / "ws"), "--port", "9"]
     monkeypatch.setattr(sys, "argv", argv + (["--host", host] if host else []))
     cli.main()
-    M.detach(seen["app"].state.session.model)
+    M.uninstall(seen["app"].state.session.model)
     err = capsys.readouterr().err
     assert seen["host"] == (host or "127.0.0.1") and seen["port"] == 9
     assert ("warning: binding 0.0.0.0" in err) == warn

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import FORCE_OPT, MODEL_OPT, THREADS_OPT, set_threads
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, FORCE_OPT, MODEL_OPT, THREADS_OPT, load
 
 
 def is_loopback(host: str) -> bool:
@@ -24,7 +24,9 @@ def allowed_hosts(host: str) -> list[str] | None:
     if host in ("0.0.0.0", "::"):
         return None
     names = ["127.0.0.1", "localhost", "[::1]"]
-    return names if host in names or host == "::1" else names + [host.lower()]
+    if host in names or host == "::1":
+        return names
+    return names + [f"[{host.lower()}]" if ":" in host else host.lower()]  # IPv6 literals: bracketed, as in Host
 
 
 def check_workspace(workspace: Path) -> None:
@@ -55,6 +57,8 @@ def register(app: typer.Typer) -> None:
                                            "(read-only; default docs/results if it exists)"),
         max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="cap on tokens per generation"),
         threads: int = THREADS_OPT,
+        device: str = DEVICE_OPT,
+        dtype: str = DTYPE_OPT,
         force: bool = FORCE_OPT,
         max_queue: int = typer.Option(32, "--max-queue", help="generations queued or running at most; "
                                       "more get 503 with Retry-After"),
@@ -74,13 +78,11 @@ def register(app: typer.Typer) -> None:
                        "model and write into the workspace; there is no authentication", err=True)
         import uvicorn
 
-        from geosteer import load_model
         from geosteer.studio import bankio
         from geosteer.studio.server import create_app
         from geosteer.studio.session import Session
 
-        set_threads(threads)
-        m, tok = load_model(model)
+        m, tok = load(model, threads=threads, device=device, dtype=dtype)
         bank = bankio.open_bank(m, surfaces, force=force)
         roots = list(results) or ([Path("docs/results")] if Path("docs/results").is_dir() else [])
         session = Session(m, tok, bank, workspace, model_name=model,

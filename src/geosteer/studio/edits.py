@@ -8,9 +8,10 @@ partition of unity inside the fitted range, C ≡ −1 on a region makes S = −
 ``wall`` is the library's ``grid-wall`` edit (control points, so it blocks only where q and k lie inside
 the grid); exact region walls that also block past the grid are ``wall`` edits of the CLI/library
 (``geosteer manifold edit "wall layer=… q=a..b k=c..d"``), which the studio lists but does not draw yet.
-The studio validates the JSON request (one-line messages), keeps the old values of the edited block for
-undo, and lets ``geosteer.manifold.edit.apply_edit`` do the edit (so it is recorded in ``bank.history``
-and saved with the artifact exactly like a CLI edit).
+The studio validates the JSON request (its shape with the pydantic model
+:class:`geosteer.studio.bodies.EditBody`, then the indices against the bank; one-line messages), keeps the
+old values of the edited block for undo, and lets ``geosteer.manifold.edit.apply_edit`` do the edit (so it
+is recorded in ``bank.history`` and saved with the artifact exactly like a CLI edit).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from typing import Any
 
 import torch
 
-OPS = ("scale", "invert", "zero", "set", "wall")
-SCOPES = ("surface", "head", "layer")
+from geosteer.studio.bodies import OPS, SCOPES, EditBody, parse
+
+__all__ = ["OPS", "SCOPES", "EditSpec", "UndoRecord", "apply_edit", "index_of", "parse_edit", "to_edit",
+           "undo_edit"]
 
 
 @dataclass
@@ -75,48 +78,35 @@ def _range(v: Any, name: str, k: int) -> tuple[int, int] | None:
     return (a, b)
 
 
-def parse_edit(body: dict, shape: tuple[int, ...], layers: list[int]) -> EditSpec:
-    """Validate an edit request against the bank shape (layers, heads, dims, K, K); ValueError if bad."""
-    if not isinstance(body, dict):
-        raise ValueError("edit must be a JSON object")
-    unknown = set(body) - {"op", "scope", "layer", "head", "dim", "factor", "value", "rows", "cols", "row",
-                           "col"}
-    if unknown:
-        raise ValueError(f"unknown edit field(s) {sorted(unknown)}")
-    op, scope = body.get("op"), body.get("scope", "surface")
-    if op not in OPS:
-        raise ValueError(f"op must be one of {', '.join(OPS)} (got {op!r})")
-    if scope not in SCOPES:
-        raise ValueError(f"scope must be one of {', '.join(SCOPES)} (got {scope!r})")
+def parse_edit(body: dict | EditBody, shape: tuple[int, ...], layers: list[int]) -> EditSpec:
+    """Validate an edit request (:class:`EditBody`, then against the bank shape (layers, heads, dims, K, K));
+    ValueError with one line if bad."""
+    e = parse(EditBody, body, "edit must be a JSON object")
     _, heads, dims, k, _ = shape
 
-    def integer(name, hi):
-        v = body.get(name)
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise ValueError(f"{name} must be an integer (got {v!r})")
+    def integer(name, v, hi):
+        if v is None:
+            raise ValueError(f"{name} must be an integer (got None)")
         if not 0 <= v < hi:
             raise ValueError(f"{name} {v} out of range (valid 0–{hi - 1})")
         return v
 
-    layer = body.get("layer")
-    if not isinstance(layer, int) or isinstance(layer, bool) or layer not in layers:
-        raise ValueError(f"layer must be one of the bank's layers {layers[0]}–{layers[-1]} (got {layer!r})")
-    head = integer("head", heads) if scope in ("head", "surface") else None
-    dim = integer("dim", dims) if scope == "surface" else None
-    rows = _range(body.get("rows", body.get("row")), "rows", k)
-    cols = _range(body.get("cols", body.get("col")), "cols", k)
+    if e.layer not in layers:
+        raise ValueError(f"layer must be one of the bank's layers {layers[0]}–{layers[-1]} (got {e.layer!r})")
+    head = integer("head", e.head, heads) if e.scope in ("head", "surface") else None
+    dim = integer("dim", e.dim, dims) if e.scope == "surface" else None
+    rows = _range(e.rows if e.rows is not None else e.row, "rows", k)
+    cols = _range(e.cols if e.cols is not None else e.col, "cols", k)
     factor = value = None
-    if op == "scale":
-        factor = body.get("factor")
-        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not abs(factor) <= 1e3:
-            raise ValueError(f"scale needs a numeric factor with |factor| ≤ 1000 (got {factor!r})")
-        factor = float(factor)
-    if op == "set":
-        value = body.get("value")
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not abs(value) <= 1e3:
-            raise ValueError(f"set needs a numeric value with |value| ≤ 1000 (got {value!r})")
-        value = float(value)
-    return EditSpec(op, scope, layer, head, dim, factor, value, rows, cols)
+    if e.op == "scale":
+        if e.factor is None or not abs(e.factor) <= 1e3:
+            raise ValueError(f"scale needs a numeric factor with |factor| ≤ 1000 (got {e.factor!r})")
+        factor = float(e.factor)
+    if e.op == "set":
+        if e.value is None or not abs(e.value) <= 1e3:
+            raise ValueError(f"set needs a numeric value with |value| ≤ 1000 (got {e.value!r})")
+        value = float(e.value)
+    return EditSpec(e.op, e.scope, e.layer, head, dim, factor, value, rows, cols)
 
 
 def index_of(spec: EditSpec, slot: int) -> tuple:

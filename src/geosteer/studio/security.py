@@ -2,8 +2,10 @@
 
 What it checks, in order, and why (docs/studio.md, "Security model"):
 
-1. **Host** (421): the Host header must be a name the studio serves, so a page that DNS-rebinds its own
-   name to 127.0.0.1 cannot talk to the studio as a same-origin page.
+1. **Host** (421), :class:`HostCheck`, Starlette's ``TrustedHostMiddleware`` (the Host header parsed per
+   RFC 9112/3986, Starlette >= 1.0.1, and matched against the names the studio serves): a page that
+   DNS-rebinds its own name to 127.0.0.1 cannot talk to the studio as a same-origin page. It runs first,
+   in front of :class:`Guard`, which does the rest:
 2. **Cross-site request forgery** (403), for every method but GET/HEAD/OPTIONS (the API's state-changing
    requests are all POSTs): any web page the user has open can send a "simple" cross-site POST (e.g.
    ``Content-Type: text/plain``) to ``127.0.0.1:<port>`` without a CORS preflight, and the browser sends a
@@ -27,6 +29,9 @@ import hmac
 import json
 import logging
 import secrets
+from collections.abc import Sequence
+
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 log = logging.getLogger("geosteer.studio")
 TOKEN_HEADER = "x-geosteer-token"
@@ -57,12 +62,6 @@ def page_csp(nonce: str) -> str:
             "form-action 'none'; frame-ancestors 'none'")
 
 
-def _host_name(host: str) -> str:
-    if host.startswith("["):
-        return host.split("]")[0] + "]"
-    return host.rsplit(":", 1)[0]
-
-
 def _json(status: int, message: str, extra: list | None = None):
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
@@ -71,11 +70,45 @@ def _json(status: int, message: str, extra: list | None = None):
         {"type": "http.response.body", "body": body}
 
 
-class Guard:
-    """ASGI middleware: Host check, CSRF checks, body cap and security headers (see the module docstring)."""
+_HOST_OK = "geosteer.host_ok"  # scope flag: TrustedHostMiddleware let the request through
 
-    def __init__(self, app, *, token: str, hosts: set[str] | None, limit: int):
-        self.app, self.token, self.hosts, self.limit = app, token, hosts, limit
+
+class HostCheck(TrustedHostMiddleware):
+    """Starlette's ``TrustedHostMiddleware`` (no www-redirect) with the studio's answer to a refused Host:
+    421 and the one-line JSON error with the security headers, instead of Starlette's plain-text 400.
+    ``hosts``: the served names (``"127.0.0.1"``, ``"localhost"``, ``"[::1]"``, ...; ``"*"`` allows any)."""
+
+    def __init__(self, app, *, hosts: Sequence[str]):
+        async def passed(scope, receive, send):
+            scope[_HOST_OK] = True
+            await app(scope, receive, send)
+
+        super().__init__(passed, allowed_hosts=list(hosts), www_redirect=False)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await super().__call__(scope, receive, send)
+        refused = False
+
+        async def send_or_refuse(msg):
+            nonlocal refused
+            if scope.get(_HOST_OK):
+                return await send(msg)
+            if not refused:  # Starlette's refusal (never reached the app): answer ours instead
+                refused = True
+                host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+                start, body = _json(421, f"host '{host[:100]}' not allowed")
+                await send(start)
+                await send(body)
+
+        await super().__call__(scope, receive, send_or_refuse)
+
+
+class Guard:
+    """ASGI middleware: CSRF checks, body cap and security headers (see the module docstring)."""
+
+    def __init__(self, app, *, token: str, limit: int):
+        self.app, self.token, self.limit = app, token, limit
 
     def csrf_problem(self, method: str, headers: dict[bytes, bytes]) -> str | None:
         """Why a state-changing request is refused, or None when it may go on."""
@@ -111,10 +144,6 @@ class Guard:
             await send(start)
             await send(body)
 
-        if self.hosts is not None:
-            host = headers.get(b"host", b"").decode("latin-1").lower()
-            if _host_name(host) not in self.hosts:
-                return await reply(421, f"host '{host[:100]}' not allowed")
         problem = self.csrf_problem(scope.get("method", "GET").upper(), headers)
         if problem:
             log.warning("studio: refused %s %s: %s", scope.get("method"), scope.get("path"), problem)

@@ -1,11 +1,14 @@
 """The studio's FastAPI app: a static page + a small JSON API over one ``Session``.
 
-Security bars: the CLI binds 127.0.0.1 by default; :class:`geosteer.studio.security.Guard` answers only
-Host headers the studio serves (DNS-rebinding guard), refuses state-changing requests that are not JSON,
+Security bars: the CLI binds 127.0.0.1 by default; :class:`geosteer.studio.security.HostCheck` (Starlette's
+``TrustedHostMiddleware``) answers only Host headers the studio serves (DNS-rebinding guard, 421);
+:class:`geosteer.studio.security.Guard` refuses state-changing requests that are not JSON,
 come from another site/origin or lack the per-process token (CSRF: 403), caps bodies (413, also chunked)
-and sets nosniff/frame/CSP headers. Every JSON body is parsed by us, so malformed JSON is a 400 with a
-one-line message; user errors are 400/404/409 ``{"error": ...}``, a full generation queue is 503 with
-Retry-After; anything unexpected is a 500 ``{"error": "internal error ..."}`` without a traceback (logged
+and sets nosniff/frame/CSP headers. Every JSON body is parsed by us (``read_json``: malformed JSON, NaN,
+Infinity and deep nesting are a 400 with a one-line message) and then validated by its pydantic model
+(:mod:`geosteer.studio.bodies`: strict types, unknown fields refused, also a one-line 400); user errors
+are 400/404/409 ``{"error": ...}``, a full generation queue is 503 with Retry-After; anything unexpected
+is a 500 ``{"error": "internal error ..."}`` without a traceback (logged
 server-side). Paths from requests are plain names resolved inside the workspace (artifacts) or the results
 folders (pages). Requests that change state are validated whole before anything changes.
 
@@ -36,7 +39,8 @@ except ModuleNotFoundError as _e:  # without the optional extra: one line naming
     raise missing(_e) from None
 
 from geosteer.errors import GeosteerError
-from geosteer.studio.security import Guard, new_nonce, new_token, page_csp
+from geosteer.studio.bodies import LoadBody, SaveBody, UndoBody, parse
+from geosteer.studio.security import Guard, HostCheck, new_nonce, new_token, page_csp
 from geosteer.studio.session import Session
 from geosteer.studio.worker import QueueFull
 
@@ -103,8 +107,9 @@ def create_app(session: Session, results_dirs: list[Path] | None = None,
     app.state.session = session
     app.state.token = token = new_token()
     pages = ResultPages([Path(p) for p in (results_dirs or [])] + [session.workspace / "results"])
-    hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
-    app.add_middleware(Guard, token=token, hosts=hosts, limit=max_body)
+    app.add_middleware(Guard, token=token, limit=max_body)
+    if allowed_hosts is not None:  # added last = runs first: the Host check before anything else
+        app.add_middleware(HostCheck, hosts=sorted({h.lower() for h in allowed_hosts}))
     disk = CapacityLimiter(2)  # saves/loads wait here as coroutines, not in the shared thread pool
 
     def err(status: int, e: BaseException | str, headers: dict | None = None) -> JSONResponse:
@@ -227,22 +232,19 @@ def create_app(session: Session, results_dirs: list[Path] | None = None,
 
     @app.post("/api/undo")
     async def undo(request: Request):
-        _only(await read_json(request), set())
+        parse(UndoBody, await read_json(request), "JSON body must be an object")
         undone = await run_in_threadpool(session.undo)
         return {"undone": undone, "version": session.version}
 
     @app.post("/api/save")
     async def save(request: Request):
-        body = await read_json(request)
-        _only(body, {"name", "overwrite"})
-        return await to_thread.run_sync(session.save, body.get("name"), body.get("overwrite", False),
-                                        limiter=disk)
+        body = parse(SaveBody, await read_json(request), "JSON body must be an object")
+        return await to_thread.run_sync(session.save, body.name, body.overwrite, limiter=disk)
 
     @app.post("/api/load")
     async def load(request: Request):
-        body = await read_json(request)
-        _only(body, {"name"})
-        return await to_thread.run_sync(session.load, body.get("name"), limiter=disk)
+        body = parse(LoadBody, await read_json(request), "JSON body must be an object")
+        return await to_thread.run_sync(session.load, body.name, limiter=disk)
 
     @app.get("/results", response_class=HTMLResponse)
     def results_index():
@@ -253,12 +255,6 @@ def create_app(session: Session, results_dirs: list[Path] | None = None,
         return html_page(pages.page_html(rel))
 
     return app
-
-
-def _only(body: dict, allowed: set) -> None:
-    extra = set(body) - allowed
-    if extra:
-        raise ValueError(f"unknown field(s) {sorted(extra)[:10]}; valid: {sorted(allowed)}")
 
 
 def serve_in_thread(app, host: str = "127.0.0.1"):

@@ -31,16 +31,15 @@ import torch
 from geosteer.errors import GeosteerError
 from geosteer.models.loading import input_device
 from geosteer.studio import bankio
+from geosteer.studio.bodies import EffectBody, parse
 from geosteer.studio.edits import EditSpec, UndoRecord, apply_edit, parse_edit, undo_edit
 from geosteer.studio.views import SurfaceViews
 from geosteer.studio.worker import ModelWorker, done
 from geosteer.viz import surfaces as S
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-REFERENCES = ("loaded", "previous", "none")
 MAX_HISTORY = 100
 MAX_PROMPT_TOKENS = 256
-EFFECT_FIELDS = {"prompt", "max_new_tokens", "reference"}
 
 
 def safe_child(root: Path, name: str, what: str = "name") -> Path:
@@ -137,19 +136,12 @@ class Session(SurfaceViews):
             raise ValueError(f"max_new_tokens must be an integer in 1–{self.max_new_tokens_cap} (got {n!r})")
         return n
 
-    def check_effect(self, opts: dict | None) -> tuple[str, int, str]:
-        """Validate an effect request ``{prompt, max_new_tokens, reference}`` (changes nothing)."""
-        opts = {} if opts is None else opts
-        if not isinstance(opts, dict):
-            raise ValueError("effect must be an object {prompt, max_new_tokens, reference}")
-        extra = set(opts) - EFFECT_FIELDS
-        if extra:
-            raise ValueError(f"unknown field(s) {sorted(extra)[:10]}; valid: {sorted(EFFECT_FIELDS)}")
-        reference = opts.get("reference", "loaded")
-        if reference not in REFERENCES:
-            raise ValueError(f"reference must be one of {', '.join(REFERENCES)} (got {reference!r})")
-        return self.check_prompt(opts.get("prompt")), self.check_new_tokens(opts.get("max_new_tokens", 20)), \
-            reference
+    def check_effect(self, opts: dict | EffectBody | None) -> tuple[str, int, str]:
+        """Validate an effect request ``{prompt, max_new_tokens, reference}`` (:class:`EffectBody`, then the
+        prompt and the generation cap; changes nothing)."""
+        e = parse(EffectBody, {} if opts is None else opts,
+                  "effect must be an object {prompt, max_new_tokens, reference}")
+        return self.check_prompt(e.prompt), self.check_new_tokens(e.max_new_tokens), e.reference
 
     # ---- the model worker's side ---------------------------------------------------------------------
     def _use(self, runtime, coeffs: torch.Tensor) -> None:

@@ -1,0 +1,115 @@
+"""The studio's JSON request bodies as pydantic models: fields, types and choices, unknown fields refused.
+
+Each POST body (and the Python ``Session`` API, which takes the same dicts) is validated here first, in
+pydantic's strict mode (no coercion: ``true`` is not an integer, ``2.0`` is not an integer, ``"3"`` is not a
+number), with ``extra="forbid"``; :func:`parse` turns the first problem into the studio's one-line message
+(``ValueError``, answered 400). What depends on the session is checked after this, by the session: the
+bank's layers, heads, dims and control-net size, the tokenizer's prompt length and lone surrogates, the
+generation cap, artifact names inside the workspace, which op needs a factor or value, and finite
+coefficients after an edit.
+
+Why the app parses the JSON itself and then calls :func:`parse` rather than letting FastAPI inject the
+models: FastAPI reads bodies with Python's ``json`` module, which accepts ``NaN``/``Infinity`` (pydantic
+would then name a float problem, not the JSON one) and answers a body nested 30,000 deep with a generic
+message; :func:`geosteer.studio.server.read_json` refuses both with one line, and every refusal keeps the
+studio's ``{"error": "..."}`` shape and status 400 (not FastAPI's 422 list).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+OPS = ("scale", "invert", "zero", "set", "wall")
+SCOPES = ("surface", "head", "layer")
+REFERENCES = ("loaded", "previous", "none")
+
+
+class Body(BaseModel):
+    """A request body: strict types, unknown fields refused, immutable."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    noun: ClassVar[str] = ""  # "edit " in "unknown edit field(s)"
+
+
+class EffectBody(Body):
+    """``/api/effect`` and an edit's ``effect``: the generation to compare (``Session.check_effect``)."""
+
+    prompt: str | None = None  # None: the session's default prompt
+    max_new_tokens: int = 20  # 1..the session's cap
+    reference: Literal["loaded", "previous", "none"] = "loaded"
+
+
+class EditBody(Body):
+    """``/api/edit`` without its ``effect`` (``geosteer.studio.edits.parse_edit``)."""
+
+    noun: ClassVar[str] = "edit "
+    op: Literal["scale", "invert", "zero", "set", "wall"]
+    scope: Literal["surface", "head", "layer"] = "surface"
+    layer: int
+    head: int | None = None  # needed for scope surface/head
+    dim: int | None = None  # needed for scope surface
+    factor: float | None = None  # op scale, |factor| <= 1000
+    value: float | None = None  # op set, |value| <= 1000
+    rows: Any = None  # an index or [first, last] (inclusive) of the control net; checked against K
+    cols: Any = None
+    row: Any = None  # aliases of rows/cols for one control point
+    col: Any = None
+
+
+class SaveBody(Body):
+    """``/api/save``: a plain artifact name inside the workspace (``Session.save``)."""
+
+    name: Any = None  # the name rules (and their message) are session.safe_child's
+    overwrite: bool = False
+
+
+class LoadBody(Body):
+    """``/api/load``."""
+
+    name: Any = None
+
+
+class UndoBody(Body):
+    """``/api/undo``: an empty object."""
+
+
+B = TypeVar("B", bound=Body)
+
+
+def parse(model: type[B], data: object, what: str) -> B:
+    """``data`` validated as ``model``; a ``ValueError`` with one line naming the first problem otherwise.
+    ``what`` names the body in the message for a non-object (e.g. ``"edit must be a JSON object"``)."""
+    if isinstance(data, model):
+        return data
+    if not isinstance(data, dict):
+        raise ValueError(what)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(message(model, e)) from None
+
+
+def _got(v: object) -> str:
+    return repr(v)[:40]
+
+
+def message(model: type[Body], e: ValidationError) -> str:
+    """The studio's one-line message for a pydantic validation error."""
+    errors = e.errors(include_url=False)
+    extra = sorted(str(err["loc"][0]) for err in errors if err["type"] == "extra_forbidden")
+    if extra:
+        return f"unknown {model.noun}field(s) {extra[:10]}; valid: {sorted(model.model_fields)}"
+    err = errors[0]
+    name = ".".join(str(p) for p in err["loc"]) or "body"
+    kind, got = err["type"], _got(err.get("input"))
+    if kind == "literal_error":
+        return f"{name} must be one of {err['ctx']['expected'].replace(' or ', ', ')} (got {got})"
+    if kind == "missing":
+        return f"{name} is required"
+    what = {"int_type": "an integer", "bool_type": "true or false", "float_type": "a number",
+            "string_type": "a string", "model_type": "an object", "dict_type": "an object"}.get(kind)
+    if what is not None:
+        return f"{name} must be {what} (got {got})"
+    return f"{name}: {err['msg']} (got {got})"[:300]
