@@ -114,18 +114,18 @@ def main(argv: list[str] | None = None) -> int:
         rec["checks"]["stock_vs_sdpa_max_abs"] = d
         ok &= d <= tol
         # neutral: zero surfaces
-        bank = manifold.attach(model, grid_size=a.grid)
+        bank = manifold.install(model, grid_size=a.grid)
         zero = model(ids).logits.float()
         rec["checks"]["neutral_bitwise"] = bool(torch.equal(zero, plain))
         ok &= rec["checks"]["neutral_bitwise"]
-        manifold.detach(model)
+        manifold.uninstall(model)
         if a.surfaces:
             bank = manifold.load(a.surfaces, model=model)
         else:
             with torch.no_grad():
                 bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g).to(
                     bank.coefficients.device) * 0.1)
-        manifold.attach(model, bank=bank)
+        manifold.install(model, bank=bank)
         surf = model(ids).logits.float()
         rec["checks"]["surfaces_finite"] = bool(torch.isfinite(surf).all())
         rec["checks"]["surfaces_effect_max_abs"] = float((surf - plain).abs().max())
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     timings["train_step"] = _pair(step_stock, step_surfaces, bank, dev, a.repeats)
     rec["checks"]["train_grad_finite"] = bool(torch.isfinite(bank.coefficients.grad).all())
     ok &= rec["checks"]["train_grad_finite"]
-    manifold.detach(model)
+    manifold.uninstall(model)
     rec["timings"] = timings
     rec["shape"] = {"batch": a.batch, "seq_len": a.seq_len, "grid": a.grid, "layers": len(bank.layers)}
     if dev.type == "cuda":

@@ -67,17 +67,17 @@ def main() -> None:
         rows.update({"train_surfaces_study_layers": [], "train_lora_r36_study_layers": []})
     for _ in range(args.repeats):  # interleaved rounds
         rows["eval_strided_ppl"].append(eval_tps())
-        bank = M.attach(model, grid_size=8, grid_range=(-4.0, 4.0))
+        bank = M.install(model, grid_size=8, grid_range=(-4.0, 4.0))
         rows["train_surfaces"].append(train_tps(bank, 3))
-        M.detach(model)
+        M.uninstall(model)
         gates = FFNGates.for_model(model)
         rows["train_ffn_gates"].append(train_tps(gates, 3, interventions=[gates]))
         if args.lora:
             from peft import LoraConfig, get_peft_model
 
-            bank = M.attach(model, grid_size=8, grid_range=(-4.0, 4.0), layers=study_layers)
+            bank = M.install(model, grid_size=8, grid_range=(-4.0, 4.0), layers=study_layers)
             rows["train_surfaces_study_layers"].append(train_tps(bank, 3))
-            M.detach(model)
+            M.uninstall(model)
             pm = get_peft_model(model, LoraConfig(r=36, lora_alpha=36.0, lora_dropout=0.0, bias="none",
                                                   target_modules=["q_proj", "v_proj"],
                                                   layers_to_transform=study_layers))

@@ -97,8 +97,8 @@ def tiny_with_artifacts(tiny_cache, tmp_path):
     from geosteer.dynamics.gates import FFNGates
 
     model, tok = tiny_cache("llama")
-    bank = M.attach(model, grid_size=4, grid_range=(-4.0, 4.0))
-    M.detach(model)
+    bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))
+    M.uninstall(model)
     M.save(bank, tmp_path / "surfaces")
     gates = FFNGates.for_model(model)
     with torch.no_grad():

@@ -28,11 +28,11 @@ def _stock_model(name, dtype):
 
 
 def _random_bank(model, seed=0, scale=0.3):
-    bank = manifold.attach(model, grid_size=6, grid_range=(-3.0, 3.0))
+    bank = manifold.install(model, grid_size=6, grid_range=(-3.0, 3.0))
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * scale)
-    manifold.detach(model)
+    manifold.uninstall(model)
     return bank
 
 
@@ -57,9 +57,9 @@ def test_bf16_neutral_equals_stock_bf16(name):
     with torch.no_grad():
         ref = stock(ids).logits
         got = model(ids).logits
-        manifold.attach(model, grid_size=6)  # zero surfaces: the stock path exactly
+        manifold.install(model, grid_size=6)  # zero surfaces: the stock path exactly
         got_zero = model(ids).logits
-        manifold.detach(model)
+        manifold.uninstall(model)
     assert got.dtype is torch.bfloat16
     torch.testing.assert_close(got, ref, atol=0, rtol=0)
     torch.testing.assert_close(got_zero, ref, atol=0, rtol=0)

@@ -8,11 +8,11 @@ from geosteer.demo import run_demo
 
 def test_demo_end_to_end_with_surfaces(tmp_path):
     model, _ = load_model("tiny-llama")
-    bank = manifold.attach(model, layers=[0, 1, 2])
+    bank = manifold.install(model, layers=[0, 1, 2])
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(0)))
     art = manifold.save(bank, tmp_path / "surf")
-    manifold.detach(model)
+    manifold.uninstall(model)
     summary = run_demo("tiny-llama", tokens=300, max_new_tokens=4, surfaces=art, out_dir=tmp_path / "demo")
     assert summary["ppl_surfaces"] != summary["ppl_stock"]
     assert summary["sensitive_layer"] in (0, 1, 2)

@@ -19,7 +19,7 @@ def test_any_draft_gives_the_greedy_tokens(tiny_cache, family):
     model, tok = tiny_cache(family)
     ids = prompt_ids(tok, "The river flows past the old mill and")
     n = 12
-    bank = M.attach(model, grid_size=4, grid_range=(-4.0, 4.0))  # surfaces on: the feature cache is cropped too
+    bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))  # surfaces on: the feature cache is cropped too
     try:
         with torch.no_grad():
             bank.coefficients.copy_(torch.randn(bank.coefficients.shape,
@@ -33,7 +33,7 @@ def test_any_draft_gives_the_greedy_tokens(tiny_cache, family):
             assert got == ref, name
             torch.testing.assert_close(first, ref_first, rtol=1e-4, atol=1e-4)
     finally:
-        M.detach(model)
+        M.uninstall(model)
 
 
 def test_stops_after_eos_like_generate(tiny_cache):

@@ -74,8 +74,8 @@ def test_bad_prompts_files_name_the_file(monkeypatch, capsys, tmp_path, no_model
 
 def test_edit_values_get_clean_messages(monkeypatch, capsys, tiny_cache, tmp_path):
     model, _ = tiny_cache("llama")
-    bank = manifold.attach(model)
-    manifold.detach(model)
+    bank = manifold.install(model)
+    manifold.uninstall(model)
     src = manifold.save(bank, tmp_path / "s")
     before = {p.name: p.read_bytes() for p in src.iterdir()}
     for op, needle in [("wall layer=1 top=abc", "top wants a whole number"), ("scale=abc layer=1", "'abc' is not a"),

@@ -24,8 +24,8 @@ from tests.cli_helpers import run_cli
 
 
 def _bank(model, seed=0, **kw):
-    bank = manifold.attach(model, **kw)
-    manifold.detach(model)
+    bank = manifold.install(model, **kw)
+    manifold.uninstall(model)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.5)
@@ -171,7 +171,7 @@ def test_studio_start_artifact_for_another_model_needs_force(tiny_cache, saved):
     try:
         assert manifold.attached_bank(qwen3) is bank
     finally:
-        manifold.detach(qwen3)
+        manifold.uninstall(qwen3)
 
 
 # ----------------------------------------------------------------------------- killed between the renames

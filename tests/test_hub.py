@@ -48,11 +48,11 @@ def hub_cache(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def saved_bank(tmp_path_factory):
     model, _ = load_model("tiny-llama")
-    bank = manifold.attach(model, grid_size=5, grid_range=(-3.0, 3.0))
+    bank = manifold.install(model, grid_size=5, grid_range=(-3.0, 3.0))
     g = torch.Generator().manual_seed(11)
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g))
-    manifold.detach(model)
+    manifold.uninstall(model)
     folder = manifold.save(bank, tmp_path_factory.mktemp("art") / "surf", command="geosteer manifold train x")
     return model, bank, folder
 

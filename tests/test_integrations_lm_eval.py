@@ -39,9 +39,9 @@ def folder(tmp_path_factory):
     m.save_pretrained(d / "model")
     tok.save_pretrained(d / "model")
     model, _ = load_model(str(d / "model"))
-    bank = M.attach(model, grid_size=4, grid_range=(-4.0, 4.0))
+    bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))
     M.save(bank, d / "surfaces")
-    M.detach(model)
+    M.uninstall(model)
     FFNGates.for_model(model).save(d / "gates")
     return d
 

@@ -83,11 +83,11 @@ def _run(argv, monkeypatch, capsys):
 @pytest.fixture(scope="module")
 def surfaces(tmp_path_factory):
     import geosteer
-    from geosteer.manifold import attach, save
+    from geosteer.manifold import install, save
 
     m, _ = geosteer.load_model("tiny-llama")
     path = tmp_path_factory.mktemp("surf") / "s"
-    save(attach(m, grid_size=4), path)
+    save(install(m, grid_size=4), path)
     return path
 
 

@@ -114,10 +114,10 @@ def test_gemma3_270m_neutral_past_its_sliding_window():
         stock = model(ids).logits
         use_geosteer_attention(model)
         assert torch.equal(ours, stock)
-        M.attach(model, grid_size=8, grid_range=(-4.0, 4.0))
+        M.install(model, grid_size=8, grid_range=(-4.0, 4.0))
         try:
             assert torch.equal(model(ids).logits, stock)
         finally:
-            M.detach(model)
+            M.uninstall(model)
         with steer(model, ComponentScale("value_exclude_self", 1.0, 1.0)):
             assert torch.equal(model(ids).logits, stock)

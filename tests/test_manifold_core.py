@@ -77,7 +77,7 @@ def test_bad_grid_refused(tiny_cache, bad):
     g, lo, hi = bad
     model, _ = tiny_cache("llama")
     with pytest.raises(ValueError, match="grid"):
-        manifold.attach(model, grid_size=g, grid_range=(lo, hi))
+        manifold.install(model, grid_size=g, grid_range=(lo, hi))
     assert manifold.attached_bank(model) is None
 
 
@@ -203,7 +203,7 @@ def test_kernel_gradients_match_reference():
 
 
 def _random_bank(model, seed=0, scale=0.5, **kw):
-    bank = manifold.attach(model, **kw)
+    bank = manifold.install(model, **kw)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * scale)
@@ -232,7 +232,7 @@ def test_zero_surfaces_equal_stock(tiny_cache, family):
     ids = sample_ids(tok)
     with torch.no_grad():
         ref = model(ids).logits
-    bank = manifold.attach(model)
+    bank = manifold.install(model)
     try:
         with torch.no_grad():
             out = model(ids).logits
@@ -241,7 +241,7 @@ def test_zero_surfaces_equal_stock(tiny_cache, family):
         out2 = model(ids).logits  # grad enabled: the factored path itself, with S = 0
         assert (out2 - ref).abs().max().item() <= 1e-5
     finally:
-        manifold.detach(model)
+        manifold.uninstall(model)
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
@@ -254,14 +254,14 @@ def test_model_with_surfaces_matches_per_pair_reference(tiny_cache, family):
     try:
         with torch.no_grad():
             ours = model(**enc).logits
-            base = manifold.detach(model)
+            base = manifold.uninstall(model)
             removers = _naive_handlers(model, base)
             ref = model(**enc).logits
             for r in removers:
                 r()
             stock = model(**enc).logits
     finally:
-        manifold.detach(model)
+        manifold.uninstall(model)
     keep = enc.attention_mask.bool()
     assert (ours - ref)[keep].abs().max().item() <= 1e-4
     assert (ours - stock)[keep].abs().max().item() > 1e-3  # the surfaces do something
@@ -288,7 +288,7 @@ def test_kv_cache_generation_matches_full_recompute(tiny_cache, family):
         assert (step_logits - recomputed).abs().max().item() <= 1e-4
         assert bank._caches  # the decode path reused cached key features
     finally:
-        manifold.detach(model)
+        manifold.uninstall(model)
 
 
 def test_kv_cache_batched_left_padding(tiny_cache):
@@ -303,7 +303,7 @@ def test_kv_cache_batched_left_padding(tiny_cache):
                                      pad_token_id=tok.pad_token_id)
         assert torch.equal(gen, nocache)
     finally:
-        manifold.detach(model)
+        manifold.uninstall(model)
         tok.padding_side = "right"
 
 
@@ -320,7 +320,7 @@ def test_feature_cache_not_reused_for_a_different_prompt(tiny_cache):
                                  pad_token_id=tok.pad_token_id)
         assert torch.equal(out, ref)
     finally:
-        manifold.detach(model)
+        manifold.uninstall(model)
 
 
 # ----------------------------------------------------------------------------- attach / detach
@@ -339,12 +339,12 @@ def test_attach_rules(tiny_cache):
         with steer(model, other):
             pass
     # the persistent form replaces cleanly (never stacks)
-    bank2 = manifold.attach(model)
+    bank2 = manifold.install(model)
     assert manifold.attached_bank(model) is bank2
     an = anatomy(model)
     assert all(len(b.attn._geosteer_attention_handlers) == 1 for b in an.blocks)
-    assert manifold.detach(model) is bank2
-    assert manifold.detach(model) is None
+    assert manifold.uninstall(model) is bank2
+    assert manifold.uninstall(model) is None
     assert all(not b.attn._geosteer_attention_handlers for b in an.blocks)
     with torch.no_grad():
         assert torch.equal(model(ids).logits, ref)
@@ -355,9 +355,36 @@ def test_attach_rules(tiny_cache):
     assert manifold.attached_bank(model) is None
 
 
+def test_attach_detach_are_deprecated_aliases(tiny_cache):
+    """``manifold.attach/detach`` (pre-0.2 names) warn and do exactly what ``install/uninstall`` do."""
+    model, tok = tiny_cache("llama")
+    ids = sample_ids(tok, 1)
+    bank = _random_bank(model)
+    manifold.uninstall(model)
+    with torch.no_grad():
+        stock = model(ids).logits
+        with steer(model, bank):
+            want = model(ids).logits
+    assert not torch.equal(want, stock)  # the bank changes the logits, so the comparison below can fail
+    with pytest.warns(DeprecationWarning, match=r"manifold\.attach is deprecated; use geosteer\.manifold\.install"):
+        got_bank = manifold.attach(model, bank=bank)
+    assert got_bank is bank and manifold.attached_bank(model) is bank
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, want)
+    with pytest.warns(DeprecationWarning, match=r"manifold\.detach is deprecated; use geosteer\.manifold\.uninstall"):
+        assert manifold.detach(model) is bank
+    assert manifold.attached_bank(model) is None
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, stock)
+    with pytest.warns(DeprecationWarning):
+        fresh = manifold.attach(model, grid_size=4)  # keyword arguments pass through too
+    assert fresh.grid_size == 4 and manifold.uninstall(model) is fresh
+    assert "attach" not in manifold.__all__ and "install" in manifold.__all__
+
+
 def test_attach_subset_of_layers_and_surface(tiny_cache):
     model, tok = tiny_cache("qwen3")
-    bank = manifold.attach(model, layers=[2], grid_size=4, grid_range=(-2.0, 2.0))
+    bank = manifold.install(model, layers=[2], grid_size=4, grid_range=(-2.0, 2.0))
     try:
         assert bank.coefficients.shape == (1, 4, 16, 7, 7)
         with pytest.raises(ValueError, match="covers layers 2"):
@@ -372,9 +399,9 @@ def test_attach_subset_of_layers_and_surface(tiny_cache):
         with pytest.raises(ValueError, match="head 9 out of range"):
             bank.surface(2, 9, 0, q, k)
     finally:
-        manifold.detach(model)
+        manifold.uninstall(model)
     with pytest.raises(ValueError, match="out of range"):
-        manifold.attach(model, layers=[7])
+        manifold.install(model, layers=[7])
 
 
 # ----------------------------------------------------------------------------- artifacts
@@ -389,7 +416,7 @@ def test_save_load_roundtrip(tiny_cache, tmp_path):
         with torch.no_grad():
             ref = model(ids).logits
     finally:
-        manifold.detach(model)
+        manifold.uninstall(model)
     out = manifold.save(bank, tmp_path / "art", training={"tokens": 123})
     assert (out / "geosteer_config.json").is_file() and (out / "surfaces.safetensors").is_file()
     card = (out / "README.md").read_text()  # model card: tiny models have no Hub id, so no base_model key
@@ -413,8 +440,8 @@ def test_save_load_roundtrip(tiny_cache, tmp_path):
 def test_load_errors(tiny_cache, tmp_path):
     model, _ = tiny_cache("llama")
     other, _ = tiny_cache("gemma3")
-    bank = manifold.attach(model)
-    manifold.detach(model)
+    bank = manifold.install(model)
+    manifold.uninstall(model)
     art = manifold.save(bank, tmp_path / "a")
     with pytest.raises(GeosteerError, match="made for tiny-llama.*head_dim 16 vs the model's 32"):
         manifold.load(art, model=other)
@@ -445,7 +472,7 @@ def test_bank_trains(tiny_cache):
     """Only the coefficients get gradients; one step of SGD lowers the loss on the batch."""
     model, tok = tiny_cache("llama")
     ids = sample_ids(tok, 2)
-    bank = manifold.attach(model)
+    bank = manifold.install(model)
     try:
         opt = torch.optim.SGD(bank.parameters(), lr=0.5)
         losses = []
@@ -459,7 +486,7 @@ def test_bank_trains(tiny_cache):
             losses.append(loss.item())
         assert losses[-1] < losses[0]
     finally:
-        manifold.detach(model)
+        manifold.uninstall(model)
 
 
 def test_handlers_after_the_bank_still_run(tiny_cache):
@@ -470,7 +497,7 @@ def test_handlers_after_the_bank_still_run(tiny_cache):
     model, tok = tiny_cache("mistral")
     ids = sample_ids(tok, 2)
     bank = _random_bank(model, seed=4, scale=0.3)
-    manifold.detach(model)
+    manifold.uninstall(model)
     rec = AttentionRecorder(what=("value",))
     with torch.no_grad():
         with steer(model, bank):

@@ -14,8 +14,8 @@ from tests.conftest import sample_ids
 
 
 def _bank(model, seed=0, **kw):
-    bank = manifold.attach(model, **kw)
-    manifold.detach(model)
+    bank = manifold.install(model, **kw)
+    manifold.uninstall(model)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.5)

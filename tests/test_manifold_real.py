@@ -13,7 +13,7 @@ def test_smollm2_zero_surfaces_equal_stock_and_cached_decoding(smollm2):
     ids = tok("The theory of relativity states that", return_tensors="pt").input_ids
     with torch.no_grad():
         ref = model(ids).logits
-    bank = manifold.attach(model)
+    bank = manifold.install(model)
     try:
         assert bank.coefficients.shape == (30, 9, 64, 11, 11)
         with torch.no_grad():
@@ -28,6 +28,6 @@ def test_smollm2_zero_surfaces_equal_stock_and_cached_decoding(smollm2):
         assert (step - full[0, n0 - 1 : n0 - 1 + step.shape[0]]).abs().max().item() <= 1e-3
         assert (full[0, :n0] - ref[0]).abs().max() > 1e-3  # the surfaces change the model
     finally:
-        manifold.detach(model)
+        manifold.uninstall(model)
     with torch.no_grad():
         assert torch.equal(model(ids).logits, ref)

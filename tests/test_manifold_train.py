@@ -10,7 +10,7 @@ import torch
 from geosteer import load_model
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
-from geosteer.manifold import detach, load, read_config
+from geosteer.manifold import load, read_config, uninstall
 from geosteer.manifold.train import calibrate_ranges, parse_layers, train_surfaces
 from geosteer.record import AttentionRecorder
 from geosteer.train import TrainConfig
@@ -54,7 +54,7 @@ def test_train_saves_artifact_that_reproduces_the_trained_model(tiny, text_file,
         x = tok(TEXT[:200], return_tensors="pt").input_ids
         with torch.no_grad():
             trained = model(input_ids=x).logits
-        detach(model)
+        uninstall(model)
         with torch.no_grad():
             stock = model(input_ids=x).logits
             with steer(model, load(out, model=model)):
@@ -64,7 +64,7 @@ def test_train_saves_artifact_that_reproduces_the_trained_model(tiny, text_file,
         hist = json.loads((tmp_path / "surf.train" / "history.json").read_text())
         assert [r["step"] for r in hist["rows"]] == list(range(1, 7))
     finally:
-        detach(model)
+        uninstall(model)
 
 
 def test_kill_and_resume_gives_same_surfaces(tiny, text_file, tmp_path):
@@ -73,17 +73,17 @@ def test_kill_and_resume_gives_same_surfaces(tiny, text_file, tmp_path):
     cfg = _cfg(eval_before_after=False)
     full, _ = train_surfaces(model, tok, tmp_path / "full", cfg=cfg, **kw)
     ref = full.coefficients.detach().clone()
-    detach(model)
+    uninstall(model)
     _, r1 = train_surfaces(model, tok, tmp_path / "cut", cfg=cfg, stop_at=3, **kw)  # checkpoint at 2
     assert r1.stopped_early and not (tmp_path / "cut").exists()
-    detach(model)
+    uninstall(model)
     resumed, r2 = train_surfaces(model, tok, tmp_path / "cut", cfg=cfg, resume=True, **kw)
-    detach(model)
+    uninstall(model)
     assert r2.resumed_from == 2
     assert torch.equal(resumed.coefficients.detach(), ref)
     with pytest.raises(GeosteerError, match="grid"):
         train_surfaces(model, tok, tmp_path / "cut", cfg=cfg, resume=True, **{**kw, "grid_size": 5})
-    detach(model)
+    uninstall(model)
 
 
 def test_calibrated_ranges_match_recorded_quantiles(tiny, text_file):

@@ -23,8 +23,8 @@ INF = math.inf
 
 def _bank(model, seed=0, grid_range=(-0.5, 0.5), **kw):
     """Random surfaces on a deliberately narrow grid, so that many q, k lie past it."""
-    bank = manifold.attach(model, grid_range=grid_range, **kw)
-    manifold.detach(model)
+    bank = manifold.install(model, grid_range=grid_range, **kw)
+    manifold.uninstall(model)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.5)
@@ -138,8 +138,8 @@ def test_wall_blocks_value_flow_against_stock(tiny_cache):
 def test_walls_on_a_layer_without_surfaces_and_with_zero_surfaces(tiny_cache):
     model, tok = tiny_cache("qwen2")
     ids = sample_ids(tok, 1)
-    bank = manifold.attach(model, layers=[0])
-    manifold.detach(model)
+    bank = manifold.install(model, layers=[0])
+    manifold.uninstall(model)
     walls = [Wall(layer=1, heads=(1,), dims=(3, 4), k=(-INF, 0.0)), Wall(layer=0, heads=(0,), q=(0.0, INF))]
     bank.set_walls(walls)
     for layer, slot in [(1, None), (0, 0)]:

@@ -41,7 +41,7 @@ def _setup(seed: int = 0):
             if p.dim() == 2:
                 p.mul_(4.0)  # as the tiny models do: non-uniform attention
     use_geosteer_attention(model)
-    bank = M.attach(model, grid_size=4, grid_range=(-6.0, 6.0))
+    bank = M.install(model, grid_size=4, grid_range=(-6.0, 6.0))
     g = torch.Generator().manual_seed(7)
     ids = torch.randint(0, 512, (4 * BATCH, SEQ + 1), generator=g)  # ready windows, 4 steps' worth
     return model, bank, ids

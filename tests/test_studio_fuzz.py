@@ -52,7 +52,7 @@ def rand_body(rnd: random.Random, depth: int = 0) -> dict:
 def env(tmp_path_factory):
     torch.manual_seed(0)
     model, tok = geosteer.load_model("tiny-llama")
-    bank = M.attach(model, grid_size=4, grid_range=(-3.0, 3.0))
+    bank = M.install(model, grid_size=4, grid_range=(-3.0, 3.0))
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(1))
                                 * 0.3)
@@ -62,7 +62,7 @@ def env(tmp_path_factory):
     client = TestClient(app, raise_server_exceptions=False, headers={"X-Geosteer-Token": app.state.token})
     assert client.post("/api/save", json={"name": "kept"}).status_code == 200
     yield dict(session=session, client=client, ws=ws)
-    M.detach(model)
+    M.uninstall(model)
 
 
 def snapshot(env) -> tuple:

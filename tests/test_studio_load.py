@@ -121,7 +121,7 @@ def _serve(ws: str, conn) -> None:
     """The studio in its own process (as for real: the clients are browsers elsewhere), so the 21 client
     threads of this test do not compete with the server for one interpreter lock."""
     model, tok = geosteer.load_model(MODEL)
-    bank = M.attach(model, grid_size=4 if MODEL.startswith("tiny") else 8, grid_range=(-3.0, 3.0),
+    bank = M.install(model, grid_size=4 if MODEL.startswith("tiny") else 8, grid_range=(-3.0, 3.0),
                     layers=None if MODEL.startswith("tiny") else list(range(8, 16)))
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():

@@ -115,10 +115,10 @@ def test_toy_method_artifacts(toy, tmp_path):
     iv = load_artifact(folder, model)
     torch.testing.assert_close(_logits(model, iv), _logits(model, toy_scale(3.0)))
     # the built-in formats go through the same dispatch
-    from geosteer.manifold import attach, save
+    from geosteer.manifold import install, save
 
     m2, _ = geosteer.load_model("tiny-llama")
-    bank = load_artifact(save(attach(m2, grid_size=4), tmp_path / "s"), model)
+    bank = load_artifact(save(install(m2, grid_size=4), tmp_path / "s"), model)
     assert type(bank).__name__ == "SurfaceBank"
     unregister_method("toy")
     with pytest.raises(geosteer.errors.ArtifactError, match="no loader for format 'geosteer-toy'"):

@@ -22,14 +22,14 @@ from geosteer.viz.results import load_tidy
 @pytest.fixture(scope="module")
 def art(tmp_path_factory):
     model, tok = geosteer.load_model("tiny-llama")
-    bank = M.attach(model, grid_size=5, layers=[0, 2], ranges=[(-2.0, 2.0), (-3.0, 1.0)])
+    bank = M.install(model, grid_size=5, layers=[0, 2], ranges=[(-2.0, 2.0), (-3.0, 1.0)])
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.2)
         bank.coefficients[1, 3, 7] += 2.0  # the strongest surface: layer 2, head 3, dim 7
     folder = tmp_path_factory.mktemp("viz") / "surf"
     M.save(bank, folder)
-    M.detach(model)
+    M.uninstall(model)
     return dict(model=model, tok=tok, folder=folder, bank=M.load(folder))
 
 

@@ -52,14 +52,14 @@ def main() -> None:
     t0 = time.perf_counter()
     model, tok = geosteer.load_model(a.model)
     if a.surfaces:
-        bank = M.attach(model, bank=M.load(a.surfaces, model=model))
+        bank = M.install(model, bank=M.load(a.surfaces, model=model))
     else:
         if a.layers == "all":
             layers = None
         else:
             first, last = map(int, a.layers.split("-"))
             layers = list(range(first, last + 1))
-        bank = M.attach(model, layers=layers)
+        bank = M.install(model, layers=layers)
         g = torch.Generator().manual_seed(0)
         with torch.no_grad():
             bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * a.scale)
@@ -121,14 +121,14 @@ def main() -> None:
     for rep in range(3):
         for attached in (False, True):
             if not attached:
-                M.detach(model)
+                M.uninstall(model)
             t, cpu = time.perf_counter(), time.process_time()
             generate(model, tok, session.default_prompt, a.tokens)
             rows.append({"what": "generate_only", "surfaces": attached, "tokens": a.tokens, "rep": rep,
                          "ms": round((time.perf_counter() - t) * 1000, 1),
                          "cpu_ms": round((time.process_time() - cpu) * 1000, 1)})
             if not attached:
-                M.attach(model, bank=session.bank)
+                M.install(model, bank=session.bank)
     trips = [r["ms"] for r in rows if r["what"].startswith("edit_round_trip")]
     api_cpu = [r["cpu_ms"] for r in rows if r["what"] == "edit_round_trip_api"]
     meta = {"model": a.model, "surfaces": str(a.surfaces) if a.surfaces else f"random std {a.scale} seed 0",

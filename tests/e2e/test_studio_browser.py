@@ -53,7 +53,7 @@ def studio(tmp_path_factory):
     from geosteer.studio.session import Session
 
     model, tok = geosteer.load_model("tiny-llama")
-    bank = M.attach(model, grid_size=4, grid_range=(-3.0, 3.0))
+    bank = M.install(model, grid_size=4, grid_range=(-3.0, 3.0))
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.3)

@@ -3,18 +3,25 @@
 o_id = Σ_j a_ij v_jd (1 + S_d(q_id, k_jd)) with S_d(q, k) = Σ_ab C_dab B_a(q) B_b(k) on post-RoPE q/k,
 computed exactly in factored form (``geosteer.manifold.kernel``), with KV-cache decoding.
 
-    bank = geosteer.manifold.attach(model, grid_size=8, grid_range=(-4.0, 4.0))   # zero = stock model
+    bank = geosteer.manifold.install(model, grid_size=8, grid_range=(-4.0, 4.0))  # zero = stock model
     geosteer.manifold.save(bank, "artifacts/my-surfaces")
     bank = geosteer.manifold.load("artifacts/my-surfaces", model=model)
-    with geosteer.steer(model, bank): ...
-    geosteer.manifold.detach(model)
+    geosteer.manifold.uninstall(model)           # install/uninstall: persistent
+    with geosteer.steer(model, bank): ...         # bank.attach(model) -> remove: for this block only
 """
 
 from geosteer.manifold.artifact import load, read_config, save
-from geosteer.manifold.bank import SurfaceBank, attach, attached_bank, detach
+from geosteer.manifold.bank import (  # noqa: F401 - attach/detach: deprecated aliases, left out of __all__
+    SurfaceBank,
+    attach,
+    attached_bank,
+    detach,
+    install,
+    uninstall,
+)
 from geosteer.manifold.bspline import bspline_basis, bspline_local
 from geosteer.manifold.config import ManifoldConfig
 from geosteer.manifold.method import METHOD, SURFACES
 
-__all__ = ["METHOD", "SURFACES", "ManifoldConfig", "SurfaceBank", "attach", "attached_bank", "bspline_basis",
-           "bspline_local", "detach", "load", "read_config", "save"]
+__all__ = ["METHOD", "SURFACES", "ManifoldConfig", "SurfaceBank", "attached_bank", "bspline_basis", "bspline_local",
+           "install", "load", "read_config", "save", "uninstall"]

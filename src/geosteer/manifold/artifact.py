@@ -179,7 +179,7 @@ def load(path: str | Path, model=None, *, verify: bool = True, force: bool = Fal
     model's shapes and that the artifact's recorded base model is this model (errors name both; ``force``
     skips the name check, never the shape check) and move it to the model's device. Non-finite
     coefficients and ranges without finite lo < hi are refused. It is not attached: use
-    ``geosteer.steer(model, bank)`` or ``geosteer.manifold.attach(model, bank=bank)``.
+    ``geosteer.steer(model, bank)`` or ``geosteer.manifold.install(model, bank=bank)``.
     """
     from safetensors import SafetensorError
     from safetensors.torch import load_file

@@ -3,18 +3,19 @@
 ``coefficients`` (layers, heads, head_dim, K, K): rows index the query axis (a), columns the key axis (b).
 ``lo``/``hi`` (layers,) are the per-layer grid ranges. ``bank.attach(model) -> remove`` puts one attention
 handler on each covered layer (so ``geosteer.steer(model, bank)`` works, with generation and the KV cache);
-``geosteer.manifold.attach/detach`` are the persistent convenience forms.
+``geosteer.manifold.install/uninstall`` are the persistent forms (``attach``/``detach`` there: deprecated aliases).
 
 ``walls`` is a list of exact region walls (``geosteer.manifold.walls``: gain exactly 0 on a (layer, head,
 dim, q-range, k-range) region, on any layer of the model); the handler applies them after the surfaces.
 
 A model carries at most one bank: attaching a second one (or the same one twice) is refused with a message;
-``geosteer.manifold.attach`` replaces the persistent bank cleanly instead.
+``geosteer.manifold.install`` replaces the persistent bank cleanly instead.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 import weakref
 from collections.abc import Callable
 
@@ -254,8 +255,8 @@ class SurfaceBank(nn.Module):
         if current is not None:
             other = current[0]
             what = "these surfaces are" if other is self else "surfaces are"
-            raise GeosteerError(f"{what} already attached to this model; detach first "
-                                "(geosteer.manifold.detach(model), or leave the steer() block)")
+            raise GeosteerError(f"{what} already attached to this model; remove them first "
+                                "(geosteer.manifold.uninstall(model), or leave the steer() block)")
         self.check_model(model)
         dev = _layers_device(anatomy(model), self.layers)
         if dev is not None and self.coefficients.device != dev:
@@ -435,17 +436,18 @@ def _fmt_layers(xs) -> str:
 
 
 def attached_bank(model: nn.Module) -> SurfaceBank | None:
-    """The bank currently attached to ``model`` (persistently or inside ``steer``), if any."""
+    """The bank currently on ``model`` (installed persistently or attached inside ``steer``), if any."""
     cur = model.__dict__.get(_BANK_ATTR)
     return cur[0] if cur is not None else None
 
 
-def attach(model: nn.Module, grid_size: int = 8, grid_range=(-4.0, 4.0), layers=None, *, ranges=None,
-           bank: SurfaceBank | None = None, dtype: str = "float32") -> SurfaceBank:
-    """Attach surfaces to ``model`` persistently and return the bank (zero coefficients = stock model).
+def install(model: nn.Module, grid_size: int = 8, grid_range=(-4.0, 4.0), layers=None, *, ranges=None,
+            bank: SurfaceBank | None = None, dtype: str = "float32") -> SurfaceBank:
+    """Install surfaces on ``model`` persistently and return the bank (zero coefficients = stock model).
 
-    Pass ``bank`` to attach an existing (e.g. loaded) bank. A bank already on the model is detached first,
-    so banks never stack. ``detach(model)`` restores the stock model.
+    Persistent: the bank stays until ``uninstall(model)`` (unlike ``bank.attach(model) -> remove``, the
+    ``Intervention`` protocol that ``geosteer.steer`` uses for a ``with`` block). Pass ``bank`` to install an
+    existing (e.g. loaded) bank. A bank already installed is uninstalled first, so banks never stack.
     """
     if bank is None:
         cfg = ManifoldConfig.for_model(model, grid_size=grid_size, grid_range=grid_range, layers=layers,
@@ -453,16 +455,33 @@ def attach(model: nn.Module, grid_size: int = 8, grid_range=(-4.0, 4.0), layers=
         bank = SurfaceBank(cfg)
     else:
         bank.check_model(model)
-    detach(model)
+    uninstall(model)
     bank.attach(model)
     return bank
 
 
-def detach(model: nn.Module) -> SurfaceBank | None:
-    """Remove the attached bank (if any) and return it; the model is the stock model again."""
+def uninstall(model: nn.Module) -> SurfaceBank | None:
+    """Remove the bank on ``model`` (if any) and return it; the model is the stock model again."""
     cur = model.__dict__.get(_BANK_ATTR)
     if cur is None:
         return None
     bank, remove = cur
     remove()
     return bank
+
+
+def _renamed(old: str, new: Callable) -> Callable:
+    """``new`` under its pre-0.2 name ``old``: same behaviour, a DeprecationWarning per call (one release)."""
+    def alias(*args, **kwargs):
+        warnings.warn(f"geosteer.manifold.{old} is deprecated; use geosteer.manifold.{new.__name__} (same "
+                      "behaviour; bank.attach(model) -> remove is the Intervention protocol)",
+                      DeprecationWarning, stacklevel=2)
+        return new(*args, **kwargs)
+
+    alias.__name__ = alias.__qualname__ = old
+    alias.__doc__ = f"Deprecated alias of :func:`{new.__name__}` (removed in the next release)."
+    return alias
+
+
+attach = _renamed("attach", install)
+detach = _renamed("detach", uninstall)

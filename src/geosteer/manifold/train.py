@@ -109,12 +109,12 @@ def train_surfaces(
     stop_at: int | None = None,
     **train_kw,
 ):
-    """Attach fresh surfaces (or resume), train them, save the artifact at ``out``; return (bank, result).
+    """Install fresh surfaces (or resume), train them, save the artifact at ``out``; return (bank, result).
 
-    The bank stays attached to ``model`` afterwards (``geosteer.manifold.detach(model)`` removes it).
+    The bank stays installed on ``model`` afterwards (``geosteer.manifold.uninstall(model)`` removes it).
     ``stop_at`` ends early (as if killed) without writing the artifact; ``resume=True`` continues.
     """
-    from geosteer.manifold import attach, detach, save
+    from geosteer.manifold import install, save, uninstall
     from geosteer.models.anatomy import anatomy
     from geosteer.train.checkpoint import find_checkpoint, load_checkpoint
 
@@ -146,8 +146,8 @@ def train_surfaces(
                        "seconds": round(time.perf_counter() - t0, 1)}
         say("calibrated ranges: " + ", ".join(f"L{x}: ±{r[1]:.3g}"
                                               for x, r in zip(layers, ranges, strict=True)))
-    detach(model)
-    bank = attach(model, grid_size=grid_size, grid_range=grid_range, layers=layers, ranges=ranges)
+    uninstall(model)
+    bank = install(model, grid_size=grid_size, grid_range=grid_range, layers=layers, ranges=ranges)
     bank.coefficients.requires_grad_(True)
     surf = {"grid_size": grid_size, "layers": layers,
             "ranges": [list(bank.range_of(x)) for x in layers], "calibration": calibration}

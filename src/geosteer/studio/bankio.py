@@ -27,8 +27,8 @@ def open_bank(model, surfaces: Path | None, force: bool = False):
     import geosteer.manifold as M
 
     if surfaces is None:
-        return M.attach(model)
-    return M.attach(model, bank=M.load(surfaces, model=model, force=force))
+        return M.install(model)
+    return M.install(model, bank=M.load(surfaces, model=model, force=force))
 
 
 def read(model, path: Path):
