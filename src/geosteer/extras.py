@@ -5,7 +5,7 @@ needs only the packages in ``[project.dependencies]``; the rest comes with extra
 
 | extra | packages | for |
 |---|---|---|
-| ``studio`` | fastapi, uvicorn | ``geosteer studio`` |
+| ``studio`` | fastapi, starlette, pydantic, uvicorn | ``geosteer studio`` |
 | ``viz`` | plotly, kaleido | figures and HTML/PNG reports |
 | ``stats`` | scipy | rank correlations in the studies, reference B-splines in tests |
 | ``kernels`` | ninja | compiled CPU surface kernels (PyTorch path without it) |
@@ -25,7 +25,7 @@ from types import ModuleType
 from geosteer.errors import GeosteerError
 
 EXTRA_OF: dict[str, str] = {
-    "fastapi": "studio", "uvicorn": "studio", "starlette": "studio", "anyio": "studio",
+    "fastapi": "studio", "uvicorn": "studio", "starlette": "studio", "anyio": "studio", "pydantic": "studio",
     "plotly": "viz", "kaleido": "viz",
     "scipy": "stats",
     "ninja": "kernels",
