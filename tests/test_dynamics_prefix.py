@@ -186,6 +186,34 @@ def test_random_edit_specificity_by_hand(tiny):
         assert r["specificity"] == pytest.approx(move / drift, rel=1e-3, abs=1e-5)
 
 
+@pytest.mark.parametrize("family", ["gemma3", "llama"])
+def test_edit_norm_is_sized_on_the_tensor_it_is_added_to(family):
+    """ffn_out: ‖v‖ = scale·‖Φ_ℓ‖ (the residual update, after Gemma-3's post-FFN norm); down_col: scale·‖down
+    projection output‖ (before that norm). Read here with plain hooks on the HF modules; the two coincide on
+    Llama (no post-FFN norm) and differ on Gemma-3."""
+    model, _ = load_model(f"tiny-{family}")
+    ids = torch.stack(_rand(2, 6, 15))
+    layer, scale = 1, 0.7
+    recs, _ = editing.edit_study(model, ids, [layer], seeds=[0], scale=scale)
+    blk = model.model.layers[layer]
+    got = {}
+    phi_mod = blk.post_feedforward_layernorm if family == "gemma3" else blk.mlp
+    hs = [phi_mod.register_forward_hook(lambda m, a, o: got.__setitem__("phi", o[:, -1].double().clone())),
+          blk.mlp.down_proj.register_forward_hook(lambda m, a, o: got.__setitem__("down", o[:, -1].double().clone()))]
+    with torch.no_grad():
+        model(ids)
+    for h in hs:
+        h.remove()
+    want = {k: scale * np.linalg.norm(got[t].numpy(), axis=-1) for k, t in (("ffn_out", "phi"), ("down_col", "down"))}
+    for r in recs:
+        assert r["edit_norm"] == pytest.approx(want[r["kind"]][r["prompt"]], rel=1e-5)
+    ratio = want["down_col"] / want["ffn_out"]
+    if family == "gemma3":
+        assert np.all(np.abs(ratio - 1) > 0.01)
+    else:
+        np.testing.assert_allclose(ratio, 1.0, rtol=1e-6)
+
+
 def test_target_edit_beats_random(tiny):
     model, _ = tiny
     ids = torch.stack(_rand(3, 8, 14))

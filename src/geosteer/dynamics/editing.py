@@ -7,10 +7,13 @@ interventions (neutral at zero norm):
 - ``down_col``: the down projection's column j gains δ (j = the neuron with the largest |a_j| at the last
   position, per prompt), i.e. Φ_ℓ += a_j(x)·δ at *every* position; δ = v / a_j(last) so the last position
   receives exactly v. Implemented as a forward hook on the down projection (``down_proj`` / ``c_proj`` /
-  ``dense_4h_to_h``); a test checks it against editing the weight itself. On Gemma-3 the FFN's post-norm
-  follows the down projection, so there the edit norm is measured before that norm.
+  ``dense_4h_to_h``); a test checks it against editing the weight itself.
 
-‖v‖ = ``scale`` × ‖Φ_ℓ‖ at the prompt's last position. Target token t: rank ``target_rank`` (0 = argmax) of
+‖v‖ = ``scale`` × the norm, at the prompt's last position, of the tensor the edit is added to: Φ_ℓ for
+``ffn_out``, the down projection's output for ``down_col``. Without a post-FFN norm the two are the same
+tensor. On Gemma-3 the post-FFN norm follows the down projection, so there a ``down_col`` edit is sized by
+(and added to) the down projection's output before that norm, and Φ_ℓ changes by the norm's response to it,
+not by exactly v. Target token t: rank ``target_rank`` (0 = argmax) of
 the stock next-token logits of each prompt.
 """
 
@@ -78,21 +81,23 @@ class DownColumnEdit:
 
 
 @torch.no_grad()
-def _probe(model: nn.Module, ids: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stock last-position logits (B, V), Φ_ℓ at the last position (B, d), down-projection input there (B, m)."""
+def _probe(model: nn.Module, ids: torch.Tensor, layer: int
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stock last-position logits (B, V), Φ_ℓ at the last position (B, d), the down projection's input (B, m)
+    and output (B, d) there (the output is Φ_ℓ itself unless a post-FFN norm follows, as on Gemma-3)."""
     from geosteer.models.loading import input_device
 
     got: dict[str, torch.Tensor] = {}
     hooks = HookSet()
     add_hook(model, "mlp_out", layer, lambda x, ctx: got.__setitem__("phi", x[:, -1].detach()), hooks)
     h = down_projection(model, layer).register_forward_hook(
-        lambda m, args, out: got.__setitem__("act", args[0][:, -1].detach()))
+        lambda m, args, out: got.update(act=args[0][:, -1].detach(), down=out[:, -1].detach()))
     try:
         logits = model(ids.to(input_device(model))).logits[:, -1]
     finally:
         h.remove()
         hooks.remove()
-    return logits.double().cpu(), got["phi"].double().cpu(), got["act"].double().cpu()
+    return logits.double().cpu(), got["phi"].double().cpu(), got["act"].double().cpu(), got["down"].double().cpu()
 
 
 @torch.no_grad()
@@ -147,17 +152,19 @@ def edit_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int], kinds
         w_u = w_u - w_u.mean(0, keepdim=True)
     records = []
     for layer in layers:
-        base, phi, act = _probe(model, ids, layer)
+        base, phi, act, down = _probe(model, ids, layer)
         if target_rank >= base.shape[-1]:
             raise GeosteerError(f"target rank {target_rank} >= vocabulary size {base.shape[-1]}")
         target = base.argsort(-1, descending=True)[:, target_rank]
-        norm = scale * phi.norm(dim=-1, keepdim=True)
+        norms = {"ffn_out": scale * phi.norm(dim=-1, keepdim=True),   # the tensor each edit is added to
+                 "down_col": scale * down.norm(dim=-1, keepdim=True)}
         u_t = w_u[target]
         dirs = [("target", -1, u_t)]
         for s in seeds:
             g = torch.from_numpy(np.random.default_rng(s).standard_normal(u_t.shape))
             dirs.append(("random", s, g))
         for kind in kinds:
+            norm = norms[kind]
             for edit, seed, d in dirs:
                 vecs = norm * d / d.norm(dim=-1, keepdim=True)
                 new = last_logits(model, ids, (make_edit(kind, layer, vecs, act),))
