@@ -1,6 +1,7 @@
-"""The studio's request guard: one ASGI middleware in front of every route.
+"""The studio's request guard: two ASGI middlewares in front of every route (:class:`HostCheck`, then
+:class:`Guard`).
 
-What it checks, in order, and why (docs/studio.md, "Security model"):
+What they check, in order, and why (docs/studio.md, "Security model"):
 
 1. **Host** (421), :class:`HostCheck`, Starlette's ``TrustedHostMiddleware`` (the Host header parsed per
    RFC 9112/3986, Starlette >= 1.0.1, and matched against the names the studio serves): a page that
