@@ -38,7 +38,7 @@ def no_model(monkeypatch):
     (["compare", "--model", "tiny-llama", "-p", "Hi", "--top-k", "-1"], "--top-k"),
     (["generate", "--model", "tiny-llama", "-p", "Hi", "--temperature", "nan"], "finite"),
     (["generate", "--model", "tiny-llama", "-p", "Hi", "--temperature", "-1"], ">= 0"),
-    (["manifold", "train", "--model", "tiny-llama", "--out", "OUT", "--dtype", "int8", "--steps", "2"],
+    (["manifold", "train", "--model", "tiny-llama", "--out", "OUT", "--save-dtype", "int8", "--steps", "2"],
      "storage dtype must be one of float32, float16, bfloat16 (got int8)"),
     (["manifold", "train", "--model", "tiny-llama", "--out", "OUT", "--range", "2", "2", "--steps", "2"],
      "lo < hi"),

@@ -22,7 +22,8 @@ DEMO_PROMPTS = [
 
 
 def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: int = 24,
-             surfaces: Path | None = None, out_dir: Path = Path("runs/demo")) -> dict:
+             surfaces: Path | None = None, out_dir: Path = Path("runs/demo"), *, device: str = "cpu",
+             dtype: str = "float32") -> dict:
     from rich.console import Console
     from rich.table import Table
 
@@ -34,7 +35,7 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
 
     console = Console()
     t0 = time.time()
-    model, tok = load_model(model_name)
+    model, tok = load_model(model_name, dtype=dtype, device=device)
     an = anatomy(model)
     console.print(f"[bold]model[/] {model_name}: {an.n_layers} layers, d_model {an.d_model}, "
                   f"{an.n_heads}/{an.n_kv_heads} heads, head_dim {an.head_dim} (loaded in {time.time() - t0:.1f} s)")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_threads
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_threads
 
 
 def register(app: typer.Typer) -> None:
@@ -20,12 +20,14 @@ def register(app: typer.Typer) -> None:
         surfaces: Path | None = typer.Option(None, help="surfaces artifact (default: the shipped one)"),
         out_dir: Path = typer.Option(Path("runs/demo"), help="where the HTML report goes"),
         threads: int = THREADS_OPT,
+        device: str = DEVICE_OPT,
+        dtype: str = DTYPE_OPT,
         as_json: bool = JSON_OPT,
     ) -> None:
         """The main job: perplexity, generation, and (with surfaces) steering edits + an HTML report."""
         from geosteer.demo import run_demo
 
         set_threads(threads)
-        summary = run_demo(model, tokens, max_new_tokens, surfaces, out_dir)
+        summary = run_demo(model, tokens, max_new_tokens, surfaces, out_dir, device=device, dtype=dtype)
         if as_json:
             emit(summary, True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_threads
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load, set_threads
 
 directional_app = typer.Typer(add_completion=False, no_args_is_help=True,
                               help="Directional decomposition: component-scaling edits and studies.")
@@ -26,14 +26,14 @@ def decompose_cmd(
     csv: Path | None = typer.Option(None, "--csv", help="write tidy rows to this CSV file"),
     out: Path | None = typer.Option(None, "--out", help="write tidy rows (+meta) to this .json/.csv file"),
     threads: int = THREADS_OPT,
+    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
     """Per-layer ∥/⊥ decomposition of the attention, MLP and block updates (and value space per head)."""
     from geosteer.directional.measure import measure_generation, measure_text
     from geosteer.io_utils import write_records
-    from geosteer.models.loading import load_model, model_id
+    from geosteer.models.loading import model_id
 
-    set_threads(threads)
-    m, tok = load_model(model)
+    m, tok = load(model, threads=threads, device=device, dtype=dtype)
     if generate is not None:
         rows, meta = measure_generation(m, tok, generate, max_new_tokens=max_new_tokens, layers=layers,
                                         value=value)
@@ -70,15 +70,16 @@ def sweep_cmd(
     stride: int = typer.Option(256, "--stride"),
     out: Path = typer.Option(Path("docs/results/directional/sweep.json"), "--out"),
     threads: int = THREADS_OPT,
+    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
     """Study 1: held-out strided perplexity vs s∥ (s⊥ = 1) and vs s⊥ (s∥ = 1) per site (paper Figure 3)."""
     from geosteer.directional.config import check_site
     from geosteer.directional.studies import heldout_ids, run_sweep, sweep_settings
-    from geosteer.models.loading import load_model, model_id
+    from geosteer.models.loading import model_id
 
     set_threads(threads)
     site_list = [check_site(s.strip()) for s in sites.split(",") if s.strip()]
-    m, tok = load_model(model)
+    m, tok = load(model, threads=threads, device=device, dtype=dtype)
     settings = sweep_settings(site_list)
     if not controls:
         settings = [s for s in settings if s.site in site_list]
@@ -100,6 +101,7 @@ def ppl_cmd(
     as_json: bool = JSON_OPT,
     heads: str = typer.Option("all", "--heads", help="value sites: query heads to edit ('all', '0-3', '0,5')"),
     value_space: str = typer.Option("head", "--value-space", help="value sites: head | concat"),
+    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
     """Held-out perplexity with one component-scaling edit, beside the unedited baseline."""
     from geosteer.directional.config import ComponentScaleConfig, check_heads, parse_layers
@@ -108,10 +110,9 @@ def ppl_cmd(
     from geosteer.eval.perplexity import strided_perplexity
     from geosteer.interventions import steer
     from geosteer.models.anatomy import anatomy
-    from geosteer.models.loading import load_model
 
     cfg = ComponentScaleConfig(site, s_par, s_perp, heads=heads, value_space=value_space)
-    m, tok = load_model(model)
+    m, tok = load(model, device=device, dtype=dtype)
     cfg.layers = parse_layers(layers, anatomy(m).n_layers)
     check_heads(cfg.heads, anatomy(m).n_heads)
     ids = heldout_ids(tok, tokens)

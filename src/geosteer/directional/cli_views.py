@@ -7,13 +7,13 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import MODEL_OPT, THREADS_OPT, load
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, MODEL_OPT, THREADS_OPT, load
 
 _SMALL = dict(help="'all', '3', '0-5', '0-5,9'")
 
 
-def _setup(model: str, threads: int | None):
-    return load(model, threads=threads)
+def _setup(model: str, threads: int | None, device: str, dtype: str):
+    return load(model, threads=threads, device=device, dtype=dtype)
 
 
 def _save_figure(fig, path: Path) -> None:
@@ -39,6 +39,7 @@ def diagonal_cmd(
     out: Path = typer.Option(Path("docs/results/directional/diagonal.json"), "--out"),
     figure: Path | None = typer.Option(None, "--figure", help="write the Fig. 4 maps (.html, + .png)"),
     threads: int = THREADS_OPT,
+    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
     """Distribution of the closed-form diagonal change ΔA_tt per layer and form, and one head's maps."""
     from geosteer.directional.config import VALUE_SPACES, check_heads, check_scale, parse_layers
@@ -52,7 +53,7 @@ def diagonal_cmd(
     check_scale("s_par", s_par)
     if value_space not in VALUE_SPACES:
         raise GeosteerError(f"unknown value space '{value_space}'; valid: {', '.join(VALUE_SPACES)}")
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     an = anatomy(m)
     layer_list = parse_layers(layers, an.n_layers)
     if map_layer is None:
@@ -92,6 +93,7 @@ def heads_cmd(
     out: Path = typer.Option(Path("docs/results/directional/heads.json"), "--out"),
     figure: Path | None = typer.Option(None, "--figure", help="write the Fig. 7 curve (.html, + .png)"),
     threads: int = THREADS_OPT,
+    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
     """Fig. 7: single-head vs joint all-head s∥ edit per layer (Δ next-token loss on fixed texts)."""
     from geosteer.directional.config import check_heads, check_scale, check_site, parse_heads, parse_layers
@@ -108,7 +110,7 @@ def heads_cmd(
     head_sel = parse_heads(heads)
     if texts < 1 or text_len < 2:
         raise GeosteerError("--texts must be >= 1 and --text-len >= 2")
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     an = anatomy(m)
     layer_list = parse_layers(layers, an.n_layers)
     check_heads(head_sel, an.n_heads)
@@ -137,6 +139,7 @@ def strength_cmd(
     value_space: str = typer.Option("head", "--value-space", help="value sites: head | concat"),
     out: Path = typer.Option(Path("docs/results/directional/strength.json"), "--out"),
     threads: int = THREADS_OPT,
+    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
     """Table 6: perturbation norm, energy and retained norm at the post-W_O output of each edit."""
     from geosteer.directional.config import check_scale, check_site, parse_layers
@@ -157,7 +160,7 @@ def strength_cmd(
 
     if value_space not in VALUE_SPACES:
         raise GeosteerError(f"unknown value space '{value_space}'; valid: {', '.join(VALUE_SPACES)}")
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     layer_list = parse_layers(layers, anatomy(m).n_layers)
     ids = heldout_ids(tok, tokens)[None]
     rows = applied_strength(m, ids, site_list, s_par, layer_list, value_space)
@@ -176,6 +179,7 @@ def mlp_internal_cmd(
     text_len: int = typer.Option(128, "--text-len", help="tokens per sequence"),
     out: Path = typer.Option(Path("docs/results/directional/mlp_internal.json"), "--out"),
     threads: int = THREADS_OPT,
+    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
     """Table 10: Δloss of Full No-Para / No-Perp at the residual MLP output and the MLP-internal sites."""
     from geosteer.directional.config import parse_layers
@@ -188,7 +192,7 @@ def mlp_internal_cmd(
 
     if texts < 1 or text_len < 2:
         raise GeosteerError("--texts must be >= 1 and --text-len >= 2")
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     layer_list = parse_layers(layers, anatomy(m).n_layers)
     ids = heldout_ids(tok, texts * text_len)
     if ids.numel() < texts * text_len:

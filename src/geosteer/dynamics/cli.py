@@ -64,7 +64,8 @@ def diagnose(model: str = MODEL_OPT, tokens: int = TOKENS_OPT,
              topk: str = typer.Option("", "--topk", help="also run top-k for k, e.g. 1,4,16,32"),
              ov: bool = typer.Option(True, "--ov/--no-ov", help="weight-only OV non-symmetry"),
              as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-             threads: int = THREADS_OPT) -> None:
+             threads: int = THREADS_OPT,
+             device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Per-layer diagnostics in one forward pass (+ optional top-k and OV tables)."""
     from geosteer.dynamics.config import DiagnoseConfig, check_k
     from geosteer.dynamics.diagnostics import corpus_windows, wide
@@ -72,7 +73,7 @@ def diagnose(model: str = MODEL_OPT, tokens: int = TOKENS_OPT,
 
     ks = [check_k(k) for k in parse_ints(topk, "--topk")] if topk else []
     cfg = DiagnoseConfig(split=split, tokens=tokens, seq_len=seq_len, batch_size=batch_size)
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     ids = corpus_windows(tok, cfg.split, cfg.tokens, cfg.seq_len)
     t0 = time.perf_counter()
     rows = [{"table": "layers", **r} for r in run(m, ids, batch_size=cfg.batch_size, eps=cfg.eps)]
@@ -168,7 +169,8 @@ def gates(model: str = MODEL_OPT,
           seed: int = typer.Option(0, "--seed"), layers: str = typer.Option("all", "--layers"),
           tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
           as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-          threads: int = THREADS_OPT) -> None:
+          threads: int = THREADS_OPT,
+          device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Learn scalar FFN gates α_ℓ on the train split (or load them); report them and ΔL vs α = 1."""
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.gates import load_gates, train_gates
@@ -177,7 +179,7 @@ def gates(model: str = MODEL_OPT,
 
     if (save is None) == (load is None):
         raise GeosteerError("give exactly one of --save DIR (train) or --load DIR (evaluate)")
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     info: dict = {}
     if load is not None:
         g = load_gates(load, m)
@@ -215,7 +217,8 @@ def parallelize(model: str = MODEL_OPT,
                                               help="also each layer alone + the order by its ΔL"),
                 tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
                 as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-                threads: int = THREADS_OPT) -> None:
+                threads: int = THREADS_OPT,
+                device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Defect-guided parallelisation: ΔL vs number of parallelised layers (low-C / random / high-C first)."""
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.parallel import (
@@ -228,7 +231,7 @@ def parallelize(model: str = MODEL_OPT,
 
     if seeds < 0:
         raise ValueError(f"--seeds must be >= 0 (got {seeds})")
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     n = anatomy(m).n_layers
     cnt = parse_ints(counts, "--counts") if counts else list(range(n + 1))
     defects = defect_profile(m, corpus_windows(tok, "train", defect_tokens, seq_len), batch_size)

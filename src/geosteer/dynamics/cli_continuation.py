@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit
 
 OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
 CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
@@ -30,7 +30,8 @@ def continuation(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer
                  directions: bool = typer.Option(False, "--directions",
                                                                           help="keep each point's unit vector"),
                  as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-                 threads: int = THREADS_OPT) -> None:
+                 threads: int = THREADS_OPT,
+                 device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Track critical points of g_α = P_u(Vu + αΦ(u)) from α = 0 to 1: max Re, saddle index, max |Im| (Fig. 11)."""
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.continuation import check_steps, continue_alpha, ov_start_points
@@ -38,7 +39,7 @@ def continuation(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer
 
     check_steps(steps, "--steps")
     check_steps(tracks, "--tracks")
-    m, _ = _setup(model, threads)
+    m, _ = _setup(model, threads, device, dtype)
     ell = _layer(m, layer)
     full = layer_fields(m, ell, ("full",), ov_norm=ov_norm)["full"]
     rows = continue_alpha(full.V, full.phi, ov_start_points(full.V, tracks), steps, refine_iters=refine_iters)
@@ -71,7 +72,8 @@ def basins(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", hel
            residuals: int = typer.Option(256, "--residuals", help="residual directions drawn for the PCA"),
            ov_norm: str = NORM_OPT, html: Path | None = typer.Option(None, "--html", help="write the figure"),
            as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-           threads: int = THREADS_OPT) -> None:
+           threads: int = THREADS_OPT,
+           device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Basins of the flow of g_α on the sphere slice unit(m + a e1 + b e2) of real residuals (Fig. 12)."""
     from geosteer.dynamics.cli import _meta, _setup, _write, parse_floats
     from geosteer.dynamics.cli_geometry import _finite
@@ -86,7 +88,7 @@ def basins(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", hel
     check_method(method)
     _finite(span, "--span", 1e-12)
     _finite(dt, "--dt", 1e-12)
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     ell = _layer(m, layer)
     full = layer_fields(m, ell, ("full",), ov_norm=ov_norm)["full"]
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
@@ -112,7 +114,8 @@ def phase(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help
           seed: int = typer.Option(0, "--seed"),
           with_bos: bool = typer.Option(False, "--with-bos/--no-bos", help="include position 0 (BOS)"),
           as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-          threads: int = THREADS_OPT) -> None:
+          threads: int = THREADS_OPT,
+          device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Empirical field of real block updates in PCA subspaces: inward scores, local linear spectra (Fig. 9)."""
     from geosteer.dynamics.cli import _meta, _setup, _write, parse_ints
     from geosteer.dynamics.continuation import phase_reconstruction, real_updates
@@ -124,7 +127,7 @@ def phase(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help
         raise GeosteerError(f"--dims must be integers >= 1 (got '{dims}')")
     if samples < 3:
         raise GeosteerError(f"--samples must be >= 3 (got {samples})")
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     ell = _layer(m, layer)
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     u, g = real_updates(m, ids, ell, samples, seed, with_bos)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit
 
 OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
 CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
@@ -49,7 +49,8 @@ def critical(model: str = MODEL_OPT,
              seq_len: int = typer.Option(256, "--seq-len"),
              directions: bool = typer.Option(False, "--directions", help="keep each root's unit vector (JSON)"),
              as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-             threads: int = THREADS_OPT) -> None:
+             threads: int = THREADS_OPT,
+             device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Critical candidates of the reduced fields P_uVu, P_uΦ(u), P_u(Vu+αΦ(u)): A/S/R labels (paper Table 2)."""
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.critical import check_threshold, critical_study
@@ -59,7 +60,7 @@ def critical(model: str = MODEL_OPT,
     kinds = [check_field(f.strip()) for f in fields.split(",") if f.strip()]
     check_threshold(threshold)
     _finite(alpha, "--alpha", 0.0)
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     chosen = _layers(m, layers)
     ids = corpus_windows(tok, "heldout", tokens, seq_len) if real else None
     cand, summ = critical_study(m, ids, chosen, kinds, alpha=alpha, n_real=real, n_random=random, seed=seed,
@@ -81,13 +82,14 @@ def commutator(model: str = MODEL_OPT, layers: str = typer.Option("all", "--laye
                tokens: int = typer.Option(512, "--tokens"), seq_len: int = typer.Option(128, "--seq-len"),
                h: float = typer.Option(1e-2, "--h", help="central-difference step of the attention half"),
                with_bos: bool = BOS_OPT, as_json: bool = JSON_OPT, out: Path | None = OUT_OPT,
-               csv: Path | None = CSV_OPT, threads: int = THREADS_OPT) -> None:
+               csv: Path | None = CSV_OPT, threads: int = THREADS_OPT,
+               device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Tangential commutator C (both halves, App. B) vs the measured reordering angular error (Fig. 8 right)."""
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.commutator import reorder_study
     from geosteer.dynamics.diagnostics import corpus_windows
 
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     rows, summ = reorder_study(m, ids, chosen, h=h, with_bos=with_bos)
@@ -106,7 +108,8 @@ def pressure(model: str = MODEL_OPT, betas: str = typer.Option("1,2,4", "--betas
              mode: str = typer.Option("temperature", "--mode",
                                       help="β_A scales the attention logits (temperature) or the update A (gain)"),
              as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-             threads: int = THREADS_OPT) -> None:
+             threads: int = THREADS_OPT,
+             device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Diversity D after every block under attention inverse temperature β_A, per FFN variant (experiment 3)."""
     from geosteer.dynamics.cli import _meta, _setup, _write, parse_floats
     from geosteer.dynamics.diagnostics import corpus_windows
@@ -114,7 +117,7 @@ def pressure(model: str = MODEL_OPT, betas: str = typer.Option("1,2,4", "--betas
 
     bs = [check_beta(b) for b in parse_floats(betas, "--betas")]
     vs = [v.strip() for v in variants.split(",") if v.strip()]
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     rows, summ = pressure_study(m, ids, bs, chosen, vs, batch_size=batch_size, with_bos=with_bos, mode=mode,
@@ -130,7 +133,8 @@ def gain_depth(model: str = MODEL_OPT,
                values: str = typer.Option("0,0.5,1.5,2", "--values", help="FFN gains α_F"),
                tokens: int = typer.Option(1024, "--tokens"), seq_len: int = typer.Option(256, "--seq-len"),
                batch_size: int = typer.Option(4, "--batch-size"), as_json: bool = JSON_OPT,
-               out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT, threads: int = THREADS_OPT) -> None:
+               out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT, threads: int = THREADS_OPT,
+               device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """FFN gain α_F at one layer at depth ℓ/L, attention fixed (App. C.1, Fig. 8 left): loss increase."""
     from geosteer.dynamics.cli import _meta, _setup, _write, parse_floats
     from geosteer.dynamics.diagnostics import corpus_windows
@@ -138,7 +142,7 @@ def gain_depth(model: str = MODEL_OPT,
 
     ds = parse_floats(depths, "--depths")
     vs = [_finite(v, "--values") for v in parse_floats(values, "--values")]
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     from geosteer import anatomy
 
     depth_layers(anatomy(m).n_layers, ds)  # validate before any forward
@@ -155,7 +159,8 @@ def split_options(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                                                  help="read = unit(x + A) (default split), input = unit(x)"),
                   tokens: int = typer.Option(1024, "--tokens"), seq_len: int = typer.Option(256, "--seq-len"),
                   batch_size: int = typer.Option(4, "--batch-size"), as_json: bool = JSON_OPT,
-                  out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT, threads: int = THREADS_OPT) -> None:
+                  out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT, threads: int = THREADS_OPT,
+                  device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """FFN radial/tangential ablation under each split reference, with BOS ablated or kept (issue 13 item 5)."""
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.config import check_variant
@@ -169,7 +174,7 @@ def split_options(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
     bad = [r for r in refs if r not in REFERENCES]
     if bad:
         raise GeosteerError(f"unknown reference '{bad[0]}'; valid: {', '.join(REFERENCES)}")
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     rows = split_options_study(m, ids, chosen, vs, refs, batch_size=batch_size,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit
 from geosteer.models.anatomy import anatomy, parse_layers
 
 OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
@@ -59,13 +59,14 @@ def prefix_spread(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE
                   control: bool = typer.Option(True, "--control/--no-control",
                                                help="also the spread of unrelated train-split contexts"),
                   as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-                  threads: int = THREADS_OPT) -> None:
+                  threads: int = THREADS_OPT,
+                  device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Fixed suffix, varied prefixes: angular spread of the last-token residual direction per layer."""
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.prefix import contexts
     from geosteer.dynamics.prefix import prefix_spread as run
 
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     pre = _prefixes(tok, prefix_file, prefixes, prefix_len)
     suf = _encode(tok, suffix)
     bos = getattr(tok, "bos_token_id", None)
@@ -96,7 +97,8 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
             exclude_anchors: bool = typer.Option(False, "--exclude-anchors/--uniform-random",
                                                  help="random positions avoid the anchors"),
             as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-            threads: int = THREADS_OPT) -> None:
+            threads: int = THREADS_OPT,
+            device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Replace the k prefix tokens of largest ‖P_uΦ‖ vs k random ones: downstream last-token angular shift."""
     import torch
 
@@ -108,7 +110,7 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
     check_positive(seeds, "--seeds")
     if pool not in ("corpus", "vocab"):
         raise GeosteerError(f"unknown pool '{pool}'; valid: corpus, vocab")
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     layers = anatomy(m).check_layers(parse_layers(score_layers, anatomy(m).n_layers))
     pre = _prefixes(tok, prefix_file, prefixes, prefix_len)
     shortest = min(len(p) for p in pre)
@@ -136,7 +138,8 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
                      seeds: int = typer.Option(5, "--seeds", help="random directions (seeds 0..N-1)"),
                      prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--seq-len"),
                      as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-                     threads: int = THREADS_OPT) -> None:
+                     threads: int = THREADS_OPT,
+                     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """FFN-value edits toward a target's unembedding vs random directions: target move / non-target drift."""
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.diagnostics import corpus_windows
@@ -145,7 +148,7 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
 
     check_positive(seeds, "--seeds")
     check_positive(prompts, "--prompts")
-    m, tok = _setup(model, threads)
+    m, tok = _setup(model, threads, device, dtype)
     chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
     ids = corpus_windows(tok, "heldout", prompts * seq_len, seq_len)
     recs, summ = edit_study(m, ids, chosen, [s.strip() for s in kinds.split(",") if s.strip()], direction,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_threads
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_threads
+from geosteer.cli.common import load as load_model  # `load` below is geosteer.manifold.load (surfaces)
 
 man = typer.Typer(no_args_is_help=True,
                   help="Attention manifolds: learned B-spline value-modulation surfaces.")
@@ -18,6 +19,7 @@ from geosteer.manifold.cli_wall_learn import wall_learn_cmd  # noqa: E402
 man.command("wall-learn")(wall_learn_cmd)
 
 SURF_OPT = typer.Option(..., "--surfaces", "-s", help="surfaces artifact folder")
+SAVE_DTYPE_HELP = "artifact storage dtype: float32 | float16"
 
 
 @man.command("show")
@@ -73,6 +75,16 @@ def _ppl(training: dict):
     return f"{h['ppl_before']:.4g} -> {h['ppl_after']:.4g}"
 
 
+def _save_dtype(save_dtype: str | None, old: str | None) -> str | None:
+    """``--save-dtype``, or ``manifold edit``'s pre-0.2 spelling ``--dtype`` (noted on stderr; both must agree)."""
+    if old is None:
+        return save_dtype
+    if save_dtype is not None and save_dtype != old:
+        raise ValueError(f"--dtype {old} and --save-dtype {save_dtype} disagree; give only --save-dtype")
+    typer.echo("note: manifold edit --dtype is deprecated; use --save-dtype (the artifact storage dtype)", err=True)
+    return old
+
+
 @man.command("edit")
 def edit_cmd(
     ops: list[str] = typer.Argument(..., help="edits, e.g. 'invert layer=8' 'scale=0.5 layer=8 head=3 "
@@ -80,13 +92,15 @@ def edit_cmd(
                                     "head=2 dim=4 row=5 col=5' 'wall layer=10' 'wall layer=10 top=8'"),
     surfaces: Path = SURF_OPT,
     out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (may equal --surfaces)"),
-    dtype: str = typer.Option(None, "--dtype", help="storage float32|float16 (default: as the input)"),
+    save_dtype: str = typer.Option(None, "--save-dtype", help=SAVE_DTYPE_HELP + " (default: as the input)"),
+    old_dtype: str = typer.Option(None, "--dtype", hidden=True, help="deprecated spelling of --save-dtype"),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Edit surfaces (scale/invert/zero/set/wall on surfaces, heads, layers, rows/columns, top-N norms)."""
     from geosteer.manifold import load, read_config, save
     from geosteer.manifold.edit import apply_edits
 
+    dtype = _save_dtype(save_dtype, old_dtype)
     doc = read_config(surfaces)
     bank = load(surfaces)
     records = apply_edits(bank, ops)
@@ -115,6 +129,8 @@ def explore_cmd(
                                 "and wall leakage (0: skip them)"),
     out: Path = typer.Option(None, "--out", "-o", help="write the results as JSON"),
     threads: int = THREADS_OPT,
+    device: str = DEVICE_OPT,
+    dtype: str = DTYPE_OPT,
     force: bool = typer.Option(False, "--force", help="use the surfaces on --model even if they were "
                                "recorded for another base model"),
     as_json: bool = JSON_OPT,
@@ -145,7 +161,6 @@ def explore_cmd(
         cn = control_net(bank, *lhd)
         result["control_net"] = {"layer": lhd[0], "head": lhd[1], "dim": lhd[2], "values": cn.tolist()}
     if not no_sensitivity:
-        from geosteer import load_model
         from geosteer.eval.prompts import load_prompts
         from geosteer.models.anatomy import anatomy, parse_layers
 
@@ -153,7 +168,7 @@ def explore_cmd(
         name = model or doc.get("base_model")
         if not name:
             raise ValueError("the artifact does not name its base model; pass --model")
-        m, tok = load_model(name)
+        m, tok = load_model(name, threads=threads, device=device, dtype=dtype)
         bank = load(surfaces, model=m, force=force)
         result["prompts"] = len(texts)
         layer_list = parse_layers(layers, anatomy(m).n_layers)
@@ -214,7 +229,7 @@ def train_cmd(
     checkpoint_every: int = typer.Option(25, "--checkpoint-every"),
     resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.safetensors"),
     overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
-    dtype: str = typer.Option("float32", "--dtype", help="artifact storage: float32|float16"),
+    save_dtype: str = typer.Option(None, "--save-dtype", help=SAVE_DTYPE_HELP + " (default float32)"),
     mixed_precision: str = typer.Option("no", "--mixed-precision", help="no|bf16|fp16 (accelerate; GPU)"),
     fsdp: bool = typer.Option(False, "--fsdp", help="shard the frozen model over the processes "
                                                     "(accelerate launch, FSDP2)"),
@@ -223,18 +238,22 @@ def train_cmd(
     log_with: str = typer.Option(None, "--log-with", help="experiment trackers, e.g. tensorboard or "
                                  "tensorboard,wandb (accelerate; logs in <out>.train/logs)"),
     threads: int = THREADS_OPT,
+    device: str = DEVICE_OPT,
+    dtype: str = DTYPE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Train attention surfaces on a frozen model (only the coefficients train)."""
-    from geosteer import anatomy, load_model
+    from geosteer import anatomy
     from geosteer.manifold.train import check_options, train_surfaces
     from geosteer.models.anatomy import parse_layers
     from geosteer.train import TrainConfig
 
     if tokens is None and steps is None:
         tokens = 262_144
+    dtype_note = save_dtype is None and dtype != "float32"  # before 0.2, --dtype here was the storage dtype
+    save_dtype = save_dtype or "float32"
     check_options(out=out, grid_size=grid, grid_range=tuple(grid_range), calibrate=calibrate,
-                  quantile=quantile, storage_dtype=dtype, text=text)
+                  quantile=quantile, storage_dtype=save_dtype, text=text)
     parse_layers(layers, 1 << 30)  # the syntax now; the range once the model is loaded
     set_threads(threads)
     cfg = TrainConfig(lr=lr, steps=steps, tokens=tokens, batch_size=batch, micro_batch=micro_batch,
@@ -245,7 +264,10 @@ def train_cmd(
         from geosteer.train.tracking import require_trackers
 
         require_trackers(cfg.log_with)  # before the model loads
-    m, tok = load_model(model)
+    m, tok = load_model(model, threads=threads, device=device, dtype=dtype)
+    if dtype_note:
+        typer.echo(f"note: --dtype {dtype} sets the model weights (as on every verb); the artifact is stored "
+                   "as float32 (--save-dtype float16 for half)", err=True)
     layer_list = parse_layers(layers, anatomy(m).n_layers)
     args = sys.argv[1:]
     if "train" in args[:3]:  # geosteer [..] manifold train ...
@@ -254,7 +276,7 @@ def train_cmd(
     _, res = train_surfaces(m, tok, out, grid_size=grid, grid_range=tuple(grid_range),
                             calibrate=calibrate, calibrate_quantile=quantile, layers=layer_list, cfg=cfg,
                             text=text,
-                            resume=resume, overwrite=overwrite, storage_dtype=dtype, command=command,
+                            resume=resume, overwrite=overwrite, storage_dtype=save_dtype, command=command,
                             progress=sys.stderr.isatty() and not as_json,
                             log=(lambda s: print(s, file=sys.stderr, flush=True)))
     summary = {"out": str(out), "steps": res.steps_done, "tokens": res.tokens_seen,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import JSON_OPT, THREADS_OPT, emit, set_threads
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, THREADS_OPT, emit, load
 
 
 def wall_learn_cmd(
@@ -31,12 +31,14 @@ def wall_learn_cmd(
     overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
     force: bool = typer.Option(False, "--force", help="use the surfaces on --model even if made for another"),
     threads: int = THREADS_OPT,
+    device: str = DEVICE_OPT,
+    dtype: str = DTYPE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Learn a short list of exact wall regions (layer, head, dim, q-box, k-box) that lower the target
     continuations' log-prob while keeping the control prompts' next-token KL under --kl-threshold."""
-    from geosteer import load_model
-    from geosteer.manifold import load, read_config
+    from geosteer.manifold import load as load_surfaces
+    from geosteer.manifold import read_config
     from geosteer.manifold.wall_learn import WallLearnConfig, read_controls, read_targets
     from geosteer.manifold.wall_learn_train import learn_walls
     from geosteer.models.anatomy import parse_layers
@@ -48,12 +50,11 @@ def wall_learn_cmd(
     if layers is not None:
         parse_layers(layers, 1 << 30)  # the syntax now; the range once the model is loaded
     doc = read_config(surfaces)
-    set_threads(threads)
     name = model or doc.get("base_model")
     if not name:
         raise ValueError("the artifact does not name its base model; pass --model")
-    m, tok = load_model(name)
-    bank = load(surfaces, model=m, force=force)
+    m, tok = load(name, threads=threads, device=device, dtype=dtype)
+    bank = load_surfaces(surfaces, model=m, force=force)
     if layers is not None:
         from geosteer.models.anatomy import anatomy
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import JSON_OPT, MODEL_OPT, emit
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, emit, load
 
 
 def register(app: typer.Typer) -> None:
@@ -36,10 +36,11 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("qk.json"), "--out", "-o"),
         top: int = typer.Option(8, "--top", help="surfaces per layer to record (largest ‖C‖)"),
         model: str = MODEL_OPT,
+        device: str = DEVICE_OPT,
+        dtype: str = DTYPE_OPT,
         as_json: bool = JSON_OPT,
     ) -> None:
         """Record the prompt's post-RoPE (q, k) self-pairs on the top surfaces (tidy JSON for `report`)."""
-        from geosteer import load_model
         from geosteer.interventions import steer
         from geosteer.io_utils import write_records
         from geosteer.manifold import load as load_surfaces
@@ -47,7 +48,7 @@ def register(app: typer.Typer) -> None:
 
         if top < 1:
             raise ValueError(f"--top must be >= 1 (got {top})")
-        m, tok = load_model(model)
+        m, tok = load(model, device=device, dtype=dtype)
         bank = load_surfaces(surfaces, model=m)
         picks = S.default_picks(bank, top)
         layers = sorted({lay for lay, _, _ in picks})
