@@ -149,7 +149,7 @@ class Session(SurfaceViews):
         import geosteer.manifold as M
 
         if M.attached_bank(self.model) is not runtime:
-            M.attach(self.model, bank=runtime)
+            M.install(self.model, bank=runtime)
         with torch.no_grad():
             runtime.coefficients.copy_(coeffs)
         runtime.clear_cache()
