@@ -83,3 +83,15 @@ def test_short_and_empty_text(tiny_cache):
         strided_perplexity(model, tok, "Hello there.", context=64, stride=32, require_full_window=True)
     with pytest.raises(GeosteerError, match="empty"):
         strided_perplexity(model, tok, "   ", context=64, stride=32)
+
+
+def test_heldout_ids_are_the_encoded_start_of_the_heldout_split(tiny_cache):
+    from geosteer.data.corpus import split_text
+    from geosteer.eval.perplexity import encode, heldout_ids
+
+    _, tok = tiny_cache("llama")
+    ids = heldout_ids(tok, 40)
+    full = encode(tok, split_text("heldout", max_chars=4000))
+    assert ids.shape == (40,) and torch.equal(ids, full[:40])
+    if tok.bos_token_id is not None:
+        assert ids[0].item() == tok.bos_token_id

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from geosteer.directional.gated import GatedParallelScale
-from geosteer.directional.pretrain import _batch, train_one
+from geosteer.directional.pretrain import sample_batch, train_one
 from studies.directional.pretrain_downstream import main, train_variant
 
 KW = {"d_model": 32, "layers": 2, "heads": 2, "ffn": 64}
@@ -15,7 +15,7 @@ KW = {"d_model": 32, "layers": 2, "heads": 2, "ffn": 64}
 def _data():
     g = torch.Generator().manual_seed(0)
     train = torch.randint(0, 256, (5000,), generator=g)
-    vals = [_batch(train, torch.Generator().manual_seed(9), 2, 16)]
+    vals = [sample_batch(train, torch.Generator().manual_seed(9), 2, 16)]
     return train, vals
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class GeosteerError(Exception):
     """A problem with the user's input or environment, with a message that says what is valid."""
@@ -21,3 +25,15 @@ class ArtifactError(GeosteerError):
 
 class LayerSpecError(GeosteerError, ValueError):
     """A layer list that is empty, repeats a layer, or names one the model does not have."""
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """For scripts (``studies/``): a user error (:class:`GeosteerError`, ``ValueError``) inside the block is
+    printed as one line ``error: …`` on stderr and ends the program with exit status 2 (no traceback), as the
+    ``geosteer`` command does."""
+    try:
+        yield
+    except (GeosteerError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 
 from geosteer.directional.gated import GatedParallelScale
-from geosteer.directional.pretrain import _batch, _lm_loss, byte_ids, small_model
+from geosteer.directional.pretrain import byte_ids, lm_loss, sample_batch, small_model
 from geosteer.directional.sites import ComponentScale
-from geosteer.errors import GeosteerError
+from geosteer.errors import GeosteerError, one_line_errors
 from geosteer.interventions import steer
 from geosteer.io_utils import atomic_write_json
 
@@ -60,7 +60,7 @@ def _val(model, ivs, xs: list[torch.Tensor]) -> tuple[float, float | None]:
     model.eval()
     tot, gates = 0.0, []
     for x in xs:
-        tot += _lm_loss(model, x).item()
+        tot += lm_loss(model, x).item()
         for iv in ivs:
             if isinstance(iv, GatedParallelScale):
                 gates += list(iv.mean_gate().values())
@@ -95,8 +95,8 @@ def train_variant(variant: str, seed: int, train: torch.Tensor, val_batches: lis
         for step in range(steps):
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
-            x = _batch(train, gen, batch, ctx)
-            loss = _lm_loss(model, x)
+            x = sample_batch(train, gen, batch, ctx)
+            loss = lm_loss(model, x)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -143,11 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-resume", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args(argv)
-    try:
+    with one_line_errors():
         run(a, argv)
-    except (GeosteerError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
 
 
 def run(a, argv) -> None:
@@ -180,7 +177,7 @@ def run(a, argv) -> None:
                                    + shlex.join(argv if argv is not None else sys.argv[1:]))
     done = {(r["variant"], r["seed"]) for r in doc["runs"]}
     g = torch.Generator().manual_seed(12345)
-    vals = [_batch(held, g, a.batch, a.ctx) for _ in range(a.val_batches)]
+    vals = [sample_batch(held, g, a.batch, a.ctx) for _ in range(a.val_batches)]
     docs = {t: generate(t, a.proxy_n, a.proxy_seed) for t in PROXY_TASKS} if a.proxy_n else {}
     for seed in seeds:
         for v in vs:

@@ -17,9 +17,9 @@ fi
 $PY studies/manifold/ship.py artifacts/smollm2-surfaces --log runs/surfaces-g8.log
 
 # 2. output comparison (120 prompts) and steering (10 prompts + 10 wall prompts), in parallel
-$PY -m geosteer.manifold.studies compare --surfaces artifacts/smollm2-surfaces --threads 1 \
+$PY studies/manifold/steering.py compare --surfaces artifacts/smollm2-surfaces --threads 1 \
   --out docs/results/manifold_compare.json > runs/study-compare.log 2>&1 &
-$PY -m geosteer.manifold.studies steer --surfaces artifacts/smollm2-surfaces --threads 1 \
+$PY studies/manifold/steering.py steer --surfaces artifacts/smollm2-surfaces --threads 1 \
   --out docs/results/manifold_steering.json > runs/study-steer.log 2>&1 &
 wait
 $PY studies/manifold/report.py

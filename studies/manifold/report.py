@@ -17,6 +17,16 @@ RES = ROOT / "docs" / "results"
 SURFACES = {"surfaces grid 8": ROOT / "artifacts" / "smollm2-surfaces",
             "surfaces grid 16": ROOT / "runs" / "smollm2-surfaces-g16"}
 LORA = RES / "manifold_lora_r36.json"
+MOVED = "python -m geosteer.manifold.studies "  # the output-study runner before it moved to studies/manifold
+
+
+def _command(cmd: str) -> str:
+    """The recorded command as it runs today: results written while the runner lived in the library name it
+    ``python -m geosteer.manifold.studies``; it is ``studies/manifold/steering.py`` now, same options."""
+    if not cmd.startswith(MOVED):
+        return f"`{cmd}`"
+    return (f"`python studies/manifold/steering.py {cmd[len(MOVED):]}` (recorded as `{MOVED.strip()} ...`, the "
+            "same runner before it moved)")
 
 
 def _load(p: Path):
@@ -76,7 +86,7 @@ def main() -> None:
     cmp = _load(RES / "manifold_compare.json")
     if cmp is not None:
         out += ["## Output comparison: stock vs surfaces (greedy, 30 new tokens)", "",
-                f"Command: `{cmp['meta']['command']}`", "",
+                f"Command: {_command(cmp['meta']['command'])}", "",
                 "| category | prompts | greedy changed | mean next-token KL (nats) |", "|---|---:|---:|---:|"]
         for s in cmp["meta"]["summary"]:
             out.append(f"| {s['category']} | {s['prompts']} | {100 * s['greedy_change_rate']:.0f}% | "
@@ -86,7 +96,7 @@ def main() -> None:
     if st is not None:
         m = st["meta"]
         out += ["## Steering: edits of the trained surfaces vs the unedited surfaces", "",
-                f"Command: `{m['command']}`", "",
+                f"Command: {_command(m['command'])}", "",
                 f"Most sensitive layer (zeroing its surfaces, mean next-token KL): {m['layer']}.", "",
                 "| condition | prompts | greedy changed | mean KL | sampled changed (paired seeds) |",
                 "|---|---|---:|---:|---:|"]

@@ -1,4 +1,6 @@
-"""CLI: ``geosteer decompose`` (measurement) and ``geosteer directional …`` (interventions and studies)."""
+"""CLI: ``geosteer decompose`` (measurement) and ``geosteer directional …`` (edits, the sweep, pretraining).
+
+The compression-error study runs as ``python studies/directional/compression.py``."""
 
 from __future__ import annotations
 
@@ -74,7 +76,8 @@ def sweep_cmd(
 ) -> None:
     """Study 1: held-out strided perplexity vs s∥ (s⊥ = 1) and vs s⊥ (s∥ = 1) per site (paper Figure 3)."""
     from geosteer.directional.config import check_site
-    from geosteer.directional.studies import heldout_ids, run_sweep, sweep_settings
+    from geosteer.directional.sweep import run_sweep, sweep_settings
+    from geosteer.eval.perplexity import heldout_ids
     from geosteer.models.loading import model_id
 
     set_threads(threads)
@@ -106,8 +109,7 @@ def ppl_cmd(
     """Held-out perplexity with one component-scaling edit, beside the unedited baseline."""
     from geosteer.directional.config import ComponentScaleConfig, check_heads, parse_layers
     from geosteer.directional.sites import ComponentScale
-    from geosteer.directional.studies import heldout_ids
-    from geosteer.eval.perplexity import strided_perplexity
+    from geosteer.eval.perplexity import heldout_ids, strided_perplexity
     from geosteer.interventions import steer
     from geosteer.models.anatomy import anatomy
 
@@ -123,12 +125,57 @@ def ppl_cmd(
           "delta_ppl": edited.ppl - base.ppl}, as_json)
 
 
+@directional_app.command("pretrain")
+def pretrain_cmd(
+    variants: str = typer.Option("baseline,attn_par,value_par", "--variants"),
+    seeds: str = typer.Option("0,1", "--seeds"),
+    steps: int = typer.Option(300, "--steps"),
+    batch: int = typer.Option(16, "--batch"),
+    ctx: int = typer.Option(128, "--ctx"),
+    lr: float = typer.Option(3e-3, "--lr"),
+    d_model: int = typer.Option(128, "--d-model"),
+    layers: int = typer.Option(4, "--layers"),
+    eval_every: int = typer.Option(25, "--eval-every"),
+    val_batches: int = typer.Option(16, "--val-batches", help="fixed held-out batches for the val loss"),
+    out_dir: Path = typer.Option(Path("docs/results/directional"), "--out-dir"),
+    threads: int = THREADS_OPT,
+) -> None:
+    """From-scratch byte-level models trained with the edit active: baseline vs attention / value parallel
+    removal (study 3 of docs/directional.md)."""
+    import torch
+
+    from geosteer.directional.pretrain import VARIANTS, byte_ids, sample_batch, train_one
+    from geosteer.errors import GeosteerError
+    from geosteer.io_utils import write_records
+
+    set_threads(threads)
+    vs = [v.strip() for v in variants.split(",") if v.strip()]
+    bad = [v for v in vs if v not in VARIANTS]
+    if bad:
+        raise GeosteerError(f"unknown variant '{bad[0]}'; valid: {', '.join(VARIANTS)}")
+    seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    train = byte_ids("train", max_chars=4_000_000)
+    held = byte_ids("heldout")
+    g = torch.Generator().manual_seed(12345)
+    vals = [sample_batch(held, g, batch, ctx) for _ in range(val_batches)]
+    model_kw = {"d_model": d_model, "layers": layers, "heads": max(1, d_model // 32), "ffn": 3 * d_model}
+    curves, finals = [], []
+    meta = {"steps": steps, "batch": batch, "ctx": ctx, "lr": lr, "model": model_kw, "tokenizer": "bytes",
+            "train_bytes": int(len(train)), "val_tokens": val_batches * batch * ctx}
+    for seed in seed_list:
+        for v in vs:
+            res = train_one(v, seed, train, vals, steps=steps, batch=batch, ctx=ctx, lr=lr,
+                            eval_every=eval_every, model_kw=model_kw)
+            curves += res["curve"]
+            finals.append({"variant": v, "seed": seed, "final_val_loss": res["final_val"],
+                           "params": res["params"], "seconds": round(res["seconds"], 1)})
+            write_records(out_dir / "pretrain_curves.csv", curves)
+            write_records(out_dir / "pretrain_final.json", finals, meta)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``geosteer decompose`` and the ``geosteer directional`` sub-app."""
     app.command("decompose")(decompose_cmd)
-    from geosteer.directional import cli_studies
-
-    cli_studies.register(directional_app)
     from geosteer.directional import cli_views
 
     cli_views.register(directional_app)

@@ -43,9 +43,9 @@ def diagonal_cmd(
 ) -> None:
     """Distribution of the closed-form diagonal change ΔA_tt per layer and form, and one head's maps."""
     from geosteer.directional.config import VALUE_SPACES, check_heads, check_scale, parse_layers
-    from geosteer.directional.studies import heldout_ids
     from geosteer.directional.views import diagonal_study
     from geosteer.errors import GeosteerError
+    from geosteer.eval.perplexity import heldout_ids
     from geosteer.io_utils import write_records
     from geosteer.models.anatomy import anatomy
     from geosteer.models.loading import model_id
@@ -97,9 +97,9 @@ def heads_cmd(
 ) -> None:
     """Fig. 7: single-head vs joint all-head s∥ edit per layer (Δ next-token loss on fixed texts)."""
     from geosteer.directional.config import check_heads, check_scale, check_site, parse_heads, parse_layers
-    from geosteer.directional.studies import heldout_ids
     from geosteer.directional.views import head_localisation, head_summary
     from geosteer.errors import GeosteerError
+    from geosteer.eval.perplexity import heldout_ids
     from geosteer.io_utils import write_records
     from geosteer.models.anatomy import anatomy
     from geosteer.models.loading import model_id
@@ -143,9 +143,9 @@ def strength_cmd(
 ) -> None:
     """Table 6: perturbation norm, energy and retained norm at the post-W_O output of each edit."""
     from geosteer.directional.config import check_scale, check_site, parse_layers
-    from geosteer.directional.studies import heldout_ids
     from geosteer.directional.views import applied_strength
     from geosteer.errors import GeosteerError
+    from geosteer.eval.perplexity import heldout_ids
     from geosteer.io_utils import write_records
     from geosteer.models.anatomy import anatomy
     from geosteer.models.loading import model_id
@@ -184,8 +184,8 @@ def mlp_internal_cmd(
     """Table 10: Δloss of Full No-Para / No-Perp at the residual MLP output and the MLP-internal sites."""
     from geosteer.directional.config import parse_layers
     from geosteer.directional.mlp_internal import MLPInternalScale, mlp_internal_study
-    from geosteer.directional.studies import heldout_ids
     from geosteer.errors import GeosteerError
+    from geosteer.eval.perplexity import heldout_ids
     from geosteer.io_utils import write_records
     from geosteer.models.anatomy import anatomy
     from geosteer.models.loading import model_id

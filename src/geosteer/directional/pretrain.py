@@ -23,6 +23,7 @@ VARIANTS = {"baseline": None, "attn_par": ("resid_attn", 0.0), "value_par": ("va
 
 
 def byte_ids(split: str, max_chars: int | None = None) -> torch.Tensor:
+    """The UTF-8 bytes of a corpus split as token ids (vocabulary 256)."""
     from geosteer.data.corpus import split_text
 
     return torch.tensor(list(split_text(split, max_chars=max_chars).encode("utf-8")), dtype=torch.long)
@@ -45,22 +46,25 @@ def small_model(d_model: int = 128, layers: int = 4, heads: int = 4, ffn: int = 
     return model
 
 
-def _batch(data: torch.Tensor, gen: torch.Generator, batch: int, ctx: int) -> torch.Tensor:
+def sample_batch(data: torch.Tensor, gen: torch.Generator, batch: int, ctx: int) -> torch.Tensor:
+    """``batch`` random windows of ``ctx + 1`` tokens of ``data`` (inputs and their next tokens), drawn by ``gen``."""
     start = torch.randint(0, len(data) - ctx - 1, (batch,), generator=gen)
     return torch.stack([data[s:s + ctx + 1] for s in start.tolist()])
 
 
 @torch.no_grad()
-def _loss(model, xs: list[torch.Tensor]) -> float:
+def mean_loss(model, xs: list[torch.Tensor]) -> float:
+    """Mean :func:`lm_loss` over the batches ``xs`` in eval mode (the validation loss), nats."""
     model.eval()
     tot = 0.0
     for x in xs:
-        tot += _lm_loss(model, x).item()  # not labels=: HF would shift the (already shifted) labels again
+        tot += lm_loss(model, x).item()  # not labels=: HF would shift the (already shifted) labels again
     model.train()
     return tot / len(xs)
 
 
-def _lm_loss(model, x: torch.Tensor) -> torch.Tensor:
+def lm_loss(model, x: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of ``x`` (b, ctx + 1): positions ≤ t predict token t + 1."""
     logits = model(input_ids=x[:, :-1], use_cache=False).logits
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
 
@@ -89,14 +93,14 @@ def train_one(variant: str, seed: int, train: torch.Tensor, val_batches: list[to
         for step in range(steps):
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
-            x = _batch(train, gen, batch, ctx)
-            loss = _lm_loss(model, x)
+            x = sample_batch(train, gen, batch, ctx)
+            loss = lm_loss(model, x)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             if (step + 1) % eval_every == 0 or step + 1 == steps:
-                val = _loss(model, val_batches)
+                val = mean_loss(model, val_batches)
                 curve.append({"variant": variant, "seed": seed, "step": step + 1, "train_loss": loss.item(),
                               "val_loss": val})
                 log(f"{variant} seed {seed} step {step + 1}: train {loss.item():.4f} val {val:.4f} "

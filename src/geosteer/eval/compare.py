@@ -3,6 +3,11 @@
 Per prompt: whether greedy output changed, the first divergent generated token, the next-token KL
 divergence KL(P_a ‖ P_b) at the end of the prompt, and paired-seed sampling (the same seed for both
 states, so a difference is caused by the state, not by the RNG).
+
+:class:`PairedComparison` holds the baseline state ``a``: its next-token distribution, greedy continuation
+and seeded samples are computed once per prompt, and each :meth:`PairedComparison.run` compares one state
+``b`` against them (a study that compares many edits against the same baseline pays for ``a`` once).
+:func:`compare_states` is the one-shot form (one ``b``).
 """
 
 from __future__ import annotations
@@ -38,10 +43,77 @@ def first_divergence(x: Sequence[int], y: Sequence[int]) -> int | None:
     return None if len(x) == len(y) else min(len(x), len(y))
 
 
+def _text(p) -> str:
+    """A prompt as text: a string, or anything with ``.text`` (``geosteer.eval.prompts.Prompt``)."""
+    return p if isinstance(p, str) else p.text
+
+
+class PairedComparison:
+    """State ``a`` on ``prompts``, computed once; :meth:`run` compares a state ``b`` against it.
+
+    ``prompts`` are strings or :class:`~geosteer.eval.prompts.Prompt` (whose ``category`` is copied into
+    the rows). ``seeds``: paired-seed samples per prompt (``temperature``, ``top_k``), none by default.
+    """
+
+    def __init__(self, model, tok, prompts: Sequence, a: Sequence = (), *, max_new_tokens: int = 30,
+                 seeds: Sequence[int] = (), temperature: float = 0.8, top_k: int = 50) -> None:
+        self.model, self.tok, self.prompts = model, tok, list(prompts)
+        self.max_new_tokens, self.seeds = max_new_tokens, list(seeds)
+        self.temperature, self.top_k = temperature, top_k
+        self.base = [self._state(_text(p), a, sample=True) for p in self.prompts]
+
+    def _state(self, text: str, interventions: Sequence, sample: bool) -> tuple:
+        """(next-token log-probs, greedy generation, seeded samples) of ``text`` under ``interventions``."""
+        lp = next_token_logprobs(self.model, self.tok, text, interventions)
+        with steer(self.model, *interventions):
+            g = generate(self.model, self.tok, text, self.max_new_tokens)
+            s = (generate_seeds(self.model, self.tok, text, self.seeds, self.max_new_tokens, self.temperature,
+                                self.top_k) if sample and self.seeds else [])
+        return lp, g, s
+
+    def run(self, b: Sequence, sample: bool = True) -> list[dict]:
+        """One row per prompt: ``a`` (the baseline) vs ``b``; ``sample=False`` skips the seeded samples."""
+        rows = []
+        for p, (lp_a, ga, sa) in zip(self.prompts, self.base, strict=True):
+            lp_b, gb, sb = self._state(_text(p), b, sample)
+            row = {"prompt": _text(p)}
+            if not isinstance(p, str):
+                row["category"] = p.category
+            row.update({
+                "greedy_changed": ga.token_ids != gb.token_ids,
+                "first_divergence": first_divergence(ga.token_ids, gb.token_ids),
+                "kl": kl_divergence(lp_a, lp_b),
+                "top1_a": self.tok.decode([int(lp_a.argmax())]),
+                "top1_b": self.tok.decode([int(lp_b.argmax())]),
+                "text_a": ga.text,
+                "text_b": gb.text,
+            })
+            if sb:
+                changed = sum(x.token_ids != y.token_ids for x, y in zip(sa, sb, strict=True))
+                row["sampled_changed"] = changed
+                row["sampled_changed_frac"] = changed / len(sb)
+                row["sample_seeds"] = len(sb)
+            rows.append(row)
+        return rows
+
+    def baseline_rows(self) -> list[dict]:
+        """The baseline's greedy text per prompt (and how many of its samples differ in the first 50 chars)."""
+        rows = []
+        for p, (_, g, samples) in zip(self.prompts, self.base, strict=True):
+            row = {"prompt": _text(p)}
+            if not isinstance(p, str):
+                row["category"] = p.category
+            row["text"] = g.text
+            if samples:
+                row["unique_samples_first50"] = len({s.text[:50] for s in samples})
+            rows.append(row)
+        return rows
+
+
 def compare_states(
     model,
     tok,
-    prompts: Sequence[str],
+    prompts: Sequence,
     a: Sequence = (),
     b: Sequence = (),
     max_new_tokens: int = 30,
@@ -49,35 +121,9 @@ def compare_states(
     temperature: float = 0.8,
     top_k: int = 50,
 ) -> list[dict]:
-    """One tidy row per prompt (see module docstring)."""
-    rows = []
-    for p in prompts:
-        lp_a = next_token_logprobs(model, tok, p, a)
-        lp_b = next_token_logprobs(model, tok, p, b)
-        with steer(model, *a):
-            ga = generate(model, tok, p, max_new_tokens)
-        with steer(model, *b):
-            gb = generate(model, tok, p, max_new_tokens)
-        row = {
-            "prompt": p,
-            "greedy_changed": ga.token_ids != gb.token_ids,
-            "first_divergence": first_divergence(ga.token_ids, gb.token_ids),
-            "kl": kl_divergence(lp_a, lp_b),
-            "top1_a": tok.decode([int(lp_a.argmax())]),
-            "top1_b": tok.decode([int(lp_b.argmax())]),
-            "text_a": ga.text,
-            "text_b": gb.text,
-        }
-        if sample_seeds:
-            with steer(model, *a):
-                sa = generate_seeds(model, tok, p, sample_seeds, max_new_tokens, temperature, top_k)
-            with steer(model, *b):
-                sb = generate_seeds(model, tok, p, sample_seeds, max_new_tokens, temperature, top_k)
-            changed = sum(x.token_ids != y.token_ids for x, y in zip(sa, sb, strict=True))
-            row["sampled_changed_frac"] = changed / len(sample_seeds)
-            row["sample_seeds"] = len(sample_seeds)
-        rows.append(row)
-    return rows
+    """One tidy row per prompt, ``a`` vs ``b`` (see the module docstring and :class:`PairedComparison`)."""
+    return PairedComparison(model, tok, prompts, a, max_new_tokens=max_new_tokens, seeds=sample_seeds,
+                            temperature=temperature, top_k=top_k).run(b)
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -90,3 +136,11 @@ def summarize(rows: list[dict]) -> dict:
     if rows and "sampled_changed_frac" in rows[0]:
         out["sampled_change_rate"] = sum(r["sampled_changed_frac"] for r in rows) / n
     return out
+
+
+def summarize_by(rows: list[dict], key: str = "category") -> list[dict]:
+    """:func:`summarize` per value of ``key`` (in first-seen order), then an ``"all"`` row over every row."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(r[key], []).append(r)
+    return [{key: k, **summarize(rs)} for k, rs in [*groups.items(), ("all", rows)]]

@@ -147,3 +147,11 @@ def strided_perplexity(
         stride=stride,
         windows=len(spans),
     )
+
+
+def heldout_ids(tok, max_tokens: int) -> torch.Tensor:
+    """The first ``max_tokens`` tokens of the bundled corpus' held-out split (BOS first), encoded as
+    :func:`strided_perplexity` encodes text: the standard evaluation slice of the directional verbs."""
+    from geosteer.data.corpus import split_text
+
+    return encode(tok, split_text("heldout", max_chars=max_tokens * 8))[:max_tokens]

@@ -1,14 +1,9 @@
-"""Compression helpers, error decomposition, pretraining loop and the CLI (tiny models only)."""
-
-import json
-import math
-import subprocess
-import sys
+"""Compression helpers (``geosteer.directional.compression``): RTN / AWQ / Wanda against naive references,
+the update-error decomposition, the method names (tiny models only)."""
 
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from geosteer import load_model
 from geosteer.directional.compression import (
@@ -19,7 +14,6 @@ from geosteer.directional.compression import (
     quantize_rtn,
     update_errors,
 )
-from geosteer.directional.studies import sweep_settings
 from geosteer.errors import GeosteerError
 
 
@@ -103,66 +97,3 @@ def test_unknown_methods_name_the_valid_forms(bad):
 
     with pytest.raises(GeosteerError, match=f"unknown compression method '{bad}'; valid forms: rtn<bits>"):
         parse_method(bad)
-
-
-def test_sweep_grid_is_the_papers():
-    s = sweep_settings(["resid_attn"])
-    par = sorted(c.s_par for c in s if c.site == "resid_attn" and c.s_perp == 1.0)
-    perp = sorted(c.s_perp for c in s if c.site == "resid_attn" and c.s_par == 1.0 and c.s_perp != 1.0)
-    assert par == [x / 4 for x in range(-8, 13) if x != 4]
-    assert perp == [x / 4 for x in range(0, 9) if x != 4]
-    assert {c.site for c in s} == {"resid_attn", "value_full", "diag_removal"}
-
-
-def test_pretrain_variants_train_and_differ():
-    from geosteer.directional.pretrain import _batch, train_one
-
-    data = torch.randint(0, 256, (4000,), generator=torch.Generator().manual_seed(0))
-    vals = [_batch(data, torch.Generator().manual_seed(1), 2, 16)]
-    kw = dict(d_model=32, layers=1, heads=2, ffn=64)
-    res = {v: train_one(v, 0, data, vals, steps=3, batch=2, ctx=16, lr=1e-2, eval_every=3, model_kw=kw,
-                        log=lambda s: None) for v in ("baseline", "value_par")}
-    assert res["baseline"]["curve"][0]["step"] == 3
-    assert res["baseline"]["final_val"] != res["value_par"]["final_val"]
-
-
-def test_pretrain_val_loss_is_next_byte_cross_entropy():
-    """The validation loss scores token t+1 from tokens ≤ t (a naive per-position log-softmax), and a
-    periodic byte stream is learned: train and val loss both fall."""
-    from geosteer.directional.pretrain import _batch, _loss, small_model, train_one
-
-    model = small_model(d_model=32, layers=1, heads=2, ffn=64, ctx=16, seed=0).eval()
-    x = torch.randint(0, 256, (2, 17), generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        logits = model(input_ids=x[:, :-1]).logits
-    naive = sum(-torch.log_softmax(logits[b, t], -1)[x[b, t + 1]].item()
-                for b in range(2) for t in range(16)) / 32
-    assert _loss(model, [x]) == pytest.approx(naive, rel=1e-5)
-    data = torch.arange(4000) % 7 + 97
-    vals = [_batch(data, torch.Generator().manual_seed(1), 4, 16)]
-    res = train_one("baseline", 0, data, vals, steps=40, batch=4, ctx=16, lr=1e-2, eval_every=20,
-                    model_kw=dict(d_model=32, layers=1, heads=2, ffn=64), log=lambda s: None)
-    first, last = res["curve"]
-    assert last["val_loss"] < first["val_loss"] < math.log(256) and last["val_loss"] < 0.5
-
-
-def test_decompose_cli_json_and_csv(tmp_path):
-    from geosteer.cli import app
-
-    csv = tmp_path / "d.csv"
-    r = CliRunner().invoke(app, ["decompose", "-m", "tiny-llama", "--text-file", __file__, "--tokens", "24",
-                                 "--layers", "0-1", "--json", "--csv", str(csv)])
-    assert r.exit_code == 0, r.output
-    data = json.loads(r.output)
-    sites = {(row["layer"], row["site"]) for row in data["rows"]}
-    assert sites >= {(0, "attn"), (0, "mlp"), (0, "block"), (1, "value")}
-    assert csv.read_text().splitlines()[0].startswith("layer,space,site")
-
-
-@pytest.mark.parametrize("args,msg", [
-    (["directional", "sweep", "--sites", "resid_foo"], "unknown site 'resid_foo'; valid: resid_attn"),
-    (["directional", "ppl", "--site", "resid_attn", "--s-par", "nan"], "s_par must be finite"),
-])
-def test_cli_bad_input_one_line_error(args, msg):
-    p = subprocess.run([sys.executable, "-m", "geosteer.cli", *args], capture_output=True, text=True)
-    assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr

@@ -1,4 +1,5 @@
-"""Study 1 (paper Figure 3 / Table 1 controls): held-out strided perplexity under component scaling.
+"""The component-scaling sweep (``geosteer directional sweep``; paper Figure 3 / Table 1 controls):
+held-out strided perplexity under each setting of a grid.
 
 Each row is one setting evaluated on the same token ids as the matched no-op (the baseline row), so
 ``delta_ppl`` = edited − baseline is the paper's ΔPPL. Rows are written after every setting (atomic
@@ -83,13 +84,3 @@ def run_sweep(model, tok, ids: torch.Tensor, settings: Sequence[ComponentScaleCo
         write_records(out, rows, meta)
         log(f"{cfg.site} s_par={cfg.s_par} s_perp={cfg.s_perp}: ppl {r['ppl']:.4f} ({dt:.0f} s)")
     return rows
-
-
-def heldout_ids(tok, max_tokens: int) -> torch.Tensor:
-    """The first ``max_tokens`` tokens of the held-out split (BOS first), as the perplexity helper encodes."""
-    from geosteer.data.corpus import split_text
-    from geosteer.eval.perplexity import encode
-
-    text = split_text("heldout", max_chars=max_tokens * 8)
-    ids = encode(tok, text)
-    return ids[:max_tokens]

@@ -1,0 +1,135 @@
+"""Study 2 (paper §6.3): compression-error decomposition — per-layer ∥/⊥ update error, held-out PPL, Spearman ρ.
+
+For each compression method (``geosteer.directional.compression``: RTN, AWQ-style, Wanda unstructured and
+N:M, at the strength in the name) a compressed copy of the model is made from one calibration pass of the
+uncompressed model on train-split tokens; its held-out perplexity is measured on the first ``--ppl-tokens``
+held-out tokens, and its update error e = Δ_comp − Δ_base is split against Δ_base per layer and site
+(``update_errors``) on ``--prompts`` held-out prompts taken from the end of the held-out slice (no overlap
+with the scored PPL tokens). With three or more methods, the Spearman ρ (scipy) of each mean error vs PPL
+across the methods goes into the summary's meta. Files: ``compression_layers.csv`` (per layer, site and
+method) and ``compression_summary.json`` (per method; rewritten after each method).
+
+    python studies/directional/compression.py \\
+        --methods rtn3,rtn4,awq3,awq4,wanda30,wanda50,wanda60,wanda4:8,wanda2:4 --ppl-tokens 2048 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from geosteer.errors import GeosteerError, one_line_errors
+
+SITES = ("attn", "mlp", "block")
+ERRORS = ("perp_err", "par_err", "total_err")
+
+
+def method_row(method: str, ppl: float, info: dict, rows: list[dict]) -> dict:
+    """One method's summary row: PPL, the compressor's info and each site's error means over layers."""
+    row = {"method": method, "ppl": ppl, **{k: v for k, v in info.items() if k != "method"}}
+    for site in SITES:
+        sel = [r for r in rows if r["site"] == site]
+        for stat in ERRORS:
+            row[f"{site}_{stat}"] = sum(r[f"{stat}_mean"] for r in sel) / len(sel)
+    return row
+
+
+def spearman_rows(summary: list[dict]) -> list[dict]:
+    """Spearman ρ of each site's mean error vs PPL across the compressed methods (none under three)."""
+    from scipy.stats import spearmanr
+
+    comp = [r for r in summary if r["method"] != "none"]
+    if len(comp) < 3:
+        return []
+    ppls = [r["ppl"] for r in comp]
+    out = []
+    for site in SITES:
+        for stat in ERRORS:
+            rho, p = spearmanr([r[f"{site}_{stat}"] for r in comp], ppls)
+            out.append({"site": site, "error": stat, "spearman_rho_vs_ppl": float(rho), "p_value": float(p),
+                        "n_methods": len(comp)})
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python studies/directional/compression.py",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--model", "-m", default="smollm2")
+    ap.add_argument("--methods", default="rtn4,awq4,wanda50,wanda4:8,wanda2:4")
+    ap.add_argument("--calib-seqs", type=int, default=16, help="calibration sequences from the train split")
+    ap.add_argument("--seq-len", type=int, default=256, help="tokens per calibration sequence and prompt")
+    ap.add_argument("--prompts", type=int, default=12, help="held-out prompts for the error decomposition")
+    ap.add_argument("--ppl-tokens", type=int, default=1024)
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--stride", type=int, default=512)
+    ap.add_argument("--out-dir", type=Path, default=Path("docs/results/directional"))
+    ap.add_argument("--threads", type=int, default=None)
+    return ap
+
+
+def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
+    from geosteer.data.corpus import split_text
+    from geosteer.directional.compression import calibrate, compress, parse_method, update_errors
+    from geosteer.eval.perplexity import encode, heldout_ids, strided_perplexity
+    from geosteer.io_utils import write_records
+    from geosteer.models.loading import load_model, model_id
+
+    meths = [s.strip() for s in a.methods.split(",") if s.strip()]
+    for meth in meths:
+        parse_method(meth)  # one-line error naming the valid forms
+    for name in ("calib_seqs", "seq_len", "prompts", "ppl_tokens"):
+        if getattr(a, name) < 1:
+            raise GeosteerError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(a, name)})")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    m, tok = load_model(a.model)
+    seq_len = a.seq_len
+    train = encode(tok, split_text("train", max_chars=a.calib_seqs * seq_len * 8))
+    calib_batches = [train[None, i * seq_len:(i + 1) * seq_len] for i in range(a.calib_seqs)]
+    held = heldout_ids(tok, max(a.ppl_tokens, (a.prompts + 8) * seq_len))
+    # prompts come from the end of the held-out slice so they do not overlap the scored PPL tokens
+    prompt_ids = [held[None, len(held) - (i + 1) * seq_len: len(held) - i * seq_len] for i in range(a.prompts)]
+    ppl_ids = held[:a.ppl_tokens]
+    t0 = time.time()
+    calib = calibrate(m, calib_batches)
+    print(f"calibrated on {a.calib_seqs}x{seq_len} train tokens ({time.time() - t0:.0f} s)", flush=True)
+    summary = [{"method": "none", "ppl": strided_perplexity(m, tok, ids=ppl_ids, context=a.context,
+                                                            stride=a.stride).ppl}]
+    layer_rows: list[dict] = []
+    meta = {"command": "python studies/directional/compression.py "
+                       + shlex.join(argv if argv is not None else sys.argv[1:]),
+            "model": model_id(m), "calib": f"{a.calib_seqs}x{seq_len} train tokens", "prompts": a.prompts,
+            "prompt_len": seq_len, "ppl_tokens": int(len(ppl_ids)), "context": a.context, "stride": a.stride}
+    for meth in meths:
+        t0 = time.time()
+        comp, info = compress(m, meth, calib)
+        ppl = strided_perplexity(comp, tok, ids=ppl_ids, context=a.context, stride=a.stride).ppl
+        rows = update_errors(m, comp, prompt_ids)
+        del comp
+        layer_rows += [{"method": meth, **r} for r in rows]
+        row = method_row(meth, ppl, info, rows)
+        summary.append(row)
+        write_records(a.out_dir / "compression_layers.csv", layer_rows)
+        write_records(a.out_dir / "compression_summary.json", summary, meta)
+        print(f"{meth}: ppl {ppl:.3f} attn perp {row['attn_perp_err']:.4f} par {row['attn_par_err']:.4f} "
+              f"({time.time() - t0:.0f} s)", flush=True)
+    corr = spearman_rows(summary)
+    write_records(a.out_dir / "compression_summary.json", summary, {**meta, "spearman": corr})
+    for c in corr:
+        print(f"spearman {c['site']} {c['error']}: rho={c['spearman_rho_vs_ppl']:.3f} (p={c['p_value']:.3f})")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    a = parser().parse_args(argv)
+    with one_line_errors():
+        run(a, argv)
+
+
+if __name__ == "__main__":
+    main()
