@@ -93,14 +93,17 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--category", required=True)
     ap.add_argument("--surfaces", default="artifacts/smollm2-surfaces")
-    ap.add_argument("--walls", required=True, help="wall-learn artifact (learned walls)")
+    ap.add_argument("--walls", required=True, nargs="+", help="wall-learn artifacts (learned walls)")
     ap.add_argument("--dense", default=None, help="wall-learn --mode dense artifact")
     ap.add_argument("--wall-layer", type=int, default=10)
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--caa-layers", default="2,5,8,10,12,15,20,25")
     ap.add_argument("--caa-scales", default="1,2,4")
+    ap.add_argument("--caa-more", default="", help="more CAA scales, measured also with --merge")
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--ppl-tokens", type=int, default=1024)
+    ap.add_argument("--merge", default=None, help="earlier result of this script: keep its baseline rows "
+                    "(layer/top-k walls, CAA) and measure only the reference and the given artifacts")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -127,17 +130,25 @@ def main(argv=None) -> None:
         print(f"{name}: drop {r['target_drop']:.3f} still {r['target_still_produced']} KL {r['control_kl']:.4f} "
               f"changed {r['control_greedy_changed']:.2f} ppl x{r['ppl_ratio']:.4f}", file=sys.stderr, flush=True)
 
-    for text in (f"wall layer={args.wall_layer}", f"wall layer={args.wall_layer} top={args.top}"):
+    prev = None
+    if args.merge:
+        import json
+
+        prev = json.loads(Path(args.merge).read_text())
+        if abs(prev["rows"][0]["target_logprob"] - rows[0]["target_logprob"]) > 1e-4:
+            raise SystemExit("--merge: the reference differs from the earlier run's; measure everything again")
+        rows += [r for r in prev["rows"][1:] if r["condition"].startswith(("exact", "CAA"))]
+    for text in (f"wall layer={args.wall_layer}", f"wall layer={args.wall_layer} top={args.top}") * (prev is None):
         b = load(args.surfaces, model=model)
         apply_edit(b, text)
         add(f"exact {text}", [b], edit=text)
     # contrastive activation addition: layer picked on the training prompts (drop / KL at scale 1)
     ttb, tcb = encode_targets(tok, tr_t), encode_controls(tok, tr_c)
+    picks = prev["meta"]["caa_layer_pick"] if prev is not None else []
     with torch.no_grad(), steer(model, surf):
         t_ref = target_logprob(_fwd(model, ttb).logits, ttb)
         c_ref, c_valid = control_logprobs(_fwd(model, tcb).logits, tcb)
-        picks = []
-        for layer in [int(x) for x in args.caa_layers.split(",")]:
+        for layer in [int(x) for x in args.caa_layers.split(",")] * (prev is None):
             v = caa_vector(model, ttb, tcb, layer)
             with steer(model, AddVector("resid_post", -v, layers=[layer])):
                 drop = float((t_ref - target_logprob(_fwd(model, ttb).logits, ttb)).mean())
@@ -148,14 +159,18 @@ def main(argv=None) -> None:
     best = max(picks, key=lambda p: p["ratio"])
     with torch.no_grad(), steer(model, surf):
         vec = caa_vector(model, ttb, tcb, best["layer"])
-    for s in [float(x) for x in args.caa_scales.split(",")]:
+    scales = [float(x) for x in args.caa_scales.split(",")] * (prev is None)
+    for s in scales + [float(x) for x in args.caa_more.split(",") if x]:
         add(f"CAA layer {best['layer']} x{s:g}", [surf, AddVector("resid_post", -s * vec, layers=[best["layer"]])],
             layer=best["layer"], scale=s)
     if args.dense:
         add("dense surface fine-tuning", [load(args.dense, model=model)], artifact=args.dense)
-    learned = load(args.walls, model=model)
-    add("learned walls", [learned], artifact=args.walls, regions=[w.describe() for w in learned.walls])
-    layer_wall = rows[1]
+    for path in args.walls:
+        learned = load(path, model=model)
+        cfg = (learned.meta.get("wall_learn") or {}).get("config") or {}
+        add(f"learned walls ({len(learned.walls)} regions, tau {cfg.get('kl_threshold')})", [learned],
+            artifact=path, config=cfg, regions=[w.describe() for w in learned.walls])
+    layer_wall = next(r for r in rows if r["condition"] == f"exact wall layer={args.wall_layer}")
     for r in rows[1:]:
         r["kl_vs_layer_wall"] = r["control_kl"] / layer_wall["control_kl"] if layer_wall["control_kl"] else None
         r["drop_vs_layer_wall"] = r["target_drop"] / layer_wall["target_drop"] if layer_wall["target_drop"] else None
@@ -166,6 +181,9 @@ def main(argv=None) -> None:
                                                              "stride": 256, "split": "heldout"},
             "caa_layer_pick": picks, "command": "python " + " ".join(sys.argv),
             "seconds": round(time.perf_counter() - t0, 1), "threads": 1}
+    if prev is not None:
+        meta["baselines_from"] = {"file": args.merge, "command": prev["meta"]["command"],
+                                  "seconds": prev["meta"]["seconds"]}
     atomic_write_json(args.out, {"meta": meta, "rows": rows})
     print(f"wrote {args.out}", file=sys.stderr)
 
