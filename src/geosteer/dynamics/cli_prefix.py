@@ -1,4 +1,5 @@
-"""``geosteer dynamics prefix-spread | anchors | edit-specificity`` (issue 13 item 3; paper App. C.5, Fig. 13).
+"""``geosteer dynamics prefix-spread | anchors | edit-specificity | edit-linearity | edit-locality`` (issue 13
+item 3; paper App. C.5, Fig. 13).
 
 Definitions in :mod:`geosteer.dynamics.prefix` and :mod:`geosteer.dynamics.editing`. Tidy records via
 ``--out`` (.json/.csv) / ``--csv``; docs/dynamics-prefix.md quotes them."""
@@ -159,8 +160,77 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
     emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="editing specificity")
 
 
+def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--layers"),
+                   kinds: str = typer.Option("ffn_out", "--kinds", help="ffn_out, down_col"),
+                   direction: str = typer.Option("unembed", "--direction", help="unembed | centered"),
+                   scales: str = typer.Option("0.25,0.5,1,2", "--scales", help="edit sizes s (> 0, >= 2)"),
+                   target_rank: int = typer.Option(10, "--target-rank", help="target = this rank (0 = top)"),
+                   seeds: int = typer.Option(2, "--seeds", help="random directions (seeds 0..N-1)"),
+                   prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--seq-len"),
+                   as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+                   threads: int = THREADS_OPT,
+                   device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
+    """Target move vs edit size s: slope and R² of the line through (0, 0) and (s, move(s)) per prompt."""
+    from geosteer.dynamics.cli import _meta, _setup, _write
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.editing import edit_linearity as study
+    from geosteer.dynamics.prefix import check_positive
+    from geosteer.errors import GeosteerError
+
+    check_positive(seeds, "--seeds")
+    check_positive(prompts, "--prompts")
+    try:
+        values = [float(v) for v in scales.split(",") if v.strip()]
+    except ValueError:
+        raise GeosteerError(f"--scales must be numbers (got '{scales}')") from None
+    if any(not (v > 0 and v < float("inf")) for v in values):
+        raise GeosteerError(f"--scales must be finite and > 0 (got '{scales}')")
+    m, tok = _setup(model, threads, device, dtype)
+    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
+    ids = corpus_windows(tok, "heldout", prompts * seq_len, seq_len)
+    fits, summ = study(m, ids, chosen, [k.strip() for k in kinds.split(",") if k.strip()], direction, values,
+                       target_rank, list(range(seeds)))
+    meta = _meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scales=values,
+                 target_rank=target_rank, seeds=seeds, fit="least-squares line through (0,0) and (s, target_move)")
+    _write([{"table": "summary", **s} for s in summ] + [{"table": "fits", **f} for f in fits], meta, out, csv)
+    emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="edit linearity (R²)")
+
+
+def edit_locality(model: str = MODEL_OPT, layers: str = typer.Option("all", "--layers"),
+                  direction: str = typer.Option("unembed", "--direction", help="unembed | centered"),
+                  scale: float = typer.Option(1.0, "--scale", help="‖edit‖ / ‖down-projection output‖, last position"),
+                  target_rank: int = typer.Option(10, "--target-rank", help="target = this rank (0 = top)"),
+                  seeds: int = typer.Option(2, "--seeds", help="random directions (seeds 0..N-1)"),
+                  prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--seq-len"),
+                  other: int = typer.Option(4, "--other", help="other held-out windows (after the prompts)"),
+                  as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
+                  threads: int = THREADS_OPT,
+                  device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
+    """down_col edits on other text: next-token KL at every position of held-out windows that are not the prompts."""
+    from geosteer.dynamics.cli import _meta, _setup, _write
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.editing import down_col_locality
+    from geosteer.dynamics.prefix import check_positive
+
+    check_positive(seeds, "--seeds")
+    check_positive(prompts, "--prompts")
+    check_positive(other, "--other")
+    m, tok = _setup(model, threads, device, dtype)
+    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
+    w = corpus_windows(tok, "heldout", (prompts + other) * seq_len, seq_len)
+    recs, summ = down_col_locality(m, w[:prompts], w[prompts:], chosen, direction, scale, target_rank,
+                                   list(range(seeds)))
+    meta = _meta(m, prompts=prompts, other=int(w.shape[0] - prompts), seq_len=seq_len, direction=direction,
+                 scale=scale, target_rank=target_rank, seeds=seeds,
+                 other_text="the held-out windows right after the prompts' windows")
+    _write([{"table": "summary", **s} for s in summ] + [{"table": "edits", **r} for r in recs], meta, out, csv)
+    emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="down_col locality (KL)")
+
+
 def add_commands(app: typer.Typer) -> None:
     """Register the verbs on the ``geosteer dynamics`` Typer."""
     app.command(name="prefix-spread")(prefix_spread)
     app.command()(anchors)
     app.command(name="edit-specificity")(edit_specificity)
+    app.command(name="edit-linearity")(edit_linearity)
+    app.command(name="edit-locality")(edit_locality)

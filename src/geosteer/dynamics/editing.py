@@ -188,3 +188,107 @@ def summarise(records: list[dict]) -> list[dict]:
             row[k] = float(np.mean([r[k] for r in rs]))
         out.append(row)
     return out
+
+
+def line_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least-squares line y ≈ a + b·x: (slope b, R² = 1 − SS_res/SS_tot); R² is nan when y is constant."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    b, a = np.polyfit(x, y, 1)
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    ss_res = float(((y - (a + b * x)) ** 2).sum())
+    return float(b), (1.0 - ss_res / ss_tot) if ss_tot > 0 else float("nan")
+
+
+def edit_linearity(model: nn.Module, ids: torch.Tensor, layers: Sequence[int], kinds: Sequence[str] = ("ffn_out",),
+                   direction: str = "unembed", scales: Sequence[float] = (0.25, 0.5, 1.0, 2.0),
+                   target_rank: int = 10, seeds: Sequence[int] = range(2)) -> tuple[list[dict], list[dict]]:
+    """Is the target's movement linear in the edit size (paper App. C.5: "nearly linear")? :func:`edit_study`
+    at every ``scale`` s; per (layer, kind, edit, seed, prompt) the line through the points (s, target_move(s))
+    plus (0, 0) (a zero edit is exactly neutral): its slope and R². Returns (fits, summary per layer, kind,
+    edit: mean and min R², mean slope)."""
+    scales = [float(s) for s in scales]
+    if len(scales) < 2 or len(set(scales)) < len(scales):
+        raise GeosteerError(f"need at least 2 distinct scales (got {scales})")
+    moves: dict[tuple, list[float]] = {}
+    for s in scales:
+        recs, _ = edit_study(model, ids, layers, kinds, direction, s, target_rank, seeds)
+        for r in recs:
+            moves.setdefault((r["layer"], r["kind"], r["edit"], r["seed"], r["prompt"]), []).append(r["target_move"])
+    x = np.array([0.0, *scales])
+    fits = []
+    for (layer, kind, edit, seed, prompt), ys in moves.items():
+        slope, r2 = line_fit(x, np.array([0.0, *ys]))
+        fits.append({"layer": layer, "kind": kind, "edit": edit, "seed": seed, "prompt": prompt, "slope": slope,
+                     "r2": r2, **{f"move_s{s:g}": m for s, m in zip(scales, ys, strict=True)}})
+    summary = []
+    for key in sorted({(f["layer"], f["kind"], f["edit"]) for f in fits}, key=lambda t: (t[0], t[1], t[2] != "target")):
+        sel = [f for f in fits if (f["layer"], f["kind"], f["edit"]) == key]
+        r2 = np.array([f["r2"] for f in sel])
+        summary.append({"layer": key[0], "kind": key[1], "edit": key[2], "n": len(sel),
+                        "r2_mean": float(np.nanmean(r2)), "r2_min": float(np.nanmin(r2)),
+                        "slope_mean": float(np.mean([f["slope"] for f in sel]))})
+    return fits, summary
+
+
+@torch.no_grad()
+def down_col_locality(model: nn.Module, ids: torch.Tensor, other: torch.Tensor, layers: Sequence[int],
+                      direction: str = "unembed", scale: float = 1.0, target_rank: int = 10,
+                      seeds: Sequence[int] = range(2)) -> tuple[list[dict], list[dict]]:
+    """How local is a ``down_col`` edit? It changes a weight column, so it acts on every input. For each
+    prompt's edit (built exactly as in :func:`edit_study`), KL(stock ‖ edited) of the next-token distribution
+    at every position of ``other`` text (windows that are not the prompts), beside the KL at the prompt's own
+    last position. (An ``ffn_out`` edit is zero on other text by construction.) Returns (records per layer,
+    edit, seed, prompt; summary per layer and edit: means of ``kl_own``, ``kl_other``, ``kl_other_max``)."""
+    from geosteer.models.loading import input_device
+
+    if not (scale > 0 and np.isfinite(scale)):
+        raise GeosteerError(f"scale must be finite and > 0 (got {scale})")
+    if target_rank < 0:
+        raise GeosteerError(f"target rank must be >= 0 (got {target_rank})")
+    if direction not in DIRECTIONS:
+        raise GeosteerError(f"unknown direction '{direction}'; valid: {', '.join(DIRECTIONS)}")
+    layers = anatomy(model).check_layers(list(layers))
+    dev = input_device(model)
+    stock_other = model(other.to(dev)).logits.double().cpu().log_softmax(-1)
+    w_u = model.get_output_embeddings().weight.detach().double().cpu()
+    if direction == "centered":
+        w_u = w_u - w_u.mean(0, keepdim=True)
+    records = []
+    for layer in layers:
+        base, _, act, down = _probe(model, ids, layer)
+        if target_rank >= base.shape[-1]:
+            raise GeosteerError(f"target rank {target_rank} >= vocabulary size {base.shape[-1]}")
+        target = base.argsort(-1, descending=True)[:, target_rank]
+        norm = scale * down.norm(dim=-1, keepdim=True)
+        dirs = [("target", -1, w_u[target])]
+        dirs += [("random", s, torch.from_numpy(np.random.default_rng(s).standard_normal(w_u[target].shape)))
+                 for s in seeds]
+        j = act.abs().argmax(-1)
+        aj = act.gather(-1, j[:, None])
+        for edit, seed, d in dirs:
+            deltas = norm * d / d.norm(dim=-1, keepdim=True) / aj
+            own = _kl(base, last_logits(model, ids, (DownColumnEdit(layer, j, deltas),)))
+            for b in range(ids.shape[0]):
+                n = other.shape[0]
+                iv = DownColumnEdit(layer, j[b].repeat(n), deltas[b].expand(n, -1))
+                new = all_logits(model, other, (iv,))
+                kl = (stock_other.exp() * (stock_other - new.log_softmax(-1))).sum(-1)  # (n, T)
+                records.append({"layer": layer, "edit": edit, "seed": seed, "prompt": b, "neuron": int(j[b]),
+                                "kl_own": float(own[b]), "kl_other": float(kl.mean()),
+                                "kl_other_max": float(kl.max()), "other_positions": int(kl.numel())})
+    summary = []
+    for key in sorted({(r["layer"], r["edit"]) for r in records}, key=lambda t: (t[0], t[1] != "target")):
+        sel = [r for r in records if (r["layer"], r["edit"]) == key]
+        summary.append({"layer": key[0], "edit": key[1], "n": len(sel),
+                        **{k: float(np.mean([r[k] for r in sel])) for k in ("kl_own", "kl_other", "kl_other_max")}})
+    return records, summary
+
+
+@torch.no_grad()
+def all_logits(model: nn.Module, ids: torch.Tensor, interventions: Sequence = ()) -> torch.Tensor:
+    """Logits at every position (B, T, V), float64 on the CPU, under ``interventions``."""
+    from geosteer.interventions import steer
+    from geosteer.models.loading import input_device
+
+    with steer(model, *interventions):
+        return model(ids.to(input_device(model))).logits.double().cpu()
