@@ -200,6 +200,9 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
         f"{te['kl']:.4g} (last token {te['kl_last']:.4g})")
     if command:
         report["command"] = command
+        if bank.meta.get("command"):  # the card shows this run's command; the surfaces' own stays recorded
+            bank.meta["surfaces_command"] = bank.meta["command"]
+        bank.meta["command"] = command
     save(bank, out, dtype=storage_dtype, wall_learn={k: v for k, v in report.items() if k != "history"})
     from geosteer.io_utils import atomic_write_json
 
