@@ -189,4 +189,7 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from geosteer.errors import one_line_errors
+
+    with one_line_errors():
+        main()
