@@ -211,30 +211,14 @@ def modulated_attention(
             is_causal=is_causal, scaling=scaling, softcap=softcap, dropout=dropout,
             features=None if features is None else features.to(f32), with_value=with_value, block=block)
         return out.to(query.dtype)
-    b, H, L, d = query.shape
-    hkv, T = key.shape[1], key.shape[2]
-    rep = H // hkv
-    if scaling is None:
-        scaling = d ** -0.5
-    if is_causal and attn_mask is None and L > 1 and T > L:
-        # stock SDPA convention (empty static cache prefill): keys cropped to the query length
-        key, value, T = key[:, :, :L], value[:, :, :L], L
-        if features is not None:
-            features = features[:, :, :L]
-    causal = bool(is_causal and attn_mask is None and L > 1)
+    key, value, features, query_g, common = _prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                                                     scaling=scaling, softcap=softcap, dropout=dropout,
+                                                     features=features)
+    L = common["L"]
     if features is None:
         features = key_features(key, value, grid_size, lo, hi)
-    float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
-    if attn_mask is not None:
-        attn_mask = attn_mask[..., :T]
     coeff = coeff.to(query.dtype)
     ext = _ext_for(query, lo, hi)
-    # scores are computed from pre-scaled queries (one pass over q instead of one over the scores)
-    query_g = query.view(b, hkv, rep, L, d)
-    if softcap is None:
-        query_g = query_g * scaling
-    common = dict(scaling=scaling, softcap=softcap, causal=causal, attn_mask=attn_mask, float_mask=float_mask,
-                  dropout=dropout, L=L, T=T)
     if ext is not None and L > SMALL_Q:
         out = _blocked_ext(ext, query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block,
                            common)
@@ -243,6 +227,30 @@ def modulated_attention(
     else:
         out = _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block, common)
     return out
+
+
+def _prepare(query, key, value, *, attn_mask, is_causal, scaling, softcap, dropout, features=None):
+    """Shared preamble of ``modulated_attention`` and ``walls.walled_output`` -> (key, value, features, query_g,
+    common): scaling d^-1/2 by default; SDPA's empty-static-cache crop (causal, no mask, T > L: keys to L);
+    mask cropped to T; query_g (b, Hkv, rep, L, d) pre-scaled unless soft-capping; common: _weights_block's."""
+    b, H, L, d = query.shape
+    hkv, T = key.shape[1], key.shape[2]
+    if scaling is None:
+        scaling = d ** -0.5
+    if is_causal and attn_mask is None and L > 1 and T > L:
+        key, value, T = key[:, :, :L], value[:, :, :L], L
+        if features is not None:
+            features = features[:, :, :L]
+    causal = bool(is_causal and attn_mask is None and L > 1)
+    float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
+    if attn_mask is not None:
+        attn_mask = attn_mask[..., :T]
+    query_g = query.view(b, hkv, H // hkv, L, d)
+    if softcap is None:
+        query_g = query_g * scaling
+    common = dict(scaling=scaling, softcap=softcap, causal=causal, attn_mask=attn_mask, float_mask=float_mask,
+                  dropout=dropout, L=L, T=T)
+    return key, value, features, query_g, common
 
 
 def _query_blocks(L: int, block: int, common: dict):

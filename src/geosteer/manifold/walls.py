@@ -236,24 +236,11 @@ def walled_output(query, key, value, coeff, grid_size: int, lo, hi, lw: LayerWal
     (no surfaces on this layer: gain 1 outside the walls). Masks, scaling, soft-capping and GQA as in
     :func:`geosteer.manifold.kernel.modulated_attention`.
     """
-    from geosteer.manifold.kernel import _query_blocks, _weights_block
+    from geosteer.manifold.kernel import _prepare, _query_blocks, _weights_block
 
-    b, H, L, d = query.shape
-    hkv, T = key.shape[1], key.shape[2]
-    rep = H // hkv
-    if scaling is None:
-        scaling = d ** -0.5
-    if is_causal and attn_mask is None and L > 1 and T > L:
-        key, value, T = key[:, :, :L], value[:, :, :L], L
-    causal = bool(is_causal and attn_mask is None and L > 1)
-    float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
-    if attn_mask is not None:
-        attn_mask = attn_mask[..., :T]
-    query_g = query.view(b, hkv, rep, L, d)
-    if softcap is None:
-        query_g = query_g * scaling
-    common = dict(scaling=scaling, softcap=softcap, causal=causal, attn_mask=attn_mask, float_mask=float_mask,
-                  dropout=0.0, L=L, T=T)
+    key, value, _, query_g, common = _prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                                              scaling=scaling, softcap=softcap, dropout=0.0)
+    b, L, rep = query.shape[0], common["L"], query_g.shape[2]
     P = lw.heads.numel()
     outs, affs = [], []
     for c0 in range(0, P, PAIR_CHUNK):
