@@ -41,6 +41,7 @@ from geosteer.formats import (  # noqa: F401 - the skeleton and registry, re-exp
     register_format,
     unregister_format,
 )
+from geosteer.io_utils import read_json
 
 CARD_NAME = "README.md"
 _log = logging.getLogger("geosteer.artifacts")
@@ -109,10 +110,7 @@ def read_config(folder: str | Path, **check: Any) -> dict:
     path = folder / CONFIG_NAME
     if not path.is_file():
         raise ArtifactError(f"{folder} is not a geosteer artifact (missing {CONFIG_NAME})")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{path} is not valid JSON ({e})") from None
+    doc = read_json(path, CONFIG_NAME, error=ArtifactError)
     if check:
         check_config(doc, source=folder, **check)
     return doc

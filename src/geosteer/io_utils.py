@@ -11,6 +11,21 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
+def read_json(path: str | Path, what: str, error: type[Exception] | None = None):
+    """The JSON document at ``path``; a missing file or bad JSON raises ``error`` (default
+    :class:`geosteer.errors.GeosteerError`) with one line that names ``what`` / the file."""
+    from geosteer.errors import GeosteerError
+
+    error = error or GeosteerError
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"{what} not found: {p}")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{p} is not valid JSON ({e})") from None
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,18 +25,14 @@ from torch import nn
 from geosteer.attention import AttentionCall, attach_handlers, attention_weights, repeat_kv
 from geosteer.errors import GeosteerError
 from geosteer.hooks import attach_hooks
-from geosteer.models.anatomy import anatomy
+from geosteer.models.anatomy import anatomy, child_named
 
 _OUT_PROJ_NAMES = ("o_proj", "c_proj", "dense", "out_proj")
 
 
 def output_projection(attn: nn.Module) -> nn.Module:
     """The attention module's output projection W_O (found by its conventional attribute name)."""
-    for name in _OUT_PROJ_NAMES:
-        mod = getattr(attn, name, None)
-        if isinstance(mod, nn.Module):
-            return mod
-    raise GeosteerError(f"no output projection ({', '.join(_OUT_PROJ_NAMES)}) on {type(attn).__name__}")
+    return child_named(attn, _OUT_PROJ_NAMES, "output projection")
 
 
 def apply_linear(proj: nn.Module, x: torch.Tensor) -> torch.Tensor:

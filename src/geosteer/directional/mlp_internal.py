@@ -22,7 +22,7 @@ from torch import nn
 from geosteer.directional.config import check_scale
 from geosteer.directional.decompose import decompose
 from geosteer.errors import GeosteerError
-from geosteer.models.anatomy import anatomy
+from geosteer.models.anatomy import anatomy, child_named
 
 MLP_INTERNAL_SITES = ("carrier", "contrib")
 _DOWN_NAMES = ("down_proj", "c_proj", "dense_4h_to_h", "fc2", "w2")
@@ -30,11 +30,7 @@ _DOWN_NAMES = ("down_proj", "c_proj", "dense_4h_to_h", "fc2", "w2")
 
 def down_projection(mlp: nn.Module) -> nn.Module:
     """The MLP's down projection (found by its conventional attribute name)."""
-    for name in _DOWN_NAMES:
-        mod = getattr(mlp, name, None)
-        if isinstance(mod, nn.Module):
-            return mod
-    raise GeosteerError(f"no down projection ({', '.join(_DOWN_NAMES)}) on {type(mlp).__name__}")
+    return child_named(mlp, _DOWN_NAMES, "down projection")
 
 
 def _scale(u: torch.Tensor, ref: torch.Tensor, sp: float, sq: float) -> torch.Tensor:

@@ -22,7 +22,6 @@ from torch import nn
 
 from geosteer.dynamics import sphere
 from geosteer.errors import GeosteerError
-from geosteer.models.loading import input_device
 
 PRESSURE_VARIANTS = ("full", "tangential", "radial", "zero")
 PRESSURE_MODES = ("temperature", "gain")
@@ -84,9 +83,8 @@ def pressure_study(model: nn.Module, ids: torch.Tensor, betas: Sequence[float], 
     Returns (per-layer rows, summary rows). Summary: loss, D after the last pressured layer and after the last
     layer, and the mean D over the layers from the first pressured one on.
     """
-    from geosteer.dynamics.topk import nll_sum
+    from geosteer.dynamics.parallel import mean_loss
     from geosteer.dynamics.variants import FFNVariant, Gains
-    from geosteer.interventions import steer
     from geosteer.models.anatomy import anatomy
 
     if mode not in PRESSURE_MODES:
@@ -97,29 +95,22 @@ def pressure_study(model: nn.Module, ids: torch.Tensor, betas: Sequence[float], 
     bad = [v for v in variants if v not in PRESSURE_VARIANTS]
     if bad:
         raise GeosteerError(f"unknown FFN variant '{bad[0]}'; valid: {', '.join(PRESSURE_VARIANTS)}")
-    device = input_device(model)
     rows, summ = [], []
     first, last = min(chosen), max(chosen)
     for beta in betas:
         for variant in variants:
             rec = _DiversityRecorder(with_bos)
             press = AttentionTemperature(beta, chosen) if mode == "temperature" else Gains(beta, 1.0, chosen)
-            ivs = [press, FFNVariant(variant, chosen), rec]
-            tot, n = 0.0, 0
-            with steer(model, *ivs):
-                for i in range(0, ids.shape[0], batch_size):
-                    s, c = nll_sum(model, ids[i : i + batch_size].to(device))
-                    tot += s
-                    n += c
+            loss = mean_loss(model, ids, batch_size, (press, FFNVariant(variant, chosen), rec))
             per_layer = {k: v[0] / v[1] for k, v in sorted(rec.sums.items())}
             rows += [{"mode": mode, "beta": beta, "variant": variant, "layer": k, "diversity": v}
                      for k, v in per_layer.items()]
             after = [per_layer[k] for k in per_layer if k >= first]
-            summ.append({"mode": mode, "beta": beta, "variant": variant, "loss": tot / n,
+            summ.append({"mode": mode, "beta": beta, "variant": variant, "loss": loss,
                          "D_last_pressured": per_layer[last], "D_final": per_layer[an.n_layers - 1],
                          "D_mean_from_first": sum(after) / len(after)})
             if log:
-                log(f"beta={beta} {variant}: loss {tot / n:.3f}, D_final {per_layer[an.n_layers - 1]:.3f}")
+                log(f"beta={beta} {variant}: loss {loss:.3f}, D_final {per_layer[an.n_layers - 1]:.3f}")
     return rows, summ
 
 

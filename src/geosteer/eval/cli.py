@@ -82,16 +82,13 @@ def register(app: typer.Typer) -> None:
 
         A text file is read and tokenised incrementally, only as far as --max-tokens needs."""
         from geosteer.data.corpus import split_text
-        from geosteer.eval.perplexity import strided_perplexity
+        from geosteer.eval.perplexity import check_window, strided_perplexity
         from geosteer.eval.textfile import encode_file
         from geosteer.interventions import steer
 
         if (text_file is None) == (corpus is None):
             raise GeosteerError("give exactly one of --text-file F or --corpus heldout|train")
-        if stride <= 0:
-            raise GeosteerError(f"--stride must be > 0 (got {stride})")
-        if context < stride:
-            raise GeosteerError(f"--context ({context}) must be >= --stride ({stride})")
+        check_window(context, stride, prefix="--")
         if batch_size < 1:
             raise GeosteerError(f"--batch-size must be >= 1 (got {batch_size})")
         if max_tokens is not None and max_tokens < 2:

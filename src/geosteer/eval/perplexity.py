@@ -38,12 +38,17 @@ class PerplexityResult:
         return asdict(self)
 
 
+def check_window(context: int, stride: int, prefix: str = "") -> None:
+    """Refuse ``stride <= 0`` and ``context < stride``; ``prefix`` ("--" on the CLI) goes before each name."""
+    if stride <= 0:
+        raise GeosteerError(f"{prefix}stride must be > 0 (got {stride})")
+    if context < stride:
+        raise GeosteerError(f"{prefix}context ({context}) must be >= {prefix}stride ({stride})")
+
+
 def window_spans(n_tokens: int, context: int, stride: int) -> list[tuple[int, int, int]]:
     """(begin, end, n_scored) per window, as in the HF strided-perplexity recipe."""
-    if stride <= 0:
-        raise GeosteerError(f"stride must be > 0 (got {stride})")
-    if context < stride:
-        raise GeosteerError(f"context ({context}) must be >= stride ({stride})")
+    check_window(context, stride)
     if n_tokens < 2:
         raise GeosteerError(f"text too short: {n_tokens} token(s), need at least 2 to score anything")
     spans = []

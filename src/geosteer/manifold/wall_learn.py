@@ -20,7 +20,6 @@ Given target prompts with a continuation to suppress and control prompts to leav
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -115,13 +114,10 @@ def read_controls(path: str | Path) -> list[str]:
 
 
 def _read_list(path, what: str) -> list:
+    from geosteer.io_utils import read_json
+
     p = Path(path)
-    if not p.is_file():
-        raise GeosteerError(f"{what} not found: {p}")
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise GeosteerError(f"{p} is not valid JSON ({e})") from None
+    doc = read_json(p, what)
     if not isinstance(doc, list):
         raise GeosteerError(f"{p}: the {what} must be a JSON list")
     if not doc:

@@ -108,6 +108,16 @@ def get_submodule(root: nn.Module, path: str) -> nn.Module:
     return mod
 
 
+def child_named(parent: nn.Module, names: Sequence[str], what: str) -> nn.Module:
+    """The first child of ``parent`` under one of its conventional attribute ``names`` (e.g. a projection);
+    ``what`` names it in the error when none is there."""
+    for name in names:
+        mod = getattr(parent, name, None)
+        if isinstance(mod, nn.Module):
+            return mod
+    raise UnsupportedArchitecture(f"no {what} ({', '.join(names)}) on {type(parent).__name__}")
+
+
 @dataclass
 class BlockView:
     """The parts of one decoder layer, as modules."""
