@@ -12,3 +12,4 @@ $G gain-depth -m smollm2 --depths 0,0.125,0.25,0.375,0.5,0.625,0.75,0.875,1 --va
 $G split-options -m smollm2 --tokens 512 --seq-len 256 --threads 1 --out $R/split_options.json
 $G pressure -m smollm2 --betas 0.25,0.5 --layers 10-19 --tokens 512 --seq-len 256 --threads 1 --out $R/pressure_soft.json
 $G pressure -m smollm2 --mode gain --betas 1.5,2 --layers 10-19 --tokens 512 --seq-len 256 --threads 1 --out $R/pressure_gain.json
+$G gain-depth -m smollm2 --depths 0.0625,0.1875,0.3125,0.4375,0.5625,0.6875,0.8125,0.9375 --values 0,0.5,2 --tokens 512 --seq-len 256 --threads 1 --out $R/gain_depth_odd.json
