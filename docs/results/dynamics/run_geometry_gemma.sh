@@ -15,3 +15,4 @@ $G pressure $M --betas 0.25,0.5 --layers 6-11 --tokens 512 --seq-len 256 --threa
 $G gain-depth $M --depths 0,0.125,0.25,0.375,0.5,0.625,0.75,0.875,1 --values 0,0.5,2 --tokens 512 --seq-len 256 --threads 1 --out $R/gain_depth.json
 $G prefix-spread $M --threads 1 --prefixes 16 --prefix-len 32 --out $R/prefix_spread.json --csv $R/prefix_spread.csv
 $G edit-specificity $M --threads 1 --layers 0,2,5,7,10,12,14,17 --prompts 8 --seq-len 32 --seeds 5 --out $R/edit_specificity.json --csv $R/edit_specificity.csv
+$G anchors $M --threads 1 --prefixes 16 --prefix-len 32 --k 2 --seeds 3 --out $R/anchors.json
