@@ -270,28 +270,18 @@ class SoftWalls(nn.Module):
 
     def _correct(self, call, out, layer, idx, heads, dims):
         from geosteer.manifold.bspline import bspline_basis
-        from geosteer.manifold.kernel import _weights_block
+        from geosteer.manifold.kernel import _prepare, _weights_block
 
-        q, key, value = call.query, call.key, call.value
-        b, H, L, d = q.shape
-        hkv, T = key.shape[1], key.shape[2]
-        rep = H // hkv
-        scaling = call.scaling if call.scaling is not None else d ** -0.5
-        softcap = call.kwargs.get("softcap")
+        q = call.query
         is_causal = call.kwargs.get("is_causal")
         if is_causal is None:
             is_causal = getattr(call.module, "is_causal", True)
-        mask = call.attention_mask
-        if is_causal and mask is None and L > 1 and T > L:
-            key, value, T = key[:, :, :L], value[:, :, :L], L
-        causal = bool(is_causal and mask is None and L > 1)
-        float_mask = mask is not None and mask.dtype != torch.bool
-        qg = q.view(b, hkv, rep, L, d)
-        if softcap is None:
-            qg = qg * scaling
-        p = _weights_block(qg, key, 0, L, 0, T, scaling=scaling, softcap=softcap, causal=causal,
-                           attn_mask=None if mask is None else mask[..., :T], float_mask=float_mask,
-                           dropout=0.0, L=L, T=T)
+        # the same crop, mask and scaling as the exact walls (walls.walled_output) and the bank's kernel
+        key, value, _, qg, common = _prepare(q, call.key, call.value, attn_mask=call.attention_mask,
+                                             is_causal=bool(is_causal), scaling=call.scaling,
+                                             softcap=call.kwargs.get("softcap"), dropout=0.0)
+        rep = qg.shape[2]
+        p = _weights_block(qg, key, 0, common["L"], 0, common["T"], **common)
         dev = q.device
         hp, dp, ix = heads.to(dev), dims.to(dev), idx.to(dev)
         g = torch.div(hp, rep, rounding_mode="floor")

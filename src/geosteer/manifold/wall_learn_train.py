@@ -68,6 +68,7 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
     from geosteer.models.anatomy import anatomy
     from geosteer.train import TrainConfig
     from geosteer.train.checkpoint import check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
+    from geosteer.train.schedule import make_scheduler
 
     say = log or (lambda s: None)
     cfg.validate()
@@ -111,7 +112,7 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
         trainable = [bank]
     torch.manual_seed(cfg.seed)
     opt = torch.optim.AdamW(list(params.values()), lr=cfg.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, tcfg.lr_factor)
+    sched = make_scheduler(opt, tcfg)
     history: list[dict] = []
     start = 0
     extra = {"candidates": cands, "layers": layers, "mode": cfg.mode}
