@@ -131,6 +131,21 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
     emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="anchor vs random shift (deg)")
 
 
+def _edit_inputs(model: str, layers: str, seeds: int, prompts: int, other: int, seq_len: int, threads: int,
+                 device: str, dtype: str):
+    """Shared set-up of the editing verbs: check the counts, load the model, parse the layers and take
+    ``prompts + other`` held-out windows of ``seq_len`` tokens. Returns (model, layers, windows)."""
+    from geosteer.dynamics.cli import _setup
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.prefix import check_positive
+
+    check_positive(seeds, "--seeds")
+    check_positive(prompts, "--prompts")
+    m, tok = _setup(model, threads, device, dtype)
+    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
+    return m, chosen, corpus_windows(tok, "heldout", (prompts + other) * seq_len, seq_len)
+
+
 def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--layers"),
                      kinds: str = typer.Option("ffn_out,down_col", "--kinds", help="ffn_out, down_col"),
                      direction: str = typer.Option("unembed", "--direction", help="unembed | centered"),
@@ -142,16 +157,10 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
                      threads: int = THREADS_OPT,
                      device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """FFN-value edits toward a target's unembedding vs random directions: target move / non-target drift."""
-    from geosteer.dynamics.cli import _meta, _setup, _write
-    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.cli import _meta, _write
     from geosteer.dynamics.editing import edit_study
-    from geosteer.dynamics.prefix import check_positive
 
-    check_positive(seeds, "--seeds")
-    check_positive(prompts, "--prompts")
-    m, tok = _setup(model, threads, device, dtype)
-    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
-    ids = corpus_windows(tok, "heldout", prompts * seq_len, seq_len)
+    m, chosen, ids = _edit_inputs(model, layers, seeds, prompts, 0, seq_len, threads, device, dtype)
     recs, summ = edit_study(m, ids, chosen, [s.strip() for s in kinds.split(",") if s.strip()], direction,
                             scale, target_rank, list(range(seeds)))
     meta = _meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scale=scale,
@@ -171,8 +180,7 @@ def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--
                    threads: int = THREADS_OPT,
                    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Target move vs edit size s: slope and R² of the line through (0, 0) and (s, move(s)) per prompt."""
-    from geosteer.dynamics.cli import _meta, _setup, _write
-    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.cli import _meta, _write
     from geosteer.dynamics.editing import edit_linearity as study
     from geosteer.dynamics.prefix import check_positive
     from geosteer.errors import GeosteerError
@@ -185,9 +193,7 @@ def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--
         raise GeosteerError(f"--scales must be numbers (got '{scales}')") from None
     if any(not (v > 0 and v < float("inf")) for v in values):
         raise GeosteerError(f"--scales must be finite and > 0 (got '{scales}')")
-    m, tok = _setup(model, threads, device, dtype)
-    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
-    ids = corpus_windows(tok, "heldout", prompts * seq_len, seq_len)
+    m, chosen, ids = _edit_inputs(model, layers, seeds, prompts, 0, seq_len, threads, device, dtype)
     fits, summ = study(m, ids, chosen, [k.strip() for k in kinds.split(",") if k.strip()], direction, values,
                        target_rank, list(range(seeds)))
     meta = _meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scales=values,
@@ -207,17 +213,12 @@ def edit_locality(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                   threads: int = THREADS_OPT,
                   device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """down_col edits on other text: next-token KL at every position of held-out windows that are not the prompts."""
-    from geosteer.dynamics.cli import _meta, _setup, _write
-    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.dynamics.cli import _meta, _write
     from geosteer.dynamics.editing import down_col_locality
     from geosteer.dynamics.prefix import check_positive
 
-    check_positive(seeds, "--seeds")
-    check_positive(prompts, "--prompts")
     check_positive(other, "--other")
-    m, tok = _setup(model, threads, device, dtype)
-    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
-    w = corpus_windows(tok, "heldout", (prompts + other) * seq_len, seq_len)
+    m, chosen, w = _edit_inputs(model, layers, seeds, prompts, other, seq_len, threads, device, dtype)
     recs, summ = down_col_locality(m, w[:prompts], w[prompts:], chosen, direction, scale, target_rank,
                                    list(range(seeds)))
     meta = _meta(m, prompts=prompts, other=int(w.shape[0] - prompts), seq_len=seq_len, direction=direction,

@@ -133,23 +133,31 @@ def make_edit(kind: str, layer: int, vecs: torch.Tensor, act: torch.Tensor):
     return DownColumnEdit(layer, j, vecs / aj)
 
 
-def edit_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int], kinds: Sequence[str] = EDIT_KINDS,
-               direction: str = "unembed", scale: float = 1.0, target_rank: int = 10,
-               seeds: Sequence[int] = range(5)) -> tuple[list[dict], list[dict]]:
-    """Target-direction vs random-direction edits: per (layer, kind, edit, seed, prompt) records + a summary."""
+def _edit_setup(model: nn.Module, layers: Sequence[int], direction: str, scale: float, target_rank: int
+                ) -> tuple[list[int], torch.Tensor]:
+    """Check the shared edit arguments; return the checked layers and the unembedding rows W_U (float64,
+    centred over the vocabulary for ``direction="centered"``)."""
     if direction not in DIRECTIONS:
         raise GeosteerError(f"unknown direction '{direction}'; valid: {', '.join(DIRECTIONS)}")
-    bad = [k for k in kinds if k not in EDIT_KINDS]
-    if bad:
-        raise GeosteerError(f"unknown edit kind '{bad[0]}'; valid: {', '.join(EDIT_KINDS)}")
     if not (scale > 0 and np.isfinite(scale)):
         raise GeosteerError(f"scale must be finite and > 0 (got {scale})")
     if target_rank < 0:
         raise GeosteerError(f"target rank must be >= 0 (got {target_rank})")
-    layers = anatomy(model).check_layers(list(layers))
+    checked = anatomy(model).check_layers(list(layers))
     w_u = model.get_output_embeddings().weight.detach().double().cpu()
     if direction == "centered":
         w_u = w_u - w_u.mean(0, keepdim=True)
+    return checked, w_u
+
+
+def edit_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int], kinds: Sequence[str] = EDIT_KINDS,
+               direction: str = "unembed", scale: float = 1.0, target_rank: int = 10,
+               seeds: Sequence[int] = range(5)) -> tuple[list[dict], list[dict]]:
+    """Target-direction vs random-direction edits: per (layer, kind, edit, seed, prompt) records + a summary."""
+    bad = [k for k in kinds if k not in EDIT_KINDS]
+    if bad:
+        raise GeosteerError(f"unknown edit kind '{bad[0]}'; valid: {', '.join(EDIT_KINDS)}")
+    layers, w_u = _edit_setup(model, layers, direction, scale, target_rank)
     records = []
     for layer in layers:
         base, phi, act, down = _probe(model, ids, layer)
@@ -241,18 +249,9 @@ def down_col_locality(model: nn.Module, ids: torch.Tensor, other: torch.Tensor, 
     edit, seed, prompt; summary per layer and edit: means of ``kl_own``, ``kl_other``, ``kl_other_max``)."""
     from geosteer.models.loading import input_device
 
-    if not (scale > 0 and np.isfinite(scale)):
-        raise GeosteerError(f"scale must be finite and > 0 (got {scale})")
-    if target_rank < 0:
-        raise GeosteerError(f"target rank must be >= 0 (got {target_rank})")
-    if direction not in DIRECTIONS:
-        raise GeosteerError(f"unknown direction '{direction}'; valid: {', '.join(DIRECTIONS)}")
-    layers = anatomy(model).check_layers(list(layers))
+    layers, w_u = _edit_setup(model, layers, direction, scale, target_rank)
     dev = input_device(model)
     stock_other = model(other.to(dev)).logits.double().cpu().log_softmax(-1)
-    w_u = model.get_output_embeddings().weight.detach().double().cpu()
-    if direction == "centered":
-        w_u = w_u - w_u.mean(0, keepdim=True)
     records = []
     for layer in layers:
         base, _, act, down = _probe(model, ids, layer)
