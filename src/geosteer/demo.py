@@ -1,7 +1,7 @@
 """``geosteer demo``: the main job on the bundled default model, in a few minutes on 2 CPU cores.
 
 1. load SmolLM2-135M-Instruct (converted once into the local cache), 2. held-out strided perplexity,
-3. greedy continuations of a few prompts. With the shipped surfaces (artifacts/smollm2-surfaces) it also
+3. greedy continuations of a few prompts. With the shipped surfaces (artifacts/smollm2-surfaces-all) it also
 shows perplexity with/without surfaces, greedy changes, one edit and one wall, and writes an HTML report.
 """
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED_SURFACES = REPO / "artifacts" / "smollm2-surfaces"
+SHIPPED_SURFACES = REPO / "artifacts" / "smollm2-surfaces-all"  # all 30 layers, 262k tokens (issue 16)
 DEMO_PROMPTS = [
     "The theory of relativity states that",
     "She saw the man with the telescope, and",
@@ -77,7 +77,7 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
         summary["greedy_changed"] = f"{changed}/{len(DEMO_PROMPTS)}"
         summary.update(_edit_wall_report(model, tok, bank, surfaces, max_new_tokens, out_dir, console))
     else:
-        console.print("[yellow]no trained surfaces found at artifacts/smollm2-surfaces; "
+        console.print("[yellow]no trained surfaces found at artifacts/smollm2-surfaces-all; "
                       "showing the stock model only[/]")
     console.print(f"done in {time.time() - t0:.0f} s")
     return summary
