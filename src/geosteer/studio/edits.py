@@ -7,7 +7,8 @@ columns = key axis, paper §5). Operations (paper §5): ``scale`` (αC), ``inver
 partition of unity inside the fitted range, C ≡ −1 on a region makes S = −1 there, gain 0). The studio's
 ``wall`` is the library's ``grid-wall`` edit (control points, so it blocks only where q and k lie inside
 the grid); exact region walls that also block past the grid are ``wall`` edits of the CLI/library
-(``geosteer manifold edit "wall layer=… q=a..b k=c..d"``), which the studio lists but does not draw yet.
+(``geosteer manifold edit "wall layer=… q=a..b k=c..d"``), which the studio lists
+(``/api/info`` ``walls``, the "Exact walls" panel) but does not draw or edit yet.
 The studio validates the JSON request (its shape with the pydantic model
 :class:`geosteer.studio.bodies.EditBody`, then the indices against the bank; one-line messages), keeps the
 old values of the edited block for undo, and lets ``geosteer.manifold.edit.apply_edit`` do the edit (so it

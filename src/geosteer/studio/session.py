@@ -195,6 +195,7 @@ class Session(SurfaceViews):
                  "heads": int(c.shape[1]), "dims": int(c.shape[2]), "K": int(c.shape[-1]),
                  "ranges": {str(lay): S.layer_range(self.bank, lay) for lay in layers},
                  "version": self.version, "history": [r.spec.describe() for r in self.history],
+                 "walls": [w.describe() for w in getattr(self.bank, "walls", [])],  # exact region walls
                  "max_new_tokens_cap": self.max_new_tokens_cap, "default_prompt": self.default_prompt}
         d["queue"] = self.worker.depth()
         d["artifacts"] = self.list_artifacts()

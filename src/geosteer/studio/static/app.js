@@ -59,6 +59,7 @@ function renderInfo(d) {
   fill(rl, ["all"].concat(d.layers), (v) => (v === "all" ? "all" : `layer ${v}`));
   fill($("artifacts"), d.artifacts);
   renderHistory(d.history);
+  renderList("walls", d.walls || [], "none");
   const ul = $("results");
   ul.replaceChildren();
   for (const r of d.results || []) {
@@ -71,6 +72,16 @@ function renderInfo(d) {
     ul.appendChild(li);
   }
   if (!(d.results || []).length) ul.innerHTML = "<li>none</li>";
+}
+
+function renderList(id, items, empty) {
+  const ol = $(id);
+  ol.replaceChildren();
+  for (const e of items.length ? items : [empty]) {
+    const li = document.createElement("li");
+    li.textContent = e;  // text, never HTML
+    ol.appendChild(li);
+  }
 }
 
 function renderHistory(h) {
