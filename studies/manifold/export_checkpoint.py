@@ -32,7 +32,7 @@ def main() -> None:
     from geosteer.data.corpus import split_text
     from geosteer.eval.perplexity import strided_perplexity
     from geosteer.interventions import steer
-    from geosteer.manifold import attach, save
+    from geosteer.manifold import install, save
     from geosteer.train.checkpoint import load_checkpoint
 
     state = load_checkpoint(a.checkpoint)
@@ -40,13 +40,13 @@ def main() -> None:
     cfg = state.get("config", {})
     (name, coeff), = state["params"].items()
     model, tok = load_model(a.model)
-    bank = attach(model, grid_size=surf["grid_size"], layers=surf["layers"],
-                  ranges=[tuple(r) for r in surf["ranges"]])
+    bank = install(model, grid_size=surf["grid_size"], layers=surf["layers"],
+                   ranges=[tuple(r) for r in surf["ranges"]])
     with torch.no_grad():
         bank.coefficients.copy_(coeff)
-    from geosteer.manifold import detach
+    from geosteer.manifold import uninstall
 
-    detach(model)
+    uninstall(model)
     text = split_text("heldout")
     kw = dict(context=512, stride=256, max_tokens=a.eval_tokens, batch_size=4)
     before = strided_perplexity(model, tok, text, **kw)
