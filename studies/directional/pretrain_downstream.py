@@ -22,7 +22,6 @@ settings are skipped (``--resume`` is the default), so a long study can be stopp
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import sys
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 import torch
 
 from geosteer.directional.gated import GatedParallelScale
-from geosteer.directional.pretrain import byte_ids, lm_loss, sample_batch, small_model
+from geosteer.directional.pretrain import byte_ids, lm_loss, sample_batch, small_model, warmup_cosine_lr
 from geosteer.directional.sites import ComponentScale
 from geosteer.errors import GeosteerError, one_line_errors
 from geosteer.interventions import steer
@@ -81,12 +80,9 @@ def train_variant(variant: str, seed: int, train: torch.Tensor, val_batches: lis
     if extra:
         groups.append({"params": extra, "weight_decay": gate_wd})
     opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
-    warm = max(1, steps // 10)
 
     def lr_at(step: int) -> float:
-        if step < warm:
-            return lr * (step + 1) / warm
-        return lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+        return warmup_cosine_lr(step, lr, steps)
 
     gen = torch.Generator().manual_seed(1000 + seed)  # same data order for every variant of a seed
     params = list(model.parameters()) + extra

@@ -69,6 +69,14 @@ def lm_loss(model, x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
 
 
+def warmup_cosine_lr(step: int, lr: float, steps: int) -> float:
+    """The pretraining schedule: linear warmup over the first 10 % of ``steps``, then cosine to 0."""
+    warm = max(1, steps // 10)
+    if step < warm:
+        return lr * (step + 1) / warm
+    return lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+
 def train_one(variant: str, seed: int, train: torch.Tensor, val_batches: list[torch.Tensor], *, steps: int,
               batch: int, ctx: int, lr: float, eval_every: int, model_kw: dict, log=print) -> dict:
     """Train one model; returns {"curve": [...], "final_val": float, "params": int, "seconds": float}."""
@@ -79,12 +87,9 @@ def train_one(variant: str, seed: int, train: torch.Tensor, val_batches: list[to
     model.train()
     ivs = [] if VARIANTS[variant] is None else [ComponentScale(VARIANTS[variant][0], s_par=VARIANTS[variant][1])]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    warm = max(1, steps // 10)
 
     def lr_at(step: int) -> float:
-        if step < warm:
-            return lr * (step + 1) / warm
-        return lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+        return warmup_cosine_lr(step, lr, steps)
 
     gen = torch.Generator().manual_seed(1000 + seed)  # same data order for every variant of a seed
     curve = []
