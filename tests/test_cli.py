@@ -5,6 +5,7 @@ import json
 import pytest
 
 from tests.cli_helpers import run_cli
+from tests.hub_helpers import fake_hf_api
 
 
 @pytest.fixture
@@ -87,26 +88,12 @@ def test_version(monkeypatch, capsys):
 
 def test_push_uploads_the_folder(monkeypatch, capsys, tmp_path):
     """`geosteer push DIR org/name` hands the folder to the Hub API (replaced by a recorder here)."""
-    import shutil
     from pathlib import Path
 
     import huggingface_hub
 
     calls = {}
-
-    class FakeApi:
-        def __init__(self, token=None):
-            calls["token"] = token
-
-        def create_repo(self, repo_id, private=True, exist_ok=False):
-            calls["repo"] = (repo_id, private)
-            return f"https://huggingface.co/{repo_id}"
-
-        def create_branch(self, repo_id, branch, exist_ok=False):
-            calls["branch"] = branch
-
-        def upload_folder(self, repo_id, folder_path, revision=None, commit_message=None):
-            shutil.copytree(folder_path, tmp_path / "uploaded")
+    FakeApi = fake_hf_api(calls, tmp_path / "uploaded")
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     shipped = Path(__file__).resolve().parents[1] / "artifacts" / "smollm2-surfaces"

@@ -14,6 +14,7 @@ from geosteer import artifacts as A
 from geosteer import manifold
 from geosteer.errors import ArtifactError
 from geosteer.models.loading import load_model
+from tests.hub_helpers import fake_hf_api
 
 huggingface_hub = pytest.importorskip("huggingface_hub")
 
@@ -149,21 +150,7 @@ def test_bank_push_to_hub_uploads_a_loadable_folder(monkeypatch, saved_bank, hub
     back to the same coefficients and carries a parseable card."""
     model, bank, _ = saved_bank
     calls = {}
-
-    class FakeApi:
-        def __init__(self, token=None):
-            calls["token"] = token
-
-        def create_repo(self, repo_id, private=True, exist_ok=False):
-            calls["repo"] = (repo_id, private)
-            return f"https://huggingface.co/{repo_id}"
-
-        def create_branch(self, repo_id, branch, exist_ok=False):
-            calls["branch"] = branch
-
-        def upload_folder(self, repo_id, folder_path, revision=None, commit_message=None):
-            calls["revision"] = revision
-            shutil.copytree(folder_path, tmp_path / "uploaded")
+    FakeApi = fake_hf_api(calls, tmp_path / "uploaded")
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     url = bank.push_to_hub("someorg/pushed", revision="v2", token="t")
