@@ -21,3 +21,14 @@ def test_help_runs(script):
                        timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("usage:")
+
+
+@pytest.mark.parametrize("args", [
+    ["studies/manifold/protocol_table.py", "--surfaces", "nope.json", "--lora", "nope2.json", "--out", "x.json"],
+    ["docs/results/tasks/paired_mc.py", "nope_a", "nope_b", "--task", "t", "--out", "x.json"],
+])
+def test_missing_inputs_are_one_line_exit_2(args, tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / args[0]), *args[1:]], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=300)
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
+    assert not (tmp_path / "x.json").exists()

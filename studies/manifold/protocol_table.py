@@ -16,6 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
+from geosteer.errors import GeosteerError, one_line_errors
+
 
 def rows_from(surfaces: dict, lora: dict) -> list[dict]:
     cfg = surfaces["meta"]["config"]
@@ -44,7 +46,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--figure", type=Path, default=None)
     a = ap.parse_args()
-    surfaces, lora = json.loads(a.surfaces.read_text()), json.loads(a.lora.read_text())
+    with one_line_errors():
+        for f in (a.surfaces, a.lora):
+            if not f.is_file():
+                raise GeosteerError(f"no such file: {f}")
+        surfaces, lora = json.loads(a.surfaces.read_text()), json.loads(a.lora.read_text())
     rows = rows_from(surfaces, lora)
     meta = {"surfaces_config": surfaces["meta"]["config"], "surfaces_params": surfaces["meta"].get("params"),
             "lora_meta": lora["meta"]}

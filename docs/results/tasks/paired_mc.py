@@ -8,6 +8,7 @@ wrong and the reverse) and the exact two-sided sign (McNemar) test on the flips;
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from scipy.stats import binomtest
@@ -16,7 +17,8 @@ from scipy.stats import binomtest
 def samples(run: str, task: str) -> dict[int, dict]:
     files = sorted(Path(run).rglob(f"samples_{task}_*.jsonl"))
     if not files:
-        raise SystemExit(f"error: no samples_{task}_*.jsonl under {run} (run lm_eval with --log_samples)")
+        print(f"error: no samples_{task}_*.jsonl under {run} (run lm_eval with --log_samples)", file=sys.stderr)
+        raise SystemExit(2)
     return {d["doc_id"]: d for d in map(json.loads, files[-1].read_text().splitlines())}
 
 
