@@ -14,6 +14,7 @@ from scipy.stats import rankdata
 from studies.directional.paper_figures import (
     SITES,
     cosine_check,
+    fig1_layer_summary,
     fig1_rows,
     fig11_rows,
     main,
@@ -185,6 +186,18 @@ def test_fig1_rows_equal_a_full_forward_over_the_generated_tokens(tiny):
     for r in summ:
         sel = [x["ratio_mean"] for x in per if x["step"] == r["step"] and x["layer"] == r["layer"]]
         assert r["ratio_mean"] == pytest.approx(np.mean(sel)) and r["ratio_std_prompts"] == pytest.approx(np.std(sel))
+
+
+def test_fig1_layer_summary_pools_generated_tokens():
+    per = [{"prompt": p, "step": s, "layer": 3, "ratio_mean": 0.1 * (p + 1) * (s + 1), "alpha_mean": (-1) ** s * 0.5}
+           for p in range(2) for s in range(4)]
+    (r,) = fig1_layer_summary(per, [3])
+    gen = [0.1 * (p + 1) * (s + 1) for p in range(2) for s in range(1, 4)]
+    assert r["generated_ratio_mean"] == pytest.approx(np.mean(gen))
+    assert r["generated_ratio_std"] == pytest.approx(np.std(gen))
+    assert r["generated_ratio_max"] == pytest.approx(max(gen)) and r["n_generated"] == 6
+    assert r["frac_alpha_positive"] == pytest.approx(2 / 6)  # step 2 of each prompt (step 0 is the prompt)
+    assert r["prompt_ratio_mean"] == pytest.approx(np.mean([0.1, 0.2]))
 
 
 def test_tiny_run_writes_json_and_html(tmp_path):

@@ -108,16 +108,18 @@ def fig1_rows(model, tok, prompts: Sequence[str], layers: Sequence[int], max_new
 
 
 def fig1_layer_summary(per: Sequence[dict], layers: Sequence[int]) -> list[dict]:
-    """Per layer: the ratio over all generated tokens (steps ≥ 1, every prompt) and over the prompt steps'
-    position means (step 0)."""
+    """Per layer: the ratio over all generated tokens (steps ≥ 1, every prompt), the share of those tokens
+    whose parallel part points along x (α > 0), and the mean of the prompt steps' position means (step 0)."""
     out = []
     for layer in layers:
         gen = [r["ratio_mean"] for r in per if r["layer"] == layer and r["step"] >= 1 and r["ratio_mean"] is not None]
+        alpha = [r["alpha_mean"] for r in per if r["layer"] == layer and r["step"] >= 1 and r["alpha_mean"] is not None]
         pro = [r["ratio_mean"] for r in per if r["layer"] == layer and r["step"] == 0]
         gm, gs = _mean_std(gen)
         out.append({"layer": layer, "generated_ratio_mean": gm, "generated_ratio_std": gs,
                     "generated_ratio_min": min(gen) if gen else None, "generated_ratio_max": max(gen) if gen else None,
-                    "n_generated": len(gen), "prompt_ratio_mean": _mean_std(pro)[0]})
+                    "n_generated": len(gen), "frac_alpha_positive": sum(x > 0 for x in alpha) / len(alpha) if alpha
+                    else None, "prompt_ratio_mean": _mean_std(pro)[0]})
     return out
 
 
@@ -256,7 +258,7 @@ def figure(doc: dict):
 
     def band(x, m, s, name, c, col):
         hi = [a + b for a, b in zip(m, s, strict=True)]
-        lo = [a - b for a, b in zip(m, s, strict=True)]
+        lo = [max(a - b, 1e-3) for a, b in zip(m, s, strict=True)]  # stays positive on the log axis
         fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], fill="toself", line=dict(width=0),
                                  fillcolor=f"rgba({c},0.2)", hoverinfo="skip", showlegend=False), row=1, col=col)
         fig.add_trace(go.Scatter(x=x, y=m, mode="lines+markers", line=dict(color=f"rgb({c})"), name=name),
@@ -275,6 +277,7 @@ def figure(doc: dict):
                  [r["rel_norm_std_windows"] or 0.0 for r in rs], f"{site} ‖Δ‖/‖x‖", colours[i], 2)
     fig.update_xaxes(title_text="generation step (0 = prompt)", row=1, col=1)
     fig.update_xaxes(title_text="layer", row=1, col=2)
+    fig.update_yaxes(type="log", title_text="‖Δ‖/‖x‖ (log), band ± std across windows", row=1, col=2)
     fig.update_layout(title=f"paper figures on {doc.get('meta', {}).get('model', '')}", height=440, width=1100)
     return fig
 
