@@ -254,7 +254,7 @@ def figure(doc: dict):
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Fig. 1: ‖Δ∥‖/‖Δ⊥‖ of the block update per step",
                                                         "Fig. 11: ‖Δ‖/‖x‖ per layer"))
-    colours = ("31,119,180", "255,127,14", "44,160,44")
+    colours = ("31,119,180", "255,127,14", "44,160,44", "148,103,189", "140,86,75", "214,39,40")
 
     def band(x, m, s, name, c, col):
         hi = [a + b for a, b in zip(m, s, strict=True)]
@@ -274,7 +274,7 @@ def figure(doc: dict):
         rs = sorted((r for r in f11 if r["site"] == site), key=lambda r: r["layer"])
         if rs:
             band([r["layer"] for r in rs], [r["rel_norm_mean"] for r in rs],
-                 [r["rel_norm_std_windows"] or 0.0 for r in rs], f"{site} ‖Δ‖/‖x‖", colours[i], 2)
+                 [r["rel_norm_std_windows"] or 0.0 for r in rs], f"{site} ‖Δ‖/‖x‖", colours[3 + i], 2)
     fig.update_xaxes(title_text="generation step (0 = prompt)", row=1, col=1)
     fig.update_xaxes(title_text="layer", row=1, col=2)
     fig.update_yaxes(type="log", title_text="‖Δ‖/‖x‖ (log), band ± std across windows", row=1, col=2)
