@@ -97,7 +97,9 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
         base = model(input_ids=ids, labels=ids).loss.item()
         with steer(model, Parallelize([1])):
             par = model(input_ids=ids, labels=ids).loss.item()
-    assert single[1] == pytest.approx(par - base, rel=1e-4, abs=1e-6)
+    # a difference of two float32 mean losses (~10 nats) computed in other batch shapes: each term rounds at
+    # ~1e-6 relative, so the tolerance sits above that (1e-5 of the terms), not at the difference's own scale
+    assert single[1] == pytest.approx(par - base, abs=1e-5 * max(abs(base), abs(par)))
     assert set(shown["defect_vs_single"]) == {"spearman_rho", "p_value", "layers"}
     tables = {r["table"] for r in json.loads(out.read_text())["rows"]}
     assert tables == {"defect", "curve", "single", "safe", "defect_vs_single"}
