@@ -18,12 +18,20 @@ products run in a transposed layout (features × queries) so that no large tenso
 The attention weights a_ij are those of the stock SDPA path: same scaling, boolean or additive mask
 (causal, sliding window, padding), optional soft-capping, GQA (query head h reads KV head h // n_rep), and
 the stock path's convention for a purely causal call whose key is longer than the query (keys cropped).
+
+Backends (``backend=`` here and in ``geosteer.manifold.install``, else ``GEOSTEER_MANIFOLD_BACKEND``):
+``triton`` (the fused kernels of ``geosteer.manifold.triton``; CUDA, or CPU under ``TRITON_INTERPRET=1``),
+``cpu`` (the compiled CPU kernels where they apply, else PyTorch), ``torch`` (PyTorch ops only). Unset or
+``auto``: triton on CUDA when Triton is importable, the compiled kernels on the CPU, PyTorch otherwise.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from geosteer.errors import GeosteerError
 from geosteer.manifold.bspline import bspline_basis
 
 DEFAULT_BLOCK = 128  # queries per block: measured best of 32–256 on the default model at 2 threads
@@ -63,13 +71,15 @@ def _weights(t: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.stack((w0, w1, w2, w3), dim=dim)
 
 
-def key_features(key: torch.Tensor, value: torch.Tensor, grid_size: int, lo, hi) -> torch.Tensor:
+def key_features(key: torch.Tensor, value: torch.Tensor, grid_size: int, lo, hi, *,
+                 compiled: bool = True) -> torch.Tensor:
     """Key-side features (b, Hkv, T, d·(K+1)): per (j, d), v·B_0(k) … v·B_{K-1}(k), then v.
 
-    bf16/fp16 keys and values are computed in fp32 (see :func:`modulated_attention`)."""
+    bf16/fp16 keys and values are computed in fp32 (see :func:`modulated_attention`); ``compiled=False``:
+    PyTorch ops only."""
     if key.dtype in _HALF:
         key, value = key.to(torch.float32), value.to(torch.float32)
-    ext = _ext_for(key, lo, hi)
+    ext = _ext_for(key, lo, hi) if compiled else None
     if ext is not None:
         sc, off = _affine(grid_size, lo, hi)
         b, hk, T, d = key.shape
@@ -192,14 +202,24 @@ def modulated_attention(
     features: torch.Tensor | None = None,
     with_value: bool = True,
     block: int = DEFAULT_BLOCK,
+    backend: str | None = None,
 ) -> torch.Tensor:
     """Modulated attention output (b, L, H, d), the layout transformers expects from an attention function.
 
     ``query`` (b, H, L, d) post-RoPE; ``key``/``value`` (b, Hkv, T, d) before GQA expansion; ``coeff``
     (H, d, K, K). ``is_causal`` follows SDPA (only used without a mask). ``features``: precomputed
-    :func:`key_features` for these keys (decode cache). ``with_value=False`` returns only Δo (the caller
-    adds the stock output).
+    :func:`key_features` for these keys (decode cache; the Triton backend builds them on chip instead).
+    ``with_value=False`` returns only Δo (the caller adds the stock output). ``backend``: see the module
+    docstring.
     """
+    name = backend_choice(backend)
+    if use_triton(name, query, lo, hi, dropout):
+        from geosteer.manifold.triton import modulated_attention_triton
+
+        return modulated_attention_triton(query, key, value, coeff, grid_size, lo, hi, attn_mask=attn_mask,
+                                          is_causal=is_causal, scaling=scaling, softcap=softcap,
+                                          with_value=with_value, recompute=_torch_path)
+    compiled = name != "torch"
     if query.dtype in _HALF:
         # bf16/fp16: positions on the knot grid need more than 8-11 mantissa bits (u = (x - lo)/h + 3 spans
         # 0..g+6) and the feature sums run over all keys, so the whole kernel runs in fp32 (the compiled
@@ -209,16 +229,17 @@ def modulated_attention(
             query.to(f32), key.to(f32), value.to(f32), coeff, grid_size, lo, hi,
             attn_mask=attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else attn_mask.to(f32),
             is_causal=is_causal, scaling=scaling, softcap=softcap, dropout=dropout,
-            features=None if features is None else features.to(f32), with_value=with_value, block=block)
+            features=None if features is None else features.to(f32), with_value=with_value, block=block,
+            backend=name or "cpu")
         return out.to(query.dtype)
     key, value, features, query_g, common = _prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
                                                      scaling=scaling, softcap=softcap, dropout=dropout,
                                                      features=features)
     L = common["L"]
     if features is None:
-        features = key_features(key, value, grid_size, lo, hi)
+        features = key_features(key, value, grid_size, lo, hi, compiled=compiled)
     coeff = coeff.to(query.dtype)
-    ext = _ext_for(query, lo, hi)
+    ext = _ext_for(query, lo, hi) if compiled else None
     if ext is not None and L > SMALL_Q:
         out = _blocked_ext(ext, query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block,
                            common)
@@ -227,6 +248,44 @@ def modulated_attention(
     else:
         out = _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block, common)
     return out
+
+
+def _torch_path(*args, **kwargs) -> torch.Tensor:
+    """:func:`modulated_attention` on the PyTorch path (the Triton backward recomputes through it)."""
+    return modulated_attention(*args, backend="torch", **kwargs)
+
+
+BACKENDS = ("triton", "torch", "cpu", "auto")
+
+
+def backend_choice(backend: str | None = None) -> str | None:
+    """The requested backend: the argument, else ``GEOSTEER_MANIFOLD_BACKEND``; None means automatic."""
+    name = backend or os.environ.get("GEOSTEER_MANIFOLD_BACKEND") or None
+    if name is not None and name not in BACKENDS:
+        src = "backend" if backend else "GEOSTEER_MANIFOLD_BACKEND"
+        raise GeosteerError(f"{src}={name!r} is not a surface backend; valid: {', '.join(BACKENDS)}")
+    return None if name == "auto" else name
+
+
+def use_triton(name: str | None, query: torch.Tensor, lo, hi, dropout: float = 0.0) -> bool:
+    """Whether this call runs the fused Triton kernels (``name`` from :func:`backend_choice`).
+
+    Forced (``triton``) on a device it cannot run on, or without Triton: a one-line error. Dropout > 0 and
+    per-element grid ranges take the PyTorch path on any backend."""
+    if name not in ("triton", None) or (name is None and query.device.type != "cuda"):
+        return False
+    from geosteer.manifold import triton as fused
+
+    if name is None:
+        return fused.applies(query, lo, hi, dropout)
+    if not fused.available():
+        fused._kernels()  # raises the missing-package error
+    if dropout or (torch.is_tensor(lo) and lo.numel() != 1) or (torch.is_tensor(hi) and hi.numel() != 1):
+        return False
+    if not fused.applies(query, lo, hi, dropout):
+        raise GeosteerError(f"the triton surface backend runs on CUDA tensors (got {query.device.type}); on a CPU "
+                            "set TRITON_INTERPRET=1 before the first use, or choose the backend torch or cpu")
+    return True
 
 
 def _prepare(query, key, value, *, attn_mask, is_causal, scaling, softcap, dropout, features=None):

@@ -1,0 +1,218 @@
+"""Fused modulated attention on GPUs (Triton): forward, split-K decode, backward, row log-sum-exp.
+
+    out = modulated_attention_triton(q, k, v, coeff, grid_size, lo, hi, is_causal=True)
+    out, lse = modulated_attention_triton(q, k, v, None, 8, lo, hi, is_causal=True, return_lse=True)
+
+Same contract as :func:`geosteer.manifold.kernel.modulated_attention` (shapes, SDPA's masks and scaling,
+soft-capping, GQA with K/V read per KV head, the empty-cache crop of a purely causal call), plus an
+optional ``sliding_window`` for purely causal calls without a mask. ``coeff=None`` is stock attention
+(with its log-sum-exp, for the exclude-self weight). The kernels are in ``triton_kernels``; nothing of
+size q × k or k × d·(K+1) is written to global memory.
+
+Backward: the forward is the Triton kernel; the gradients (to q, k, v and the coefficients) come from
+recomputing the exact PyTorch path of ``kernel.py`` under autograd in ``backward`` (blocked, memory linear
+in the length), so training is exact and costs one extra forward of the PyTorch path. That path is passed
+in as ``recompute`` (``kernel.modulated_attention(..., backend="triton")`` does it), which keeps this module
+free of an import of ``kernel``.
+
+Dropout is not fused: a call with dropout > 0 takes the PyTorch path (``kernel.modulated_attention``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+_SPLIT_MIN_KEYS = 1024  # decoding: split the cache over programs once it has this many keys
+
+
+def available() -> bool:
+    """Whether Triton is importable."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def interpreted() -> bool:
+    """Whether the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1`` before the import)."""
+    return _kernels().INTERPRETED
+
+
+def _kernels():
+    from geosteer.extras import MissingDependency
+
+    try:
+        from geosteer.manifold import triton_kernels
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] == "triton":
+            raise MissingDependency("the Triton surface backend needs the package 'triton', which is not "
+                                    "installed: pip install 'geosteer[gpu]'") from None
+        raise
+    return triton_kernels
+
+
+def applies(query: torch.Tensor, lo, hi, dropout: float = 0.0) -> bool:
+    """Whether the fused kernels can run this call: CUDA (or CPU under the interpreter), a scalar grid
+    range, no dropout, Triton importable."""
+    if dropout or not available():
+        return False
+    if (torch.is_tensor(lo) and lo.numel() != 1) or (torch.is_tensor(hi) and hi.numel() != 1):
+        return False
+    if query.device.type == "cuda":
+        return True
+    return query.device.type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and \
+        interpreted()
+
+
+def _mask_args(attn_mask: torch.Tensor | None, T: int):
+    """(kind, tensor, strides (b, h, i, j)): 0 none, 1 boolean keep-mask, 2 additive; broadcast dims stride 0."""
+    if attn_mask is None:
+        return 0, None, (0, 0, 0, 0)
+    m = attn_mask[..., :T]
+    while m.dim() < 4:
+        m = m.unsqueeze(0)
+    kind = 1 if m.dtype == torch.bool else 2
+    if kind == 1:
+        m = m.view(torch.uint8)
+    strides = tuple(0 if m.shape[a] == 1 else m.stride(a) for a in range(4))
+    return kind, m, strides
+
+
+def _blocks(query: torch.Tensor, L: int, D: int, block_m, block_n, dv):
+    """(BLOCK_M, BLOCK_N, BLOCK_D, DV): powers of two ≥ 16 (the products' minimum on a GPU)."""
+    bd = max(16, 1 << (D - 1).bit_length())
+    if query.device.type == "cuda":
+        bm, bn, c = block_m or (16 if L <= 16 else 32), block_n or 32, dv or min(bd, 32)
+    else:  # interpreter: few, large programs are the fastest
+        bm, bn, c = block_m or 16, block_n or 16, dv or bd
+    return bm, bn, bd, min(c, bd)
+
+
+def _forward(query, key, value, coeff, grid_size, lo, hi, *, attn_mask, is_causal, scaling, softcap,
+             sliding_window, with_value, split, block_m, block_n, dv):
+    """The kernel launch(es): (out (b, L, H, d) fp32, lse (b, H, L) fp32)."""
+    tk = _kernels()
+    b, H, L, D = query.shape
+    hkv, T = key.shape[1], key.shape[2]
+    if is_causal and attn_mask is None and L > 1 and T > L:  # SDPA's convention (see kernel._prepare)
+        key, value, T = key[:, :, :L], value[:, :, :L], L
+    causal = bool(is_causal and attn_mask is None and L > 1)
+    window = int(sliding_window or 0) if causal else 0
+    scale = float(scaling if scaling is not None else D ** -0.5)
+    has_surf = coeff is not None
+    G = int(grid_size)
+    K = G + 3 if has_surf else 1
+    KB = 1 << (K - 1).bit_length() if has_surf else 1
+    sc = G / (float(hi) - float(lo))
+    off = 3.0 - float(lo) * sc
+    cf = coeff.detach().to(device=query.device, dtype=torch.float32).contiguous() if has_surf else \
+        query.new_zeros(1, dtype=torch.float32)
+    kind, mk, sm = _mask_args(attn_mask, T)
+    if mk is None:
+        mk = query.new_zeros(1, dtype=torch.uint8)
+    bm, bn, bd, DV = _blocks(query, L, D, block_m, block_n, dv)
+    n_dv = triton_cdiv(D, DV)
+    out = torch.empty(b, L, H, D, device=query.device, dtype=torch.float32)
+    lse = torch.empty(b, H, L, device=query.device, dtype=torch.float32)
+    q, k, v = query.detach(), key.detach(), value.detach()
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    if v.stride(-1) != 1:
+        v = v.contiguous()
+    n_m = triton_cdiv(L, bm)
+    common = dict(offset=T - L, scale=scale, softcap=float(softcap or 1.0), sc=sc, off=off, window=window)
+    strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+               v.stride(0), v.stride(1), v.stride(2), *sm)
+    flags = dict(G=G, K=K, KB=KB, HAS_SURF=has_surf, CAUSAL=causal, MASK_KIND=kind, SOFTCAP=softcap is not None,
+                 WINDOW=window > 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DV=DV, D=D)
+    if split is None:
+        split = max(1, min(64, T // _SPLIT_MIN_KEYS)) if (L <= 16 and query.device.type == "cuda") else 1
+    if split <= 1:
+        tk._fwd[(n_m, b * H, n_dv)](q, k, v, cf, mk, out, lse, L, T, H, H // hkv, n_dv, *common.values(), *strides,
+                                   out.stride(0), out.stride(1), out.stride(2), WITH_VALUE=with_value,
+                                   STORE_LSE=True, **flags)
+        return out, lse
+    chunk = triton_cdiv(triton_cdiv(T, split), bn) * bn
+    split = triton_cdiv(T, chunk)
+    LP = n_m * bm
+    f32 = dict(device=query.device, dtype=torch.float32)
+    pm, pl = torch.empty(split, b * H, LP, **f32), torch.empty(split, b * H, LP, **f32)
+    pv = torch.empty(split, b * H, LP, n_dv * DV, **f32)
+    pf = torch.empty(split, b * H, LP, KB, n_dv * DV, **f32)
+    tk._partial[(n_m, b * H, split * n_dv)](q, k, v, mk, pm, pl, pv, pf, L, T, H, H // hkv, n_dv, chunk, LP,
+                                           *common.values(), *strides, **flags)
+    tk._combine[(n_m, b * H, n_dv)](q, cf, pm, pl, pv, pf, out, lse, L, H, split, n_dv, LP, sc, off,
+                                   q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1),
+                                   out.stride(2), G=G, K=K, KB=KB, HAS_SURF=has_surf, WITH_VALUE=with_value,
+                                   STORE_LSE=True, BLOCK_M=bm, BLOCK_D=bd, DV=DV, D=D)
+    return out, lse
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _window_mask(L: int, T: int, window: int, device) -> torch.Tensor:
+    """Boolean keep-mask (L, T) of a causal sliding window, aligned as the forward aligns it (keys after
+    the L-th cropped when T > L, else the queries are the last L positions)."""
+    i = torch.arange(L, device=device)[:, None] + (0 if T > L else T - L)
+    j = torch.arange(T, device=device)[None, :]
+    return (j <= i) & (j > i - window)
+
+
+class _Fused(torch.autograd.Function):
+    """Triton forward; backward by recomputing the PyTorch path of ``kernel.py`` under autograd."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, coeff, opts, recompute):
+        out, lse = _forward(query, key, value, coeff, **opts)
+        ctx.save_for_backward(query, key, value, coeff)
+        ctx.opts, ctx.recompute = opts, recompute
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, g_out, g_lse):
+        q, k, v, c = ctx.saved_tensors
+        o = ctx.opts
+        mask, causal = o["attn_mask"], o["is_causal"]
+        if o["sliding_window"] and causal and mask is None and q.shape[2] > 1:
+            mask = _window_mask(q.shape[2], k.shape[2], int(o["sliding_window"]), q.device)
+        inputs = [t.detach().requires_grad_(t.requires_grad) for t in (q, k, v, c)]
+        with torch.enable_grad():
+            ref = ctx.recompute(*inputs, o["grid_size"], o["lo"], o["hi"], attn_mask=mask, is_causal=causal,
+                                scaling=o["scaling"], softcap=o["softcap"], with_value=o["with_value"])
+            need = [t for t in inputs if t.requires_grad]
+            grads = iter(torch.autograd.grad(ref.float(), need, g_out, allow_unused=True))
+        res = [next(grads) if t.requires_grad else None for t in inputs]
+        return (*res, None, None)
+
+
+def modulated_attention_triton(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                               coeff: torch.Tensor | None, grid_size: int, lo, hi, *,
+                               attn_mask: torch.Tensor | None = None, is_causal: bool = False,
+                               scaling: float | None = None, softcap: float | None = None,
+                               sliding_window: int | None = None, with_value: bool = True,
+                               return_lse: bool = False, split: int | None = None, block_m: int | None = None,
+                               block_n: int | None = None, dv: int | None = None, recompute=None):
+    """Modulated attention output (b, L, H, d) in the query's dtype (and the row lse (b, H, L) fp32).
+
+    ``coeff`` (H, d, K, K) or None (stock attention); ``split``: key chunks for decoding (None: by length
+    on CUDA); ``block_m``/``block_n``/``dv``: tile sizes (queries, keys, value dims per program);
+    ``recompute``: the PyTorch function whose autograd gives the backward (see the module docstring).
+    """
+    opts = dict(grid_size=grid_size, lo=float(lo), hi=float(hi), attn_mask=attn_mask, is_causal=bool(is_causal),
+                scaling=scaling, softcap=softcap, sliding_window=sliding_window, with_value=with_value,
+                split=split, block_m=block_m, block_n=block_n, dv=dv)
+    tensors = [query, key, value] + ([coeff] if coeff is not None else [])
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        if coeff is None or recompute is None:
+            raise ValueError("gradients through the Triton kernels need surfaces and a recompute path: use "
+                             "geosteer.manifold.kernel.modulated_attention(..., backend='triton')")
+        out, lse = _Fused.apply(query, key, value, coeff, opts, recompute)
+    else:
+        out, lse = _forward(query, key, value, coeff, **opts)
+    out = out.to(query.dtype)
+    return (out, lse) if return_lse else out
