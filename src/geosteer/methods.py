@@ -2,11 +2,15 @@
 
 A :class:`Method` names its recipe keys (with defaults = the stock model) and the builder that turns their
 values into interventions, its CLI (a module or function with ``register(app)``), and its artifact formats
-(:class:`geosteer.artifacts.ArtifactFormat`). ``register_method`` is called by the package itself (in its
+(:class:`ArtifactFormat`). ``register_method`` is called by the package itself (in its
 ``method.py``, imported by its ``__init__``), so adding a method touches no central file: the recipe
-(:mod:`geosteer.integrations.recipe`), the ``geosteer`` command and :func:`geosteer.artifacts.load_artifact`
-all read this registry. Built-in packages are listed in :data:`BUILTIN`; installed packages can add
-themselves through the ``geosteer.methods`` entry-point group (the entry point names a module to import).
+(:mod:`geosteer.recipe`), the ``geosteer`` command and :func:`load_artifact` all read this registry.
+Built-in packages are listed in :data:`BUILTIN`; installed packages can add themselves through the
+``geosteer.methods`` entry-point group (the entry point names a module to import).
+
+The format table lives here too: every method's ``artifacts``, the core formats of :data:`CORE_FORMATS`
+(the recipe) and any :func:`register_format` adds. :func:`load_artifact` fills the registry before it
+looks a format up, so loading never depends on what a user happened to import first.
 """
 
 from __future__ import annotations
@@ -14,11 +18,17 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-BUILTIN = ("geosteer.manifold", "geosteer.directional", "geosteer.dynamics")
+from geosteer.artifacts import base_fields, locate, read_config, render_model_card
+from geosteer.errors import ArtifactError
+from geosteer.formats import CONFIG_NAME, format_of
+
+BUILTIN = ("geosteer.manifold", "geosteer.directional", "geosteer.dynamics", "geosteer.vectors")
 ENTRY_POINT_GROUP = "geosteer.methods"
 KINDS = ("any", "number", "layers", "folder", "text")
+CORE_FORMATS = {"geosteer-recipe": "geosteer.recipe"}  # format -> the module that declares it (as FORMAT)
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,32 @@ class RecipeKey:
 
 
 Builder = Callable[[Any, dict], list]
+
+
+@dataclass(frozen=True)
+class ArtifactFormat:
+    """One artifact format: name, version, the tensor files it must hold, its known config keys, a loader.
+
+    The skeleton every method's artifact uses: :meth:`header` (the common config fields), :meth:`read`
+    (version gate, unknown keys warned), :meth:`card` (the model card), and ``load(folder, model)``,
+    which :func:`load_artifact` dispatches to by the ``format`` a folder's config names.
+    """
+
+    name: str
+    version: int
+    tensors: tuple[str, ...] = ()
+    known_keys: tuple[str, ...] = ()
+    load: Callable[[Path, Any], Any] | None = None
+    method: str = ""
+
+    def header(self) -> dict:
+        return base_fields(self.name, self.version)
+
+    def read(self, folder: str | Path) -> dict:
+        return read_config(folder, fmt=self.name, reader_version=self.version, known_keys=self.known_keys)
+
+    def card(self, **card: Any) -> str:
+        return render_model_card(method=self.method or self.name, **card)
 
 
 @dataclass(frozen=True)
@@ -72,22 +108,13 @@ def register_method(method: Method) -> Method:
     clash = sorted(k.name for k in method.keys if k.name in taken)
     if clash:
         raise ValueError(f"recipe keys already taken: {', '.join(clash)} (by {taken[clash[0]]})")
-    from geosteer.artifacts import register_format
-
-    for fmt in method.artifacts:
-        register_format(fmt)
     _METHODS[method.name] = method
     return method
 
 
 def unregister_method(name: str) -> None:
     """Remove a method (tests, plugins that unload); unknown names are ignored."""
-    m = _METHODS.pop(name, None)
-    if m is not None:
-        from geosteer.artifacts import unregister_format
-
-        for fmt in m.artifacts:
-            unregister_format(fmt.name)
+    _METHODS.pop(name, None)
 
 
 def _load() -> None:
@@ -115,3 +142,57 @@ def methods() -> dict[str, Method]:
 def recipe_keys() -> dict[str, tuple[Method, RecipeKey]]:
     """Every recipe key → (its method, its declaration)."""
     return {k.name: (m, k) for m in methods().values() for k in m.keys}
+
+
+_EXTRA_FORMATS: dict[str, ArtifactFormat] = {}
+
+
+def register_format(fmt: ArtifactFormat) -> ArtifactFormat:
+    """Add a format that belongs to no method (a method declares its own in ``Method.artifacts``)."""
+    _EXTRA_FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def unregister_format(name: str) -> None:
+    _EXTRA_FORMATS.pop(name, None)
+
+
+def formats() -> dict[str, ArtifactFormat]:
+    """Every known artifact format by name: the core ones, each method's, then those registered alone."""
+    out: dict[str, ArtifactFormat] = {}
+    for module in CORE_FORMATS.values():
+        fmt = importlib.import_module(module).FORMAT
+        out[fmt.name] = fmt
+    for m in methods().values():
+        out.update({f.name: f for f in m.artifacts})
+    out.update(_EXTRA_FORMATS)
+    return out
+
+
+def is_artifact(folder: str | Path, fmt: str | None = None) -> bool:
+    """A folder with a readable config (of format ``fmt`` if given) and every tensor file its format needs."""
+    folder = Path(folder)
+    name = format_of(folder) if folder.is_dir() else None
+    if name is None or (fmt is not None and name != fmt):
+        return False
+    known = formats().get(name)
+    return known is None or all((folder / t).is_file() for t in known.tensors)
+
+
+def load_artifact(folder: str | Path, model: Any = None) -> Any:
+    """Load any registered artifact by the format its config names (checked against ``model`` if given)."""
+    name = format_of(folder)
+    if name is None:
+        raise ArtifactError(f"{folder} is not a geosteer artifact (missing or unreadable {CONFIG_NAME})")
+    table = formats()
+    fmt = table.get(name)
+    if fmt is None or fmt.load is None:
+        raise ArtifactError(f"{folder}: no loader for format '{name}'; known: {', '.join(sorted(table))}")
+    return fmt.load(Path(folder), model)
+
+
+def load(ref: str | Path, model: Any = None) -> Any:
+    """The object an artifact folder (or Hub repo id ``org/name[@revision]``) holds, whatever its format:
+    a surfaces bank, FFN gates, an :class:`~geosteer.recipe.InterventionSpec`, a plugin's object; checked
+    against ``model`` when given. ``geosteer.load`` is this function."""
+    return load_artifact(locate(ref), model)

@@ -1,0 +1,19 @@
+"""Steering vectors: one direction per layer from contrastive prompts, added at a hook point.
+
+    from geosteer.vectors import extract, load_vectors
+    sv = extract(model, tok, pairs, layers="3-5", point="resid_post", method="mean_diff")  # CAA / DiffMean
+    with geosteer.steer(model, sv.with_(scale=4)):
+        model.generate(...)
+    sv.save("runs/happy")             # vectors.safetensors + geosteer_config.json + README.md
+    sv.export_gguf("happy.gguf")      # repeng's / llama.cpp's control-vector format
+"""
+
+from geosteer.vectors.apply import SteeringVectors, steer_tensor
+from geosteer.vectors.artifact import VECTORS, export_gguf, import_gguf, load_vectors, push_vectors, save_vectors
+from geosteer.vectors.config import METHODS, MODES, PHASES, POINTS, ApplyConfig, ExtractConfig
+from geosteer.vectors.extract import AGGREGATORS, collect_activations, extract
+from geosteer.vectors.method import METHOD
+
+__all__ = ["AGGREGATORS", "METHOD", "METHODS", "MODES", "PHASES", "POINTS", "VECTORS", "ApplyConfig",
+           "ExtractConfig", "SteeringVectors", "collect_activations", "export_gguf", "extract", "import_gguf",
+           "load_vectors", "push_vectors", "save_vectors", "steer_tensor"]

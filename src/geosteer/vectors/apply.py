@@ -1,0 +1,172 @@
+"""Steering vectors as an intervention: one direction per layer, applied at a hook point with a multiplier.
+
+``SteeringVectors.attach(model)`` hooks the layers it holds (``geosteer.hooks.attach_hooks``) and a
+forward pre-hook on the model that reads where this forward's tokens sit: the past length of the KV cache
+(``cache_position`` or ``past_key_values``) and, when given, the attention mask (a row's positions count
+from its first real token; padding is never steered). Modes and settings: :mod:`geosteer.vectors.config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from geosteer.errors import ArtifactError, GeosteerError
+from geosteer.hooks import attach_hooks
+from geosteer.models.anatomy import anatomy
+from geosteer.vectors.config import ApplyConfig, check_point
+
+
+def steer_tensor(x: torch.Tensor, v: torch.Tensor, scale: float, mode: str) -> torch.Tensor:
+    """The steered activation for every token of ``x`` (…, d) with vector ``v`` (d,)."""
+    if mode in ("ablate", "ablate_add"):
+        u = v / v.norm()
+        y = x - (x @ u).unsqueeze(-1) * u
+        return y + scale * v if mode == "ablate_add" else y
+    y = x + scale * v
+    if mode == "norm_match":
+        y = y * (x.norm(dim=-1, keepdim=True) / y.norm(dim=-1, keepdim=True))
+    return y
+
+
+class _Positions:
+    """Where the current forward's tokens sit (a model-level pre-hook fills it; cleared after the forward)."""
+
+    def __init__(self) -> None:
+        self.past = 0
+        self.mask: torch.Tensor | None = None
+
+    def pre(self, mod, args, kwargs) -> None:
+        cache_pos, pkv = kwargs.get("cache_position"), kwargs.get("past_key_values")
+        if cache_pos is not None and cache_pos.numel():
+            self.past = int(cache_pos.reshape(-1)[0])
+        elif pkv is not None and hasattr(pkv, "get_seq_length"):
+            self.past = int(pkv.get_seq_length())
+        else:
+            self.past = 0
+        mask = kwargs.get("attention_mask")
+        self.mask = mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
+
+    def post(self, mod, args, kwargs, out) -> None:
+        self.past, self.mask = 0, None
+
+    def index(self, q: int, device) -> torch.Tensor:
+        """(rows or 1, q) token index of each position; −1 for padding."""
+        if self.mask is not None and self.mask.shape[1] >= q:
+            m = self.mask.to(device=device, dtype=torch.long)
+            idx = (m.cumsum(-1) - 1)[:, -q:]
+            return torch.where(m[:, -q:] > 0, idx, torch.full_like(idx, -1))
+        return (self.past + torch.arange(q, device=device))[None]
+
+
+@dataclass
+class SteeringVectors:
+    """One steering vector per layer at ``point``, with how to apply them (``settings``).
+
+    ``with_(scale=4, mode="ablate_add", from_token=0, phase="generation", layers=[5])`` gives a copy with
+    other settings (the tensors are shared). ``save``/``push_to_hub``/``export_gguf``: the artifact.
+    """
+
+    vectors: dict[int, torch.Tensor]
+    point: str = "resid_post"
+    base_model: str | None = None
+    model_type: str = ""
+    d_model: int | None = None
+    n_layers: int | None = None
+    extraction: dict = field(default_factory=dict)
+    settings: ApplyConfig = field(default_factory=ApplyConfig)
+    layers: Sequence[int] | None = None  # the stored layers to apply (None: all)
+
+    def __post_init__(self) -> None:
+        check_point(self.point)
+        if not self.vectors:
+            raise GeosteerError("steering vectors need at least one layer")
+        self.vectors = {int(k): v.detach().reshape(-1) for k, v in sorted(self.vectors.items())}
+        dims = {v.numel() for v in self.vectors.values()}
+        if len(dims) != 1:
+            raise GeosteerError(f"steering vectors of different sizes: {sorted(dims)}")
+        if self.layers is not None:
+            missing = sorted(set(int(x) for x in self.layers) - set(self.vectors))
+            if missing:
+                raise GeosteerError(f"no vector for layer {missing[0]}; these vectors hold layers "
+                                    f"{', '.join(map(str, self.vectors))}")
+            self.layers = sorted(int(x) for x in self.layers)
+
+    def with_(self, **settings) -> SteeringVectors:
+        """A copy with other apply settings (``scale``, ``mode``, ``from_token``, ``phase``) or ``layers``."""
+        layers = settings.pop("layers", self.layers)
+        return dataclasses.replace(self, settings=ApplyConfig(**{**self.settings.to_dict(), **settings}),
+                                   layers=layers)
+
+    @property
+    def active_layers(self) -> list[int]:
+        return list(self.layers) if self.layers is not None else list(self.vectors)
+
+    def norms(self) -> dict[int, float]:
+        return {layer: float(v.float().norm()) for layer, v in self.vectors.items()}
+
+    def _check_model(self, model: nn.Module) -> None:
+        an = anatomy(model)
+        if self.d_model is not None and an.d_model != self.d_model:
+            raise ArtifactError(f"steering vectors of size {self.d_model} do not fit this model "
+                                f"(d_model {an.d_model})")
+        an.check_layers(self.active_layers)
+
+    def attach(self, model: nn.Module) -> Callable[[], None]:
+        s = self.settings
+        if s.scale == 0:
+            return lambda: None  # the stock model, in every mode
+        self._check_model(model)
+        where = _Positions()
+        cache: dict = {}
+
+        def fn(x: torch.Tensor, ctx) -> torch.Tensor | None:
+            prompt_pass = where.past == 0
+            if (s.phase == "prompt" and not prompt_pass) or (s.phase == "generation" and prompt_pass):
+                return None
+            key = (ctx.layer, x.device, x.dtype)
+            if key not in cache:
+                cache[key] = self.vectors[ctx.layer].to(device=x.device, dtype=x.dtype)
+            y = steer_tensor(x, cache[key], s.scale, s.mode)
+            idx = where.index(x.shape[1], x.device)
+            if bool((idx >= s.from_token).all()):
+                return y
+            return torch.where((idx >= s.from_token).unsqueeze(-1), y, x)
+
+        pre = model.register_forward_pre_hook(where.pre, with_kwargs=True)
+        post = model.register_forward_hook(where.post, with_kwargs=True)
+        try:
+            remove_hooks = attach_hooks(model, self.point, self.active_layers, fn)
+        except Exception:
+            pre.remove()
+            post.remove()
+            raise
+
+        def remove() -> None:
+            remove_hooks()
+            pre.remove()
+            post.remove()
+
+        return remove
+
+    # -- the artifact (geosteer.vectors.artifact) ------------------------------------------------------------
+    def save(self, folder: str | Path, *, overwrite: bool = True, command: str | None = None) -> Path:
+        from geosteer.vectors.artifact import save_vectors
+
+        return save_vectors(self, folder, overwrite=overwrite, command=command)
+
+    def push_to_hub(self, repo_id: str, *, folder: str | Path | None = None, private: bool = True,
+                    token: str | None = None) -> str:
+        from geosteer.vectors.artifact import push_vectors
+
+        return push_vectors(self, repo_id, folder=folder, private=private, token=token)
+
+    def export_gguf(self, path: str | Path) -> Path:
+        from geosteer.vectors.artifact import export_gguf
+
+        return export_gguf(self, path)

@@ -1,0 +1,123 @@
+"""``geosteer vectors ...``: extract steering vectors from prompt pairs, show an artifact, export GGUF.
+
+Every input is checked before the model loads; a bad one is one line ``error: ...`` and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load
+
+vec = typer.Typer(no_args_is_help=True, help="Steering vectors: CAA / DiffMean, PCA and probe directions.")
+
+
+def read_pairs(path: Path) -> list[list[str]]:
+    """A JSON file holding a non-empty list of [positive, negative] prompt pairs."""
+    from geosteer.errors import GeosteerError
+    from geosteer.vectors.extract import _check_prompts
+
+    if not path.is_file():
+        raise GeosteerError(f"pairs file not found: {path} (a JSON list of [positive, negative] prompt pairs)")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise GeosteerError(f"pairs file {path} is not valid JSON ({e})") from None
+    try:
+        _check_prompts(doc, None, None)
+    except GeosteerError as e:
+        raise GeosteerError(f"pairs file {path}: {e}") from None
+    return [list(p) for p in doc]
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an output that would replace anything but a steering-vectors artifact (and that one without
+    ``--overwrite``)."""
+    from geosteer.artifacts import is_artifact
+    from geosteer.errors import GeosteerError
+
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise GeosteerError(f"--out {out} exists and is not a folder")
+    if not any(out.iterdir()):
+        return
+    if not is_artifact(out, "geosteer-vectors"):
+        raise GeosteerError(f"--out {out} exists and is not a steering-vectors artifact; choose another folder")
+    if not overwrite:
+        raise GeosteerError(f"--out {out} already holds steering vectors; pass --overwrite to replace them")
+
+
+@vec.command("train")
+def train_cmd(model: str = MODEL_OPT,
+              pairs: Path = typer.Option(..., "--pairs", help="JSON list of [positive, negative] prompt pairs"),
+              layers: str = typer.Option("all", "--layers", help="layers, e.g. all, 3, 2-5, 0,4"),
+              point: str = typer.Option("resid_post", "--point", help="resid_pre | resid_post | attn_out | mlp_out"),
+              method: str = typer.Option("mean_diff", "--method", help="mean_diff | pca | pca_diff | probe"),
+              positions: str = typer.Option("last", "--positions", help="last | all | a token index k (k..end)"),
+              out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write"),
+              special_tokens: bool = typer.Option(True, "--special-tokens/--no-special-tokens",
+                                                  help="encode prompts with the tokenizer's special tokens"),
+              batch_size: int = typer.Option(8, "--batch-size"),
+              overwrite: bool = typer.Option(False, "--overwrite", help="replace steering vectors in --out"),
+              as_json: bool = JSON_OPT, threads: int = THREADS_OPT, device: str = DEVICE_OPT,
+              dtype: str = DTYPE_OPT) -> None:
+    """Extract one steering vector per layer from prompt pairs and save the artifact."""
+    from geosteer.models.anatomy import parse_indices
+    from geosteer.vectors.config import ExtractConfig
+    from geosteer.vectors.extract import extract
+
+    cfg = ExtractConfig(point=point, method=method, positions=positions, add_special_tokens=special_tokens,
+                        batch_size=batch_size)
+    data = read_pairs(pairs)
+    if layers.strip().lower() != "all":
+        parse_indices(layers, None, "layer")  # the syntax now; the range once the model is known
+    check_out(out, overwrite)
+    m, tok = load(model, threads=threads, device=device, dtype=dtype)
+    sv = extract(m, tok, data, layers=layers, config=cfg)
+    sv.save(out, command="geosteer " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    emit({"out": str(out), "point": sv.point, "method": method, "pairs": len(data),
+          "layers": list(sv.vectors), "norms": {str(k): round(v, 6) for k, v in sv.norms().items()}}, as_json)
+
+
+@vec.command("show")
+def show_cmd(folder: str = typer.Argument(..., help="steering-vectors artifact folder (or Hub id)"),
+             as_json: bool = JSON_OPT) -> None:
+    """What a steering-vectors artifact holds: point, extraction, apply settings, a norm per layer."""
+    from geosteer.vectors.artifact import load_vectors
+
+    sv = load_vectors(folder)
+    rows = [{"layer": layer, "norm": norm} for layer, norm in sv.norms().items()]
+    info = {"base_model": sv.base_model, "point": sv.point, "d_model": sv.d_model,
+            "extraction": sv.extraction, "settings": sv.settings.to_dict()}
+    if as_json:
+        emit({**info, "layers": rows}, True)
+        return
+    emit(info, False)
+    emit(rows, False, table_title="vector norms")
+
+
+@vec.command("export-gguf")
+def export_cmd(folder: str = typer.Argument(..., help="steering-vectors artifact folder (or Hub id)"),
+               out: Path = typer.Argument(..., help="the .gguf file to write"),
+               as_json: bool = JSON_OPT) -> None:
+    """Write the vectors as a GGUF control-vector file (repeng's format; llama.cpp --control-vector)."""
+    from geosteer.errors import GeosteerError
+    from geosteer.vectors.artifact import load_vectors
+
+    if out.suffix != ".gguf":
+        raise GeosteerError(f"output must be a .gguf file (got {out})")
+    if out.exists():
+        raise GeosteerError(f"{out} exists; choose another file")
+    sv = load_vectors(folder)
+    path = sv.export_gguf(out)
+    emit({"out": str(path), "layers": list(sv.vectors), "model_hint": sv.model_type}, as_json)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(vec, name="vectors")

@@ -1,0 +1,45 @@
+"""What the steering-vectors method adds (registered on import of ``geosteer.vectors``)."""
+
+from __future__ import annotations
+
+from geosteer.methods import Method, RecipeKey, register_method
+from geosteer.vectors.artifact import VECTORS
+
+
+def _validate(v: dict) -> None:
+    from geosteer.errors import GeosteerError
+    from geosteer.vectors.config import ApplyConfig
+
+    ApplyConfig(v["vector_scale"], v["vector_mode"], v["vector_from"], v["vector_phase"])
+    if v["vectors"] is None and v["vector_layers"] is not None:
+        raise GeosteerError("vector_layers= needs vectors= (a steering-vectors artifact folder)")
+
+
+def _build(model, v: dict) -> list:
+    if v["vectors"] is None or float(v["vector_scale"]) == 0:
+        return []
+    from geosteer.models.anatomy import anatomy, parse_layers
+    from geosteer.vectors.artifact import load_vectors
+
+    sv = load_vectors(v["vectors"], model)
+    layers = parse_layers(v["vector_layers"], anatomy(model).n_layers)
+    return [sv.with_(scale=v["vector_scale"], mode=v["vector_mode"], from_token=v["vector_from"],
+                     phase=v["vector_phase"], layers=layers)]
+
+
+METHOD = register_method(Method(
+    name="vectors",
+    summary="steering vectors: CAA / DiffMean, PCA, probe directions added at a hook point",
+    keys=(
+        RecipeKey("vectors", None, "steering-vectors artifact folder", kind="folder"),
+        RecipeKey("vector_scale", 1.0, "multiplier s (0: the stock model)", kind="number"),
+        RecipeKey("vector_mode", "add", "add | ablate | ablate_add | norm_match", kind="text"),
+        RecipeKey("vector_from", 0, "steer tokens from this index on", kind="number"),
+        RecipeKey("vector_phase", "all", "all | prompt | generation", kind="text"),
+        RecipeKey("vector_layers", None, "which of the artifact's layers (default: all it holds)", kind="layers"),
+    ),
+    build=_build,
+    validate=_validate,
+    cli="geosteer.vectors.cli",
+    artifacts=(VECTORS,),
+))
