@@ -35,7 +35,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JSON_OPT,
     ) -> None:
         """Generate the tasks (deterministic: same seed, same bytes); run them with
-        ``lm_eval --include_path OUT --tasks geosteer_ruler_1024,geosteer_proxy ...`` (docs/tasks.md)."""
+        ``geosteer eval --model geosteer --include_path OUT --tasks geosteer_ruler_1024,geosteer_proxy ...``
+        (lm-eval's command line with the geosteer model registered; docs/tasks.md)."""
         from geosteer.tasks.build import build
 
         if ruler_n < 1 or proxy_n < 1:

@@ -1,9 +1,11 @@
 """lm-evaluation-harness model type ``geosteer``: a stock ``HFLM`` with geosteer interventions attached.
 
-Install with ``pip install 'geosteer[eval]'``. lm_eval discovers models through its registry only, so run
-the harness through this module (it registers ``geosteer`` and then hands over to lm_eval's own CLI)::
+Install with ``pip install 'geosteer[eval]'``. lm-eval finds models through its own registry only (it has
+no plugin entry point), so the plain ``lm_eval`` command does not know ``geosteer``. Run the harness as
+``geosteer eval``: lm-eval's own command line, every argument passed through unchanged, with ``geosteer``
+registered (``python -m geosteer.integrations.lm_eval`` is the same)::
 
-    python -m geosteer.integrations.lm_eval --model geosteer \\
+    geosteer eval --model geosteer \\
         --model_args pretrained=smollm2,surfaces=artifacts/s,scale_site=resid_attn,scale_par=0.5 \\
         --tasks hellaswag
 
@@ -11,8 +13,9 @@ or, in Python, ``import geosteer.integrations.lm_eval`` before ``lm_eval.simple_
 ...)``. ``model_args``: ``pretrained`` (a geosteer name — ``smollm2``, ``tiny-llama``, … —, a folder, a
 ``.gguf`` file or a hub id), ``recipe`` (a recipe artifact folder), the intervention keys of
 :mod:`geosteer.integrations.recipe` (surfaces, edits, scale_*, ffn_*, gates, gains, parallel_layers), and
-any ``HFLM`` argument (batch_size, max_length, device, ...). With no intervention keys the model scores
-exactly as ``--model hf`` on the same weights (tested).
+any ``HFLM`` argument (batch_size, max_length, device, add_bos_token, ...). With no intervention keys the
+model scores exactly as ``--model hf`` on the same weights (tested), prompts encoded as ``hf`` encodes them
+(the tokenizer's own BOS convention unless ``add_bos_token=True``).
 
 Bundled names and folders load through HFLM itself (so ``accelerate launch`` shards the eval across
 processes as for ``hf``); ``tiny-*`` and ``.gguf`` models are built by geosteer and passed in as a model
@@ -107,10 +110,15 @@ class GeosteerLM(HFLM):
             self._removers.pop()()
 
 
-def main() -> None:
-    """``python -m geosteer.integrations.lm_eval ...``: lm_eval's CLI, ``geosteer`` model registered."""
+def main(argv: list[str] | None = None) -> None:
+    """lm-eval's own command line (``argv``: its arguments; default ``sys.argv[1:]``), ``geosteer``
+    registered: ``geosteer eval ...`` and ``python -m geosteer.integrations.lm_eval ...``."""
+    import sys
+
     from lm_eval.__main__ import cli_evaluate
 
+    if argv is not None:
+        sys.argv = ["lm-eval", *argv]
     cli_evaluate()
 
 

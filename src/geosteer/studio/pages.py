@@ -28,15 +28,19 @@ class ResultPages:
         self.roots = [Path(r).resolve() for r in roots]
 
     def list(self) -> list[dict]:
+        """The result files under the roots that the report reader can open (others are not listed)."""
+        from geosteer.viz.results import is_result_file
+
         out = []
         for i, root in enumerate(self.roots):
             if not root.is_dir():
                 continue
             for p in sorted(root.rglob("*")):
                 if p.suffix.lower() in SUFFIXES and p.is_file() and self._inside(p.resolve(), root) \
-                        and not (p.parent / CONFIG_NAME).is_file():
-                    out.append({"id": f"{i}/{p.relative_to(root).as_posix()}", "name": p.name,
-                                "folder": root.name})
+                        and not (p.parent / CONFIG_NAME).is_file() and is_result_file(p):
+                    rel = p.relative_to(root).as_posix()
+                    out.append({"id": f"{i}/{rel}", "name": p.name, "folder": root.name,
+                                "label": f"{root.name}/{rel}"})
                     if len(out) >= MAX_FILES:
                         return out
         return out
@@ -60,7 +64,7 @@ class ResultPages:
         return p
 
     def index_html(self) -> str:
-        items = "".join(f"<li><a href='/results/{escape(r['id'], quote=True)}'>{escape(r['id'])}</a></li>"
+        items = "".join(f"<li><a href='/results/{escape(r['id'], quote=True)}'>{escape(r['label'])}</a></li>"
                         for r in self.list()) or "<li>no result files</li>"
         return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>results</title></head><body>"
                 f"<p><a href='/'>← studio</a></p><h1>study results</h1><ul>{items}</ul></body></html>")

@@ -6,5 +6,5 @@
 - :mod:`geosteer.tasks.proxies`: zero-shot multiple-choice *proxy* tasks built from the held-out corpus
   (last-word cloze, next sentence). They are proxies, not the standard benchmarks.
 - :mod:`geosteer.tasks.build`: ``python -m geosteer.tasks.build --out DIR ...`` writes the data files and
-  the task YAMLs into a folder for ``lm_eval --include_path DIR``.
+  the task YAMLs into a folder for ``geosteer eval --include_path DIR``.
 """

@@ -3,7 +3,7 @@
 ::
 
     python -m geosteer.tasks.build --out tasks/ --model smollm2 --lengths 1024,2048 --ruler-n 20
-    python -m geosteer.integrations.lm_eval --model geosteer --model_args pretrained=smollm2 \\
+    geosteer eval --model geosteer --model_args pretrained=smollm2 \\
         --include_path tasks/ --tasks geosteer_ruler_2048,geosteer_proxy
 
 The folder holds one ``<name>.jsonl`` and one ``<name>.yaml`` per task, ``utils.py`` (loader + RULER

@@ -5,11 +5,15 @@ the rows and picks plots from the column names:
 
 - files holding several tables (a ``table``/``section``/``kind`` string column) are split first;
 - long-format files (``metric`` + ``value`` or ``mean`` [+ ``std``]) are pivoted to one column per metric;
-- an x column (``layer`` first, then ``step``/``epoch``, then a sweep key such as ``scale``, ``alpha``,
-  ``beta``, ``s_par``, ``k``…) and every other numeric or boolean column as a metric (ids such as head,
-  seed, n and run times excluded) → one line figure per metric, one line per group (the low-cardinality
+- an x column (an axis the file's ``meta.axes`` declares, else ``layer`` first, then ``step``/``epoch``,
+  then a setting such as ``scale``, ``alpha``, ``beta``, ``s_par``, ``k``…) and every other numeric or
+  boolean column as a metric (ids such as head, seed, n, run times and settings excluded: a setting is an
+  axis, never a metric) → one line figure per metric, one line per group (the low-cardinality
   string columns, other sweep keys with ≤ 6 values and, for a sweep, the ``layer`` column); repeated x
   within a group are averaged with a ±1 std error bar (or the row's own ``<metric>_std``);
+- a sweep that moves one setting at a time (``directional sweep``: s∥ at s⊥ = 1, then s⊥ at s∥ = 1) is
+  split into one sweep per setting; a grid keeps the other settings as line groups;
+- lm-eval ``results_*.json`` files are read as one row per task (:mod:`geosteer.viz.lm_eval_results`);
 - more than six metrics → one small-multiples panel instead of many figures;
 - two or more metrics whose names contain ``err`` also get one shared panel (the compression-error
   panels of the directional study);
@@ -104,17 +108,30 @@ def load_tidy(path: str | Path) -> TidyResult:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise GeosteerError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    from geosteer.viz.lm_eval_results import is_lm_eval_results, lm_eval_rows
+
     if isinstance(obj, list):
         meta, rows = {}, obj
+    elif is_lm_eval_results(obj):
+        meta, rows = lm_eval_rows(obj)
     elif isinstance(obj, dict) and isinstance(obj.get("rows"), list):
         meta, rows = obj.get("meta") or {}, obj["rows"]
     else:
-        raise GeosteerError(f"{path}: not a tidy result file (expected {{\"meta\": ..., \"rows\": [...]}} "
-                            "or a list of row objects)")
+        raise GeosteerError(f"{path}: not a tidy result file (expected {{\"meta\": ..., \"rows\": [...]}}, "
+                            "a list of row objects, or an lm-eval results_*.json)")
     if not all(isinstance(r, dict) for r in rows):
         raise GeosteerError(f"{path}: every row must be a JSON object")
     flat = [{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()} for r in rows]
     return TidyResult(path, meta if isinstance(meta, dict) else {"meta": meta}, flat)
+
+
+def is_result_file(path: str | Path) -> bool:
+    """True when :func:`load_tidy` can read ``path`` (what the studio lists)."""
+    try:
+        load_tidy(path)
+    except (GeosteerError, OSError, UnicodeDecodeError, csv.Error):
+        return False
+    return True
 
 
 def _is_num(v) -> bool:
@@ -183,7 +200,7 @@ def _series(rows: list[dict], x: str, y: str, group_cols: list[str]) -> dict[str
         if _is_num(xv) and yv is not None:
             g = _label(r, group_cols)
             acc[g][xv].append(yv)
-            sd = _f(r.get(f"{y}_std"))
+            sd = _f(r.get(f"{y}_std", r.get(f"{y}_stderr")))
             if sd is not None:
                 own[g][xv] = sd
     out = {}
@@ -217,7 +234,15 @@ def _line_figure(rows, x, y, group_cols, title) -> go.Figure:
                       legend=dict(font=dict(size=10)))
     if _wide_positive(series):
         fig.update_yaxes(type="log")
+    _integer_ticks(fig, [v for xs, _, _ in series.values() for v in xs])
     return fig
+
+
+def _integer_ticks(fig: go.Figure, xs: list) -> None:
+    """Whole-number x (layers, steps) gets whole-number ticks, never 8.2, 8.4, ..."""
+    if xs and all(isinstance(v, int) and not isinstance(v, bool) for v in xs):
+        span = max(xs) - min(xs)
+        fig.update_xaxes(tickmode="linear", tick0=min(xs), dtick=max(1, math.ceil(span / 15)))
 
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
@@ -241,6 +266,7 @@ def _panel(rows, x, metrics, group_cols, title) -> go.Figure:
     fig.update_layout(title=title, template="plotly_white", height=240 * nrows + 100,
                       showlegend=bool(group_cols))
     fig.update_xaxes(title_text=x, title_standoff=2)
+    _integer_ticks(fig, [r.get(x) for r in rows if _is_num(r.get(x))])
     return fig
 
 
@@ -259,23 +285,59 @@ def auto_figures(result: TidyResult) -> list[go.Figure]:
     """Sensible plots for ``result`` chosen by its column names (see the module docstring)."""
     figs: list[go.Figure] = []
     base = result.meta.get("title") or result.meta.get("study") or result.name
+    declared = result.meta.get("axes")
+    axes = tuple(str(a) for a in declared) if isinstance(declared, (list, tuple)) else ()
     for suffix, rows in _split(result):
-        figs.extend(_figures_for(rows, f"{base}{suffix}"))
+        figs.extend(_figures_for(rows, f"{base}{suffix}", axes))
     return figs
 
 
-def _figures_for(rows: list[dict], title_base: str) -> list[go.Figure]:
+def _is_axis(col: str, declared: tuple[str, ...]) -> bool:
+    return col in declared or col.lower() in SWEEP_KEYS
+
+
+def _mode(values: list):
+    counts: dict = defaultdict(int)
+    for v in values:
+        counts[v] += 1
+    return max(counts, key=lambda v: counts[v])
+
+
+def one_at_a_time(rows: list[dict], axes: list[str]) -> list[tuple[str, list[dict]]] | None:
+    """A sweep that moves one setting at a time (each row has every other setting at its usual value, as
+    the s∥ and s⊥ sweeps of ``directional sweep``) → one (axis, rows without the other axes) per axis;
+    None for a grid (some row moves two settings at once)."""
+    usual = {a: _mode([r.get(a) for r in rows]) for a in axes}
+    parts, covered = [], set()
+    for a in axes:
+        idx = [i for i, r in enumerate(rows) if all(r.get(b) == usual[b] for b in axes if b != a)]
+        if len({rows[i].get(a) for i in idx}) >= 2:
+            parts.append((a, [{k: v for k, v in rows[i].items() if k == a or k not in axes} for i in idx]))
+            covered.update(idx)
+    return parts if parts and len(covered) == len(rows) else None
+
+
+def _is_spread(col: str) -> bool:
+    return col.endswith(("_std", "_stderr"))
+
+
+def _figures_for(rows: list[dict], title_base: str, declared: tuple[str, ...] = ()) -> list[go.Figure]:
     if not rows:
         return []
     cols = {c for r in rows for c in r}
     if "metric" in cols and ({"value", "mean"} & cols):
         rows = _pivot_long(rows, "value" if "value" in cols else "mean")
     numeric, categorical = classify_columns(rows)
-    x = pick_x(numeric)
+    axes = [c for c in numeric if _is_axis(c, declared)]
+    if len(axes) >= 2:
+        parts = one_at_a_time(rows, axes)
+        if parts is not None:
+            return [f for a, sub in parts for f in _figures_for(sub, f"{title_base} [{a} sweep]", declared)]
+    x = next((c for c in declared if c in numeric), None) or pick_x(numeric)
     figs: list[go.Figure] = []
     skip = set(ID_LIKE) | RUNTIME
     if x is None:
-        metrics = [c for c in numeric if c.lower() not in skip and not c.endswith("_std")]
+        metrics = [c for c in numeric if c.lower() not in skip and not _is_spread(c)]
         if categorical and metrics:
             g = categorical[0]
             for m in metrics[:MAX_FIGURES]:
@@ -295,12 +357,14 @@ def _figures_for(rows: list[dict], title_base: str) -> list[go.Figure]:
         for c in numeric:
             if c.lower() == "layer" and len({r.get(c) for r in rows}) <= MAX_GROUPS:
                 group_cols.append(c)
-    # Other sweep keys with few values also split lines (e.g. s_perp at fixed s_par, k of top-k).
+    # Other settings of a grid split lines (e.g. s_perp at fixed s_par, k of top-k); a setting is never a
+    # metric (with more than MAX_GROUPS values it is left out of the figures).
     for c in numeric:
-        if c != x and c.lower() in SWEEP_KEYS and len({r.get(c) for r in rows}) <= 6 and c not in group_cols:
+        if c != x and _is_axis(c, declared) and len({r.get(c) for r in rows}) <= MAX_GROUPS \
+                and c not in group_cols:
             group_cols.append(c)
     metrics = [c for c in numeric if c != x and c not in group_cols and c.lower() not in skip
-               and not c.endswith("_std")]
+               and not _is_spread(c) and not _is_axis(c, declared)]
     if not metrics:
         return figs
     err_metrics = [m for m in metrics if "err" in m.lower()]
