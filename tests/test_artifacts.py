@@ -9,8 +9,8 @@ import torch
 
 from geosteer import artifacts as A
 from geosteer.errors import ArtifactError, GeosteerError
-from geosteer.integrations.recipe import InterventionSpec, load_recipe, register_builder, save_recipe
 from geosteer.interventions import steer
+from geosteer.recipe import InterventionSpec, load_recipe, register_builder, save_recipe
 from tests.conftest import sample_ids
 
 KNOWN = ("base_model", "layers")

@@ -144,7 +144,7 @@ def test_interventions_match_plain_hooks(folder, model_args, module, hook):
 
 
 def test_recipe_folder_as_model_args(folder, tmp_path):
-    from geosteer.integrations.recipe import InterventionSpec, save_recipe
+    from geosteer.recipe import InterventionSpec, save_recipe
 
     path = str(folder / "model")
     spec = InterventionSpec(ffn_variant="zero", ffn_layers=2, gates=str(folder / "gates"))

@@ -65,8 +65,8 @@ def test_check_layers_refuses_empty_and_duplicates():
 
 
 def test_every_layer_parser_is_the_one_function():
+    from geosteer import recipe
     from geosteer.directional import config as dconfig
-    from geosteer.integrations import recipe
     from geosteer.manifold import train as mtrain
 
     for mod in (dconfig, recipe, mtrain):

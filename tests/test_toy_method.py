@@ -16,9 +16,9 @@ import typer
 
 import geosteer
 from geosteer.artifacts import ArtifactFormat, is_artifact, load_artifact, write_folder_atomic
-from geosteer.integrations.recipe import InterventionSpec, load_recipe, save_recipe
 from geosteer.interventions import HookIntervention, steer
 from geosteer.methods import Method, RecipeKey, methods, register_method, unregister_method
+from geosteer.recipe import InterventionSpec, load_recipe, save_recipe
 
 
 # -- step 1: the intervention (anything with attach(model) -> remove) -----------------------------------

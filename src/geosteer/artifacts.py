@@ -32,19 +32,23 @@ from pathlib import Path
 from typing import Any
 
 from geosteer.errors import ArtifactError
-from geosteer.formats import (  # noqa: F401 - the skeleton and registry, re-exported from here
-    CONFIG_NAME,
-    ArtifactFormat,
-    format_of,
-    is_artifact,
-    load_artifact,
-    register_format,
-    unregister_format,
-)
+from geosteer.formats import CONFIG_NAME, format_of  # noqa: F401 - re-exported from here
 from geosteer.io_utils import read_json
 
 CARD_NAME = "README.md"
 _log = logging.getLogger("geosteer.artifacts")
+
+# The skeleton and the format table live in the registry (geosteer.methods), which sits above this module;
+# these names are still readable from here (resolved when first asked for, so no import runs back up).
+_REGISTRY_NAMES = ("ArtifactFormat", "is_artifact", "load_artifact", "register_format", "unregister_format")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _REGISTRY_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module("geosteer.methods"), name)
+    raise AttributeError(f"module 'geosteer.artifacts' has no attribute '{name}'")
 
 
 class ArtifactWarning(UserWarning):
@@ -120,7 +124,7 @@ def base_fields(fmt: str, version: int) -> dict:
     """The common header of every config: format, version, geosteer version, creation time (UTC)."""
     import datetime as _dt
 
-    from geosteer import __version__
+    from geosteer.version import __version__
 
     return {"format": fmt, "version": int(version), "geosteer_version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}

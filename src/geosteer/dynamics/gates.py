@@ -20,7 +20,6 @@ from torch import nn
 from geosteer.artifacts import (
     CARD_NAME,
     CONFIG_NAME,
-    ArtifactFormat,
     check_config,
     render_model_card,
     write_folder_atomic,
@@ -28,6 +27,7 @@ from geosteer.artifacts import (
 from geosteer.dynamics.config import GateConfig
 from geosteer.errors import ArtifactError
 from geosteer.hooks import attach_hooks
+from geosteer.methods import ArtifactFormat
 from geosteer.models.anatomy import anatomy
 
 WEIGHTS_NAME = "gates.safetensors"

@@ -12,7 +12,7 @@ registered (``python -m geosteer.integrations.lm_eval`` is the same)::
 or, in Python, ``import geosteer.integrations.lm_eval`` before ``lm_eval.simple_evaluate(model="geosteer",
 ...)``. ``model_args``: ``pretrained`` (a geosteer name — ``smollm2``, ``tiny-llama``, … —, a folder, a
 ``.gguf`` file or a hub id), ``recipe`` (a recipe artifact folder), the intervention keys of
-:mod:`geosteer.integrations.recipe` (surfaces, edits, scale_*, ffn_*, gates, gains, parallel_layers), and
+:mod:`geosteer.recipe` (surfaces, edits, scale_*, ffn_*, gates, gains, parallel_layers), and
 any ``HFLM`` argument (batch_size, max_length, device, add_bos_token, ...). With no intervention keys the
 model scores exactly as ``--model hf`` on the same weights (tested), prompts encoded as ``hf`` encodes them
 (the tokenizer's own BOS convention unless ``add_bos_token=True``).
@@ -35,7 +35,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the lm-evaluation-harness integration needs lm-eval: "
                       "pip install 'geosteer[eval]'") from e
 
-from geosteer.integrations.recipe import InterventionSpec, load_recipe
+from geosteer.recipe import InterventionSpec, load_recipe
 
 MODEL_NAME = "geosteer"
 

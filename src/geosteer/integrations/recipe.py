@@ -1,178 +1,20 @@
-"""An intervention recipe: every geosteer intervention a run applies, as flat ``key=value`` settings.
+"""Deprecated location of :mod:`geosteer.recipe` (the recipe moved to the package's top level); every name
+is re-exported from there. Import ``geosteer.recipe`` instead."""
 
-The same settings drive the lm-evaluation-harness model type (``--model_args``) and the recipe artifact
-(a folder: ``geosteer_config.json`` + the surfaces/gates it uses + a model card). The keys are those the
-registered methods declare (:func:`geosteer.methods.recipe_keys`; each method package's ``method.py``):
-``surfaces``/``edits`` (manifold), ``scale_site``/``scale_par``/``scale_perp``/``scale_layers``
-(directional), ``ffn_variant``/``ffn_layers``/``gates``/``beta_attn``/``alpha_ffn``/``gain_layers``/
-``parallel_layers`` (dynamics), and any a plugin registers. Layer lists use ``;`` between parts
-(``0-5;9``) because model_args split on ``,``. Edits are separated by ``;``.
-"""
+import warnings
 
-from __future__ import annotations
+from geosteer.recipe import (  # noqa: F401 - the old names, re-exported
+    FORMAT,
+    RECIPE,
+    VERSION,
+    InterventionSpec,
+    load_recipe,
+    parse_layers,
+    parse_settings,
+    register_builder,
+    registered_keys,
+    save_recipe,
+)
 
-import json
-import shutil
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
-
-from torch import nn
-
-from geosteer.artifacts import CARD_NAME, CONFIG_NAME, ArtifactFormat, register_format, write_folder_atomic
-from geosteer.errors import ArtifactError, GeosteerError
-from geosteer.methods import Method, RecipeKey, methods, recipe_keys, register_method
-from geosteer.models.anatomy import parse_layers  # noqa: F401 - the one layer-list parser, re-exported
-
-RECIPE = ArtifactFormat("geosteer-recipe", 1, known_keys=("base_model", "interventions"), method="recipe",
-                        load=lambda folder, model: load_recipe(folder)[0])
-register_format(RECIPE)
-FORMAT, VERSION = RECIPE.name, RECIPE.version
-
-Builder = Callable[[nn.Module, dict], list]
-
-
-def register_builder(name: str, keys: Sequence[str], build: Builder) -> None:
-    """Shorthand for :func:`geosteer.methods.register_method` with plain keys (default None): ``build``
-    gets the model and the keys that were given, and is not called when none was."""
-    def only_given(model: nn.Module, values: dict) -> list:
-        given = {k: v for k, v in values.items() if v is not None}
-        return build(model, given) if given else []
-
-    register_method(Method(name, keys=tuple(RecipeKey(k) for k in keys), build=only_given))
-
-
-def registered_keys() -> list[str]:
-    return list(recipe_keys())
-
-
-def _num(name: str, v: Any) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise GeosteerError(f"{name} must be a number (got {v!r})") from None
-
-
-class InterventionSpec:
-    """The interventions of one run: values of the registered recipe keys (the rest at their defaults,
-    i.e. the stock model). Keys read as attributes: ``spec.scale_site``."""
-
-    def __init__(self, extra: Mapping[str, Any] | None = None, **values: Any) -> None:
-        values = {**dict(extra or {}), **values}
-        keys = recipe_keys()
-        unknown = sorted(set(values) - set(keys))
-        if unknown:
-            raise GeosteerError(f"unknown recipe keys: {', '.join(unknown)}; valid: {', '.join(keys)}")
-        self.values = values
-
-    @property
-    def KEYS(self) -> tuple[str, ...]:  # noqa: N802 - the old class constant, now from the registry
-        return tuple(recipe_keys())
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name == "values":
-            raise AttributeError(name)
-        keys = recipe_keys()
-        if name not in keys:
-            raise AttributeError(f"InterventionSpec has no key '{name}'")
-        return self.values.get(name, keys[name][1].default)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, InterventionSpec) and self.to_dict() == other.to_dict()
-
-    def __repr__(self) -> str:
-        return f"InterventionSpec({', '.join(f'{k}={v!r}' for k, v in self.values.items())})"
-
-    @classmethod
-    def pop_from(cls, args: dict) -> InterventionSpec:
-        """Take the recipe keys out of ``args``; the rest stays for the caller."""
-        spec = cls(**{k: args.pop(k) for k in recipe_keys() if k in args})
-        spec.validate()
-        return spec
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> InterventionSpec:
-        args = dict(d)
-        extra = dict(args.pop("extra", None) or {})  # recipes written before the method registry
-        spec = cls(**{**extra, **args})
-        spec.validate()
-        return spec
-
-    def to_dict(self) -> dict:
-        """Every key with its value (the default where none was given)."""
-        return {k: getattr(self, k) for k in recipe_keys()}
-
-    def section(self, method: Method) -> dict:
-        return {k.name: getattr(self, k.name) for k in method.keys}
-
-    def validate(self) -> None:
-        for name, (_, key) in recipe_keys().items():
-            if key.kind == "number" and name in self.values:
-                self.values[name] = _num(name, self.values[name])
-        for method in methods().values():
-            if method.validate is not None:
-                method.validate(self.section(method))
-
-    def build(self, model: nn.Module) -> list:
-        """The interventions, method by method in registration order (manifold, directional, dynamics,
-        then plugins), each in its own fixed order. Not attached yet."""
-        out: list = []
-        for method in methods().values():
-            if method.build is not None:
-                out.extend(method.build(model, self.section(method)))
-        return out
-
-
-def _folder_keys() -> list[str]:
-    return [k for k, (_, key) in recipe_keys().items() if key.kind == "folder"]
-
-
-def save_recipe(folder: str | Path, spec: InterventionSpec, *, base_model: str, command: str | None = None,
-                ppl_before: float | None = None, ppl_after: float | None = None, summary: str = "") -> Path:
-    """Write a self-contained recipe folder: the surfaces/gates it names are copied in, edits inlined."""
-    d = spec.to_dict()
-    for name, (_, key) in recipe_keys().items():
-        if key.inline is not None and d[name] is not None:
-            d[name] = key.inline(d[name])
-
-    def fill(tmp: Path) -> None:
-        files = [CONFIG_NAME]
-        for key in _folder_keys():
-            if d[key] is not None:
-                shutil.copytree(Path(d[key]), tmp / key)
-                files += [f"{key}/{p.name}" for p in sorted((tmp / key).iterdir())]
-                d[key] = key
-        doc = {**RECIPE.header(), "base_model": base_model, "interventions": d}
-        (tmp / CONFIG_NAME).write_text(json.dumps(doc, indent=2) + "\n")
-        defaults = {k: key.default for k, (_, key) in recipe_keys().items()}
-        (tmp / CARD_NAME).write_text(RECIPE.card(
-            base_model=base_model, summary=summary or "A geosteer intervention recipe.",
-            ppl_before=ppl_before, ppl_after=ppl_after, command=command, files=files,
-            extra={k: v for k, v in d.items() if v != defaults[k]}))
-
-    return write_folder_atomic(folder, fill)
-
-
-def load_recipe(folder: str | Path) -> tuple[InterventionSpec, dict]:
-    """``(spec, config)`` of a recipe folder (or Hub repo id ``org/name[@revision]``); relative artifact
-    paths resolve inside the folder."""
-    from geosteer.artifacts import locate
-
-    folder = locate(folder)
-    doc = RECIPE.read(folder)
-    inter = dict(doc.get("interventions") or {})
-    known = set(recipe_keys()) | {"extra"}
-    for k in sorted(set(inter) - known):  # keys of a newer recipe: warned by check_config's convention
-        import warnings
-
-        from geosteer.artifacts import ArtifactWarning
-
-        warnings.warn(f"{folder}: ignoring unknown intervention key '{k}'", ArtifactWarning, stacklevel=2)
-        inter.pop(k)
-    for key in _folder_keys():
-        if inter.get(key) is not None and not Path(inter[key]).is_absolute():
-            inter[key] = str(folder / inter[key])
-    try:
-        return InterventionSpec.from_dict(inter), doc
-    except GeosteerError as e:
-        raise ArtifactError(f"{folder}: {e}") from None
+warnings.warn("geosteer.integrations.recipe moved to geosteer.recipe; import it from there",
+              DeprecationWarning, stacklevel=2)

@@ -16,7 +16,7 @@ from geosteer.models.loading import input_device
 
 def is_artifact(path: Path) -> bool:
     """A surfaces artifact folder (config of that format and its tensor file): what the studio opens."""
-    from geosteer.artifacts import is_artifact as _is_artifact
+    from geosteer.methods import is_artifact as _is_artifact
 
     return _is_artifact(path, "geosteer-surfaces")
 

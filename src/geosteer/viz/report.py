@@ -43,8 +43,8 @@ class Section:
 
 
 def is_artifact(path: Path) -> bool:
-    """Any geosteer artifact folder (surfaces, gates, recipe, ...): see :func:`geosteer.artifacts.is_artifact`."""
-    from geosteer.artifacts import is_artifact as _is_artifact
+    """Any geosteer artifact folder (surfaces, gates, recipe, ...): see :func:`geosteer.methods.is_artifact`."""
+    from geosteer.methods import is_artifact as _is_artifact
 
     return _is_artifact(path)
 

@@ -1,0 +1,254 @@
+"""An intervention recipe: every geosteer intervention a run applies, as flat ``key=value`` settings.
+
+The same settings drive the ``geosteer`` verbs (``--recipe DIR|org/name[@rev]`` and ``--set key=value``),
+the lm-evaluation-harness model type (``--model_args``) and the recipe artifact (a folder:
+``geosteer_config.json`` + the surfaces/gates it uses + a model card). The keys are those the registered
+methods declare (:func:`geosteer.methods.recipe_keys`; each method package's ``method.py``):
+``surfaces``/``edits`` (manifold), ``scale_site``/``scale_par``/``scale_perp``/``scale_layers``
+(directional), ``ffn_variant``/``ffn_layers``/``gates``/``beta_attn``/``alpha_ffn``/``gain_layers``/
+``parallel_layers`` (dynamics), and any a plugin registers. Layer lists may use ``;`` between parts
+(``0-5;9``) because model_args split on ``,``. Edits are separated by ``;``.
+
+    spec = InterventionSpec(scale_site="resid_attn", scale_par=0.0)
+    with geosteer.steer(model, *spec.build(model)): ...
+    spec.save("my-recipe", base_model="smollm2")      # geosteer.load("my-recipe") reads it back
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from geosteer.artifacts import CARD_NAME, CONFIG_NAME, ArtifactWarning, is_repo_id, locate, write_folder_atomic
+from geosteer.errors import ArtifactError, GeosteerError
+from geosteer.methods import ArtifactFormat, Method, RecipeKey, methods, recipe_keys, register_method
+from geosteer.models.anatomy import parse_layers
+
+__all__ = ["FORMAT", "RECIPE", "InterventionSpec", "load_recipe", "parse_settings", "save_recipe"]
+
+RECIPE = ArtifactFormat("geosteer-recipe", 1, known_keys=("base_model", "interventions"), method="recipe",
+                        load=lambda folder, model: load_recipe(folder)[0])
+FORMAT = RECIPE  # what geosteer.methods.CORE_FORMATS reads: the registry declares this format
+VERSION = RECIPE.version
+
+Builder = Callable[[nn.Module, dict], list]
+
+
+def register_builder(name: str, keys: Sequence[str], build: Builder) -> None:
+    """Shorthand for :func:`geosteer.methods.register_method` with plain keys (default None): ``build``
+    gets the model and the keys that were given, and is not called when none was."""
+    def only_given(model: nn.Module, values: dict) -> list:
+        given = {k: v for k, v in values.items() if v is not None}
+        return build(model, given) if given else []
+
+    register_method(Method(name, keys=tuple(RecipeKey(k) for k in keys), build=only_given))
+
+
+def registered_keys() -> list[str]:
+    return list(recipe_keys())
+
+
+def _num(name: str, v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise GeosteerError(f"{name} must be a number (got {v!r})") from None
+
+
+def _check_value(name: str, key: RecipeKey, v: Any) -> Any:
+    """A value of ``key`` in its kind (numbers as floats), checked as far as it can be without a model."""
+    if v is None:
+        return None
+    if key.kind == "number":
+        return _num(name, v)
+    if key.kind == "layers" and isinstance(v, str):
+        try:
+            parse_layers(v, 1 << 20)  # the syntax; the range is checked against the model when built
+        except (GeosteerError, ValueError) as e:
+            raise GeosteerError(f"{name}: {e}") from None
+    if key.kind == "folder" and isinstance(v, (str, Path)) and not (Path(v).is_dir() or is_repo_id(v)):
+        raise GeosteerError(f"{name}={v}: no such folder (give an artifact folder or a Hub repo id "
+                            "org/name[@revision])")
+    return v
+
+
+def valid_keys_text() -> str:
+    return ", ".join(f"{k} ({key.kind})" for k, (_, key) in recipe_keys().items())
+
+
+class InterventionSpec:
+    """The interventions of one run: values of the registered recipe keys (the rest at their defaults,
+    i.e. the stock model). Keys read as attributes: ``spec.scale_site``."""
+
+    def __init__(self, extra: Mapping[str, Any] | None = None, **values: Any) -> None:
+        values = {**dict(extra or {}), **values}
+        keys = recipe_keys()
+        unknown = sorted(set(values) - set(keys))
+        if unknown:
+            raise GeosteerError(f"unknown recipe keys: {', '.join(unknown)}; valid: {', '.join(keys)}")
+        self.values = values
+
+    @property
+    def KEYS(self) -> tuple[str, ...]:  # noqa: N802 - the old class constant, now from the registry
+        return tuple(recipe_keys())
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "values":
+            raise AttributeError(name)
+        keys = recipe_keys()
+        if name not in keys:
+            raise AttributeError(f"InterventionSpec has no key '{name}'")
+        return self.values.get(name, keys[name][1].default)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, InterventionSpec) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"InterventionSpec({', '.join(f'{k}={v!r}' for k, v in self.values.items())})"
+
+    @classmethod
+    def pop_from(cls, args: dict) -> InterventionSpec:
+        """Take the recipe keys out of ``args``; the rest stays for the caller."""
+        spec = cls(**{k: args.pop(k) for k in recipe_keys() if k in args})
+        spec.validate()
+        return spec
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> InterventionSpec:
+        args = dict(d)
+        extra = dict(args.pop("extra", None) or {})  # recipes written before the method registry
+        spec = cls(**{**extra, **args})
+        spec.validate()
+        return spec
+
+    def with_values(self, **values: Any) -> InterventionSpec:
+        """A copy with ``values`` set on top (validated)."""
+        spec = InterventionSpec(**{**self.values, **values})
+        spec.validate()
+        return spec
+
+    def to_dict(self) -> dict:
+        """Every key with its value (the default where none was given)."""
+        return {k: getattr(self, k) for k in recipe_keys()}
+
+    def changed(self) -> dict:
+        """The keys whose value is not the stock default."""
+        return {k: v for k, v in self.to_dict().items() if v != recipe_keys()[k][1].default}
+
+    def section(self, method: Method) -> dict:
+        return {k.name: getattr(self, k.name) for k in method.keys}
+
+    def validate(self) -> None:
+        """Check every value as far as it can be without a model (kinds, then each method's own check)."""
+        for name, (_, key) in recipe_keys().items():
+            if name in self.values:
+                self.values[name] = _check_value(name, key, self.values[name])
+        for method in methods().values():
+            if method.validate is not None:
+                method.validate(self.section(method))
+
+    def build(self, model: nn.Module, *, force: bool = False) -> list:
+        """The interventions, method by method in registration order (manifold, directional, dynamics,
+        then plugins), each in its own fixed order. Not attached yet. ``force`` goes to builders that take
+        it (artifacts recorded for another base model)."""
+        out: list = []
+        for method in methods().values():
+            if method.build is None:
+                continue
+            takes_force = "force" in inspect.signature(method.build).parameters
+            kw = {"force": force} if force and takes_force else {}
+            out.extend(method.build(model, self.section(method), **kw))
+        return out
+
+    def save(self, folder: str | Path, *, base_model: str, **card: Any) -> Path:
+        """Write this recipe as a self-contained folder (see :func:`save_recipe`)."""
+        return save_recipe(folder, self, base_model=base_model, **card)
+
+    def push_to_hub(self, repo_id: str, *, base_model: str, private: bool = True, token: str | None = None,
+                    revision: str | None = None, commit_message: str | None = None, **card: Any) -> str:
+        """Save into a temporary folder and upload it to the Hub repo ``repo_id``; return its URL."""
+        from geosteer.artifacts import push
+
+        with tempfile.TemporaryDirectory(prefix="geosteer-push-") as tmp:
+            folder = self.save(Path(tmp) / "recipe", base_model=base_model, **card)
+            return push(folder, repo_id, private=private, token=token, revision=revision,
+                        commit_message=commit_message or "Upload geosteer recipe")
+
+
+def parse_settings(settings: Iterable[str], base: InterventionSpec | None = None) -> InterventionSpec:
+    """``["key=value", ...]`` (the CLI's ``--set``) on top of ``base``: known keys, values of their kind."""
+    keys = recipe_keys()
+    values: dict[str, Any] = {}
+    for item in settings:
+        name, sep, raw = str(item).partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise GeosteerError(f"--set {item!r}: expected key=value; valid keys: {valid_keys_text()}")
+        if name not in keys:
+            raise GeosteerError(f"--set {name}: unknown recipe key; valid keys: {valid_keys_text()}")
+        raw = raw.strip()
+        values[name] = None if raw.lower() in ("", "none") and keys[name][1].default is None else raw
+    try:
+        return (base or InterventionSpec()).with_values(**values)
+    except GeosteerError as e:
+        raise GeosteerError(f"{e}; valid keys: {valid_keys_text()}") from None
+
+
+def _folder_keys() -> list[str]:
+    return [k for k, (_, key) in recipe_keys().items() if key.kind == "folder"]
+
+
+def save_recipe(folder: str | Path, spec: InterventionSpec, *, base_model: str, command: str | None = None,
+                ppl_before: float | None = None, ppl_after: float | None = None, summary: str = "") -> Path:
+    """Write a self-contained recipe folder: the surfaces/gates it names are copied in, edits inlined."""
+    d = spec.to_dict()
+    for name, (_, key) in recipe_keys().items():
+        if key.inline is not None and d[name] is not None:
+            d[name] = key.inline(d[name])
+
+    def fill(tmp: Path) -> None:
+        files = [CONFIG_NAME]
+        for key in _folder_keys():
+            if d[key] is not None:
+                shutil.copytree(locate(d[key]), tmp / key)
+                files += [f"{key}/{p.name}" for p in sorted((tmp / key).iterdir())]
+                d[key] = key
+        doc = {**RECIPE.header(), "base_model": base_model, "interventions": d}
+        (tmp / CONFIG_NAME).write_text(json.dumps(doc, indent=2) + "\n")
+        defaults = {k: key.default for k, (_, key) in recipe_keys().items()}
+        (tmp / CARD_NAME).write_text(RECIPE.card(
+            base_model=base_model, summary=summary or "A geosteer intervention recipe.",
+            ppl_before=ppl_before, ppl_after=ppl_after, command=command, files=files,
+            extra={k: v for k, v in d.items() if v != defaults[k]}))
+
+    return write_folder_atomic(folder, fill)
+
+
+def load_recipe(folder: str | Path) -> tuple[InterventionSpec, dict]:
+    """``(spec, config)`` of a recipe folder (or Hub repo id ``org/name[@revision]``); relative artifact
+    paths resolve inside the folder."""
+    folder = locate(folder)
+    doc = RECIPE.read(folder)
+    inter = doc.get("interventions") or {}
+    if not isinstance(inter, Mapping):
+        raise ArtifactError(f"{folder}: interventions must be a JSON object of recipe keys")
+    inter = dict(inter)
+    known = set(recipe_keys()) | {"extra"}
+    for k in sorted(set(inter) - known):  # keys of a newer recipe: warned by check_config's convention
+        warnings.warn(f"{folder}: ignoring unknown intervention key '{k}'", ArtifactWarning, stacklevel=2)
+        inter.pop(k)
+    for key in _folder_keys():
+        if inter.get(key) is not None and not Path(inter[key]).is_absolute():
+            inter[key] = str(folder / inter[key])
+    try:
+        return InterventionSpec.from_dict(inter), doc
+    except GeosteerError as e:
+        raise ArtifactError(f"{folder}: {e}") from None
