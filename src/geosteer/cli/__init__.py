@@ -29,21 +29,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Geometric steering and analysis of pretrained language models.")
 
 
-def interventions_from_options(model, surfaces: Path | None = None, force: bool = False) -> list:
-    """Interventions named on the command line (the method packages add their options here).
+def interventions_from_options(model, surfaces: Path | None = None, force: bool = False, *,
+                               recipe: str | None = None, settings: list[str] | None = None) -> list:
+    """Interventions named on the command line: ``--recipe``, ``--set key=value`` and ``--surfaces``
+    (:func:`geosteer.cli.recipe.spec_from_options`), built by the registered methods.
 
     ``force``: accept an artifact whose recorded base model is not ``model`` (shapes must still fit).
     """
-    out = []
-    if surfaces is not None:
-        from geosteer.manifold import load as load_surfaces
+    from geosteer.cli.recipe import spec_from_options
 
-        out.append(load_surfaces(surfaces, model=model, force=force))
-    return out
+    return spec_from_options(recipe, settings, surfaces).build(model, force=force)
 
 
 _CORE_CLIS = ("geosteer.eval.cli", "geosteer.viz.cli", "geosteer.studio.cli", "geosteer.cli.demo",
-              "geosteer.cli.tasks", "geosteer.cli.evaluate")
+              "geosteer.cli.tasks", "geosteer.cli.evaluate", "geosteer.cli.recipe")
 _registered: set[str] = set()
 
 

@@ -57,7 +57,7 @@ def _check_sampling(temperature: float, top_k: int) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from geosteer.cli import interventions_from_options
+    from geosteer.cli.recipe import RECIPE_OPT, SET_OPT, spec_from_options
 
     surfaces_opt = typer.Option(None, "--surfaces", help="attention-manifold artifact to attach: a folder or "
                                                           "a Hub repo id org/name[@revision]")
@@ -72,6 +72,8 @@ def register(app: typer.Typer) -> None:
         max_tokens: int | None = typer.Option(None, help="score only the first N tokens"),
         batch_size: int = typer.Option(4, help="windows per forward pass"),
         surfaces: Path | None = surfaces_opt,
+        recipe: str | None = RECIPE_OPT,
+        settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,
         threads: int = THREADS_OPT,
         device: str = DEVICE_OPT,
@@ -98,9 +100,10 @@ def register(app: typer.Typer) -> None:
 
             _check_file(text_file)
         text = None if text_file else split_text(corpus)
+        spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype)
         ids = encode_file(tok, text_file, max_tokens=max_tokens) if text_file is not None else None
-        with steer(m, *interventions_from_options(m, surfaces, force=force)):
+        with steer(m, *spec.build(m, force=force)):
             res = strided_perplexity(m, tok, text, ids=ids, context=context, stride=stride,
                                      max_tokens=max_tokens, batch_size=batch_size, require_full_window=True,
                                      progress=not as_json)
@@ -118,6 +121,8 @@ def register(app: typer.Typer) -> None:
         top_k: int = typer.Option(50),
         seed: int = typer.Option(0),
         surfaces: Path | None = surfaces_opt,
+        recipe: str | None = RECIPE_OPT,
+        settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,
         threads: int = THREADS_OPT,
         device: str = DEVICE_OPT,
@@ -136,11 +141,12 @@ def register(app: typer.Typer) -> None:
             greedy = temperature == 0  # T = 0 is the limit of sampling: greedy decoding
         elif top_k < 0:
             _check_sampling(1.0, top_k)
+        spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype)
         max_new_tokens, note = cap_new_tokens(m, prompt_ids(tok, prompt).shape[1], max_new_tokens)
         if note:
             typer.echo(f"note: {note}", err=True)
-        with steer(m, *interventions_from_options(m, surfaces, force=force)):
+        with steer(m, *spec.build(m, force=force)):
             res = generate(m, tok, prompt, max_new_tokens, greedy=greedy,
                            temperature=1.0 if temperature is None or greedy else temperature,
                            top_k=top_k, seed=seed)
@@ -156,6 +162,8 @@ def register(app: typer.Typer) -> None:
         temperature: float = typer.Option(0.8),
         top_k: int = typer.Option(50),
         surfaces: Path | None = surfaces_opt,
+        recipe: str | None = RECIPE_OPT,
+        settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,
         out: Path | None = typer.Option(None, "--out", help="write tidy rows (.json or .csv)"),
         threads: int = THREADS_OPT,
@@ -177,12 +185,13 @@ def register(app: typer.Typer) -> None:
             raise GeosteerError("--temperature 0 with --seeds: seeded samples at T = 0 are the greedy "
                                 "continuation, which compare always reports; give T > 0 or --seeds 0")
         prompts = _read_prompts(prompt, prompts_file)
+        spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype)
         longest = max(prompt_ids(tok, p).shape[1] for p in prompts)
         max_new_tokens, note = cap_new_tokens(m, longest, max_new_tokens)
         if note:
             typer.echo(f"note: {note} (longest prompt)", err=True)
-        b = interventions_from_options(m, surfaces, force=force)
+        b = spec.build(m, force=force)
         if not b:
             typer.echo("note: no intervention given; both states are the stock model", err=True)
         rows = compare_states(m, tok, prompts, [], b, max_new_tokens=max_new_tokens,
@@ -190,6 +199,7 @@ def register(app: typer.Typer) -> None:
         summary = summarize(rows)
         if out is not None:
             write_records(out, rows, meta={"model": model, "surfaces": str(surfaces) if surfaces else None,
+                                           "recipe": spec.changed(),
                                            "summary": summary})
         if as_json:
             emit({"summary": summary, "rows": rows}, True)

@@ -37,13 +37,14 @@ def _validate(v: dict) -> None:
         raise GeosteerError("edits= needs surfaces= (the edits change a surfaces artifact)")
 
 
-def _build(model, v: dict) -> list:
+def _build(model, v: dict, force: bool = False) -> list:
+    """The surfaces (edited if ``edits`` is given); ``force``: also when recorded for another base model."""
     if v["surfaces"] is None:
         return []
-    import geosteer.manifold as M
+    from geosteer.manifold.artifact import load
     from geosteer.manifold.edit import Edit, apply_edits
 
-    bank = M.load(v["surfaces"], model=model)
+    bank = load(v["surfaces"], model=model, force=force)
     edits = edit_list(v["edits"])
     if edits:
         try:

@@ -1,0 +1,81 @@
+"""``--recipe`` / ``--set`` (the front door of every verb that runs a steered model) and ``geosteer recipe``.
+
+``--recipe DIR|org/name[@rev]`` reads a recipe artifact; each ``--set key=value`` sets one registered recipe
+key on top of it (keys and their kinds come from the method registry, so a new method's keys work here with
+no edit); ``--surfaces DIR`` is the same as ``--set surfaces=DIR``. Everything is checked before a model
+loads: an unknown key or a bad value is one line naming the valid keys.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from geosteer.cli.common import JSON_OPT, emit
+from geosteer.errors import GeosteerError
+
+RECIPE_OPT = typer.Option(None, "--recipe", help="recipe to apply: a folder or a Hub repo id org/name[@revision]")
+SET_OPT = typer.Option(None, "--set", help="recipe key=value on top of --recipe (repeatable); "
+                       "`geosteer recipe keys` lists the keys")
+
+
+def spec_from_options(recipe: str | None = None, settings: list[str] | None = None,
+                      surfaces: Path | str | None = None):
+    """The :class:`~geosteer.recipe.InterventionSpec` that ``--recipe``, ``--set`` and ``--surfaces`` name."""
+    from geosteer.recipe import InterventionSpec, load_recipe, parse_settings
+
+    base = load_recipe(recipe)[0] if recipe is not None else InterventionSpec()
+    settings = list(settings or [])
+    if surfaces is not None:
+        given = [s for s in settings if s.partition("=")[0].strip() == "surfaces"]
+        if given:
+            raise GeosteerError(f"--surfaces {surfaces} and --set {given[0]}: give the surfaces once")
+        settings.append(f"surfaces={surfaces}")
+    return parse_settings(settings, base)
+
+
+recipe_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                         help="Recipes: every intervention of a run as key=value settings, saved as a folder.")
+
+
+@recipe_app.command("keys")
+def keys_cmd(as_json: bool = JSON_OPT) -> None:
+    """Every recipe key the registered methods declare: method, kind, stock default, meaning."""
+    from geosteer.methods import recipe_keys
+
+    rows = [{"key": k, "method": m.name, "kind": key.kind, "default": key.default, "help": key.help}
+            for k, (m, key) in recipe_keys().items()]
+    emit(rows, as_json, table_title="recipe keys")
+
+
+@recipe_app.command("show")
+def show_cmd(recipe: str | None = RECIPE_OPT, settings: list[str] | None = SET_OPT,
+             every: bool = typer.Option(False, "--all", help="every key, also those at the stock default"),
+             as_json: bool = JSON_OPT) -> None:
+    """Print the settings that --recipe and --set give (those that differ from the stock model)."""
+    spec = spec_from_options(recipe, settings)
+    values = spec.to_dict() if every else spec.changed()
+    if as_json:
+        emit(values, True)
+    elif values:
+        emit(values, False)
+    else:
+        emit("(no settings: the stock model)", False)
+
+
+@recipe_app.command("save")
+def save_cmd(out: Path = typer.Argument(..., help="folder to write the recipe into"),
+             base_model: str = typer.Option(..., "--base-model", help="the model the recipe is for "
+                                            "(recorded in its config and model card)"),
+             recipe: str | None = RECIPE_OPT, settings: list[str] | None = SET_OPT,
+             summary: str = typer.Option("", "--summary", help="one line for the model card"),
+             as_json: bool = JSON_OPT) -> None:
+    """Write --recipe/--set as a self-contained recipe folder (the surfaces/gates it names are copied in)."""
+    spec = spec_from_options(recipe, settings)
+    folder = spec.save(out, base_model=base_model, summary=summary)
+    emit({"saved": str(folder), **spec.changed()}, as_json)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(recipe_app, name="recipe")
