@@ -103,9 +103,11 @@ def pca(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
 
 def pca_diff(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
     """repeng's ``pca_diff``: the first principal component of the centered pair differences, signed so
-    that most positives project above their negatives; unit norm."""
+    that most positives project above their negatives (on a tie, as scikit-learn's PCA signs it: the
+    largest entry positive); unit norm."""
     deltas = pos.double() - neg.double()
     vec = _top_direction(deltas - deltas.mean(0))
+    vec = -vec if float(vec[vec.abs().argmax()]) < 0 else vec
     proj = deltas @ vec
     return -vec if int((proj < 0).sum()) > int((proj > 0).sum()) else vec
 
