@@ -1,5 +1,5 @@
 """Training checkpoints cannot run code: planted pickles and foreign files are refused with one line, never
-executed; a legacy ``checkpoint.pt`` of plain data still resumes exactly (issue 11, item 2)."""
+executed; a checkpoint whose numbers or run differ from what was written is refused with one line."""
 
 from __future__ import annotations
 
@@ -120,35 +120,126 @@ def test_checkpoint_file_is_safetensors_with_json_state(tiny, stream, tmp_path):
     assert state["step"] == 3 and [r["step"] for r in state["history"]] == [1, 2, 3]
 
 
-def test_legacy_plain_checkpoint_resumes_exactly(tiny, stream, tmp_path):
-    """A checkpoint.pt of plain data (what older geosteer wrote) loads with weights_only=True and resumes to
-    the same parameters as an uninterrupted run."""
-    full, _ = _run(tiny, stream, _cfg())
-    _run(tiny, stream, _cfg(), out_dir=tmp_path / "new", stop_at=3)
-    state = load_checkpoint(tmp_path / "new" / CHECKPOINT_NAME)
+def test_legacy_plain_checkpoint_is_refused_as_unverifiable(tiny, stream, tmp_path, ckpt3):
+    """A checkpoint.pt of plain data (what older geosteer wrote) carries no checksum: it is read as data only
+    and refused with one line, never resumed with numbers nobody can verify."""
+    state = load_checkpoint(_at_step3(ckpt3, tmp_path / "new"))
     (tmp_path / "old").mkdir()
     torch.save(state, tmp_path / "old" / LEGACY_NAME)
-    resumed, res = _run(tiny, stream, _cfg(), out_dir=tmp_path / "old", resume=True)
-    assert res.resumed_from == 3
-    assert torch.equal(resumed.vec, full.vec)
+    with pytest.raises(GeosteerError, match="without a checksum") as ei:
+        _run(tiny, stream, _cfg(), out_dir=tmp_path / "old", resume=True)
+    assert len(str(ei.value).splitlines()) == 1
 
 
-def test_tampered_checkpoint_is_refused(tiny, stream, tmp_path):
-    """Valid container, wrong content: a NaN parameter / a mis-shaped optimizer tensor are named."""
+@pytest.fixture(scope="module")
+def ckpt3(tiny, stream, tmp_path_factory):
+    """The bytes of a checkpoint at step 3 of ``_cfg()`` (trained once for the module)."""
+    folder = tmp_path_factory.mktemp("ckpt3")
+    _run(tiny, stream, _cfg(), out_dir=folder, stop_at=3)
+    return (folder / CHECKPOINT_NAME).read_bytes()
+
+
+def _at_step3(ckpt3, folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CHECKPOINT_NAME).write_bytes(ckpt3)
+    return folder / CHECKPOINT_NAME
+
+
+def _read(path):
     from safetensors import safe_open
-    from safetensors.torch import save_file
 
-    _run(tiny, stream, _cfg(), out_dir=tmp_path, stop_at=3)
-    path = tmp_path / CHECKPOINT_NAME
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata()
         tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    return meta, tensors
+
+
+def _rewrite(path, meta, tensors, *, fix_digest: bool) -> None:
+    """Save a valid container with the given content; ``fix_digest`` recomputes the checksum (a careful
+    forger), otherwise the original one stays."""
+    from safetensors.torch import save_file
+
+    from geosteer.train.checkpoint import state_digest
+
+    meta = dict(meta)
+    if fix_digest:
+        meta["sha256"] = state_digest(meta["geosteer"], tensors)
+    save_file(tensors, str(path), metadata=meta)
+
+
+def test_flipped_tensor_bytes_are_refused_by_the_checksum(tiny, stream, tmp_path, ckpt3):
+    path = _at_step3(ckpt3, tmp_path)
+    meta, tensors = _read(path)
+    for name in ("param/vec", "optim/0/exp_avg_sq"):
+        raw = tensors[name].clone().view(torch.uint8)
+        raw[:16] ^= 0x5A  # 16 flipped bytes: still a valid float tensor
+        _rewrite(path, meta, dict(tensors, **{name: raw.view(torch.float32)}), fix_digest=False)
+        with pytest.raises(GeosteerError, match="does not match its checksum") as ei:
+            _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
+        assert len(str(ei.value).splitlines()) == 1
+    one = tensors["param/vec"].clone().view(torch.uint8)
+    one[0] ^= 1  # a single bit
+    _rewrite(path, meta, dict(tensors, **{"param/vec": one.view(torch.float32)}), fix_digest=False)
+    with pytest.raises(GeosteerError, match="checksum"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize("edit", ["step-earlier", "step-later", "last-epoch", "lr", "initial-lr"])
+@pytest.mark.parametrize("fix_digest", [False, True])
+def test_edited_state_is_refused(tiny, stream, tmp_path, ckpt3, edit, fix_digest):
+    """Edited step / schedule position / learning rate: the checksum catches it; with a recomputed checksum
+    the step, schedule, learning rates and history no longer agree and that is named instead."""
+    import json
+
+    path = _at_step3(ckpt3, tmp_path)
+    meta, tensors = _read(path)
+    doc = json.loads(meta["geosteer"])
+    if edit.startswith("step"):
+        doc["step"] = 1 if edit == "step-earlier" else 5
+    elif edit == "last-epoch":
+        doc["scheduler"]["last_epoch"] = 5
+    elif edit == "lr":
+        doc["optimizer"]["param_groups"][0]["lr"] = 5.0
+    else:
+        doc["optimizer"]["param_groups"][0]["initial_lr"] = 5.0
+    _rewrite(path, {**meta, "geosteer": json.dumps(doc)}, tensors, fix_digest=fix_digest)
+    before = path.read_bytes()
+    with pytest.raises(GeosteerError) as ei:
+        _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
+    msg = str(ei.value)
+    assert len(msg.splitlines()) == 1 and str(path) in msg
+    assert ("checksum" in msg) != fix_digest
+    assert path.read_bytes() == before  # nothing overwritten
+
+
+def test_checkpoint_of_another_base_model_is_refused(tiny, stream, tmp_path, ckpt3, monkeypatch):
+    """Same shapes, other model id: refused naming base_model (the id is what the artifact is labelled with)."""
+    model, _ = tiny
+    _at_step3(ckpt3, tmp_path)
+    monkeypatch.setattr(model.config, "_geosteer_name", "tiny-other", raising=False)
+    with pytest.raises(GeosteerError, match="base_model: checkpoint 'llama', now 'tiny-other'"):
+        _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
+
+
+def test_checkpoint_of_another_run_record_is_refused(tiny, stream, tmp_path):
+    _run(tiny, stream, _cfg(), out_dir=tmp_path, stop_at=3, run={"grid_range": [-4.0, 4.0]})
+    with pytest.raises(GeosteerError, match=r"grid_range: checkpoint \[-4.0, 4.0\], now \[-2.0, 2.0\]"):
+        _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True, run={"grid_range": [-2.0, 2.0]})
+    _, res = _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True, run={"grid_range": [-4.0, 4.0]})
+    assert res.resumed_from == 3
+
+
+def test_tampered_checkpoint_is_refused(tiny, stream, tmp_path, ckpt3):
+    """Valid container, wrong content with a recomputed checksum: a NaN parameter / a mis-shaped optimizer
+    tensor are named."""
+    path = _at_step3(ckpt3, tmp_path)
+    meta, tensors = _read(path)
     bad = dict(tensors, **{"param/vec": torch.full_like(tensors["param/vec"], float("nan"))})
-    save_file(bad, str(path), metadata=meta)
+    _rewrite(path, meta, bad, fix_digest=True)
     with pytest.raises(GeosteerError, match="parameter vec holds NaN"):
         _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
     bad = dict(tensors, **{"optim/0/exp_avg": torch.zeros(5)})
-    save_file(bad, str(path), metadata=meta)
+    _rewrite(path, meta, bad, fix_digest=True)
     with pytest.raises(GeosteerError, match="exp_avg of parameter 0 has shape"):
         _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
 

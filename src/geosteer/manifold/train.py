@@ -66,6 +66,20 @@ def calibrate_ranges(model, tok, layers: list[int], *, text: str | Path = "train
     return ranges
 
 
+def _saved_ranges(prev: dict, n_layers: int, path: Path) -> list[tuple[float, float]]:
+    """A checkpoint's calibrated per-layer ranges: ``n_layers`` pairs of finite numbers lo < hi."""
+    import math
+
+    ranges = prev.get("ranges")
+    ok = isinstance(ranges, list) and len(ranges) == n_layers and all(
+        isinstance(r, list) and len(r) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                    and math.isfinite(x) for x in r) and r[0] < r[1]
+        for r in ranges)
+    if not ok:
+        raise GeosteerError(f"cannot resume {path}: its calibrated ranges are not {n_layers} pairs lo < hi")
+    return [(float(a), float(b)) for a, b in ranges]
+
+
 STORAGE_DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -116,7 +130,7 @@ def train_surfaces(
     """
     from geosteer.manifold import install, save, uninstall
     from geosteer.models.anatomy import anatomy
-    from geosteer.train.checkpoint import find_checkpoint, load_checkpoint
+    from geosteer.train.checkpoint import check_run, find_checkpoint, load_checkpoint, run_record
 
     cfg = cfg or TrainConfig(tokens=262_144)
     say = log or (lambda s: None)
@@ -128,15 +142,18 @@ def train_surfaces(
     layers = an.check_layers(layers)
     calibration = None
     ranges = None
+    # what a resumed checkpoint must share with this run (its --range/--calibrate never override ours)
+    run = {"grid_size": grid_size, "layers": layers, "heads": an.n_heads, "head_dim": an.head_dim,
+           "grid_range": [float(x) for x in grid_range], "calibrate": bool(calibrate),
+           "calibrate_quantile": float(calibrate_quantile) if calibrate else None}
     ckpt = find_checkpoint(state_dir) if state_dir.is_dir() else None
     if resume and ckpt is not None:
-        # the ranges must be those of the interrupted run (calibration may see other data now)
-        prev = load_checkpoint(ckpt)["extra"].get("surfaces", {})
-        ranges = [tuple(r) for r in prev.get("ranges", [])] or None
-        calibration = prev.get("calibration")
-        if prev.get("layers") != layers or prev.get("grid_size") != grid_size:
-            raise GeosteerError(f"cannot resume {ckpt}: it trained grid {prev.get('grid_size')} on layers "
-                                f"{prev.get('layers')}, now grid {grid_size} on layers {layers}")
+        state = load_checkpoint(ckpt)
+        check_run(state, run_record(model, **run), ckpt)
+        prev = state["extra"].get("surfaces", {})
+        if calibrate:  # the calibrated ranges of the interrupted run (calibration may see other data now)
+            ranges = _saved_ranges(prev, len(layers), ckpt)
+            calibration = prev.get("calibration")
     elif calibrate:
         t0 = time.perf_counter()
         ranges = calibrate_ranges(model, tok, layers, text=text, seq_len=cfg.seq_len, seed=cfg.seed,
@@ -153,7 +170,8 @@ def train_surfaces(
             "ranges": [list(bank.range_of(x)) for x in layers], "calibration": calibration}
     say(f"surfaces: {bank.extra_repr()}; {cfg.total_steps} steps x {cfg.batch_size} x {cfg.seq_len} tokens")
     res = train(model, bank, cfg, tok=tok, text=text, out_dir=state_dir, resume=resume, overwrite=overwrite,
-                progress=progress, log=log, stop_at=stop_at, checkpoint_extra={"surfaces": surf}, **train_kw)
+                progress=progress, log=log, stop_at=stop_at, checkpoint_extra={"surfaces": surf}, run=run,
+                **train_kw)
     bank.coefficients.requires_grad_(False)
     atomic_write_json(state_dir / "history.json", {"meta": {"config": cfg.to_dict(), **surf},
                                                    "rows": res.history, "evals": res.evals})

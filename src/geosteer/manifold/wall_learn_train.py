@@ -40,6 +40,14 @@ def _fingerprint(tb, cb, cfg: WallLearnConfig, layers: list[int]) -> str:
     return h.hexdigest()
 
 
+def _bank_digest(bank) -> str:
+    """SHA-256 of the surfaces a run starts from (coefficients, ranges), before any step changes them."""
+    h = hashlib.sha256()
+    for t in (bank.coefficients, bank.lo, bank.hi):
+        h.update(t.detach().float().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
 def _forward(model, batch):
     from geosteer.models.loading import input_device
 
@@ -67,7 +75,14 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
     from geosteer.manifold.artifact import save
     from geosteer.models.anatomy import anatomy
     from geosteer.train import TrainConfig
-    from geosteer.train.checkpoint import check_compatible, find_checkpoint, load_checkpoint, save_checkpoint
+    from geosteer.train.checkpoint import (
+        check_compatible,
+        check_run,
+        find_checkpoint,
+        load_checkpoint,
+        run_record,
+        save_checkpoint,
+    )
     from geosteer.train.schedule import make_scheduler
 
     say = log or (lambda s: None)
@@ -87,6 +102,7 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
     if found is not None and not resume and not overwrite:
         raise GeosteerError(f"{found} already exists; resume it (--resume) or pass --overwrite")
     fp = _fingerprint(tb, cb, cfg, layers)
+    run = run_record(model, mode=cfg.mode, layers=layers, surfaces=_bank_digest(bank))
     tcfg = TrainConfig(lr=cfg.lr, steps=cfg.steps, batch_size=1, seq_len=1, warmup_steps=0, min_lr_ratio=1.0,
                        grad_clip=None, seed=cfg.seed, checkpoint_every=cfg.checkpoint_every,
                        eval_before_after=False)
@@ -96,6 +112,8 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
         ref_logp, _ = control_logprobs(_forward(model, cb), cb)
         ref_target = target_logprob(_forward(model, tb), tb)
     state = load_checkpoint(found) if resume and found is not None else None
+    if state is not None:
+        check_run(state, run, found)  # before its candidates are used
     cands = None
     if cfg.mode == "walls":
         cands = state["extra"]["candidates"] if state is not None else \
@@ -119,14 +137,14 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
     if state is not None:
         from geosteer.train.loop import _restore_state
 
-        check_compatible(state, tcfg, params, fp, found)
+        check_compatible(state, tcfg, params, fp, found, run=run)
         _restore_state(state, params, opt, sched, found)
         history, start = list(state["history"]), int(state["step"])
         say(f"resumed from {found} at step {start}/{cfg.steps}")
 
     def checkpoint(step: int) -> None:
         save_checkpoint(ckpt_path, step=step, params=params, optimizer=opt, scheduler=sched, cfg=tcfg,
-                        history=history, data_fingerprint=fp, extra=extra)
+                        history=history, data_fingerprint=fp, extra=extra, run=run)
 
     if state is None:
         checkpoint(0)  # the scored candidates survive a kill during the first steps

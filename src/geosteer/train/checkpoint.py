@@ -9,13 +9,20 @@ or foreign file can never run code: it is parsed as data and refused with one li
 exactly this shape. It is written to a temporary file and renamed into place, so a kill during the save
 leaves the previous checkpoint intact.
 
-Checkpoints written by older geosteer versions (``checkpoint.pt``, a torch pickle) are read with
-``torch.load(weights_only=True)`` (tensors and plain containers only; any other object is refused
-without being constructed) and validated the same way.
+Integrity: the metadata holds a SHA-256 over the state JSON and every tensor's name, dtype, shape and bytes;
+a checkpoint whose numbers changed after it was written (flipped bytes, an edited step or learning rate)
+is refused with one line. The state also records the run it belongs to (``run``: the base model id and the
+caller's layout and options, e.g. a surface bank's grid, layers, range and calibration); resuming with
+another value is refused naming the field (:func:`check_run`).
+
+Checkpoints written by older geosteer versions (``checkpoint.pt``, a torch pickle, or the first
+safetensors format) carry no checksum, so their numbers cannot be verified: they are refused with one line
+(``torch.load(weights_only=True)`` reads the pickle as data only, so a planted file never runs code).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -29,11 +36,40 @@ from geosteer.train.config import RESUME_DEFAULTS, RESUME_KEYS, TrainConfig
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
 LEGACY_NAME = "checkpoint.pt"  # torch pickle of geosteer < this format; read with weights_only=True
-FORMAT = "geosteer-train-checkpoint/1"
+FORMAT = "geosteer-train-checkpoint/2"  # 2: SHA-256 in the metadata, the run record in the state
+_OLD_FORMATS = ("geosteer-train-checkpoint/1",)
 _META_KEY = "geosteer"
+_DIGEST_KEY = "sha256"
 _STATE_KEYS = {"format": str, "step": int, "params": dict, "optimizer": dict, "scheduler": dict,
                "rng": torch.Tensor, "signature": dict, "config": dict, "history": list, "data": str,
-               "extra": dict}
+               "extra": dict, "run": dict}
+
+
+def state_digest(doc_json: str, tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over the state JSON text and each tensor's name, dtype, shape and raw bytes (sorted by name)."""
+    h = hashlib.sha256(doc_json.encode("utf-8"))
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"\0{name}\0{t.dtype}\0{list(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def run_record(model, **fields: Any) -> dict:
+    """What ties a checkpoint to its run: the base model id plus ``fields`` (plain JSON data)."""
+    from geosteer.models.loading import model_id
+
+    return _jsonable({"base_model": model_id(model), **fields})
+
+
+def check_run(state: dict, run: dict, path: Path) -> None:
+    """Refuse a checkpoint recorded for another run (other base model, layout or options), naming the field."""
+    saved = state.get("run") or {}
+    for key in sorted(set(saved) | set(run)):
+        if saved.get(key) != run.get(key):
+            raise GeosteerError(f"cannot resume {path}: it belongs to another run ({key}: checkpoint "
+                                f"{saved.get(key)!r}, now {run.get(key)!r}); resume with the same settings "
+                                "or start again with --overwrite")
 
 
 def resume_signature(cfg: TrainConfig) -> dict:
@@ -64,9 +100,10 @@ def _jsonable(obj: Any) -> Any:
 
 
 def save_checkpoint(path: str | Path, *, step: int, params: dict[str, torch.Tensor], optimizer, scheduler,
-                    cfg: TrainConfig, history: list[dict], data_fingerprint: str, extra: dict | None = None
-                    ) -> Path:
-    """Write the run state to ``path`` (a ``.safetensors`` file) atomically; see the module docstring."""
+                    cfg: TrainConfig, history: list[dict], data_fingerprint: str, extra: dict | None = None,
+                    run: dict | None = None) -> Path:
+    """Write the run state to ``path`` (a ``.safetensors`` file) atomically; see the module docstring.
+    ``run``: the record a resume must match (:func:`run_record`)."""
     from safetensors.torch import save as st_save
 
     tensors: dict[str, torch.Tensor] = {f"param/{k}": v.detach().cpu().clone().contiguous()
@@ -91,8 +128,10 @@ def save_checkpoint(path: str | Path, *, step: int, params: dict[str, torch.Tens
         "history": _jsonable(history),
         "data": data_fingerprint,
         "extra": _jsonable(extra or {}),
+        "run": _jsonable(run or {}),
     }
-    data = st_save(tensors, metadata={"format": FORMAT, _META_KEY: json.dumps(doc, allow_nan=True)})
+    text = json.dumps(doc, allow_nan=True)
+    data = st_save(tensors, metadata={"format": FORMAT, _META_KEY: text, _DIGEST_KEY: state_digest(text, tensors)})
     return atomic_write_bytes(path, data)
 
 
@@ -101,9 +140,17 @@ def load_checkpoint(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise GeosteerError(f"no checkpoint to resume from at {path}")
-    state = _load_legacy(path) if path.suffix == ".pt" else _load_safetensors(path)
+    if path.suffix == ".pt":
+        _load_legacy(path)  # parsed as data only (a planted pickle is refused here, never run)
+        raise _unverifiable(path)
+    state = _load_safetensors(path)
     _validate(state, path)
     return state
+
+
+def _unverifiable(path: Path) -> GeosteerError:
+    return GeosteerError(f"{path} was written by an older geosteer without a checksum, so its numbers cannot be "
+                         "verified and it is not resumed; start the run again (--overwrite)")
 
 
 def _load_safetensors(path: Path) -> dict:
@@ -117,12 +164,17 @@ def _load_safetensors(path: Path) -> dict:
         raise GeosteerError(f"{path} is not a readable training checkpoint "
                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'unreadable'})"
                             ) from None
+    if meta.get("format") in _OLD_FORMATS:
+        raise _unverifiable(path)
     if meta.get("format") != FORMAT or _META_KEY not in meta:
         raise GeosteerError(f"{path} is not a geosteer training checkpoint (format {meta.get('format')!r}, "
                             f"expected {FORMAT!r})")
+    if meta.get(_DIGEST_KEY) != state_digest(meta[_META_KEY], tensors):
+        raise GeosteerError(f"{path} does not match its checksum: its tensors or state were changed after it was "
+                            "written; it is not resumed (start again with --overwrite)")
     try:
         doc = json.loads(meta[_META_KEY])
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, RecursionError) as e:
         raise GeosteerError(f"{path}: the checkpoint's state is not valid JSON ({e})") from None
     if not isinstance(doc, dict):
         raise GeosteerError(f"{path}: the checkpoint's state must be a JSON object")
@@ -200,8 +252,10 @@ def _validate(state: Any, path: Path) -> None:
 
 
 def check_compatible(state: dict, cfg: TrainConfig, params: dict[str, torch.Tensor], data_fingerprint: str,
-                     path: Path) -> None:
-    """Refuse to resume a checkpoint made with another schedule, data or parameter set."""
+                     path: Path, run: dict | None = None) -> None:
+    """Refuse to resume a checkpoint made with another schedule, data, parameter set or run (``run``)."""
+    if run is not None:
+        check_run(state, run, path)
     sig = resume_signature(cfg)
     saved_sig = {**RESUME_DEFAULTS, **state["signature"]}  # keys that older checkpoints did not write yet
     diffs = [f"{k}: checkpoint {saved_sig.get(k)!r}, now {v!r}" for k, v in sig.items() if saved_sig.get(k) != v]
@@ -222,3 +276,22 @@ def check_compatible(state: dict, cfg: TrainConfig, params: dict[str, torch.Tens
     if state["step"] > cfg.total_steps:
         raise GeosteerError(f"cannot resume {path}: it is at step {state['step']} of a "
                             f"{cfg.total_steps}-step run")
+    _check_progress(state, cfg, path)
+
+
+def _check_progress(state: dict, cfg: TrainConfig, path: Path) -> None:
+    """The step, the schedule's position, the learning rates and the history must tell the same story."""
+    step = state["step"]
+    last = state["history"][-1].get("step") if state["history"] else None
+    if last is not None and last != step:
+        raise GeosteerError(f"cannot resume {path}: its step is {step} but its history ends at step {last}")
+    epoch = state["scheduler"].get("last_epoch")
+    if epoch != step:
+        raise GeosteerError(f"cannot resume {path}: its schedule is at step {epoch!r}, its state at step {step}")
+    want = cfg.lr * cfg.lr_factor(step)  # LambdaLR: lr = initial_lr * factor(last_epoch)
+    for g in state["optimizer"]["param_groups"]:
+        lr, initial = (g.get("lr"), g.get("initial_lr")) if isinstance(g, dict) else (None, None)
+        number = isinstance(lr, (int, float)) and not isinstance(lr, bool)
+        if initial != cfg.lr or not (number and math.isclose(lr, want, rel_tol=1e-9, abs_tol=1e-15)):
+            raise GeosteerError(f"cannot resume {path}: its learning rate {lr!r} (initial {initial!r}) does not "
+                                f"match step {step} of this run's schedule (lr {cfg.lr:g})")

@@ -28,11 +28,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from geosteer.errors import GeosteerError
+from geosteer.models.limits import check_positions
 from geosteer.train.checkpoint import (
     CHECKPOINT_NAME,
     check_compatible,
     find_checkpoint,
     load_checkpoint,
+    run_record,
     save_checkpoint,
 )
 from geosteer.train.config import TrainConfig
@@ -162,6 +164,7 @@ def train(
     stop_at: int | None = None,
     accelerator=None,
     checkpoint_extra: dict | None = None,
+    run: dict | None = None,
     eval_before: bool = True,
 ) -> TrainResult:
     """Train ``trainable``'s parameters on next-token cross-entropy; return a :class:`TrainResult`.
@@ -172,7 +175,8 @@ def train(
     ``stop_at``: end after that many steps (as if killed there; resume later). ``callback(step, record)``
     runs after every step. Held-out perplexity (``eval_text`` or the corpus' held-out split) is measured
     before (unless ``eval_before=False``, e.g. when the stock number is known) and after the run and every
-    ``cfg.eval_every`` steps, when a tokenizer is given.
+    ``cfg.eval_every`` steps, when a tokenizer is given. Checkpoints record the base model id and ``run``
+    (the caller's layout and options); resuming refuses a checkpoint whose record differs.
     """
     from accelerate import Accelerator
 
@@ -207,6 +211,7 @@ def train(
         shard_frozen_model(model, acc)
 
     data = _prepare_windows(tok, text, train_ids, cfg)
+    check_positions(model, data.shape[1], "training window (seq_len)")
     fp = fingerprint(data)
     order = BatchOrder(data.shape[0], cfg.batch_size, cfg.seed)
     total = cfg.total_steps
@@ -217,6 +222,7 @@ def train(
     sched = make_scheduler(opt, cfg)
 
     ckpt_path = Path(out_dir) / CHECKPOINT_NAME if out_dir is not None else None
+    record = run_record(model, **(run or {}))
     history: list[dict] = []
     evals: list[dict] = []
     start, resumed_from, last_good = 0, None, None
@@ -229,7 +235,7 @@ def train(
             raise GeosteerError("resume needs the output folder that holds the checkpoint")
         if found is not None:
             state = load_checkpoint(found)
-            check_compatible(state, cfg, params, fp, found)
+            check_compatible(state, cfg, params, fp, found, run=record)
             _restore_state(state, params, opt, sched, found)
             history = list(state["history"])
             evals = list(state["extra"].get("evals", []))
@@ -257,7 +263,7 @@ def train(
         if ckpt_path is not None and main:
             save_checkpoint(ckpt_path, step=step, params=params, optimizer=opt, scheduler=sched, cfg=cfg,
                             history=history, data_fingerprint=fp,
-                            extra={"evals": evals, **(checkpoint_extra or {})})
+                            extra={"evals": evals, **(checkpoint_extra or {})}, run=record)
             last_good = step
         acc.wait_for_everyone()
 
