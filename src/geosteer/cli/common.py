@@ -8,7 +8,9 @@ a user error prints one line ``error: …`` and exits 2. Only CLI modules import
 from __future__ import annotations
 
 import json
+import math
 import sys
+from functools import lru_cache
 
 import typer
 
@@ -21,6 +23,8 @@ DEVICE_OPT = typer.Option("cpu", "--device", help="torch device for the model: c
 DTYPE_OPT = typer.Option("float32", "--dtype", help="model weights dtype: float32 | bfloat16 | float16 | auto")
 JSON_OPT = typer.Option(False, "--json", help="print JSON")
 FORCE_OPT = typer.Option(False, "--force", help="use artifacts recorded for another base model anyway")
+
+MAX_SEEDS = 1000  # seeded samples per prompt at most (each one is a full generation)
 
 
 def set_threads(threads: int | None) -> None:
@@ -39,6 +43,37 @@ def load(model: str, *, threads: int | None = None, device: str = "cpu", dtype: 
 
     set_threads(threads)
     return load_model(model, dtype=dtype, device=device)  # load_model checks both (one-line errors)
+
+
+@lru_cache(maxsize=8)
+def model_config(model: str):
+    """The config of ``--model`` read without building weights (``None`` when that needs the model)."""
+    from geosteer.models.limits import config_of
+
+    return config_of(model)
+
+
+def check_positions(model: str, option: str, length: int) -> None:
+    """Refuse ``option`` (e.g. ``--seq-len``) when its window of ``length`` tokens is longer than the
+    positions of ``--model``, checked on the config before any weights are built."""
+    from geosteer.models.limits import check_positions as check
+
+    check(model_config(model), length, option)
+
+
+def check_layers(model: str, option: str, spec: str | None) -> None:
+    """Refuse a bad layer list in ``option`` before the model loads: its syntax always, its range when the
+    config of ``--model`` names the number of layers."""
+    from geosteer.models.anatomy import parse_layers
+    from geosteer.models.limits import num_layers
+
+    if spec is None:
+        return
+    n = num_layers(model_config(model)) if model_config(model) is not None else None
+    try:
+        parse_layers(spec, n if n is not None else 1 << 30)
+    except ValueError as e:
+        raise GeosteerError(f"{option}: {e}") from None
 
 
 def emit(obj, as_json: bool, table_title: str | None = None) -> None:
@@ -73,10 +108,57 @@ def _fmt(v) -> str:
 USER_ERRORS = (GeosteerError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError)
 
 
+def _base_annotation(annotation):
+    """``float`` for ``float``, ``float | None``, ``list[float]`` and ``tuple[float, float]``; else as given."""
+    import typing
+
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if args and all(a is args[0] for a in args):
+        return _base_annotation(args[0])
+    return annotation
+
+
+def _check_value(param, value) -> None:
+    kind = _base_annotation(param.type_descriptor.annotation)
+    items = value if isinstance(value, (list, tuple)) else [value]
+    name = param.opts[0] if param.opts else param.name
+    for v in items:
+        if kind is float and isinstance(v, float) and not math.isfinite(v):
+            raise GeosteerError(f"{name} must be a finite number (got {v})")
+        if kind is str and isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:  # bytes of the command line that are not UTF-8 arrive as surrogates
+                raise GeosteerError(f"{name} is not valid UTF-8 text (an undecodable byte on the command "
+                                    "line)") from None
+
+
+def _checked(param):
+    original = param.callback
+
+    def callback(ctx, p, value):
+        _check_value(p, value)
+        return original(ctx, p, value) if original is not None else value
+
+    return callback
+
+
+def harden(command) -> None:
+    """The rules every option of every verb shares, added to the built click command tree: a number
+    option must be finite (``nan``/``inf`` refused), a text option valid UTF-8."""
+    for sub in getattr(command, "commands", {}).values():
+        harden(sub)
+    for param in getattr(command, "params", []):
+        if hasattr(param, "type_descriptor"):
+            param.callback = _checked(param)
+
+
 def run_app(app: typer.Typer, args: list[str] | None = None) -> None:
-    """Run a typer app: user errors print one line ``error: …`` and exit 2; usage errors as click shows them."""
+    """Run a typer app: user errors print one line ``error: …`` and exit 2, usage errors too."""
+    command = typer.main.get_command(app)
+    harden(command)
     try:
-        app(args=args, standalone_mode=False)
+        command.main(args=args, standalone_mode=False)
     except USER_ERRORS as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
@@ -95,8 +177,12 @@ def run_app(app: typer.Typer, args: list[str] | None = None) -> None:
         name = type(e).__name__
         if name == "Exit":
             sys.exit(getattr(e, "exit_code", 0))
-        if hasattr(e, "show") and hasattr(e, "exit_code"):
+        if name == "NoArgsIsHelpError":
             e.show()
+            sys.exit(e.exit_code)
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            message = " ".join(e.format_message().split())
+            typer.echo(f"error: {message}", err=True)
             sys.exit(e.exit_code)
         if name == "Abort":
             sys.exit(1)

@@ -186,12 +186,14 @@ def measure_text(model: nn.Module, tok, text: str, *, tokens: int = 512, chunk: 
     from geosteer.errors import GeosteerError
     from geosteer.eval.perplexity import encode
     from geosteer.interventions import steer
+    from geosteer.models.limits import check_positions
 
     if tokens < 1 or chunk < 1:
         raise GeosteerError(f"--tokens and --chunk must be >= 1 (got {tokens}, {chunk})")
     if not text.strip():
         raise GeosteerError("text is empty")
     ids = encode(tok, text)[:tokens]
+    check_positions(model, min(chunk, len(ids)), "window (tokens per forward pass)")
     meas = DirectionalMeasure(_layer_list(model, layers), value=value)
     device = input_device(model)
     with steer(model, meas):

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from geosteer.errors import GeosteerError
+from geosteer.models.limits import check_positions
 from geosteer.models.loading import input_device
 
 _MAX_NLL = math.log(float.fromhex("0x1.fffffffffffffp+1023"))  # above this, exp(nll) overflows a float
@@ -63,9 +64,14 @@ def window_spans(n_tokens: int, context: int, stride: int) -> list[tuple[int, in
     return spans
 
 
-def encode(tok, text: str, add_bos: bool = True) -> torch.Tensor:
+def encode(tok, text: str, add_bos: bool | None = None) -> torch.Tensor:
+    """Token ids of ``text``; BOS first when ``add_bos``, or (``None``, default) when the tokenizer puts
+    one first by itself (:func:`geosteer.models.tokenizers.adds_bos`). No other special tokens."""
+    from geosteer.models.tokenizers import adds_bos
+
     ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids[0]
     bos = getattr(tok, "bos_token_id", None)
+    add_bos = adds_bos(tok) if add_bos is None else add_bos
     if add_bos and bos is not None and (len(ids) == 0 or ids[0].item() != bos):
         ids = torch.cat([torch.tensor([bos]), ids])
     return ids
@@ -82,7 +88,7 @@ def strided_perplexity(
     stride: int = 256,
     batch_size: int = 4,
     max_tokens: int | None = None,
-    add_bos: bool = True,
+    add_bos: bool | None = None,
     require_full_window: bool = False,
     progress: bool = False,
 ) -> PerplexityResult:
@@ -103,6 +109,7 @@ def strided_perplexity(
     if require_full_window and len(ids) < context:
         raise GeosteerError(f"text is shorter than one window: {len(ids)} tokens < context {context}")
     spans = window_spans(len(ids), context, stride)
+    check_positions(model, min(context, len(ids)), "context")
     device = input_device(model)
     # HF causal LMs can compute the vocabulary projection for the last k positions only: a window
     # scores at most ``stride`` tokens, so most of the (batch, context, vocab) logits are never needed.
@@ -155,7 +162,7 @@ def strided_perplexity(
 
 
 def heldout_ids(tok, max_tokens: int) -> torch.Tensor:
-    """The first ``max_tokens`` tokens of the bundled corpus' held-out split (BOS first), encoded as
+    """The first ``max_tokens`` tokens of the bundled corpus' held-out split, encoded as
     :func:`strided_perplexity` encodes text: the standard evaluation slice of the directional verbs."""
     from geosteer.data.corpus import split_text
 

@@ -7,7 +7,12 @@ reads the file in chunks, decodes UTF-8 incrementally and tokenises piece by pie
 single newline between two non-space characters (or, when a long stretch has none, before a single space
 between two non-space characters), and each cut is checked locally: the text around it must tokenise to
 the same tokens whole as in two parts. A cut that fails the check is not taken (the text keeps
-accumulating), so the result always equals tokenising the whole prefix at once.
+accumulating), so the result equals tokenising the whole prefix at once.
+
+Text with neither newlines nor spaces (one huge "word", CJK without breaks) offers no such cut. So that
+memory stays bounded whatever the line structure, a stretch longer than ``_MAX_PENDING`` characters is
+cut anyway, at the last of a few positions near its end that pass the same local check (or at its end
+if none does); only there can the tokens differ from tokenising the whole stretch at once.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from geosteer.errors import GeosteerError
 
 CHUNK_BYTES = 1 << 16
 _CHECK = 256  # characters each side of a cut that are re-tokenised to verify it
-_MAX_SPACE_SCAN = 1 << 20  # look for a space cut only when this much text has no newline cut
+_MAX_SPACE_SCAN = 1 << 16  # look for a space cut only when this much text has no newline cut
+_MAX_PENDING = 1 << 18  # characters kept uncut at most: beyond this, cut anyway (see module doc)
+_FORCED_TRIES = 64  # positions tried for a checked cut in an over-long stretch
 
 
 def _check_file(path: Path) -> None:
@@ -79,15 +86,28 @@ def _find_cut(tok, text: str) -> int:
     return 0
 
 
-def encode_file(tok, path: str | Path, max_tokens: int | None = None, add_bos: bool = True,
+def _forced_cut(tok, text: str) -> int:
+    """A cut for a stretch with no safe newline or space cut: the last position near the end (keeping
+    ``_CHECK`` characters of right context) that passes the local check, else that position itself."""
+    end = len(text) - _CHECK
+    for p in range(end, max(1, end - _FORCED_TRIES), -1):
+        if _cut_ok(tok, text, p):
+            return p
+    return end
+
+
+def encode_file(tok, path: str | Path, max_tokens: int | None = None, add_bos: bool | None = None,
                 chunk_bytes: int = CHUNK_BYTES) -> torch.Tensor:
-    """Token ids of the UTF-8 file ``path`` (BOS first when the tokenizer has one and ``add_bos``), the
+    """Token ids of the UTF-8 file ``path`` (BOS first as :func:`geosteer.eval.perplexity.encode` puts it), the
     first ``max_tokens`` only when given, reading no more of the file than that needs (see module doc).
 
     Equal to ``geosteer.eval.perplexity.encode(tok, path.read_text())[:max_tokens]``.
     """
     path = Path(path)
     _check_file(path)
+    from geosteer.models.tokenizers import adds_bos
+
+    add_bos = adds_bos(tok) if add_bos is None else add_bos
     bos = getattr(tok, "bos_token_id", None) if add_bos else None
     need = None if max_tokens is None else max_tokens - (1 if bos is not None else 0)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
@@ -103,6 +123,8 @@ def encode_file(tok, path: str | Path, max_tokens: int | None = None, add_bos: b
                 pending += decoder.decode(raw, final=final)
                 if not final:
                     cut = _find_cut(tok, pending)
+                    if cut == 0 and len(pending) >= _MAX_PENDING:
+                        cut = _forced_cut(tok, pending)
                     if cut == 0:
                         continue
                     piece, pending = pending[:cut], pending[cut:]
