@@ -86,6 +86,28 @@ def test_kill_and_resume_gives_same_surfaces(tiny, text_file, tmp_path):
     uninstall(model)
 
 
+def test_resume_refuses_another_model_range_or_calibration(tiny, tiny_cache, text_file, tmp_path):
+    """The checkpoint records its run: another base model (same shapes or not), another --range or --calibrate
+    is refused naming the field, and the checkpoint's settings never replace this run's."""
+    model, tok = tiny
+    kw = dict(grid_size=4, grid_range=(-2, 2), layers=[0], text=text_file, progress=False, log=None)
+    cfg = _cfg(eval_before_after=False)
+    train_surfaces(model, tok, tmp_path / "cut", cfg=cfg, stop_at=2, **kw)
+    uninstall(model)
+    ckpt = tmp_path / "cut.train" / "checkpoint.safetensors"
+    before = ckpt.read_bytes()
+    other, other_tok = tiny_cache("qwen3")
+    cases = [((model, tok), {"grid_range": (-3, 3)}, r"grid_range: checkpoint \[-2.0, 2.0\], now \[-3.0, 3.0\]"),
+             ((model, tok), {"calibrate": True}, "calibrate: checkpoint False, now True"),
+             ((other, other_tok), {}, "base_model: checkpoint 'tiny-qwen2', now 'tiny-qwen3'")]
+    for (m, t), change, match in cases:
+        with pytest.raises(GeosteerError, match=match) as ei:
+            train_surfaces(m, t, tmp_path / "cut", cfg=cfg, resume=True, **{**kw, **change})
+        uninstall(m)
+        assert len(str(ei.value).splitlines()) == 1
+    assert ckpt.read_bytes() == before and not (tmp_path / "cut").exists()
+
+
 def test_calibrated_ranges_match_recorded_quantiles(tiny, text_file):
     """Independent check: the range is the quantile of |q|,|k| recorded with a plain AttentionRecorder."""
     model, tok = tiny
