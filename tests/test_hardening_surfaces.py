@@ -208,7 +208,8 @@ def test_next_save_repairs_and_keeps_live_processes_folders(tiny_cache, tmp_path
     live = tmp_path / f".a.tmp-{os.getppid()}-zzz"  # a running process: maybe saving right now
     live.mkdir()
     with caplog.at_level(logging.WARNING, logger="geosteer.artifacts"):
-        write_folder_atomic(dest, lambda t: (t / "f.txt").write_text("new"))
+        write_folder_atomic(dest, lambda t: [(t / "geosteer_config.json").write_text('{"format": "geosteer-surfaces"}'),
+                                             (t / "f.txt").write_text("new")])  # same kind: may replace it
     assert (dest / "f.txt").read_text() == "new"
     assert not (tmp_path / f".a.old-{pid}").exists() and live.exists()
     assert any("restored" in r.getMessage() for r in caplog.records)

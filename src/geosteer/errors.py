@@ -23,6 +23,11 @@ class ArtifactError(GeosteerError):
     pass
 
 
+class OutputRefused(FileExistsError, ArtifactError):
+    """An output path that exists and may not be replaced (a folder with the user's own files, another
+    kind of artifact): nothing is written and nothing is removed. The CLI exits 2, the studio answers 409."""
+
+
 class LayerSpecError(GeosteerError, ValueError):
     """A layer list that is empty, repeats a layer, or names one the model does not have."""
 

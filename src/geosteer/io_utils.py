@@ -26,14 +26,75 @@ def read_json(path: str | Path, what: str, error: type[Exception] | None = None)
         raise error(f"{p} is not valid JSON ({e})") from None
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux: /proc), else set and reset."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_mode(folder: bool = False) -> int:
+    """The mode a plain ``open``/``mkdir`` would give a new file (0666) or folder (0777) under the umask."""
+    return (0o777 if folder else 0o666) & ~current_umask()
+
+
+_RECORD_SUFFIXES = (".json", ".csv")
+
+
+def check_output_path(path: str | Path, *, what: str = "--out", suffixes: Iterable[str] | None = None,
+                      folder: bool = False) -> Path:
+    """Refuse, with one line, an output path that cannot be written, before any work is done: ``path`` is
+    an existing folder where a file is meant (or a file where a folder is meant), lies under a file, lies
+    in a folder this user cannot write, or ends in a suffix outside ``suffixes`` (e.g. ``(".json",
+    ".csv")``). Missing parent folders are fine (the writers create them). Returns ``Path(path)``."""
+    from geosteer.errors import GeosteerError
+
+    path = Path(path)
+    if suffixes is not None:
+        valid = tuple(s.lower() for s in suffixes)
+        if path.suffix.lower() not in valid:
+            raise GeosteerError(f"{what} {path}: cannot write a '{path.suffix or '(no extension)'}' file; "
+                                f"valid extensions: {', '.join(valid)}")
+    if path.is_dir() and not folder:
+        raise GeosteerError(f"{what} {path} is a folder; give a file name")
+    if path.exists() and not path.is_dir() and folder:
+        raise GeosteerError(f"{what} {path} is a file, not a folder")
+    for parent in path.absolute().parents:
+        if parent.is_dir():
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise GeosteerError(f"{what} {path}: cannot write into {parent} (permission denied)")
+            break
+        if parent.exists() or parent.is_symlink():
+            raise GeosteerError(f"{what} {path} lies under {parent}, which is a file, not a folder")
+    return path
+
+
+def check_records_path(path: str | Path, what: str = "--out") -> Path:
+    """:func:`check_output_path` for tidy records (``.json`` or ``.csv``, what :func:`write_records` writes)."""
+    return check_output_path(path, what=what, suffixes=_RECORD_SUFFIXES)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary sibling + fsync + rename. The file gets the mode a plain
+    ``open`` would give it (0644 under umask 022), or keeps the mode of the file it replaces."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except OSError:
+        mode = default_mode()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -65,8 +126,9 @@ def atomic_write_csv(path: str | Path, rows: Iterable[dict]) -> Path:
 
 
 def write_records(path: str | Path, rows: list[dict], meta: dict | None = None) -> Path:
-    """Tidy records to ``.csv`` (rows only) or ``.json`` (``{"meta": ..., "rows": [...]}``)."""
-    path = Path(path)
+    """Tidy records to ``.csv`` (rows only) or ``.json`` (``{"meta": ..., "rows": [...]}``); any other
+    extension is refused (one line naming the valid ones) rather than written as JSON under a wrong name."""
+    path = check_records_path(path, what="records file")
     if path.suffix.lower() == ".csv":
         return atomic_write_csv(path, rows)
     return atomic_write_json(path, {"meta": meta or {}, "rows": rows})

@@ -100,7 +100,7 @@ class FFNGates(nn.Module):
                       metadata={"format": FORMAT, "version": str(VERSION)})
             (tmp / CARD_NAME).write_text(self._card(extra or {}))
 
-        return write_folder_atomic(path, fill, overwrite=overwrite)
+        return write_folder_atomic(path, fill, overwrite=overwrite, kind=FORMAT)
 
     def _card(self, extra: dict) -> str:
         train = dict(extra.get("train") or {})

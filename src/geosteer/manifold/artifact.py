@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_config, write_folder_atomic
+from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_config, check_output_folder, write_folder_atomic
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.manifold.bank import SurfaceBank, check_surfaces
 from geosteer.manifold.config import ManifoldConfig
@@ -55,9 +55,7 @@ def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta)
     if folder.suffix == ".safetensors" or folder.name == CONFIG_NAME:
         raise ArtifactError(f"{folder}: an artifact is a folder; pass the folder name (e.g. "
                             f"{folder.parent / folder.stem})")
-    if folder.exists() and not folder.is_dir():
-        raise ArtifactError(f"{folder} exists and is not a folder")
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    check_output_folder(folder, FORMAT, what="output folder")  # before any work: never over the user's files
     check_surfaces(bank.coefficients, bank.lo, bank.hi, bank.layers, source=f"cannot save {folder}")
     coef = bank.coefficients.detach().to("cpu", _STORE[dtype]).contiguous()
     if dtype != "float32":
@@ -97,7 +95,7 @@ def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta)
         (tmp / CONFIG_NAME).write_text(json.dumps(doc, indent=2) + "\n")
         _model_card(tmp, doc, bank)
 
-    return write_folder_atomic(folder, fill)
+    return write_folder_atomic(folder, fill, kind=FORMAT)
 
 
 def _model_card(folder: Path, doc: dict, bank: SurfaceBank) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from geosteer.errors import GeosteerError
 from geosteer.tasks import proxies, ruler
 
+KIND = "geosteer-tasks"  # the format in manifest.json: what an output folder may be replaced by
 UTILS = '''"""Written by geosteer.tasks.build: loaders and the RULER scorer for the tasks in this folder."""
 from pathlib import Path
 
@@ -98,8 +99,9 @@ def build(out: str | Path, *, model: str = "smollm2", lengths: Sequence[int] = (
           ruler_tasks: Sequence[str] | None = None, ruler_n: int = 20, proxy_tasks: Sequence[str] | None = None,
           proxy_n: int = 200, seed: int = 0) -> dict:
     """Generate the tasks into ``out`` (written atomically) and return the manifest."""
-    from geosteer.artifacts import write_folder_atomic
+    from geosteer.artifacts import check_output_folder, write_folder_atomic
 
+    check_output_folder(out, KIND)  # before any work: a folder of the user's files is never replaced
     ruler_tasks = list(ruler.TASKS if ruler_tasks is None else ruler_tasks)
     proxy_tasks = list(proxies.PROXIES if proxy_tasks is None else proxy_tasks)
     for t in ruler_tasks:
@@ -132,7 +134,7 @@ def build(out: str | Path, *, model: str = "smollm2", lengths: Sequence[int] = (
         files[f"{name}.jsonl"] = _jsonl(rows)
         files[f"{name}.yaml"] = _proxy_yaml(name, proxies.TAGS[t]).encode()
         tasks[name] = len(rows)
-    manifest = {"format": "geosteer-tasks", "version": 1, "model": model, "max_position_embeddings": limit,
+    manifest = {"format": KIND, "version": 1, "model": model, "max_position_embeddings": limit,
                 "lengths": list(lengths), "seed": seed, "ruler_n": ruler_n, "proxy_n": proxy_n, "tasks": tasks,
                 "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in sorted(files.items()) if k.endswith(".jsonl")},
                 "note": "RULER-style and proxy tasks generated from the bundled corpus (held-out split); "
@@ -144,7 +146,7 @@ def build(out: str | Path, *, model: str = "smollm2", lengths: Sequence[int] = (
         (tmp / "utils.py").write_text(UTILS)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
-    write_folder_atomic(out, fill)
+    write_folder_atomic(out, fill, kind=KIND)
     return manifest
 
 

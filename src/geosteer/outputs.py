@@ -1,0 +1,237 @@
+"""Output folders: written whole or not at all, and never over a folder geosteer did not write.
+
+:func:`write_folder_atomic` builds a folder in a temporary sibling and renames it into place;
+:func:`recover_folder` repairs what a killed save left beside it. The one rule for replacing an existing
+folder lives in :func:`check_output_folder` (run before any work by the CLI verbs, and again by the writer):
+
+- a missing or empty folder may be written;
+- an existing folder may be replaced only when it is a geosteer output of the *same kind* (the
+  ``format`` its ``geosteer_config.json`` names, or a task folder's ``manifest.json``) and holds nothing
+  geosteer would not have written there (config, model card, ``*.safetensors``, nested artifacts, a task
+  folder's task files), and, where the caller asks for it, only with ``overwrite``;
+- anything else (a folder with the user's own files, another kind of artifact, a file) is refused with
+  one line (:class:`geosteer.errors.OutputRefused`: exit 2 in the CLI, 409 in the studio), and nothing in
+  it is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from geosteer.errors import OutputRefused
+from geosteer.io_utils import check_output_path, default_mode
+
+CONFIG_NAME = "geosteer_config.json"  # = geosteer.formats.CONFIG_NAME (not imported: formats reads artifacts)
+CARD_NAME = "README.md"
+MANIFEST_NAME = "manifest.json"  # a task folder's record (geosteer.tasks)
+_KIND_FILES = (CONFIG_NAME, MANIFEST_NAME)
+_MAX_CONFIG_BYTES = 16 << 20
+_log = logging.getLogger("geosteer.artifacts")
+
+
+def _read_doc(path: Path) -> dict | None:
+    try:
+        if not path.is_file() or path.stat().st_size > _MAX_CONFIG_BYTES:
+            return None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def folder_kind(folder: str | Path) -> str | None:
+    """What geosteer wrote ``folder`` as: the ``format`` its config (or task manifest) names, e.g.
+    ``geosteer-surfaces`` or ``geosteer-tasks``; None for any other folder (or one that cannot be read)."""
+    for name in _KIND_FILES:
+        doc = _read_doc(Path(folder) / name)
+        kind = doc and (doc.get("format") or doc.get("method"))
+        if isinstance(kind, str) and kind:
+            return kind
+    return None
+
+
+def _own_names(folder: Path, also: Iterable[str] = ()) -> set[str]:
+    """Entry names a geosteer writer puts into an output folder (see the module docstring)."""
+    own = {CONFIG_NAME, CARD_NAME, *also}
+    doc = _read_doc(folder / MANIFEST_NAME)
+    if doc is not None and isinstance(doc.get("tasks"), dict):
+        own |= {MANIFEST_NAME, "utils.py", "__pycache__"}
+        own |= {f"{t}{ext}" for t in doc["tasks"] if isinstance(t, str) for ext in (".jsonl", ".yaml")}
+    return own
+
+
+def foreign_entries(folder: str | Path, also: Iterable[str] = ()) -> list[str]:
+    """The entries of an existing output folder that no geosteer writer of its kind would have written
+    (the user's own files): what replacing the folder would delete. ``also``: names the new folder has."""
+    folder = Path(folder)
+    own = _own_names(folder, also)
+    out = []
+    for p in sorted(folder.iterdir()):
+        if p.name in own or (p.suffix == ".safetensors" and p.is_file() and not p.is_symlink()):
+            continue
+        if p.is_dir() and not p.is_symlink() and folder_kind(p) is not None and not foreign_entries(p):
+            continue  # a nested artifact (a recipe's copied surfaces/gates)
+        out.append(p.name)
+    return out
+
+
+def check_output_folder(folder: str | Path, kind: str | None, *, overwrite: bool = True, what: str = "--out",
+                        new_names: Iterable[str] = ()) -> Path:
+    """Refuse, with one line, to write the output folder ``folder`` of ``kind`` where it would lose files.
+
+    The rule of the module docstring: ``overwrite=False`` refuses any existing non-empty folder; ``kind``
+    None (unknown) allows only a missing or empty one. Also refuses a path under a file or in a folder
+    this user cannot write. Returns ``Path(folder)``.
+    """
+    folder = check_output_path(folder, what=what, folder=True)
+    if folder.is_symlink() and not folder.is_dir():
+        raise OutputRefused(f"{what} {folder} is a broken symbolic link; remove it or choose another folder")
+    if not folder.is_dir():
+        return folder
+    try:
+        if not any(folder.iterdir()):
+            return folder
+    except OSError as e:
+        raise OutputRefused(f"{what} {folder} cannot be read ({e.strerror or e})") from None
+    have = folder_kind(folder)
+    advice = "choose a new folder, or move its files out yourself"
+    if have is None or kind is None or have != kind:
+        held = ", ".join(foreign_entries(folder)[:3] or [p.name for p in sorted(folder.iterdir())[:3]])
+        label = f"a {have} artifact" if have else "not a geosteer output folder"
+        want = f"a {kind} artifact" if kind else "a new folder"
+        raise OutputRefused(f"{what} {folder} already exists and is {label} (it holds {held}, ...); geosteer "
+                            f"replaces only its own folders of the same kind and writes {want} here: {advice}")
+    foreign = foreign_entries(folder, new_names)
+    if foreign:
+        raise OutputRefused(f"{what} {folder} is a {kind} artifact but also holds files geosteer did not write "
+                            f"({', '.join(foreign[:5])}); replacing it would delete them: {advice}")
+    if not overwrite:
+        raise OutputRefused(f"{what} {folder} already exists (a {kind} artifact); pass overwrite to replace it, "
+                            "or choose another folder")
+    return folder
+
+
+_TMP_PID = re.compile(r"\.tmp-(\d+)-")
+_STALE_S = 3600  # a temporary folder without a PID in its name (older geosteer) is stray after an hour
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # another thread of this process may be saving right now
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def recover_folder(folder: str | Path) -> list[str]:
+    """Repair what a killed :func:`write_folder_atomic` left beside ``folder``; return what was done.
+
+    A save renames the old folder to ``.NAME.old-PID`` and then the new one into place; killed between
+    the two, the artifact is missing and its only copy is hidden. If ``folder`` is missing, the newest
+    ``.NAME.old-PID`` of a process that is no longer running is renamed back; other such copies (the
+    artifact exists: the kill came after both renames) are removed, as are ``.NAME.tmp-PID-*`` folders of
+    processes that are gone. Each action is logged as a warning (``geosteer.artifacts``, shown on stderr).
+    Folders of a running process are left alone: that save may still be going on.
+    """
+    folder = Path(folder)
+    parent, name = folder.parent, folder.name
+    if not name or not parent.is_dir():
+        return []
+    done: list[str] = []
+    prefix = f".{name}."
+    olds, tmps = [], []
+    for p in parent.iterdir():
+        if not p.name.startswith(prefix) or not p.is_dir():
+            continue
+        rest = p.name[len(prefix):]
+        if rest.startswith("old-") and rest[4:].isdigit():
+            if not _pid_alive(int(rest[4:])):
+                olds.append(p)
+        elif rest.startswith("tmp-"):
+            m = _TMP_PID.match("." + rest)
+            stale = (not _pid_alive(int(m.group(1)))) if m else (time.time() - p.stat().st_mtime > _STALE_S)
+            if stale:
+                tmps.append(p)
+    olds.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    if olds and not folder.exists():
+        os.replace(olds[0], folder)
+        done.append(f"restored {folder} from {olds[0].name}, left by a save that was killed between its "
+                    "two renames")
+        olds = olds[1:]
+    for p in olds + tmps:
+        shutil.rmtree(p, ignore_errors=True)
+        done.append(f"removed {p}, left behind by a killed save of {folder}")
+    for msg in done:
+        _log.warning("warning: %s", msg)
+    return done
+
+
+def _settle(tmp: Path) -> None:
+    """fsync the filled folder's files and give everything in it the umask's modes (some writers, e.g.
+    safetensors, create owner-only 0600 files; a colleague or a web server could not read them)."""
+    file_mode, dir_mode = default_mode(), default_mode(folder=True)
+    for p in tmp.rglob("*"):
+        if p.is_symlink():
+            continue
+        if p.is_dir():
+            os.chmod(p, dir_mode)
+        elif p.is_file():
+            os.chmod(p, dir_mode if p.stat().st_mode & stat.S_IXUSR else file_mode)
+            if p.parent == tmp:
+                with open(p, "rb") as fh:
+                    os.fsync(fh.fileno())
+
+
+def write_folder_atomic(folder: str | Path, fill: Callable[[Path], None], overwrite: bool = True,
+                        kind: str | None = None) -> Path:
+    """Create ``folder`` by calling ``fill(tmp)`` on a temporary sibling folder, then renaming it in place.
+
+    ``kind``: the format of what ``fill`` writes (default: read from the filled folder's config or
+    manifest). An existing ``folder`` is replaced only as :func:`check_output_folder` allows (checked
+    before ``fill`` runs and again before the rename); otherwise :class:`geosteer.errors.OutputRefused`
+    is raised and the folder is left as it was. A crash inside ``fill`` leaves the previous folder (if any)
+    untouched and no partial one; what a kill between the two renames leaves is repaired by
+    :func:`recover_folder` (run first here and by loaders). The folder and its files get the modes a plain
+    ``mkdir``/``open`` would give them (the user's umask).
+    """
+    folder = Path(folder)
+    recover_folder(folder)
+    if kind is not None:
+        check_output_folder(folder, kind, overwrite=overwrite, what="output folder")
+    else:
+        check_output_path(folder, what="output folder", folder=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-", dir=folder.parent))
+    old: Path | None = None
+    try:
+        os.chmod(tmp, default_mode(folder=True))
+        fill(tmp)
+        _settle(tmp)
+        check_output_folder(folder, kind or folder_kind(tmp), overwrite=overwrite, what="output folder",
+                            new_names=[p.name for p in tmp.iterdir()])
+        if folder.exists():
+            old = folder.parent / f".{folder.name}.old-{os.getpid()}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        if old is not None and old.exists() and not folder.exists():
+            os.replace(old, folder)  # the new folder could not be put in place: the old one goes back
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
