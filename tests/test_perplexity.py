@@ -93,5 +93,5 @@ def test_heldout_ids_are_the_encoded_start_of_the_heldout_split(tiny_cache):
     ids = heldout_ids(tok, 40)
     full = encode(tok, split_text("heldout", max_chars=4000))
     assert ids.shape == (40,) and torch.equal(ids, full[:40])
-    if tok.bos_token_id is not None:
-        assert ids[0].item() == tok.bos_token_id
+    # the tokenizer's own convention: SmolLM2's tokenizer puts no BOS first
+    assert ids.tolist() == tok(split_text("heldout", max_chars=4000))["input_ids"][:40]

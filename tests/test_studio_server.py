@@ -57,8 +57,7 @@ def _arr(v):
 
 
 def _logp(model, tok, prompt):
-    ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids
-    ids = torch.cat([torch.tensor([[tok.bos_token_id]]), ids], 1)
+    ids = tok(prompt, return_tensors="pt").input_ids  # as the tokenizer encodes it (its own BOS convention)
     with torch.no_grad():
         return torch.log_softmax(model(input_ids=ids).logits[0, -1].double(), -1).numpy()
 

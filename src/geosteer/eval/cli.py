@@ -61,6 +61,8 @@ def register(app: typer.Typer) -> None:
 
     surfaces_opt = typer.Option(None, "--surfaces", help="attention-manifold artifact to attach: a folder or "
                                                           "a Hub repo id org/name[@revision]")
+    bos_opt = typer.Option(False, "--bos", help="put the BOS token first (default: encode as the model's "
+                                                "tokenizer does, with its own BOS convention)")
 
     @app.command()
     def ppl(
@@ -71,6 +73,7 @@ def register(app: typer.Typer) -> None:
         stride: int = typer.Option(256, help="window start spacing in tokens"),
         max_tokens: int | None = typer.Option(None, help="score only the first N tokens"),
         batch_size: int = typer.Option(4, help="windows per forward pass"),
+        bos: bool = bos_opt,
         surfaces: Path | None = surfaces_opt,
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
@@ -102,10 +105,12 @@ def register(app: typer.Typer) -> None:
         text = None if text_file else split_text(corpus)
         spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype)
-        ids = encode_file(tok, text_file, max_tokens=max_tokens) if text_file is not None else None
+        add_bos = True if bos else None
+        ids = encode_file(tok, text_file, max_tokens=max_tokens, add_bos=add_bos) if text_file is not None else None
         with steer(m, *spec.build(m, force=force)):
             res = strided_perplexity(m, tok, text, ids=ids, context=context, stride=stride,
                                      max_tokens=max_tokens, batch_size=batch_size, require_full_window=True,
+                                     add_bos=add_bos,
                                      progress=not as_json)
         d = res.to_dict()
         emit(d if not as_json else {k: d[k] for k in ("ppl", "nll", "tokens", "bits_per_byte")} | d, as_json)
@@ -120,6 +125,7 @@ def register(app: typer.Typer) -> None:
                                                  "0 means greedy"),
         top_k: int = typer.Option(50),
         seed: int = typer.Option(0),
+        bos: bool = bos_opt,
         surfaces: Path | None = surfaces_opt,
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
@@ -143,13 +149,14 @@ def register(app: typer.Typer) -> None:
             _check_sampling(1.0, top_k)
         spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype)
-        max_new_tokens, note = cap_new_tokens(m, prompt_ids(tok, prompt).shape[1], max_new_tokens)
+        add_bos = True if bos else None
+        max_new_tokens, note = cap_new_tokens(m, prompt_ids(tok, prompt, add_bos).shape[1], max_new_tokens)
         if note:
             typer.echo(f"note: {note}", err=True)
         with steer(m, *spec.build(m, force=force)):
             res = generate(m, tok, prompt, max_new_tokens, greedy=greedy,
                            temperature=1.0 if temperature is None or greedy else temperature,
-                           top_k=top_k, seed=seed)
+                           top_k=top_k, seed=seed, add_bos=add_bos)
         emit(res.to_dict() if as_json else {"prompt": prompt, "continuation": res.text}, as_json)
 
     @app.command()

@@ -23,9 +23,14 @@ class GenerationResult:
         return asdict(self)
 
 
-def prompt_ids(tok, prompt: str, add_bos: bool = True) -> torch.Tensor:
+def prompt_ids(tok, prompt: str, add_bos: bool | None = None) -> torch.Tensor:
+    """``(1, n)`` token ids of ``prompt``. ``add_bos=None`` (default): as the tokenizer encodes it
+    (``tok(prompt)["input_ids"]``, its own BOS convention, as vLLM and lm-eval's ``hf`` model do);
+    ``True``: BOS first whatever the tokenizer does; ``False``: no special tokens."""
     if not prompt:
         raise GeosteerError("prompt is empty")
+    if add_bos is None:
+        return tok(prompt, return_tensors="pt").input_ids
     ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids
     bos = getattr(tok, "bos_token_id", None)
     if add_bos and bos is not None and ids[0, 0].item() != bos:
@@ -87,7 +92,7 @@ def generate(
     temperature: float = 1.0,
     top_k: int = 50,
     seed: int = 0,
-    add_bos: bool = True,
+    add_bos: bool | None = None,
 ) -> GenerationResult:
     """Continue ``prompt``. Sampling is reproducible: the seed fixes torch's RNG for this call only.
 
@@ -178,7 +183,7 @@ def _sample_token(logits: torch.Tensor, temperature: float, top_k: int, gen: tor
 
 @torch.no_grad()
 def generate_seeds(model, tok, prompt: str, seeds, max_new_tokens: int = 50, temperature: float = 1.0,
-                   top_k: int = 50, add_bos: bool = True) -> list[GenerationResult]:
+                   top_k: int = 50, add_bos: bool | None = None) -> list[GenerationResult]:
     """Seeded samples of ``prompt``, one per seed, decoded together as one batch (KV cache).
 
     Row i draws with its own ``torch.Generator`` seeded by ``seeds[i]`` (temperature, then top-k, then

@@ -28,3 +28,13 @@ def smollm2_tokenizer():
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(ASSETS / "smollm2_tokenizer"))
+
+
+def adds_bos(tok) -> bool:
+    """Whether ``tok(text)`` puts the tokenizer's BOS token first by itself: its own convention
+    (``add_bos_token``; Llama-2 and Gemma tokenizers do, SmolLM2's and GPT-2's do not)."""
+    bos = getattr(tok, "bos_token_id", None)
+    if bos is None:
+        return False
+    ids = tok("a")["input_ids"]
+    return len(ids) > len(tok("a", add_special_tokens=False)["input_ids"]) and ids[0] == bos
