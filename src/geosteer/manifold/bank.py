@@ -26,7 +26,7 @@ from geosteer.attention import attach_handlers, attention_handlers
 from geosteer.errors import GeosteerError
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.config import ManifoldConfig
-from geosteer.manifold.kernel import DEFAULT_BLOCK, key_features, modulated_attention
+from geosteer.manifold.kernel import DEFAULT_BLOCK, backend_choice, key_features, modulated_attention, use_triton
 
 _BANK_ATTR = "_geosteer_surface_bank"
 _ATTACHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # banks now attached (not deep-copied)
@@ -119,6 +119,7 @@ class SurfaceBank(nn.Module):
         self.history: list[dict] = []
         self.meta: dict = {}
         self.block = DEFAULT_BLOCK
+        self.backend: str | None = None  # triton | torch | cpu | None (automatic; see manifold.kernel)
         self.fused = True  # compute the stock part in the same product (False: stock SDPA + Δo)
         self.enabled = True
         self._caches: dict[int, _FeatureCache] = {}
@@ -368,7 +369,8 @@ class SurfaceBank(nn.Module):
         last = attention_handlers(call.module)[-1] is handler
         fused = self.fused and last
         features = None
-        if not torch.is_grad_enabled() and L < T:
+        name = backend_choice(self.backend)
+        if not torch.is_grad_enabled() and L < T and not use_triton(name, q, lo_f, hi_f):
             # decoding with a KV cache: reuse the key-side features of the past keys
             cache = self._caches.setdefault(slot, _FeatureCache())
             mask = call.attention_mask
@@ -380,7 +382,7 @@ class SurfaceBank(nn.Module):
             q, k, v, c, self.grid_size, lo_f, hi_f, attn_mask=call.attention_mask, is_causal=bool(is_causal),
             scaling=call.scaling, softcap=kw.get("softcap"),
             dropout=call.dropout if call.module.training else 0.0,
-            features=features, with_value=fused, block=self.block)
+            features=features, with_value=fused, block=self.block, backend=name)
         if fused:
             return out, None
         base, w = proceed(call)
@@ -442,12 +444,14 @@ def attached_bank(model: nn.Module) -> SurfaceBank | None:
 
 
 def install(model: nn.Module, grid_size: int = 8, grid_range=(-4.0, 4.0), layers=None, *, ranges=None,
-            bank: SurfaceBank | None = None, dtype: str = "float32") -> SurfaceBank:
+            bank: SurfaceBank | None = None, dtype: str = "float32", backend: str | None = None) -> SurfaceBank:
     """Install surfaces on ``model`` persistently and return the bank (zero coefficients = stock model).
 
     Persistent: the bank stays until ``uninstall(model)`` (unlike ``bank.attach(model) -> remove``, the
     ``Intervention`` protocol that ``geosteer.steer`` uses for a ``with`` block). Pass ``bank`` to install an
     existing (e.g. loaded) bank. A bank already installed is uninstalled first, so banks never stack.
+    ``backend``: ``triton``, ``torch``, ``cpu`` or ``auto`` (see ``geosteer.manifold.kernel``; None: the
+    ``GEOSTEER_MANIFOLD_BACKEND`` environment variable, else automatic).
     """
     if bank is None:
         cfg = ManifoldConfig.for_model(model, grid_size=grid_size, grid_range=grid_range, layers=layers,
@@ -455,6 +459,8 @@ def install(model: nn.Module, grid_size: int = 8, grid_range=(-4.0, 4.0), layers
         bank = SurfaceBank(cfg)
     else:
         bank.check_model(model)
+    backend_choice(backend)  # refuse an unknown name (or environment value) before anything changes
+    bank.backend = backend if backend is not None else bank.backend
     uninstall(model)
     bank.attach(model)
     return bank

@@ -84,7 +84,7 @@ def _blocks(query: torch.Tensor, L: int, D: int, block_m, block_n, dv):
     if query.device.type == "cuda":
         bm, bn, c = block_m or (16 if L <= 16 else 32), block_n or 32, dv or min(bd, 32)
     else:  # interpreter: few, large programs are the fastest
-        bm, bn, c = block_m or 16, block_n or 16, dv or bd
+        bm, bn, c = block_m or 32, block_n or 32, dv or bd
     return bm, bn, bd, min(c, bd)
 
 
