@@ -56,13 +56,13 @@ def check_output_path(path: str | Path, *, what: str = "--out", suffixes: Iterab
     from geosteer.errors import GeosteerError
 
     path = Path(path)
+    if path.is_dir() and not folder:
+        raise GeosteerError(f"{what} {path} is a folder; give a file name")
     if suffixes is not None:
         valid = tuple(s.lower() for s in suffixes)
         if path.suffix.lower() not in valid:
             raise GeosteerError(f"{what} {path}: cannot write a '{path.suffix or '(no extension)'}' file; "
                                 f"valid extensions: {', '.join(valid)}")
-    if path.is_dir() and not folder:
-        raise GeosteerError(f"{what} {path} is a folder; give a file name")
     if path.exists() and not path.is_dir() and folder:
         raise GeosteerError(f"{what} {path} is a file, not a folder")
     for parent in path.absolute().parents:

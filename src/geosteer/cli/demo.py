@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_threads
+from geosteer.cli.outputs import out_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -18,7 +19,7 @@ def register(app: typer.Typer) -> None:
         tokens: int = typer.Option(4096, help="held-out tokens to score"),
         max_new_tokens: int = typer.Option(24),
         surfaces: Path | None = typer.Option(None, help="surfaces artifact (default: the shipped one)"),
-        out_dir: Path = typer.Option(Path("runs/demo"), help="where the HTML report goes"),
+        out_dir: Path = typer.Option(Path("runs/demo"), help="where the HTML report goes", callback=out_dir()),
         threads: int = THREADS_OPT,
         device: str = DEVICE_OPT,
         dtype: str = DTYPE_OPT,

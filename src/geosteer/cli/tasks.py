@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import JSON_OPT, emit
+from geosteer.cli.outputs import out_artifact
 from geosteer.errors import GeosteerError
 
 
@@ -24,7 +25,9 @@ def register(app: typer.Typer) -> None:
 
     @tasks_app.command("build")
     def build_cmd(
-        out: Path = typer.Option(..., "--out", help="folder to write (replaced atomically)"),
+        out: Path = typer.Option(..., "--out", help="folder to write (a task folder built before is replaced "
+                                  "atomically; any other existing folder is refused)",
+                                  callback=out_artifact("geosteer-tasks")),
         model: str = typer.Option("smollm2", "--model", "-m", help="model whose tokenizer counts the lengths"),
         lengths: str = typer.Option("1024,2048", help="context lengths in tokens, comma-separated"),
         ruler_tasks: str = typer.Option("all", help="comma-separated RULER-style tasks, 'all' or 'none'"),

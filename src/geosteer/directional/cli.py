@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load, set_threads
+from geosteer.cli.outputs import out_dir, out_file, out_records
 
 directional_app = typer.Typer(add_completion=False, no_args_is_help=True,
                               help="Directional decomposition: component-scaling edits and studies.")
@@ -25,8 +26,9 @@ def decompose_cmd(
     generate: str | None = typer.Option(None, "--generate", help="measure per generation step"),
     max_new_tokens: int = typer.Option(32, "--max-new-tokens"),
     as_json: bool = JSON_OPT,
-    csv: Path | None = typer.Option(None, "--csv", help="write tidy rows to this CSV file"),
-    out: Path | None = typer.Option(None, "--out", help="write tidy rows (+meta) to this .json/.csv file"),
+    csv: Path | None = typer.Option(None, "--csv", help="write tidy rows to this CSV file", callback=out_file(".csv")),
+    out: Path | None = typer.Option(None, "--out", help="write tidy rows (+meta) to this .json/.csv file",
+                                    callback=out_records()),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
@@ -70,7 +72,7 @@ def sweep_cmd(
     tokens: int = typer.Option(2048, "--tokens", help="held-out tokens scored"),
     context: int = typer.Option(512, "--context"),
     stride: int = typer.Option(256, "--stride"),
-    out: Path = typer.Option(Path("docs/results/directional/sweep.json"), "--out"),
+    out: Path = typer.Option(Path("docs/results/directional/sweep.json"), "--out", callback=out_records()),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
@@ -137,7 +139,7 @@ def pretrain_cmd(
     layers: int = typer.Option(4, "--layers"),
     eval_every: int = typer.Option(25, "--eval-every"),
     val_batches: int = typer.Option(16, "--val-batches", help="fixed held-out batches for the val loss"),
-    out_dir: Path = typer.Option(Path("docs/results/directional"), "--out-dir"),
+    out_dir: Path = typer.Option(Path("docs/results/directional"), "--out-dir", callback=out_dir()),
     threads: int = THREADS_OPT,
 ) -> None:
     """From-scratch byte-level models trained with the edit active: baseline vs attention / value parallel

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, MODEL_OPT, THREADS_OPT, load
+from geosteer.cli.outputs import HTML, out_file, out_records
 
 _SMALL = dict(help="'all', '3', '0-5', '0-5,9'")
 
@@ -36,8 +37,9 @@ def diagonal_cmd(
     value_space: str = typer.Option("head", "--value-space", help="head | concat"),
     map_layer: int | None = typer.Option(None, "--map-layer", help="layer of the Fig. 4 maps (default: 2/3 depth)"),
     map_head: int = typer.Option(0, "--map-head", help="head of the Fig. 4 maps"),
-    out: Path = typer.Option(Path("docs/results/directional/diagonal.json"), "--out"),
-    figure: Path | None = typer.Option(None, "--figure", help="write the Fig. 4 maps (.html, + .png)"),
+    out: Path = typer.Option(Path("docs/results/directional/diagonal.json"), "--out", callback=out_records()),
+    figure: Path | None = typer.Option(None, "--figure", help="write the Fig. 4 maps (.html, + .png)",
+                                       callback=out_file(*HTML)),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
@@ -90,8 +92,9 @@ def heads_cmd(
     heads: str = typer.Option("all", "--heads", help="single heads to try: 'all', '0-3', '0,5'"),
     texts: int = typer.Option(4, "--texts", help="fixed held-out sequences"),
     text_len: int = typer.Option(128, "--text-len", help="tokens per sequence"),
-    out: Path = typer.Option(Path("docs/results/directional/heads.json"), "--out"),
-    figure: Path | None = typer.Option(None, "--figure", help="write the Fig. 7 curve (.html, + .png)"),
+    out: Path = typer.Option(Path("docs/results/directional/heads.json"), "--out", callback=out_records()),
+    figure: Path | None = typer.Option(None, "--figure", help="write the Fig. 7 curve (.html, + .png)",
+                                       callback=out_file(*HTML)),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
@@ -137,7 +140,7 @@ def strength_cmd(
     layers: str = typer.Option("all", "--layers", **_SMALL),
     tokens: int = typer.Option(512, "--tokens"),
     value_space: str = typer.Option("head", "--value-space", help="value sites: head | concat"),
-    out: Path = typer.Option(Path("docs/results/directional/strength.json"), "--out"),
+    out: Path = typer.Option(Path("docs/results/directional/strength.json"), "--out", callback=out_records()),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
@@ -177,7 +180,7 @@ def mlp_internal_cmd(
     layers: str = typer.Option("all", "--layers", **_SMALL),
     texts: int = typer.Option(4, "--texts", help="fixed held-out sequences"),
     text_len: int = typer.Option(128, "--text-len", help="tokens per sequence"),
-    out: Path = typer.Option(Path("docs/results/directional/mlp_internal.json"), "--out"),
+    out: Path = typer.Option(Path("docs/results/directional/mlp_internal.json"), "--out", callback=out_records()),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
@@ -210,7 +213,8 @@ def mlp_internal_cmd(
 def plot_cmd(
     kind: str = typer.Argument(..., help="diagonal | heads"),
     result: Path = typer.Argument(..., help="the tidy result file (diagonal: the *_maps.json file)"),
-    out: Path = typer.Option(..., "--out", help="figure file (.html; a .png beside it when possible)"),
+    out: Path = typer.Option(..., "--out", help="figure file (.html; a .png beside it when possible)",
+                              callback=out_file(*HTML)),
 ) -> None:
     """Redraw Fig. 4 (diagonal maps) or Fig. 7 (head localisation) from a result file."""
     from geosteer.directional.figures import diagonal_maps_figure, head_localisation_figure

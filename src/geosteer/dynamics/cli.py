@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load
+from geosteer.cli.outputs import out_artifact, out_file, out_records
 from geosteer.models.anatomy import anatomy, parse_layers
 
 dyn = typer.Typer(no_args_is_help=True, help="FFN steering field: residual dynamics on the sphere.")
@@ -18,8 +19,8 @@ dyn = typer.Typer(no_args_is_help=True, help="FFN steering field: residual dynam
 TOKENS_OPT = typer.Option(2048, "--tokens", "-n", help="held-out tokens (cut into --seq-len windows)")
 SEQ_OPT = typer.Option(256, "--seq-len", help="window length in tokens (BOS first)")
 BATCH_OPT = typer.Option(4, "--batch-size")
-OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
-CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
+OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)", callback=out_records())
+CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV", callback=out_file(".csv"))
 
 
 def parse_floats(spec: str, name: str) -> list[float]:
@@ -161,7 +162,8 @@ def gains(model: str = MODEL_OPT,
 
 @dyn.command()
 def gates(model: str = MODEL_OPT,
-          save: Path | None = typer.Option(None, "--save", help="train and save the gate artifact here"),
+          save: Path | None = typer.Option(None, "--save", help="train and save the gate artifact here",
+                                            callback=out_artifact("geosteer-gates")),
           load: Path | None = typer.Option(None, "--load", help="evaluate a saved gate artifact"),
           train_tokens: int = typer.Option(65536, "--train-tokens"), lr: float = typer.Option(2e-2, "--lr"),
           train_batch: int = typer.Option(8, "--train-batch"),

@@ -9,9 +9,10 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit
+from geosteer.cli.outputs import HTML, out_file, out_records
 
-OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
-CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
+OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)", callback=out_records())
+CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV", callback=out_file(".csv"))
 NORM_OPT = typer.Option("gain", "--ov-norm", help="fold the attention pre-norm gain: gain|none")
 
 
@@ -26,7 +27,8 @@ def continuation(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer
                  tracks: int = typer.Option(4, "--tracks", help="zeros of g_0 (top real eigenvectors of V) to track"),
                  steps: int = typer.Option(10, "--steps", help="α steps from 0 to 1 (>= 1)"),
                  refine_iters: int = typer.Option(6, "--refine-iters", help="Newton charts per α step"),
-                 ov_norm: str = NORM_OPT, html: Path | None = typer.Option(None, "--html", help="write the figure"),
+                 ov_norm: str = NORM_OPT, html: Path | None = typer.Option(None, "--html", help="write the figure",
+                                                   callback=out_file(*HTML)),
                  directions: bool = typer.Option(False, "--directions",
                                                                           help="keep each point's unit vector"),
                  as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
@@ -70,7 +72,8 @@ def basins(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", hel
            tokens: int = typer.Option(512, "--tokens", help="held-out tokens for the PCA plane"),
            seq_len: int = typer.Option(256, "--seq-len"), seed: int = typer.Option(0, "--seed"),
            residuals: int = typer.Option(256, "--residuals", help="residual directions drawn for the PCA"),
-           ov_norm: str = NORM_OPT, html: Path | None = typer.Option(None, "--html", help="write the figure"),
+           ov_norm: str = NORM_OPT, html: Path | None = typer.Option(None, "--html", help="write the figure",
+                                                   callback=out_file(*HTML)),
            as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
            threads: int = THREADS_OPT,
            device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:

@@ -11,9 +11,10 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit
+from geosteer.cli.outputs import out_file, out_records
 
-OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
-CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
+OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)", callback=out_records())
+CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV", callback=out_file(".csv"))
 BOS_OPT = typer.Option(False, "--with-bos/--no-bos", help="include position 0 (BOS) in seeds and statistics")
 
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit
+from geosteer.cli.outputs import out_file, out_records
 from geosteer.models.anatomy import anatomy, parse_layers
 
-OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)")
-CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV")
+OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)", callback=out_records())
+CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV", callback=out_file(".csv"))
 PREFIX_FILE_OPT = typer.Option(None, "--prefix-file",
                                help="one prefix per line (default: held-out corpus windows)")
 N_PREFIX_OPT = typer.Option(16, "--prefixes", help="corpus prefixes (without --prefix-file)")

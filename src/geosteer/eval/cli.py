@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, FORCE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load
+from geosteer.cli.outputs import out_records
 from geosteer.errors import GeosteerError
 
 
@@ -172,7 +173,8 @@ def register(app: typer.Typer) -> None:
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,
-        out: Path | None = typer.Option(None, "--out", help="write tidy rows (.json or .csv)"),
+        out: Path | None = typer.Option(None, "--out", help="write tidy rows (.json or .csv)",
+                                        callback=out_records()),
         threads: int = THREADS_OPT,
         device: str = DEVICE_OPT,
         dtype: str = DTYPE_OPT,

@@ -10,6 +10,7 @@ import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_threads
 from geosteer.cli.common import load as load_model  # `load` below is geosteer.manifold.load (surfaces)
+from geosteer.cli.outputs import out_artifact, out_file
 
 man = typer.Typer(no_args_is_help=True,
                   help="Attention manifolds: learned B-spline value-modulation surfaces.")
@@ -91,7 +92,8 @@ def edit_cmd(
                                     "dim=25' 'invert layer=8 head=2 dim=4 rows=5-10' 'set=1.5 layer=8 "
                                     "head=2 dim=4 row=5 col=5' 'wall layer=10' 'wall layer=10 top=8'"),
     surfaces: Path = SURF_OPT,
-    out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (may equal --surfaces)"),
+    out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (may equal --surfaces)",
+                              callback=out_artifact("geosteer-surfaces")),
     save_dtype: str = typer.Option(None, "--save-dtype", help=SAVE_DTYPE_HELP + " (default: as the input)"),
     old_dtype: str = typer.Option(None, "--dtype", hidden=True, help="deprecated spelling of --save-dtype"),
     as_json: bool = JSON_OPT,
@@ -127,7 +129,7 @@ def explore_cmd(
     no_sensitivity: bool = typer.Option(False, "--no-sensitivity", help="skip the model runs"),
     windows: int = typer.Option(2, "--coverage-windows", help="held-out 128-token windows for grid coverage "
                                 "and wall leakage (0: skip them)"),
-    out: Path = typer.Option(None, "--out", "-o", help="write the results as JSON"),
+    out: Path = typer.Option(None, "--out", "-o", help="write the results as JSON", callback=out_file(".json")),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT,
     dtype: str = DTYPE_OPT,
@@ -208,7 +210,8 @@ def explore_cmd(
 
 @man.command("train")
 def train_cmd(
-    out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (state in <out>.train/)"),
+    out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (state in <out>.train/)",
+                              callback=out_artifact("geosteer-surfaces")),
     model: str = MODEL_OPT,
     grid: int = typer.Option(8, "--grid", help="grid intervals g (K = g + 3 basis functions)"),
     grid_range: tuple[float, float] = typer.Option((-4.0, 4.0), "--range", help="grid range LO HI"),

@@ -73,7 +73,7 @@ def save_vectors(sv: SteeringVectors, folder: str | Path, *, overwrite: bool = T
         save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": VECTORS.name, "point": sv.point})
         (tmp / CARD_NAME).write_text(_card(sv, command), encoding="utf-8")
 
-    return write_folder_atomic(folder, fill, overwrite=overwrite)
+    return write_folder_atomic(folder, fill, overwrite=overwrite, kind="geosteer-vectors")
 
 
 def load_vectors(folder: str | Path, model=None, *, force: bool = False) -> SteeringVectors:

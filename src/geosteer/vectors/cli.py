@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load
+from geosteer.cli.outputs import out_artifact
 
 vec = typer.Typer(no_args_is_help=True, help="Steering vectors: CAA / DiffMean, PCA and probe directions.")
 
@@ -60,7 +61,8 @@ def train_cmd(model: str = MODEL_OPT,
               point: str = typer.Option("resid_post", "--point", help="resid_pre | resid_post | attn_out | mlp_out"),
               method: str = typer.Option("mean_diff", "--method", help="mean_diff | pca | pca_diff | probe"),
               positions: str = typer.Option("last", "--positions", help="last | all | a token index k (k..end)"),
-              out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write"),
+              out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write",
+                                       callback=out_artifact("geosteer-vectors")),
               special_tokens: bool = typer.Option(True, "--special-tokens/--no-special-tokens",
                                                   help="encode prompts with the tokenizer's special tokens"),
               batch_size: int = typer.Option(8, "--batch-size"),

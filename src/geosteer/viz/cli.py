@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, emit, load
+from geosteer.cli.outputs import HTML, out_dir, out_file, out_records
 
 
 def register(app: typer.Typer) -> None:
@@ -15,10 +16,11 @@ def register(app: typer.Typer) -> None:
     def report(
         results: list[Path] = typer.Argument(..., help="tidy result files (.json/.csv), surface artifact "
                                              "folders, recorded q/k files, or folders of these"),
-        out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file to write"),
+        out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file to write",
+                                  callback=out_file(*HTML)),
         title: str = typer.Option("geosteer report", "--title"),
         png: Path | None = typer.Option(None, "--png", help="also write each figure as PNG into this folder "
-                                        "(needs kaleido and a local Chromium)"),
+                                        "(needs kaleido and a local Chromium)", callback=out_dir()),
         as_json: bool = JSON_OPT,
     ) -> None:
         """One self-contained HTML report (plotly.js inline, opens offline) from result files."""
@@ -33,7 +35,7 @@ def register(app: typer.Typer) -> None:
     def record_qk(
         surfaces: Path = typer.Option(..., "--surfaces", help="surface artifact folder"),
         prompt: str = typer.Option("The theory of relativity states that", "--prompt"),
-        out: Path = typer.Option(Path("qk.json"), "--out", "-o"),
+        out: Path = typer.Option(Path("qk.json"), "--out", "-o", callback=out_records()),
         top: int = typer.Option(8, "--top", help="surfaces per layer to record (largest ‖C‖)"),
         model: str = MODEL_OPT,
         device: str = DEVICE_OPT,

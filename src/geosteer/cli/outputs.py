@@ -1,0 +1,56 @@
+"""Output options checked while the command line is parsed, before any model loads or any work is done.
+
+Every option that names something a verb writes (``--out``, ``--csv``, ``--save``, ``--png``, ``--figure``,
+``--html``, ``--out-dir``) takes one of these as its ``callback``: a path under a file, in a folder this
+user cannot write, with an extension the writer cannot produce, or an existing folder that is not a
+geosteer output of the kind the verb writes is refused with one line (exit 2). The checks are
+:func:`geosteer.io_utils.check_output_path` and :func:`geosteer.outputs.check_output_folder`;
+a test walks every verb and asserts each such option has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+from geosteer.io_utils import check_output_path
+from geosteer.outputs import check_output_folder
+
+OUTPUT_FLAGS = ("--out", "--csv", "--save", "--png", "--figure", "--html", "--out-dir")
+RECORDS = (".json", ".csv")
+HTML = (".html", ".htm")
+
+
+def _callback(check: Callable[[Path, str], object]) -> Callable:
+    def callback(ctx: typer.Context, param: typer.CallbackParam, value):
+        if value is None or ctx.resilient_parsing:
+            return value
+        flag = max(param.opts, key=len) if param.opts else f"--{param.name}"
+        check(Path(value), flag)
+        return value
+
+    callback.geosteer_output_check = True  # what the walk-every-verb test looks for
+    return callback
+
+
+def out_file(*suffixes: str) -> Callable:
+    """A file output with one of ``suffixes`` (e.g. ``".json", ".csv"``; none given: any name)."""
+    return _callback(lambda p, flag: check_output_path(p, what=flag, suffixes=suffixes or None))
+
+
+def out_records() -> Callable:
+    """Tidy records: ``.json`` (rows + meta) or ``.csv`` (rows)."""
+    return out_file(*RECORDS)
+
+
+def out_dir() -> Callable:
+    """A folder that files are written into (created if missing; not under a file, writable)."""
+    return _callback(lambda p, flag: check_output_path(p, what=flag, folder=True))
+
+
+def out_artifact(kind: str) -> Callable:
+    """An artifact folder of ``kind`` (e.g. ``geosteer-surfaces``): written where missing or empty, or
+    over an artifact of the same kind; a folder with anything else in it is refused."""
+    return _callback(lambda p, flag: check_output_folder(p, kind, what=flag))
