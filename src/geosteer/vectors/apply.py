@@ -2,8 +2,9 @@
 
 ``SteeringVectors.attach(model)`` hooks the layers it holds (``geosteer.hooks.attach_hooks``) and a
 forward pre-hook on the model that reads where this forward's tokens sit: the past length of the KV cache
-(``cache_position`` or ``past_key_values``) and, when given, the attention mask (a row's positions count
-from its first real token; padding is never steered). Modes and settings: :mod:`geosteer.vectors.config`.
+(``cache_position`` or the cache object) and the attention mask or position ids when given (a row's
+positions count from its first real token; padding is never steered).
+Modes and settings: :mod:`geosteer.vectors.config`.
 """
 
 from __future__ import annotations
@@ -40,27 +41,33 @@ class _Positions:
     def __init__(self) -> None:
         self.past = 0
         self.mask: torch.Tensor | None = None
+        self.position_ids: torch.Tensor | None = None
 
     def pre(self, mod, args, kwargs) -> None:
-        cache_pos, pkv = kwargs.get("cache_position"), kwargs.get("past_key_values")
-        if cache_pos is not None and cache_pos.numel():
+        cache_pos = kwargs.get("cache_position")
+        cache = next((v for v in kwargs.values() if hasattr(v, "get_seq_length")), None)  # the KV cache
+        if isinstance(cache_pos, torch.Tensor) and cache_pos.numel():
             self.past = int(cache_pos.reshape(-1)[0])
-        elif pkv is not None and hasattr(pkv, "get_seq_length"):
-            self.past = int(pkv.get_seq_length())
+        elif cache is not None:
+            self.past = int(cache.get_seq_length())
         else:
             self.past = 0
-        mask = kwargs.get("attention_mask")
+        mask, pos = kwargs.get("attention_mask"), kwargs.get("position_ids")
         self.mask = mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
+        self.position_ids = pos if isinstance(pos, torch.Tensor) and pos.dim() == 2 else None
 
     def post(self, mod, args, kwargs, out) -> None:
-        self.past, self.mask = 0, None
+        self.past, self.mask, self.position_ids = 0, None, None
 
     def index(self, q: int, device) -> torch.Tensor:
-        """(rows or 1, q) token index of each position; −1 for padding."""
+        """(rows or 1, q) token index of each position, counted from the row's first real token; −1 for
+        padding. From the attention mask when given, else the position ids, else the cache length."""
         if self.mask is not None and self.mask.shape[1] >= q:
             m = self.mask.to(device=device, dtype=torch.long)
             idx = (m.cumsum(-1) - 1)[:, -q:]
             return torch.where(m[:, -q:] > 0, idx, torch.full_like(idx, -1))
+        if self.position_ids is not None and self.position_ids.shape[1] == q:
+            return self.position_ids.to(device)
         return (self.past + torch.arange(q, device=device))[None]
 
 
