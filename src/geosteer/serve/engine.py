@@ -1,0 +1,81 @@
+"""Offline steered generation on vLLM: ``steered_llm(model, recipes)`` -> ``vllm.LLM``.
+
+    llm = steered_llm("smollm2", {"calm": "artifacts/smollm2-surfaces-all"})
+    llm.generate([{"prompt_token_ids": ids}], sampling("calm", max_tokens=32))
+
+Every recipe is built and checked in the calling process first (one-line errors before vLLM starts).
+Prefix caching is off: a recipe changes the keys and values of later layers, so two requests with the
+same prefix but different recipes must not share cached blocks. Eager mode: the steered layers pick each
+request's rows in Python. Run it under ``if __name__ == "__main__":`` (vLLM spawns its workers).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from geosteer.errors import GeosteerError
+from geosteer.serve.plugin import ARCHITECTURES
+
+RECIPE_FIELD = "geosteer_recipe"  # the SamplingParams.extra_args / OpenAI vllm_xargs key
+
+
+def resolve_model(model: str) -> tuple[str, str]:
+    """(folder vLLM loads, the name recipes are checked against) for a geosteer alias or a model folder."""
+    from geosteer.models.loading import BUNDLED, cached_folder
+
+    if model in BUNDLED:
+        return str(cached_folder(model)), model
+    if model.startswith("tiny-"):
+        raise GeosteerError(f"'{model}' is built in memory; save it with save_pretrained and serve the folder")
+    if not (Path(model) / "config.json").is_file():
+        raise GeosteerError(f"model not found: {model} (a geosteer alias: {', '.join(BUNDLED)}, or a Hugging Face "
+                            "model folder with config.json)")
+    return str(Path(model).resolve()), str(Path(model).resolve())
+
+
+def check_recipes(folder: str, name: str, recipes: dict[str, str]) -> None:
+    """Build every recipe on a weightless copy of the model: what vLLM's workers will do, but here."""
+    from transformers import AutoConfig
+
+    from geosteer.serve.plan import meta_model, plan_recipe
+
+    meta = meta_model(AutoConfig.from_pretrained(folder))
+    meta.config._geosteer_name = name
+    for rname, rfolder in recipes.items():
+        plan_recipe(rname, rfolder, meta)
+
+
+def engine_args(model: str, recipes: dict[str, str] | None = None) -> dict[str, Any]:
+    """The ``vllm.LLM`` / engine keyword arguments that load ``model`` with ``recipes`` ({name: folder})."""
+    folder, name = resolve_model(model)
+    kw: dict[str, Any] = {"model": folder, "dtype": "float32"}
+    if recipes:
+        from transformers import AutoConfig
+
+        family = AutoConfig.from_pretrained(folder).model_type
+        if family not in ARCHITECTURES:
+            raise GeosteerError(f"geosteer serving supports {', '.join(ARCHITECTURES)} models; '{model}' is "
+                                f"'{family}'")
+        check_recipes(folder, name, recipes)
+        kw.update(enforce_eager=True, enable_prefix_caching=False, hf_overrides={
+            "architectures": [ARCHITECTURES[family]], "geosteer_recipes": dict(recipes),
+            "geosteer_model_name": name})
+    return kw
+
+
+def steered_llm(model: str, recipes: dict[str, str] | None = None, **llm_kwargs):
+    """A ``vllm.LLM`` serving ``model`` and the named ``recipes``; ``llm_kwargs`` go to ``LLM`` unchanged."""
+    from vllm import LLM
+
+    return LLM(**{**engine_args(model, recipes), **llm_kwargs})
+
+
+def sampling(recipe: str | None = None, **kwargs):
+    """``vllm.SamplingParams(**kwargs)`` for requests steered by ``recipe`` (None: the stock model)."""
+    from vllm import SamplingParams
+
+    extra = dict(kwargs.pop("extra_args", None) or {})
+    if recipe:
+        extra[RECIPE_FIELD] = recipe
+    return SamplingParams(extra_args=extra or None, **kwargs)

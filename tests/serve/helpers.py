@@ -1,0 +1,70 @@
+"""Shared pieces of the vLLM serving tests: prompts as token ids, the HF reference, vLLM runs."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in the test process (no spawn)
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: plenty for these tests
+
+PROMPT_TOKENS = 16
+
+
+def prompt_ids(tok, n: int, length: int = PROMPT_TOKENS) -> list[list[int]]:
+    """``n`` held-out corpus openings, encoded the tokenizer's own way, cut to ``length`` tokens."""
+    from geosteer.data.corpus import split_texts
+
+    out = []
+    for text in split_texts("heldout"):
+        ids = tok(text[:400]).input_ids
+        if len(ids) >= length:
+            out.append(ids[:length])
+        if len(out) == n:
+            return out
+    raise AssertionError("corpus too short")
+
+
+@torch.no_grad()
+def hf_greedy(model, prompts: list[list[int]], new: int, interventions=()) -> tuple[list[list[int]], list[list[float]]]:
+    """Greedy continuations on geosteer's Hugging Face path (KV cache) and each chosen token's log-prob;
+    equal-length prompts in one batch, so no padding."""
+    import geosteer
+
+    ids = torch.tensor(prompts)
+    toks, lps = [], []
+    with geosteer.steer(model, *interventions):
+        out = model(ids, use_cache=True)
+        for _ in range(new):
+            logp = torch.log_softmax(out.logits[:, -1].float(), -1)
+            nxt = logp.argmax(-1)
+            toks.append(nxt)
+            lps.append(logp.gather(-1, nxt[:, None])[:, 0])
+            out = model(nxt[:, None], past_key_values=out.past_key_values, use_cache=True)
+    return torch.stack(toks, 1).tolist(), torch.stack(lps, 1).tolist()
+
+
+def vllm_greedy(llm, prompts: list[list[int]], new: int, recipes: list[str | None]):
+    """Greedy tokens and their log-probs from vLLM, one recipe per prompt (all in one ``generate`` call)."""
+    from geosteer.serve import sampling
+
+    params = [sampling(r, max_tokens=new, temperature=0.0, logprobs=0, ignore_eos=True)
+              for r in recipes]
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    toks = [list(o.outputs[0].token_ids) for o in outs]
+    lps = [[lp[t].logprob for lp, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids, strict=True)]
+           for o in outs]
+    return toks, lps
+
+
+def agreement(ref, got, ref_lp, got_lp) -> tuple[int, float]:
+    """(prompts whose tokens match exactly, largest |Δ log-prob| over the steps where both agree so far)."""
+    same, worst = 0, 0.0
+    for a, b, la, lb in zip(ref, got, ref_lp, got_lp, strict=True):
+        same += a == b
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            worst = max(worst, abs(la[i] - lb[i]))
+            if x != y:
+                break
+    return same, worst
