@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from geosteer.dynamics import sphere
+from geosteer.eval.windows import corpus_windows  # noqa: F401 - re-exported (moved to eval.windows)
 from geosteer.hooks import HookSet, add_hook
 from geosteer.models.anatomy import BlockView, anatomy
 from geosteer.models.loading import input_device
@@ -207,23 +208,3 @@ def diagnose(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
     return col.rows()
 
 
-def corpus_windows(tok, split: str = "heldout", tokens: int = 2048, seq_len: int = 256) -> torch.Tensor:
-    """Held-out (or train) corpus tokens cut into windows of ``seq_len`` (BOS first if any).
-
-    ``tokens`` caps the total number of tokens; at least one window is returned.
-    """
-    from geosteer.data.corpus import split_text
-    from geosteer.eval.perplexity import encode
-
-    if tokens < 1 or seq_len < 2:
-        raise ValueError(f"need tokens >= 1 and seq_len >= 2 (got {tokens}, {seq_len})")
-    bos = getattr(tok, "bos_token_id", None)
-    body = seq_len - (1 if bos is not None else 0)
-    n_win = max(1, tokens // seq_len)
-    ids = encode(tok, split_text(split, max_chars=(n_win * body + 16) * 8), add_bos=False)
-    if len(ids) < n_win * body:
-        raise ValueError(f"the {split} split has only {len(ids)} tokens; asked for {n_win * body}")
-    w = ids[: n_win * body].reshape(n_win, body)
-    if bos is not None:
-        w = torch.cat([torch.full((n_win, 1), bos, dtype=w.dtype), w], dim=1)
-    return w

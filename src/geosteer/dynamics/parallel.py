@@ -25,11 +25,10 @@ from torch import nn
 
 from geosteer.dynamics.config import STRATEGIES
 from geosteer.dynamics.diagnostics import diagnose, metric
-from geosteer.dynamics.topk import nll_sum
 from geosteer.dynamics.variants import Parallelize
+from geosteer.eval.windows import mean_loss  # also re-exported: it moved to eval.windows
 from geosteer.hooks import HookSet, add_hook
 from geosteer.models.anatomy import anatomy
-from geosteer.models.loading import input_device
 
 
 def defect_profile(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 4) -> list[float]:
@@ -53,21 +52,6 @@ def layer_order(defects: Sequence[float], strategy: str, seed: int = 0,
     if strategy == "random":
         return [int(i) for i in np.random.default_rng(seed).permutation(n)]
     raise ValueError(f"unknown selection strategy '{strategy}'; valid: {', '.join(STRATEGIES)}")
-
-
-@torch.no_grad()
-def mean_loss(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 4, interventions=()) -> float:
-    """Mean next-token NLL over the windows ``input_ids`` under ``interventions``."""
-    from geosteer.interventions import steer
-
-    device = input_device(model)
-    tot, n = 0.0, 0
-    with steer(model, *interventions):
-        for i in range(0, input_ids.shape[0], batch_size):
-            s, c = nll_sum(model, input_ids[i : i + batch_size].to(device))
-            tot += s
-            n += c
-    return tot / n
 
 
 def parallel_curve(model: nn.Module, eval_ids: torch.Tensor, defects: Sequence[float],

@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from geosteer.attention import AttentionCall, attach_handlers, attention_weights, repeat_kv
 from geosteer.dynamics import sphere
 from geosteer.dynamics.config import check_k
+from geosteer.eval.windows import nll_sum  # noqa: F401 - re-exported (moved to eval.windows)
 from geosteer.models.anatomy import anatomy
 from geosteer.models.loading import input_device
 
@@ -54,14 +54,6 @@ class TopKAttention:
             return topk_attention(call, self.k), None
 
         return attach_handlers(model, self.layers, lambda layer: handler)
-
-
-def nll_sum(model: nn.Module, ids: torch.Tensor) -> tuple[float, int]:
-    """Σ next-token NLL (nats) over all positions of the windows ``ids`` (n, seq), and the count."""
-    logits = model(input_ids=ids, use_cache=False).logits.float()
-    nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
-                          reduction="sum")
-    return nll.item(), ids[:, 1:].numel()
 
 
 @torch.no_grad()

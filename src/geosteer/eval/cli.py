@@ -9,7 +9,6 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, FORCE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load
-from geosteer.cli.outputs import out_records
 from geosteer.errors import GeosteerError
 
 
@@ -94,7 +93,8 @@ def register(app: typer.Typer) -> None:
 
         if (text_file is None) == (corpus is None):
             raise GeosteerError("give exactly one of --text-file F or --corpus heldout|train")
-        check_window(context, stride, prefix="--")
+        if windows == "strided":
+            check_window(context, stride, prefix="--")
         if batch_size < 1:
             raise GeosteerError(f"--batch-size must be >= 1 (got {batch_size})")
         if max_tokens is not None and max_tokens < 2:
@@ -173,8 +173,7 @@ def register(app: typer.Typer) -> None:
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,
-        out: Path | None = typer.Option(None, "--out", help="write tidy rows (.json or .csv)",
-                                        callback=out_records()),
+        out: Path | None = typer.Option(None, "--out", help="write tidy rows (.json or .csv)"),
         threads: int = THREADS_OPT,
         device: str = DEVICE_OPT,
         dtype: str = DTYPE_OPT,

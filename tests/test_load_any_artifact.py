@@ -1,0 +1,103 @@
+"""``geosteer.load`` loads every artifact kind in a fresh process, with nothing imported first but
+``geosteer``: the format table is filled by the registry, never by an import a user happened to make."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+FRESH = """
+import sys
+import geosteer
+for folder in sys.argv[1:]:
+    obj = geosteer.load(folder)
+    print(type(obj).__module__ + "." + type(obj).__name__, len(getattr(obj, "walls", ())))
+"""
+
+# the recipe through geosteer.artifacts first: before the format table moved into the registry this failed
+# with "no loader for format 'geosteer-recipe'" unless geosteer.integrations.recipe had been imported
+FRESH_RECIPE = """
+import sys
+import geosteer.artifacts as A
+print(type(A.load_artifact(sys.argv[1])).__name__)
+import geosteer
+print(geosteer.load(sys.argv[1]).scale_site)
+"""
+
+
+@pytest.fixture(scope="module")
+def artifacts(tiny_cache, tmp_path_factory) -> dict[str, Path]:
+    import geosteer.manifold as M
+    from geosteer.dynamics.gates import FFNGates
+    from geosteer.manifold.walls import Wall
+    from geosteer.recipe import InterventionSpec
+
+    d = tmp_path_factory.mktemp("kinds")
+    model, _ = tiny_cache("llama")
+    bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))
+    M.uninstall(model)
+    out = {"surfaces": M.save(bank, d / "surfaces")}
+    bank.set_walls([Wall(layer=1, heads=(0,), dims=(1, 2), q=(0.5, 9.0))])
+    out["walls"] = M.save(bank, d / "walls")
+    gates = FFNGates.for_model(model)
+    with torch.no_grad():
+        gates.alpha.copy_(torch.tensor([0.5, 1.5, 0.0]))
+    out["gates"] = gates.save(d / "gates")
+    spec = InterventionSpec(scale_site="resid_attn", scale_par=0.0, gates=str(out["gates"]))
+    out["recipe"] = spec.save(d / "recipe", base_model="tiny-llama")
+    return out
+
+
+def _fresh(script: str, *folders: Path) -> list[str]:
+    res = subprocess.run([sys.executable, "-c", script, *map(str, folders)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout.splitlines()
+
+
+def test_surfaces_with_and_without_walls_in_a_fresh_process(artifacts):
+    assert _fresh(FRESH, artifacts["surfaces"], artifacts["walls"]) == [
+        "geosteer.manifold.bank.SurfaceBank 0", "geosteer.manifold.bank.SurfaceBank 1"]
+
+
+def test_gates_in_a_fresh_process(artifacts):
+    assert _fresh(FRESH, artifacts["gates"]) == ["geosteer.dynamics.gates.FFNGates 0"]
+
+
+def test_recipe_in_a_fresh_process(artifacts):
+    assert _fresh(FRESH_RECIPE, artifacts["recipe"]) == ["InterventionSpec", "resid_attn"]
+
+
+def test_load_returns_what_was_saved(artifacts, tiny_cache):
+    import geosteer
+    from geosteer.recipe import InterventionSpec
+
+    model, _ = tiny_cache("llama")
+    spec = geosteer.load(artifacts["recipe"], model=model)
+    assert isinstance(spec, InterventionSpec) and spec.scale_par == 0.0 and spec.scale_site == "resid_attn"
+    assert Path(spec.gates) == artifacts["recipe"] / "gates"  # copied into the recipe, resolved inside it
+    gates = geosteer.load(artifacts["gates"], model=model)
+    assert gates.alpha.tolist() == [0.5, 1.5, 0.0]
+
+
+def test_a_plugin_format_is_found_by_load(tmp_path):
+    import json
+
+    import geosteer
+    from geosteer.methods import ArtifactFormat, Method, register_method, unregister_method
+
+    fmt = ArtifactFormat("geosteer-plugin-probe", 1, known_keys=("value",),
+                         load=lambda folder, model: json.loads((folder / "geosteer_config.json").read_text())["value"])
+    register_method(Method("plugin_probe", artifacts=(fmt,)))
+    try:
+        (tmp_path / "p").mkdir()
+        (tmp_path / "p" / "geosteer_config.json").write_text(json.dumps({**fmt.header(), "value": 41}))
+        assert geosteer.load(tmp_path / "p") == 41
+    finally:
+        unregister_method("plugin_probe")
+    with pytest.raises(geosteer.GeosteerError, match="no loader for format 'geosteer-plugin-probe'"):
+        geosteer.load(tmp_path / "p")
