@@ -56,6 +56,30 @@ def _check_sampling(temperature: float, top_k: int) -> None:
         raise GeosteerError(f"--top-k must be >= 0 (got {top_k}); 0 keeps every token")
 
 
+WINDOWS = ("strided", "independent")
+
+
+def _check_windows(windows: str, corpus: str | None, max_tokens: int | None) -> None:
+    if windows not in WINDOWS:
+        raise GeosteerError(f"--windows {windows}: valid: {', '.join(WINDOWS)}")
+    if windows == "independent" and (corpus is None or max_tokens is None):
+        raise GeosteerError("--windows independent cuts a corpus split into windows: give --corpus "
+                            "heldout|train and --max-tokens N (the total; N // --context windows)")
+
+
+def _independent_windows(m, tok, interventions: list, split: str, context: int, max_tokens: int,
+                         batch_size: int) -> dict:
+    """Mean NLL over independent BOS-first windows (:mod:`geosteer.eval.windows`), as the dynamics verbs."""
+    import math
+
+    from geosteer.eval.windows import corpus_windows, mean_loss
+
+    ids = corpus_windows(tok, split, max_tokens, context)
+    nll = mean_loss(m, ids, batch_size, interventions)
+    return {"ppl": math.exp(nll), "nll": nll, "tokens": int(ids[:, 1:].numel()), "context": context,
+            "windows": int(ids.shape[0]), "protocol": "independent"}
+
+
 def register(app: typer.Typer) -> None:
     from geosteer.cli.recipe import RECIPE_OPT, SET_OPT, spec_from_options
 
@@ -73,6 +97,9 @@ def register(app: typer.Typer) -> None:
         stride: int = typer.Option(256, help="window start spacing in tokens"),
         max_tokens: int | None = typer.Option(None, help="score only the first N tokens"),
         batch_size: int = typer.Option(4, help="windows per forward pass"),
+        windows: str = typer.Option("strided", "--windows", help="strided (sliding windows, each token scored "
+                                    "once) | independent (the corpus cut into --context-token windows, BOS first "
+                                    "in each, scored whole: the protocol of the dynamics verbs)"),
         bos: bool = bos_opt,
         surfaces: Path | None = surfaces_opt,
         recipe: str | None = RECIPE_OPT,
@@ -93,6 +120,7 @@ def register(app: typer.Typer) -> None:
 
         if (text_file is None) == (corpus is None):
             raise GeosteerError("give exactly one of --text-file F or --corpus heldout|train")
+        _check_windows(windows, corpus, max_tokens)
         if windows == "strided":
             check_window(context, stride, prefix="--")
         if batch_size < 1:
@@ -108,6 +136,10 @@ def register(app: typer.Typer) -> None:
         m, tok = load(model, threads=threads, device=device, dtype=dtype)
         add_bos = True if bos else None
         ids = encode_file(tok, text_file, max_tokens=max_tokens, add_bos=add_bos) if text_file is not None else None
+        if windows == "independent":
+            emit(_independent_windows(m, tok, spec.build(m, force=force), corpus, context, max_tokens,
+                                      batch_size), as_json)
+            return
         with steer(m, *spec.build(m, force=force)):
             res = strided_perplexity(m, tok, text, ids=ids, context=context, stride=stride,
                                      max_tokens=max_tokens, batch_size=batch_size, require_full_window=True,
