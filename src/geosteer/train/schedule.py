@@ -27,12 +27,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from geosteer.train.config import TrainConfig
+
+class ScheduleSettings(Protocol):
+    """What a schedule reads of a run's settings (:class:`geosteer.train.TrainConfig` has these fields)."""
+
+    schedule: str
+    total_warmup: int
+    total_steps: int
+    min_lr_ratio: float
 
 SCHEDULES = ("cosine", "linear", "constant")
 
@@ -48,7 +54,7 @@ def cosine_factor(step: int, *, warmup: int, total: int, min_lr_ratio: float) ->
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
+def lr_lambda(cfg: ScheduleSettings) -> Callable[[int], float]:
     """The factor function of ``cfg.schedule`` (a picklable ``functools.partial``)."""
     w, n = cfg.total_warmup, cfg.total_steps
     if cfg.schedule == "cosine":
@@ -67,7 +73,7 @@ def lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
     return hf.lr_lambdas[0]
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: ScheduleSettings) -> torch.optim.lr_scheduler.LambdaLR:
     """The ``LambdaLR`` of ``cfg.schedule`` on ``optimizer`` (its state dict is the same for every schedule
     and for checkpoints of earlier geosteer versions: ``load_state_dict`` of one resumes the other)."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
