@@ -21,7 +21,7 @@ def format_of(folder: str | Path) -> str | None:
     path = Path(folder) / CONFIG_NAME
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep to be a config
         return None
     if not isinstance(doc, dict):
         return None

@@ -9,6 +9,7 @@ import torch
 
 from geosteer.errors import GeosteerError
 from geosteer.models.loading import input_device
+from geosteer.overflow import check_logits
 
 
 @dataclass
@@ -97,7 +98,12 @@ def generate(
     """Continue ``prompt``. Sampling is reproducible: the seed fixes torch's RNG for this call only.
 
     ``max_new_tokens`` beyond the model's positions is capped (a :class:`GenerationCapped` warning).
+    Non-finite logits (an overflowing intervention) are refused before a token is chosen.
     """
+    from transformers import LogitsProcessorList
+
+    from geosteer.overflow import FiniteLogits
+
     if max_new_tokens < 1:
         raise GeosteerError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
     if not greedy:
@@ -106,7 +112,7 @@ def generate(
     ids = prompt_ids(tok, prompt, add_bos).to(device)
     max_new_tokens = _capped(model, ids.shape[1], max_new_tokens)
     kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, use_cache=True,
-                  attention_mask=torch.ones_like(ids))
+                  attention_mask=torch.ones_like(ids), logits_processor=LogitsProcessorList([FiniteLogits()]))
     if greedy:
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
     else:
@@ -153,6 +159,7 @@ def greedy_with_draft(model, tok, ids: torch.Tensor, max_new_tokens: int,
     cache.activate_past_recording()  # sliding-window layers keep what a crop needs
     out = model(input_ids=seq, attention_mask=torch.ones_like(seq), use_cache=True, cache=cache)
     logits = out.logits[0, L - 1:]
+    check_logits(logits)
     first = logits[0].clone()
     pred = logits.argmax(-1).tolist()  # len(draft) + 1 greedy choices
     k = 0
@@ -168,6 +175,7 @@ def greedy_with_draft(model, tok, ids: torch.Tensor, max_new_tokens: int,
         total = L + len(new)
         o = model(input_ids=step, cache=cache, use_cache=True,
                   attention_mask=torch.ones(1, total, dtype=ids.dtype, device=device))
+        check_logits(o.logits[0, -1])
         new.append(int(o.logits[0, -1].argmax()))
     return new, first
 
@@ -213,6 +221,7 @@ def generate_seeds(model, tok, prompt: str, seeds, max_new_tokens: int = 50, tem
     new: list[list[int]] = [[] for _ in range(n)]
     alive = [True] * n
     for step in range(max_new_tokens):
+        check_logits(logits)
         nxt = []
         for i in range(n):
             if alive[i]:

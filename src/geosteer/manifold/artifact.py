@@ -162,11 +162,10 @@ def resolve(path: str | Path) -> Path:
 
 def read_config(path: str | Path) -> dict:
     """The checked config of a surfaces artifact (format, version ≤ this reader's; unknown keys warned)."""
+    from geosteer.config_schema import read_config_json
+
     folder = resolve(path)
-    try:
-        doc = json.loads((folder / CONFIG_NAME).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{folder / CONFIG_NAME} is not valid JSON ({e})") from None
+    doc = read_config_json(folder / CONFIG_NAME)
     check_config(doc, fmt=FORMAT, reader_version=VERSION, known_keys=_KNOWN, source=folder)
     return doc
 
@@ -185,7 +184,7 @@ def load(path: str | Path, model=None, *, verify: bool = True, force: bool = Fal
     folder = resolve(path if revision is None else f"{path}@{revision}")  # revision: of a Hub repo id
     doc = read_config(folder)
     tfile = folder / TENSORS_NAME
-    if verify and doc.get("sha256") and _sha256(tfile) != doc["sha256"]:
+    if verify and _sha256(tfile) != doc["sha256"]:
         raise ArtifactError(f"{tfile} does not match its config (checksum differs): the artifact was "
                             "modified or only partly copied")
     try:
@@ -197,8 +196,9 @@ def load(path: str | Path, model=None, *, verify: bool = True, force: bool = Fal
             raise ArtifactError(f"{tfile} lacks the '{name}' tensor (has {sorted(tensors)})")
     coef = tensors["coefficients"]
     try:
-        cfg = ManifoldConfig.from_dict(doc.get("config") or {})
-        layers = [int(x) for x in doc.get("layers", cfg.resolved_layers())]
+        cfg = ManifoldConfig.from_dict(doc["config"])
+        cfg.base_model = doc["base_model"]  # the one the schema requires (config.base_model, if any, agrees)
+        layers = list(doc["layers"]) if doc.get("layers") is not None else cfg.resolved_layers()
     except (TypeError, ValueError) as e:
         raise ArtifactError(f"{folder / CONFIG_NAME}: invalid surfaces config ({e})") from None
     K = cfg.K
@@ -241,6 +241,9 @@ def load(path: str | Path, model=None, *, verify: bool = True, force: bool = Fal
         dev = _layers_device(anatomy(model), bank.layers)  # None: split or offloaded (moved per layer)
         if dev is not None:
             bank.to(dev)
+        from geosteer.overflow import check_forward_finite
+
+        check_forward_finite(model, bank, f"surfaces {folder}")
     return bank
 
 

@@ -1,0 +1,208 @@
+"""Typed, bounded reading of artifact configs (``geosteer_config.json``): one pydantic schema per format.
+
+:func:`read_config_json` reads the file with a size cap and a nesting-depth cap (a config nested 100 000 deep
+is one line, not a ``RecursionError``); :func:`validate_config` checks a document against the schema of its
+format (:data:`SCHEMAS`): integers are integers (``2.9``, ``true`` and ``Infinity`` are refused), numbers are
+finite and bounded, ``meta``/``config``/``history`` have the right type, layer lists are unique, sorted and
+inside the model, and the base model is present. Strict mode never coerces, so a document that passes can be
+read as it is. Unknown keys are allowed here (:func:`geosteer.artifacts.check_config` warns about them).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
+
+from geosteer.errors import ArtifactError
+from geosteer.formats import CONFIG_NAME
+
+MAX_CONFIG_BYTES = 64 << 20
+MAX_DEPTH = 64
+MAX_LAYERS = 100_000
+
+Count = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
+Index = Annotated[StrictInt, Field(ge=0, le=MAX_LAYERS - 1)]
+Size = Annotated[StrictInt, Field(ge=0, le=1 << 48)]
+Finite = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-1e9, le=1e9)]
+Name = Annotated[StrictStr, Field(min_length=1, max_length=4096)]
+Layers = Annotated[list[Index], Field(min_length=1, max_length=MAX_LAYERS)]
+Digest = Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
+Pair = Annotated[list[Finite], Field(min_length=2, max_length=2)]  # JSON arrays: lists, not tuples
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class Header(_Open):
+    """What every artifact config starts with."""
+
+    format: Name
+    version: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 1
+
+
+def _check_layers(layers: list[int] | None, n_layers: int | None, what: str = "layers") -> None:
+    if layers is None:
+        return
+    if len(set(layers)) != len(layers):
+        raise ValueError(f"{what} {layers[:8]} repeat a layer; each layer may appear once")
+    if layers != sorted(layers):
+        raise ValueError(f"{what} {layers[:8]} are not in increasing order")
+    if n_layers is not None and layers[-1] >= n_layers:
+        raise ValueError(f"{what} name layer {layers[-1]}, but the model has layers 0..{n_layers - 1}")
+
+
+class ModelShape(_Open):
+    model_type: StrictStr | None = None
+    n_layers: Count
+    n_heads: Count
+    n_kv_heads: Count | None = None
+    head_dim: Count
+
+
+class SurfaceGrid(_Open):
+    """The ``config`` section of a surfaces artifact (:class:`geosteer.manifold.ManifoldConfig`)."""
+
+    grid_size: Annotated[StrictInt, Field(ge=1, le=4096)]
+    grid_range: Pair
+    layers: Layers | None = None
+    ranges: list[Pair] | None = None
+    dtype: Literal["float32", "float64", "float16", "bfloat16"] = "float32"
+    n_layers: Count | None = None
+    n_heads: Count | None = None
+    n_kv_heads: Count | None = None
+    head_dim: Count | None = None
+    model_type: StrictStr | None = None
+    base_model: Name | None = None
+    extra: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _layers(self) -> SurfaceGrid:
+        _check_layers(self.layers, self.n_layers, "config.layers")
+        return self
+
+
+class SurfacesConfig(Header):
+    base_model: Name
+    model: ModelShape | None = None
+    grid_size: Annotated[StrictInt, Field(ge=1, le=4096)] | None = None
+    K: Annotated[StrictInt, Field(ge=1, le=4096)] | None = None
+    grid_range: Pair | None = None
+    layers: Layers | None = None
+    lo: list[Finite] | None = None
+    hi: list[Finite] | None = None
+    shape: list[Size] | None = None
+    storage_dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    n_parameters: Size | None = None
+    config: SurfaceGrid
+    meta: dict[str, Any] = {}
+    history: list[dict[str, Any]] = []
+    sha256: Digest
+    walls: list[dict[str, Any]] = []
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SurfacesConfig:
+        n_layers = self.model.n_layers if self.model is not None else self.config.n_layers
+        _check_layers(self.layers, n_layers)
+        _check_layers(self.config.layers, n_layers, "config.layers")
+        if self.config.base_model is not None and self.config.base_model != self.base_model:
+            raise ValueError(f"base_model '{self.base_model}' and config.base_model '{self.config.base_model}' "
+                             "differ")
+        if self.layers is not None and self.config.layers is not None and self.layers != self.config.layers:
+            raise ValueError(f"layers {self.layers[:8]} and config.layers {self.config.layers[:8]} differ")
+        if self.grid_size is not None and self.grid_size != self.config.grid_size:
+            raise ValueError(f"grid_size {self.grid_size} and config.grid_size {self.config.grid_size} differ")
+        return self
+
+
+class GatesConfig(_Open):
+    """FFN gates (``format: geosteer-gates``, or the first unversioned ``method: dynamics.gates``)."""
+
+    base_model: Name
+    n_layers: Count
+    layers: Layers
+    init: Finite = 1.0
+    method: StrictStr | None = None
+    extra: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _layers(self) -> GatesConfig:
+        _check_layers(self.layers, self.n_layers)
+        return self
+
+
+class RecipeConfig(Header):
+    base_model: Name
+    interventions: dict[str, Any]
+
+
+SCHEMAS: dict[str, type[BaseModel]] = {"geosteer-surfaces": SurfacesConfig, "geosteer-gates": GatesConfig,
+                                       "dynamics.gates": GatesConfig, "geosteer-recipe": RecipeConfig}
+
+
+def _depth_ok(doc: Any, limit: int) -> bool:
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > limit:
+                return False
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return True
+
+
+def parse_config_text(text: str, source: str | Path) -> Any:
+    """The JSON document in ``text``; too deep or invalid JSON is one :class:`ArtifactError` line."""
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        doc = None
+        deep = True
+    except (json.JSONDecodeError, ValueError) as e:
+        raise ArtifactError(f"{source} is not valid JSON ({e})") from None
+    else:
+        deep = not _depth_ok(doc, MAX_DEPTH)
+    if deep:
+        raise ArtifactError(f"{source} is nested deeper than {MAX_DEPTH} levels; a geosteer config is not")
+    return doc
+
+
+def read_config_json(path: str | Path) -> Any:
+    """Read a config file: at most :data:`MAX_CONFIG_BYTES`, UTF-8, valid JSON, at most :data:`MAX_DEPTH` deep."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ArtifactError(f"cannot read {path} ({e.strerror or type(e).__name__})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ArtifactError(f"{path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; a geosteer config is not")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ArtifactError(f"{path} is not valid JSON ({e})") from None
+    return parse_config_text(text, path)
+
+
+def _describe(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    msg = first.get("msg", "invalid").removeprefix("Value error, ")
+    if first.get("type") == "value_error":  # a check across fields: its message names them
+        return msg
+    value = first.get("input")
+    shown = "" if first.get("type") == "missing" or isinstance(value, (dict, list)) else f" (got {value!r:.60})"
+    return f"{where or 'config'}: {msg}{shown}"
+
+
+def validate_config(doc: Any, schema: type[BaseModel], source: str | Path) -> BaseModel:
+    """``doc`` checked against ``schema``; the first problem is one :class:`ArtifactError` line naming the field."""
+    try:
+        return schema.model_validate(doc)
+    except ValidationError as e:
+        raise ArtifactError(f"{source}: invalid {CONFIG_NAME}: {_describe(e)}") from None
+    except RecursionError:
+        raise ArtifactError(f"{source}: the config is nested too deeply") from None

@@ -1,0 +1,81 @@
+"""Numbers that cannot silently overflow: finite logits before decoding, finite forwards at load.
+
+Finite but huge parameters (coefficients of 3e38) pass every "is it finite" check on the tensor and then
+overflow inside the forward: the logits become inf/NaN and greedy decoding picks token 0 for ever.
+:func:`check_logits` refuses such logits with one line; :func:`check_forward_finite` runs a short probe input
+through the model with an intervention attached (at load) and refuses it when the output is not finite while
+the stock model's is. :class:`FiniteLogits` is the same check as an HF logits processor for ``generate``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from geosteer.errors import GeosteerError
+
+PROBE_TOKENS = 8
+
+
+class NonFiniteLogits(GeosteerError):
+    """The model's logits hold NaN or +inf, or a row is all -inf or constant: nothing can be decoded from them."""
+
+
+def logits_ok(logits: torch.Tensor) -> bool:
+    """No NaN, no +inf, every row has a finite maximum (-inf entries are masked tokens, allowed), and no row
+    of more than one entry is constant: a residual stream that overflowed comes out of the final norm as
+    all-zero logits (x · rsqrt(inf) = 0), which would decode as token 0."""
+    x = logits.detach()
+    if not x.numel():
+        return True
+    if bool(torch.isnan(x).any()) or bool(torch.isposinf(x).any()):
+        return False
+    top = x.amax(-1)
+    if not bool(torch.isfinite(top).all()):
+        return False
+    return x.shape[-1] < 2 or not bool((top == x.amin(-1)).any())
+
+
+def check_logits(logits: torch.Tensor, what: str = "the model") -> None:
+    if not logits_ok(logits):
+        raise NonFiniteLogits(f"{what} produced non-finite logits (NaN, infinite or all equal: an intervention "
+                              "or its numbers overflow); nothing was decoded")
+
+
+class FiniteLogits:
+    """An HF ``LogitsProcessor`` that refuses non-finite scores before a token is chosen."""
+
+    def __init__(self, what: str = "the model") -> None:
+        self.what = what
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        check_logits(scores, self.what)
+        return scores
+
+
+def _probe_logits(model) -> torch.Tensor:
+    from geosteer.models.loading import input_device
+
+    vocab = int(getattr(model.config, "vocab_size", 0) or 2)
+    ids = (torch.arange(PROBE_TOKENS) * 7919 + 1) % max(vocab, 2)
+    return model(input_ids=ids[None].to(input_device(model)), use_cache=False).logits
+
+
+@torch.no_grad()
+def check_forward_finite(model, intervention, source: str) -> None:
+    """Refuse ``intervention`` (with ``attach(model)``) when a probe forward through ``model`` with it attached
+    gives non-finite logits while the stock model's are finite. Models on the meta device are skipped."""
+    from geosteer.interventions import steer
+
+    if any(p.is_meta for p in model.parameters()):
+        return
+    was_training = model.training
+    model.eval()
+    try:
+        with steer(model, intervention):
+            steered = _probe_logits(model)
+        if logits_ok(steered) or not logits_ok(_probe_logits(model)):
+            return
+    finally:
+        model.train(was_training)
+    raise GeosteerError(f"{source}: its numbers overflow the model's forward (non-finite logits on a probe "
+                        f"input of {PROBE_TOKENS} tokens, finite without it); it was not loaded")
