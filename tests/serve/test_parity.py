@@ -19,7 +19,7 @@ from tests.serve.helpers import agreement, hf_greedy, prompt_ids, vllm_greedy  #
 ROOT = Path(__file__).resolve().parents[2]
 SURFACES = ROOT / "artifacts" / "smollm2-surfaces-all"
 N_PROMPTS, NEW = 20, 32
-LLM_KW = dict(gpu_memory_utilization=0.15, max_model_len=256, max_num_seqs=64, seed=0)
+LLM_KW = dict(gpu_memory_utilization=0.15, max_model_len=256, max_num_seqs=160, seed=0, enforce_eager=True)
 RECIPES = {  # recipe keys as on the geosteer command line
     "directional": dict(scale_site="resid_attn", scale_par=1.3, scale_perp=0.9, scale_layers="4-20"),
     "dynamics": dict(ffn_variant="tangential", ffn_layers="10-14", alpha_ffn=1.1, gain_layers="20-25",
@@ -40,7 +40,7 @@ def hf():
 
 @pytest.fixture(scope="module")
 def recipe_dirs(tmp_path_factory):
-    from geosteer.integrations.recipe import InterventionSpec, save_recipe
+    from geosteer.recipe import InterventionSpec, save_recipe
 
     root = tmp_path_factory.mktemp("recipes")
     out = {"surfaces": str(SURFACES)}

@@ -78,7 +78,7 @@ class RecipePlan:
 
 def spec_of(folder: str | Path):
     """The ``InterventionSpec`` of a recipe folder, or of a surfaces/gates artifact folder used as one."""
-    from geosteer.integrations.recipe import InterventionSpec, load_recipe
+    from geosteer.recipe import InterventionSpec, load_recipe
 
     folder = Path(folder)
     cfg = folder / "geosteer_config.json"

@@ -1,0 +1,78 @@
+"""Recipes read into serving operations, and what is refused: runs without vLLM (the main suite too)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from geosteer.errors import GeosteerError
+from geosteer.recipe import InterventionSpec, save_recipe
+from geosteer.serve.plan import meta_model, parse_recipe_args, plan_recipe
+
+
+@pytest.fixture(scope="module")
+def meta():
+    from geosteer.models.loading import load_model
+
+    model, _ = load_model("tiny-llama")
+    m = meta_model(model.config)
+    m.config._geosteer_name = "tiny-llama"
+    return model, m
+
+
+def _recipe(tmp_path, name="r", base="tiny-llama", **keys):
+    return save_recipe(tmp_path / name, InterventionSpec(**keys), base_model=base)
+
+
+def test_directional_and_dynamics_ops_follow_geosteer_formulas(tmp_path, meta):
+    model, m = meta
+    folder = _recipe(tmp_path, scale_site="resid_attn", scale_par=2.0, scale_perp=0.5, scale_layers="1",
+                     alpha_ffn=3.0, gain_layers="0", parallel_layers="1")
+    plan = plan_recipe("r", folder, m)
+    assert sorted(plan.layers) == [0, 1]
+    a, x = torch.randn(5, 8), torch.randn(5, 8)
+    (fn,) = plan.layers[1].attn_out
+    par = (a @ x.T).diagonal()[:, None] / (x * x).sum(-1, keepdim=True) * x  # a∥ by hand
+    torch.testing.assert_close(fn(a, {"resid_pre": x}, None), 2.0 * par + 0.5 * (a - par))
+    (gain,) = plan.layers[0].mlp_out
+    torch.testing.assert_close(gain(a, {}, None), 3.0 * a)
+    (par_in,) = plan.layers[1].mlp_in
+    assert par_in(a, {"resid_pre": x}, None) is x
+
+
+def test_neutral_recipe_has_no_ops(tmp_path, meta):
+    assert plan_recipe("n", _recipe(tmp_path), meta[1]).layers == {}
+
+
+@pytest.mark.parametrize("site", ["value_exclude_self", "diag_removal"])
+def test_settings_that_need_the_self_weight_are_refused(tmp_path, meta, site):
+    folder = _recipe(tmp_path, scale_site=site, scale_par=0.5)
+    with pytest.raises(GeosteerError, match=f"scale_site={site} cannot be exact on vLLM"):
+        plan_recipe("r", folder, meta[1])
+
+
+def test_recipe_for_another_base_model_is_refused(tmp_path, meta):
+    folder = _recipe(tmp_path, base="smollm2", alpha_ffn=2.0)
+    with pytest.raises(GeosteerError, match="made for base model 'smollm2'"):
+        plan_recipe("r", folder, meta[1])
+
+
+def test_not_a_recipe_folder_is_one_line(tmp_path, meta):
+    with pytest.raises(GeosteerError, match="not a geosteer recipe or artifact folder"):
+        plan_recipe("r", tmp_path, meta[1])
+
+
+def test_unsupported_family_is_refused():
+    from geosteer.models.loading import load_model
+
+    model, _ = load_model("tiny-gpt2")
+    with pytest.raises(GeosteerError, match="supports the llama family"):
+        meta_model(model.config)
+
+
+def test_recipe_arguments(tmp_path):
+    assert parse_recipe_args([f"a={tmp_path}"]) == {"a": str(tmp_path.resolve())}
+    for bad, msg in ((["a"], "NAME=DIR"), ([f"a={tmp_path}", f"a={tmp_path}"], "repeated"),
+                     ([f"x/y={tmp_path}"], "not a plain name"), (["a=/nonexistent-dir"], "folder not found")):
+        with pytest.raises(GeosteerError, match=msg):
+            parse_recipe_args(bad)
