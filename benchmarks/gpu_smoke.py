@@ -1,5 +1,11 @@
 """GPU smoke test of geosteer on any model: load, neutral check, surfaces forward / decode / train step, ratios.
 
+``--scale``: the prepared scale run instead (Llama-3.2-1B- and Llama-3-8B-shaped random-weight models,
+Triton vs PyTorch surfaces vs stock at 512–32k tokens, decode, training, memory; ``benchmarks/gpu_scale.py``):
+
+    python benchmarks/gpu_smoke.py --scale --out gpu_scale.json     # one GPU, about 5 minutes
+    python benchmarks/gpu_smoke.py --scale --dry-run                # CPU, tiny shape, Triton interpreter
+
 Meant for a first run on a GPU machine (``--device cuda --dtype bf16``, optionally ``--device-map auto``);
 it runs anywhere torch runs, so ``--device cpu`` is the dry run:
 
@@ -24,11 +30,16 @@ JSON record (also to --out).
 
 from __future__ import annotations
 
+import os
+import sys
+
+if "--scale" in sys.argv and "--dry-run" in sys.argv:  # before anything imports triton
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import argparse
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -69,6 +80,12 @@ def _pair(stock_fn, surf_fn, bank, device, repeats: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if "--scale" in args:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import gpu_scale
+
+        return gpu_scale.main([x for x in args if x != "--scale"])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--device", default="cuda")

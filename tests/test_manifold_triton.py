@@ -268,3 +268,21 @@ def test_every_family_through_install(fused, tiny_cache, family):
     keep = enc.attention_mask.bool()
     assert (ours - ref)[keep].abs().max().item() <= 1e-4
     assert (ours - stock)[keep].abs().max().item() > 1e-3
+
+
+def test_gpu_scale_dry_run(tmp_path):
+    """The prepared GPU script's CPU dry run (tiny shape, Triton interpreter in its own process): the
+    exactness checks pass and every section of the record is there."""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "scale.json"
+    r = subprocess.run([sys.executable, "benchmarks/gpu_smoke.py", "--scale", "--dry-run", "--out", str(out)],
+                       cwd=root, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    tiny = rec["shapes"]["tiny"]
+    assert rec["ok"] and set(tiny) >= {"kernel_checks", "model_checks", "forward", "decode", "train_step"}
+    assert max(v for k, v in tiny["kernel_checks"].items() if "float32" in k) <= 1e-4
+    assert tiny["model_checks"]["surfaces_effect_max_abs"] > 0
+    assert {"stock_s", "triton_s", "torch_s"} <= set(tiny["forward"]["40"]) and tiny["train_step"]["grad_finite"]
