@@ -88,12 +88,11 @@ def check_config(doc: Mapping[str, Any], *, fmt: str, reader_version: int, known
 
 
 def _model_key(name: str) -> str:
-    """A comparable form of a model name: resolved path for local files/folders, else the lower-case id."""
-    name = str(name).strip()
-    p = Path(name).expanduser()
-    if p.exists():
-        return str(p.resolve())
-    return name.lower()
+    """A comparable form of a model name (:func:`geosteer.models.loading.model_key`): resolved path for local
+    files/folders, an alias as its Hub id, lower-case."""
+    from geosteer.models.identity import model_key
+
+    return model_key(name)
 
 
 def check_base_model(recorded: str | None, current: str | None, *, what: str = "this artifact",
@@ -101,12 +100,21 @@ def check_base_model(recorded: str | None, current: str | None, *, what: str = "
     """Refuse an artifact made for another base model (shapes can match by chance: tiny-llama vs tiny-qwen3).
 
     ``recorded``: the artifact's ``base_model``; ``current``: ``geosteer.models.loading.model_id(model)``.
+    Aliases and Hub ids match both ways (``smollm2`` ≡ ``HuggingFaceTB/SmolLM2-135M-Instruct``), and so does
+    a base that ``current`` declares (:func:`geosteer.models.loading.declared_bases`: ``load_model(folder,
+    base_model=...)``, the folder's model card ``base_model`` or its config's ``geosteer_base_model``).
     Nothing is checked when either is unknown or ``force`` is set (an explicit user override).
     """
     if force or not recorded or not current or _model_key(recorded) == _model_key(current):
         return
+    from geosteer.models.identity import declared_bases
+
+    if any(_model_key(recorded) == _model_key(b) for b in declared_bases(current)):
+        return
     raise ArtifactError(f"{what} was made for base model '{recorded}', not for '{current}' (the model it is "
-                        "being loaded on); load that model, or pass force=True (CLI: --force) to use it anyway")
+                        "being loaded on); load that model, declare a fine-tuned folder's base (load_model(..., "
+                        "base_model=...), CLI --base-model, or base_model in its README card), or pass "
+                        "force=True (CLI: --force) to use it anyway")
 
 
 def read_config(folder: str | Path, **check: Any) -> dict:

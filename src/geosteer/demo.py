@@ -1,8 +1,10 @@
 """``geosteer demo``: the main job on the bundled default model, in a few minutes on 2 CPU cores.
 
 1. load SmolLM2-135M-Instruct (converted once into the local cache), 2. held-out strided perplexity,
-3. greedy continuations of a few prompts. With the shipped surfaces (artifacts/smollm2-surfaces-all) it also
-shows perplexity with/without surfaces, greedy changes, one edit and one wall, and writes an HTML report.
+3. greedy continuations of a few prompts. With trained surfaces (for SmolLM2 the package ships them:
+``geosteer/assets/surfaces/smollm2-surfaces-all``, all 30 layers trained on 262k tokens) it also shows
+perplexity with/without surfaces, greedy changes, one edit and one wall, and writes an HTML report.
+Every phase says what it does and how many steps it has; bars with an ETA on a terminal.
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-SHIPPED_SURFACES = REPO / "artifacts" / "smollm2-surfaces-all"  # all 30 layers, 262k tokens (issue 16)
+from geosteer.progress import progress
+from geosteer.terminal import console as make_console
+
+SHIPPED_SURFACES = Path(__file__).resolve().parent / "assets" / "surfaces" / "smollm2-surfaces-all"
+SHIPPED_FOR = "smollm2"  # the base model of the shipped surfaces
 DEMO_PROMPTS = [
     "The theory of relativity states that",
     "She saw the man with the telescope, and",
@@ -21,10 +26,19 @@ DEMO_PROMPTS = [
 ]
 
 
+def shipped_surfaces(model_name: str) -> Path | None:
+    """The trained surfaces that ship inside the package for ``model_name`` (``smollm2`` or its Hub id),
+    or None (another model, or a build without the package data)."""
+    from geosteer.models.identity import same_model
+
+    if same_model(model_name, SHIPPED_FOR) and (SHIPPED_SURFACES / "surfaces.safetensors").is_file():
+        return SHIPPED_SURFACES
+    return None
+
+
 def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: int = 24,
              surfaces: Path | None = None, out_dir: Path = Path("runs/demo"), *, device: str = "cpu",
              dtype: str = "float32") -> dict:
-    from rich.console import Console
     from rich.table import Table
 
     from geosteer import anatomy, load_model
@@ -33,27 +47,36 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
     from geosteer.eval.perplexity import strided_perplexity
     from geosteer.interventions import steer
 
-    console = Console()
+    console = make_console()
     t0 = time.time()
+    found = surfaces if surfaces is not None else shipped_surfaces(model_name)
+    if found is None:
+        why = (f"the shipped surfaces are for {SHIPPED_FOR}, not {model_name}" if
+               shipped_surfaces(SHIPPED_FOR) is not None else
+               f"this installation has no shipped surfaces (expected at {SHIPPED_SURFACES})")
+        console.print(f"[yellow]no trained surfaces: {why}. Showing the stock model only (no edits, no HTML "
+                      "report); give --surfaces DIR or a Hub repo id org/name to see the rest.[/]")
+    else:
+        console.print(f"surfaces: {found}")
     model, tok = load_model(model_name, dtype=dtype, device=device)
     an = anatomy(model)
     console.print(f"[bold]model[/] {model_name}: {an.n_layers} layers, d_model {an.d_model}, "
                   f"{an.n_heads}/{an.n_kv_heads} heads, head_dim {an.head_dim} (loaded in {time.time() - t0:.1f} s)")
     text = split_text("heldout")
-    surfaces = surfaces if surfaces is not None else (SHIPPED_SURFACES if SHIPPED_SURFACES.exists() else None)
     bank = None
-    if surfaces is not None:
+    if found is not None:
         from geosteer.manifold import load as load_surfaces
 
-        bank = load_surfaces(surfaces, model=model)
+        bank = load_surfaces(found, model=model)
     states: list[tuple[str, list]] = [("stock", [])]
     if bank is not None:
         states.append(("surfaces", [bank]))
-    summary: dict = {"model": model_name, "heldout_tokens": tokens}
+    summary: dict = {"model": model_name, "heldout_tokens": tokens, "surfaces": str(found) if found else None}
     ppl_table = Table(title=f"held-out perplexity (first {tokens} tokens, context 512, stride 256)")
     for col in ("state", "ppl", "bits/byte", "tokens"):
         ppl_table.add_column(col)
-    for name, ivs in states:
+    for i, (name, ivs) in enumerate(states):
+        console.print(f"[{i + 1}/{len(states)}] held-out perplexity, {name}")
         with steer(model, *ivs):
             r = strided_perplexity(model, tok, text, context=512, stride=256, max_tokens=tokens, progress=True)
         summary[f"ppl_{name}"] = r.ppl
@@ -65,20 +88,20 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
     for name, _ in states:
         gen_table.add_column(name)
     changed = 0
-    for p in DEMO_PROMPTS:
-        outs = []
-        for _, ivs in states:
-            with steer(model, *ivs):
-                outs.append(generate(model, tok, p, max_new_tokens))
-        changed += len(outs) > 1 and outs[0].token_ids != outs[1].token_ids
-        gen_table.add_row(p, *[o.text.strip() for o in outs])
+    console.print(f"greedy continuations: {len(DEMO_PROMPTS)} prompts x {len(states)} states")
+    with progress(len(DEMO_PROMPTS) * len(states), "generate", unit="run") as step:
+        for p in DEMO_PROMPTS:
+            outs = []
+            for _, ivs in states:
+                with steer(model, *ivs):
+                    outs.append(generate(model, tok, p, max_new_tokens))
+                step()
+            changed += len(outs) > 1 and outs[0].token_ids != outs[1].token_ids
+            gen_table.add_row(p, *[o.text.strip() for o in outs])
     console.print(gen_table)
     if bank is not None:
         summary["greedy_changed"] = f"{changed}/{len(DEMO_PROMPTS)}"
-        summary.update(_edit_wall_report(model, tok, bank, surfaces, max_new_tokens, out_dir, console))
-    else:
-        console.print("[yellow]no trained surfaces found at artifacts/smollm2-surfaces-all; "
-                      "showing the stock model only[/]")
+        summary.update(_edit_wall_report(model, tok, bank, found, max_new_tokens, out_dir, console))
     console.print(f"done in {time.time() - t0:.0f} s")
     return summary
 
@@ -87,16 +110,17 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
     """Most sensitive layer → invert it (live) and wall its top-8 surfaces (live); then an HTML report."""
     from rich.table import Table
 
-    from geosteer.eval.compare import kl_divergence, next_token_logprobs
-    from geosteer.eval.generation import generate
     from geosteer.interventions import steer
     from geosteer.io_utils import write_records
-    from geosteer.manifold.edit import Edit, live
+    from geosteer.manifold.edit import Edit
     from geosteer.manifold.explore import layer_sensitivity
     from geosteer.viz import surfaces as S
     from geosteer.viz.report import build_report
 
-    sens = layer_sensitivity(model, tok, bank, DEMO_PROMPTS)
+    console.print(f"layer sensitivity: zeroing each of {len(bank.layers)} layers' surfaces on "
+                  f"{len(DEMO_PROMPTS)} prompts")
+    with progress(len(bank.layers), "sensitivity", unit="layer") as step:
+        sens = layer_sensitivity(model, tok, bank, DEMO_PROMPTS, progress=lambda done, total: step())
     layer = sens[0]["layer"]
     console.print(f"most sensitive layer (zeroing it moves next-token KL most): {layer} "
                   f"(mean KL {sens[0]['mean_kl']:.4f})")
@@ -106,20 +130,11 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
         table.add_column(col)
     counts = {k: 0 for k in edits}
     kls = {k: 0.0 for k in edits}
-    for p in DEMO_PROMPTS:
-        with steer(model, bank):
-            base = generate(model, tok, p, max_new_tokens)
-        lp_base = next_token_logprobs(model, tok, p, [bank])
-        cells = [p, base.text.strip()]
-        for name, e in edits.items():
-            with live(bank, e):
-                with steer(model, bank):
-                    g = generate(model, tok, p, max_new_tokens)
-                lp = next_token_logprobs(model, tok, p, [bank])
-            counts[name] += g.token_ids != base.token_ids
-            kls[name] += kl_divergence(lp_base, lp) / len(DEMO_PROMPTS)
-            cells.append(g.text.strip())
-        table.add_row(*cells)
+    console.print(f"edits on layer {layer}: {len(DEMO_PROMPTS)} prompts x {len(edits)} edits")
+    with progress(len(DEMO_PROMPTS), "edits", unit="prompt") as step:
+        for p in DEMO_PROMPTS:
+            _edit_row(model, tok, bank, p, edits, max_new_tokens, table, counts, kls)
+            step()
     console.print(table)
     for name in edits:
         console.print(f"{name}: greedy changed {counts[name]}/{len(DEMO_PROMPTS)}, mean next-token KL {kls[name]:.4f}")
@@ -137,3 +152,25 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
     console.print(f"HTML report: {rep['out']} ({rep['figures']} figures)")
     return {"sensitive_layer": layer, "invert_changed": counts["invert"], "wall_changed": counts["wall"],
             "invert_mean_kl": kls["invert"], "wall_mean_kl": kls["wall"], "report": rep["out"]}
+
+
+def _edit_row(model, tok, bank, p: str, edits: dict, max_new_tokens: int, table, counts: dict, kls: dict) -> None:
+    """One prompt: the surfaces' continuation, then each edit's (live), its greedy change and next-token KL."""
+    from geosteer.eval.compare import kl_divergence, next_token_logprobs
+    from geosteer.eval.generation import generate
+    from geosteer.interventions import steer
+    from geosteer.manifold.edit import live
+
+    with steer(model, bank):
+        base = generate(model, tok, p, max_new_tokens)
+    lp_base = next_token_logprobs(model, tok, p, [bank])
+    cells = [p, base.text.strip()]
+    for name, e in edits.items():
+        with live(bank, e):
+            with steer(model, bank):
+                g = generate(model, tok, p, max_new_tokens)
+            lp = next_token_logprobs(model, tok, p, [bank])
+        counts[name] += g.token_ids != base.token_ids
+        kls[name] += kl_divergence(lp_base, lp) / len(DEMO_PROMPTS)
+        cells.append(g.text.strip())
+    table.add_row(*cells)

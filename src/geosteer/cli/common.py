@@ -21,7 +21,18 @@ MODEL_OPT = typer.Option("smollm2", "--model", "-m", help=MODEL_HELP)
 THREADS_OPT = typer.Option(0, "--threads", help="torch CPU threads (0: torch's default)")
 DEVICE_OPT = typer.Option("cpu", "--device", help="torch device for the model: cpu | cuda | cuda:N | mps")
 DTYPE_OPT = typer.Option("float32", "--dtype", help="model weights dtype: float32 | bfloat16 | float16 | auto")
-JSON_OPT = typer.Option(False, "--json", help="print JSON")
+
+
+def _json_quiets_progress(value: bool) -> bool:
+    """``--json``: no progress bars (stdout is for the JSON; bars go to stderr only on a terminal anyway)."""
+    if value:
+        from geosteer.progress import quiet
+
+        quiet()
+    return value
+
+
+JSON_OPT = typer.Option(False, "--json", help="print JSON (no progress bars)", callback=_json_quiets_progress)
 FORCE_OPT = typer.Option(False, "--force", help="use artifacts recorded for another base model anyway")
 
 MAX_SEEDS = 1000  # seeded samples per prompt at most (each one is a full generation)
@@ -81,10 +92,11 @@ def emit(obj, as_json: bool, table_title: str | None = None) -> None:
     if as_json:
         typer.echo(json.dumps(obj, indent=2, default=str))
         return
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from geosteer.terminal import console as make_console
+
+    console = make_console()  # piped: wide, so no column is cut
     if isinstance(obj, list) and obj and isinstance(obj[0], dict):
         t = Table(title=table_title)
         for k in obj[0]:

@@ -16,6 +16,7 @@ import torch
 
 from geosteer.directional.config import ComponentScaleConfig
 from geosteer.io_utils import write_records
+from geosteer.progress import counter
 
 SWEEP_SITES = ("value_exclude_self", "resid_attn", "resid_mlp")
 
@@ -73,14 +74,14 @@ def run_sweep(model, tok, ids: torch.Tensor, settings: Sequence[ComponentScaleCo
         write_records(out, rows, meta)
         log(f"baseline ppl {r['ppl']:.4f} ({dt:.0f} s)")
     base = next(r for r in rows if r["site"] == "none")["ppl"]
-    for cfg in settings:
-        key = (cfg.site, cfg.s_par, cfg.s_perp)
-        if key in done:
-            continue
+    todo = [c for c in settings if (c.site, c.s_par, c.s_perp) not in done]
+    t_run = time.time()
+    for i, cfg in enumerate(todo):
         r, dt = evaluate([ComponentScale.from_config(cfg)])
         rows.append({"site": cfg.site, "s_par": cfg.s_par, "s_perp": cfg.s_perp, "ppl": r["ppl"],
                      "nll": r["nll"], "tokens": r["tokens"], "delta_ppl": r["ppl"] - base,
                      "seconds": round(dt, 1)})
         write_records(out, rows, meta)
-        log(f"{cfg.site} s_par={cfg.s_par} s_perp={cfg.s_perp}: ppl {r['ppl']:.4f} ({dt:.0f} s)")
+        log(f"[{counter(i + 1, len(todo), time.time() - t_run)}] {cfg.site} s_par={cfg.s_par} "
+            f"s_perp={cfg.s_perp}: ppl {r['ppl']:.4f} ({dt:.0f} s)")
     return rows

