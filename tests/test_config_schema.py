@@ -10,7 +10,7 @@ import torch
 
 from geosteer import manifold
 from geosteer.config_schema import MAX_DEPTH, parse_config_text
-from geosteer.errors import ArtifactError
+from geosteer.errors import ArtifactError, GeosteerError
 from tests.cli_helpers import one_line_exit_2, run_cli
 
 
@@ -136,3 +136,58 @@ def test_cli_show_and_ppl_refuse_in_one_line(monkeypatch, capsys, good, tmp_path
                            "64", "--context", "32", "--stride", "16", "--surfaces", str(folder))
     one_line_exit_2(code, err)
     assert "repeat a layer" in err
+
+
+@pytest.fixture(scope="module")
+def gates_dir(llama, tmp_path_factory):
+    from geosteer.dynamics.gates import FFNGates
+
+    model, _ = llama
+    return FFNGates.for_model(model).save(tmp_path_factory.mktemp("g") / "gates")
+
+
+GATE_CASES = [("version-2.9", _set("version", 2.9), "version must be an integer"),
+              ("layers-dup", _set("layers", [0, 0, 1]), "repeat a layer"),
+              ("layers-outside", _set("layers", [0, 1, 5]), "the model has layers 0..2"),
+              ("n-layers-inf", _set("n_layers", float("inf")), "n_layers"),
+              ("base-missing", _set("base_model", _DELETE), "base_model"),
+              ("extra-list", _set("extra", [1]), "extra")]
+
+
+@pytest.mark.parametrize("name,edit,match", GATE_CASES, ids=[c[0] for c in GATE_CASES])
+def test_gates_config_is_checked(gates_dir, tmp_path, name, edit, match):
+    from geosteer.dynamics.gates import load_gates
+
+    folder = _variant(gates_dir, tmp_path, edit)
+    with pytest.raises(ArtifactError, match=match) as ei:
+        load_gates(folder)
+    assert len(str(ei.value).splitlines()) == 1
+
+
+def test_gates_whose_forward_overflows_are_refused(llama, gates_dir, tmp_path):
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from geosteer.dynamics.gates import WEIGHTS_NAME, load_gates
+
+    model, _ = llama
+    folder = tmp_path / "huge"
+    shutil.copytree(gates_dir, folder)
+    save_file({"alpha": torch.full((3,), 3e38)}, str(folder / WEIGHTS_NAME))
+    with pytest.raises(GeosteerError, match="overflow the model's forward"):
+        load_gates(folder, model)
+    assert load_gates(gates_dir, model).alpha.detach().eq(1.0).all()
+
+
+@pytest.mark.parametrize("edit,match", [(_set("interventions", [1, 2]), "interventions"),
+                                        (_set("version", 1.5), "version must be an integer"),
+                                        (_set("base_model", _DELETE), "base_model")])
+def test_recipe_config_is_checked(tmp_path, edit, match):
+    from geosteer.recipe import InterventionSpec, load_recipe, save_recipe
+
+    good = save_recipe(tmp_path / "r", InterventionSpec(ffn_variant="radial", ffn_layers=1), base_model="tiny-llama")
+    folder = _variant(good, tmp_path / "bad", edit)
+    with pytest.raises(ArtifactError, match=match) as ei:
+        load_recipe(folder)
+    assert len(str(ei.value).splitlines()) == 1

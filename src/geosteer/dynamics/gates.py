@@ -102,6 +102,15 @@ class FFNGates(nn.Module):
 
         return write_folder_atomic(path, fill, overwrite=overwrite, kind=FORMAT)
 
+    def push_to_hub(self, repo_id: str, *, private: bool = True, token: str | None = None,
+                    revision: str | None = None, commit_message: str | None = None, **kw) -> str:
+        """Save (``extra=`` as in :meth:`save`) into a temporary folder and upload it to the Hub repo
+        ``repo_id``; return the repo URL. ``geosteer.load(repo_id, model=...)`` reads it back."""
+        from geosteer.methods import push_artifact
+
+        return push_artifact(self, repo_id, private=private, token=token, revision=revision,
+                             commit_message=commit_message or "Upload geosteer FFN gates", **kw)
+
     def _card(self, extra: dict) -> str:
         train = dict(extra.get("train") or {})
         ev = extra.get("eval") or {}
@@ -128,26 +137,34 @@ def load_gates(path: str | Path, model: nn.Module | None = None) -> FFNGates:
 
     Reads the versioned format (``format: geosteer-gates``) and the first, unversioned one (``method`` only).
     """
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     from geosteer.artifacts import locate
+    from geosteer.config_schema import GatesConfig, read_config_json, validate_config
+    from geosteer.overflow import check_forward_finite
 
     path = locate(path)  # a folder, or a Hub repo id org/name[@revision]
     cfg_file, w_file = path / CONFIG_NAME, path / WEIGHTS_NAME
     if not cfg_file.is_file() or not w_file.is_file():
         raise ArtifactError(f"{path} is not a gate artifact (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
-    try:
-        cfg = json.loads(cfg_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{cfg_file} is not valid JSON ({e})") from None
+    cfg = read_config_json(cfg_file)
     if isinstance(cfg, dict) and "format" in cfg:
         check_config(cfg, fmt=FORMAT, reader_version=VERSION, known_keys=_KNOWN, source=path)
     elif not isinstance(cfg, dict) or cfg.get("method") != "dynamics.gates":
         got = cfg.get("method") if isinstance(cfg, dict) else None
-        raise ArtifactError(f"{path} holds a '{got}' artifact, not dynamics.gates")
-    alpha = load_file(str(w_file))["alpha"]
-    if alpha.numel() != len(cfg["layers"]):
-        raise ArtifactError(f"{path}: {alpha.numel()} gates for {len(cfg['layers'])} layers")
+        raise ArtifactError(f"{path} holds a '{str(got)[:80]}' artifact, not dynamics.gates")
+    else:
+        validate_config(cfg, GatesConfig, path)  # the first, unversioned format: the same field checks
+    try:
+        alpha = load_file(str(w_file)).get("alpha")
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ArtifactError(f"{w_file} is not a readable safetensors file ({e})") from None
+    if alpha is None or not alpha.is_floating_point() or alpha.shape != (len(cfg["layers"]),):
+        raise ArtifactError(f"{w_file}: expected a float tensor 'alpha' of shape ({len(cfg['layers'])},), one "
+                            "gate per layer")
+    if not bool(torch.isfinite(alpha).all()):
+        raise ArtifactError(f"{w_file}: the gates hold NaN or infinite values")
     gates = FFNGates(cfg["n_layers"], cfg["layers"], base_model=cfg.get("base_model"))
     with torch.no_grad():
         gates.alpha.copy_(alpha)
@@ -158,14 +175,16 @@ def load_gates(path: str | Path, model: nn.Module | None = None) -> FFNGates:
         if an.n_layers != gates.n_layers:
             raise ArtifactError(f"gates at {path} were trained for {gates.n_layers} layers "
                                 f"({gates.base_model}); this model has {an.n_layers} ({model_id(model)})")
-        if gates.base_model and gates.base_model != model_id(model):
+        if gates.base_model != model_id(model):
             raise ArtifactError(f"gates at {path} were trained on '{gates.base_model}', "
                                 f"not on '{model_id(model)}'")
+        check_forward_finite(model, gates, f"gates {path}")
     return gates
 
 
 GATES = ArtifactFormat(FORMAT, VERSION, tensors=(WEIGHTS_NAME,), known_keys=tuple(sorted(_KNOWN)),
-                       load=lambda folder, model: load_gates(folder, model), method="dynamics.gates")
+                       load=lambda folder, model: load_gates(folder, model), method="dynamics.gates",
+                       saves=FFNGates, save=lambda gates, folder, **kw: gates.save(folder, **kw))
 GATES_V0 = ArtifactFormat("dynamics.gates", 0, tensors=(WEIGHTS_NAME,), load=GATES.load,
                           method="dynamics.gates")  # the first, unversioned gate artifacts
 
