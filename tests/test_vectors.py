@@ -24,9 +24,10 @@ def _logits(model, ids, *ivs, **kw):
         return model(input_ids=ids, **kw).logits
 
 
-def _plain_add(model, vectors: dict, scale: float, positions=None):
-    """An independent reference: torch forward hooks on the block modules adding scale·v to the output
-    (at ``positions`` of the sequence only, when given)."""
+def _plain_add(model, vectors: dict, scale: float, positions=None, module: str = "layer"):
+    """An independent reference: torch forward hooks on the block modules (``module``: the block itself, or
+    its ``mlp_update`` module, the one whose output is the MLP's residual update) adding scale·v to the
+    output (at ``positions`` of the sequence only, when given)."""
     handles = []
     for layer, v in vectors.items():
         def hook(mod, args, out, v=v):
@@ -36,7 +37,7 @@ def _plain_add(model, vectors: dict, scale: float, positions=None):
                 add = torch.zeros_like(h).index_fill(1, torch.tensor(positions, dtype=torch.long), 1.0) * add
             h = h + add
             return (h, *out[1:]) if isinstance(out, tuple) else h
-        handles.append(anatomy(model).blocks[layer].layer.register_forward_hook(hook))
+        handles.append(getattr(anatomy(model).blocks[layer], module).register_forward_hook(hook))
     return handles
 
 
@@ -46,10 +47,9 @@ def test_scale_zero_is_stock_and_add_equals_a_plain_hook(tiny_cache, family):
     ids = tok(["The cat sat on the mat and looked"], return_tensors="pt").input_ids
     stock = _logits(model, ids)
     sv = extract(model, tok, PAIRS[:3], layers="all", point="resid_post")
-    for point in POINTS:
-        moved = sv if point == "resid_post" else SteeringVectors(sv.vectors, point=point, d_model=sv.d_model)
-        for mode in MODES:
-            assert torch.equal(_logits(model, ids, moved.with_(scale=0.0, mode=mode)), stock), (point, mode)
+    for point, mode in [("resid_post", m) for m in MODES] + [(p, "add") for p in POINTS if p != "resid_post"]:
+        moved = SteeringVectors(sv.vectors, point=point, d_model=sv.d_model)
+        assert torch.equal(_logits(model, ids, moved.with_(scale=0.0, mode=mode)), stock), (point, mode)
     handles = _plain_add(model, sv.vectors, 2.0)
     try:
         ref = _logits(model, ids)
@@ -59,6 +59,14 @@ def test_scale_zero_is_stock_and_add_equals_a_plain_hook(tiny_cache, family):
     got = _logits(model, ids, sv.with_(scale=2.0))
     torch.testing.assert_close(got, ref, rtol=0, atol=1e-5)
     assert not torch.allclose(got, stock, atol=1e-3)
+    at_mlp = SteeringVectors(sv.vectors, point="mlp_out").with_(scale=2.0)
+    handles = _plain_add(model, sv.vectors, 2.0, module="mlp_update")
+    try:
+        ref = _logits(model, ids)
+    finally:
+        for h in handles:
+            h.remove()
+    torch.testing.assert_close(_logits(model, ids, at_mlp), ref, rtol=0, atol=1e-5)
 
 
 def test_extraction_equals_hidden_states(tiny_cache):

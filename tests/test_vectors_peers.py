@@ -27,9 +27,9 @@ PAIRS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def llama():
-    return geosteer.load_model("tiny-llama")
+@pytest.fixture
+def llama(tiny_cache):
+    return tiny_cache("llama")
 
 
 def _sv():
