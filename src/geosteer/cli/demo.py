@@ -18,8 +18,10 @@ def register(app: typer.Typer) -> None:
         model: str = MODEL_OPT,
         tokens: int = typer.Option(4096, help="held-out tokens to score"),
         max_new_tokens: int = typer.Option(24),
-        surfaces: Path | None = typer.Option(None, help="surfaces artifact (default: the shipped one)"),
-        out_dir: Path = typer.Option(Path("runs/demo"), help="where the HTML report goes", callback=out_dir()),
+        surfaces: Path | None = typer.Option(None, help="surfaces artifact, a folder or a Hub repo id (default "
+                                             "for smollm2: the trained surfaces shipped in the package)"),
+        out_dir: Path = typer.Option(Path("runs/demo"), help="where the HTML report goes (written when surfaces are "
+                                                       "attached)", callback=out_dir()),
         threads: int = THREADS_OPT,
         device: str = DEVICE_OPT,
         dtype: str = DTYPE_OPT,
