@@ -3,8 +3,9 @@
 Figures (ratios surfaces / stock; interleaved A, B, A, B after one warm-up each; median of --repeats
 pairs with the min–max spread of the per-pair ratios; threads pinned):
 
-- forward:   full forward at --tokens (default 512) tokens, no KV cache, logits for every position
-- decode:    cached greedy decoding, time per new token after a --prompt-tokens prompt
+- forward:   full forward at each of --tokens (default 512, 1k, 2k, 4k) tokens, no KV cache, logits for
+             every position
+- decode:    cached greedy decoding, time per new token after a --prompt-tokens (default 2k) prompt
 - train:     one training step (forward + backward) at --train-seq × --train-batch tokens; surfaces: only
              the coefficients require grad; stock: the input embeddings require grad, so the backward
              also runs through every layer (no weight gradients on either side)
@@ -13,6 +14,12 @@ pairs with the min–max spread of the per-pair ratios; threads pinned):
 
 The surfaces are grid 8 over (-4, 4) on every layer with random non-zero coefficients (a trained artifact
 with --surfaces), so no zero-layer shortcut applies. Prints one ``name: value`` line per figure (or JSON).
+
+Beside each forward and decode ratio: its FLOP floor (``flop_floor``), the multiply-adds of the exact
+factored form over those of the stock model, counting stock attention as causal. Per token, the stock model
+costs its linear layers (the LM head included) plus 2·d per visible key per head and layer (q·k and a·v);
+surfaces add d·K per visible key per head and layer (A·F multiplies K + 1 slices instead of one; with a
+rank-r bank, r). The floor grows with the number of visible keys: it is the method's, not the kernel's.
 
     .venv/bin/python benchmarks/manifold_speed.py                 # all figures, 2 threads
     .venv/bin/python benchmarks/manifold_speed.py --only forward --repeats 7
@@ -63,6 +70,21 @@ def _pairs(run_a, run_b, repeats: int) -> dict:
             "ratio_max": r["ratio_max"], "repeats": repeats}
 
 
+def flop_floor(model, tokens: int, K: int, cache: int = 0, new: int | None = None) -> float:
+    """Multiply-adds of surfaces / stock for ``new`` tokens (default ``tokens``) attending causally to
+    ``cache`` earlier ones and each other (see the module docstring); ``K`` extra slices per pair."""
+    from geosteer.models.anatomy import anatomy
+
+    an = anatomy(model)
+    n = tokens if new is None else new
+    linear = sum(p.numel() for blk in an.blocks for p in blk.layer.parameters() if p.dim() == 2)
+    linear += model.config.vocab_size * an.d_model  # the LM head (tied or not)
+    pairs = n * cache + n * (n + 1) / 2  # visible (query, key) pairs, causal
+    per_pair = an.n_layers * an.n_heads * an.head_dim
+    stock = n * linear + pairs * per_pair * 2
+    return (stock + pairs * per_pair * K) / stock
+
+
 def bench_forward(model, bank, tokens: int, repeats: int) -> dict:
     ids = _ids(tokens)
 
@@ -78,7 +100,7 @@ def bench_forward(model, bank, tokens: int, repeats: int) -> dict:
         finally:
             rm()
 
-    return {"tokens": tokens, **_pairs(stock, surf, repeats)}
+    return {"tokens": tokens, **_pairs(stock, surf, repeats), "flop_floor": round(flop_floor(model, tokens, bank.K), 3)}
 
 
 def bench_decode(model, bank, prompt_tokens: int, new_tokens: int, repeats: int) -> dict:
@@ -113,7 +135,8 @@ def bench_decode(model, bank, prompt_tokens: int, new_tokens: int, repeats: int)
     ratios = [b / a for a, b in zip(ta, tb, strict=True)]
     return {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "stock_s_per_token": statistics.median(ta),
             "surfaces_s_per_token": statistics.median(tb), "ratio": statistics.median(ratios),
-            "ratio_min": min(ratios), "ratio_max": max(ratios), "repeats": repeats}
+            "ratio_min": min(ratios), "ratio_max": max(ratios), "repeats": repeats,
+            "flop_floor": round(flop_floor(model, 1, bank.K, cache=prompt_tokens + new_tokens // 2), 3)}
 
 
 def bench_train(model, bank, seq: int, batch: int, repeats: int) -> dict:
@@ -184,8 +207,8 @@ def main(argv=None) -> None:
     ap.add_argument("--surfaces", default=None, help="a trained artifact instead of random coefficients")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--tokens", type=int, default=512)
-    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--tokens", default="512,1024,2048,4096", help="comma list of forward lengths")
+    ap.add_argument("--prompt-tokens", type=int, default=2048)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--train-seq", type=int, default=128)
     ap.add_argument("--train-batch", type=int, default=8)
@@ -222,12 +245,16 @@ def main(argv=None) -> None:
         _ext.get()
         results["machine"]["compiled_kernels"] = _ext.status()
         say("compiled_kernels", _ext.status())
-        r = results["forward"] = bench_forward(model, bank, a.tokens, a.repeats)
-        say(f"forward_{a.tokens}_ratio", f"{r['ratio']:.3f} (min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f}; "
-            f"stock {r['stock_s']:.3f} s, surfaces {r['surfaces_s']:.3f} s)")
+        results["forward"] = []
+        for n in (int(x) for x in a.tokens.split(",")):
+            r = bench_forward(model, bank, n, a.repeats)
+            results["forward"].append(r)
+            say(f"forward_{n}_ratio", f"{r['ratio']:.3f} (floor {r['flop_floor']:.3f}; min {r['ratio_min']:.3f}, "
+                f"max {r['ratio_max']:.3f}; stock {r['stock_s']:.3f} s, surfaces {r['surfaces_s']:.3f} s)")
     if "decode" in only:
         r = results["decode"] = bench_decode(model, bank, a.prompt_tokens, a.new_tokens, a.repeats)
-        say("decode_per_token_ratio", f"{r['ratio']:.3f} (min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f}; "
+        say(f"decode_{a.prompt_tokens}_per_token_ratio", f"{r['ratio']:.3f} (floor {r['flop_floor']:.3f}; "
+            f"min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f}; "
             f"stock {r['stock_s_per_token'] * 1e3:.1f} ms, surfaces {r['surfaces_s_per_token'] * 1e3:.1f} ms)")
     if "train" in only:
         r = results["train"] = bench_train(model, bank, a.train_seq, a.train_batch, a.repeats)
