@@ -26,7 +26,7 @@ def test_alias_and_hub_id_match_both_ways(a, b):
 def test_other_models_still_refused():
     for a, b in [("smollm2", "gemma3-270m"), ("smollm2", "google/gemma-3-270m"), ("tiny-llama", "tiny-qwen3")]:
         assert not identity.same_model(a, b)
-        with pytest.raises(ArtifactError, match="--base-model"):
+        with pytest.raises(ArtifactError, match="geosteer_base_model in its config.json"):
             check_base_model(a, b)
 
 

@@ -108,6 +108,8 @@ def test_wheel_installs_in_a_clean_venv(tmp_path):
 
     names = zipfile.ZipFile(wheel).namelist()
     assert "geosteer/py.typed" in names and any(n.endswith("/licenses/LICENSE") for n in names)
+    # the trained default surfaces the demo uses ship in the wheel
+    assert "geosteer/assets/surfaces/smollm2-surfaces-all/surfaces.safetensors" in names
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
