@@ -61,9 +61,22 @@ def _probe_logits(model) -> torch.Tensor:
 
 
 @torch.no_grad()
+def probe_ok(model) -> bool:
+    """Whether a probe forward through ``model``, with whatever is attached now, gives usable logits."""
+    return logits_ok(_probe_logits(model))
+
+
+def overflow_error(source: str) -> GeosteerError:
+    return GeosteerError(f"{source}: its numbers overflow the model's forward (non-finite logits on a probe "
+                         f"input of {PROBE_TOKENS} tokens, finite without it); it was not loaded")
+
+
+@torch.no_grad()
 def check_forward_finite(model, intervention, source: str) -> None:
     """Refuse ``intervention`` (with ``attach(model)``) when a probe forward through ``model`` with it attached
-    gives non-finite logits while the stock model's are finite. Models on the meta device are skipped."""
+    gives non-finite logits while the stock model's are finite. Skipped for models on the meta device and
+    when ``intervention`` cannot be attached next to what the model carries (e.g. surfaces on a model that
+    has a bank installed, as in the studio, which probes its own way); generation still checks the logits."""
     from geosteer.interventions import steer
 
     if any(p.is_meta for p in model.parameters()):
@@ -71,11 +84,15 @@ def check_forward_finite(model, intervention, source: str) -> None:
     was_training = model.training
     model.eval()
     try:
+        try:
+            remove = intervention.attach(model)
+        except GeosteerError:
+            return
+        remove()
         with steer(model, intervention):
             steered = _probe_logits(model)
         if logits_ok(steered) or not logits_ok(_probe_logits(model)):
             return
     finally:
         model.train(was_training)
-    raise GeosteerError(f"{source}: its numbers overflow the model's forward (non-finite logits on a probe "
-                        f"input of {PROBE_TOKENS} tokens, finite without it); it was not loaded")
+    raise overflow_error(source)

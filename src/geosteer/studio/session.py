@@ -154,6 +154,14 @@ class Session(SurfaceViews):
             runtime.coefficients.copy_(coeffs)
         runtime.clear_cache()
 
+    def _check_forward(self, runtime, name: str) -> None:
+        """Worker only: refuse a bank whose numbers overflow the forward (probe input; before it is the state)."""
+        from geosteer.overflow import overflow_error, probe_ok
+
+        self._use(runtime, runtime.coefficients.detach().clone())
+        if not probe_ok(self.model):
+            raise overflow_error(f"artifact '{name}'")
+
     @torch.no_grad()
     def _run_state(self, prompt: str, n: int) -> dict:
         """Greedy continuation and the next-token log-probs of the runtime coefficients.
@@ -332,6 +340,7 @@ class Session(SurfaceViews):
                 raise GeosteerError(f"no artifact '{name}' in the workspace (have: {have})")
             new = bankio.read(self.model, path)
         runtime = clone_bank(new)
+        self.worker.reserve("generate").submit(lambda: self._check_forward(runtime, name)).result()
         with self.lock:
             self.bank, self._runtime = new, runtime
             self.artifact_name = name
