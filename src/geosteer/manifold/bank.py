@@ -18,6 +18,7 @@ import math
 import warnings
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -281,19 +282,28 @@ class SurfaceBank(nn.Module):
         model.__dict__[_BANK_ATTR] = (self, remove)
         return remove
 
-    def push_to_hub(self, repo_id: str, **kwargs) -> str:
-        """Upload this bank (saved with its model card) to the Hub repo ``repo_id``; see
-        :func:`geosteer.manifold.hub.push_to_hub`. Load it back with ``geosteer.manifold.load(repo_id)``."""
-        from geosteer.manifold.hub import push_to_hub
+    def save(self, folder: str | Path, **meta) -> Path:
+        """Write this bank as a surfaces artifact folder (``geosteer.manifold.save``: ``dtype=``, and ``meta``
+        recorded in the config). ``geosteer.load(folder, model=...)`` reads it back."""
+        from geosteer.methods import save_artifact
 
-        return push_to_hub(self, repo_id, **kwargs)
+        return save_artifact(self, folder, **meta)
 
-    def plot(self, layer: int, head: int, dim: int, kind: str = "heatmap", n: int = 48):
-        """One surface S_d(q, k) as a plotly figure (inline in a notebook): ``kind`` is ``heatmap``,
-        ``terrain`` (3-D) or ``controlnet`` (the K×K coefficients); see :func:`geosteer.viz.figures.surface_figure`."""
-        from geosteer.viz.figures import surface_figure
+    def push_to_hub(self, repo_id: str, *, private: bool = True, token: str | None = None,
+                    revision: str | None = None, commit_message: str | None = None, **meta) -> str:
+        """Upload this bank (saved with its model card) to the Hub repo ``repo_id``; return the repo URL.
+        Load it back with ``geosteer.load(repo_id)``. Figures of a surface: ``geosteer.viz.surfaces``."""
+        from geosteer.methods import push_artifact
 
-        return surface_figure(self, layer, head, dim, kind=kind, n=n)
+        return push_artifact(self, repo_id, private=private, token=token, revision=revision,
+                             commit_message=commit_message or "Upload geosteer attention-manifold surfaces", **meta)
+
+    def low_rank(self, rank: int) -> SurfaceBank:
+        """A copy with each C_d truncated to its ``rank`` largest singular values (``meta["low_rank"]``: the
+        discarded energy per layer); see :mod:`geosteer.manifold.low_rank`."""
+        from geosteer.manifold.low_rank import low_rank_bank
+
+        return low_rank_bank(self, rank)
 
     def clear_cache(self) -> None:
         """Drop the decode feature caches (they are rebuilt on the next decoding step)."""

@@ -1,0 +1,72 @@
+"""Rank-r surfaces: each K×K coefficient matrix C_d truncated to its r largest singular values.
+
+S_d(q, k) = B(q)ᵀ C_d B(k) = Σ_s σ_s (B(q)·u_s)(B(k)·w_s), so a rank-r bank has
+1 + S ≈ 1 + Σ_{s ≤ r} (B(q)·u_s)(B(k)·w_s): attention then multiplies [v, v⊙(B(k)·w_1), …] of r + 1 slices
+instead of K + 1 (the FLOP floor of ``benchmarks/manifold_speed.py`` with K replaced by r). Here the
+truncation is computed and measured (discarded singular-value energy, next-token KL against the exact bank
+on held-out text); a bank built by :func:`low_rank_bank` runs on the exact kernels (same values, same cost).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+
+def truncate(coefficients: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rank-r coefficients, discarded energy per layer).
+
+    ``coefficients`` (layers, heads, dim, K, K); the SVD runs in float64 per (layer, head, dim) matrix. The
+    discarded energy of a layer is Σ σ_s² over s > r divided by Σ σ_s², summed over its matrices (0 for an
+    all-zero layer): the squared Frobenius error of the truncation relative to the layer's coefficients.
+    """
+    K = coefficients.shape[-1]
+    if int(rank) != rank or not 1 <= rank <= K:
+        raise ValueError(f"rank must be an integer in 1 … {K} (K = grid size + 3), got {rank}")
+    c = coefficients.detach().double()
+    u, s, vh = torch.linalg.svd(c)
+    kept = (u[..., :rank] * s[..., None, :rank]) @ vh[..., :rank, :]
+    total = (s * s).flatten(1).sum(1)
+    dropped = (s[..., rank:] ** 2).flatten(1).sum(1)
+    energy = torch.where(total > 0, dropped / total.clamp_min(1e-300), torch.zeros_like(total))
+    return kept.to(coefficients.dtype), energy.float()
+
+
+def low_rank_bank(bank, rank: int):
+    """A copy of ``bank`` with rank-r coefficients; ``meta["low_rank"]`` holds the rank and the discarded
+    energy per layer. Walls and ranges are kept."""
+    coeff, energy = truncate(bank.coefficients, rank)
+    out = copy.deepcopy(bank)
+    out.clear_cache()
+    with torch.no_grad():
+        out.coefficients.copy_(coeff)
+    out.meta = dict(bank.meta, low_rank={"rank": int(rank), "discarded_energy": energy.tolist(),
+                                         "layers": list(bank.layers)})
+    return out
+
+
+def next_token_kl(model, exact, approx, ids: torch.Tensor) -> float:
+    """Mean over positions of KL(P_exact ‖ P_approx) of the next-token distributions (nats) on ``ids``.
+    The model must carry no bank (each is attached in turn; ``manifold.uninstall`` first)."""
+    from geosteer.interventions import steer
+
+    with torch.no_grad():
+        with steer(model, exact):
+            lp = torch.log_softmax(model(ids, use_cache=False).logits.float(), -1)
+        with steer(model, approx):
+            lq = torch.log_softmax(model(ids, use_cache=False).logits.float(), -1)
+    return float((lp.exp() * (lp - lq)).sum(-1).clamp_min(0.0).mean())
+
+
+def rank_report(model, bank, ranks, ids: torch.Tensor) -> list[dict]:
+    """Error against rank: one record per rank (discarded energy overall and per layer, next-token KL)."""
+    total = (bank.coefficients.detach().double() ** 2).flatten(1).sum(1)
+    rows = []
+    for r in ranks:
+        approx = low_rank_bank(bank, r)
+        e = torch.tensor(approx.meta["low_rank"]["discarded_energy"], dtype=torch.float64)
+        overall = float((e * total).sum() / total.sum()) if float(total.sum()) > 0 else 0.0
+        rows.append({"rank": int(r), "discarded_energy": overall, "discarded_energy_per_layer": e.tolist(),
+                     "next_token_kl": next_token_kl(model, bank, approx, ids), "tokens": int(ids.numel())})
+    return rows

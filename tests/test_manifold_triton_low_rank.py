@@ -1,0 +1,69 @@
+"""Rank-r surfaces (SurfaceBank.low_rank): exact at full rank, truncation and discarded energy against
+numpy's SVD, next-token KL against a direct computation."""
+
+import numpy as np
+import pytest
+import torch
+
+from geosteer import manifold
+from geosteer.interventions import steer
+from geosteer.manifold.low_rank import next_token_kl, rank_report, truncate
+from tests.conftest import sample_ids
+
+
+def _bank(model, seed=0):
+    bank = manifold.SurfaceBank(manifold.ManifoldConfig.for_model(model, grid_size=4, grid_range=(-3.0, 3.0)))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.5)
+    return bank
+
+
+def test_full_rank_reproduces_the_bank(tiny_cache):
+    model, tok = tiny_cache("llama")
+    bank = _bank(model)
+    full = bank.low_rank(bank.K)
+    assert (full.coefficients - bank.coefficients).abs().max().item() <= 1e-5
+    assert max(full.meta["low_rank"]["discarded_energy"]) <= 1e-12
+    ids = sample_ids(tok, 1)
+    with torch.no_grad(), steer(model, bank):
+        a = model(ids).logits
+    with torch.no_grad(), steer(model, full):
+        b = model(ids).logits
+    assert (a - b).abs().max().item() <= 1e-4
+    assert next_token_kl(model, bank, full, ids) <= 1e-8
+
+
+@pytest.mark.parametrize("rank", [1, 3])
+def test_truncation_matches_numpy_svd(rank):
+    g = torch.Generator().manual_seed(1)
+    c = torch.randn(2, 3, 4, 7, 7, generator=g)
+    c[1] = 0.0  # an all-zero layer: nothing to discard
+    kept, energy = truncate(c, rank)
+    for li in range(2):
+        num = den = 0.0
+        for h in range(3):
+            for d in range(4):
+                u, s, vh = np.linalg.svd(c[li, h, d].double().numpy())
+                want = (u[:, :rank] * s[:rank]) @ vh[:rank]
+                assert np.abs(kept[li, h, d].double().numpy() - want).max() <= 1e-5
+                assert np.linalg.matrix_rank(kept[li, h, d].double().numpy(), tol=1e-5) <= rank
+                num, den = num + (s[rank:] ** 2).sum(), den + (s ** 2).sum()
+        assert energy[li].item() == pytest.approx(num / den if den else 0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="rank must be an integer in 1 … 7"):
+        truncate(c, 8)
+
+
+def test_rank_report_kl_against_direct_computation(tiny_cache):
+    model, tok = tiny_cache("qwen3")
+    bank = _bank(model, seed=2)
+    ids = sample_ids(tok, 1)
+    rows = rank_report(model, bank, [1, 2], ids)
+    approx = bank.low_rank(1)
+    with torch.no_grad(), steer(model, bank):
+        p = torch.softmax(model(ids).logits.double(), -1)
+    with torch.no_grad(), steer(model, approx):
+        q = torch.softmax(model(ids).logits.double(), -1)
+    direct = float((p * (p.log() - q.log())).sum(-1).mean())
+    assert rows[0]["next_token_kl"] == pytest.approx(direct, rel=1e-3, abs=1e-7)
+    assert rows[0]["next_token_kl"] > 0 and rows[0]["discarded_energy"] > rows[1]["discarded_energy"] > 0
