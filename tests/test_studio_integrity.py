@@ -90,3 +90,26 @@ def test_studio_cli_refuses_bad_surfaces_in_one_line(env, monkeypatch, capsys, t
                            str(env["ws"] / "bad-meta"), "--workspace", str(tmp_path / "w"), "--port", "18791")
     one_line_exit_2(code, err)
     assert "meta" in err
+
+
+def test_edit_whose_effect_overflows_changes_nothing(env):
+    """Scaling one layer by 1000 again and again: coefficients stay finite long after the forward overflows;
+    the edit whose effect has non-finite logits is answered 400 and taken back (version and history)."""
+    c, s = env["client"], env["session"]
+    assert c.post("/api/load", json={"name": "kept"}).status_code == 200
+    effect = {"max_new_tokens": 2}
+    r = c.post("/api/edit", json={"op": "set", "scope": "layer", "layer": 0, "value": 1000, "effect": effect})
+    assert r.status_code == 200, r.text
+    for _ in range(12):
+        before = _state(env)
+        r = c.post("/api/edit", json={"op": "scale", "scope": "layer", "layer": 0, "factor": 1000,
+                                      "effect": effect})
+        if r.status_code == 400:
+            assert "non-finite logits" in r.json()["error"], r.text
+            assert _state(env) == before
+            break
+        assert r.status_code == 200, r.text
+    else:
+        pytest.fail("the forward never overflowed")
+    assert c.post("/api/effect", json=effect).status_code == 200  # the state it went back to still works
+    assert c.post("/api/load", json={"name": "kept"}).status_code == 200

@@ -30,6 +30,7 @@ import torch
 
 from geosteer.errors import GeosteerError
 from geosteer.models.loading import input_device
+from geosteer.overflow import NonFiniteLogits
 from geosteer.studio import bankio
 from geosteer.studio.bodies import EffectBody, parse
 from geosteer.studio.edits import EditSpec, UndoRecord, apply_edit, parse_edit, undo_edit
@@ -296,8 +297,39 @@ class Session(SurfaceViews):
             if ticket is not None:
                 ticket.cancel()
             raise
-        fut = None if job is None else self._submit(*job, *opts, t0, ticket)
-        return spec, version, fut
+        if job is None:
+            return spec, version, None
+        try:
+            fut = self._submit(*job, *opts, t0, ticket)
+        except NonFiniteLogits:
+            self._take_back(rec, version)
+            raise
+        return spec, version, self._unless_overflow(fut, rec, version)
+
+    def _unless_overflow(self, fut: Future, rec: UndoRecord, version: int) -> Future:
+        """``fut``, except that an edit whose effect overflows (non-finite logits) is taken back before the
+        error is answered: the answer is an error, so the state stays what it was."""
+        out: Future = Future()
+
+        def relay(f: Future) -> None:
+            err = f.exception()
+            if err is None:
+                out.set_result(f.result())
+                return
+            if isinstance(err, NonFiniteLogits):
+                self._take_back(rec, version)
+            out.set_exception(err)
+
+        fut.add_done_callback(relay)
+        return out
+
+    def _take_back(self, rec: UndoRecord, version: int) -> None:
+        """Undo edit ``rec`` if it is still the last change (state ``version``); the version goes back too."""
+        with self.lock:
+            if self.version == version and self.history and self.history[-1] is rec:
+                self.history.pop()
+                undo_edit(self.bank, rec)
+                self.version = rec.version_before
 
     def undo(self) -> str | None:
         with self.lock:
