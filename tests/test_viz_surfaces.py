@@ -46,25 +46,25 @@ def test_surface_view_matches_scipy_basis(art):
         S.surface_view(bank, 0, 0, 16)
 
 
-def test_bank_plot_returns_the_surface_figure(art):
-    """bank.plot(layer, head, dim): a plotly figure whose values are S_d on the grid (scipy-basis reference)
+def test_surface_figure_returns_the_surface(art):
+    """surface_figure(bank, layer, head, dim): a plotly figure whose values are S_d on the grid (scipy-basis reference)
     or the control net itself; bad kind / layer / dim are one-line ValueErrors."""
     bank = art["bank"]
     b = bspline_basis_reference(np.linspace(-3.0, 1.0, 9), 5, -3.0, 1.0)
     c = bank.coefficients[1, 3, 7].detach().double().numpy()
-    heat = bank.plot(2, 3, 7, n=9)
+    heat = S.surface_figure(bank, 2, 3, 7, n=9)
     np.testing.assert_allclose(np.asarray(heat.data[0].z), b @ c @ b.T, atol=1e-5)
-    terrain = bank.plot(2, 3, 7, kind="terrain", n=9)
+    terrain = S.surface_figure(bank, 2, 3, 7, kind="terrain", n=9)
     np.testing.assert_allclose(np.asarray(terrain.data[0].z), b @ c @ b.T, atol=1e-5)
-    net = bank.plot(2, 3, 7, kind="controlnet")
+    net = S.surface_figure(bank, 2, 3, 7, kind="controlnet")
     np.testing.assert_allclose(np.asarray(net.data[0].z), c, atol=1e-6)
     for kw, msg in [(dict(kind="pie"), "unknown figure kind 'pie'"), (dict(n=1), "n must be >= 2")]:
         with pytest.raises(ValueError, match=msg):
-            bank.plot(2, 3, 7, **kw)
+            S.surface_figure(bank, 2, 3, 7, **kw)
     with pytest.raises(ValueError, match="layer 1 has no surfaces"):
-        bank.plot(1, 0, 0)
+        S.surface_figure(bank, 1, 0, 0)
     with pytest.raises(ValueError, match="dim 16 out of range"):
-        bank.plot(0, 0, 16)
+        S.surface_figure(bank, 0, 0, 16)
 
 
 def test_top_surfaces_is_a_norm_ranking(art):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from geosteer.artifacts import base_fields, locate, read_config, render_model_card
+from geosteer.artifacts import base_fields, locate, push, read_config, render_model_card
 from geosteer.errors import ArtifactError
 from geosteer.formats import CONFIG_NAME, format_of
 
@@ -61,7 +61,9 @@ class ArtifactFormat:
 
     The skeleton every method's artifact uses: :meth:`header` (the common config fields), :meth:`read`
     (version gate, unknown keys warned), :meth:`card` (the model card), and ``load(folder, model)``,
-    which :func:`load_artifact` dispatches to by the ``format`` a folder's config names.
+    which :func:`load_artifact` dispatches to by the ``format`` a folder's config names. ``saves`` (a class)
+    and ``save(obj, folder, **kw) -> folder``: the writer :func:`save_artifact` dispatches to by the object's
+    class (what ``obj.save(folder)`` and ``obj.push_to_hub(repo)`` of an artifact-bearing object call).
     """
 
     name: str
@@ -70,6 +72,8 @@ class ArtifactFormat:
     known_keys: tuple[str, ...] = ()
     load: Callable[[Path, Any], Any] | None = None
     method: str = ""
+    saves: type | None = None
+    save: Callable[..., Path] | None = None
 
     def header(self) -> dict:
         return base_fields(self.name, self.version)
@@ -189,6 +193,28 @@ def load_artifact(folder: str | Path, model: Any = None) -> Any:
     if fmt is None or fmt.load is None:
         raise ArtifactError(f"{folder}: no loader for format '{name}'; known: {', '.join(sorted(table))}")
     return fmt.load(Path(folder), model)
+
+
+def save_artifact(obj: Any, folder: str | Path, **kw: Any) -> Path:
+    """Write ``obj`` as the artifact folder of its format (found by its class among the known formats)."""
+    table = formats()
+    for fmt in table.values():
+        if fmt.saves is not None and fmt.save is not None and isinstance(obj, fmt.saves):
+            return fmt.save(obj, folder, **kw)
+    savers = sorted(f.saves.__name__ for f in table.values() if f.saves is not None and f.save is not None)
+    raise ArtifactError(f"no artifact format saves a {type(obj).__name__}; known: {', '.join(savers)}")
+
+
+def push_artifact(obj: Any, repo_id: str, *, private: bool = True, token: str | None = None,
+                  revision: str | None = None, commit_message: str | None = None, **kw: Any) -> str:
+    """Save ``obj`` (see :func:`save_artifact`; ``kw`` goes to its writer) into a temporary folder and upload
+    it to the Hub repo ``repo_id``; return the repo URL."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="geosteer-push-") as tmp:
+        folder = save_artifact(obj, Path(tmp) / "artifact", **kw)
+        return push(folder, repo_id, private=private, token=token, revision=revision,
+                    commit_message=commit_message or f"Upload geosteer {type(obj).__name__}")
 
 
 def load(ref: str | Path, model: Any = None) -> Any:

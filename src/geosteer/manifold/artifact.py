@@ -248,4 +248,5 @@ def load(path: str | Path, model=None, *, verify: bool = True, force: bool = Fal
 
 
 SURFACES = ArtifactFormat(FORMAT, VERSION, tensors=(TENSORS_NAME,), known_keys=tuple(sorted(_KNOWN)),
-                          load=lambda folder, model: load(folder, model=model), method="manifold")
+                          load=lambda folder, model: load(folder, model=model), method="manifold",
+                          saves=SurfaceBank, save=lambda bank, folder, **meta: save(bank, folder, **meta))

@@ -124,22 +124,6 @@ def controlnet_figure(view: SurfaceView, title: str | None = None, height: int =
     return fig
 
 
-FIGURE_KINDS = ("heatmap", "terrain", "controlnet")
-
-
-def surface_figure(bank, layer: int, head: int, dim: int, kind: str = "heatmap", n: int = 48) -> go.Figure:
-    """The figure of one surface of ``bank`` (model ``layer``, ``head``, ``dim``), sampled on an n×n grid over its
-    fitted range: ``heatmap`` (Figure 2), ``terrain`` (3-D, Figure 1) or ``controlnet`` (C_d itself)."""
-    from geosteer.viz.surfaces import surface_view
-
-    if kind not in FIGURE_KINDS:
-        raise ValueError(f"unknown figure kind '{kind}'; valid: {', '.join(FIGURE_KINDS)}")
-    if n < 2:
-        raise ValueError(f"n must be >= 2 grid points (got {n})")
-    view = surface_view(bank, layer, head, dim, n=n)
-    return {"heatmap": heatmap_figure, "terrain": terrain_figure, "controlnet": controlnet_figure}[kind](view)
-
-
 def surfaces_grid_figure(views: Sequence[SurfaceView], points: Sequence[TokenPoints | None] | None = None,
                          cols: int = 4, title: str | None = None) -> go.Figure:
     """A grid of heatmaps (e.g. the top-N surfaces of one layer by norm), shared colour scale."""

@@ -10,12 +10,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from geosteer.models.loading import input_device
-from geosteer.viz.figures import SurfaceView, TokenPoints
+from geosteer.viz.figures import SurfaceView, TokenPoints, controlnet_figure, heatmap_figure, terrain_figure
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 
 def bank_layers(bank) -> list[int]:
@@ -161,3 +165,17 @@ def points_from_rows(rows: Sequence[dict], layer: int, head: int, dim: int) -> t
     sel = sorted((r for r in rows if (r.get("layer"), r.get("head"), r.get("dim")) == (layer, head, dim)),
                  key=lambda r: r["token_index"])
     return [str(r["token"]) for r in sel], [float(r["q"]) for r in sel], [float(r["k"]) for r in sel]
+
+
+FIGURE_KINDS = ("heatmap", "terrain", "controlnet")
+
+
+def surface_figure(bank, layer: int, head: int, dim: int, kind: str = "heatmap", n: int = 48) -> go.Figure:
+    """The figure of one surface of ``bank`` (model ``layer``, ``head``, ``dim``), sampled on an n×n grid over its
+    fitted range: ``heatmap`` (Figure 2), ``terrain`` (3-D, Figure 1) or ``controlnet`` (C_d itself)."""
+    if kind not in FIGURE_KINDS:
+        raise ValueError(f"unknown figure kind '{kind}'; valid: {', '.join(FIGURE_KINDS)}")
+    if n < 2:
+        raise ValueError(f"n must be >= 2 grid points (got {n})")
+    view = surface_view(bank, layer, head, dim, n=n)
+    return {"heatmap": heatmap_figure, "terrain": terrain_figure, "controlnet": controlnet_figure}[kind](view)
