@@ -4,7 +4,7 @@ Given target prompts with a continuation to suppress and control prompts to leav
 (layer, head, dim) value channels and which (q, k) boxes to wall off (``geosteer.manifold.walls``: gain exactly
 0 inside the box). Three stages, all on the frozen model with its surfaces attached:
 
-1. **Candidates** (:func:`score_candidates`): attribution patching. One forward/backward per prompt set gives
+1. **Candidates** (``wall_learn_candidates``): attribution patching. One forward/backward per prompt set gives
    ∂ℓ/∂o for every attention output o_{i,h,d} of the candidate layers; zeroing channel (l, h, d) changes the
    target continuation's log-prob by ≈ −Σ_i g_id o_id (first order). score = mean target drop − mean |change
    of each control prompt's greedy-token log-probs|. The top-N channels get a starting box spanning the
@@ -326,10 +326,3 @@ class SoftWalls(nn.Module):
                 walls.append(Wall(layer=int(c["layer"]), heads=(int(c["head"]),), dims=(int(c["dim"]),),
                                   q=(box[0], box[1]), k=(box[2], box[3])))
         return walls
-
-
-def score_candidates(model, tok, bank, tb: Batch, cb: Batch, cfg: WallLearnConfig, layers: list[int]) -> list[dict]:
-    """Top ``cfg.candidates`` channels by contrastive attribution (``wall_learn_candidates``)."""
-    from geosteer.manifold.wall_learn_candidates import score_candidates as score
-
-    return score(model, tok, bank, tb, cb, cfg, layers)

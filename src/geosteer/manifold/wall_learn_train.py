@@ -26,9 +26,9 @@ from geosteer.manifold.wall_learn import (
     control_logprobs,
     encode_controls,
     encode_targets,
-    score_candidates,
     target_logprob,
 )
+from geosteer.manifold.wall_learn_candidates import score_candidates
 from geosteer.progress import counter
 
 
