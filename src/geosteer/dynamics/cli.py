@@ -258,16 +258,3 @@ def parallelize(model: str = MODEL_OPT,
         emit(safe, False, table_title=f"safe speed-up at ΔL ≤ {threshold}")
         if rho:
             emit(rho, False)
-
-
-def register(app: typer.Typer) -> None:
-    from geosteer.dynamics.cli_geometry import add_commands  # critical | commutator | pressure | gain-depth
-
-    add_commands(dyn)
-    from geosteer.dynamics.cli_prefix import add_commands as add_prefix  # prefix-spread | anchors | edit-...
-
-    add_prefix(dyn)
-    from geosteer.dynamics.cli_continuation import add_commands as add_continuation  # continuation | basins
-
-    add_continuation(dyn)
-    app.add_typer(dyn, name="dynamics")

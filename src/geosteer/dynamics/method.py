@@ -51,6 +51,6 @@ METHOD = register_method(Method(
     ),
     build=_build,
     validate=_validate,
-    cli="geosteer.dynamics.cli",
+    cli="geosteer.dynamics.cli_register",
     artifacts=(GATES, GATES_V0),
 ))
