@@ -30,7 +30,7 @@ def _naive(c: torch.Tensor, body: dict) -> torch.Tensor:
         v = float(c[slot, h, d, r, k])
         op = body["op"]
         out[slot, h, d, r, k] = {"scale": v * body.get("factor", 1.0), "invert": -v, "zero": 0.0,
-                                 "set": body.get("value", 0.0), "wall": -1.0}[op]
+                                 "set": body.get("value", 0.0), "grid-wall": -1.0}[op]
     return out
 
 
@@ -41,7 +41,7 @@ CASES = [
     {"op": "set", "scope": "surface", "layer": 4, "head": 0, "dim": 3, "row": 2, "col": 4, "value": 0.7},
     {"op": "invert", "scope": "surface", "layer": 6, "head": 2, "dim": 0, "rows": [2, 4]},
     {"op": "zero", "scope": "head", "layer": 6, "head": 0, "cols": [0, 1]},
-    {"op": "wall", "scope": "layer", "layer": 4, "rows": [1, 3], "cols": [2, 2]},
+    {"op": "grid-wall", "scope": "layer", "layer": 4, "rows": [1, 3], "cols": [2, 2]},
 ]
 
 
@@ -62,13 +62,32 @@ def test_edit_matches_naive_loop_and_undo_restores(body):
     spec = parse_edit(dict(body), SHAPE, LAYERS)
     rec = apply_edit(bank, spec, version_before=1)
     torch.testing.assert_close(bank.coefficients.detach(), _naive(orig, body), rtol=0, atol=0)
-    op = {"wall": "grid-wall"}.get(body["op"], body["op"])  # the studio's wall is the control-point wall
-    assert bank.history[-1]["op"] == op and bank.history[-1]["source"] == "studio"
+    assert bank.history[-1]["op"] == body["op"] and bank.history[-1]["source"] == "studio"  # library names
     undo_edit(bank, rec)
     assert torch.equal(bank.coefficients.detach(), orig) and bank.history == []
 
 
+def test_exact_wall_is_the_librarys_wall_and_undo_removes_it():
+    import math
+
+    from geosteer.manifold.walls import Wall
+
+    bank = _bank()
+    orig = bank.coefficients.detach().clone()
+    spec = parse_edit({"op": "wall", "scope": "head", "layer": 6, "head": 1, "q": [0.5, None]}, SHAPE, LAYERS)
+    rec = apply_edit(bank, spec, version_before=1)
+    assert torch.equal(bank.coefficients.detach(), orig)  # a region list, not coefficients
+    assert bank.walls == [Wall(layer=6, heads=(1,), dims=None, q=(0.5, math.inf), k=(-math.inf, math.inf))]
+    assert bank.history[-1]["op"] == "wall" and "q 0.5..inf" in spec.describe()
+    undo_edit(bank, rec)
+    assert bank.walls == [] and bank.history == []
+
+
 @pytest.mark.parametrize("body,msg", [
+    ({"op": "wall", "scope": "layer", "layer": 4, "rows": [0, 1]}, "wall .exact. takes q/k value ranges"),
+    ({"op": "grid-wall", "scope": "layer", "layer": 4, "q": [0, 1]}, "grid-wall takes no q/k ranges"),
+    ({"op": "wall", "scope": "layer", "layer": 4, "q": [1, 0]}, "lo must be below hi"),
+    ({"op": "wall", "scope": "layer", "layer": 4, "k": [0, "x"]}, r"k must be \[lo, hi\]"),
     ({"op": "flip", "layer": 4, "head": 0, "dim": 0}, "op must be one of"),
     ({"op": "invert", "scope": "model", "layer": 4}, "scope must be one of"),
     ({"op": "invert", "layer": 5, "head": 0, "dim": 0}, "layer must be one of"),

@@ -47,7 +47,7 @@ def _client(i: int, url: str, info: dict, stop_at: float, saves: list, statuses:
                                                  "load"])
             try:
                 if op == "edit":
-                    kind = rnd.choice(["invert", "scale", "zero", "wall", "set"])
+                    kind = rnd.choice(["invert", "scale", "zero", "grid-wall", "set"])
                     body = {"op": kind, "scope": rnd.choice(["surface", "surface", "head", "layer"]),
                             "layer": rnd.choice(layers), "head": rnd.randrange(heads),
                             "dim": rnd.randrange(dims), "effect": effect}

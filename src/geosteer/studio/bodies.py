@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-OPS = ("scale", "invert", "zero", "set", "wall")
+OPS = ("scale", "invert", "zero", "set", "grid-wall", "wall")  # the library's names (geosteer.manifold.edit)
 SCOPES = ("surface", "head", "layer")
 REFERENCES = ("loaded", "previous", "none")
 
@@ -45,7 +45,7 @@ class EditBody(Body):
     """``/api/edit`` without its ``effect`` (``geosteer.studio.edits.parse_edit``)."""
 
     noun: ClassVar[str] = "edit "
-    op: Literal["scale", "invert", "zero", "set", "wall"]
+    op: Literal["scale", "invert", "zero", "set", "grid-wall", "wall"]
     scope: Literal["surface", "head", "layer"] = "surface"
     layer: int
     head: int | None = None  # needed for scope surface/head
@@ -56,6 +56,8 @@ class EditBody(Body):
     cols: Any = None
     row: Any = None  # aliases of rows/cols for one control point
     col: Any = None
+    q: Any = None  # op wall: [lo, hi] of the query coordinate (null for an open end); default the whole line
+    k: Any = None  # op wall: [lo, hi] of the key coordinate
 
 
 class SaveBody(Body):

@@ -2,13 +2,11 @@
 
 An edit targets a surface (layer, head, dim), a head (all its dims) or a layer (all heads and dims), and
 optionally a rectangle of the K×K control net (``rows``/``cols`` inclusive ranges; rows = query axis,
-columns = key axis, paper §5). Operations (paper §5): ``scale`` (αC), ``invert`` (−C, gain 1 + S → 1 − S),
-``zero`` (0), ``set`` (a value, e.g. one control point), ``wall`` (−1: since the cubic B-spline basis is a
-partition of unity inside the fitted range, C ≡ −1 on a region makes S = −1 there, gain 0). The studio's
-``wall`` is the library's ``grid-wall`` edit (control points, so it blocks only where q and k lie inside
-the grid); exact region walls that also block past the grid are ``wall`` edits of the CLI/library
-(``geosteer manifold edit "wall layer=… q=a..b k=c..d"``), which the studio lists
-(``/api/info`` ``walls``, the "Exact walls" panel) but does not draw or edit yet.
+columns = key axis, paper §5). Operations, named as the library names them (:mod:`geosteer.manifold.edit`):
+``scale`` (αC), ``invert`` (−C, gain 1 + S → 1 − S), ``zero`` (0), ``set`` (a value, e.g. one control point),
+``grid-wall`` (C = −1 on the control points: S = −1, gain 0, only where q and k lie inside the grid; past it
+value leaks) and ``wall`` (an exact region wall: gain exactly 0 for every pair with q and k in the given
+``q``/``k`` value ranges, default the whole plane, also past the grid; a region list, not coefficients).
 The studio validates the JSON request (its shape with the pydantic model
 :class:`geosteer.studio.bodies.EditBody`, then the indices against the bank; one-line messages), keeps the
 old values of the edited block for undo, and lets ``geosteer.manifold.edit.apply_edit`` do the edit (so it
@@ -39,6 +37,8 @@ class EditSpec:
     value: float | None = None
     rows: tuple[int, int] | None = None
     cols: tuple[int, int] | None = None
+    q: tuple[float, float] | None = None  # op wall only
+    k: tuple[float, float] | None = None
 
     def describe(self) -> str:
         where = f"L{self.layer}"
@@ -53,6 +53,9 @@ class EditSpec:
             region += f" rows {self.rows[0]}–{self.rows[1]}"
         if self.cols is not None:
             region += f" cols {self.cols[0]}–{self.cols[1]}"
+        for name, r in (("q", self.q), ("k", self.k)):
+            if r is not None:
+                region += f" {name} {r[0]:g}..{r[1]:g}"
         return f"{what} {self.scope} {where}{region}"
 
 
@@ -63,6 +66,7 @@ class UndoRecord:
     spec: EditSpec
     version_before: int
     entry: dict | None = None  # the bank.history record the edit added
+    walls: list | None = None  # the exact walls before a ``wall`` edit (what undo puts back)
 
 
 def _range(v: Any, name: str, k: int) -> tuple[int, int] | None:
@@ -77,6 +81,23 @@ def _range(v: Any, name: str, k: int) -> tuple[int, int] | None:
     if not (0 <= a <= b < k):
         raise ValueError(f"{name} [{a}, {b}] out of range: control-net indices are 0–{k - 1}, first ≤ last")
     return (a, b)
+
+
+def _value_range(v: Any, name: str) -> tuple[float, float] | None:
+    """``[lo, hi]`` of a wall in q/k coordinates (null: an open end); lo < hi."""
+    import math
+
+    if v is None:
+        return None
+    ok = isinstance(v, (list, tuple)) and len(v) == 2 and all(
+        x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)) for x in v)
+    if not ok:
+        raise ValueError(f"{name} must be [lo, hi] (numbers, null for an open end), got {v!r}")
+    lo = -math.inf if v[0] is None else float(v[0])
+    hi = math.inf if v[1] is None else float(v[1])
+    if not lo < hi:
+        raise ValueError(f"{name} [{v[0]}, {v[1]}]: lo must be below hi")
+    return (lo, hi)
 
 
 def parse_edit(body: dict | EditBody, shape: tuple[int, ...], layers: list[int]) -> EditSpec:
@@ -98,6 +119,12 @@ def parse_edit(body: dict | EditBody, shape: tuple[int, ...], layers: list[int])
     dim = integer("dim", e.dim, dims) if e.scope == "surface" else None
     rows = _range(e.rows if e.rows is not None else e.row, "rows", k)
     cols = _range(e.cols if e.cols is not None else e.col, "cols", k)
+    if e.op == "wall" and (rows is not None or cols is not None):
+        raise ValueError("wall (exact) takes q/k value ranges, not control-net rows/cols; the control-point "
+                         "wall is grid-wall")
+    if e.op != "wall" and (e.q is not None or e.k is not None):
+        raise ValueError(f"{e.op} takes no q/k ranges (only the exact wall does)")
+    q, kr = _value_range(e.q, "q"), _value_range(e.k, "k")
     factor = value = None
     if e.op == "scale":
         if e.factor is None or not abs(e.factor) <= 1e3:
@@ -107,7 +134,7 @@ def parse_edit(body: dict | EditBody, shape: tuple[int, ...], layers: list[int])
         if e.value is None or not abs(e.value) <= 1e3:
             raise ValueError(f"set needs a numeric value with |value| ≤ 1000 (got {e.value!r})")
         value = float(e.value)
-    return EditSpec(e.op, e.scope, e.layer, head, dim, factor, value, rows, cols)
+    return EditSpec(e.op, e.scope, e.layer, head, dim, factor, value, rows, cols, q, kr)
 
 
 def index_of(spec: EditSpec, slot: int) -> tuple:
@@ -127,9 +154,11 @@ def to_edit(spec: EditSpec, layer: int):
         return None if r is None else list(range(r[0], r[1] + 1))
 
     value = spec.factor if spec.op == "scale" else spec.value if spec.op == "set" else None
-    op = "grid-wall" if spec.op == "wall" else spec.op  # control-point wall (see the module docstring)
-    return Edit(op, layers=[layer], heads=None if spec.head is None else [spec.head],
-                dims=None if spec.dim is None else [spec.dim], rows=span(spec.rows), cols=span(spec.cols),
+    heads = None if spec.head is None else [spec.head]
+    dims = None if spec.dim is None else [spec.dim]
+    if spec.op == "wall":
+        return Edit("wall", layers=[layer], heads=heads, dims=dims, q=spec.q, k=spec.k)
+    return Edit(spec.op, layers=[layer], heads=heads, dims=dims, rows=span(spec.rows), cols=span(spec.cols),
                 value=value)
 
 
@@ -139,15 +168,18 @@ def apply_edit(bank, spec: EditSpec, version_before: int) -> UndoRecord:
 
     idx = index_of(spec, bank.slot(spec.layer))
     old = bank.coefficients.detach()[idx].clone()
+    walls = list(getattr(bank, "walls", [])) if spec.op == "wall" else None
     entry = manifold_apply(bank, to_edit(spec, spec.layer))
     entry["source"] = "studio"
-    return UndoRecord(idx, old, spec, version_before, entry)
+    return UndoRecord(idx, old, spec, version_before, entry, walls)
 
 
 def undo_edit(bank, rec: UndoRecord) -> None:
     """Put the old values back and drop the edit's history record."""
     with torch.no_grad():
         bank.coefficients[rec.index] = rec.old
+    if rec.walls is not None:
+        bank.set_walls(rec.walls)
     if hasattr(bank, "clear_cache"):
         bank.clear_cache()
     if rec.entry is not None and bank.history and bank.history[-1] is rec.entry:

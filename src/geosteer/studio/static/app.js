@@ -67,7 +67,7 @@ function renderInfo(d) {
     const a = document.createElement("a");
     a.href = "/results/" + r.id.split("/").map(encodeURIComponent).join("/");
     a.target = "_blank";
-    a.textContent = r.id;
+    a.textContent = r.label || r.id;
     li.appendChild(a);
     ul.appendChild(li);
   }
@@ -274,6 +274,18 @@ function range(text) {
   return [parseInt(m[1], 10), parseInt(m[2] === undefined ? m[1] : m[2], 10)];
 }
 
+// "a..b" (either side may be empty: an open end) -> [a, b] with null for an open end; "" -> undefined
+function valueRange(text, name) {
+  const t = (text || "").trim();
+  if (!t) return undefined;
+  const m = t.match(/^\s*(-?[0-9.eE+-]*)\s*\.\.\s*(-?[0-9.eE+-]*)\s*$/);
+  if (!m) throw new Error(`${name}: type lo..hi (e.g. 0.5..2, or 0.5.. for no upper end)`);
+  const side = (s) => (s === "" ? null : Number(s));
+  const out = [side(m[1]), side(m[2])];
+  if (out.some((v) => v !== null && !Number.isFinite(v))) throw new Error(`${name}: lo and hi must be numbers`);
+  return out;
+}
+
 async function edit(op) {
   if (cur.layer === null) throw new Error("choose a surface first");
   const body = { op, scope: $("scope").value, layer: cur.layer };
@@ -283,6 +295,10 @@ async function edit(op) {
     body.rows = range($("cp-row").value); body.cols = range($("cp-col").value);
     body.value = parseFloat($("cp-value").value);
     if (body.rows === undefined || body.cols === undefined) throw new Error("type a control-point row and col");
+  } else if (op === "wall") {  // the exact wall: q/k value ranges (empty: the whole line), no control points
+    const q = valueRange($("wall-q").value, "q"), k = valueRange($("wall-k").value, "k");
+    if (q) body.q = q;
+    if (k) body.k = k;
   } else {
     const r = range($("rows").value), c = range($("cols").value);
     if (r) body.rows = r;
@@ -340,7 +356,7 @@ function wire() {
   $("rank").addEventListener("click", guard(rank));
   $("show").addEventListener("click", guard(() => select(parseInt($("layer").value, 10),
     parseInt($("head").value, 10), parseInt($("dim").value, 10))));
-  for (const op of ["invert", "zero", "wall", "scale", "set"]) {
+  for (const op of ["invert", "zero", "grid-wall", "wall", "scale", "set"]) {
     $("op-" + op).addEventListener("click", guard(() => edit(op)));
   }
   $("undo").addEventListener("click", guard(undo));
