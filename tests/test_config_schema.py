@@ -3,6 +3,7 @@ the CLI and the studio alike; the base-model check cannot be bypassed by removin
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -164,6 +165,20 @@ def test_gates_config_is_checked(gates_dir, tmp_path, name, edit, match):
     assert len(str(ei.value).splitlines()) == 1
 
 
+def test_gates_with_changed_weights_are_refused_by_their_checksum(gates_dir, tmp_path):
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from geosteer.dynamics.gates import WEIGHTS_NAME, load_gates
+
+    folder = tmp_path / "flipped"
+    shutil.copytree(gates_dir, folder)
+    save_file({"alpha": torch.tensor([1.0, 1.0, 1.5])}, str(folder / WEIGHTS_NAME))
+    with pytest.raises(ArtifactError, match="checksum differs"):
+        load_gates(folder)
+
+
 def test_gates_whose_forward_overflows_are_refused(llama, gates_dir, tmp_path):
     import shutil
 
@@ -175,6 +190,9 @@ def test_gates_whose_forward_overflows_are_refused(llama, gates_dir, tmp_path):
     folder = tmp_path / "huge"
     shutil.copytree(gates_dir, folder)
     save_file({"alpha": torch.full((3,), 3e38)}, str(folder / WEIGHTS_NAME))
+    doc = json.loads((folder / "geosteer_config.json").read_text())
+    doc["sha256"] = hashlib.sha256((folder / WEIGHTS_NAME).read_bytes()).hexdigest()  # a consistent artifact
+    (folder / "geosteer_config.json").write_text(json.dumps(doc))
     with pytest.raises(GeosteerError, match="overflow the model's forward"):
         load_gates(folder, model)
     assert load_gates(gates_dir, model).alpha.detach().eq(1.0).all()

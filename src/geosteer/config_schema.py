@@ -127,6 +127,7 @@ class GatesConfig(_Open):
     init: Finite = 1.0
     method: StrictStr | None = None
     extra: dict[str, Any] = {}
+    sha256: Digest | None = None  # of gates.safetensors (gates written before it was recorded have none)
 
     @model_validator(mode="after")
     def _layers(self) -> GatesConfig:

@@ -95,9 +95,10 @@ class FFNGates(nn.Module):
             cfg["extra"] = extra
 
         def fill(tmp: Path) -> None:
-            (tmp / CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n")
             save_file({"alpha": self.alpha.detach().cpu().contiguous()}, str(tmp / WEIGHTS_NAME),
                       metadata={"format": FORMAT, "version": str(VERSION)})
+            cfg["sha256"] = _file_sha256(tmp / WEIGHTS_NAME)
+            (tmp / CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n")
             (tmp / CARD_NAME).write_text(self._card(extra or {}))
 
         return write_folder_atomic(path, fill, overwrite=overwrite, kind=FORMAT)
@@ -129,7 +130,13 @@ class FFNGates(nn.Module):
             tags=["ffn-gates"])
 
 
-_KNOWN = {"layers", "init", "method", "extra", "n_layers", "base_model"}
+_KNOWN = {"layers", "init", "method", "extra", "n_layers", "base_model", "sha256"}
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_gates(path: str | Path, model: nn.Module | None = None) -> FFNGates:
@@ -156,6 +163,9 @@ def load_gates(path: str | Path, model: nn.Module | None = None) -> FFNGates:
         raise ArtifactError(f"{path} holds a '{str(got)[:80]}' artifact, not dynamics.gates")
     else:
         validate_config(cfg, GatesConfig, path)  # the first, unversioned format: the same field checks
+    if cfg.get("sha256") is not None and _file_sha256(w_file) != cfg["sha256"]:
+        raise ArtifactError(f"{w_file} does not match its config (checksum differs): the artifact was "
+                            "modified or only partly copied")
     try:
         alpha = load_file(str(w_file)).get("alpha")
     except (SafetensorError, OSError, ValueError) as e:
