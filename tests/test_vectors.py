@@ -212,6 +212,10 @@ def test_artifact_roundtrip_load_artifact_and_recipe(tiny_cache, tmp_path):
     with pytest.raises(ArtifactError, match="was made for base model 'tiny-llama'"):
         load_vectors(folder, other)
     assert load_vectors(folder, other, force=True).point == "resid_post"
+    spec = InterventionSpec.from_dict({"vectors": str(folder)})
+    with pytest.raises(ArtifactError, match="was made for base model"):
+        spec.build(other)
+    assert len(spec.build(other, force=True)) == 1
 
 
 def test_push_to_hub_uploads_the_artifact(tiny_cache, tmp_path, monkeypatch):

@@ -15,13 +15,14 @@ def _validate(v: dict) -> None:
         raise GeosteerError("vector_layers= needs vectors= (a steering-vectors artifact folder)")
 
 
-def _build(model, v: dict) -> list:
+def _build(model, v: dict, force: bool = False) -> list:
+    """The vectors with the recipe's apply settings; ``force``: also when recorded for another base model."""
     if v["vectors"] is None or float(v["vector_scale"]) == 0:
         return []
     from geosteer.models.anatomy import anatomy, parse_layers
     from geosteer.vectors.artifact import load_vectors
 
-    sv = load_vectors(v["vectors"], model)
+    sv = load_vectors(v["vectors"], model, force=force)
     layers = parse_layers(v["vector_layers"], anatomy(model).n_layers)
     return [sv.with_(scale=v["vector_scale"], mode=v["vector_mode"], from_token=v["vector_from"],
                      phase=v["vector_phase"], layers=layers)]
