@@ -121,6 +121,8 @@ class SurfaceBank(nn.Module):
         self.meta: dict = {}
         self.block = DEFAULT_BLOCK
         self.backend: str | None = None  # triton | torch | cpu | None (automatic; see manifold.kernel)
+        self.rank: int | None = None  # set by low_rank(r): inference takes the r + 1-slice path
+        self._factors: dict = {}
         self.fused = True  # compute the stock part in the same product (False: stock SDPA + Δo)
         self.enabled = True
         self._caches: dict[int, _FeatureCache] = {}
@@ -305,6 +307,21 @@ class SurfaceBank(nn.Module):
 
         return low_rank_bank(self, rank)
 
+    def _low_rank_attention(self, slot: int, c: torch.Tensor):
+        """modulated_attention's signature on the rank-r path (factors of this layer cached per version)."""
+        from geosteer.manifold.low_rank import factors, low_rank_attention
+
+        key = (slot, self.rank, self.coefficients._version, c.device)
+        uw = self._factors.get(key)
+        if uw is None:
+            self._factors = {k: f for k, f in self._factors.items() if k[0] != slot}
+            uw = self._factors[key] = factors(c, self.rank)
+
+        def attend(q, k, v, _c, grid_size, lo, hi, *, dropout, features, backend, **kw):
+            return low_rank_attention(q, k, v, *uw, grid_size, lo, hi, **kw)
+
+        return attend
+
     def clear_cache(self) -> None:
         """Drop the decode feature caches (they are rebuilt on the next decoding step)."""
         self._caches.clear()
@@ -380,7 +397,9 @@ class SurfaceBank(nn.Module):
         fused = self.fused and last
         features = None
         name = backend_choice(self.backend)
-        if not torch.is_grad_enabled() and L < T and not use_triton(name, q, lo_f, hi_f):
+        low_rank = (self.rank is not None and not grad and name != "triton"
+                    and not (call.dropout and call.module.training))
+        if not torch.is_grad_enabled() and L < T and not low_rank and not use_triton(name, q, lo_f, hi_f):
             # decoding with a KV cache: reuse the key-side features of the past keys
             cache = self._caches.setdefault(slot, _FeatureCache())
             mask = call.attention_mask
@@ -388,7 +407,8 @@ class SurfaceBank(nn.Module):
             if not crop:
                 features = cache.get(k, v, L, (lo_f, hi_f),
                                      lambda kk, vv: key_features(kk, vv, self.grid_size, lo_f, hi_f))
-        out = modulated_attention(
+        attend = self._low_rank_attention(slot, c) if low_rank else modulated_attention
+        out = attend(
             q, k, v, c, self.grid_size, lo_f, hi_f, attn_mask=call.attention_mask, is_causal=bool(is_causal),
             scaling=call.scaling, softcap=kw.get("softcap"),
             dropout=call.dropout if call.module.training else 0.0,

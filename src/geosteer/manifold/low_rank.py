@@ -4,7 +4,9 @@ S_d(q, k) = B(q)ᵀ C_d B(k) = Σ_s σ_s (B(q)·u_s)(B(k)·w_s), so a rank-r ban
 1 + S ≈ 1 + Σ_{s ≤ r} (B(q)·u_s)(B(k)·w_s): attention then multiplies [v, v⊙(B(k)·w_1), …] of r + 1 slices
 instead of K + 1 (the FLOP floor of ``benchmarks/manifold_speed.py`` with K replaced by r). Here the
 truncation is computed and measured (discarded singular-value energy, next-token KL against the exact bank
-on held-out text); a bank built by :func:`low_rank_bank` runs on the exact kernels (same values, same cost).
+on held-out text). A bank built by :func:`low_rank_bank` has ``rank`` set: its inference forwards run
+:func:`low_rank_attention` (PyTorch ops, r + 1 slices, no decode feature cache); with autograd, or on the
+Triton backend, it runs the exact kernels on the truncated coefficients (the same values).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def low_rank_bank(bank, rank: int):
         out.coefficients.copy_(coeff)
     out.meta = dict(bank.meta, low_rank={"rank": int(rank), "discarded_energy": energy.tolist(),
                                          "layers": list(bank.layers)})
+    out.rank = int(rank) if rank < bank.K else None  # inference runs the r + 1-slice path
     return out
 
 
@@ -70,3 +73,52 @@ def rank_report(model, bank, ranks, ids: torch.Tensor) -> list[dict]:
         rows.append({"rank": int(r), "discarded_energy": overall, "discarded_energy_per_layer": e.tolist(),
                      "next_token_kl": next_token_kl(model, bank, approx, ids), "tokens": int(ids.numel())})
     return rows
+
+
+def factors(coefficients: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(U, W), each (..., K, r), with U Wᵀ the rank-r truncation of C (√σ on each side)."""
+    u, s, vh = torch.linalg.svd(coefficients.detach().double())
+    root = s[..., :rank].sqrt()
+    dt = coefficients.dtype
+    w = vh[..., :rank, :].transpose(-1, -2) * root[..., None, :]
+    return (u[..., :rank] * root[..., None, :]).to(dt), w.to(dt)
+
+
+def low_rank_attention(query, key, value, U, W, grid_size: int, lo, hi, *, attn_mask=None, is_causal=False,
+                       scaling=None, softcap=None, with_value: bool = True, block: int = 128) -> torch.Tensor:
+    """Modulated attention (b, L, H, d) with rank-r surfaces C = U Wᵀ (U, W: (H, d, K, r)), r + 1 slices.
+
+    Key side per query head: [v⊙(B(k)·w_1), …, v⊙(B(k)·w_r), v]; one product of each query block's
+    attention weights with it, then o = o_v + Σ_s (B(q)·u_s) o_s. Same masks, scaling, soft-capping and GQA
+    as :func:`geosteer.manifold.kernel.modulated_attention`, whose private helpers give the weights.
+    """
+    from geosteer.manifold.bspline import bspline_basis
+    from geosteer.manifold.kernel import _prepare, _query_blocks, _weights_block
+
+    dtype = query.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        query, key, value = query.float(), key.float(), value.float()
+        attn_mask = attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else attn_mask.float()
+    key, value, _, query_g, common = _prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                                              scaling=scaling, softcap=softcap, dropout=0.0)
+    b, H, L, d = query.shape
+    hkv, rep = query_g.shape[1], query_g.shape[2]
+    r = U.shape[-1]
+    Ug, Wg = (x.to(query.dtype).view(hkv, rep, d, -1, r) for x in (U, W))
+    gk = torch.einsum("bgtdk,grdks->bgrtds", bspline_basis(key, grid_size, lo, hi), Wg)
+    v6 = value[:, :, None, :, :, None]
+    feats = torch.cat((gk * v6, v6.expand(-1, -1, rep, -1, -1, 1)), -1).reshape(b, hkv, rep, key.shape[2],
+                                                                                d * (r + 1))
+    qf = torch.einsum("bgrldk,grdks->bgrlds", bspline_basis(query.view(b, hkv, rep, L, d), grid_size, lo, hi), Ug)
+    outs = []
+    for s0, e0, rng in _query_blocks(L, block, common):
+        if rng is None:
+            outs.append(query.new_zeros(b, hkv, rep, e0 - s0, d))
+            continue
+        k0, k1 = rng
+        p = _weights_block(query_g, key, s0, e0, k0, k1, **common)  # (b, hkv, rep, n_q, n_k)
+        o = torch.matmul(p, feats[:, :, :, k0:k1]).view(b, hkv, rep, e0 - s0, d, r + 1)
+        delta = (o[..., :r] * qf[:, :, :, s0:e0]).sum(-1)
+        outs.append(o[..., r] + delta if with_value else delta)
+    out = torch.cat(outs, dim=3) if len(outs) > 1 else outs[0]
+    return out.reshape(b, H, L, d).transpose(1, 2).contiguous().to(dtype)
