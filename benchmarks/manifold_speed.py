@@ -100,7 +100,8 @@ def bench_forward(model, bank, tokens: int, repeats: int) -> dict:
         finally:
             rm()
 
-    return {"tokens": tokens, **_pairs(stock, surf, repeats), "flop_floor": round(flop_floor(model, tokens, bank.K), 3)}
+    floor = flop_floor(model, tokens, bank.rank or bank.K)
+    return {"tokens": tokens, **_pairs(stock, surf, repeats), "flop_floor": round(floor, 3)}
 
 
 def bench_decode(model, bank, prompt_tokens: int, new_tokens: int, repeats: int) -> dict:
@@ -136,7 +137,7 @@ def bench_decode(model, bank, prompt_tokens: int, new_tokens: int, repeats: int)
     return {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "stock_s_per_token": statistics.median(ta),
             "surfaces_s_per_token": statistics.median(tb), "ratio": statistics.median(ratios),
             "ratio_min": min(ratios), "ratio_max": max(ratios), "repeats": repeats,
-            "flop_floor": round(flop_floor(model, 1, bank.K, cache=prompt_tokens + new_tokens // 2), 3)}
+            "flop_floor": round(flop_floor(model, 1, bank.rank or bank.K, cache=prompt_tokens + new_tokens // 2), 3)}
 
 
 def bench_train(model, bank, seq: int, batch: int, repeats: int) -> dict:
@@ -214,6 +215,7 @@ def main(argv=None) -> None:
     ap.add_argument("--train-batch", type=int, default=8)
     ap.add_argument("--mem-tokens", type=int, default=4096)
     ap.add_argument("--only", default="forward,decode,train,memory")
+    ap.add_argument("--rank", type=int, default=None, help="rank-r surfaces (SurfaceBank.low_rank) for forward/decode")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall time (default) or this process's CPU time (robust on a loaded machine; "
                          "meaningful with --threads 1)")
@@ -239,6 +241,9 @@ def main(argv=None) -> None:
         say(k, v)
     model, _ = load_model(a.model)
     bank = _bank(model, a.surfaces)
+    if a.rank:
+        bank = bank.low_rank(a.rank)
+        results["machine"]["rank"] = a.rank
     if "forward" in only:
         from geosteer.manifold import _ext
 
