@@ -109,22 +109,43 @@ def _model_card(folder: Path, doc: dict, bank: SurfaceBank) -> None:
         training = {k: tr[k] for k in ("tokens", "steps") if tr.get(k) is not None}
         if tr.get("text"):
             training["data"] = f"bundled corpus, {tr['text']} split" if tr["text"] == "train" else tr["text"]
-        edits = [h.get("edit") for h in bank.history]
+        edits = [str(h.get("edit")) + (f" ({h['time']})" if h.get("time") else "") for h in bank.history]
         extra = {"grid": f"{doc['grid_size']} (K = {doc['K']})", "layers": len(bank.layers),
                  "storage dtype": doc["storage_dtype"]}
+        ppl = {"ppl_before": held.get("ppl_before"), "ppl_after": held.get("ppl_after")}
+        if held.get("ppl_before") is not None or held.get("ppl_after") is not None:
+            extra["perplexity measured on"] = _measured_on(held)
         if edits:
-            extra["edits"] = "; ".join(str(e) for e in edits)
+            # the training run's numbers do not describe the edited surfaces: say so, do not show them as "after"
+            ppl = {"ppl_before": None, "ppl_after": None}
+            extra["held-out perplexity at training, before the edits"] = (
+                f"{_num(held.get('ppl_before'))} → {_num(held.get('ppl_after'))} (not re-measured after the edits)")
+            extra["edits (after training)"] = "; ".join(edits)
         (folder / "README.md").write_text(
             render_model_card(
                 method="manifold.surfaces", base_model=str(doc.get("base_model")),
                 title=f"Attention-manifold surfaces for {doc.get('base_model')}",
                 summary="Learned B-spline value-modulation surfaces (geosteer attention manifolds). Load with "
                         "`geosteer.manifold.load(folder, model=model)`.",
-                training=training, ppl_before=held.get("ppl_before"), ppl_after=held.get("ppl_after"),
+                training=training, **ppl,
                 command=meta.get("command"), n_parameters=bank.n_parameters(),
                 files=[CONFIG_NAME, TENSORS_NAME], extra=extra, tags=["attention-manifolds"]))
     except Exception:  # noqa: BLE001 - the card is documentation only
         pass
+
+
+def _num(x) -> str:
+    return f"{x:.4f}" if isinstance(x, (int, float)) else "n/a"
+
+
+def _measured_on(held: dict) -> str:
+    """What the card's perplexities measured: split, tokens, window (as recorded at training)."""
+    parts = [f"bundled corpus, {held['split']} split" if held.get("split") else "held-out text"]
+    if held.get("max_tokens"):
+        parts.append(f"first {held['max_tokens']:,} tokens")
+    if held.get("context"):
+        parts.append(f"context {held['context']} / stride {held.get('stride')}")
+    return ", ".join(parts) + ", when the surfaces were trained"
 
 
 def _sha256(path: Path) -> str:
