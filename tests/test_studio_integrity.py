@@ -1,6 +1,6 @@
 """Studio and malformed artifacts: a bad folder in the workspace never makes the studio answer 500 (info and
-boot still answer; loading it is one 400 line and changes nothing), and an artifact whose forward overflows
-is refused at load."""
+boot still answer and list it as broken with its reason; loading it is one 400 line and changes nothing), an
+artifact whose forward overflows is refused at load, and an edit whose effect overflows is taken back."""
 
 from __future__ import annotations
 
@@ -72,6 +72,10 @@ def test_bad_workspace_folders_never_answer_500(env):
     for path in ("/api/info", "/api/boot"):
         r = c.get(path)
         assert r.status_code == 200, r.text
+    broken = {b["name"]: b["error"] for b in c.get("/api/info").json()["broken"]}
+    assert set(broken) == set(BAD) - {"bad-huge"}  # its config is fine: the overflow shows at load
+    assert "meta" in broken["bad-meta"] and "repeat a layer" in broken["bad-layers-dup"]
+    assert all("\n" not in e for e in broken.values())
     for name in BAD:
         before = _state(env)
         r = c.post("/api/load", json={"name": name})

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from geosteer.formats import CONFIG_NAME
 from geosteer.models.loading import input_device
 
 
@@ -19,6 +20,26 @@ def is_artifact(path: Path) -> bool:
     from geosteer.methods import is_artifact as _is_artifact
 
     return _is_artifact(path, "geosteer-surfaces")
+
+
+def config_problem(path: Path) -> str | None:
+    """Why ``path`` (a folder with a config) is not a surfaces artifact the studio can read, or None. Other
+    geosteer formats (gates, recipes) are not problems: the studio just does not open them."""
+    from geosteer.errors import GeosteerError
+    from geosteer.formats import format_of
+
+    name = format_of(path)
+    if name is not None and name != "geosteer-surfaces":
+        return None
+    if name is None:
+        return f"{CONFIG_NAME} is not a readable geosteer config"
+    import geosteer.manifold as M
+
+    try:
+        M.read_config(path)
+    except GeosteerError as e:
+        return str(e).replace(str(path), path.name)
+    return None
 
 
 def open_bank(model, surfaces: Path | None, force: bool = False):

@@ -97,6 +97,7 @@ class Session(SurfaceViews):
         self.history: list[UndoRecord] = []
         self._cache: OrderedDict = OrderedDict()
         self._drafts: dict[tuple[str, int], list[int]] = {}  # last continuation per (prompt, n); worker only
+        self._problems: dict[tuple, str | None] = {}  # (name, config mtime, size) -> why it cannot be read
         self.saves = 0
         # Build (first time, ~1 min) or load the compiled surface kernels now, while the model is
         # loading anyway, so that the page's first request does not wait for a compiler.
@@ -208,6 +209,7 @@ class Session(SurfaceViews):
                  "max_new_tokens_cap": self.max_new_tokens_cap, "default_prompt": self.default_prompt}
         d["queue"] = self.worker.depth()
         d["artifacts"] = self.list_artifacts()
+        d["broken"] = self.list_broken()
         return d
 
     # ---- effects -------------------------------------------------------------------------------------
@@ -341,6 +343,24 @@ class Session(SurfaceViews):
             return rec.spec.describe()
 
     # ---- artifacts ---------------------------------------------------------------------------------------
+    def list_broken(self) -> list[dict]:
+        """Workspace folders with a config the studio cannot read: name and the one-line reason (cached per
+        config file version, so polling ``/api/info`` reads each changed config once)."""
+        out = []
+        for p in sorted(self.workspace.iterdir()):
+            cfg = p / bankio.CONFIG_NAME
+            if p.name.startswith(".") or not cfg.is_file():
+                continue
+            st = cfg.stat()
+            key = (p.name, st.st_mtime_ns, st.st_size)
+            if key not in self._problems:
+                if len(self._problems) > 256:
+                    self._problems.clear()
+                self._problems[key] = bankio.config_problem(p)
+            if self._problems[key] is not None:
+                out.append({"name": p.name, "error": self._problems[key]})
+        return out
+
     def list_artifacts(self) -> list[str]:
         return sorted(p.name for p in self.workspace.iterdir()
                       if p.is_dir() and not p.name.startswith(".") and bankio.is_artifact(p))
