@@ -23,7 +23,7 @@ def test_decompose_cli_json_and_csv(tmp_path):
 
 @pytest.mark.parametrize("args,msg", [
     (["directional", "sweep", "--sites", "resid_foo"], "unknown site 'resid_foo'; valid: resid_attn"),
-    (["directional", "ppl", "--site", "resid_attn", "--s-par", "nan"], "s_par must be finite"),
+    (["directional", "ppl", "--site", "resid_attn", "--s-par", "nan"], "--s-par must be a finite number"),
     (["directional", "pretrain", "--variants", "baseline,foo"], "unknown variant 'foo'; valid: baseline, attn_par"),
 ])
 def test_cli_bad_input_one_line_error(args, msg):

@@ -19,8 +19,28 @@ from geosteer.errors import GeosteerError
 MODEL_HELP = "smollm2 | gemma3-270m | tiny-<family> | .gguf file | folder | hub id"
 MODEL_OPT = typer.Option("smollm2", "--model", "-m", help=MODEL_HELP)
 THREADS_OPT = typer.Option(0, "--threads", help="torch CPU threads (0: torch's default)")
-DEVICE_OPT = typer.Option("cpu", "--device", help="torch device for the model: cpu | cuda | cuda:N | mps")
-DTYPE_OPT = typer.Option("float32", "--dtype", help="model weights dtype: float32 | bfloat16 | float16 | auto")
+
+
+def _known_device(value: str) -> str:
+    """``--device``: refused at once (one line) when this machine has no such device."""
+    from geosteer.models.loading import resolve_device
+
+    resolve_device(value)
+    return value
+
+
+def _known_dtype(value: str) -> str:
+    """``--dtype``: refused at once (one line naming the valid names) when it names no dtype."""
+    from geosteer.models.loading import resolve_dtype
+
+    resolve_dtype(value)
+    return value
+
+
+DEVICE_OPT = typer.Option("cpu", "--device", help="torch device for the model: cpu | cuda | cuda:N | mps",
+                          callback=_known_device)
+DTYPE_OPT = typer.Option("float32", "--dtype", help="model weights dtype: float32 | bfloat16 | float16 | auto",
+                         callback=_known_dtype)
 
 
 def _json_quiets_progress(value: bool) -> bool:
@@ -165,10 +185,20 @@ def harden(command) -> None:
             param.callback = _checked(param)
 
 
-def run_app(app: typer.Typer, args: list[str] | None = None) -> None:
-    """Run a typer app: user errors print one line ``error: …`` and exit 2, usage errors too."""
+def build_command(app: typer.Typer):
+    """The click command tree of ``app`` with the shared rules of :func:`harden` added."""
     command = typer.main.get_command(app)
     harden(command)
+    return command
+
+
+def run_app(app: typer.Typer, args: list[str] | None = None) -> None:
+    """Run a typer app: user errors print one line ``error: …`` and exit 2, usage errors too."""
+    run_command(build_command(app), args)
+
+
+def run_command(command, args: list[str] | None = None) -> None:
+    """Run a built command tree (:func:`build_command`) with :func:`run_app`'s error handling."""
     try:
         command.main(args=args, standalone_mode=False)
     except USER_ERRORS as e:

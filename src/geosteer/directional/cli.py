@@ -8,7 +8,19 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load, set_threads
+from geosteer.cli.common import (
+    DEVICE_OPT,
+    DTYPE_OPT,
+    JSON_OPT,
+    MAX_SEEDS,
+    MODEL_OPT,
+    THREADS_OPT,
+    check_layers,
+    check_positions,
+    emit,
+    load,
+    set_threads,
+)
 from geosteer.cli.outputs import out_dir, out_file, out_records
 
 directional_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -19,12 +31,12 @@ def decompose_cmd(
     model: str = MODEL_OPT,
     corpus: str = typer.Option("heldout", "--corpus", help="corpus split to read: heldout | train"),
     text_file: Path | None = typer.Option(None, "--text-file", help="read this text file"),
-    tokens: int = typer.Option(512, "--tokens", help="tokens to measure (from the start of the text)"),
-    chunk: int = typer.Option(512, "--chunk", help="tokens per forward pass"),
+    tokens: int = typer.Option(512, "--tokens", min=1, help="tokens to measure (from the start of the text)"),
+    chunk: int = typer.Option(512, "--chunk", min=1, help="tokens per forward pass"),
     layers: str = typer.Option("all", "--layers", help="'all', '3', '0-5', '0-5,9'"),
     value: bool = typer.Option(True, "--value/--no-value", help="also measure value space (per head)"),
     generate: str | None = typer.Option(None, "--generate", help="measure per generation step"),
-    max_new_tokens: int = typer.Option(32, "--max-new-tokens"),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens", min=1),
     as_json: bool = JSON_OPT,
     csv: Path | None = typer.Option(None, "--csv", help="write tidy rows to this CSV file", callback=out_file(".csv")),
     out: Path | None = typer.Option(None, "--out", help="write tidy rows (+meta) to this .json/.csv file",
@@ -34,20 +46,25 @@ def decompose_cmd(
 ) -> None:
     """Per-layer ∥/⊥ decomposition of the attention, MLP and block updates (and value space per head)."""
     from geosteer.directional.measure import measure_generation, measure_text
+    from geosteer.eval.textfile import read_text_file
     from geosteer.io_utils import write_records
     from geosteer.models.loading import model_id
 
+    check_layers(model, "--layers", layers)
+    if generate is None:
+        check_positions(model, "--tokens/--chunk window", min(tokens, chunk))
+    elif not generate.strip():
+        raise ValueError("--generate: the prompt is empty")
+    text = None
+    if generate is None:
+        from geosteer.data.corpus import split_text
+
+        text = read_text_file(text_file) if text_file is not None else split_text(corpus, max_chars=tokens * 10)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
     if generate is not None:
         rows, meta = measure_generation(m, tok, generate, max_new_tokens=max_new_tokens, layers=layers,
                                         value=value)
     else:
-        if text_file is not None:
-            text = Path(text_file).read_text(encoding="utf-8")
-        else:
-            from geosteer.data.corpus import split_text
-
-            text = split_text(corpus, max_chars=max(tokens, 1) * 10)
         rows, meta = measure_text(m, tok, text, tokens=tokens, chunk=chunk, layers=layers, value=value)
     meta = {"model": model_id(m), **meta}
     for path in (csv, out):
@@ -69,7 +86,7 @@ def sweep_cmd(
                               help="comma-separated sweep sites"),
     controls: bool = typer.Option(True, "--controls/--no-controls",
                                   help="add value_full and diag_removal at s_par = 0"),
-    tokens: int = typer.Option(2048, "--tokens", help="held-out tokens scored"),
+    tokens: int = typer.Option(2048, "--tokens", min=2, help="held-out tokens scored"),
     context: int = typer.Option(512, "--context"),
     stride: int = typer.Option(256, "--stride"),
     out: Path = typer.Option(Path("docs/results/directional/sweep.json"), "--out", callback=out_records()),
@@ -79,11 +96,15 @@ def sweep_cmd(
     """Study 1: held-out strided perplexity vs s∥ (s⊥ = 1) and vs s⊥ (s∥ = 1) per site (paper Figure 3)."""
     from geosteer.directional.config import check_site
     from geosteer.directional.sweep import run_sweep, sweep_settings
-    from geosteer.eval.perplexity import heldout_ids
+    from geosteer.eval.perplexity import check_window, heldout_ids
     from geosteer.models.loading import model_id
 
     set_threads(threads)
     site_list = [check_site(s.strip()) for s in sites.split(",") if s.strip()]
+    if not site_list:
+        raise ValueError("--sites is empty: give comma-separated sweep sites")
+    check_window(context, stride, prefix="--")
+    check_positions(model, "--context", context)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
     settings = sweep_settings(site_list)
     if not controls:
@@ -100,7 +121,7 @@ def ppl_cmd(
     s_par: float = typer.Option(1.0, "--s-par"),
     s_perp: float = typer.Option(1.0, "--s-perp"),
     layers: str = typer.Option("all", "--layers"),
-    tokens: int = typer.Option(2048, "--tokens"),
+    tokens: int = typer.Option(2048, "--tokens", min=2),
     context: int = typer.Option(512, "--context"),
     stride: int = typer.Option(256, "--stride"),
     as_json: bool = JSON_OPT,
@@ -111,11 +132,14 @@ def ppl_cmd(
     """Held-out perplexity with one component-scaling edit, beside the unedited baseline."""
     from geosteer.directional.config import ComponentScaleConfig, check_heads, parse_layers
     from geosteer.directional.sites import ComponentScale
-    from geosteer.eval.perplexity import heldout_ids, strided_perplexity
+    from geosteer.eval.perplexity import check_window, heldout_ids, strided_perplexity
     from geosteer.interventions import steer
     from geosteer.models.anatomy import anatomy
 
     cfg = ComponentScaleConfig(site, s_par, s_perp, heads=heads, value_space=value_space)
+    check_layers(model, "--layers", layers)
+    check_window(context, stride, prefix="--")
+    check_positions(model, "--context", context)
     m, tok = load(model, device=device, dtype=dtype)
     cfg.layers = parse_layers(layers, anatomy(m).n_layers)
     check_heads(cfg.heads, anatomy(m).n_heads)
@@ -130,15 +154,17 @@ def ppl_cmd(
 @directional_app.command("pretrain")
 def pretrain_cmd(
     variants: str = typer.Option("baseline,attn_par,value_par", "--variants"),
-    seeds: str = typer.Option("0,1", "--seeds"),
-    steps: int = typer.Option(300, "--steps"),
-    batch: int = typer.Option(16, "--batch"),
-    ctx: int = typer.Option(128, "--ctx"),
+    seeds: str = typer.Option("0,1", "--seeds", help="comma-separated seeds, e.g. 0,1,2"),
+    steps: int = typer.Option(300, "--steps", min=1),
+    batch: int = typer.Option(16, "--batch", min=1, max=4096),
+    ctx: int = typer.Option(128, "--ctx", min=1, max=1 << 16, help="context length in bytes"),
     lr: float = typer.Option(3e-3, "--lr"),
-    d_model: int = typer.Option(128, "--d-model"),
-    layers: int = typer.Option(4, "--layers"),
-    eval_every: int = typer.Option(25, "--eval-every"),
-    val_batches: int = typer.Option(16, "--val-batches", help="fixed held-out batches for the val loss"),
+    d_model: int = typer.Option(128, "--d-model", min=2, max=8192,
+                                help="model width; heads = max(1, d_model // 32), each an even size"),
+    layers: int = typer.Option(4, "--layers", min=1, max=256),
+    eval_every: int = typer.Option(25, "--eval-every", min=1),
+    val_batches: int = typer.Option(16, "--val-batches", min=1, max=4096,
+                                    help="fixed held-out batches for the val loss"),
     out_dir: Path = typer.Option(Path("docs/results/directional"), "--out-dir", callback=out_dir()),
     threads: int = THREADS_OPT,
 ) -> None:
@@ -155,12 +181,20 @@ def pretrain_cmd(
     bad = [v for v in vs if v not in VARIANTS]
     if bad:
         raise GeosteerError(f"unknown variant '{bad[0]}'; valid: {', '.join(VARIANTS)}")
-    seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    seed_list = _parse_seeds(seeds)
+    if not vs:
+        raise GeosteerError(f"--variants is empty; valid: {', '.join(VARIANTS)}")
+    if not lr > 0:
+        raise GeosteerError(f"--lr must be > 0 (got {lr})")
+    heads = max(1, d_model // 32)
+    if d_model % (2 * heads):
+        raise GeosteerError(f"--d-model {d_model} splits into {heads} head(s) of odd or fractional size; use a "
+                            "width whose heads (d_model // 32 of them) are an even size, e.g. 64, 128, 256")
     train = byte_ids("train", max_chars=4_000_000)
     held = byte_ids("heldout")
     g = torch.Generator().manual_seed(12345)
     vals = [sample_batch(held, g, batch, ctx) for _ in range(val_batches)]
-    model_kw = {"d_model": d_model, "layers": layers, "heads": max(1, d_model // 32), "ffn": 3 * d_model}
+    model_kw = {"d_model": d_model, "layers": layers, "heads": heads, "ffn": 3 * d_model}
     curves, finals = [], []
     meta = {"steps": steps, "batch": batch, "ctx": ctx, "lr": lr, "model": model_kw, "tokenizer": "bytes",
             "train_bytes": int(len(train)), "val_tokens": val_batches * batch * ctx}
@@ -173,6 +207,18 @@ def pretrain_cmd(
                            "params": res["params"], "seconds": round(res["seconds"], 1)})
             write_records(out_dir / "pretrain_curves.csv", curves)
             write_records(out_dir / "pretrain_final.json", finals, meta)
+
+
+def _parse_seeds(spec: str) -> list[int]:
+    from geosteer.errors import GeosteerError
+
+    try:
+        seeds = [int(s) for s in spec.split(",") if s.strip()]
+    except ValueError:
+        raise GeosteerError(f"bad --seeds {spec!r}: comma-separated whole numbers, e.g. 0,1,2") from None
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0 or len(seeds) > MAX_SEEDS:
+        raise GeosteerError(f"bad --seeds {spec!r}: give 1 to {MAX_SEEDS} different seeds >= 0, e.g. 0,1,2")
+    return seeds
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, MODEL_OPT, THREADS_OPT, load
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, MODEL_OPT, THREADS_OPT, check_layers, check_positions, load
 from geosteer.cli.outputs import HTML, out_file, out_records
 
 _SMALL = dict(help="'all', '3', '0-5', '0-5,9'")
@@ -31,7 +31,7 @@ def _save_figure(fig, path: Path) -> None:
 
 def diagonal_cmd(
     model: str = MODEL_OPT,
-    tokens: int = typer.Option(64, "--tokens", help="held-out tokens (one sequence)"),
+    tokens: int = typer.Option(64, "--tokens", min=2, help="held-out tokens (one sequence)"),
     layers: str = typer.Option("all", "--layers", **_SMALL),
     s_par: float = typer.Option(0.0, "--s-par", help="s∥ of the edit the diagonal change realises"),
     value_space: str = typer.Option("head", "--value-space", help="head | concat"),
@@ -55,6 +55,10 @@ def diagonal_cmd(
     check_scale("s_par", s_par)
     if value_space not in VALUE_SPACES:
         raise GeosteerError(f"unknown value space '{value_space}'; valid: {', '.join(VALUE_SPACES)}")
+    check_layers(model, "--layers", layers)
+    if map_layer is not None:
+        check_layers(model, "--map-layer", str(map_layer))
+    check_positions(model, "--tokens", tokens)
     m, tok = _setup(model, threads, device, dtype)
     an = anatomy(m)
     layer_list = parse_layers(layers, an.n_layers)
@@ -90,8 +94,8 @@ def heads_cmd(
     s_par: float = typer.Option(0.0, "--s-par"),
     layers: str = typer.Option("all", "--layers", **_SMALL),
     heads: str = typer.Option("all", "--heads", help="single heads to try: 'all', '0-3', '0,5'"),
-    texts: int = typer.Option(4, "--texts", help="fixed held-out sequences"),
-    text_len: int = typer.Option(128, "--text-len", help="tokens per sequence"),
+    texts: int = typer.Option(4, "--texts", min=1, max=4096, help="fixed held-out sequences"),
+    text_len: int = typer.Option(128, "--text-len", min=2, help="tokens per sequence"),
     out: Path = typer.Option(Path("docs/results/directional/heads.json"), "--out", callback=out_records()),
     figure: Path | None = typer.Option(None, "--figure", help="write the Fig. 7 curve (.html, + .png)",
                                        callback=out_file(*HTML)),
@@ -113,6 +117,8 @@ def heads_cmd(
     head_sel = parse_heads(heads)
     if texts < 1 or text_len < 2:
         raise GeosteerError("--texts must be >= 1 and --text-len >= 2")
+    check_layers(model, "--layers", layers)
+    check_positions(model, "--text-len", text_len)
     m, tok = _setup(model, threads, device, dtype)
     an = anatomy(m)
     layer_list = parse_layers(layers, an.n_layers)
@@ -138,7 +144,7 @@ def strength_cmd(
     sites: str = typer.Option("resid_attn,value_exclude_self,value_full", "--sites"),
     s_par: float = typer.Option(0.0, "--s-par"),
     layers: str = typer.Option("all", "--layers", **_SMALL),
-    tokens: int = typer.Option(512, "--tokens"),
+    tokens: int = typer.Option(512, "--tokens", min=2),
     value_space: str = typer.Option("head", "--value-space", help="value sites: head | concat"),
     out: Path = typer.Option(Path("docs/results/directional/strength.json"), "--out", callback=out_records()),
     threads: int = THREADS_OPT,
@@ -154,6 +160,8 @@ def strength_cmd(
     from geosteer.models.loading import model_id
 
     site_list = [check_site(s.strip()) for s in sites.split(",") if s.strip()]
+    if not site_list:
+        raise GeosteerError("--sites is empty: give some of resid_attn, value_full, value_exclude_self")
     bad = [s for s in site_list if s not in ("resid_attn", "value_full", "value_exclude_self")]
     if bad:
         raise GeosteerError("applied strength is defined for resid_attn, value_full, value_exclude_self "
@@ -163,6 +171,8 @@ def strength_cmd(
 
     if value_space not in VALUE_SPACES:
         raise GeosteerError(f"unknown value space '{value_space}'; valid: {', '.join(VALUE_SPACES)}")
+    check_layers(model, "--layers", layers)
+    check_positions(model, "--tokens", tokens)
     m, tok = _setup(model, threads, device, dtype)
     layer_list = parse_layers(layers, anatomy(m).n_layers)
     ids = heldout_ids(tok, tokens)[None]
@@ -178,8 +188,8 @@ def strength_cmd(
 def mlp_internal_cmd(
     model: str = MODEL_OPT,
     layers: str = typer.Option("all", "--layers", **_SMALL),
-    texts: int = typer.Option(4, "--texts", help="fixed held-out sequences"),
-    text_len: int = typer.Option(128, "--text-len", help="tokens per sequence"),
+    texts: int = typer.Option(4, "--texts", min=1, max=4096, help="fixed held-out sequences"),
+    text_len: int = typer.Option(128, "--text-len", min=2, help="tokens per sequence"),
     out: Path = typer.Option(Path("docs/results/directional/mlp_internal.json"), "--out", callback=out_records()),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
@@ -195,6 +205,8 @@ def mlp_internal_cmd(
 
     if texts < 1 or text_len < 2:
         raise GeosteerError("--texts must be >= 1 and --text-len >= 2")
+    check_layers(model, "--layers", layers)
+    check_positions(model, "--text-len", text_len)
     m, tok = _setup(model, threads, device, dtype)
     layer_list = parse_layers(layers, anatomy(m).n_layers)
     ids = heldout_ids(tok, texts * text_len)

@@ -5,12 +5,24 @@ Each verb writes tidy records (JSON/CSV via ``--out``/``--csv``); docs/dynamics.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load
+from geosteer.cli.common import (
+    DEVICE_OPT,
+    DTYPE_OPT,
+    JSON_OPT,
+    MAX_SEEDS,
+    MODEL_OPT,
+    THREADS_OPT,
+    check_layers,
+    check_positions,
+    emit,
+    load,
+)
 from geosteer.cli.outputs import out_artifact, out_file, out_records
 from geosteer.models.anatomy import anatomy, parse_layers
 
@@ -24,20 +36,49 @@ CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV", callback
 
 
 def parse_floats(spec: str, name: str) -> list[float]:
+    """A non-empty comma-separated list of finite numbers (one-line error naming ``name`` otherwise)."""
     try:
-        return [float(s) for s in spec.split(",") if s.strip()]
+        values = [float(s) for s in spec.split(",") if s.strip()]
     except ValueError:
-        raise ValueError(f"bad {name} '{spec}': comma-separated numbers, e.g. 0,0.5,1") from None
+        values = []
+    if not values or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"bad {name} '{spec}': comma-separated finite numbers, e.g. 0,0.5,1")
+    return values
 
 
 def parse_ints(spec: str, name: str) -> list[int]:
+    """A non-empty comma-separated list of integers (one-line error naming ``name`` otherwise)."""
     try:
-        return [int(s) for s in spec.split(",") if s.strip()]
+        values = [int(s) for s in spec.split(",") if s.strip()]
     except ValueError:
-        raise ValueError(f"bad {name} '{spec}': comma-separated integers, e.g. 1,4,16") from None
+        values = []
+    if not values:
+        raise ValueError(f"bad {name} '{spec}': comma-separated integers, e.g. 1,4,16")
+    return values
 
 
-def _setup(model: str, threads: int, device: str = "cpu", dtype: str = "float32"):
+def check_choices(spec: str, valid, what: str) -> list[str]:
+    """The comma-separated names in ``spec``, each one of ``valid`` (one-line error naming ``what``)."""
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    bad = [n for n in names if n not in valid] or ([] if names else [spec])
+    if bad:
+        raise ValueError(f"unknown {what} '{bad[0]}'; valid: {', '.join(valid)}")
+    return names
+
+
+def _setup(model: str, threads: int, device: str = "cpu", dtype: str = "float32", *, seq_len: int | None = None,
+           layers: str | None = None, layer: int | None = None, layers_opt: str = "--layers",
+           seq_opt: str = "--seq-len", ov_norm: str | None = None):
+    """Check the window length and layer options against the config of ``model``, then load it."""
+    if ov_norm is not None:
+        from geosteer.dynamics.fields import OV_NORMS
+
+        check_choices(ov_norm, OV_NORMS, "ov_norm (--ov-norm)")
+    if seq_len is not None:
+        check_positions(model, seq_opt, seq_len)
+    check_layers(model, layers_opt, layers)
+    if layer is not None:
+        check_layers(model, "--layer", str(layer))
     return load(model, threads=threads, device=device, dtype=dtype)
 
 
@@ -68,13 +109,15 @@ def diagnose(model: str = MODEL_OPT, tokens: int = TOKENS_OPT,
              threads: int = THREADS_OPT,
              device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Per-layer diagnostics in one forward pass (+ optional top-k and OV tables)."""
+    from geosteer.data.corpus import SPLITS
     from geosteer.dynamics.config import DiagnoseConfig, check_k
     from geosteer.dynamics.diagnostics import corpus_windows, wide
     from geosteer.dynamics.diagnostics import diagnose as run
 
     ks = [check_k(k) for k in parse_ints(topk, "--topk")] if topk else []
+    check_choices(split, SPLITS, "corpus split (--split)")
     cfg = DiagnoseConfig(split=split, tokens=tokens, seq_len=seq_len, batch_size=batch_size)
-    m, tok = _setup(model, threads, device, dtype)
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len)
     ids = corpus_windows(tok, cfg.split, cfg.tokens, cfg.seq_len)
     t0 = time.perf_counter()
     rows = [{"table": "layers", **r} for r in run(m, ids, batch_size=cfg.batch_size, eps=cfg.eps)]
@@ -119,7 +162,7 @@ def ablate(model: str = MODEL_OPT,
     from geosteer.dynamics.variants import FFNVariant
 
     names = [check_variant(v.strip()) for v in variants.split(",") if v.strip()]
-    m, tok = _setup(model, threads, device, dtype)
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     base = mean_loss(m, ids, batch_size)
@@ -146,7 +189,7 @@ def gains(model: str = MODEL_OPT,
     from geosteer.dynamics.variants import Gains
 
     vals = parse_floats(values, "--values")
-    m, tok = _setup(model, threads, device, dtype)
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     base = mean_loss(m, ids, batch_size)
@@ -181,7 +224,9 @@ def gates(model: str = MODEL_OPT,
 
     if (save is None) == (load is None):
         raise GeosteerError("give exactly one of --save DIR (train) or --load DIR (evaluate)")
-    m, tok = _setup(model, threads, device, dtype)
+    if save is not None:
+        check_positions(model, "--train-seq", train_seq)
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     info: dict = {}
     if load is not None:
         g = load_gates(load, m)
@@ -212,7 +257,7 @@ def gates(model: str = MODEL_OPT,
 @dyn.command()
 def parallelize(model: str = MODEL_OPT,
                 counts: str = typer.Option("", "--counts", help="layer counts, e.g. 0,2,4 (default: all)"),
-                seeds: int = typer.Option(5, "--seeds", help="random orders (seeds 0..N-1)"),
+                seeds: int = typer.Option(5, "--seeds", max=MAX_SEEDS, help="random orders (seeds 0..N-1)"),
                 threshold: float = typer.Option(0.05, "--threshold"),
                 defect_tokens: int = typer.Option(1024, "--defect-tokens", help="train tokens for C_ℓ"),
                 measured: bool = typer.Option(True, "--measured/--no-measured",
@@ -233,7 +278,7 @@ def parallelize(model: str = MODEL_OPT,
 
     if seeds < 0:
         raise ValueError(f"--seeds must be >= 0 (got {seeds})")
-    m, tok = _setup(model, threads, device, dtype)
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len)
     n = anatomy(m).n_layers
     cnt = parse_ints(counts, "--counts") if counts else list(range(n + 1))
     defects = defect_profile(m, corpus_windows(tok, "train", defect_tokens, seq_len), batch_size)

@@ -13,6 +13,7 @@ from geosteer.cli.outputs import HTML, out_file, out_records
 
 OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)", callback=out_records())
 CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV", callback=out_file(".csv"))
+MAX_BASIN_GRID = 400  # grid points per axis at most (the flow is integrated from grid^2 starting points)
 NORM_OPT = typer.Option("gain", "--ov-norm", help="fold the attention pre-norm gain: gain|none")
 
 
@@ -41,7 +42,7 @@ def continuation(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer
 
     check_steps(steps, "--steps")
     check_steps(tracks, "--tracks")
-    m, _ = _setup(model, threads, device, dtype)
+    m, _ = _setup(model, threads, device, dtype, layer=layer, ov_norm=ov_norm)
     ell = _layer(m, layer)
     full = layer_fields(m, ell, ("full",), ov_norm=ov_norm)["full"]
     rows = continue_alpha(full.V, full.phi, ov_start_points(full.V, tracks), steps, refine_iters=refine_iters)
@@ -63,7 +64,7 @@ def continuation(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer
 
 def basins(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help="one layer"),
            alphas: str = typer.Option("0,1", "--alphas", help="FFN gains α of the fields compared"),
-           grid: int = typer.Option(15, "--grid", help="grid points per axis (>= 2)"),
+           grid: int = typer.Option(15, "--grid", max=MAX_BASIN_GRID, help="grid points per axis (>= 2)"),
            span: float = typer.Option(1.0, "--span", help="a, b in [-span, span] (unit PCA directions)"),
            steps: int = typer.Option(200, "--steps", help="integration steps"),
            dt: float = typer.Option(0.1, "--dt", help="step in units of 1/median‖F‖ over the grid"),
@@ -91,7 +92,7 @@ def basins(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", hel
     check_method(method)
     _finite(span, "--span", 1e-12)
     _finite(dt, "--dt", 1e-12)
-    m, tok = _setup(model, threads, device, dtype)
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layer=layer, ov_norm=ov_norm)
     ell = _layer(m, layer)
     full = layer_fields(m, ell, ("full",), ov_norm=ov_norm)["full"]
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
@@ -130,7 +131,7 @@ def phase(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help
         raise GeosteerError(f"--dims must be integers >= 1 (got '{dims}')")
     if samples < 3:
         raise GeosteerError(f"--samples must be >= 3 (got {samples})")
-    m, tok = _setup(model, threads, device, dtype)
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layer=layer)
     ell = _layer(m, layer)
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     u, g = real_updates(m, ids, ell, samples, seed, with_bos)

@@ -61,7 +61,7 @@ def critical(model: str = MODEL_OPT,
     kinds = [check_field(f.strip()) for f in fields.split(",") if f.strip()]
     check_threshold(threshold)
     _finite(alpha, "--alpha", 0.0)
-    m, tok = _setup(model, threads, device, dtype)
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers, ov_norm=ov_norm)
     chosen = _layers(m, layers)
     ids = corpus_windows(tok, "heldout", tokens, seq_len) if real else None
     cand, summ = critical_study(m, ids, chosen, kinds, alpha=alpha, n_real=real, n_random=random, seed=seed,
@@ -90,7 +90,7 @@ def commutator(model: str = MODEL_OPT, layers: str = typer.Option("all", "--laye
     from geosteer.dynamics.commutator import reorder_study
     from geosteer.dynamics.diagnostics import corpus_windows
 
-    m, tok = _setup(model, threads, device, dtype)
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     rows, summ = reorder_study(m, ids, chosen, h=h, with_bos=with_bos)
@@ -112,13 +112,13 @@ def pressure(model: str = MODEL_OPT, betas: str = typer.Option("1,2,4", "--betas
              threads: int = THREADS_OPT,
              device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Diversity D after every block under attention inverse temperature β_A, per FFN variant (experiment 3)."""
-    from geosteer.dynamics.cli import _meta, _setup, _write, parse_floats
+    from geosteer.dynamics.cli import _meta, _setup, _write, check_choices, parse_floats
     from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.pressure import check_beta, pressure_study
+    from geosteer.dynamics.pressure import PRESSURE_VARIANTS, check_beta, pressure_study
 
     bs = [check_beta(b) for b in parse_floats(betas, "--betas")]
-    vs = [v.strip() for v in variants.split(",") if v.strip()]
-    m, tok = _setup(model, threads, device, dtype)
+    vs = check_choices(variants, PRESSURE_VARIANTS, "FFN variant")
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     rows, summ = pressure_study(m, ids, bs, chosen, vs, batch_size=batch_size, with_bos=with_bos, mode=mode,
@@ -143,7 +143,7 @@ def gain_depth(model: str = MODEL_OPT,
 
     ds = parse_floats(depths, "--depths")
     vs = [_finite(v, "--values") for v in parse_floats(values, "--values")]
-    m, tok = _setup(model, threads, device, dtype)
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len)
     from geosteer import anatomy
 
     depth_layers(anatomy(m).n_layers, ds)  # validate before any forward
@@ -175,7 +175,7 @@ def split_options(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
     bad = [r for r in refs if r not in REFERENCES]
     if bad:
         raise GeosteerError(f"unknown reference '{bad[0]}'; valid: {', '.join(REFERENCES)}")
-    m, tok = _setup(model, threads, device, dtype)
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     rows = split_options_study(m, ids, chosen, vs, refs, batch_size=batch_size,

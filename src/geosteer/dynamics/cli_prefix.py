@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MAX_SEEDS, MODEL_OPT, THREADS_OPT, emit
 from geosteer.cli.outputs import out_file, out_records
 from geosteer.models.anatomy import anatomy, parse_layers
 
@@ -30,21 +30,28 @@ def _encode(tok, text: str):
     return torch.tensor(tok(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
 
-def _prefixes(tok, prefix_file: Path | None, n: int, plen: int) -> list:
-    """Token prefixes: the file's non-blank lines, or ``n`` held-out windows of ``plen`` tokens (no BOS)."""
+def _prefix_lines(prefix_file: Path | None, n: int, plen: int) -> list[str] | None:
+    """The prefix file's non-blank lines (checked before the model loads), or None for corpus prefixes."""
     from geosteer.dynamics.prefix import check_positive
     from geosteer.errors import GeosteerError
 
-    if prefix_file is not None:
-        try:
-            lines = [ln for ln in Path(prefix_file).read_text(encoding="utf-8").splitlines() if ln.strip()]
-        except OSError as e:
-            raise GeosteerError(f"cannot read prefix file {prefix_file}: {e.strerror}") from None
-        if len(lines) < 2:
-            raise GeosteerError(f"prefix file {prefix_file} needs at least 2 non-blank lines (got {len(lines)})")
+    if prefix_file is None:
+        check_positive(n, "--prefixes")
+        check_positive(plen, "--prefix-len")
+        return None
+    try:
+        lines = [ln for ln in Path(prefix_file).read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise GeosteerError(f"cannot read prefix file {prefix_file} as UTF-8 text ({type(e).__name__})") from None
+    if len(lines) < 2:
+        raise GeosteerError(f"prefix file {prefix_file} needs at least 2 non-blank lines (got {len(lines)})")
+    return lines
+
+
+def _prefixes(tok, lines: list[str] | None, n: int, plen: int) -> list:
+    """Token prefixes: the file's lines, or ``n`` held-out windows of ``plen`` tokens (no BOS)."""
+    if lines is not None:
         return [_encode(tok, ln) for ln in lines]
-    check_positive(n, "--prefixes")
-    check_positive(plen, "--prefix-len")
     return _windows(tok, "heldout", n, plen)
 
 
@@ -68,8 +75,9 @@ def prefix_spread(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE
     from geosteer.dynamics.prefix import contexts
     from geosteer.dynamics.prefix import prefix_spread as run
 
-    m, tok = _setup(model, threads, device, dtype)
-    pre = _prefixes(tok, prefix_file, prefixes, prefix_len)
+    lines = _prefix_lines(prefix_file, prefixes, prefix_len)
+    m, tok = _setup(model, threads, device, dtype, seq_len=prefix_len + 1, seq_opt="--prefix-len")
+    pre = _prefixes(tok, lines, prefixes, prefix_len)
     suf = _encode(tok, suffix)
     bos = getattr(tok, "bos_token_id", None)
     ctx = contexts(pre, suf, bos)
@@ -91,7 +99,8 @@ def prefix_spread(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE
 def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
             prefixes: int = N_PREFIX_OPT, prefix_len: int = PREFIX_LEN_OPT, suffix: str = SUFFIX_OPT,
             k: int = typer.Option(2, "--k", "-k", help="prefix tokens replaced"),
-            seeds: int = typer.Option(3, "--seeds", help="seeds 0..N-1 (replacement tokens, random positions)"),
+            seeds: int = typer.Option(3, "--seeds", max=MAX_SEEDS,
+                                      help="seeds 0..N-1 (replacement tokens, random positions)"),
             score_layers: str = typer.Option("all", "--score-layers", help="layers summed in the anchor score"),
             score: str = typer.Option("raw", "--score", help="raw: Σ‖P_uΦ‖; relative: Σ‖P_uΦ‖/‖x‖"),
             pool: str = typer.Option("corpus", "--pool",
@@ -104,17 +113,20 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
     """Replace the k prefix tokens of largest ‖P_uΦ‖ vs k random ones: downstream last-token angular shift."""
     import torch
 
-    from geosteer.dynamics.cli import _meta, _setup, _write
-    from geosteer.dynamics.prefix import anchor_study, check_positive
+    from geosteer.dynamics.cli import _meta, _setup, _write, check_choices
+    from geosteer.dynamics.prefix import SCORES, anchor_study, check_positive
     from geosteer.errors import GeosteerError
 
     check_positive(k, "--k")
     check_positive(seeds, "--seeds")
     if pool not in ("corpus", "vocab"):
         raise GeosteerError(f"unknown pool '{pool}'; valid: corpus, vocab")
-    m, tok = _setup(model, threads, device, dtype)
+    check_choices(score, SCORES, "anchor score (--score)")
+    lines = _prefix_lines(prefix_file, prefixes, prefix_len)
+    m, tok = _setup(model, threads, device, dtype, seq_len=prefix_len + 1, seq_opt="--prefix-len",
+                    layers=score_layers, layers_opt="--score-layers")
     layers = anatomy(m).check_layers(parse_layers(score_layers, anatomy(m).n_layers))
-    pre = _prefixes(tok, prefix_file, prefixes, prefix_len)
+    pre = _prefixes(tok, lines, prefixes, prefix_len)
     shortest = min(len(p) for p in pre)
     pre = [p[len(p) - shortest:] for p in pre]  # one length: keep the tokens nearest the suffix
     if pool == "corpus":
@@ -133,16 +145,19 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
 
 
 def _edit_inputs(model: str, layers: str, seeds: int, prompts: int, other: int, seq_len: int, threads: int,
-                 device: str, dtype: str):
+                 device: str, dtype: str, *, kinds: str | None, direction: str):
     """Shared set-up of the editing verbs: check the counts, load the model, parse the layers and take
     ``prompts + other`` held-out windows of ``seq_len`` tokens. Returns (model, layers, windows)."""
-    from geosteer.dynamics.cli import _setup
+    from geosteer.dynamics.cli import _setup, check_choices
     from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.prefix import check_positive
+    from geosteer.dynamics.prefix import DIRECTIONS, EDIT_KINDS, check_positive
 
     check_positive(seeds, "--seeds")
     check_positive(prompts, "--prompts")
-    m, tok = _setup(model, threads, device, dtype)
+    if kinds is not None:
+        check_choices(kinds, EDIT_KINDS, "edit kind")
+    check_choices(direction, DIRECTIONS, "edit direction (--direction)")
+    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
     return m, chosen, corpus_windows(tok, "heldout", (prompts + other) * seq_len, seq_len)
 
@@ -152,7 +167,7 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
                      direction: str = typer.Option("unembed", "--direction", help="unembed | centered"),
                      scale: float = typer.Option(1.0, "--scale", help="‖edit‖ / ‖Φ_ℓ‖ at the last position"),
                      target_rank: int = typer.Option(10, "--target-rank", help="target = this rank (0 = top)"),
-                     seeds: int = typer.Option(5, "--seeds", help="random directions (seeds 0..N-1)"),
+                     seeds: int = typer.Option(5, "--seeds", max=MAX_SEEDS, help="random directions (seeds 0..N-1)"),
                      prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--seq-len"),
                      as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                      threads: int = THREADS_OPT,
@@ -161,7 +176,8 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
     from geosteer.dynamics.cli import _meta, _write
     from geosteer.dynamics.editing import edit_study
 
-    m, chosen, ids = _edit_inputs(model, layers, seeds, prompts, 0, seq_len, threads, device, dtype)
+    m, chosen, ids = _edit_inputs(model, layers, seeds, prompts, 0, seq_len, threads, device, dtype,
+                                  kinds=kinds, direction=direction)
     recs, summ = edit_study(m, ids, chosen, [s.strip() for s in kinds.split(",") if s.strip()], direction,
                             scale, target_rank, list(range(seeds)))
     meta = _meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scale=scale,
@@ -175,7 +191,7 @@ def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--
                    direction: str = typer.Option("unembed", "--direction", help="unembed | centered"),
                    scales: str = typer.Option("0.25,0.5,1,2", "--scales", help="edit sizes s (> 0, >= 2)"),
                    target_rank: int = typer.Option(10, "--target-rank", help="target = this rank (0 = top)"),
-                   seeds: int = typer.Option(2, "--seeds", help="random directions (seeds 0..N-1)"),
+                   seeds: int = typer.Option(2, "--seeds", max=MAX_SEEDS, help="random directions (seeds 0..N-1)"),
                    prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--seq-len"),
                    as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                    threads: int = THREADS_OPT,
@@ -194,7 +210,8 @@ def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--
         raise GeosteerError(f"--scales must be numbers (got '{scales}')") from None
     if any(not (v > 0 and v < float("inf")) for v in values):
         raise GeosteerError(f"--scales must be finite and > 0 (got '{scales}')")
-    m, chosen, ids = _edit_inputs(model, layers, seeds, prompts, 0, seq_len, threads, device, dtype)
+    m, chosen, ids = _edit_inputs(model, layers, seeds, prompts, 0, seq_len, threads, device, dtype,
+                                  kinds=kinds, direction=direction)
     fits, summ = study(m, ids, chosen, [k.strip() for k in kinds.split(",") if k.strip()], direction, values,
                        target_rank, list(range(seeds)))
     meta = _meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scales=values,
@@ -207,7 +224,7 @@ def edit_locality(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                   direction: str = typer.Option("unembed", "--direction", help="unembed | centered"),
                   scale: float = typer.Option(1.0, "--scale", help="‖edit‖ / ‖down-projection output‖, last position"),
                   target_rank: int = typer.Option(10, "--target-rank", help="target = this rank (0 = top)"),
-                  seeds: int = typer.Option(2, "--seeds", help="random directions (seeds 0..N-1)"),
+                  seeds: int = typer.Option(2, "--seeds", max=MAX_SEEDS, help="random directions (seeds 0..N-1)"),
                   prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--seq-len"),
                   other: int = typer.Option(4, "--other", help="other held-out windows (after the prompts)"),
                   as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
@@ -219,7 +236,8 @@ def edit_locality(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
     from geosteer.dynamics.prefix import check_positive
 
     check_positive(other, "--other")
-    m, chosen, w = _edit_inputs(model, layers, seeds, prompts, other, seq_len, threads, device, dtype)
+    m, chosen, w = _edit_inputs(model, layers, seeds, prompts, other, seq_len, threads, device, dtype,
+                                kinds=None, direction=direction)
     recs, summ = down_col_locality(m, w[:prompts], w[prompts:], chosen, direction, scale, target_rank,
                                    list(range(seeds)))
     meta = _meta(m, prompts=prompts, other=int(w.shape[0] - prompts), seq_len=seq_len, direction=direction,

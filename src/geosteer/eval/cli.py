@@ -8,7 +8,19 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, FORCE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load
+from geosteer.cli.common import (
+    DEVICE_OPT,
+    DTYPE_OPT,
+    FORCE_OPT,
+    JSON_OPT,
+    MAX_SEEDS,
+    MODEL_OPT,
+    THREADS_OPT,
+    check_positions,
+    emit,
+    load,
+)
+from geosteer.cli.outputs import out_records
 from geosteer.errors import GeosteerError
 
 
@@ -131,6 +143,7 @@ def register(app: typer.Typer) -> None:
             from geosteer.eval.textfile import _check_file
 
             _check_file(text_file)
+        check_positions(model, "--context", context)
         text = None if text_file else split_text(corpus)
         spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype)
@@ -198,14 +211,16 @@ def register(app: typer.Typer) -> None:
         prompt: list[str] | None = typer.Option(None, "--prompt", "-p", help="repeatable"),
         prompts_file: Path | None = typer.Option(None, "--prompts-file", help=".txt (one per line) or .json"),
         max_new_tokens: int = typer.Option(30),
-        seeds: int = typer.Option(0, help="paired-seed samples per prompt (same seed for both states)"),
+        seeds: int = typer.Option(0, max=MAX_SEEDS, help="paired-seed samples per prompt (same seed for both "
+                                  "states)"),
         temperature: float = typer.Option(0.8),
         top_k: int = typer.Option(50),
         surfaces: Path | None = surfaces_opt,
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,
-        out: Path | None = typer.Option(None, "--out", help="write tidy rows (.json or .csv)"),
+        out: Path | None = typer.Option(None, "--out", help="write tidy rows (.json or .csv)",
+                                        callback=out_records()),
         threads: int = THREADS_OPT,
         device: str = DEVICE_OPT,
         dtype: str = DTYPE_OPT,

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, set_threads
+from geosteer.cli.common import (
+    DEVICE_OPT,
+    DTYPE_OPT,
+    JSON_OPT,
+    MODEL_OPT,
+    THREADS_OPT,
+    check_layers,
+    check_positions,
+    emit,
+    set_threads,
+)
 from geosteer.cli.common import load as load_model  # `load` below is geosteer.manifold.load (surfaces)
 from geosteer.cli.outputs import out_artifact, out_file
 
@@ -19,12 +29,13 @@ from geosteer.manifold.cli_wall_learn import wall_learn_cmd  # noqa: E402
 
 man.command("wall-learn")(wall_learn_cmd)
 
+MAX_GRID = 128  # grid intervals at most: coefficients grow as (g + 3)^2 per head and dimension
 SURF_OPT = typer.Option(..., "--surfaces", "-s", help="surfaces artifact folder")
 SAVE_DTYPE_HELP = "artifact storage dtype: float32 | float16"
 
 
 @man.command("show")
-def show_cmd(surfaces: Path = SURF_OPT, top: int = typer.Option(5, "--top", help="largest surfaces to list"),
+def show_cmd(surfaces: Path = SURF_OPT, top: int = typer.Option(5, "--top", min=0, help="largest surfaces to list"),
              as_json: bool = JSON_OPT) -> None:
     """What an artifact holds: base model, shapes, grid, ranges, training, edit history, largest surfaces."""
     from geosteer.manifold import load, read_config
@@ -123,12 +134,12 @@ def explore_cmd(
                                 help="bundled prompt set name or a JSON file (sensitivity prompts)"),
     prompt: list[str] = typer.Option(None, "--prompt", help="a prompt (repeatable; replaces --prompts)"),
     layers: str = typer.Option(None, "--layers", help="layers to ablate, e.g. 5-10 (default: all)"),
-    top: int = typer.Option(10, "--top", help="largest surfaces to list"),
+    top: int = typer.Option(10, "--top", min=0, help="largest surfaces to list"),
     net: str = typer.Option(None, "--net", help="print this surface's control net: LAYER,HEAD,DIM "
                             "(default: the largest surface)"),
     no_sensitivity: bool = typer.Option(False, "--no-sensitivity", help="skip the model runs"),
-    windows: int = typer.Option(2, "--coverage-windows", help="held-out 128-token windows for grid coverage "
-                                "and wall leakage (0: skip them)"),
+    windows: int = typer.Option(2, "--coverage-windows", min=0, max=1024,
+                                help="held-out 128-token windows for grid coverage and wall leakage (0: skip them)"),
     out: Path = typer.Option(None, "--out", "-o", help="write the results as JSON", callback=out_file(".json")),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT,
@@ -170,6 +181,7 @@ def explore_cmd(
         name = model or doc.get("base_model")
         if not name:
             raise ValueError("the artifact does not name its base model; pass --model")
+        check_layers(name, "--layers", layers)
         m, tok = load_model(name, threads=threads, device=device, dtype=dtype)
         bank = load(surfaces, model=m, force=force)
         result["prompts"] = len(texts)
@@ -213,14 +225,15 @@ def train_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (state in <out>.train/)",
                               callback=out_artifact("geosteer-surfaces")),
     model: str = MODEL_OPT,
-    grid: int = typer.Option(8, "--grid", help="grid intervals g (K = g + 3 basis functions)"),
+    grid: int = typer.Option(8, "--grid", max=MAX_GRID,
+                             help="grid intervals g (K = g + 3 basis functions)"),
     grid_range: tuple[float, float] = typer.Option((-4.0, 4.0), "--range", help="grid range LO HI"),
     calibrate: bool = typer.Option(False, "--calibrate", help="per-layer range from q/k quantiles"),
     quantile: float = typer.Option(0.99, "--quantile", help="quantile of |q|,|k| for --calibrate"),
     layers: str = typer.Option("all", "--layers", help="e.g. 8-15, 0,2,5-7 or all"),
     tokens: int = typer.Option(None, "--tokens", help="training tokens (default 262144 unless --steps)"),
     steps: int = typer.Option(None, "--steps", help="optimizer steps (overrides --tokens)"),
-    seq_len: int = typer.Option(128, "--seq-len"),
+    seq_len: int = typer.Option(128, "--seq-len", help="training window length in tokens"),
     batch: int = typer.Option(8, "--batch", help="windows per step (global)"),
     micro_batch: int = typer.Option(None, "--micro-batch", help="split each step (less memory)"),
     lr: float = typer.Option(2e-2, "--lr"),
@@ -257,7 +270,13 @@ def train_cmd(
     save_dtype = save_dtype or "float32"
     check_options(out=out, grid_size=grid, grid_range=tuple(grid_range), calibrate=calibrate,
                   quantile=quantile, storage_dtype=save_dtype, text=text)
-    parse_layers(layers, 1 << 30)  # the syntax now; the range once the model is loaded
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other: give one (continue, or start over)")
+    if dtype_note:
+        typer.echo(f"note: --dtype {dtype} sets the model weights (as on every verb); the artifact is stored "
+                   "as float32 (--save-dtype float16 for half)", err=True)
+    check_layers(model, "--layers", layers)  # the syntax; the range too where the config names it
+    check_positions(model, "--seq-len", seq_len)
     set_threads(threads)
     cfg = TrainConfig(lr=lr, steps=steps, tokens=tokens, batch_size=batch, micro_batch=micro_batch,
                       seq_len=seq_len, warmup_steps=warmup, seed=seed, eval_every=eval_every,
@@ -268,9 +287,6 @@ def train_cmd(
 
         require_trackers(cfg.log_with)  # before the model loads
     m, tok = load_model(model, threads=threads, device=device, dtype=dtype)
-    if dtype_note:
-        typer.echo(f"note: --dtype {dtype} sets the model weights (as on every verb); the artifact is stored "
-                   "as float32 (--save-dtype float16 for half)", err=True)
     layer_list = parse_layers(layers, anatomy(m).n_layers)
     args = sys.argv[1:]
     if "train" in args[:3]:  # geosteer [..] manifold train ...

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, THREADS_OPT, emit, load
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, THREADS_OPT, check_layers, emit, load
 from geosteer.cli.outputs import out_artifact
 
 
@@ -49,12 +49,13 @@ def wall_learn_cmd(
                           kl_weight=kl_weight, sparsity=sparsity, mode=mode, seed=seed,
                           checkpoint_every=checkpoint_every)
     targets, controls = read_targets(target_file), read_controls(control_file)
-    if layers is not None:
-        parse_layers(layers, 1 << 30)  # the syntax now; the range once the model is loaded
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other: give one (continue, or start over)")
     doc = read_config(surfaces)
     name = model or doc.get("base_model")
     if not name:
         raise ValueError("the artifact does not name its base model; pass --model")
+    check_layers(name, "--layers", layers)  # the syntax; the range too where the config names it
     m, tok = load(name, threads=threads, device=device, dtype=dtype)
     bank = load_surfaces(surfaces, model=m, force=force)
     if layers is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import re
+import socket
 from pathlib import Path
 
 import typer
@@ -41,6 +43,37 @@ def check_workspace(workspace: Path) -> None:
             return
 
 
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*\.?")
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The bound socket the server will listen on, opened before the model loads: a host that is neither
+    an IP address nor a host name, or an address that cannot be bound (port in use, no such interface),
+    is one line. The server is handed this very socket, so nothing can take the port in between."""
+    from geosteer.errors import GeosteerError
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not _HOSTNAME.fullmatch(host):
+            raise GeosteerError(f"--host {host!r} is neither an IP address nor a host name") from None
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise GeosteerError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise GeosteerError(f"cannot listen on {host}:{port}: {e.strerror or e} (choose another --port or "
+                            "--host)") from None
+    return sock
+
+
 def register(app: typer.Typer) -> None:
 
     @app.command("studio")
@@ -73,6 +106,10 @@ def register(app: typer.Typer) -> None:
         check_workspace(workspace)
         if not 1 <= max_queue <= 1000:
             raise ValueError(f"--max-queue must be in 1–1000 (got {max_queue})")
+        missing = [r for r in results if not r.is_dir()]
+        if missing:
+            raise FileNotFoundError(f"--results folder not found: {missing[0]}")
+        sock = listen_socket(host, port)
         if not is_loopback(host):
             typer.echo(f"warning: binding {host}: anyone who can reach this address can run and edit the "
                        "model and write into the workspace; there is no authentication", err=True)
@@ -82,8 +119,12 @@ def register(app: typer.Typer) -> None:
         from geosteer.studio.server import create_app
         from geosteer.studio.session import Session
 
-        m, tok = load(model, threads=threads, device=device, dtype=dtype)
-        bank = bankio.open_bank(m, surfaces, force=force)
+        try:
+            m, tok = load(model, threads=threads, device=device, dtype=dtype)
+            bank = bankio.open_bank(m, surfaces, force=force)
+        except BaseException:
+            sock.close()
+            raise
         roots = list(results) or ([Path("docs/results")] if Path("docs/results").is_dir() else [])
         session = Session(m, tok, bank, workspace, model_name=model,
                           artifact_name=surfaces.name if surfaces else "zero surfaces",
@@ -91,4 +132,5 @@ def register(app: typer.Typer) -> None:
         app_ = create_app(session, roots, allowed_hosts=allowed_hosts(host))
         shown = f"[{host}]" if ":" in host else host
         typer.echo(f"geosteer studio: http://{shown}:{port}/  (workspace {session.workspace})", err=True)
-        uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)
+        server = uvicorn.Server(uvicorn.Config(app_, host=host, port=port, log_level="warning", access_log=False))
+        server.run(sockets=[sock])

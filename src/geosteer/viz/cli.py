@@ -46,10 +46,12 @@ def register(app: typer.Typer) -> None:
         from geosteer.interventions import steer
         from geosteer.io_utils import write_records
         from geosteer.manifold import load as load_surfaces
+        from geosteer.manifold import read_config
         from geosteer.viz import surfaces as S
 
         if top < 1:
             raise ValueError(f"--top must be >= 1 (got {top})")
+        read_config(surfaces)  # a missing or foreign artifact is refused before the model loads
         m, tok = load(model, device=device, dtype=dtype)
         bank = load_surfaces(surfaces, model=m)
         picks = S.default_picks(bank, top)

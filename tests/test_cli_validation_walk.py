@@ -1,0 +1,172 @@
+"""Every leaf command of ``geosteer``, one bad value per kind of option it takes (int, float, layer list, path,
+choice): one ``error:`` line, exit 2, no model built, no file left. The walk finds new verbs by itself."""
+
+from __future__ import annotations
+
+import json
+import typing
+from pathlib import Path
+
+import pytest
+
+from geosteer.cli import app, register_clis
+from geosteer.cli.common import build_command, run_command
+
+LAYER_OPTIONS = {"--layers", "--score-layers"}
+# text options whose valid values are a fixed set (each verb checks them before loading)
+CHOICE_OPTIONS = {"--corpus", "--split", "--variants", "--mode", "--method", "--ov-norm", "--value-space", "--site",
+                  "--sites", "--schedule", "--pool", "--score", "--kinds", "--direction", "--save-dtype",
+                  "--mixed-precision", "--fields", "--references", "--dtype"}
+BAD = {"int": "12abc", "float": "nan", "layers": "2-1", "choice": "no-such-choice"}
+
+
+class ModelBuilt(BaseException):
+    """Raised by every way of building model weights: a verb that gets there validated too late."""
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """Make every model construction raise :class:`ModelBuilt` (a BaseException: no verb can swallow it)."""
+    import transformers
+
+    import geosteer
+    from geosteer.directional import pretrain
+    from geosteer.models import loading, tiny
+
+    def built(*a, **k):
+        raise ModelBuilt
+
+    for target, name in ((loading, "load_model"), (geosteer, "load_model"), (tiny, "tiny_model"),
+                         (loading, "tiny_model"), (pretrain, "small_model"),
+                         (transformers.AutoModelForCausalLM, "from_pretrained"),
+                         (transformers.AutoModelForCausalLM, "from_config")):
+        monkeypatch.setattr(target, name, built)
+
+
+def _leaves(root) -> dict[str, object]:
+    out: dict[str, object] = {}
+
+    def walk(cmd, path):
+        if hasattr(cmd, "commands"):
+            for name, sub in cmd.commands.items():
+                walk(sub, [*path, name])
+        else:
+            out[" ".join(path)] = cmd
+
+    walk(root, [])
+    return out
+
+
+register_clis()
+ROOT = build_command(app)  # built once: every case runs the same tree, as the ``geosteer`` command does
+LEAVES = _leaves(ROOT)
+
+
+def _kind(param) -> str | None:
+    annotation = param.type_descriptor.annotation
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    base = args[0] if args and all(a is args[0] for a in args) else annotation
+    flag = param.opts[0] if param.opts else ""
+    if base is bool:
+        return None
+    if base is int:
+        return "int"
+    if base is float:
+        return "float"
+    if isinstance(base, type) and issubclass(base, Path):
+        return "path"
+    if flag in LAYER_OPTIONS:
+        return "layers"
+    if flag in CHOICE_OPTIONS:
+        return "choice"
+    return None
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, tiny_cache) -> dict[str, str]:
+    """Valid values for the parameters a verb requires, so that the bad value is what gets refused."""
+    from geosteer import manifold
+
+    root = tmp_path_factory.mktemp("inputs")
+    model, _ = tiny_cache("llama")
+    bank = manifold.install(model)
+    manifold.uninstall(model)
+    surfaces = manifold.save(bank, root / "surfaces")
+    (root / "targets.json").write_text(json.dumps([{"prompt": "The cat", "target": " sat"}]))
+    (root / "controls.json").write_text(json.dumps(["The dog"]))
+    (root / "pairs.json").write_text(json.dumps([["I love it", "I hate it"]]))
+    return {"--surfaces": str(surfaces), "folder": str(surfaces), "--target-file": str(root / "targets.json"),
+            "--control-file": str(root / "controls.json"), "--pairs": str(root / "pairs.json"),
+            "--site": "value_full", "ops": "zero layer=0", "--prompt": "Hi", "kind": "heads",
+            "result": str(root / "targets.json"), "results": str(root / "targets.json"), "repo_id": "org/name",
+            "--base-model": "tiny-llama", "--layers": "0", "--layer": "1",
+            "directional plot --out": str(root / "never-written.html")}
+
+
+def _arguments(verb: str, name: str, bad: str, tmp: Path, inputs: dict[str, str]) -> list[str]:
+    """The command line after the verb: ``bad`` for the parameter ``name``, a well-formed value for every
+    other required one (an output: a fresh path in ``tmp``)."""
+    args = []
+    for param in LEAVES[verb].params:
+        this = _name(param)
+        if this != name and not param.required:
+            continue
+        value = bad if this == name else inputs.get(f"{verb} {this}", inputs.get(this, str(tmp / f"out-{param.name}")))
+        args += [value] if param.param_type_name == "argument" else [this, value]
+    return args
+
+
+def _name(param) -> str:
+    return param.opts[0] if param.opts and param.param_type_name == "option" else param.name
+
+
+def _cases() -> list[tuple[str, str, str]]:
+    """(verb, option or argument name, kind): the first parameter of each kind of each verb."""
+    cases = []
+    for verb, cmd in LEAVES.items():
+        seen = set()
+        for param in cmd.params:
+            kind = _kind(param)
+            if kind is not None and kind not in seen:
+                seen.add(kind)
+                cases.append((verb, _name(param), kind))
+    return cases
+
+
+CASES = _cases()
+
+
+# verbs whose parameters are all free text or flags (names, folder-or-Hub ids, lm-eval's own options)
+TEXT_ONLY = {"recipe keys", "recipe show", "vectors show", "eval"}
+
+
+def test_the_walk_covers_every_verb_and_kind():
+    assert len(LEAVES) >= 40
+    assert {k for _, _, k in CASES} == {"int", "float", "layers", "path", "choice"}
+    assert set(LEAVES) - {v for v, _, _ in CASES} == TEXT_ONLY  # a new verb is walked or listed here
+
+
+@pytest.mark.parametrize("verb,flag,kind", CASES, ids=[f"{v}:{f}" for v, f, _ in CASES])
+def test_one_bad_value_is_refused_before_any_model_is_built(verb, flag, kind, tmp_path, monkeypatch, capsys,
+                                                            inputs, no_weights):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("a plain file\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    if verb == "dynamics gates" and flag != "--save":
+        args_extra = ["--save", str(tmp_path / "gates")]  # gates trains (--save) or evaluates (--load)
+    else:
+        args_extra = []
+    cmd = LEAVES[verb]
+    bad = str(tmp_path / "afile" / "x") if kind == "path" else BAD[kind]  # a path under a plain file
+    args = [*verb.split(), *_arguments(verb, flag, bad, tmp_path, inputs)]
+    if "--model" in {o for p in cmd.params for o in p.opts} and flag != "--model":
+        args += ["--model", "tiny-llama"]
+    args += args_extra
+    with pytest.raises(SystemExit) as e:
+        run_command(ROOT, args)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2, err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert flag in err or bad in err, err  # the refusal names what was wrong
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
