@@ -209,3 +209,15 @@ def test_recipe_config_is_checked(tmp_path, edit, match):
     with pytest.raises(ArtifactError, match=match) as ei:
         load_recipe(folder)
     assert len(str(ei.value).splitlines()) == 1
+
+
+def test_recipe_edits_file_nested_deep_is_one_line(tmp_path):
+    from geosteer.manifold.method import edit_list
+
+    f = tmp_path / "edits.json"
+    f.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(GeosteerError, match="nested deeper") as ei:
+        edit_list(str(f))
+    assert len(str(ei.value).splitlines()) == 1
+    f.write_text('["zero layer=0"]')
+    assert edit_list(str(f)) == ["zero layer=0"]

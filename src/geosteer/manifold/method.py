@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +21,13 @@ def edit_list(edits: Any) -> list:
         if str(edits).endswith(".json"):
             raise GeosteerError(f"edits file not found: {p} (a JSON list of surface edits)")
         return [e.strip() for e in str(edits).split(";") if e.strip()]
+    from geosteer.config_schema import parse_config_text
+
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise GeosteerError(f"edits file {p} is not valid JSON ({e})") from None
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise GeosteerError(f"edits file {p} is not a readable UTF-8 text file ({type(e).__name__})") from None
+    doc = parse_config_text(text, f"edits file {p}")  # valid JSON, bounded nesting
     doc = doc.get("edits", doc) if isinstance(doc, dict) else doc
     if not isinstance(doc, list):
         raise GeosteerError(f"edits file {p} must hold a JSON list of edits")
