@@ -162,18 +162,23 @@ class SteeringVectors:
         return remove
 
     # -- the artifact (geosteer.vectors.artifact) ------------------------------------------------------------
+    # (through the registry: geosteer.vectors.artifact imports this module, so this one never imports it back)
     def save(self, folder: str | Path, *, overwrite: bool = True, command: str | None = None) -> Path:
-        from geosteer.vectors.artifact import save_vectors
+        from geosteer.methods import save_artifact
 
-        return save_vectors(self, folder, overwrite=overwrite, command=command)
+        return save_artifact(self, folder, overwrite=overwrite, command=command)
 
     def push_to_hub(self, repo_id: str, *, folder: str | Path | None = None, private: bool = True,
                     token: str | None = None) -> str:
-        from geosteer.vectors.artifact import push_vectors
+        from geosteer.methods import push_artifact
 
-        return push_vectors(self, repo_id, folder=folder, private=private, token=token)
+        if folder is not None:
+            from geosteer.artifacts import push
+
+            return push(self.save(folder), repo_id, private=private, token=token)
+        return push_artifact(self, repo_id, private=private, token=token)
 
     def export_gguf(self, path: str | Path) -> Path:
-        from geosteer.vectors.artifact import export_gguf
+        from geosteer.vectors.gguf import export_gguf
 
         return export_gguf(self, path)

@@ -13,7 +13,6 @@ the format llama.cpp's ``--control-vector`` reads; :func:`import_gguf` reads one
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -31,9 +30,9 @@ from geosteer.artifacts import (
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.vectors.apply import SteeringVectors
 from geosteer.vectors.config import ApplyConfig
+from geosteer.vectors.gguf import GGUF_ARCH, export_gguf  # noqa: F401 - export_gguf re-exported
 
 WEIGHTS_NAME = "vectors.safetensors"
-GGUF_ARCH = "controlvector"
 _KNOWN = ("base_model", "model_type", "point", "layers", "d_model", "n_layers", "extraction", "settings")
 
 
@@ -114,37 +113,6 @@ def push_vectors(sv: SteeringVectors, repo_id: str, *, folder: str | Path | None
         return push(save_vectors(sv, Path(tmp) / "vectors"), repo_id, private=private, token=token)
 
 
-def export_gguf(sv: SteeringVectors, path: str | Path) -> Path:
-    """Write repeng's GGUF control-vector file (the vectors as stored, without the scale); atomic."""
-    from geosteer.extras import require
-
-    gguf = require("gguf")
-    if sv.point != "resid_post":
-        raise GeosteerError(f"the GGUF control-vector format adds to each layer's output (resid_post); "
-                            f"these vectors are at {sv.point}")
-    path = Path(path)
-    if path.is_dir():
-        raise GeosteerError(f"{path} is a folder; give the .gguf file to write")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    os.close(fd)
-    try:
-        writer = gguf.GGUFWriter(tmp, GGUF_ARCH)
-        writer.add_string(f"{GGUF_ARCH}.model_hint", sv.model_type)
-        writer.add_uint32(f"{GGUF_ARCH}.layer_count", len(sv.vectors))
-        for layer, v in sv.vectors.items():
-            writer.add_tensor(f"direction.{layer}", v.detach().float().cpu().numpy())
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def import_gguf(path: str | Path) -> SteeringVectors:
     """Read a GGUF control-vector file (repeng's format) as resid_post steering vectors."""
     from geosteer.extras import require
@@ -169,4 +137,5 @@ def import_gguf(path: str | Path) -> SteeringVectors:
 
 
 VECTORS = ArtifactFormat("geosteer-vectors", 1, tensors=(WEIGHTS_NAME,), known_keys=_KNOWN,
-                         load=lambda folder, model: load_vectors(folder, model), method="vectors")
+                         load=lambda folder, model: load_vectors(folder, model), method="vectors",
+                         saves=SteeringVectors, save=lambda sv, folder, **kw: save_vectors(sv, folder, **kw))
