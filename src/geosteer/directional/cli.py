@@ -89,7 +89,7 @@ def sweep_cmd(
     tokens: int = typer.Option(2048, "--tokens", min=2, help="held-out tokens scored"),
     context: int = typer.Option(512, "--context"),
     stride: int = typer.Option(256, "--stride"),
-    out: Path = typer.Option(Path("docs/results/directional/sweep.json"), "--out", callback=out_records()),
+    out: Path = typer.Option(Path("sweep.json"), "--out", callback=out_records()),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
@@ -165,7 +165,7 @@ def pretrain_cmd(
     eval_every: int = typer.Option(25, "--eval-every", min=1),
     val_batches: int = typer.Option(16, "--val-batches", min=1, max=4096,
                                     help="fixed held-out batches for the val loss"),
-    out_dir: Path = typer.Option(Path("docs/results/directional"), "--out-dir", callback=out_dir()),
+    out_dir: Path = typer.Option(Path("."), "--out-dir", callback=out_dir()),
     threads: int = THREADS_OPT,
 ) -> None:
     """From-scratch byte-level models trained with the edit active: baseline vs attention / value parallel

@@ -1,0 +1,35 @@
+"""No verb writes into the package's repository unless told to: no option of any ``geosteer`` verb has a
+default under ``docs/`` (results land in the current directory, or where ``--out`` says)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _leaves(cmd, path=()):
+    sub = getattr(cmd, "commands", None)
+    if sub:
+        for name, child in sub.items():
+            yield from _leaves(child, (*path, name))
+    else:
+        yield path, cmd
+
+
+def test_no_option_defaults_into_the_repository():
+    import typer
+
+    from geosteer.cli import app, register_clis
+
+    register_clis()
+    root = typer.main.get_command(app)
+    leaves = list(_leaves(root))
+    assert len(leaves) > 30  # the walk reaches the verbs of every method
+    bad = []
+    for path, cmd in leaves:
+        for p in cmd.params:
+            d = p.default
+            if isinstance(d, (str, Path)) and Path(str(d)).parts[:1] in (("docs",), ("src",), ("studies",)):
+                bad.append(f"geosteer {' '.join(path)} {p.opts[0]} = {d}")
+    assert not bad, "options that default into the repository: " + "; ".join(bad)
+    outs = {" ".join(path): p.default for path, cmd in leaves for p in cmd.params if "--out" in p.opts}
+    assert outs["directional sweep"] == Path("sweep.json") and outs["directional heads"] == Path("heads.json")
