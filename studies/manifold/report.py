@@ -17,6 +17,7 @@ RES = ROOT / "docs" / "results"
 SURFACES = {"surfaces grid 8": ROOT / "artifacts" / "smollm2-surfaces",
             "surfaces grid 16": ROOT / "runs" / "smollm2-surfaces-g16"}
 LORA = RES / "manifold_lora_r36.json"
+SWEEP = RES / "manifold_equal_tokens_sweep.json"  # holds the stock ppl on the LoRA run's evaluation tokens
 MOVED = "python -m geosteer.manifold.studies "  # the output-study runner before it moved to studies/manifold
 
 
@@ -33,18 +34,36 @@ def _load(p: Path):
     return json.loads(p.read_text()) if p.is_file() else None
 
 
+def _stock_row(ppl: float, cap: int, seed: int, command: str) -> dict:
+    return {"method": "stock", "params": 0, "train_tokens": 0, "heldout_ppl": ppl, "heldout_tokens_cap": cap,
+            "seed": seed, "command": command}
+
+
+def lora_stock_reference(cap: int) -> dict | None:
+    """The stock model's ppl on the LoRA run's own evaluation tokens, as the equal-token sweep recorded it
+    (the step-0 evaluation of the surfaces run with the same held-out cap)."""
+    sweep = _load(SWEEP)
+    if sweep is None:
+        return None
+    source = str(LORA.relative_to(ROOT))
+    hit = next((r for r in sweep["rows"] if r["source"] == source and r.get("ppl_before")), None)
+    if hit is None:
+        return None
+    return _stock_row(hit["ppl_before"], cap, hit["seed"], sweep["meta"]["command"]
+                      + f"  (ppl before training; the reference of {source})")
+
+
 def ppl_rows() -> list[dict]:
-    rows = []
-    stock = None
+    """One row per model; each change is against the stock model on the same evaluation tokens."""
+    rows, stocks = [], []
     for label, folder in SURFACES.items():
         doc = _load(folder / "geosteer_config.json")
         if doc is None:
             continue
         tr, ho = doc["meta"]["training"], doc["meta"]["training"]["heldout"]
-        if stock is None and ho["ppl_before"] is not None:
-            stock = {"method": "stock", "params": 0, "train_tokens": 0, "heldout_ppl": ho["ppl_before"],
-                     "heldout_tokens_cap": ho["max_tokens"], "seed": tr["config"]["seed"],
-                     "command": doc["meta"]["command"] + "  (ppl before training)"}
+        if ho["ppl_before"] is not None and all(s["heldout_tokens_cap"] != ho["max_tokens"] for s in stocks):
+            stocks.append(_stock_row(ho["ppl_before"], ho["max_tokens"], tr["config"]["seed"],
+                                     doc["meta"]["command"] + "  (ppl before training)"))
         rows.append({"method": label, "params": tr["parameter_overhead"]["surface_params"],
                      "param_fraction": tr["parameter_overhead"]["fraction"], "train_tokens": tr["tokens"],
                      "lr": tr["config"]["lr"], "layers": f"{doc['layers'][0]}-{doc['layers'][-1]}",
@@ -54,17 +73,22 @@ def ppl_rows() -> list[dict]:
     if lora is not None:
         m = lora["meta"]
         last = lora["rows"][-1]
+        cap = m["train_config"]["eval_tokens"]
         rows.append({"method": f"LoRA q,v r={m['rank']}", "params": m["trainable_params"],
                      "param_fraction": m["trainable_params"] / m["model_params"], "train_tokens": last["tokens"],
                      "lr": m["train_config"]["lr"], "layers": f"{m['layers'][0]}-{m['layers'][-1]}",
-                     "heldout_ppl": last["heldout_ppl"], "heldout_tokens_cap": m["train_config"]["eval_tokens"],
+                     "heldout_ppl": last["heldout_ppl"], "heldout_tokens_cap": cap,
                      "seed": last["seed"], "command": m["command"]})
-    if stock is not None:
-        rows.insert(0, stock)
-        for r in rows:
+        ref = lora_stock_reference(cap)
+        if ref is not None and all(s["heldout_tokens_cap"] != cap for s in stocks):
+            stocks.append(ref)
+    by_cap = {s["heldout_tokens_cap"]: s for s in stocks}
+    for r in stocks + rows:
+        stock = by_cap.get(r["heldout_tokens_cap"])
+        if stock is not None:
             r["abs_change"] = r["heldout_ppl"] - stock["heldout_ppl"]
             r["rel_change"] = r["abs_change"] / stock["heldout_ppl"]
-    return rows
+    return stocks + rows
 
 
 def main() -> None:
@@ -75,14 +99,17 @@ def main() -> None:
     if rows:
         atomic_write_csv(RES / "manifold_ppl.csv", rows)
         out += ["## Held-out perplexity (context 512, stride 256)", "",
-                "| method | layers | params (% of model) | train tokens | lr | held-out ppl | change |",
-                "|---|---|---:|---:|---:|---:|---:|"]
+                "Each change is against the stock model on the same held-out tokens (the first N of the split).", "",
+                "| method | layers | params (% of model) | train tokens | lr | held-out tokens | held-out ppl "
+                "| change |",
+                "|---|---|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             frac = f"{r['params']:,} ({100 * r.get('param_fraction', 0):.3f}%)"
             ch = f"{r['abs_change']:+.3f} ({100 * r['rel_change']:+.2f}%)" if "abs_change" in r else ""
             out.append(f"| {r['method']} | {r.get('layers', '')} | {frac} | {r['train_tokens']:,} | "
-                       f"{r.get('lr', '')} | {r['heldout_ppl']:.4f} | {ch} |")
-        out += ["", "Commands:", ""] + [f"- {r['method']}: `{r['command']}`" for r in rows] + [""]
+                       f"{r.get('lr', '')} | {r['heldout_tokens_cap']:,} | {r['heldout_ppl']:.4f} | {ch} |")
+        out += ["", "Commands:", ""] + [f"- {r['method']} ({r['heldout_tokens_cap']:,} tokens): `{r['command']}`"
+                                        for r in rows] + [""]
     cmp = _load(RES / "manifold_compare.json")
     if cmp is not None:
         out += ["## Output comparison: stock vs surfaces (greedy, 30 new tokens)", "",
