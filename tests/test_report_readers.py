@@ -94,3 +94,11 @@ def test_geosteer_eval_cli_then_report_and_studio_list(tmp_path):
     listed = {r["name"] for r in ResultPages([out]).list()}
     assert listed == {files[0].name}
     assert "geosteer_test_mc" in ResultPages([out]).page_html(f"0/{files[0].relative_to(out).as_posix()}")
+
+
+def test_png_names_say_what_the_figure_shows():
+    from geosteer.viz.report import png_name
+
+    assert png_name(2, 1, "sweep [s_perp sweep]: ppl vs s_perp") == "s02_f1-ppl-vs-s_perp.png"
+    assert png_name(0, 0, "decomposition: parallel ratio / layer") == "s00_f0-parallel-ratio-layer.png"
+    assert png_name(3, 0, "") == "s03_f0.png"

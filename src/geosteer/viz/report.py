@@ -173,6 +173,14 @@ def render_html(sections: list[Section], title: str, inline_js: bool = True,
             f"<nav><ul>{''.join(toc)}</ul></nav>{''.join(body)}</body></html>")
 
 
+def png_name(section: int, figure: int, title: str) -> str:
+    """``s02_f1-ppl-vs-s_par.png``: the order (section, figure) and the figure's title as a short slug."""
+    import re
+
+    slug = re.sub(r"[^a-z0-9_.]+", "-", title.lower().split(": ", 1)[-1]).strip("-.")[:60].rstrip("-.")
+    return f"s{section:02d}_f{figure}" + (f"-{slug}" if slug else "") + ".png"
+
+
 def export_png(sections: list[Section], folder: Path) -> tuple[list[Path], str | None]:
     """Write every figure as PNG with kaleido (needs a local Chrome/Chromium). Returns (files, problem)."""
     try:
@@ -184,7 +192,7 @@ def export_png(sections: list[Section], folder: Path) -> tuple[list[Path], str |
     try:
         for i, s in enumerate(sections):
             for j, f in enumerate(s.figures):
-                p = folder / f"s{i:02d}_f{j}.png"
+                p = folder / png_name(i, j, f.layout.title.text or s.title)
                 f.write_image(str(p), width=1000, height=int(f.layout.height or 500))
                 files.append(p)
     except Exception as e:  # kaleido without a browser raises its own types
