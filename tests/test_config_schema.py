@@ -16,10 +16,8 @@ from tests.cli_helpers import one_line_exit_2, run_cli
 
 
 @pytest.fixture(scope="module")
-def llama():
-    from geosteer import load_model
-
-    return load_model("tiny-llama")
+def llama(tiny_cache):
+    return tiny_cache("llama")
 
 
 @pytest.fixture(scope="module")
