@@ -134,3 +134,17 @@ def test_parse_layers():
         parse_layers("28-31", 30)
     with pytest.raises(GeosteerError, match="bad layer spec"):
         parse_layers("x-2", 30)
+
+
+def test_train_surfaces_refuses_a_folder_of_user_files_before_training(tiny_cache, tmp_path):
+    from geosteer.errors import OutputRefused
+    from geosteer.manifold.train import train_surfaces
+
+    model, tok = tiny_cache("llama")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.txt").write_text("precious")
+    with pytest.raises(OutputRefused, match="thesis.txt"):
+        train_surfaces(model, tok, victim, log=None, progress=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["victim"]  # no <out>.train/ either: refused before any step
+    assert [p.name for p in victim.iterdir()] == ["thesis.txt"] and (victim / "thesis.txt").read_text() == "precious"

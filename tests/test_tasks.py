@@ -202,3 +202,26 @@ def test_neutral_geosteer_equals_stock_hf_on_generated_tasks(tmp_path):
                 assert neutral["results"][t][k] == pytest.approx(v, rel=1e-5), (t, k)
     lls_e = [c[0][0] for r in resps(edited, names[1]) for c in r]
     assert max(abs(a - b) for a, b in zip(lls_e, lls, strict=True)) > 1e-3  # the recipe acts
+
+
+def test_build_never_replaces_a_folder_it_did_not_build(tmp_path, built):
+    from geosteer.errors import OutputRefused
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.txt").write_text("precious")
+    with pytest.raises(OutputRefused, match="not a geosteer output folder.*thesis.txt"):
+        B.build(victim, **SMALL)
+    assert [p.name for p in victim.iterdir()] == ["thesis.txt"] and (victim / "thesis.txt").read_text() == "precious"
+    # a task folder built before is replaced (lm-eval's __pycache__ beside utils.py is geosteer's too) ...
+    import shutil
+
+    again = shutil.copytree(built[0] / "a", tmp_path / "again")
+    (again / "__pycache__").mkdir()
+    B.build(again, **SMALL)
+    assert sorted(p.name for p in again.iterdir()) == sorted(p.name for p in (built[0] / "a").iterdir())
+    # ... unless the user put files of their own into it
+    (again / "my_results.json").write_text("{}")
+    with pytest.raises(OutputRefused, match="my_results.json"):
+        B.build(again, **SMALL)
+    assert (again / "my_results.json").read_text() == "{}"

@@ -25,6 +25,7 @@ from geosteer.errors import GeosteerError
 from geosteer.io_utils import atomic_write_json
 from geosteer.models.anatomy import parse_layers  # noqa: F401 - the one layer-list parser, re-exported
 from geosteer.models.loading import input_device
+from geosteer.outputs import check_output_folder
 from geosteer.train import TrainConfig, train
 from geosteer.train.data import load_texts, token_stream, windows
 
@@ -95,8 +96,7 @@ def check_options(*, out: Path, grid_size: int, grid_range, calibrate: bool, qua
     check_grid(grid_size, *grid_range)
     if calibrate and not 0.5 <= quantile < 1.0:
         raise GeosteerError(f"calibration quantile must be in [0.5, 1), got {quantile}")
-    if out.exists() and not out.is_dir():
-        raise GeosteerError(f"--out {out} exists and is not a folder")
+    check_output_folder(out, "geosteer-surfaces", what="--out")  # never over a folder of the user's files
     if not (isinstance(text, str) and text in SPLITS) and not Path(text).is_file():
         raise GeosteerError(f"training text '{text}' is neither a corpus split ({', '.join(SPLITS)}) nor a "
                             "readable text file")

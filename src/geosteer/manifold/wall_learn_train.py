@@ -29,6 +29,7 @@ from geosteer.manifold.wall_learn import (
     target_logprob,
 )
 from geosteer.manifold.wall_learn_candidates import score_candidates
+from geosteer.outputs import check_output_folder
 from geosteer.progress import counter
 
 
@@ -93,8 +94,7 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
     if not controls:
         raise GeosteerError("the control prompt set is empty")
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise GeosteerError(f"--out {out} exists and is not a folder")
+    check_output_folder(out, "geosteer-surfaces", what="--out")  # never over a folder of the user's files
     layers = anatomy(model).check_layers(cfg.layers if cfg.layers is not None else bank.layers)
     tb, cb = encode_targets(tok, targets), encode_controls(tok, controls)
     state_dir = Path(str(out) + ".train")
