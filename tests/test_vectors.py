@@ -218,6 +218,28 @@ def test_artifact_roundtrip_load_artifact_and_recipe(tiny_cache, tmp_path):
     assert len(spec.build(other, force=True)) == 1
 
 
+def test_geosteer_load_lm_eval_and_overflow(tiny_cache, tmp_path):
+    """The other front doors: geosteer.load, lm-eval's model_args; vectors that overflow are refused at load."""
+    model, tok = tiny_cache("llama")
+    sv = extract(model, tok, PAIRS[:3], layers="0-1")
+    folder = sv.save(tmp_path / "v")
+    assert isinstance(geosteer.load(folder, model), SteeringVectors)
+    ids = tok(["The river ran"], return_tensors="pt").input_ids
+    want = _logits(model, ids, sv.with_(scale=3.0, layers=[1]))
+    lm_eval = pytest.importorskip("geosteer.integrations.lm_eval")
+    lm = lm_eval.GeosteerLM(pretrained="tiny-llama", vectors=str(folder), vector_scale="3", vector_layers="1",
+                            batch_size=1, device="cpu")
+    with torch.no_grad():
+        torch.testing.assert_close(lm.model(input_ids=ids).logits, want, rtol=0, atol=1e-5)
+    lm.remove_interventions()
+    huge = SteeringVectors({0: torch.full((64,), 3e38)}, d_model=64, base_model=sv.base_model)
+    huge.save(tmp_path / "huge")
+    with pytest.raises(GeosteerError, match="overflow the model.s forward"):
+        load_vectors(tmp_path / "huge", model)
+    with pytest.raises(GeosteerError, match="layer 0 is not finite"):
+        SteeringVectors({0: torch.tensor([1.0, float("nan")])})
+
+
 def test_push_to_hub_uploads_the_artifact(tiny_cache, tmp_path, monkeypatch):
     huggingface_hub = pytest.importorskip("huggingface_hub")
     from tests.hub_helpers import fake_hf_api

@@ -94,6 +94,9 @@ class SteeringVectors:
         if not self.vectors:
             raise GeosteerError("steering vectors need at least one layer")
         self.vectors = {int(k): v.detach().reshape(-1) for k, v in sorted(self.vectors.items())}
+        bad = [layer for layer, v in self.vectors.items() if not bool(torch.isfinite(v).all())]
+        if bad:
+            raise GeosteerError(f"the steering vector of layer {bad[0]} is not finite (NaN or inf)")
         dims = {v.numel() for v in self.vectors.values()}
         if len(dims) != 1:
             raise GeosteerError(f"steering vectors of different sizes: {sorted(dims)}")

@@ -98,9 +98,11 @@ def load_vectors(folder: str | Path, model=None, *, force: bool = False) -> Stee
                          n_layers=cfg.get("n_layers"), extraction=cfg.get("extraction") or {}, settings=settings)
     if model is not None:
         from geosteer.models.loading import model_id
+        from geosteer.overflow import check_forward_finite
 
         check_base_model(sv.base_model, model_id(model), what=f"steering vectors at {path}", force=force)
         sv._check_model(model)
+        check_forward_finite(model, sv, f"steering vectors {path}")  # finite but huge vectors overflow
     return sv
 
 
