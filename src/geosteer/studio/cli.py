@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, FORCE_OPT, MODEL_OPT, THREADS_OPT, load
+from geosteer.cli.recipe import SET_OPT, spec_from_options
 
 
 def is_loopback(host: str) -> bool:
@@ -74,6 +75,18 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def apply_recipe_rest(model, bank, spec, force: bool = False) -> list:
+    """What a recipe adds besides its surfaces: its surface ``edits`` made on ``bank``, and every other
+    method's interventions attached to ``model`` for the session; returns their ``remove`` functions."""
+    from geosteer.manifold.edit import Edit, apply_edits
+    from geosteer.manifold.method import edit_list
+
+    edits = edit_list(spec.edits)
+    if edits:
+        apply_edits(bank, [Edit.from_dict(e) if isinstance(e, dict) else e for e in edits])
+    return [iv.attach(model) for iv in spec.with_values(surfaces=None, edits=None).build(model, force=force)]
+
+
 def register(app: typer.Typer) -> None:
 
     @app.command("studio")
@@ -81,6 +94,10 @@ def register(app: typer.Typer) -> None:
         model: str = MODEL_OPT,
         surfaces: Path | None = typer.Option(None, "--surfaces", help="surface artifact folder to start from "
                                              "(default: fresh zero surfaces on every layer)"),
+        recipe: str | None = typer.Option(None, "--recipe", help="recipe to start from (folder or Hub repo id): "
+                                          "its surfaces (and edits) are the ones edited, its other settings "
+                                          "stay applied underneath for the whole session"),
+        settings: list[str] | None = SET_OPT,
         port: int = typer.Option(8765, "--port", "-p"),
         host: str = typer.Option("127.0.0.1", "--host", help="interface to bind; anything but loopback "
                                  "exposes the model to the network (a warning is printed)"),
@@ -103,6 +120,8 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"--max-new-tokens must be in 1–512 (got {max_new_tokens})")
         if surfaces is not None and not surfaces.is_dir():
             raise FileNotFoundError(f"surface artifact folder not found: {surfaces}")
+        spec = spec_from_options(recipe, settings, surfaces)  # a bad key or value: one line, before the load
+        start = Path(spec.surfaces) if spec.surfaces is not None else None
         check_workspace(workspace)
         if not 1 <= max_queue <= 1000:
             raise ValueError(f"--max-queue must be in 1–1000 (got {max_queue})")
@@ -121,13 +140,14 @@ def register(app: typer.Typer) -> None:
 
         try:
             m, tok = load(model, threads=threads, device=device, dtype=dtype)
-            bank = bankio.open_bank(m, surfaces, force=force)
+            bank = bankio.open_bank(m, start, force=force)
+            apply_recipe_rest(m, bank, spec, force=force)
         except BaseException:
             sock.close()
             raise
         roots = list(results) or ([Path("docs/results")] if Path("docs/results").is_dir() else [])
         session = Session(m, tok, bank, workspace, model_name=model,
-                          artifact_name=surfaces.name if surfaces else "zero surfaces",
+                          artifact_name=start.name if start else "zero surfaces",
                           max_new_tokens_cap=max_new_tokens, max_queue=max_queue)
         app_ = create_app(session, roots, allowed_hosts=allowed_hosts(host))
         shown = f"[{host}]" if ":" in host else host
