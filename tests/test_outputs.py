@@ -220,3 +220,22 @@ def test_surfaces_save_refuses_before_checking_or_writing(tmp_path, tiny_cache, 
     with pytest.raises(OutputRefused, match="thesis.txt"):
         manifold.save(bank, victim)
     assert _tree(victim) == before
+
+
+def test_gates_and_recipe_savers_never_replace_a_folder_of_user_files(tmp_path, tiny_cache, victim):
+    from geosteer.dynamics.gates import FFNGates
+    from geosteer.recipe import InterventionSpec, save_recipe
+
+    model, _ = tiny_cache("llama")
+    before = _tree(victim)
+    with pytest.raises(OutputRefused, match="thesis.txt"):
+        FFNGates.for_model(model, [0]).save(victim)
+    with pytest.raises(OutputRefused, match="thesis.txt"):
+        save_recipe(victim, InterventionSpec(), base_model="tiny-llama")
+    assert _tree(victim) == before
+    gates = FFNGates.for_model(model, [0]).save(tmp_path / "g")
+    with pytest.raises(OutputRefused, match="geosteer-gates"):  # a recipe is not written over gates
+        save_recipe(gates, InterventionSpec(), base_model="tiny-llama")
+    with pytest.raises(OutputRefused, match="pass overwrite"):
+        FFNGates.for_model(model, [0]).save(gates, overwrite=False)
+    assert FFNGates.for_model(model, [0, 1]).save(gates) == gates  # same kind, overwrite: replaced

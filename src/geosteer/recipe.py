@@ -229,7 +229,7 @@ def save_recipe(folder: str | Path, spec: InterventionSpec, *, base_model: str, 
             ppl_before=ppl_before, ppl_after=ppl_after, command=command, files=files,
             extra={k: v for k, v in d.items() if v != defaults[k]}))
 
-    return write_folder_atomic(folder, fill)
+    return write_folder_atomic(folder, fill, kind=RECIPE.name)
 
 
 def load_recipe(folder: str | Path) -> tuple[InterventionSpec, dict]:
