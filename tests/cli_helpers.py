@@ -23,3 +23,34 @@ def one_line_exit_2(code: int, err: str) -> None:
     """A user error: exit code 2 and exactly one ``error: …`` line, no traceback."""
     assert code == 2, err
     assert err.startswith("error: ") and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+class ModelBuilt(BaseException):
+    """Raised by every way of building model weights once :func:`forbid_model_builds` is on (a BaseException:
+    no verb can swallow it as a user error)."""
+
+
+def forbid_model_builds(monkeypatch) -> None:
+    """Make every model construction raise :class:`ModelBuilt`: a verb that gets there validated too late."""
+    import transformers
+
+    import geosteer
+    from geosteer.directional import pretrain
+    from geosteer.models import loading, tiny
+
+    def built(*a, **k):
+        raise ModelBuilt
+
+    for target, name in ((loading, "load_model"), (geosteer, "load_model"), (tiny, "tiny_model"),
+                         (loading, "tiny_model"), (pretrain, "small_model"),
+                         (transformers.AutoModelForCausalLM, "from_pretrained"),
+                         (transformers.AutoModelForCausalLM, "from_config")):
+        monkeypatch.setattr(target, name, built)
+
+
+def refused_before_load(monkeypatch, capsys, *args: str) -> str:
+    """Run ``geosteer ARGS`` with model builds forbidden; assert one ``error:`` line and exit 2; return it."""
+    forbid_model_builds(monkeypatch)
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    one_line_exit_2(code, err)
+    return err.strip()

@@ -11,6 +11,7 @@ import pytest
 
 from geosteer.cli import app, register_clis
 from geosteer.cli.common import build_command, run_command
+from tests.cli_helpers import forbid_model_builds
 
 LAYER_OPTIONS = {"--layers", "--score-layers"}
 # text options whose valid values are a fixed set (each verb checks them before loading)
@@ -20,27 +21,9 @@ CHOICE_OPTIONS = {"--corpus", "--split", "--variants", "--mode", "--method", "--
 BAD = {"int": "12abc", "float": "nan", "layers": "2-1", "choice": "no-such-choice"}
 
 
-class ModelBuilt(BaseException):
-    """Raised by every way of building model weights: a verb that gets there validated too late."""
-
-
 @pytest.fixture
 def no_weights(monkeypatch):
-    """Make every model construction raise :class:`ModelBuilt` (a BaseException: no verb can swallow it)."""
-    import transformers
-
-    import geosteer
-    from geosteer.directional import pretrain
-    from geosteer.models import loading, tiny
-
-    def built(*a, **k):
-        raise ModelBuilt
-
-    for target, name in ((loading, "load_model"), (geosteer, "load_model"), (tiny, "tiny_model"),
-                         (loading, "tiny_model"), (pretrain, "small_model"),
-                         (transformers.AutoModelForCausalLM, "from_pretrained"),
-                         (transformers.AutoModelForCausalLM, "from_config")):
-        monkeypatch.setattr(target, name, built)
+    forbid_model_builds(monkeypatch)
 
 
 def _leaves(root) -> dict[str, object]:

@@ -164,3 +164,69 @@ def test_ppl_text_file_matches_in_memory_perplexity(monkeypatch, capsys, tmp_pat
     d = json.loads(out)
     ref = strided_perplexity(model, tok, text, context=64, stride=32, max_tokens=300)
     assert d["tokens"] == ref.tokens and math.isclose(d["ppl"], ref.ppl, rel_tol=1e-6)
+
+
+# ----------------------------------------------------------------------------- refused before the model loads
+@pytest.mark.parametrize("args,needle", [
+    (["ppl", "-m", "tiny-gpt2", "--corpus", "heldout", "--context", "1024", "--stride", "512"],
+     "--context 1024 is longer than the model's 512 positions"),
+    (["ppl", "-m", "tiny-llama", "--corpus", "heldout", "--context", "1024", "--stride", "512"],  # RoPE: was silent
+     "--context 1024 is longer than the model's 512 positions"),
+    (["compare", "-m", "tiny-llama", "-p", "Hi", "--seeds", "1000000000"], "less than or equal to 1000"),
+    (["generate", "-m", "tiny-llama", "-p", "caf\udcff"], "--prompt is not valid UTF-8"),  # argv byte 0xff
+    (["generate", "-m", "tiny-llama", "-p", "Hi", "--top-k", "abc"], "'--top-k'"),
+    (["ppl", "-m", "tiny-llama", "--corpus", "heldout", "--dtype", "int8"], "unknown dtype 'int8'"),
+    (["generate", "-m", "tiny-llama"], "Missing option '--prompt'"),  # click's usage errors: one line too
+])
+def test_eval_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
+    from tests.cli_helpers import refused_before_load
+
+    monkeypatch.chdir(tmp_path)
+    assert needle in refused_before_load(monkeypatch, capsys, *args)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("unit", ["abcdefghij", "数字漢字語"])  # ASCII, and 3-byte CJK, without any line break
+def test_encode_file_is_bounded_without_newlines_or_spaces(tmp_path, monkeypatch, unit):
+    """An 8 MB single-line file with max_tokens 256: a few hundred KB are read and no tokenizer call sees more
+    than the pending cap; the tokens decode to the file's first characters, in order."""
+    import builtins
+    import random
+
+    from geosteer.models.tokenizers import smollm2_tokenizer
+
+    tok = smollm2_tokenizer()  # the tokenizer alone: no model needed
+    rng = random.Random(0)
+    text = "".join(rng.choices(unit, k=1 << 16)) * ((8 << 20) // (len(unit[0].encode()) << 16))  # 8 MB
+    f = tmp_path / "noline.txt"
+    f.write_text(text, encoding="utf-8")
+    read, longest = [0], [0]
+    real_open, real_call = builtins.open, type(tok).__call__
+
+    class Counted:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def read(self, n=-1):
+            data = self.fh.read(n)
+            read[0] += len(data)
+            return data
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+    def spy_call(self, text, *a, **k):
+        longest[0] = max(longest[0], len(text))
+        return real_call(self, text, *a, **k)
+
+    monkeypatch.setattr(textfile, "open", lambda p, mode="r": Counted(real_open(p, mode)), raising=False)
+    monkeypatch.setattr(type(tok), "__call__", spy_call)
+    ids = encode_file(tok, f, max_tokens=256)
+    assert len(ids) == 256
+    assert read[0] <= 4 * textfile._MAX_PENDING + 2 * textfile.CHUNK_BYTES < len(text.encode()) // 4
+    assert longest[0] <= textfile._MAX_PENDING + textfile.CHUNK_BYTES
+    decoded = tok.decode(ids, skip_special_tokens=True).rstrip("\ufffd")  # a byte token may end mid-character
+    assert len(decoded) > 100 and text.startswith(decoded)

@@ -95,3 +95,16 @@ def test_heldout_ids_are_the_encoded_start_of_the_heldout_split(tiny_cache):
     assert ids.shape == (40,) and torch.equal(ids, full[:40])
     # the tokenizer's own convention: SmolLM2's tokenizer puts no BOS first
     assert ids.tolist() == tok(split_text("heldout", max_chars=4000))["input_ids"][:40]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])  # learned positions (IndexError before) and RoPE (silent)
+def test_windows_longer_than_the_model_positions_are_refused(tiny_cache, family):
+    model, tok = tiny_cache(family)
+    limit = model.config.max_position_embeddings if family != "gpt2" else model.config.n_positions
+    ids = torch.randint(0, 1000, (limit + 40,))
+    with pytest.raises(GeosteerError, match=rf"context {limit + 1} is longer than the model's {limit} positions"):
+        strided_perplexity(model, tok, ids=ids, context=limit + 1, stride=64)
+    res = strided_perplexity(model, tok, ids=ids, context=limit, stride=limit)  # exactly the positions: scored
+    assert res.windows == 2 and math.isfinite(res.ppl)
+    short = strided_perplexity(model, tok, ids=ids[:100], context=4 * limit, stride=64)  # windows cut to the text
+    assert short.windows == 1

@@ -1,0 +1,41 @@
+"""A model's positions and layers read from its config alone (``geosteer.models.limits``), against the
+built model's own config, and the one-line refusal of windows past the positions."""
+
+from __future__ import annotations
+
+import pytest
+
+from geosteer.errors import GeosteerError
+from geosteer.models.anatomy import anatomy
+from geosteer.models.limits import check_positions, config_of, max_positions, num_layers
+from geosteer.models.tiny import TINY_FAMILIES
+
+
+@pytest.mark.parametrize("family", sorted(TINY_FAMILIES))
+def test_config_without_weights_matches_the_built_model(family, tiny_cache):
+    model, _ = tiny_cache(family)
+    cfg = config_of(f"tiny-{family}")
+    built = model.config
+    assert max_positions(cfg) == getattr(built, "max_position_embeddings", getattr(built, "n_positions", None))
+    assert num_layers(cfg) == anatomy(model).n_layers  # the blocks the built model has
+    assert max_positions(model) == max_positions(cfg)  # a model or its config, the same answer
+
+
+def test_config_of_a_folder_and_of_what_needs_the_model(tmp_path, tiny_cache):
+    model, _ = tiny_cache("gpt2")
+    model.config.save_pretrained(tmp_path / "m")
+    assert max_positions(config_of(str(tmp_path / "m"))) == model.config.n_positions
+    assert config_of("tiny-nosuchfamily") is None
+    assert config_of(str(tmp_path / "missing.gguf")) is None
+    assert config_of("no-such-org/no-such-model-xyz") is None  # not cached: the loader will say what is wrong
+    (tmp_path / "empty").mkdir()
+    assert config_of(str(tmp_path / "empty")) is None
+
+
+def test_check_positions_refuses_one_past_the_limit():
+    cfg = config_of("tiny-llama")
+    limit = max_positions(cfg)
+    check_positions(cfg, limit, "--seq-len")  # exactly the positions: fine
+    with pytest.raises(GeosteerError, match=rf"--seq-len {limit + 1} is longer than the model's {limit} positions"):
+        check_positions(cfg, limit + 1, "--seq-len")
+    check_positions(None, 10**9, "--seq-len")  # no config: nothing to check against
