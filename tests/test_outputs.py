@@ -239,3 +239,19 @@ def test_gates_and_recipe_savers_never_replace_a_folder_of_user_files(tmp_path, 
     with pytest.raises(OutputRefused, match="pass overwrite"):
         FFNGates.for_model(model, [0]).save(gates, overwrite=False)
     assert FFNGates.for_model(model, [0, 1]).save(gates) == gates  # same kind, overwrite: replaced
+
+
+def test_gguf_export_follows_the_umask(tmp_path):
+    pytest.importorskip("gguf")
+    from geosteer.vectors.apply import SteeringVectors
+
+    sv = SteeringVectors(vectors={0: torch.ones(4), 1: torch.zeros(4)}, model_type="llama")
+    old = os.umask(0o022)
+    try:
+        path = sv.export_gguf(tmp_path / "v.gguf")
+    finally:
+        os.umask(old)
+    assert _mode(path) == 0o644 and sorted(p.name for p in tmp_path.iterdir()) == ["v.gguf"]
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(GeosteerError, match="lies under"):
+        sv.export_gguf(tmp_path / "afile" / "v.gguf")

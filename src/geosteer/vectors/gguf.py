@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from geosteer.errors import GeosteerError
+from geosteer.io_utils import check_output_path, default_mode
 
 GGUF_ARCH = "controlvector"
 
@@ -24,9 +25,7 @@ def export_gguf(sv: Any, path: str | Path) -> Path:
     if sv.point != "resid_post":
         raise GeosteerError(f"the GGUF control-vector format adds to each layer's output (resid_post); "
                             f"these vectors are at {sv.point}")
-    path = Path(path)
-    if path.is_dir():
-        raise GeosteerError(f"{path} is a folder; give the .gguf file to write")
+    path = check_output_path(path, what="GGUF file")  # not a folder, not under a file, writable
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     os.close(fd)
@@ -40,6 +39,7 @@ def export_gguf(sv: Any, path: str | Path) -> Path:
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
+        os.chmod(tmp, default_mode())  # mkstemp's file is owner-only; the user's umask decides instead
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
