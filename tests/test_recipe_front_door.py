@@ -193,3 +193,27 @@ def test_recipe_keys_lists_every_registered_key(monkeypatch, capsys):
     assert [r["key"] for r in rows] == list(recipe_keys())
     assert {"key": "scale_par", "method": "directional", "kind": "number", "default": 1.0}.items() <= \
         next(r for r in rows if r["key"] == "scale_par").items()
+
+
+def test_old_verbs_are_hidden_and_print_their_new_spelling(tiny, monkeypatch, capsys):
+    """The note ``directional ppl`` and ``dynamics ablate`` print is a command that gives their numbers."""
+    import shlex
+
+    with cli_model(monkeypatch, tiny):
+        code, out, err = run_cli(monkeypatch, capsys, "directional", "ppl", "-m", "tiny-llama", "--site",
+                                 "resid_attn", "--s-par", "0.5", "--tokens", "64", "--context", "32", "--stride",
+                                 "16", "--json")
+        assert code == 0, err
+        new = err.split("note: the same numbers: geosteer ", 1)[1].split(" (and without", 1)[0]
+        assert _json(monkeypatch, capsys, *shlex.split(new), "--json")["ppl"] == json.loads(out)["ppl"]
+        code, out, err = run_cli(monkeypatch, capsys, "dynamics", "ablate", "-m", "tiny-llama", "--variants",
+                                 "radial", "--tokens", "96", "--seq-len", "32", "--json")
+        assert code == 0, err
+        new = err.split("note: each loss is the nll of geosteer ", 1)[1].split(";", 1)[0]
+        radial = next(r["loss"] for r in json.loads(out) if r["variant"] == "radial")
+        new = new.replace("VARIANT", "radial")
+        assert _json(monkeypatch, capsys, *shlex.split(new), "--json")["nll"] == radial
+    for group, shown, verbs in (("directional", "sweep", ("ppl",)), ("dynamics", "diagnose", ("ablate", "gains"))):
+        code, out, _ = run_cli(monkeypatch, capsys, group, "--help")
+        listed = {line.split()[1] for line in out.splitlines() if line.startswith("│ ") and len(line.split()) > 2}
+        assert code == 0 and shown in listed and not listed & set(verbs), listed

@@ -114,7 +114,7 @@ def sweep_cmd(
               meta={"model": model_id(m), "corpus": "heldout", "sites": site_list})
 
 
-@directional_app.command("ppl")
+@directional_app.command("ppl", hidden=True)
 def ppl_cmd(
     model: str = MODEL_OPT,
     site: str = typer.Option(..., "--site"),
@@ -129,7 +129,8 @@ def ppl_cmd(
     value_space: str = typer.Option("head", "--value-space", help="value sites: head | concat"),
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
-    """Held-out perplexity with one component-scaling edit, beside the unedited baseline."""
+    """Held-out perplexity with one component-scaling edit, beside the unedited baseline (an alias that goes:
+    ``geosteer ppl --corpus heldout --set scale_site=... --set scale_par=...`` gives the same numbers)."""
     from geosteer.directional.config import ComponentScaleConfig, check_heads, parse_layers
     from geosteer.directional.sites import ComponentScale
     from geosteer.eval.perplexity import check_window, heldout_ids, strided_perplexity
@@ -137,6 +138,11 @@ def ppl_cmd(
     from geosteer.models.anatomy import anatomy
 
     cfg = ComponentScaleConfig(site, s_par, s_perp, heads=heads, value_space=value_space)
+    if heads == "all" and value_space == "head":
+        typer.echo(f"note: the same numbers: geosteer ppl -m {model} --corpus heldout --max-tokens {tokens} "
+                   f"--context {context} --stride {stride} --set scale_site={site} --set scale_par={s_par} "
+                   f"--set scale_perp={s_perp} --set scale_layers={layers} (and without --set: the baseline); "
+                   "`directional ppl` will be removed", err=True)
     check_layers(model, "--layers", layers)
     check_window(context, stride, prefix="--")
     check_positions(model, "--context", context)

@@ -147,7 +147,7 @@ def diagnose(model: str = MODEL_OPT, tokens: int = TOKENS_OPT,
             emit(v, False, table_title=k) if isinstance(v, list) else emit({k: v}, False)
 
 
-@dyn.command()
+@dyn.command(hidden=True)
 def ablate(model: str = MODEL_OPT,
            variants: str = typer.Option("zero,radial,tangential,attn_zero", "--variants"),
            layers: str = typer.Option("all", "--layers", help="layer range, e.g. 0-29 or 3,5"),
@@ -155,7 +155,11 @@ def ablate(model: str = MODEL_OPT,
            as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
            threads: int = THREADS_OPT,
            device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
-    """Held-out loss of FFN variants (full / zero / radial / tangential / attn_zero) vs the full model."""
+    """Held-out loss of FFN variants (full / zero / radial / tangential / attn_zero) vs the full model (an alias
+    that goes: ``geosteer ppl --windows independent --set ffn_variant=...`` gives each loss as its nll)."""
+    typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
+               f"--context {seq_len} --max-tokens {tokens} --set ffn_variant=VARIANT --set ffn_layers={layers}; "
+               "`dynamics ablate` will be removed", err=True)
     from geosteer.dynamics.config import check_variant
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.parallel import mean_loss
@@ -176,14 +180,18 @@ def ablate(model: str = MODEL_OPT,
     emit(rows, as_json, table_title="FFN variants")
 
 
-@dyn.command()
+@dyn.command(hidden=True)
 def gains(model: str = MODEL_OPT,
           values: str = typer.Option("0,0.5,1,1.5,2", "--values"),
           layers: str = typer.Option("all", "--layers"), tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT,
           batch_size: int = BATCH_OPT, as_json: bool = JSON_OPT, out: Path | None = OUT_OPT,
           csv: Path | None = CSV_OPT, threads: int = THREADS_OPT,
            device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
-    """Sweep the attention gain β_A (α_F = 1) and the FFN gain α_F (β_A = 1)."""
+    """Sweep the attention gain β_A (α_F = 1) and the FFN gain α_F (β_A = 1) (an alias that goes:
+    ``geosteer ppl --windows independent --set beta_attn=...`` gives each loss as its nll)."""
+    typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
+               f"--context {seq_len} --max-tokens {tokens} --set beta_attn=VALUE|alpha_ffn=VALUE "
+               f"--set gain_layers={layers}; `dynamics gains` will be removed", err=True)
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.parallel import mean_loss
     from geosteer.dynamics.variants import Gains
