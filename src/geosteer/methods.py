@@ -87,7 +87,9 @@ class ArtifactFormat:
 
 @dataclass(frozen=True)
 class Method:
-    """What one method package adds (see the module docstring)."""
+    """What one method package adds (see the module docstring). ``build(model, values)`` returns the
+    interventions for the values of its keys (``[]`` at the defaults); it may also take ``force=False``
+    (use artifacts recorded for another base model), which ``InterventionSpec.build(force=True)`` passes."""
 
     name: str
     summary: str = ""
