@@ -217,3 +217,16 @@ def test_old_verbs_are_hidden_and_print_their_new_spelling(tiny, monkeypatch, ca
         code, out, _ = run_cli(monkeypatch, capsys, group, "--help")
         listed = {line.split()[1] for line in out.splitlines() if line.startswith("│ ") and len(line.split()) > 2}
         assert code == 0 and shown in listed and not listed & set(verbs), listed
+
+
+def test_recipe_save_never_writes_over_a_users_folder(tmp_path, monkeypatch, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    code, _, err = run_cli(monkeypatch, capsys, "recipe", "save", str(tmp_path / "mine"), "--base-model",
+                           "tiny-llama", "--set", "beta_attn=0.5")
+    one_line_exit_2(code, err)
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
+    code, _, err = run_cli(monkeypatch, capsys, "recipe", "save", str(tmp_path / "r"), "--base-model",
+                           "tiny-llama", "--set", "nope=1")
+    one_line_exit_2(code, err)
+    assert not (tmp_path / "r").exists()

@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import JSON_OPT, emit
+from geosteer.cli.outputs import out_artifact
 from geosteer.errors import GeosteerError
 
 RECIPE_OPT = typer.Option(None, "--recipe", help="recipe to apply: a folder or a Hub repo id org/name[@revision]")
@@ -65,7 +66,8 @@ def show_cmd(recipe: str | None = RECIPE_OPT, settings: list[str] | None = SET_O
 
 
 @recipe_app.command("save")
-def save_cmd(out: Path = typer.Argument(..., help="folder to write the recipe into"),
+def save_cmd(out: Path = typer.Argument(..., help="folder to write the recipe into",
+                                      callback=out_artifact("geosteer-recipe")),
              base_model: str = typer.Option(..., "--base-model", help="the model the recipe is for "
                                             "(recorded in its config and model card)"),
              recipe: str | None = RECIPE_OPT, settings: list[str] | None = SET_OPT,
