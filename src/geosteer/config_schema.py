@@ -85,6 +85,28 @@ class SurfaceGrid(_Open):
         return self
 
 
+Number = Annotated[float, Field(strict=True)]  # a JSON number (ints too); NaN/inf allowed: a result may be
+
+
+class HeldoutRecord(_Open):
+    ppl_before: Number | None = None
+    ppl_after: Number | None = None
+
+
+class TrainingRecord(_Open):
+    text: StrictStr | None = None
+    tokens: Size | None = None
+    steps: Size | None = None
+    heldout: HeldoutRecord | None = None
+
+
+class SurfaceMeta(_Open):
+    """The parts of ``meta`` geosteer itself reads (the card, ``manifold show``); other keys are free."""
+
+    training: TrainingRecord | None = None
+    command: StrictStr | None = None
+
+
 class SurfacesConfig(Header):
     base_model: Name
     model: ModelShape | None = None
@@ -98,7 +120,7 @@ class SurfacesConfig(Header):
     storage_dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     n_parameters: Size | None = None
     config: SurfaceGrid
-    meta: dict[str, Any] = {}
+    meta: SurfaceMeta = SurfaceMeta()
     history: list[dict[str, Any]] = []
     sha256: Digest
     walls: list[dict[str, Any]] = []
