@@ -50,6 +50,23 @@ def test_directional_sweep_file_gives_one_sweep_per_setting(tmp_path):
         assert dict(zip(trace.x, trace.y, strict=True)) == pytest.approx(want)
 
 
+def test_dynamics_gains_file_plots_loss_against_each_gains_value(tmp_path):
+    from typer.testing import CliRunner
+
+    from geosteer.cli import app
+
+    out = tmp_path / "gains.json"
+    r = CliRunner().invoke(app, ["dynamics", "gains", "-m", "tiny-llama", "--values", "0,1,2", "--tokens", "64",
+                                 "--seq-len", "32", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    figs = auto_figures(load_tidy(out))
+    assert {_axes(f) for f in figs} == {("value", "loss"), ("value", "loss_increase")}
+    rows = json.loads(out.read_text())["rows"]
+    trace = next(t for t in figs[0].data if t.name == "gain=alpha_ffn")
+    assert list(trace.x) == [0.0, 1.0, 2.0]
+    assert list(trace.y) == pytest.approx([r[_axes(figs[0])[1]] for r in rows if r["gain"] == "alpha_ffn"])
+
+
 def test_grid_keeps_other_settings_as_line_groups(tmp_path):
     rows = [{"alpha": a, "beta": b, "loss": a * 10 + b} for a in (0.0, 0.5, 1.0) for b in (1.0, 2.0)]
     figs = auto_figures(load_tidy(write_records(tmp_path / "grid.json", rows, {})))

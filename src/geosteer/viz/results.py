@@ -334,6 +334,8 @@ def _figures_for(rows: list[dict], title_base: str, declared: tuple[str, ...] = 
         if parts is not None:
             return [f for a, sub in parts for f in _figures_for(sub, f"{title_base} [{a} sweep]", declared)]
     x = next((c for c in declared if c in numeric), None) or pick_x(numeric)
+    if x is None and "value" in numeric and categorical:
+        x = "value"  # {"gain": "beta_attn", "value": 0.5, "loss": ...}: the named setting's value is the axis
     figs: list[go.Figure] = []
     skip = set(ID_LIKE) | RUNTIME
     if x is None:
