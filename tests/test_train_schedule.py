@@ -128,11 +128,14 @@ def test_checkpoint_of_the_original_schedule_resumes_exactly(tiny, stream, tmp_p
 
 
 def _rewrite_without_schedule(src, dst) -> None:
-    """Copy a checkpoint with the "schedule" key removed from its resume signature (an older checkpoint)."""
+    """Copy a checkpoint with the "schedule" key removed from its resume signature (a checkpoint written before
+    the option existed; its checksum recomputed, as that writer would have)."""
     import json
 
     from safetensors import safe_open
     from safetensors.torch import save_file
+
+    from geosteer.train.checkpoint import state_digest
 
     with safe_open(str(src), framework="pt") as f:
         meta = f.metadata()
@@ -140,7 +143,8 @@ def _rewrite_without_schedule(src, dst) -> None:
     doc = json.loads(meta["geosteer"])
     del doc["signature"]["schedule"]
     del doc["config"]["schedule"], doc["config"]["log_with"], doc["config"]["log_dir"]
-    save_file(tensors, str(dst), metadata={**meta, "geosteer": json.dumps(doc)})
+    text = json.dumps(doc)
+    save_file(tensors, str(dst), metadata={**meta, "geosteer": text, "sha256": state_digest(text, tensors)})
 
 
 def test_other_schedule_refuses_resume_of_a_cosine_checkpoint(tiny, stream, tmp_path):  # noqa: F811
