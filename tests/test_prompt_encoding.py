@@ -77,3 +77,12 @@ def test_cli_bos_option_adds_one_token(tmp_path):
     assert plain.exit_code == 0 and bos.exit_code == 0, plain.output + bos.output
     assert json.loads(plain.stdout)["tokens"] == n - 1  # every token after the first is scored
     assert json.loads(bos.stdout)["tokens"] == n
+
+
+def test_compare_encodes_prompts_as_asked(tiny_cache):
+    from geosteer.eval.compare import compare_states
+
+    model, tok = tiny_cache("llama")
+    for add_bos in (None, True):
+        row = compare_states(model, tok, [PROMPTS[0]], max_new_tokens=4, add_bos=add_bos)[0]
+        assert row["text_a"] == generate(model, tok, PROMPTS[0], 4, add_bos=add_bos).text

@@ -215,6 +215,7 @@ def register(app: typer.Typer) -> None:
                                   "states)"),
         temperature: float = typer.Option(0.8),
         top_k: int = typer.Option(50),
+        bos: bool = bos_opt,
         surfaces: Path | None = surfaces_opt,
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
@@ -242,7 +243,8 @@ def register(app: typer.Typer) -> None:
         prompts = _read_prompts(prompt, prompts_file)
         spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype)
-        longest = max(prompt_ids(tok, p).shape[1] for p in prompts)
+        add_bos = True if bos else None
+        longest = max(prompt_ids(tok, p, add_bos).shape[1] for p in prompts)
         max_new_tokens, note = cap_new_tokens(m, longest, max_new_tokens)
         if note:
             typer.echo(f"note: {note} (longest prompt)", err=True)
@@ -250,7 +252,7 @@ def register(app: typer.Typer) -> None:
         if not b:
             typer.echo("note: no intervention given; both states are the stock model", err=True)
         rows = compare_states(m, tok, prompts, [], b, max_new_tokens=max_new_tokens,
-                              sample_seeds=range(seeds), temperature=temperature, top_k=top_k)
+                              sample_seeds=range(seeds), temperature=temperature, top_k=top_k, add_bos=add_bos)
         summary = summarize(rows)
         if out is not None:
             write_records(out, rows, meta={"model": model, "surfaces": str(surfaces) if surfaces else None,
