@@ -94,7 +94,10 @@ def test_bad_input_is_one_line_before_the_model_loads(monkeypatch, capsys, tmp_p
         assert msg in err, err
 
 
-def test_layer_out_of_range_writes_nothing(monkeypatch, capsys, tmp_path, pairs_file):
+def test_layer_out_of_range_before_the_model_loads(monkeypatch, capsys, tmp_path, pairs_file):
+    import geosteer.vectors.cli as vcli
+
+    monkeypatch.setattr(vcli, "load", lambda *a, **k: pytest.fail("the model was loaded"))
     code, _, err = run_cli(monkeypatch, capsys, "vectors", "train", "-m", "tiny-llama", "--pairs", str(pairs_file),
                            "--layers", "7", "--out", str(tmp_path / "o"))
     one_line_exit_2(code, err)

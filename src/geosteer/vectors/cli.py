@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, load
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, check_layers, emit, load
 from geosteer.cli.outputs import out_artifact
 
 vec = typer.Typer(no_args_is_help=True, help="Steering vectors: CAA / DiffMean, PCA and probe directions.")
@@ -70,15 +70,13 @@ def train_cmd(model: str = MODEL_OPT,
               as_json: bool = JSON_OPT, threads: int = THREADS_OPT, device: str = DEVICE_OPT,
               dtype: str = DTYPE_OPT) -> None:
     """Extract one steering vector per layer from prompt pairs and save the artifact."""
-    from geosteer.models.anatomy import parse_indices
     from geosteer.vectors.config import ExtractConfig
     from geosteer.vectors.extract import extract
 
     cfg = ExtractConfig(point=point, method=method, positions=positions, add_special_tokens=special_tokens,
                         batch_size=batch_size)
     data = read_pairs(pairs)
-    if layers.strip().lower() != "all":
-        parse_indices(layers, None, "layer")  # the syntax now; the range once the model is known
+    check_layers(model, "--layers", layers)  # the syntax; the range too where the config names it
     check_out(out, overwrite)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
     sv = extract(m, tok, data, layers=layers, config=cfg)
