@@ -25,7 +25,7 @@ import torch
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-EDITS = [("surface", "invert"), ("layer", "invert"), ("head", "zero"), ("surface", "wall"),
+EDITS = [("surface", "invert"), ("layer", "invert"), ("head", "zero"), ("surface", "grid-wall"),
          ("layer", "scale"), ("head", "invert")]
 
 
