@@ -138,11 +138,6 @@ def ppl_cmd(
     from geosteer.models.anatomy import anatomy
 
     cfg = ComponentScaleConfig(site, s_par, s_perp, heads=heads, value_space=value_space)
-    if heads == "all" and value_space == "head":
-        typer.echo(f"note: the same numbers: geosteer ppl -m {model} --corpus heldout --max-tokens {tokens} "
-                   f"--context {context} --stride {stride} --set scale_site={site} --set scale_par={s_par} "
-                   f"--set scale_perp={s_perp} --set scale_layers={layers} (and without --set: the baseline); "
-                   "`directional ppl` will be removed", err=True)
     check_layers(model, "--layers", layers)
     check_window(context, stride, prefix="--")
     check_positions(model, "--context", context)
@@ -155,6 +150,11 @@ def ppl_cmd(
         edited = strided_perplexity(m, tok, ids=ids, context=context, stride=stride)
     emit({**cfg.to_dict(), "tokens": edited.tokens, "ppl_baseline": base.ppl, "ppl": edited.ppl,
           "delta_ppl": edited.ppl - base.ppl}, as_json)
+    if heads == "all" and value_space == "head":
+        typer.echo(f"note: the same numbers: geosteer ppl -m {model} --corpus heldout --max-tokens {tokens} "
+                   f"--context {context} --stride {stride} --set scale_site={site} --set scale_par={s_par} "
+                   f"--set scale_perp={s_perp} --set scale_layers={layers} (and without --set: the baseline); "
+                   "`directional ppl` will be removed", err=True)
 
 
 @directional_app.command("pretrain")

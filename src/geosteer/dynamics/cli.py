@@ -157,9 +157,6 @@ def ablate(model: str = MODEL_OPT,
            device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Held-out loss of FFN variants (full / zero / radial / tangential / attn_zero) vs the full model (an alias
     that goes: ``geosteer ppl --windows independent --set ffn_variant=...`` gives each loss as its nll)."""
-    typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
-               f"--context {seq_len} --max-tokens {tokens} --set ffn_variant=VARIANT --set ffn_layers={layers}; "
-               "`dynamics ablate` will be removed", err=True)
     from geosteer.dynamics.config import check_variant
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.parallel import mean_loss
@@ -178,6 +175,9 @@ def ablate(model: str = MODEL_OPT,
         rows.append({"variant": v, "layers": layers, "loss": loss, "loss_increase": loss - base})
     _write(rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len), out, csv)
     emit(rows, as_json, table_title="FFN variants")
+    typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
+               f"--context {seq_len} --max-tokens {tokens} --set ffn_variant=VARIANT --set ffn_layers={layers}; "
+               "`dynamics ablate` will be removed", err=True)
 
 
 @dyn.command(hidden=True)
@@ -189,9 +189,6 @@ def gains(model: str = MODEL_OPT,
            device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Sweep the attention gain β_A (α_F = 1) and the FFN gain α_F (β_A = 1) (an alias that goes:
     ``geosteer ppl --windows independent --set beta_attn=...`` gives each loss as its nll)."""
-    typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
-               f"--context {seq_len} --max-tokens {tokens} --set beta_attn=VALUE|alpha_ffn=VALUE "
-               f"--set gain_layers={layers}; `dynamics gains` will be removed", err=True)
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.parallel import mean_loss
     from geosteer.dynamics.variants import Gains
@@ -209,6 +206,9 @@ def gains(model: str = MODEL_OPT,
             rows.append({"gain": which, "value": v, "loss": loss, "loss_increase": loss - base})
     _write(rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=layers), out, csv)
     emit(rows, as_json, table_title="gain sweeps")
+    typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
+               f"--context {seq_len} --max-tokens {tokens} --set beta_attn=VALUE|alpha_ffn=VALUE "
+               f"--set gain_layers={layers}; `dynamics gains` will be removed", err=True)
 
 
 @dyn.command()
