@@ -97,6 +97,27 @@ def test_extraction_equals_hidden_states(tiny_cache):
         collect_activations(model, tok, ["Hi"], [0], "resid_post", 40)
 
 
+def test_prompts_encoded_with_the_tokenizers_special_tokens(tiny_cache):
+    """``tok(prompt)`` as the tokenizer does by default: a tokenizer that adds a BOS gets it read too."""
+    model, tok = tiny_cache("llama")
+
+    class WithBos:
+        pad_token_id = tok.pad_token_id
+
+        def __call__(self, text, add_special_tokens=True):
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            return {"input_ids": [1, *ids] if add_special_tokens else ids}
+
+    prompt = "Tea is best when"
+    with torch.no_grad():
+        for special in (True, False):
+            ids = torch.tensor([WithBos()(prompt, add_special_tokens=special)["input_ids"]])
+            want = model(input_ids=ids, output_hidden_states=True).hidden_states[2][0].mean(0)
+            got = collect_activations(model, WithBos(), [prompt], [1], "resid_post", "all",
+                                      add_special_tokens=special)[1][0]
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
 def test_ablate_and_norm_match_formulas(tiny_cache):
     """What the next layer reads: the direction removed (ablate), the norm kept (norm_match)."""
     model, tok = tiny_cache("llama")
