@@ -49,8 +49,11 @@ def forbid_model_builds(monkeypatch) -> None:
 
 
 def refused_before_load(monkeypatch, capsys, *args: str) -> str:
-    """Run ``geosteer ARGS`` with model builds forbidden; assert one ``error:`` line and exit 2; return it."""
+    """Run ``geosteer ARGS`` with model builds forbidden; assert one ``error:`` line (after any ``note:`` or
+    ``warning:`` lines, e.g. a deprecation pointer) and exit 2; return that line."""
     forbid_model_builds(monkeypatch)
     code, _, err = run_cli(monkeypatch, capsys, *args)
-    one_line_exit_2(code, err)
-    return err.strip()
+    lines = err.strip().splitlines()
+    notes = [ln for ln in lines[:-1] if ln.startswith(("note: ", "warning: "))]
+    one_line_exit_2(code, "\n".join(lines[len(notes):]))
+    return lines[-1]

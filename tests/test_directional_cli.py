@@ -29,3 +29,39 @@ def test_decompose_cli_json_and_csv(tmp_path):
 def test_cli_bad_input_one_line_error(args, msg):
     p = subprocess.run([sys.executable, "-m", "geosteer.cli", *args], capture_output=True, text=True)
     assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["directional", "pretrain", "--steps", "0"], "'--steps'"),
+    (["directional", "pretrain", "--ctx", "0"], "'--ctx'"),
+    (["directional", "pretrain", "--d-model", "3"], "--d-model 3 splits into 1 head(s) of odd or fractional size"),
+    (["directional", "pretrain", "--d-model", "100"], "--d-model 100 splits into 3 head(s)"),
+    (["directional", "pretrain", "--seeds", ""], "bad --seeds ''"),
+    (["directional", "pretrain", "--seeds", "0,0"], "different seeds"),
+    (["directional", "strength", "-m", "tiny-llama", "--sites", ""], "--sites is empty"),
+    (["directional", "sweep", "-m", "tiny-llama", "--sites", " , "], "--sites is empty"),
+    (["directional", "diagonal", "-m", "tiny-llama", "--tokens", "0"], "'--tokens'"),
+    (["directional", "heads", "-m", "tiny-gpt2", "--text-len", "600"], "--text-len 600 is longer than the model's 512"),
+    (["directional", "ppl", "-m", "tiny-llama", "--site", "resid_attn", "--layers", "7"], "layer 7 out of range"),
+    (["decompose", "-m", "tiny-gpt2", "--tokens", "2000", "--chunk", "2000", "--no-value"],
+     "--tokens/--chunk window 2000 is longer than the model's 512 positions"),
+    (["decompose", "-m", "tiny-llama", "--chunk", "512", "--layers", "99"], "layer 99 out of range"),
+])
+def test_directional_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
+    from tests.cli_helpers import refused_before_load
+
+    monkeypatch.chdir(tmp_path)
+    assert needle in refused_before_load(monkeypatch, capsys, *args)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_decompose_windows_past_the_positions_are_refused_by_the_library(tiny_cache):
+    from geosteer.directional.measure import measure_text
+    from geosteer.errors import GeosteerError
+
+    model, tok = tiny_cache("gpt2")
+    text = "word " * 2000
+    with pytest.raises(GeosteerError, match="window .* 513 is longer than the model's 512 positions"):
+        measure_text(model, tok, text, tokens=1000, chunk=513, value=False)
+    rows, meta = measure_text(model, tok, text, tokens=600, chunk=512, layers=[0], value=False)  # two passes
+    assert meta["tokens"] == 600 and rows

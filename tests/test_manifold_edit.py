@@ -191,3 +191,14 @@ def test_cli_edit_show_explore(tiny_cache, tmp_path, monkeypatch):
     r = CliRunner().invoke(app, ["manifold", "edit", "--surfaces", str(src), "--out", str(tmp_path / "bad"),
                                  "invert layer=7"])
     assert r.exit_code != 0 and not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("verb", ["show", "explore"])
+def test_negative_top_is_refused_not_sliced(tiny_cache, tmp_path, monkeypatch, capsys, verb):
+    from tests.cli_helpers import refused_before_load
+
+    model, _ = tiny_cache("llama")
+    src = manifold.save(_bank(model), tmp_path / "in")
+    model_opt = ["--model", "tiny-llama"] if verb == "explore" else []
+    err = refused_before_load(monkeypatch, capsys, "manifold", verb, "--surfaces", str(src), "--top", "-1", *model_opt)
+    assert "'--top'" in err and "greater than or equal to 0" in err

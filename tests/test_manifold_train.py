@@ -148,3 +148,29 @@ def test_train_surfaces_refuses_a_folder_of_user_files_before_training(tiny_cach
         train_surfaces(model, tok, victim, log=None, progress=False)
     assert [p.name for p in tmp_path.iterdir()] == ["victim"]  # no <out>.train/ either: refused before any step
     assert [p.name for p in victim.iterdir()] == ["thesis.txt"] and (victim / "thesis.txt").read_text() == "precious"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--grid", "1000000000"], "'--grid'"),
+    (["--seq-len", "100000"], "--seq-len 100000 is longer than the model's 512 positions"),  # RoPE: ran silently
+    (["--resume", "--overwrite"], "--resume and --overwrite contradict each other"),
+    (["--layers", "5-7"], "layer 5 out of range"),
+])
+def test_train_cli_refuses_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
+    from tests.cli_helpers import refused_before_load
+
+    monkeypatch.chdir(tmp_path)
+    err = refused_before_load(monkeypatch, capsys, "manifold", "train", "-m", "tiny-llama", "--out", "o",
+                              "--steps", "1", *args)
+    assert needle in err and list(tmp_path.iterdir()) == []
+
+
+def test_train_refuses_windows_past_the_positions(tiny, tmp_path):
+    model, tok = tiny
+    limit = model.config.max_position_embeddings
+    ids = torch.randint(0, 1000, (2, limit + 1))
+    with pytest.raises(GeosteerError, match=rf"training window \(seq_len\) {limit + 1} is longer than the model's"):
+        train_surfaces(model, tok, tmp_path / "s", grid_size=2, layers=[0], cfg=_cfg(steps=1, seq_len=limit + 1),
+                       train_ids=ids, progress=False, log=None)
+    uninstall(model)
+    assert not (tmp_path / "s").exists()

@@ -287,3 +287,26 @@ def test_cli_rejects_bad_options(monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main()
     assert e.value.code == 2 and "--port must be in 1–65535" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["port in use", "bad host", "unbindable host", "missing results"])
+def test_studio_refuses_its_address_before_the_model_loads(monkeypatch, capsys, tmp_path, case):
+    import socket
+
+    from tests.cli_helpers import refused_before_load
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = str(taken.getsockname()[1])
+    args = {"port in use": ["--port", port], "bad host": ["--host", "not a host!"],
+            "unbindable host": ["--host", "192.0.2.1"],  # TEST-NET-1: no interface of this machine has it
+            "missing results": ["--results", str(tmp_path / "nope")]}[case]
+    try:
+        err = refused_before_load(monkeypatch, capsys, "studio", "-m", "tiny-llama", "--workspace",
+                                  str(tmp_path / "ws"), *args)
+    finally:
+        taken.close()
+    needle = {"port in use": f"cannot listen on 127.0.0.1:{port}", "bad host": "neither an IP address nor a host",
+              "unbindable host": "cannot listen on 192.0.2.1", "missing results": "--results folder not found"}[case]
+    assert needle in err and not (tmp_path / "ws").exists()
