@@ -77,7 +77,7 @@ def test_extraction_equals_hidden_states(tiny_cache):
     with torch.no_grad():
         for p in prompts:
             hs.append(model(**tok(p, return_tensors="pt"), output_hidden_states=True).hidden_states)
-    for positions, pick in ((-1, lambda h: h[-1]), ("all", lambda h: h.mean(0)), (2, lambda h: h[2:].mean(0)),
+    for positions, pick in (("last", lambda h: h[-1]), ("all", lambda h: h.mean(0)), ("2", lambda h: h[2:].mean(0)),
                             (-3, lambda h: h[-3:].mean(0))):
         for point, offset in (("resid_pre", 0), ("resid_post", 1)):
             got = collect_activations(model, tok, prompts, [0, 1], point, positions, batch_size=4)

@@ -18,7 +18,7 @@ from torch import nn
 from geosteer.errors import GeosteerError
 from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy, parse_layers
-from geosteer.vectors.config import PAIRED_METHODS, ExtractConfig
+from geosteer.vectors.config import PAIRED_METHODS, ExtractConfig, parse_positions
 
 
 def encode(tok, prompts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
@@ -46,10 +46,11 @@ def collect_activations(model: nn.Module, tok, prompts: Sequence[str], layers: S
                         positions: int | str = -1, *, add_special_tokens: bool = True,
                         batch_size: int = 8) -> dict[int, torch.Tensor]:
     """layer → (n_prompts, d_model) float32 CPU tensor: each prompt's activation at ``point``, averaged over
-    its ``positions`` (``-1``/last: the last token; ``"all"``; ``k``: tokens k..end)."""
+    its ``positions`` (``"last"``/``-1``: the last token; ``"all"``; ``k``: tokens k..end)."""
     from geosteer.interventions import steer
     from geosteer.models.loading import input_device
 
+    positions = parse_positions(positions)
     encoded = encode(tok, prompts, add_special_tokens)
     spans = [_span(len(ids), positions, i) for i, ids in enumerate(encoded)]
     device = input_device(model)
