@@ -17,9 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
 from geosteer.errors import ArtifactError
-from geosteer.formats import CONFIG_NAME
+from geosteer.formats import CONFIG_NAME, MAX_CONFIG_BYTES
 
-MAX_CONFIG_BYTES = 64 << 20
 MAX_DEPTH = 64
 MAX_LAYERS = 100_000
 

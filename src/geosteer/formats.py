@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 CONFIG_NAME = "geosteer_config.json"  # the one name (geosteer.artifacts.CONFIG_NAME is this constant)
+MAX_CONFIG_BYTES = 64 << 20  # a larger file is not a geosteer config (geosteer.config_schema reads the same cap)
 
 __all__ = ["CONFIG_NAME", "format_of"]
 
@@ -20,6 +21,8 @@ def format_of(folder: str | Path) -> str | None:
     """The ``format`` a folder's config names, or None when it is not a readable geosteer artifact."""
     path = Path(folder) / CONFIG_NAME
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            return None
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep to be a config
         return None
