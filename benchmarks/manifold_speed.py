@@ -215,7 +215,8 @@ def main(argv=None) -> None:
     ap.add_argument("--train-batch", type=int, default=8)
     ap.add_argument("--mem-tokens", type=int, default=4096)
     ap.add_argument("--only", default="forward,decode,train,memory")
-    ap.add_argument("--rank", type=int, default=None, help="rank-r surfaces (SurfaceBank.low_rank) for forward/decode")
+    ap.add_argument("--rank", type=int, default=None,
+                    help="rank-r surfaces on the r+1-slice path (low_rank(r, narrow=True))")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall time (default) or this process's CPU time (robust on a loaded machine; "
                          "meaningful with --threads 1)")
@@ -242,7 +243,7 @@ def main(argv=None) -> None:
     model, _ = load_model(a.model)
     bank = _bank(model, a.surfaces)
     if a.rank:
-        bank = bank.low_rank(a.rank)
+        bank = bank.low_rank(a.rank, narrow=True)
         results["machine"]["rank"] = a.rank
     if "forward" in only:
         from geosteer.manifold import _ext

@@ -121,7 +121,7 @@ class SurfaceBank(nn.Module):
         self.meta: dict = {}
         self.block = DEFAULT_BLOCK
         self.backend: str | None = None  # triton | torch | cpu | None (automatic; see manifold.kernel)
-        self.rank: int | None = None  # set by low_rank(r): inference takes the r + 1-slice path
+        self.rank: int | None = None  # set by low_rank(r, narrow=True): inference takes the r + 1-slice path
         self._factors: dict = {}
         self.fused = True  # compute the stock part in the same product (False: stock SDPA + Δo)
         self.enabled = True
@@ -300,12 +300,12 @@ class SurfaceBank(nn.Module):
         return push_artifact(self, repo_id, private=private, token=token, revision=revision,
                              commit_message=commit_message or "Upload geosteer attention-manifold surfaces", **meta)
 
-    def low_rank(self, rank: int) -> SurfaceBank:
+    def low_rank(self, rank: int, narrow: bool = False) -> SurfaceBank:
         """A copy with each C_d truncated to its ``rank`` largest singular values (``meta["low_rank"]``: the
-        discarded energy per layer); see :mod:`geosteer.manifold.low_rank`."""
+        discarded energy per layer; ``narrow``: the r + 1-slice path); see :mod:`geosteer.manifold.low_rank`."""
         from geosteer.manifold.low_rank import low_rank_bank
 
-        return low_rank_bank(self, rank)
+        return low_rank_bank(self, rank, narrow)
 
     def _low_rank_attention(self, slot: int, c: torch.Tensor):
         """modulated_attention's signature on the rank-r path (factors of this layer cached per version)."""

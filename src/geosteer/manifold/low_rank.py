@@ -4,9 +4,10 @@ S_d(q, k) = B(q)ᵀ C_d B(k) = Σ_s σ_s (B(q)·u_s)(B(k)·w_s), so a rank-r ban
 1 + S ≈ 1 + Σ_{s ≤ r} (B(q)·u_s)(B(k)·w_s): attention then multiplies [v, v⊙(B(k)·w_1), …] of r + 1 slices
 instead of K + 1 (the FLOP floor of ``benchmarks/manifold_speed.py`` with K replaced by r). Here the
 truncation is computed and measured (discarded singular-value energy, next-token KL against the exact bank
-on held-out text). A bank built by :func:`low_rank_bank` has ``rank`` set: its inference forwards run
-:func:`low_rank_attention` (PyTorch ops, r + 1 slices, no decode feature cache); with autograd, or on the
-Triton backend, it runs the exact kernels on the truncated coefficients (the same values).
+on held-out text). A bank from :func:`low_rank_bank` runs the exact kernels on the truncated coefficients
+unless ``narrow=True``: then its inference forwards run :func:`low_rank_attention` (PyTorch ops, r + 1
+slices, no decode feature cache; with autograd or on the Triton backend still the exact kernels). On the
+CPU at 512 tokens the compiled exact kernels are the faster of the two (docs/manifold-speed.md).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def truncate(coefficients: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch
     return kept.to(coefficients.dtype), energy.float()
 
 
-def low_rank_bank(bank, rank: int):
+def low_rank_bank(bank, rank: int, narrow: bool = False):
     """A copy of ``bank`` with rank-r coefficients; ``meta["low_rank"]`` holds the rank and the discarded
-    energy per layer. Walls and ranges are kept."""
+    energy per layer. Walls and ranges are kept. ``narrow``: inference runs :func:`low_rank_attention`
+    (r + 1 slices, PyTorch ops) instead of the exact kernels on the truncated coefficients (same values)."""
     coeff, energy = truncate(bank.coefficients, rank)
     out = copy.deepcopy(bank)
     out.clear_cache()
@@ -45,7 +47,7 @@ def low_rank_bank(bank, rank: int):
         out.coefficients.copy_(coeff)
     out.meta = dict(bank.meta, low_rank={"rank": int(rank), "discarded_energy": energy.tolist(),
                                          "layers": list(bank.layers)})
-    out.rank = int(rank) if rank < bank.K else None  # inference runs the r + 1-slice path
+    out.rank = int(rank) if narrow and rank < bank.K else None
     return out
 
 
@@ -84,6 +86,27 @@ def factors(coefficients: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.
     return (u[..., :rank] * root[..., None, :]).to(dt), w.to(dt)
 
 
+def _projected(x: torch.Tensor, F: torch.Tensor, grid_size: int, lo, hi) -> torch.Tensor:
+    """B(x_d)·F[g, r, d, :, s] for x (b, hkv, rep|1, n, d) and F (hkv, rep, d, K, r): (b, hkv, rep, n, d, r).
+
+    Uses the 4 non-zero bases: rows a0 … a0+3 of F (zero-padded by 3 on both sides) looked up per entry."""
+    from geosteer.manifold.bspline import bspline_local
+
+    hkv, rep, d, K, r = F.shape
+    a0, w = bspline_local(x, grid_size, lo, hi)  # (b, hkv, rep|1, n, d), (…, 4)
+    table = torch.nn.functional.pad(F.to(x.dtype), (0, 0, 3, 3)).reshape(-1, r)  # rows (g, r', d, K+6)
+    g = torch.arange(hkv, device=x.device).view(1, hkv, 1, 1, 1)
+    rr = torch.arange(rep, device=x.device).view(1, 1, rep, 1, 1)
+    dd = torch.arange(d, device=x.device).view(1, 1, 1, 1, d)
+    base = ((g * rep + rr) * d + dd) * (K + 6) + 3  # (1, hkv, rep, 1, d)
+    idx = (base + a0).unsqueeze(-1) + torch.arange(4, device=x.device)  # (b, hkv, rep, n, d, 4)
+    rows = torch.nn.functional.embedding(idx, table)  # (b, hkv, rep, n, d, 4, r)
+    out = rows[..., 0, :] * w[..., 0, None]
+    for j in range(1, 4):
+        out += rows[..., j, :] * w[..., j, None]
+    return out
+
+
 def low_rank_attention(query, key, value, U, W, grid_size: int, lo, hi, *, attn_mask=None, is_causal=False,
                        scaling=None, softcap=None, with_value: bool = True, block: int = 128) -> torch.Tensor:
     """Modulated attention (b, L, H, d) with rank-r surfaces C = U Wᵀ (U, W: (H, d, K, r)), r + 1 slices.
@@ -92,7 +115,6 @@ def low_rank_attention(query, key, value, U, W, grid_size: int, lo, hi, *, attn_
     attention weights with it, then o = o_v + Σ_s (B(q)·u_s) o_s. Same masks, scaling, soft-capping and GQA
     as :func:`geosteer.manifold.kernel.modulated_attention`, whose private helpers give the weights.
     """
-    from geosteer.manifold.bspline import bspline_basis
     from geosteer.manifold.kernel import _prepare, _query_blocks, _weights_block
 
     dtype = query.dtype
@@ -104,12 +126,11 @@ def low_rank_attention(query, key, value, U, W, grid_size: int, lo, hi, *, attn_
     b, H, L, d = query.shape
     hkv, rep = query_g.shape[1], query_g.shape[2]
     r = U.shape[-1]
-    Ug, Wg = (x.to(query.dtype).view(hkv, rep, d, -1, r) for x in (U, W))
-    gk = torch.einsum("bgtdk,grdks->bgrtds", bspline_basis(key, grid_size, lo, hi), Wg)
+    gk = _projected(key[:, :, None], W.view(hkv, rep, d, -1, r), grid_size, lo, hi)  # (b, hkv, rep, T, d, r)
     v6 = value[:, :, None, :, :, None]
     feats = torch.cat((gk * v6, v6.expand(-1, -1, rep, -1, -1, 1)), -1).reshape(b, hkv, rep, key.shape[2],
                                                                                 d * (r + 1))
-    qf = torch.einsum("bgrldk,grdks->bgrlds", bspline_basis(query.view(b, hkv, rep, L, d), grid_size, lo, hi), Ug)
+    qf = _projected(query.view(b, hkv, 1, rep, L, d)[:, :, 0], U.view(hkv, rep, d, -1, r), grid_size, lo, hi)
     outs = []
     for s0, e0, rng in _query_blocks(L, block, common):
         if rng is None:
