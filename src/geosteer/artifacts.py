@@ -10,7 +10,8 @@ more ``*.safetensors`` + a generated model card ``README.md``. The method packag
   for a change an older reader would misread, and such an artifact is refused with a one-line error.
 - :func:`render_model_card` / :func:`write_model_card` — README.md with Hub metadata (base model, method,
   training data and tokens, held-out perplexity before/after, the command that made it).
-- :func:`write_folder_atomic` — write a whole folder through a temporary sibling + rename.
+- :func:`write_folder_atomic` — write a whole folder through a temporary sibling + rename, never over a
+  folder that is not a geosteer output of the same kind (:mod:`geosteer.outputs`, re-exported here).
 - :func:`locate` / :func:`resolve` / :func:`push` — local path or Hub repo id (``org/name[@revision]``,
   ``huggingface_hub`` cache, ``HF_HUB_OFFLINE=1``; tested offline against a local cache layout).
 - :func:`convert_reference_checkpoint` — the named place for an importer of the attention-manifold
@@ -23,16 +24,19 @@ import json
 import logging
 import os
 import re
-import shutil
-import tempfile
-import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from geosteer.errors import ArtifactError
 from geosteer.formats import CONFIG_NAME, format_of  # noqa: F401 - re-exported from here
+from geosteer.outputs import (  # noqa: F401 - the output-folder writer, re-exported from here
+    check_output_folder,
+    folder_kind,
+    recover_folder,
+    write_folder_atomic,
+)
 
 CARD_NAME = "README.md"
 _log = logging.getLogger("geosteer.artifacts")
@@ -218,99 +222,6 @@ def write_model_card(folder: str | Path, text: str | None = None, **card: Any) -
     return atomic_write_text(Path(folder) / CARD_NAME, body)
 
 
-_TMP_PID = re.compile(r"\.tmp-(\d+)-")
-_STALE_S = 3600  # a temporary folder without a PID in its name (older geosteer) is stray after an hour
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True  # another thread of this process may be saving right now
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
-
-
-def recover_folder(folder: str | Path) -> list[str]:
-    """Repair what a killed :func:`write_folder_atomic` left beside ``folder``; return what was done.
-
-    A save renames the old folder to ``.NAME.old-PID`` and then the new one into place; killed between
-    the two, the artifact is missing and its only copy is hidden. If ``folder`` is missing, the newest
-    ``.NAME.old-PID`` of a process that is no longer running is renamed back; other such copies (the
-    artifact exists: the kill came after both renames) are removed, as are ``.NAME.tmp-PID-*`` folders of
-    processes that are gone. Each action is logged as a warning (``geosteer.artifacts``, shown on stderr).
-    Folders of a running process are left alone: that save may still be going on.
-    """
-    folder = Path(folder)
-    parent, name = folder.parent, folder.name
-    if not name or not parent.is_dir():
-        return []
-    done: list[str] = []
-    prefix = f".{name}."
-    olds, tmps = [], []
-    for p in parent.iterdir():
-        if not p.name.startswith(prefix) or not p.is_dir():
-            continue
-        rest = p.name[len(prefix):]
-        if rest.startswith("old-") and rest[4:].isdigit():
-            if not _pid_alive(int(rest[4:])):
-                olds.append(p)
-        elif rest.startswith("tmp-"):
-            m = _TMP_PID.match("." + rest)
-            stale = (not _pid_alive(int(m.group(1)))) if m else (time.time() - p.stat().st_mtime > _STALE_S)
-            if stale:
-                tmps.append(p)
-    olds.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    if olds and not folder.exists():
-        os.replace(olds[0], folder)
-        done.append(f"restored {folder} from {olds[0].name}, left by a save that was killed between its "
-                    "two renames")
-        olds = olds[1:]
-    for p in olds + tmps:
-        shutil.rmtree(p, ignore_errors=True)
-        done.append(f"removed {p}, left behind by a killed save of {folder}")
-    for msg in done:
-        _log.warning("warning: %s", msg)
-    return done
-
-
-def write_folder_atomic(folder: str | Path, fill: Callable[[Path], None], overwrite: bool = True) -> Path:
-    """Create ``folder`` by calling ``fill(tmp)`` on a temporary sibling folder, then renaming it in place.
-
-    A crash inside ``fill`` leaves the previous folder (if any) untouched and no partial one; what a kill
-    between the two renames leaves is repaired by :func:`recover_folder` (run first here and by loaders).
-    """
-    folder = Path(folder)
-    recover_folder(folder)
-    if folder.exists() and not folder.is_dir():
-        raise ArtifactError(f"{folder} exists and is not a folder")
-    if folder.exists() and not overwrite:
-        raise ArtifactError(f"{folder} exists; pass overwrite=True or choose another folder")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-{os.getpid()}-", dir=folder.parent))
-    try:
-        fill(tmp)
-        for f in tmp.iterdir():
-            if f.is_file():
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
-        old = None
-        if folder.exists():
-            old = folder.parent / f".{folder.name}.old-{os.getpid()}"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(folder, old)
-        os.replace(tmp, folder)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return folder
-
-
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -402,12 +313,20 @@ def push(folder: str | Path, repo_id: str, *, private: bool = True, token: str |
             ModelCard.load(folder / CARD_NAME)
         except Exception as e:  # noqa: BLE001
             raise ArtifactError(f"{folder / CARD_NAME} is not a valid model card ({e})") from None
+    if hub_offline():
+        raise ArtifactError(f"cannot push {folder} to {repo_id}: the Hugging Face Hub is in offline mode "
+                            "(HF_HUB_OFFLINE=1); unset it to upload")
     api = HfApi(token=token)
-    url = api.create_repo(repo_id, private=private, exist_ok=True)
-    if revision:
-        api.create_branch(repo_id, branch=revision, exist_ok=True)
-    api.upload_folder(repo_id=repo_id, folder_path=str(folder), revision=revision,
-                      commit_message=commit_message or f"Upload geosteer artifact {folder.name}")
+    try:
+        url = api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        api.upload_folder(repo_id=repo_id, folder_path=str(folder), revision=revision,
+                          commit_message=commit_message or f"Upload geosteer artifact {folder.name}")
+    except Exception as e:  # noqa: BLE001 - network, auth and Hub errors come in many types
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ArtifactError(f"could not push {folder} to the Hub repo {repo_id} ({type(e).__name__}: "
+                            f"{first[:200]}); check the network and your token (huggingface-cli login)") from None
     return str(url)
 
 
