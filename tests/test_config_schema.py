@@ -69,6 +69,8 @@ CASES = [  # (name, edit, what the one line must name)
     ("meta-list", _set("meta", [1, 2]), "meta"),
     ("meta-training-str", _set("meta", {"training": "abc"}), "meta.training"),
     ("meta-heldout-str", _set("meta", {"training": {"heldout": {"ppl_before": "3"}}}), "ppl_before"),
+    ("meta-heldout-half", _set("meta", {"training": {"heldout": {"ppl_before": 3.0, "ppl_after": None}}}),
+     "without ppl_after"),
     ("meta-command-int", _set("meta", {"command": 7}), "meta.command"),
     ("config-list", _set("config", [1, 2]), "config"),
     ("config-missing", _set("config", _DELETE), "config"),

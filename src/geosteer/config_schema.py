@@ -91,6 +91,12 @@ class HeldoutRecord(_Open):
     ppl_before: Number | None = None
     ppl_after: Number | None = None
 
+    @model_validator(mode="after")
+    def _after(self) -> HeldoutRecord:
+        if self.ppl_before is not None and self.ppl_after is None:  # a run measures "after" whenever "before"
+            raise ValueError("meta.training.heldout has ppl_before without ppl_after")
+        return self
+
 
 class TrainingRecord(_Open):
     text: StrictStr | None = None
