@@ -4,6 +4,7 @@ built model's own config, and the one-line refusal of windows past the positions
 from __future__ import annotations
 
 import pytest
+import torch
 
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import anatomy
@@ -39,3 +40,28 @@ def test_check_positions_refuses_one_past_the_limit():
     with pytest.raises(GeosteerError, match=rf"--seq-len {limit + 1} is longer than the model's {limit} positions"):
         check_positions(cfg, limit + 1, "--seq-len")
     check_positions(None, 10**9, "--seq-len")  # no config: nothing to check against
+
+
+def _window_consumers():
+    from geosteer.directional.mlp_internal import mlp_internal_study
+    from geosteer.directional.views import applied_strength, diagonal_study, head_localisation
+    from geosteer.dynamics.commutator import reorder_study
+    from geosteer.dynamics.critical import token_states
+    from geosteer.dynamics.diagnostics import diagnose
+    from geosteer.dynamics.parallel import defect_profile
+    from geosteer.dynamics.topk import topk_study
+
+    return {"diagnose": diagnose, "defect_profile": defect_profile, "topk_study": topk_study,
+            "reorder_study": reorder_study, "token_states": lambda m, ids: token_states(m, ids, 0),
+            "diagonal_study": diagonal_study, "head_localisation": head_localisation,
+            "applied_strength": applied_strength, "mlp_internal_study": mlp_internal_study}
+
+
+@pytest.mark.parametrize("name", sorted(_window_consumers()))
+def test_library_window_consumers_refuse_windows_past_the_positions(tiny_cache, name):
+    """GPT-2's learned positions gave IndexError tracebacks; RoPE models ran silently past them."""
+    model, _ = tiny_cache("gpt2")
+    limit = max_positions(model)
+    ids = torch.zeros(1, limit + 1, dtype=torch.long)
+    with pytest.raises(GeosteerError, match=rf"window length {limit + 1} is longer than the model's {limit}"):
+        _window_consumers()[name](model, ids)

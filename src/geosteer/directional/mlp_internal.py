@@ -23,6 +23,7 @@ from geosteer.directional.config import check_scale
 from geosteer.directional.decompose import decompose
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import anatomy, child_named
+from geosteer.models.limits import check_positions
 
 MLP_INTERNAL_SITES = ("carrier", "contrib")
 _DOWN_NAMES = ("down_proj", "c_proj", "dense_4h_to_h", "fc2", "w2")
@@ -125,6 +126,7 @@ class MLPInternalScale:
 def mlp_internal_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int] | None = None) -> list[dict]:
     """Table 10: Δ next-token loss (edited − baseline) of Full No-Para (s∥ = 0) and Full No-Perp (s⊥ = 0) at
     the residual MLP output and the two internal sites, all ``layers`` edited."""
+    check_positions(model, ids.shape[-1], "window length")
     from geosteer.directional.sites import ComponentScale
     from geosteer.directional.views import _next_token_loss
     from geosteer.interventions import steer

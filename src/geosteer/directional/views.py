@@ -14,6 +14,7 @@ from geosteer.directional.diagonal import DiagonalCapture, layer_views, output_p
 from geosteer.directional.sites import ComponentScale
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy, first_tensor
+from geosteer.models.limits import check_positions
 
 
 def _quantiles(x: torch.Tensor) -> dict[str, float]:
@@ -37,6 +38,7 @@ def diagonal_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int] | 
     Returns ``(summary_rows, map_rows)``; map rows are (view, query, key, weight) with view ∈ baseline,
     residual (Ã_tt = A_tt + ΔA_res), value_exclude_self, value_full; lower triangle only.
     """
+    check_positions(model, ids.shape[-1], "window length")
     an = anatomy(model)
     layers = an.check_layers(layers)
     cap = DiagonalCapture(layers)
@@ -83,6 +85,7 @@ def head_localisation(model: nn.Module, ids: torch.Tensor, site: str = "value_ex
                       log: Callable[[str], None] = print) -> list[dict]:
     """Δloss (edited − baseline, mean next-token cross-entropy on ``ids``) of s∥-scaling one head at a time
     (``head`` ≥ 0) and all heads jointly (``head`` = −1), layer by layer (paper Fig. 7)."""
+    check_positions(model, ids.shape[-1], "window length")
     an = anatomy(model)
     layers = an.check_layers(layers)
     heads = list(range(an.n_heads)) if heads is None else list(heads)
@@ -177,6 +180,7 @@ def applied_strength(model: nn.Module, ids: torch.Tensor, sites: Sequence[str] =
     """Table 6: per site (all ``layers`` edited at once, "Full No-Para" at s∥ = 0), the per-token
     perturbation norm ‖ỹ−y‖/‖y‖, energy ‖ỹ−y‖²/‖y‖² and retained norm ‖ỹ‖/‖y‖ at the post-W_O output,
     averaged over tokens (row ``layer`` = −1: over all layers and tokens)."""
+    check_positions(model, ids.shape[-1], "window length")
     an = anatomy(model)
     layers = an.check_layers(layers)
     rows = []

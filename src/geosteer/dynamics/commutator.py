@@ -29,6 +29,7 @@ from torch import nn
 
 from geosteer.dynamics import sphere
 from geosteer.errors import GeosteerError
+from geosteer.models.limits import check_positions
 from geosteer.models.loading import input_device
 
 
@@ -108,6 +109,7 @@ def reorder_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int] | N
     the cosine between the measured x_sw − x' and the second-order prediction −[A, Φ] (tangential parts).
     Position 0 is left out unless ``with_bos``.
     """
+    check_positions(model, ids.shape[-1], "window length")
     from geosteer.dynamics.diagnostics import ffn_field
     from geosteer.models.anatomy import anatomy
 

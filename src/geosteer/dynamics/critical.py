@@ -34,6 +34,7 @@ import torch
 
 from geosteer.dynamics.fields import LABELS, ReducedField, classify, tangent_basis, tangent_jacobian
 from geosteer.errors import GeosteerError
+from geosteer.models.limits import check_positions
 
 
 def check_threshold(threshold: float) -> float:
@@ -214,6 +215,7 @@ def token_states(model, ids: torch.Tensor, layer: int, points: Sequence[str] = (
                  with_bos: bool = False, batch_size: int = 4) -> list[torch.Tensor]:
     """The tensors at ``points`` of ``layer`` for every token of the windows ``ids`` (one (tokens, d) float64
     tensor per point, in token order; position 0 left out unless ``with_bos``), through ``attach_hooks``."""
+    check_positions(model, ids.shape[-1], "window length")
     from geosteer.hooks import attach_hooks
     from geosteer.models.loading import input_device
 

@@ -33,6 +33,7 @@ from geosteer.dynamics import sphere
 from geosteer.eval.windows import corpus_windows  # noqa: F401 - re-exported (moved to eval.windows)
 from geosteer.hooks import HookSet, add_hook
 from geosteer.models.anatomy import BlockView, anatomy
+from geosteer.models.limits import check_positions
 from geosteer.models.loading import input_device
 
 TOKEN_METRICS = ("du_norm", "cos_attn", "cos_full", "cos_gap", "deficit", "ffn_tangential_frac", "defect",
@@ -191,6 +192,7 @@ def diagnose(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
     ``attention_mask`` (n, seq) marks real tokens (padding is masked out of every statistic).
     ``interventions`` stay active during the pass (diagnostics of a modified model).
     """
+    check_positions(model, input_ids.shape[-1], "window length")
     from geosteer.interventions import steer
 
     if input_ids.dim() != 2 or input_ids.shape[1] < 1:

@@ -29,10 +29,12 @@ from geosteer.dynamics.variants import Parallelize
 from geosteer.eval.windows import mean_loss  # also re-exported: it moved to eval.windows
 from geosteer.hooks import HookSet, add_hook
 from geosteer.models.anatomy import anatomy
+from geosteer.models.limits import check_positions
 
 
 def defect_profile(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 4) -> list[float]:
     """Mean C_ℓ per layer (paper Eq. (22)) from one diagnostics pass."""
+    check_positions(model, input_ids.shape[-1], "window length")
     return metric(diagnose(model, input_ids, batch_size=batch_size), "defect")
 
 
@@ -63,6 +65,7 @@ def parallel_curve(model: nn.Module, eval_ids: torch.Tensor, defects: Sequence[f
     ``measured``: also parallelise each layer alone (rows of strategy ``single``, with C_ℓ) and trace the
     order by ascending single-layer ΔL (strategy ``measured``).
     """
+    check_positions(model, eval_ids.shape[-1], "window length")
     n_layers = len(defects)
     bad = [c for c in counts if not 0 <= c <= n_layers]
     if bad:

@@ -25,6 +25,7 @@ from geosteer.dynamics import sphere
 from geosteer.dynamics.config import check_k
 from geosteer.eval.windows import nll_sum  # noqa: F401 - re-exported (moved to eval.windows)
 from geosteer.models.anatomy import anatomy
+from geosteer.models.limits import check_positions
 from geosteer.models.loading import input_device
 
 
@@ -60,6 +61,7 @@ class TopKAttention:
 def topk_study(model: nn.Module, input_ids: torch.Tensor, ks: Sequence[int] = (1, 4, 16, 32), *,
                layers: Sequence[int] | None = None, batch_size: int = 4) -> tuple[list[dict], list[dict]]:
     """(per-layer cosine rows, per-k summary rows) for top-k aggregation; see the module docstring."""
+    check_positions(model, input_ids.shape[-1], "window length")
     from geosteer.interventions import HookIntervention, steer
     from geosteer.record import Recorder
 
