@@ -369,3 +369,78 @@ def test_host_check_ipv6_and_bind_all(env):
     assert allowed_hosts("2001:db8::5")[-1] == "[2001:db8::5]" and allowed_hosts("0.0.0.0") is None
     app = create_app(env["session"], [], allowed_hosts=allowed_hosts("0.0.0.0"))  # --host 0.0.0.0: any name
     assert TestClient(app).get("/api/info", headers={"Host": "any.name:1"}).status_code == 200
+
+
+# ---- GETs that run the model: token + same origin, per-client cap ------------------------------------------
+COMPUTE_GETS = ["/api/rank?by=sensitivity&prompt=flood%201", "/api/surface?layer=1&head=0&dim=0",
+                "/api/rank?by=norm"]
+
+
+@pytest.mark.parametrize("url", COMPUTE_GETS)
+@pytest.mark.parametrize("headers,needle", [
+    ({}, "missing X-Geosteer-Token"),
+    ({"X-Geosteer-Token": "x" * 43}, "wrong X-Geosteer-Token"),
+    ({"TOKEN": 1, "Origin": "http://evil.com"}, "another origin"),
+    ({"TOKEN": 1, "Sec-Fetch-Site": "cross-site"}, "cross-site"),
+])
+def test_compute_gets_need_the_token_and_the_same_origin(env, url, headers, needle):
+    if headers.pop("TOKEN", None):
+        headers["X-Geosteer-Token"] = env["token"]
+    raw = TestClient(env["app"], raise_server_exceptions=False)
+    depth, before = env["session"].worker.completed, snapshot(env)
+    r = raw.get(url, headers=headers)
+    assert r.status_code == 403 and needle in one_line_error(r)
+    assert env["session"].worker.completed == depth and snapshot(env) == before  # no model pass was queued
+
+
+def test_compute_gets_with_the_token_and_plain_reads_without_it_pass(env):
+    raw = TestClient(env["app"], raise_server_exceptions=False)
+    for url in COMPUTE_GETS:
+        assert raw.get(url, headers={"X-Geosteer-Token": env["token"], "Sec-Fetch-Site": "same-origin"}).status_code \
+            == 200, url
+    for url in ("/api/info", "/api/boot", "/"):  # no model pass: readable as before (the page boots from them)
+        assert raw.get(url).status_code == 200, url
+
+
+def test_compute_gets_are_capped_per_client():
+    import asyncio
+
+    from geosteer.studio.security import Guard
+
+    release = asyncio.Event()
+
+    async def slow_app(scope, receive, send):
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    guard = Guard(slow_app, token="t", limit=1000, per_client=3)
+
+    async def get(client: str, path: str = "/api/rank") -> int:
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(msg):
+            sent.append(msg)
+
+        scope = {"type": "http", "method": "GET", "path": path, "client": (client, 5000),
+                 "headers": [(b"host", b"testserver"), (b"x-geosteer-token", b"t")]}
+        await guard(scope, receive, send)
+        start = sent[0]
+        if start["status"] == 429:
+            assert (b"retry-after", b"1") in start["headers"] and b"limit 3" in sent[1]["body"]
+        return start["status"]
+
+    async def main():
+        held = [asyncio.create_task(get("127.0.0.1")) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        over = await get("127.0.0.1", "/api/surface")  # a 4th from the same client: refused at once
+        other = asyncio.create_task(get("10.0.0.2"))  # another client has its own budget
+        await asyncio.sleep(0.01)
+        release.set()
+        return over, [await t for t in held], await other, await get("127.0.0.1")
+
+    over, held, other, after = asyncio.run(main())
+    assert over == 429 and held == [200, 200, 200] and other == 200 and after == 200

@@ -14,6 +14,8 @@ import torch
 from geosteer.formats import CONFIG_NAME
 from geosteer.models.loading import input_device
 
+FORMAT = "geosteer-surfaces"  # the artifact kind the studio opens and saves
+
 
 def is_artifact(path: Path) -> bool:
     """A surfaces artifact folder (config of that format and its tensor file): what the studio opens."""

@@ -15,6 +15,11 @@ What they check, in order, and why (docs/studio.md, "Security model"):
    foreign page: ``Sec-Fetch-Site`` other than ``same-origin``/``none`` and an ``Origin`` other than the
    served origin are refused, and (c) carry the per-process token in ``X-Geosteer-Token``; the token is
    written into the studio page (and ``/api/boot``), which other origins cannot read.
+   The GETs that run the model (:data:`COMPUTE_PATHS`: ``/api/rank``, ``/api/surface``, whose sensitivity
+   ranking and token dots need forward/backward passes) pass the same origin and token checks (no
+   Content-Type: they have no body): an ``<img src>`` on a foreign page could otherwise queue model passes
+   ahead of the user's generations. At most ``per_client`` of them run at once per client address; more
+   get 429 with ``Retry-After``.
 3. **Body size** (413): bodies are read here, up to ``limit`` bytes, whether announced by Content-Length
    or chunked; the app then gets the buffered body.
 
@@ -37,6 +42,8 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 log = logging.getLogger("geosteer.studio")
 TOKEN_HEADER = "x-geosteer-token"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+COMPUTE_PATHS = ("/api/rank", "/api/surface")  # GETs that can run the model: token + same origin, capped
+PER_CLIENT = 8  # compute GETs in flight per client address
 STRICT_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 HEADERS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
            (b"referrer-policy", b"no-referrer"), (b"cross-origin-opener-policy", b"same-origin"),
@@ -108,12 +115,14 @@ class HostCheck(TrustedHostMiddleware):
 class Guard:
     """ASGI middleware: CSRF checks, body cap and security headers (see the module docstring)."""
 
-    def __init__(self, app, *, token: str, limit: int):
-        self.app, self.token, self.limit = app, token, limit
+    def __init__(self, app, *, token: str, limit: int, per_client: int = PER_CLIENT):
+        self.app, self.token, self.limit, self.per_client = app, token, limit, per_client
+        self._in_flight: dict[str, int] = {}  # compute GETs per client address (one event loop: no lock)
 
-    def csrf_problem(self, method: str, headers: dict[bytes, bytes]) -> str | None:
-        """Why a state-changing request is refused, or None when it may go on."""
-        if method in SAFE_METHODS:
+    def csrf_problem(self, method: str, headers: dict[bytes, bytes], path: str = "") -> str | None:
+        """Why a state-changing (or model-running) request is refused, or None when it may go on."""
+        compute = method in ("GET", "HEAD") and path in COMPUTE_PATHS
+        if method in SAFE_METHODS and not compute:
             return None
         site = headers.get(b"sec-fetch-site", b"").decode("latin-1").lower()
         if site and site not in ("same-origin", "none"):
@@ -124,7 +133,7 @@ class Guard:
             if origin.decode("latin-1").lower() not in (f"http://{host}", f"https://{host}"):
                 return f"request from another origin refused (Origin: {origin.decode('latin-1')[:100]})"
         ctype = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
-        if ctype != "application/json":
+        if ctype != "application/json" and not compute:
             return f"Content-Type must be application/json (got {ctype or 'none'!r})"
         sent = headers.get(TOKEN_HEADER.encode(), b"")
         if not sent:
@@ -145,10 +154,13 @@ class Guard:
             await send(start)
             await send(body)
 
-        problem = self.csrf_problem(scope.get("method", "GET").upper(), headers)
+        method, path = scope.get("method", "GET").upper(), scope.get("path", "")
+        problem = self.csrf_problem(method, headers, path)
         if problem:
             log.warning("studio: refused %s %s: %s", scope.get("method"), scope.get("path"), problem)
             return await reply(403, problem)
+        if method in ("GET", "HEAD") and path in COMPUTE_PATHS:
+            return await self._capped(scope, receive, send, reply)
         too_big = f"request body too large (limit {self.limit} bytes)"
         cl = headers.get(b"content-length")
         if cl is not None:
@@ -179,6 +191,24 @@ class Guard:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
+        return await self.app(scope, replay, self._with_headers(send))
+
+    async def _capped(self, scope, receive, send, reply):
+        """Run a compute GET unless its client already has ``per_client`` of them in flight (then 429)."""
+        client = (scope.get("client") or ("?",))[0]
+        if self._in_flight.get(client, 0) >= self.per_client:
+            return await reply(429, f"too many analysis requests at once from this client (limit "
+                                    f"{self.per_client}); retry in a moment", [(b"retry-after", b"1")])
+        self._in_flight[client] = self._in_flight.get(client, 0) + 1
+        try:
+            return await self.app(scope, receive, self._with_headers(send))
+        finally:
+            self._in_flight[client] -= 1
+            if not self._in_flight[client]:
+                del self._in_flight[client]
+
+    @staticmethod
+    def _with_headers(send):
         async def send_with_headers(msg):
             if msg["type"] == "http.response.start":
                 have = {k.lower() for k, _ in msg.get("headers", [])}
@@ -188,4 +218,4 @@ class Guard:
                 msg = {**msg, "headers": [*msg.get("headers", []), *extra]}
             await send(msg)
 
-        return await self.app(scope, replay, send_with_headers)
+        return send_with_headers

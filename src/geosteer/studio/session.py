@@ -28,8 +28,9 @@ from pathlib import Path
 
 import torch
 
-from geosteer.errors import GeosteerError
+from geosteer.errors import GeosteerError, OutputRefused
 from geosteer.models.loading import input_device
+from geosteer.outputs import check_output_folder
 from geosteer.overflow import NonFiniteLogits
 from geosteer.studio import bankio
 from geosteer.studio.bodies import EffectBody, parse
@@ -38,14 +39,15 @@ from geosteer.studio.views import SurfaceViews
 from geosteer.studio.worker import ModelWorker, done
 from geosteer.viz import surfaces as S
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # matched whole (fullmatch)
+RESERVED = ("results",)  # workspace/results holds the study result files the studio serves
 MAX_HISTORY = 100
 MAX_PROMPT_TOKENS = 256
 
 
 def safe_child(root: Path, name: str, what: str = "name") -> Path:
     """``root / name`` for a plain name (letters, digits, . _ -, no path separators, not '.'/'..')."""
-    if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", "..") or ".." in name:
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name in (".", "..") or ".." in name:
         raise ValueError(f"invalid {what} {name!r}: use 1–64 letters, digits, '.', '_' or '-' "
                          "(starting with a letter or digit, no '..', no '/')")
     root = root.resolve()
@@ -371,12 +373,11 @@ class Session(SurfaceViews):
         if not isinstance(overwrite, bool):
             raise ValueError("overwrite must be true or false")
         target = safe_child(self.workspace, name, "artifact name")
+        if name.lower() in RESERVED:
+            raise OutputRefused(f"'{name}' is the workspace folder of study results the studio serves; "
+                                "choose another name")
         with self._disk:
-            if target.exists() and not overwrite:
-                raise FileExistsError(f"artifact '{name}' already exists in the workspace "
-                                      "(choose another name or set overwrite)")
-            if target.exists() and not target.is_dir():
-                raise FileExistsError(f"'{name}' exists in the workspace and is not an artifact folder")
+            check_output_folder(target, bankio.FORMAT, overwrite=overwrite, what=f"artifact '{name}':")
             with self.lock:
                 snap, version = clone_bank(self.bank), self.version
             bankio.save(snap, target)

@@ -17,11 +17,11 @@ function status(msg, isError) {
 async function api(method, path, body) {
   G.busy++;
   try {
-    const opts = { method, headers: {}, credentials: "same-origin" };
+    // every request carries the per-session token the server wrote into the page (state-changing
+    // requests and the GETs that run the model need it)
+    const opts = { method, headers: { "X-Geosteer-Token": TOKEN }, credentials: "same-origin" };
     if (body !== undefined) {
-      // every state-changing request: JSON plus the per-session token the server wrote into the page
       opts.headers["Content-Type"] = "application/json";
-      opts.headers["X-Geosteer-Token"] = TOKEN;
       opts.body = JSON.stringify(body);
     }
     const r = await fetch(path, opts);
