@@ -58,6 +58,14 @@ function renderInfo(d) {
   const rl = $("rank-layer");
   fill(rl, ["all"].concat(d.layers), (v) => (v === "all" ? "all" : `layer ${v}`));
   fill($("artifacts"), d.artifacts);
+  for (const b of d.broken || []) {  // workspace folders whose config cannot be read: shown, not loadable
+    const o = document.createElement("option");
+    o.disabled = true;
+    o.value = "";
+    o.textContent = `${b.name} (broken)`;
+    o.title = b.error;
+    $("artifacts").appendChild(o);
+  }
   renderHistory(d.history);
   renderList("walls", d.walls || [], "none");
   const ul = $("results");
