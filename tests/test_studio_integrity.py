@@ -99,7 +99,7 @@ def test_studio_cli_refuses_bad_surfaces_in_one_line(env, monkeypatch, capsys, t
 def test_edit_whose_effect_overflows_changes_nothing(env):
     """Scaling one layer by 1000 again and again: coefficients stay finite long after the forward overflows;
     the edit whose effect has non-finite logits is answered 400 and taken back (version and history)."""
-    c, s = env["client"], env["session"]
+    c = env["client"]
     assert c.post("/api/load", json={"name": "kept"}).status_code == 200
     effect = {"max_new_tokens": 2}
     r = c.post("/api/edit", json={"op": "set", "scope": "layer", "layer": 0, "value": 1000, "effect": effect})
