@@ -47,29 +47,33 @@ def artifacts(tiny_cache, tmp_path_factory) -> dict[str, Path]:
     with torch.no_grad():
         gates.alpha.copy_(torch.tensor([0.5, 1.5, 0.0]))
     out["gates"] = gates.save(d / "gates")
+    from geosteer.vectors import SteeringVectors
+
+    sv = SteeringVectors({1: torch.linspace(-1, 1, model.config.hidden_size)}, point="resid_post",
+                         base_model="tiny-llama", model_type=model.config.model_type, d_model=model.config.hidden_size,
+                         n_layers=model.config.num_hidden_layers)
+    out["vectors"] = sv.save(d / "vectors")
     spec = InterventionSpec(scale_site="resid_attn", scale_par=0.0, gates=str(out["gates"]))
     out["recipe"] = spec.save(d / "recipe", base_model="tiny-llama")
     return out
 
 
-def _fresh(script: str, *folders: Path) -> list[str]:
-    res = subprocess.run([sys.executable, "-c", script, *map(str, folders)], capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return res.stdout.splitlines()
-
-
-def test_surfaces_with_and_without_walls_in_a_fresh_process(artifacts):
-    assert _fresh(FRESH, artifacts["surfaces"], artifacts["walls"]) == [
-        "geosteer.manifold.bank.SurfaceBank 0", "geosteer.manifold.bank.SurfaceBank 1"]
-
-
-def test_gates_in_a_fresh_process(artifacts):
-    assert _fresh(FRESH, artifacts["gates"]) == ["geosteer.dynamics.gates.FFNGates 0"]
-
-
-def test_recipe_in_a_fresh_process(artifacts):
-    assert _fresh(FRESH_RECIPE, artifacts["recipe"]) == ["InterventionSpec", "resid_attn"]
+def test_every_kind_in_a_fresh_process(artifacts):
+    """One fresh interpreter per kind (started together: the imports dominate), each importing only geosteer
+    (the recipe: only geosteer.artifacts, the case that once failed)."""
+    runs = {"surfaces": (FRESH, artifacts["surfaces"], artifacts["walls"]), "gates": (FRESH, artifacts["gates"]),
+            "vectors": (FRESH, artifacts["vectors"]), "recipe": (FRESH_RECIPE, artifacts["recipe"])}
+    procs = {kind: subprocess.Popen([sys.executable, "-c", script, *map(str, folders)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for kind, (script, *folders) in runs.items()}
+    out = {}
+    for kind, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"{kind}: {stderr[-2000:]}"
+        out[kind] = stdout.splitlines()
+    assert out == {"surfaces": ["geosteer.manifold.bank.SurfaceBank 0", "geosteer.manifold.bank.SurfaceBank 1"],
+                   "gates": ["geosteer.dynamics.gates.FFNGates 0"],
+                   "vectors": ["geosteer.vectors.apply.SteeringVectors 0"],  # a method package's own format
+                   "recipe": ["InterventionSpec", "resid_attn"]}
 
 
 def test_load_returns_what_was_saved(artifacts, tiny_cache):
