@@ -7,7 +7,8 @@ tokens / wall time), time to first token (a generate of one token: the prefill o
 the KV-cache bytes per token of each engine (its KV cache size over its token capacity, as vLLM sized it).
 Prompts: held-out corpus openings, ``--prompt-tokens`` tokens each (the same ids on both paths). All runs
 are eager (the steered layers pick each request's rows in Python), fp32, on the CPU build here. The
-recipes: the shipped surfaces, and with ``--recipe NAME=DIR`` any other recipe folders (directional, FFN).
+recipes: the shipped surfaces, ``BUILT_IN`` (a directional and an FFN recipe on every layer), and any
+``--recipe NAME=DIR``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from pathlib import Path
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process: one clock, sizes readable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+# the directional and FFN recipes timed beside the surfaces (recipe keys as on the geosteer command line)
+BUILT_IN = {"directional": dict(scale_site="resid_attn", scale_par=1.3, scale_perp=0.9, scale_layers="all"),
+            "ffn": dict(ffn_variant="tangential", ffn_layers="all", alpha_ffn=1.1)}
 
 
 def _prompts(tok, n: int, length: int) -> list[list[int]]:
@@ -92,7 +98,14 @@ def _run(a) -> dict:
     from geosteer.serve.plan import parse_recipe_args, spec_of
 
     batches = [int(b) for b in a.batches.split(",")]
-    recipes = parse_recipe_args(a.recipe)
+    import tempfile
+
+    from geosteer.recipe import InterventionSpec, save_recipe
+
+    tmp = tempfile.TemporaryDirectory()
+    recipes = {name: str(save_recipe(Path(tmp.name) / name, InterventionSpec(**keys), base_model=a.model))
+               for name, keys in BUILT_IN.items()}
+    recipes.update(parse_recipe_args(a.recipe))
     model, tok = load_model(a.model)
     prompts = {b: _prompts(tok, b, a.prompt_tokens) for b in batches}
     kw = dict(gpu_memory_utilization=0.15, max_model_len=a.prompt_tokens + a.new + 8, max_num_seqs=max(batches),
