@@ -197,6 +197,23 @@ def test_resume_after_kill_is_exact(tiny_cache, tmp_path):
         _learn(model, tok, tmp_path / "b")
 
 
+def test_resume_refuses_a_checkpoint_of_other_surfaces(tiny_cache, tmp_path):
+    """The checkpoint records the surfaces it learns walls on (a digest) and the base model: resuming on
+    other surfaces is refused naming the field, before the checkpoint's candidates are used."""
+    model, tok = tiny_cache("llama")
+    _learn(model, tok, tmp_path / "w", gate_init=1.0, stop_at=0, layers=[0], candidates=2)
+    ckpt = tmp_path / "w.train" / "checkpoint.safetensors"
+    before = ckpt.read_bytes()
+    other = _bank(model)
+    with torch.no_grad():
+        other.coefficients.mul_(2.0)
+    cfg = WallLearnConfig(candidates=2, steps=4, lr=0.2, checkpoint_every=1, kl_threshold=0.05, sparsity=0.01,
+                          gate_init=1.0, layers=[0])
+    with pytest.raises(GeosteerError, match="belongs to another run \\(surfaces: checkpoint") as ei:
+        learn_walls(model, tok, other, TARGETS, CONTROLS, cfg, tmp_path / "w", resume=True, log=None)
+    assert len(str(ei.value).splitlines()) == 1 and ckpt.read_bytes() == before
+
+
 def test_bad_input_api(tiny_cache, tmp_path):
     model, tok = tiny_cache("llama")
     for kw in ({"kl_threshold": 0.0}, {"kl_threshold": -1.0}, {"kl_threshold": math.nan}, {"mode": "x"},

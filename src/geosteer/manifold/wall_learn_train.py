@@ -107,14 +107,14 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
     tcfg = TrainConfig(lr=cfg.lr, steps=cfg.steps, batch_size=1, seq_len=1, warmup_steps=0, min_lr_ratio=1.0,
                        grad_clip=None, seed=cfg.seed, checkpoint_every=cfg.checkpoint_every,
                        eval_before_after=False)
+    state = load_checkpoint(found) if resume and found is not None else None
+    if state is not None:
+        check_run(state, run, found)  # before any model pass, and before its candidates are used
     t0 = time.perf_counter()
     bank.coefficients.requires_grad_(False)  # walls mode: the surfaces stay as they are
     with torch.no_grad(), steer(model, bank):
         ref_logp, _ = control_logprobs(_forward(model, cb), cb)
         ref_target = target_logprob(_forward(model, tb), tb)
-    state = load_checkpoint(found) if resume and found is not None else None
-    if state is not None:
-        check_run(state, run, found)  # before its candidates are used
     cands = None
     if cfg.mode == "walls":
         cands = state["extra"]["candidates"] if state is not None else \
