@@ -96,14 +96,12 @@ def test_set_gives_the_python_api_numbers(recipe, tiny, surfaces, monkeypatch, c
     model, _ = tiny
     sets = _sets(_settings(recipe, surfaces))
     with cli_model(monkeypatch, tiny):
-        stock = _json(monkeypatch, capsys, *PPL)
         ours = {v: _json(monkeypatch, capsys, *args, *sets) for v, args in (("ppl", PPL), ("gen", GEN))}
         ours["cmp"] = _json(monkeypatch, capsys, *CMP, *sets)
     with cli_model(monkeypatch, tiny, *_by_hand(recipe, model, surfaces)):
         ref = {v: _json(monkeypatch, capsys, *args) for v, args in (("ppl", PPL), ("gen", GEN))}
     assert ours["ppl"] == ref["ppl"]  # every field, to the last digit
     assert ours["gen"] == ref["gen"]
-    assert abs(ours["ppl"]["nll"] - stock["nll"]) > 1e-3  # the recipe does something
     # compare: state a is the stock model, b the recipe; the Python API's compare_states on the same model
     from geosteer.eval.compare import compare_states, summarize
 
@@ -111,7 +109,7 @@ def test_set_gives_the_python_api_numbers(recipe, tiny, surfaces, monkeypatch, c
     rows = compare_states(model, tiny[1], [prompt], [], _by_hand(recipe, model, surfaces), max_new_tokens=5,
                           sample_seeds=range(0), temperature=0.8, top_k=50)
     assert ours["cmp"] == json.loads(json.dumps({"summary": summarize(rows), "rows": rows}, default=str))
-    assert ours["cmp"]["rows"][0]["kl"] > 0
+    assert ours["cmp"]["rows"][0]["kl"] > 1e-4  # the recipe does something
 
 
 def test_recipe_folder_is_the_same_as_its_settings(tiny, surfaces, tmp_path, monkeypatch, capsys):

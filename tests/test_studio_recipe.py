@@ -39,7 +39,7 @@ def _by_hand(model, folder):
     return [bank, ComponentScale("resid_attn", 0.0, 1.0, None), Gains(0.8, 1.0, None)]
 
 
-def test_studio_starts_from_the_recipe(recipe, monkeypatch, capsys):
+def test_studio_starts_from_the_recipe(recipe, tiny_cache, monkeypatch, capsys):
     import uvicorn
 
     import geosteer.studio.server as server
@@ -71,7 +71,7 @@ def test_studio_starts_from_the_recipe(recipe, monkeypatch, capsys):
     ids = torch.arange(1, 12)[None]
     with torch.no_grad():
         ours = model(ids).logits  # the studio's bank and the recipe's other settings, as the session has them
-    ref_model, _ = load_model("tiny-llama")
+    ref_model, _ = tiny_cache("llama")
     with torch.no_grad(), steer(ref_model, *_by_hand(ref_model, folder)):
         ref = ref_model(ids).logits
     torch.testing.assert_close(ours, ref)
