@@ -54,6 +54,23 @@ def test_train_show_export(monkeypatch, capsys, tmp_path, pairs_file):
     assert list(load_vectors(out).vectors) == [0]
 
 
+def test_train_from_two_prompt_sets(monkeypatch, capsys, tmp_path):
+    import geosteer
+    from geosteer.vectors import extract, load_vectors
+
+    pos, neg = [p for p, _ in PAIRS], [n for _, n in PAIRS][:4]
+    (tmp_path / "pos.json").write_text(json.dumps(pos))
+    (tmp_path / "neg.json").write_text(json.dumps(neg))
+    code, stdout, err = run_cli(monkeypatch, capsys, "vectors", "train", "-m", "tiny-llama", "--positive",
+                                str(tmp_path / "pos.json"), "--negative", str(tmp_path / "neg.json"),
+                                "--layers", "1", "--method", "probe", "--out", str(tmp_path / "o"), "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["positive"] == 6 and json.loads(stdout)["negative"] == 4
+    model, tok = geosteer.load_model("tiny-llama")
+    want = extract(model, tok, positive=pos, negative=neg, layers=[1], method="probe")
+    torch.testing.assert_close(load_vectors(tmp_path / "o").vectors[1], want.vectors[1], rtol=0, atol=1e-6)
+
+
 def test_bad_input_is_one_line_before_the_model_loads(monkeypatch, capsys, tmp_path, pairs_file):
     import geosteer.vectors.cli as vcli
 
@@ -70,6 +87,12 @@ def test_bad_input_is_one_line_before_the_model_loads(monkeypatch, capsys, tmp_p
     base = ["vectors", "train", "-m", "tiny-llama", "--out", str(tmp_path / "o")]
     cases = [
         (["--pairs", str(tmp_path / "nope.json")], "pairs file not found"),
+        ([], "give --pairs FILE"),
+        (["--positive", str(pairs_file)], "give --pairs FILE"),
+        (["--pairs", str(pairs_file), "--positive", str(pairs_file)], "not both"),
+        (["--positive", str(tmp_path / "shape.json"), "--negative", str(tmp_path / "shape.json")],
+         "positive file"),
+        (["--positive", str(pairs_file), "--negative", str(pairs_file), "--method", "pca"], "needs --pairs"),
         (["--pairs", str(tmp_path / "bad.json")], "is not valid JSON"),
         (["--pairs", str(tmp_path / "shape.json")], "pair 0 must be [positive, negative]"),
         (["--pairs", str(tmp_path / "empty.json")], "non-empty list"),

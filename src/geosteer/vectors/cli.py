@@ -18,22 +18,53 @@ from geosteer.cli.outputs import out_artifact
 vec = typer.Typer(no_args_is_help=True, help="Steering vectors: CAA / DiffMean, PCA and probe directions.")
 
 
-def read_pairs(path: Path) -> list[list[str]]:
-    """A JSON file holding a non-empty list of [positive, negative] prompt pairs."""
+def _read_json(path: Path, what: str, check) -> list:
     from geosteer.errors import GeosteerError
-    from geosteer.vectors.extract import _check_prompts
 
     if not path.is_file():
-        raise GeosteerError(f"pairs file not found: {path} (a JSON list of [positive, negative] prompt pairs)")
+        raise GeosteerError(f"{what} file not found: {path}")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise GeosteerError(f"pairs file {path} is not valid JSON ({e})") from None
+        raise GeosteerError(f"{what} file {path} is not valid JSON ({e})") from None
     try:
-        _check_prompts(doc, None, None)
+        check(doc)
     except GeosteerError as e:
-        raise GeosteerError(f"pairs file {path}: {e}") from None
-    return [list(p) for p in doc]
+        raise GeosteerError(f"{what} file {path}: {e}") from None
+    return list(doc)
+
+
+def read_pairs(path: Path) -> list[list[str]]:
+    """A JSON file holding a non-empty list of [positive, negative] prompt pairs."""
+    from geosteer.vectors.extract import _check_prompts
+
+    return [list(p) for p in _read_json(path, "pairs", lambda d: _check_prompts(d, None, None))]
+
+
+def read_prompt_sets(pairs: Path | None, positive: Path | None, negative: Path | None, method: str) -> dict:
+    """The prompts of ``vectors train`` as keyword arguments of :func:`geosteer.vectors.extract`: ``pairs``, or
+    ``positive`` and ``negative`` (JSON lists of prompts; not for the PCA methods, which need pairs)."""
+    from geosteer.errors import GeosteerError
+    from geosteer.vectors.config import PAIRED_METHODS
+
+    if pairs is not None:
+        if positive is not None or negative is not None:
+            raise GeosteerError("give either --pairs or --positive and --negative, not both")
+        return {"pairs": read_pairs(pairs)}
+    if positive is None or negative is None:
+        raise GeosteerError("give --pairs FILE (a JSON list of [positive, negative] prompt pairs), or both "
+                            "--positive FILE and --negative FILE (JSON lists of prompts)")
+    if method in PAIRED_METHODS:
+        raise GeosteerError(f"--method {method} needs --pairs (one negative per positive), not two prompt sets")
+    return {name: _read_json(path, name, _check_prompt_list)
+            for name, path in (("positive", positive), ("negative", negative))}
+
+
+def _check_prompt_list(doc) -> None:
+    from geosteer.errors import GeosteerError
+
+    if not isinstance(doc, list) or not doc or not all(isinstance(t, str) for t in doc):
+        raise GeosteerError("must hold a non-empty JSON list of prompts (strings)")
 
 
 def check_out(out: Path, overwrite: bool) -> None:
@@ -56,7 +87,9 @@ def check_out(out: Path, overwrite: bool) -> None:
 
 @vec.command("train")
 def train_cmd(model: str = MODEL_OPT,
-              pairs: Path = typer.Option(..., "--pairs", help="JSON list of [positive, negative] prompt pairs"),
+              pairs: Path | None = typer.Option(None, "--pairs", help="JSON list of [positive, negative] prompt pairs"),
+              positive: Path | None = typer.Option(None, "--positive", help="or: JSON list of positive prompts"),
+              negative: Path | None = typer.Option(None, "--negative", help="and JSON list of negative prompts"),
               layers: str = typer.Option("all", "--layers", help="layers, e.g. all, 3, 2-5, 0,4"),
               point: str = typer.Option("resid_post", "--point", help="resid_pre | resid_post | attn_out | mlp_out"),
               method: str = typer.Option("mean_diff", "--method", help="mean_diff | pca | pca_diff | probe"),
@@ -69,20 +102,21 @@ def train_cmd(model: str = MODEL_OPT,
               overwrite: bool = typer.Option(False, "--overwrite", help="replace steering vectors in --out"),
               as_json: bool = JSON_OPT, threads: int = THREADS_OPT, device: str = DEVICE_OPT,
               dtype: str = DTYPE_OPT) -> None:
-    """Extract one steering vector per layer from prompt pairs and save the artifact."""
+    """Extract one steering vector per layer from prompt pairs (or two prompt sets) and save the artifact."""
     from geosteer.vectors.config import ExtractConfig
     from geosteer.vectors.extract import extract
 
     cfg = ExtractConfig(point=point, method=method, positions=positions, add_special_tokens=special_tokens,
                         batch_size=batch_size)
-    data = read_pairs(pairs)
+    prompts = read_prompt_sets(pairs, positive, negative, cfg.method)
     check_layers(model, "--layers", layers)  # the syntax; the range too where the config names it
     check_out(out, overwrite)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
-    sv = extract(m, tok, data, layers=layers, config=cfg)
+    sv = extract(m, tok, layers=layers, config=cfg, **prompts)
     sv.save(out, command="geosteer " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-    emit({"out": str(out), "point": sv.point, "method": method, "pairs": len(data),
-          "layers": list(sv.vectors), "norms": {str(k): round(v, 6) for k, v in sv.norms().items()}}, as_json)
+    counts = {k: len(v) for k, v in prompts.items()}
+    emit({"out": str(out), "point": sv.point, "method": method, **counts, "layers": list(sv.vectors),
+          "norms": {str(k): round(v, 6) for k, v in sv.norms().items()}}, as_json)
 
 
 @vec.command("show")
