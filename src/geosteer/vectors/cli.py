@@ -108,8 +108,8 @@ def train_cmd(model: str = MODEL_OPT,
 
     cfg = ExtractConfig(point=point, method=method, positions=positions, add_special_tokens=special_tokens,
                         batch_size=batch_size)
-    prompts = read_prompt_sets(pairs, positive, negative, cfg.method)
     check_layers(model, "--layers", layers)  # the syntax; the range too where the config names it
+    prompts = read_prompt_sets(pairs, positive, negative, cfg.method)
     check_out(out, overwrite)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
     sv = extract(m, tok, layers=layers, config=cfg, **prompts)
