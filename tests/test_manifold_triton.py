@@ -288,3 +288,25 @@ def test_gpu_scale_dry_run(fused, tmp_path):
     assert max(v for k, v in tiny["kernel_checks"].items() if "float32" in k) <= 1e-4
     assert tiny["model_checks"]["surfaces_effect_max_abs"] > 0
     assert {"stock_s", "triton_s", "torch_s"} <= set(tiny["forward"]["40"]) and tiny["train_step"]["grad_finite"]
+
+
+def test_cached_decoding_on_the_triton_backend(fused, tiny_cache):
+    """KV-cache decoding through install(backend="triton") (no feature cache) gives the scores of the
+    PyTorch path's cached decoding (which the core tests check against full recomputation)."""
+    model, tok = tiny_cache("qwen2")  # layer 1: sliding window
+    enc = tok(["The laws of physics are", "She saw"], return_tensors="pt", padding=True)
+    kw = dict(max_new_tokens=3, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    bank = manifold.install(model, grid_range=(-3.0, 3.0), layers=[1], backend="triton")
+    try:
+        with torch.no_grad():
+            bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(1)))
+            ours = model.generate(**enc, **kw)
+            assert not bank._caches  # the Triton backend keeps no feature cache
+            bank.backend = "torch"
+            ref = model.generate(**enc, **kw)
+            assert bank._caches  # the PyTorch path does
+    finally:
+        manifold.uninstall(model)
+    assert torch.equal(ours.sequences, ref.sequences)
+    for a, b in zip(ours.scores, ref.scores, strict=True):
+        assert (a - b).abs().max().item() <= 1e-4
