@@ -135,10 +135,10 @@ def test_one_bad_value_is_refused_before_any_model_is_built(verb, flag, kind, tm
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("a plain file\n")
     before = sorted(p.name for p in tmp_path.iterdir())
-    if verb == "dynamics gates" and flag != "--save":
-        args_extra = ["--save", str(tmp_path / "gates")]  # gates trains (--save) or evaluates (--load)
-    else:
-        args_extra = []
+    # options that are not required one by one, but one of a set is: gates trains (--save) or evaluates
+    # (--load); vectors train reads --pairs (or --positive with --negative)
+    one_of = {"dynamics gates": ("--save", str(tmp_path / "gates")), "vectors train": ("--pairs", inputs["--pairs"])}
+    args_extra = list(one_of[verb]) if verb in one_of and flag != one_of[verb][0] else []
     cmd = LEAVES[verb]
     bad = str(tmp_path / "afile" / "x") if kind == "path" else BAD[kind]  # a path under a plain file
     args = [*verb.split(), *_arguments(verb, flag, bad, tmp_path, inputs)]

@@ -46,6 +46,9 @@ def test_cli_bad_input_one_line_error(args, msg):
     (["decompose", "-m", "tiny-gpt2", "--tokens", "2000", "--chunk", "2000", "--no-value"],
      "--tokens/--chunk window 2000 is longer than the model's 512 positions"),
     (["decompose", "-m", "tiny-llama", "--chunk", "512", "--layers", "99"], "layer 99 out of range"),
+    (["directional", "diagonal", "-m", "tiny-llama", "--map-head", "99"], "--map-head: head 99 out of range"),
+    (["directional", "heads", "-m", "tiny-llama", "--heads", "99"], "--heads: head 99 out of range"),
+    (["directional", "ppl", "-m", "tiny-llama", "--site", "value_full", "--heads", "4"], "head 4 out of range"),
 ])
 def test_directional_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
     from tests.cli_helpers import refused_before_load

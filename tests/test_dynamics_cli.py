@@ -121,6 +121,16 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
     (["dynamics", "anchors", "-m", "tiny-llama", "--score", "best"], "unknown anchor score (--score) 'best'"),
     (["dynamics", "prefix-spread", "-m", "tiny-llama", "--prefix-file", "missing.txt"], "cannot read prefix file"),
     (["dynamics", "edit-specificity", "-m", "tiny-llama", "--kinds", "sideways"], "unknown edit kind 'sideways'"),
+    (["dynamics", "edit-linearity", "-m", "tiny-llama", "--scales", "1"], "at least 2 different sizes"),
+    (["dynamics", "pressure", "-m", "tiny-llama", "--mode", "bogus"], "unknown pressure mode 'bogus'"),
+    (["dynamics", "gain-depth", "-m", "tiny-llama", "--depths", "2"], "depth fractions must be in [0, 1]"),
+    (["dynamics", "critical", "-m", "tiny-llama", "--layers", "0", "--refine-iters", "-1"], "'--refine-iters'"),
+    (["dynamics", "critical", "-m", "tiny-llama", "--layers", "0", "--real", "0", "--random", "0"], "both 0"),
+    (["dynamics", "commutator", "-m", "tiny-llama", "--h", "0"], "--h"),
+    (["dynamics", "parallelize", "-m", "tiny-llama", "--counts", "99"], "--counts: 99 parallel layers"),
+    (["dynamics", "parallelize", "-m", "tiny-llama", "--counts", "-1"], "--counts: -1 parallel layers"),
+    (["dynamics", "prefix-spread", "-m", "tiny-llama", "--suffix", " "], "--suffix is empty"),
+    (["dynamics", "gates", "-m", "tiny-llama", "--save", "g", "--train-tokens", "0"], "'--train-tokens'"),
 ])
 def test_dynamics_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
     from tests.cli_helpers import refused_before_load

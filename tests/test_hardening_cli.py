@@ -177,6 +177,7 @@ def test_ppl_text_file_matches_in_memory_perplexity(monkeypatch, capsys, tmp_pat
     (["generate", "-m", "tiny-llama", "-p", "Hi", "--top-k", "abc"], "'--top-k'"),
     (["ppl", "-m", "tiny-llama", "--corpus", "heldout", "--dtype", "int8"], "unknown dtype 'int8'"),
     (["generate", "-m", "tiny-llama"], "Missing option '--prompt'"),  # click's usage errors: one line too
+    (["ppl", "-m", "tiny-llama", "--text-file", "/dev/null"], "--text-file is not a file"),
 ])
 def test_eval_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
     from tests.cli_helpers import refused_before_load

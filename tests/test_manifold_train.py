@@ -155,14 +155,18 @@ def test_train_surfaces_refuses_a_folder_of_user_files_before_training(tiny_cach
     (["--seq-len", "100000"], "--seq-len 100000 is longer than the model's 512 positions"),  # RoPE: ran silently
     (["--resume", "--overwrite"], "--resume and --overwrite contradict each other"),
     (["--layers", "5-7"], "layer 5 out of range"),
+    (["--text", "EMPTY"], "--text file is empty"),
+    (["--text", "LATIN1"], "as UTF-8 text"),
 ])
 def test_train_cli_refuses_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
     from tests.cli_helpers import refused_before_load
 
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "EMPTY").write_text(" \n\n")
+    (tmp_path / "LATIN1").write_bytes("café\n".encode("latin-1"))
     err = refused_before_load(monkeypatch, capsys, "manifold", "train", "-m", "tiny-llama", "--out", "o",
                               "--steps", "1", *args)
-    assert needle in err and list(tmp_path.iterdir()) == []
+    assert needle in err and sorted(p.name for p in tmp_path.iterdir()) == ["EMPTY", "LATIN1"]
 
 
 def test_train_refuses_windows_past_the_positions(tiny, tmp_path):

@@ -54,6 +54,8 @@ def _json_quiets_progress(value: bool) -> bool:
 
 JSON_OPT = typer.Option(False, "--json", help="print JSON (no progress bars)", callback=_json_quiets_progress)
 FORCE_OPT = typer.Option(False, "--force", help="use artifacts recorded for another base model anyway")
+BASE_MODEL_OPT = typer.Option(None, "--base-model", help="what a fine-tuned --model folder derives from (smollm2, "
+                              "a Hub id): artifacts made for that base load on it without --force")
 
 MAX_SEEDS = 1000  # seeded samples per prompt at most (each one is a full generation)
 
@@ -68,12 +70,15 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def load(model: str, *, threads: int | None = None, device: str = "cpu", dtype: str = "float32"):
-    """Set the thread count and return ``load_model(model, dtype=..., device=...)`` → (model, tokenizer)."""
+def load(model: str, *, threads: int | None = None, device: str = "cpu", dtype: str = "float32",
+         base_model: str | None = None):
+    """Set the thread count and return ``load_model(model, dtype=..., device=..., base_model=...)`` →
+    (model, tokenizer)."""
     from geosteer.models.loading import load_model
 
     set_threads(threads)
-    return load_model(model, dtype=dtype, device=device)  # load_model checks both (one-line errors)
+    # load_model checks device and dtype (one-line errors)
+    return load_model(model, dtype=dtype, device=device, base_model=base_model)
 
 
 @lru_cache(maxsize=8)
@@ -103,6 +108,22 @@ def check_layers(model: str, option: str, spec: str | None) -> None:
     n = num_layers(model_config(model)) if model_config(model) is not None else None
     try:
         parse_layers(spec, n if n is not None else 1 << 30)
+    except ValueError as e:
+        raise GeosteerError(f"{option}: {e}") from None
+
+
+def check_head_list(model: str, option: str, spec: str | int | None) -> None:
+    """Refuse a bad head list in ``option`` (``'all'``, ``'0-3'``, ``'0,5'``) before the model loads: its
+    syntax always, its range when the config of ``--model`` names the number of heads."""
+    from geosteer.models.anatomy import parse_indices
+    from geosteer.models.limits import num_heads
+
+    if spec is None or str(spec).strip().lower() == "all":
+        return
+    cfg = model_config(model)
+    n = num_heads(cfg) if cfg is not None else None
+    try:
+        parse_indices(str(spec), n, "head")
     except ValueError as e:
         raise GeosteerError(f"{option}: {e}") from None
 

@@ -15,6 +15,7 @@ from geosteer.cli.common import (
     MAX_SEEDS,
     MODEL_OPT,
     THREADS_OPT,
+    check_head_list,
     check_layers,
     check_positions,
     emit,
@@ -139,6 +140,7 @@ def ppl_cmd(
 
     cfg = ComponentScaleConfig(site, s_par, s_perp, heads=heads, value_space=value_space)
     check_layers(model, "--layers", layers)
+    check_head_list(model, "--heads", heads)
     check_window(context, stride, prefix="--")
     check_positions(model, "--context", context)
     m, tok = load(model, device=device, dtype=dtype)

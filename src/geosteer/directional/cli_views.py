@@ -7,7 +7,16 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, MODEL_OPT, THREADS_OPT, check_layers, check_positions, load
+from geosteer.cli.common import (
+    DEVICE_OPT,
+    DTYPE_OPT,
+    MODEL_OPT,
+    THREADS_OPT,
+    check_head_list,
+    check_layers,
+    check_positions,
+    load,
+)
 from geosteer.cli.outputs import HTML, out_file, out_records
 
 _SMALL = dict(help="'all', '3', '0-5', '0-5,9'")
@@ -58,6 +67,7 @@ def diagonal_cmd(
     check_layers(model, "--layers", layers)
     if map_layer is not None:
         check_layers(model, "--map-layer", str(map_layer))
+    check_head_list(model, "--map-head", map_head)
     check_positions(model, "--tokens", tokens)
     m, tok = _setup(model, threads, device, dtype)
     an = anatomy(m)
@@ -118,6 +128,7 @@ def heads_cmd(
     if texts < 1 or text_len < 2:
         raise GeosteerError("--texts must be >= 1 and --text-len >= 2")
     check_layers(model, "--layers", layers)
+    check_head_list(model, "--heads", heads)
     check_positions(model, "--text-len", text_len)
     m, tok = _setup(model, threads, device, dtype)
     an = anatomy(m)

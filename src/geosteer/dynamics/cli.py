@@ -22,6 +22,7 @@ from geosteer.cli.common import (
     check_positions,
     emit,
     load,
+    model_config,
 )
 from geosteer.cli.outputs import out_artifact, out_file, out_records
 from geosteer.models.anatomy import anatomy, parse_layers
@@ -216,7 +217,7 @@ def gates(model: str = MODEL_OPT,
           save: Path | None = typer.Option(None, "--save", help="train and save the gate artifact here",
                                             callback=out_artifact("geosteer-gates")),
           load: Path | None = typer.Option(None, "--load", help="evaluate a saved gate artifact"),
-          train_tokens: int = typer.Option(65536, "--train-tokens"), lr: float = typer.Option(2e-2, "--lr"),
+          train_tokens: int = typer.Option(65536, "--train-tokens", min=1), lr: float = typer.Option(2e-2, "--lr"),
           train_batch: int = typer.Option(8, "--train-batch"),
           train_seq: int = typer.Option(128, "--train-seq"),
           seed: int = typer.Option(0, "--seed"), layers: str = typer.Option("all", "--layers"),
@@ -286,6 +287,15 @@ def parallelize(model: str = MODEL_OPT,
 
     if seeds < 0:
         raise ValueError(f"--seeds must be >= 0 (got {seeds})")
+    if counts:
+        from geosteer.models.limits import num_layers
+
+        config = model_config(model)
+        n_cfg = num_layers(config) if config is not None else None
+        bad = [c for c in parse_ints(counts, "--counts") if c < 0 or (n_cfg is not None and c > n_cfg)]
+        if bad:
+            raise ValueError(f"--counts: {bad[0]} parallel layers is not possible: give counts in 0.."
+                             f"{n_cfg if n_cfg is not None else 'the number of layers'}")
     m, tok = _setup(model, threads, device, dtype, seq_len=seq_len)
     n = anatomy(m).n_layers
     cnt = parse_ints(counts, "--counts") if counts else list(range(n + 1))

@@ -37,13 +37,14 @@ def critical(model: str = MODEL_OPT,
              layers: str = typer.Option(..., "--layers", help="layers, e.g. 5,15,25"),
              fields: str = typer.Option("ov,ffn,full", "--fields", help="any of ov, ffn, full"),
              alpha: float = typer.Option(1.0, "--alpha", help="FFN gain α of the full field (>= 0)"),
-             real: int = typer.Option(32, "--real", help="seeds from real residual directions"),
-             random: int = typer.Option(32, "--random", help="Gaussian random seeds"),
+             real: int = typer.Option(32, "--real", min=0, help="seeds from real residual directions"),
+             random: int = typer.Option(32, "--random", min=0, help="Gaussian random seeds"),
              seed: int = typer.Option(0, "--seed"),
              threshold: float = typer.Option(0.05, "--threshold", help="zero score ‖g‖/(‖F‖+ε) to keep"),
              steps: int = typer.Option(1500, "--steps", help="Adam steps of the search"),
              lr: float = typer.Option(0.05, "--lr"),
-             refine_iters: int = typer.Option(4, "--refine-iters", help="Newton charts (fresh Jacobians; 0: none)"),
+             refine_iters: int = typer.Option(4, "--refine-iters", min=0,
+                                              help="Newton charts (fresh Jacobians; 0: none)"),
              ov_norm: str = typer.Option("gain", "--ov-norm", help="fold the attention pre-norm gain: gain|none"),
              with_bos: bool = BOS_OPT,
              tokens: int = typer.Option(512, "--tokens", help="held-out tokens to draw residual seeds from"),
@@ -61,6 +62,8 @@ def critical(model: str = MODEL_OPT,
     kinds = [check_field(f.strip()) for f in fields.split(",") if f.strip()]
     check_threshold(threshold)
     _finite(alpha, "--alpha", 0.0)
+    if real + random < 1:
+        raise ValueError("--real and --random are both 0: give at least one seed direction")
     m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers, ov_norm=ov_norm)
     chosen = _layers(m, layers)
     ids = corpus_windows(tok, "heldout", tokens, seq_len) if real else None
@@ -90,6 +93,7 @@ def commutator(model: str = MODEL_OPT, layers: str = typer.Option("all", "--laye
     from geosteer.dynamics.commutator import reorder_study
     from geosteer.dynamics.diagnostics import corpus_windows
 
+    _finite(h, "--h", 1e-12)
     m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
@@ -114,10 +118,11 @@ def pressure(model: str = MODEL_OPT, betas: str = typer.Option("1,2,4", "--betas
     """Diversity D after every block under attention inverse temperature β_A, per FFN variant (experiment 3)."""
     from geosteer.dynamics.cli import _meta, _setup, _write, check_choices, parse_floats
     from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.pressure import PRESSURE_VARIANTS, check_beta, pressure_study
+    from geosteer.dynamics.pressure import PRESSURE_MODES, PRESSURE_VARIANTS, check_beta, pressure_study
 
     bs = [check_beta(b) for b in parse_floats(betas, "--betas")]
     vs = check_choices(variants, PRESSURE_VARIANTS, "FFN variant")
+    check_choices(mode, PRESSURE_MODES, "pressure mode")
     m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
@@ -143,6 +148,7 @@ def gain_depth(model: str = MODEL_OPT,
 
     ds = parse_floats(depths, "--depths")
     vs = [_finite(v, "--values") for v in parse_floats(values, "--values")]
+    depth_layers(2, ds)  # the depths themselves (fractions in [0, 1]) before the model loads
     m, tok = _setup(model, threads, device, dtype, seq_len=seq_len)
     from geosteer import anatomy
 

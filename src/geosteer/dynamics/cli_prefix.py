@@ -74,7 +74,10 @@ def prefix_spread(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.prefix import contexts
     from geosteer.dynamics.prefix import prefix_spread as run
+    from geosteer.errors import GeosteerError
 
+    if not suffix.strip():
+        raise GeosteerError("--suffix is empty: give the fixed text that follows every prefix")
     lines = _prefix_lines(prefix_file, prefixes, prefix_len)
     m, tok = _setup(model, threads, device, dtype, seq_len=prefix_len + 1, seq_opt="--prefix-len")
     pre = _prefixes(tok, lines, prefixes, prefix_len)
@@ -122,6 +125,8 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
     if pool not in ("corpus", "vocab"):
         raise GeosteerError(f"unknown pool '{pool}'; valid: corpus, vocab")
     check_choices(score, SCORES, "anchor score (--score)")
+    if not suffix.strip():
+        raise GeosteerError("--suffix is empty: give the fixed text that follows every prefix")
     lines = _prefix_lines(prefix_file, prefixes, prefix_len)
     m, tok = _setup(model, threads, device, dtype, seq_len=prefix_len + 1, seq_opt="--prefix-len",
                     layers=score_layers, layers_opt="--score-layers")
@@ -210,6 +215,8 @@ def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--
         raise GeosteerError(f"--scales must be numbers (got '{scales}')") from None
     if any(not (v > 0 and v < float("inf")) for v in values):
         raise GeosteerError(f"--scales must be finite and > 0 (got '{scales}')")
+    if len(values) < 2 or len(set(values)) < len(values):
+        raise GeosteerError(f"--scales needs at least 2 different sizes to fit a line (got '{scales}')")
     m, chosen, ids = _edit_inputs(model, layers, seeds, prompts, 0, seq_len, threads, device, dtype,
                                   kinds=kinds, direction=direction)
     fits, summ = study(m, ids, chosen, [k.strip() for k in kinds.split(",") if k.strip()], direction, values,

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import (
+    BASE_MODEL_OPT,
     DEVICE_OPT,
     DTYPE_OPT,
     FORCE_OPT,
@@ -117,6 +118,7 @@ def register(app: typer.Typer) -> None:
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,
+        base_model: str | None = BASE_MODEL_OPT,
         threads: int = THREADS_OPT,
         device: str = DEVICE_OPT,
         dtype: str = DTYPE_OPT,
@@ -140,13 +142,13 @@ def register(app: typer.Typer) -> None:
         if max_tokens is not None and max_tokens < 2:
             raise GeosteerError(f"--max-tokens must be >= 2 (got {max_tokens})")
         if text_file is not None:
-            from geosteer.eval.textfile import _check_file
+            from geosteer.eval.textfile import check_text_file
 
-            _check_file(text_file)
+            check_text_file(text_file, "--text-file")
         check_positions(model, "--context", context)
         text = None if text_file else split_text(corpus)
         spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
-        m, tok = load(model, threads=threads, device=device, dtype=dtype)
+        m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
         add_bos = True if bos else None
         ids = encode_file(tok, text_file, max_tokens=max_tokens, add_bos=add_bos) if text_file is not None else None
         if windows == "independent":
@@ -176,6 +178,7 @@ def register(app: typer.Typer) -> None:
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,
+        base_model: str | None = BASE_MODEL_OPT,
         threads: int = THREADS_OPT,
         device: str = DEVICE_OPT,
         dtype: str = DTYPE_OPT,
@@ -194,7 +197,7 @@ def register(app: typer.Typer) -> None:
         elif top_k < 0:
             _check_sampling(1.0, top_k)
         spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
-        m, tok = load(model, threads=threads, device=device, dtype=dtype)
+        m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
         add_bos = True if bos else None
         max_new_tokens, note = cap_new_tokens(m, prompt_ids(tok, prompt, add_bos).shape[1], max_new_tokens)
         if note:
@@ -220,6 +223,7 @@ def register(app: typer.Typer) -> None:
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,
+        base_model: str | None = BASE_MODEL_OPT,
         out: Path | None = typer.Option(None, "--out", help="write tidy rows (.json or .csv)",
                                         callback=out_records()),
         threads: int = THREADS_OPT,
@@ -242,7 +246,7 @@ def register(app: typer.Typer) -> None:
                                 "continuation, which compare always reports; give T > 0 or --seeds 0")
         prompts = _read_prompts(prompt, prompts_file)
         spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
-        m, tok = load(model, threads=threads, device=device, dtype=dtype)
+        m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
         add_bos = True if bos else None
         longest = max(prompt_ids(tok, p, add_bos).shape[1] for p in prompts)
         max_new_tokens, note = cap_new_tokens(m, longest, max_new_tokens)

@@ -38,6 +38,26 @@ def _check_file(path: Path) -> None:
         raise GeosteerError(f"not a file: {path}")
 
 
+def check_text_file(path: str | Path, what: str = "text file", probe_bytes: int = 1 << 20) -> Path:
+    """Refuse, before any model loads, a text file that is missing, not a file, blank, or not UTF-8 in its
+    first ``probe_bytes`` (the rest is checked as it is read). Returns ``Path(path)``."""
+    path = Path(path)
+    if not path.exists():
+        raise GeosteerError(f"{what} not found: {path}")
+    if not path.is_file():
+        raise GeosteerError(f"{what} is not a file: {path}")
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(probe_bytes)
+            text = decoder.decode(head, final=len(head) < probe_bytes)
+    except (OSError, UnicodeDecodeError) as e:
+        raise GeosteerError(f"cannot read {what} {path} as UTF-8 text ({type(e).__name__})") from None
+    if len(head) < probe_bytes and not text.strip():
+        raise GeosteerError(f"{what} is empty: {path}")
+    return path
+
+
 def read_text_file(path: str | Path) -> str:
     """The whole file as text (UTF-8); one-line errors for a missing, unreadable or blank file."""
     path = Path(path)

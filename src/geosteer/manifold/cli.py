@@ -272,6 +272,12 @@ def train_cmd(
                   quantile=quantile, storage_dtype=save_dtype, text=text)
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: give one (continue, or start over)")
+    from geosteer.data.corpus import SPLITS
+
+    if text not in SPLITS:
+        from geosteer.eval.textfile import check_text_file
+
+        check_text_file(text, "--text file")
     if dtype_note:
         typer.echo(f"note: --dtype {dtype} sets the model weights (as on every verb); the artifact is stored "
                    "as float32 (--save-dtype float16 for half)", err=True)

@@ -67,6 +67,16 @@ def num_layers(model_or_config) -> int | None:
     return None
 
 
+def num_heads(model_or_config) -> int | None:
+    """The number of query heads per layer named in the config; ``None`` when it names none."""
+    cfg = _text_config(getattr(model_or_config, "config", model_or_config))
+    for key in ("num_attention_heads", "n_head", "num_heads"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def check_positions(model_or_config, length: int, what: str = "sequence length") -> None:
     """Refuse a window of ``length`` tokens that is longer than the model's positions (one line naming
     ``what``, the length and the limit); models whose config names no limit pass."""
