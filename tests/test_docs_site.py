@@ -55,12 +55,14 @@ def test_api_reference_renders_the_public_api(site):
     def ids(page: str) -> set[str]:
         return set(re.findall(r'id="(geosteer[\w.]*)"', (site / "api" / page / "index.html").read_text("utf-8")))
 
-    assert {"geosteer.load_model", "geosteer.steer", "geosteer.anatomy"} <= ids("geosteer")
+    assert {"geosteer.load_model", "geosteer.steer", "geosteer.anatomy", "geosteer.load"} <= ids("geosteer")
     assert {"geosteer.interventions.steer", "geosteer.interventions.AddVector"} <= ids("interventions")
-    assert {"geosteer.manifold.SurfaceBank.plot", "geosteer.manifold.load", "geosteer.manifold.save",
+    assert {"geosteer.manifold.SurfaceBank.save", "geosteer.manifold.load", "geosteer.manifold.save",
             "geosteer.manifold.edit.parse_edit"} <= ids("manifold")
     assert {"geosteer.directional.ComponentScale", "geosteer.directional.measure_text"} <= ids("directional")
     assert {"geosteer.dynamics.FFNVariant", "geosteer.dynamics.diagnose"} <= ids("dynamics")
+    assert {"geosteer.methods.load_artifact", "geosteer.recipe.InterventionSpec",
+            "geosteer.recipe.InterventionSpec.save"} <= ids("methods")
 
 
 def test_sphinx_roles_in_docstrings_render_as_code(site):
