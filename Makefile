@@ -25,6 +25,9 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.txt
 
 $(DEVSTAMP): $(STAMP)
 	$(BIN)/pip install -q -e '.[all,dev]' -c requirements.txt
+	# Peer steering-vector packages the vectors tests compare against; both pin old dependencies that
+	# they do not need at run time (steering-vectors: transformers<5), hence --no-deps.
+	$(BIN)/pip install -q --no-deps steering-vectors==0.12.2 repeng==0.4.0
 	touch $(DEVSTAMP)
 
 setup: $(STAMP)
