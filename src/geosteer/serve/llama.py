@@ -24,6 +24,7 @@ from vllm.model_executor.models.llama import LlamaAttention, LlamaDecoderLayer, 
 from vllm.model_executor.models.utils import extract_layer_index
 
 from geosteer.directional.sites import _scaled_delta
+from geosteer.errors import GeosteerError
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.serve import batch
 from geosteer.serve.plan import LayerOps, RecipePlan, SurfaceOp, ValueScaleOp, meta_model, plan_recipe
@@ -40,10 +41,14 @@ def _grids(ops: list[LayerOps | None]) -> list[tuple[int, float, float]]:
 
 
 class SteeredLlamaAttention(LlamaAttention):
-    """Llama attention whose KV heads carry the surface channels of ``grids`` (see the module docstring)."""
+    """Llama attention that runs the recipes' attention operations; with surfaces, its KV heads carry the
+    channels of ``grids`` (see the module docstring)."""
 
     def __init__(self, *, grids: list[tuple[int, float, float]], **kwargs) -> None:
         super().__init__(**kwargs)
+        if self.num_heads != self.total_num_heads:
+            raise GeosteerError("surfaces and value_full on vLLM need tensor_parallel_size=1 (their per-head "
+                                "parameters are not split across ranks yet)")
         self.grids = grids
         self.offsets = []
         c = 1
@@ -51,13 +56,15 @@ class SteeredLlamaAttention(LlamaAttention):
             self.offsets.append(c)
             c += g + 3
         self.channels = c
+        self.ops: list[LayerOps | None] = []  # set by the decoder layer
+        if c == 1:
+            return  # attention operations without surfaces: the stock attention layer
         # replace the stock attention layer (same name, so the KV cache binds to this one)
         name = self.attn.layer_name
         del get_current_vllm_config().compilation_config.static_forward_context[name]
         self.attn = Attention(self.num_heads * c, self.head_dim, self.scaling, num_kv_heads=self.num_kv_heads * c,
                               cache_config=kwargs.get("cache_config"), quant_config=kwargs.get("quant_config"),
                               prefix=name)
-        self.ops: list[LayerOps | None] = []  # set by the decoder layer
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         qkv, _ = self.qkv_proj(hidden_states)
@@ -152,9 +159,10 @@ class SteeredLlamaDecoderLayer(LlamaDecoderLayer):
         layer = extract_layer_index(prefix)
         self.recipe_ops = [p.layers.get(layer) for p in plans]
         grids = _grids(self.recipe_ops)
-        attn_type = partial(SteeredLlamaAttention, grids=grids) if grids else LlamaAttention
+        in_attention = any(o is not None and o.attention for o in self.recipe_ops)
+        attn_type = partial(SteeredLlamaAttention, grids=grids) if in_attention else LlamaAttention
         super().__init__(vllm_config=vllm_config, prefix=prefix, attn_layer_type=attn_type, **kwargs)
-        if grids:
+        if in_attention:
             self.self_attn.ops = self.recipe_ops
         self.steered = any(o is not None for o in self.recipe_ops)
 
