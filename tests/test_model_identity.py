@@ -102,3 +102,31 @@ def test_cli_missing_model_is_one_line_exit_2(monkeypatch, tmp_path, capsys):
     assert e.value.code == 2
     err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
     assert len(err) == 1 and err[0].startswith("error: model 'smollm2' is not installed")
+
+
+def test_cli_base_model_option_declares_a_folders_base(tmp_path, capsys):
+    from geosteer import load_model, manifold
+    from geosteer.cli import app
+    from geosteer.cli.common import run_app
+    from geosteer.models.tiny import tiny_model
+
+    m, tok = tiny_model("llama")
+    m.save_pretrained(tmp_path / "ft")
+    tok.save_pretrained(tmp_path / "ft")
+    cfg = json.loads((tmp_path / "ft" / "config.json").read_text())
+    cfg.pop("_geosteer_name", None)  # as another tool (the Trainer, PEFT's merge) would save it
+    (tmp_path / "ft" / "config.json").write_text(json.dumps(cfg))
+    model, _ = load_model("tiny-llama")
+    surf = manifold.save(manifold.install(model, layers=[0]), tmp_path / "surf")  # made for tiny-llama
+    manifold.uninstall(model)
+    args = ["generate", "--model", str(tmp_path / "ft"), "--surfaces", str(surf), "-p", "Hello", "--max-new-tokens",
+            "2", "--json"]
+    with pytest.raises(SystemExit) as e:
+        run_app(app, args)
+    assert e.value.code == 2 and "made for base model 'tiny-llama'" in capsys.readouterr().err
+    identity._DECLARED_BASES.clear()
+    try:
+        run_app(app, args + ["--base-model", "tiny-llama"])
+    except SystemExit as ok:
+        assert ok.code in (0, None)
+    assert json.loads(capsys.readouterr().out)["prompt"] == "Hello"
