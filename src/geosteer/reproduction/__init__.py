@@ -1,0 +1,9 @@
+"""The reproduction report: every item of the three papers, its paper value, geosteer's value read from a
+results file, and a status computed from a declared criterion (reproduces / diverges / not run)."""
+
+from geosteer.reproduction.evaluate import ItemResult, evaluate_item, evaluate_items
+from geosteer.reproduction.items import Criterion, Item, PaperItems, Query, load_items, load_paper
+from geosteer.reproduction.report import report_html, report_json, report_markdown
+
+__all__ = ["Criterion", "Item", "ItemResult", "PaperItems", "Query", "evaluate_item", "evaluate_items",
+           "load_items", "load_paper", "report_html", "report_json", "report_markdown"]

@@ -1,0 +1,175 @@
+"""Item data: one file per paper (``items/<paper>.json``), validated into :class:`Item` records.
+
+A malformed file is refused with one line naming the file, the item and the field."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from geosteer.errors import GeosteerError
+
+AGGREGATES = ("first", "last", "min", "max", "mean", "sum", "count")
+CRITERIA = ("below", "above", "between", "within_rel", "within_abs", "sign", "equals", "order")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ID = re.compile(r"^[1-9][0-9]?\.[1-9][0-9]?$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Query(_Strict):
+    """Where one number lives in a results file: a key path, optional row filter, a field, an aggregate;
+    or (text files) a regular expression whose first group is the number."""
+
+    path: str | None = None  # dot-separated keys / list indices, e.g. "meta.summary" or "rows.0"
+    where: dict[str, str | int | float | bool | None] | None = None
+    field: str | None = None
+    pick: Literal["first", "last", "min", "max", "mean", "sum", "count"] = "first"
+    regex: str | None = None
+    file: str | None = None  # another results file than the item's
+
+    @model_validator(mode="after")
+    def _shape(self) -> Query:
+        if self.regex is not None:
+            if self.path or self.where or self.field:
+                raise ValueError("regex cannot be combined with path / where / field")
+            try:
+                if re.compile(self.regex).groups < 1:
+                    raise ValueError("regex needs one capturing group")
+            except re.error as e:
+                raise ValueError(f"regex does not compile: {e}") from None
+        elif self.field is None and self.pick != "count" and self.where is None and self.path is None:
+            raise ValueError("give path, field, where or regex")
+        if self.where is not None and self.field is None and self.pick != "count":
+            raise ValueError("where without field needs pick 'count'")
+        return self
+
+
+class Criterion(_Strict):
+    """A declared test on the item's named values; all of an item's criteria must hold to reproduce."""
+
+    kind: Literal["below", "above", "between", "within_rel", "within_abs", "sign", "equals", "order"]
+    value: str | None = None  # a name from the item's ``ours``
+    values: list[str] | None = None  # ``order``: names whose values must rise strictly
+    threshold: float | None = None  # below / above
+    lo: float | None = None
+    hi: float | None = None
+    ref: float | None = None  # within_rel / within_abs / equals
+    band: float | None = None  # within_rel: relative; within_abs: absolute
+    sign: Literal[1, -1] | None = None
+
+    @model_validator(mode="after")
+    def _fields(self) -> Criterion:
+        need = {"below": ("value", "threshold"), "above": ("value", "threshold"), "between": ("value", "lo", "hi"),
+                "within_rel": ("value", "ref", "band"), "within_abs": ("value", "ref", "band"),
+                "sign": ("value", "sign"), "equals": ("value", "ref"), "order": ("values",)}[self.kind]
+        missing = [f for f in need if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"criterion '{self.kind}' needs {', '.join(missing)}")
+        if self.kind == "order" and len(self.values or []) < 2:
+            raise ValueError("criterion 'order' needs at least two values")
+        return self
+
+    def names(self) -> list[str]:
+        return list(self.values or []) + ([self.value] if self.value else [])
+
+
+class Item(_Strict):
+    """One paper item. ``results_file`` None: the result lives only in prose or is missing ("not run")."""
+
+    id: str
+    name: str = Field(min_length=1)
+    claim: str = Field(min_length=1)
+    paper_value: str | float | int | None = None
+    results_file: str | None = None
+    ours: dict[str, Query] = Field(default_factory=dict)
+    criteria: list[Criterion] = Field(default_factory=list)
+    reading: str = Field(min_length=1)
+    command: str | None = None
+    model: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Item:
+        if not _ID.match(self.id):
+            raise ValueError(f"id '{self.id}' is not '<paper>.<number>' (e.g. 1.7)")
+        for name in self.ours:
+            if not _NAME.match(name):
+                raise ValueError(f"ours: '{name}' is not a plain name (letters, digits, _)")
+        unknown = sorted({n for c in self.criteria for n in c.names()} - set(self.ours))
+        if unknown:
+            raise ValueError(f"criteria name values not in ours: {', '.join(unknown)}")
+        if self.results_file is None and (self.ours or self.criteria):
+            raise ValueError("ours / criteria given without a results_file")
+        if self.results_file is not None and not (self.ours and self.criteria):
+            raise ValueError("a results_file needs ours and criteria")
+        for p in [self.results_file] + [q.file for q in self.ours.values()]:
+            if p is not None and (Path(p).is_absolute() or ".." in Path(p).parts):
+                raise ValueError(f"results path '{p}' must be relative and stay under the results root")
+        return self
+
+
+class PaperItems(_Strict):
+    number: int = Field(ge=1)
+    paper: str = Field(min_length=1)
+    title: str = Field(min_length=1)
+    items: list[Item]
+
+    @model_validator(mode="after")
+    def _ids_of_this_paper(self) -> PaperItems:
+        for i, item in enumerate(self.items):
+            if not item.id.startswith(f"{self.number}."):
+                raise ValueError(f"items.{i}: id '{item.id}' does not start with the paper number {self.number}")
+        return self
+
+
+def _first_error(e: ValidationError, data) -> str:
+    err = e.errors()[0]
+    loc = list(err["loc"])
+    item = "?"
+    if len(loc) >= 2 and loc[0] == "items" and isinstance(loc[1], int):
+        raw = data["items"][loc[1]] if loc[1] < len(data.get("items", [])) else {}
+        item = raw.get("id", f"#{loc[1] + 1}") if isinstance(raw, dict) else f"#{loc[1] + 1}"
+        loc = loc[2:]
+    field = ".".join(str(x) for x in loc) or "(item)"
+    return f"item {item}: field {field}: {err['msg']}"
+
+
+def load_paper(source: str | Path, text: str | None = None) -> PaperItems:
+    """Validate one paper's item file; :class:`GeosteerError` with one line naming item and field."""
+    name = Path(str(source)).name
+    try:
+        data = json.loads(text if text is not None else Path(source).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise GeosteerError(f"item file {name}: cannot read it as JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise GeosteerError(f"item file {name}: expected an object with paper, title, items")
+    try:
+        paper = PaperItems.model_validate(data)
+    except ValidationError as e:
+        raise GeosteerError(f"item file {name}: {_first_error(e, data)}") from None
+    ids = [i.id for i in paper.items]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise GeosteerError(f"item file {name}: item {dup[0]}: field id: used twice")
+    return paper
+
+
+def shipped_files() -> list[tuple[str, str]]:
+    """(name, text) of the shipped item files, in paper order."""
+    root = resources.files("geosteer.reproduction") / "items"
+    files = sorted(p for p in root.iterdir() if p.name.endswith(".json"))
+    return [(p.name, p.read_text(encoding="utf-8")) for p in files]
+
+
+def load_items(paths: list[str | Path] | None = None) -> list[PaperItems]:
+    """Every paper's items: the shipped files, or ``paths``."""
+    papers = [load_paper(p) for p in paths] if paths is not None else \
+        [load_paper(name, text) for name, text in shipped_files()]
+    return sorted(papers, key=lambda p: p.number)

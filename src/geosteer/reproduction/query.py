@@ -1,0 +1,114 @@
+"""Reading one number out of a results file: JSON (key path, row filter, field, aggregate), CSV (row
+filter, field, aggregate) or text (a regular expression). No code from the data is ever evaluated."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from pathlib import Path
+
+from geosteer.reproduction.items import Query
+
+
+class NotReadable(Exception):
+    """The file or the value is missing or unreadable: the item shows as "not run" with this reason."""
+
+
+def read_results(path: Path):
+    """The parsed file: JSON object/list, CSV rows (dicts), or text."""
+    if not path.is_file():
+        raise NotReadable(f"results file {path.name} is missing")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise NotReadable(f"results file {path.name} is unreadable ({e.__class__.__name__})") from None
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise NotReadable(f"results file {path.name} is not valid JSON ({e.msg}, line {e.lineno})") from None
+    if suffix == ".csv":
+        return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
+    return text
+
+
+def _cell(v: str | None):
+    if v is None or v == "":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return {"True": True, "False": False, "true": True, "false": False}.get(v, v)
+
+
+def _walk(obj, path: str | None):
+    for key in (path.split(".") if path else []):
+        if isinstance(obj, dict) and key in obj:
+            obj = obj[key]
+        elif isinstance(obj, list) and re.fullmatch(r"-?\d+", key) and -len(obj) <= int(key) < len(obj):
+            obj = obj[int(key)]
+        else:
+            raise NotReadable(f"key '{key}' of '{path}' is missing")
+    return obj
+
+
+def _matches(row, where: dict) -> bool:
+    return isinstance(row, dict) and all(k in row and row[k] == v for k, v in where.items())
+
+
+def _number(v, what: str) -> float:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return float(v)
+    raise NotReadable(f"{what} is not a finite number (got {str(v)[:40]!r})")
+
+
+def _aggregate(values: list, q: Query, what: str) -> float:
+    if q.pick == "count":
+        return float(len(values))
+    if not values:
+        raise NotReadable(f"no row matches {what}")
+    nums = [_number(v, what) for v in values]
+    if q.pick in ("first", "last"):
+        return nums[0] if q.pick == "first" else nums[-1]
+    return {"min": min, "max": max, "sum": sum, "mean": lambda x: sum(x) / len(x)}[q.pick](nums)
+
+
+def evaluate_query(data, q: Query) -> float:
+    """The number ``q`` names in ``data`` (as :func:`read_results` returned it); :class:`NotReadable` else."""
+    if q.regex is not None:
+        if not isinstance(data, str):
+            raise NotReadable("a regex query needs a text results file")
+        found = re.findall(q.regex, data)
+        found = [f[0] if isinstance(f, tuple) else f for f in found]
+        try:
+            return _aggregate([float(f) for f in found], q, f"regex {q.regex!r}")
+        except ValueError:
+            raise NotReadable(f"regex {q.regex!r} matched text that is not a number") from None
+    node = _walk(data, q.path)
+    what = ".".join(x for x in [q.path, q.field] if x) or "the file"
+    if q.where is not None:
+        if not isinstance(node, list):
+            raise NotReadable(f"'{q.path or '(top)'}' is not a list of rows")
+        rows = [r for r in node if _matches(r, q.where)]
+        what += f" where {q.where}"
+        if q.field is None:
+            return _aggregate(rows, q, what) if q.pick == "count" else _aggregate([], q, what)
+        missing = [r for r in rows if q.field not in r]
+        if missing:
+            raise NotReadable(f"field '{q.field}' is missing in a row of {what}")
+        return _aggregate([r[q.field] for r in rows], q, what)
+    if q.field is not None:
+        if isinstance(node, list):
+            return _aggregate([_walk(r, q.field) for r in node], q, what)
+        node = _walk(node, q.field)
+    if isinstance(node, list):
+        return _aggregate(node, q, what)
+    return _number(node, what)

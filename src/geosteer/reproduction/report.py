@@ -1,0 +1,97 @@
+"""The report's three faces: markdown (the docs page), a self-contained HTML page, and JSON records."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from geosteer.reproduction.evaluate import STATUSES, ItemResult, counts
+
+_MARK = {"reproduces": "✔ reproduces", "diverges": "✘ diverges", "not run": "· not run"}
+
+
+def _ours_text(r: ItemResult) -> str:
+    return ", ".join(f"{k} {v:.4g}" for k, v in r.ours.items()) if r.ours else "—"
+
+
+def _paper_value(r: ItemResult) -> str:
+    v = r.item.paper_value
+    return "—" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def report_markdown(results: list[ItemResult], command: str, titles: dict[str, str]) -> str:
+    """The markdown report: counts per paper and status, then one table per paper."""
+    lines = ["# Reproduction report", "",
+             "Every item of the three papers: the paper's claim and number, geosteer's number read from its "
+             "results file, and a status computed from the criterion declared beside the item "
+             "(`src/geosteer/reproduction/items/`). An item without a results file is *not run*, "
+             "never a number.", "", f"Built with `{command}`.", "",
+             "| paper | items | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
+    for row in counts(results):
+        lines.append(f"| {titles.get(row['paper'], row['paper'])} | {row['items']} | "
+                     + " | ".join(str(row[s]) for s in STATUSES) + " |")
+    for paper in dict.fromkeys(r.paper for r in results):
+        lines += ["", f"## {titles.get(paper, paper)}", "",
+                  "| item | claim | paper | ours | status | test or reason | reading | results file |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in (x for x in results if x.paper == paper):
+            it = r.item
+            src = f"`{it.results_file}`" if it.results_file else "—"
+            if it.command:
+                src += f"<br>`{_cell(it.command)}`"
+            model = f" ({it.model})" if it.model and r.ours else ""
+            lines.append("| " + " | ".join(_cell(x) for x in [
+                f"{it.id} {it.name}", it.claim, _paper_value(r), _ours_text(r) + model, _MARK[r.status],
+                r.why, it.reading, src]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def report_json(results: list[ItemResult], command: str) -> str:
+    """``{"command", "counts", "items"}``: one record per item (:meth:`ItemResult.record`)."""
+    return json.dumps({"command": command, "counts": counts(results),
+                       "items": [r.record() for r in results]}, indent=2, ensure_ascii=False) + "\n"
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:110em}table{border-collapse:collapse;
+margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .5em;vertical-align:top;font-size:.9em}th{background:#f3f3f3}
+.reproduces{background:#e6f4e6}.diverges{background:#fbe4e4}.notrun{background:#f1f1f1;color:#555}
+.bar{display:flex;height:1.2em;width:30em}.bar div{height:100%}code{font-size:.85em}"""
+_COLOURS = {"reproduces": "#5cb85c", "diverges": "#d9534f", "not run": "#bbb"}
+
+
+def _bar(row: dict) -> str:
+    parts = "".join(f'<div title="{s}: {row[s]}" style="width:{100 * row[s] / max(row["items"], 1):.1f}%;'
+                    f'background:{_COLOURS[s]}"></div>' for s in STATUSES)
+    return f'<div class="bar">{parts}</div>'
+
+
+def report_html(results: list[ItemResult], command: str, titles: dict[str, str]) -> str:
+    """A self-contained page (no external assets): the counts with a status bar per paper, then the tables."""
+    e = html.escape
+    out = [f"<!doctype html><meta charset='utf-8'><title>Reproduction report</title><style>{_CSS}</style>",
+           "<h1>Reproduction report</h1>", f"<p>Built with <code>{e(command)}</code>. Statuses are computed "
+           "from the results files by the criteria declared beside each item.</p>",
+           "<table><tr><th>paper</th><th>items</th>" + "".join(f"<th>{s}</th>" for s in STATUSES)
+           + "<th></th></tr>"]
+    for row in counts(results):
+        out.append(f"<tr><td>{e(titles.get(row['paper'], row['paper']))}</td><td>{row['items']}</td>"
+                   + "".join(f"<td>{row[s]}</td>" for s in STATUSES) + f"<td>{_bar(row)}</td></tr>")
+    out.append("</table>")
+    for paper in dict.fromkeys(r.paper for r in results):
+        out.append(f"<h2>{e(titles.get(paper, paper))}</h2><table><tr><th>item</th><th>claim</th><th>paper</th>"
+                   "<th>ours</th><th>status</th><th>test or reason</th><th>reading</th><th>results file</th></tr>")
+        for r in (x for x in results if x.paper == paper):
+            it = r.item
+            src = f"<code>{e(it.results_file)}</code>" if it.results_file else "—"
+            if it.command:
+                src += f"<br><code>{e(it.command)}</code>"
+            cls = r.status.replace(" ", "")
+            out.append(f"<tr class='{cls}'><td>{e(it.id)} {e(it.name)}</td><td>{e(it.claim)}</td>"
+                       f"<td>{e(_paper_value(r))}</td><td>{e(_ours_text(r))}</td><td>{e(r.status)}</td>"
+                       f"<td>{e(r.why)}</td><td>{e(it.reading)}</td><td>{src}</td></tr>")
+        out.append("</table>")
+    return "\n".join(out) + "\n"
