@@ -116,9 +116,9 @@ def check_base_model(recorded: str | None, current: str | None, *, what: str = "
     if any(_model_key(recorded) == _model_key(b) for b in declared_bases(current)):
         return
     raise ArtifactError(f"{what} was made for base model '{recorded}', not for '{current}' (the model it is "
-                        "being loaded on); load that model, declare a fine-tuned folder's base (base_model in "
-                        "its README card or geosteer_base_model in its config.json; load_model(..., base_model=...)), "
-                        "or pass force=True (CLI: --force) to use it anyway")
+                        "being loaded on); load that model, declare a fine-tuned folder's base (CLI --base-model; "
+                        "base_model in its README card or geosteer_base_model in its config.json; load_model(..., "
+                        "base_model=...)), or pass force=True (CLI: --force) to use it anyway")
 
 
 def read_config(folder: str | Path, **check: Any) -> dict:
