@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 
-from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_config, check_output_folder, write_folder_atomic
+from geosteer.artifacts import CONFIG_NAME, check_config, check_output_folder, write_folder_atomic
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.manifold.bank import SurfaceBank, check_surfaces
 from geosteer.manifold.config import ManifoldConfig
+from geosteer.methods import ArtifactFormat
 
 FORMAT = "geosteer-surfaces"
 VERSION = 2  # 2: exact region walls ("walls"); written only when the bank has walls, else 1

@@ -21,13 +21,13 @@ import torch
 from geosteer.artifacts import (
     CARD_NAME,
     CONFIG_NAME,
-    ArtifactFormat,
     check_base_model,
     locate,
     push,
     write_folder_atomic,
 )
 from geosteer.errors import ArtifactError, GeosteerError
+from geosteer.methods import ArtifactFormat
 from geosteer.vectors.apply import SteeringVectors
 from geosteer.vectors.config import ApplyConfig
 from geosteer.vectors.gguf import GGUF_ARCH, export_gguf  # noqa: F401 - export_gguf re-exported

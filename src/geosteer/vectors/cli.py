@@ -70,8 +70,8 @@ def _check_prompt_list(doc) -> None:
 def check_out(out: Path, overwrite: bool) -> None:
     """Refuse an output that would replace anything but a steering-vectors artifact (and that one without
     ``--overwrite``)."""
-    from geosteer.artifacts import is_artifact
     from geosteer.errors import GeosteerError
+    from geosteer.methods import is_artifact
 
     if not out.exists():
         return
