@@ -3,7 +3,7 @@
 An artifact is a folder: ``geosteer_config.json`` (with ``format`` and an integer ``version``) + one or
 more ``*.safetensors`` + a generated model card ``README.md``. The method packages own their formats
 (``geosteer.manifold.artifact`` for surfaces, ``geosteer.dynamics.gates`` for FFN gates,
-``geosteer.integrations.recipe`` for edit recipes); this module gives them the common parts:
+``geosteer.recipe`` for edit recipes); this module gives them the common parts:
 
 - :func:`check_config` — version gate and forward-compatible reading. Convention: adding keys never bumps
   ``version`` (an older reader warns about keys it does not know and goes on); ``version`` is bumped only
