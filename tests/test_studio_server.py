@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import sys
 
 import numpy as np
@@ -269,13 +270,23 @@ def test_cli_binds_loopback_by_default_and_warns_otherwise(tmp_path, monkeypatch
     from geosteer import cli
 
     seen = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
-    argv = ["geosteer", "studio", "--model", "tiny-llama", "--workspace", str(tmp_path / "ws"), "--port", "9"]
+
+    def serve(self, sockets=None):  # the CLI binds its socket first, then serves on it: record, do not serve
+        seen.update(host=self.config.host, port=self.config.port, app=self.config.app,
+                    bound=[s.getsockname()[1] for s in sockets or []])
+        for s in sockets or []:
+            s.close()
+
+    monkeypatch.setattr(uvicorn.Server, "run", serve)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    argv = ["geosteer", "studio", "--model", "tiny-llama", "--workspace", str(tmp_path / "ws"), "--port", str(port)]
     monkeypatch.setattr(sys, "argv", argv + (["--host", host] if host else []))
     cli.main()
     M.uninstall(seen["app"].state.session.model)
     err = capsys.readouterr().err
-    assert seen["host"] == (host or "127.0.0.1") and seen["port"] == 9
+    assert seen["host"] == (host or "127.0.0.1") and seen["port"] == port and seen["bound"] == [port]
     assert ("warning: binding 0.0.0.0" in err) == warn
     assert (tmp_path / "ws").is_dir()
 
