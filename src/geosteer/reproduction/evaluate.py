@@ -37,6 +37,9 @@ def check(c: Criterion, ours: dict[str, float]) -> tuple[bool, str]:
         vals = [ours[n] for n in c.values]
         ok = all(a < b for a, b in zip(vals[:-1], vals[1:], strict=True))
         return ok, " < ".join(f"{n} {_g(ours[n])}" for n in c.values)
+    if c.kind == "close":
+        a, b = (ours[n] for n in c.values)
+        return abs(a - b) <= c.band, f"|{c.values[0]} {_g(a)} − {c.values[1]} {_g(b)}| <= {_g(c.band)}"
     v = ours[c.value]
     name = f"{c.value} {_g(v)}"
     if c.kind == "below":

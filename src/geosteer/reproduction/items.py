@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from geosteer.errors import GeosteerError
 
 AGGREGATES = ("first", "last", "min", "max", "mean", "sum", "count")
-CRITERIA = ("below", "above", "between", "within_rel", "within_abs", "sign", "equals", "order")
+CRITERIA = ("below", "above", "between", "within_rel", "within_abs", "sign", "equals", "order", "close")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ID = re.compile(r"^[1-9][0-9]?\.[1-9][0-9]?$")
 
@@ -55,9 +55,9 @@ class Query(_Strict):
 class Criterion(_Strict):
     """A declared test on the item's named values; all of an item's criteria must hold to reproduce."""
 
-    kind: Literal["below", "above", "between", "within_rel", "within_abs", "sign", "equals", "order"]
+    kind: Literal["below", "above", "between", "within_rel", "within_abs", "sign", "equals", "order", "close"]
     value: str | None = None  # a name from the item's ``ours``
-    values: list[str] | None = None  # ``order``: names whose values must rise strictly
+    values: list[str] | None = None  # order: names whose values rise strictly; close: two names within band
     threshold: float | None = None  # below / above
     lo: float | None = None
     hi: float | None = None
@@ -69,12 +69,15 @@ class Criterion(_Strict):
     def _fields(self) -> Criterion:
         need = {"below": ("value", "threshold"), "above": ("value", "threshold"), "between": ("value", "lo", "hi"),
                 "within_rel": ("value", "ref", "band"), "within_abs": ("value", "ref", "band"),
-                "sign": ("value", "sign"), "equals": ("value", "ref"), "order": ("values",)}[self.kind]
+                "sign": ("value", "sign"), "equals": ("value", "ref"), "order": ("values",),
+                "close": ("values", "band")}[self.kind]
         missing = [f for f in need if getattr(self, f) is None]
         if missing:
             raise ValueError(f"criterion '{self.kind}' needs {', '.join(missing)}")
         if self.kind == "order" and len(self.values or []) < 2:
             raise ValueError("criterion 'order' needs at least two values")
+        if self.kind == "close" and len(self.values or []) != 2:
+            raise ValueError("criterion 'close' needs exactly two values")
         return self
 
     def names(self) -> list[str]:
