@@ -131,6 +131,7 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
     (["dynamics", "parallelize", "-m", "tiny-llama", "--counts", "-1"], "--counts: -1 parallel layers"),
     (["dynamics", "prefix-spread", "-m", "tiny-llama", "--suffix", " "], "--suffix is empty"),
     (["dynamics", "gates", "-m", "tiny-llama", "--save", "g", "--train-tokens", "0"], "'--train-tokens'"),
+    (["dynamics", "gates", "-m", "tiny-llama", "--load", "missing"], "missing"),
 ])
 def test_dynamics_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
     from tests.cli_helpers import refused_before_load

@@ -235,6 +235,8 @@ def gates(model: str = MODEL_OPT,
         raise GeosteerError("give exactly one of --save DIR (train) or --load DIR (evaluate)")
     if save is not None:
         check_positions(model, "--train-seq", train_seq)
+    else:
+        load_gates(load)  # a missing or damaged artifact is refused before the model loads
     m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     info: dict = {}
     if load is not None:
