@@ -153,7 +153,9 @@ def test_bank_push_to_hub_uploads_a_loadable_folder(monkeypatch, saved_bank, hub
     FakeApi = fake_hf_api(calls, tmp_path / "uploaded")
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # pushing is refused offline; the recorder never reaches the network
     url = bank.push_to_hub("someorg/pushed", revision="v2", token="t")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # loading back reads the cache only
     assert url == "https://huggingface.co/someorg/pushed"
     assert calls["repo"] == ("someorg/pushed", True) and calls["branch"] == "v2" and calls["revision"] == "v2"
     lay_into_cache(tmp_path / "uploaded", hub_cache, "someorg/pushed", branch="v2")
