@@ -25,9 +25,11 @@ from geosteer.cli.outputs import out_artifact, out_file
 man = typer.Typer(no_args_is_help=True,
                   help="Attention manifolds: learned B-spline value-modulation surfaces.")
 
+from geosteer.manifold.cli_steer_learn import steer_learn_cmd  # noqa: E402
 from geosteer.manifold.cli_wall_learn import wall_learn_cmd  # noqa: E402
 
 man.command("wall-learn")(wall_learn_cmd)
+man.command("steer-learn")(steer_learn_cmd)
 
 MAX_GRID = 128  # grid intervals at most: coefficients grow as (g + 3)^2 per head and dimension
 SURF_OPT = typer.Option(..., "--surfaces", "-s", help="surfaces artifact folder")

@@ -5,7 +5,9 @@ inputs and settings. State (parameters, AdamW, schedule, RNG, history, the score
 the ``geosteer.train`` checkpoint helpers into ``<out>.train/`` (atomic), first right after scoring, then every
 ``checkpoint_every`` steps; ``resume=True`` continues from it and ends with exactly the parameters of an
 uninterrupted run. ``mode="dense"`` trains all surface coefficients on the same objective instead (the dense
-baseline of the study); it saves the fine-tuned surfaces.
+baseline of the study); it saves the fine-tuned surfaces. ``promote=True`` (``geosteer manifold steer-learn``)
+flips the sign of the target term, dense mode only: the surfaces learn to *raise* the target continuations'
+log-prob (minus the negatives' when given) under the same control-KL hinge.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ from geosteer.outputs import check_output_folder
 from geosteer.progress import counter
 
 
-def _fingerprint(tb, cb, cfg: WallLearnConfig, layers: list[int]) -> str:
+def _fingerprint(tb, cb, cfg: WallLearnConfig, layers: list[int], nb=None) -> str:
     h = hashlib.sha256()
-    for t in (tb.ids, tb.target, cb.ids):
+    for t in (tb.ids, tb.target, cb.ids) + ((nb.ids, nb.target) if nb is not None else ()):
         h.update(t.numpy().tobytes())
     h.update(json.dumps({**cfg.to_dict(), "layers": layers, "steps": None, "checkpoint_every": None},
                         sort_keys=True).encode())
@@ -56,22 +58,38 @@ def _forward(model, batch):
     return model(input_ids=batch.ids.to(input_device(model)), use_cache=False).logits
 
 
-def objective_terms(model, tb, cb, ref_logp) -> dict:
-    """Target log-prob (n,), control KL over all positions and at the last position (scalars)."""
+def objective_terms(model, tb, cb, ref_logp, nb=None) -> dict:
+    """Target log-prob (n,), control KL over all positions and at the last position (scalars); with a
+    negatives batch ``nb`` also their log-prob (m,)."""
     tlp = target_logprob(_forward(model, tb), tb)
     lp, valid = control_logprobs(_forward(model, cb), cb)
-    return {"target_logprob": tlp, "kl": control_kl(ref_logp, lp, valid),
-            "kl_last": control_kl(ref_logp, lp, valid, last_only=True, lengths=cb.lengths)}
+    terms = {"target_logprob": tlp, "kl": control_kl(ref_logp, lp, valid),
+             "kl_last": control_kl(ref_logp, lp, valid, last_only=True, lengths=cb.lengths)}
+    if nb is not None:
+        terms["negative_logprob"] = target_logprob(_forward(model, nb), nb)
+    return terms
+
+
+def signed_objective(terms: dict, promote: bool) -> torch.Tensor:
+    """The target term of the loss: mean target log-prob (suppress), or −(mean target log-prob − mean
+    negative log-prob, when negatives are given) (promote)."""
+    tlp = terms["target_logprob"].mean()
+    if not promote:
+        return tlp
+    nlp = terms["negative_logprob"].mean() if "negative_logprob" in terms else tlp.new_zeros(())
+    return -(tlp - nlp)
 
 
 def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg: WallLearnConfig, out,
                 *, resume: bool = False, overwrite: bool = False, stop_at: int | None = None,
                 storage_dtype: str = "float32", command: str | None = None,
-                log: Callable[[str], None] | None = print):
+                log: Callable[[str], None] | None = print, promote: bool = False,
+                negatives: list[dict] | None = None):
     """Learn walls (or, ``cfg.mode="dense"``, fine-tune the surfaces) and save the artifact at ``out``.
 
     ``bank``: the surfaces (loaded for ``model``, not attached); it is edited in place (walls added) and
-    saved. ``stop_at``: end after that many steps as if killed (no artifact). Returns (bank, report).
+    saved. ``stop_at``: end after that many steps as if killed (no artifact). ``promote``: raise the targets
+    (and lower ``negatives``, same format) instead of suppressing them (dense mode). Returns (bank, report).
     """
     from geosteer.interventions import steer
     from geosteer.manifold.artifact import save
@@ -93,17 +111,24 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
         raise GeosteerError("the target prompt set is empty")
     if not controls:
         raise GeosteerError("the control prompt set is empty")
+    if promote and cfg.mode != "dense":
+        raise GeosteerError(f"steering towards the targets trains the surfaces (mode dense); walls only "
+                            f"suppress (got mode {cfg.mode!r})")
+    if negatives is not None and not promote:
+        raise GeosteerError("negative continuations go with promote=True (steer-learn)")
     out = Path(out)
     check_output_folder(out, "geosteer-surfaces", what="--out")  # never over a folder of the user's files
     layers = anatomy(model).check_layers(cfg.layers if cfg.layers is not None else bank.layers)
     tb, cb = encode_targets(tok, targets), encode_controls(tok, controls)
+    nb = encode_targets(tok, negatives) if negatives else None
     state_dir = Path(str(out) + ".train")
     ckpt_path = state_dir / "checkpoint.safetensors"
     found = find_checkpoint(state_dir) if state_dir.is_dir() else None
     if found is not None and not resume and not overwrite:
         raise GeosteerError(f"{found} already exists; resume it (--resume) or pass --overwrite")
-    fp = _fingerprint(tb, cb, cfg, layers)
-    run = run_record(model, mode=cfg.mode, layers=layers, surfaces=_bank_digest(bank))
+    fp = _fingerprint(tb, cb, cfg, layers, nb)
+    steer_fields = {"objective": "promote", "negatives": len(negatives or [])} if promote else {}
+    run = run_record(model, mode=cfg.mode, layers=layers, surfaces=_bank_digest(bank), **steer_fields)
     tcfg = TrainConfig(lr=cfg.lr, steps=cfg.steps, batch_size=1, seq_len=1, warmup_steps=0, min_lr_ratio=1.0,
                        grad_clip=None, seed=cfg.seed, checkpoint_every=cfg.checkpoint_every,
                        eval_before_after=False)
@@ -115,6 +140,7 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
     with torch.no_grad(), steer(model, bank):
         ref_logp, _ = control_logprobs(_forward(model, cb), cb)
         ref_target = target_logprob(_forward(model, tb), tb)
+        ref_negative = target_logprob(_forward(model, nb), nb) if nb is not None else None
     cands = None
     if cfg.mode == "walls":
         cands = state["extra"]["candidates"] if state is not None else \
@@ -164,13 +190,13 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
                 t_step = time.perf_counter()
                 opt.zero_grad(set_to_none=True)
                 with torch.enable_grad():
-                    terms = objective_terms(model, tb, cb, ref_logp)
+                    terms = objective_terms(model, tb, cb, ref_logp, nb)
                     tlp = terms["target_logprob"].mean()
                     # both the next-token KL after each prompt and the KL over all its positions stay under τ
                     penalty = cfg.kl_weight * (torch.relu(terms["kl_last"] - cfg.kl_threshold)
                                                + torch.relu(terms["kl"] - cfg.kl_threshold))
                     sparse = cfg.sparsity * soft.gates().sum() if soft is not None else tlp.new_zeros(())
-                    loss = tlp + penalty + sparse
+                    loss = signed_objective(terms, promote) + penalty + sparse
                     loss.backward()
                 if not torch.isfinite(loss.detach()):
                     raise GeosteerError(f"wall learning diverged at step {step + 1} (loss {float(loss)}); "
@@ -180,6 +206,8 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
                 rec = {"step": step + 1, "seconds": round(time.perf_counter() - t_step, 2),
                        "loss": float(loss.detach()), "target_logprob": float(tlp.detach()),
                        "kl": float(terms["kl"].detach()), "kl_last": float(terms["kl_last"].detach())}
+                if nb is not None:
+                    rec["negative_logprob"] = float(terms["negative_logprob"].detach().mean())
                 if soft is not None:
                     g = soft.gates().detach()
                     rec.update(temperature=soft.temperature, gates_open=int((g > 0.5).sum()),
@@ -208,24 +236,38 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
         bank.add_walls(walls)
         bank.history.append({"edit": "wall-learn: " + ("; ".join(report["regions_text"]) or "no regions"),
                              "surfaces": len(walls), "coefficients": 0})
+    elif promote:
+        bank.history.append({"edit": "steer-learn: surfaces fine-tuned to promote the target continuations"
+                                     + (" over the negatives" if nb is not None else ""),
+                             "surfaces": bank.n_parameters() // bank.K ** 2,
+                             "coefficients": bank.n_parameters()})
     else:
         bank.history.append({"edit": "wall-learn dense: surfaces fine-tuned on the target/control objective",
                              "surfaces": bank.n_parameters() // bank.K ** 2,
                              "coefficients": bank.n_parameters()})
     with torch.no_grad(), steer(model, bank):  # what ships: the bank with its exact walls
-        hard = objective_terms(model, tb, cb, ref_logp)
+        hard = objective_terms(model, tb, cb, ref_logp, nb)
     report["train_eval"] = {"target_logprob": float(hard["target_logprob"].mean()),
                             "target_drop": float((ref_target - hard["target_logprob"]).mean()),
                             "kl": float(hard["kl"]), "kl_last": float(hard["kl_last"])}
     te = report["train_eval"]
-    say(f"hard result on the training prompts: target log-prob drop {te['target_drop']:.4g}, control KL "
-        f"{te['kl']:.4g} (last token {te['kl_last']:.4g})")
+    if promote:
+        te["target_gain"] = -te.pop("target_drop")
+        if nb is not None:
+            te["negative_logprob"] = float(hard["negative_logprob"].mean())
+            te["negative_drop"] = float((ref_negative - hard["negative_logprob"]).mean())
+        say(f"result on the training prompts: target log-prob gain {te['target_gain']:.4g}, control KL "
+            f"{te['kl']:.4g} (last token {te['kl_last']:.4g})")
+    else:
+        say(f"hard result on the training prompts: target log-prob drop {te['target_drop']:.4g}, control KL "
+            f"{te['kl']:.4g} (last token {te['kl_last']:.4g})")
     if command:
         report["command"] = command
         if bank.meta.get("command"):  # the card shows this run's command; the surfaces' own stays recorded
             bank.meta["surfaces_command"] = bank.meta["command"]
         bank.meta["command"] = command
-    save(bank, out, dtype=storage_dtype, wall_learn={k: v for k, v in report.items() if k != "history"})
+    record = {k: v for k, v in report.items() if k != "history"}
+    save(bank, out, dtype=storage_dtype, **({"steer_learn": record} if promote else {"wall_learn": record}))
     from geosteer.io_utils import atomic_write_json
 
     atomic_write_json(state_dir / "history.json", {"history": history, "config": cfg.to_dict()})
