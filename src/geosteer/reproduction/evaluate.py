@@ -77,7 +77,7 @@ def evaluate_item(paper: str, item: Item, roots: list[Path]) -> ItemResult:
     """Read ``item``'s values from its results file (looked up under each root in turn) and test them."""
     res = ItemResult(paper=paper, item=item)
     if item.results_file is None:
-        res.why = "no results file: the result lives only in prose, or the experiment is missing"
+        res.why = "no results file"
         return res
     cache: dict[str, object] = {}
     try:
