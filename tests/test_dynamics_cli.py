@@ -132,6 +132,8 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
     (["dynamics", "prefix-spread", "-m", "tiny-llama", "--suffix", " "], "--suffix is empty"),
     (["dynamics", "gates", "-m", "tiny-llama", "--save", "g", "--train-tokens", "0"], "'--train-tokens'"),
     (["dynamics", "gates", "-m", "tiny-llama", "--load", "missing"], "missing"),
+    (["dynamics", "anchors", "-m", "tiny-llama", "--k", "1000"], "--k 1000 is too large for prefixes of 32"),
+    (["dynamics", "phase", "-m", "tiny-llama", "--layer", "0", "--dims", "2,64"], "need k in [1, 63]"),
 ])
 def test_dynamics_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
     from tests.cli_helpers import refused_before_load

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, model_config
 from geosteer.cli.outputs import HTML, out_file, out_records
 
 OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)", callback=out_records())
@@ -131,6 +131,10 @@ def phase(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help
         raise GeosteerError(f"--dims must be integers >= 1 (got '{dims}')")
     if samples < 3:
         raise GeosteerError(f"--samples must be >= 3 (got {samples})")
+    width = getattr(model_config(model), "hidden_size", None) if model_config(model) is not None else None
+    if isinstance(width, int) and max(ks) >= width:
+        raise GeosteerError(f"--dims {max(ks)}: PCA subspaces of the residual stream need k in [1, {width - 1}] "
+                            f"(d_model {width})")
     m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layer=layer)
     ell = _layer(m, layer)
     ids = corpus_windows(tok, "heldout", tokens, seq_len)

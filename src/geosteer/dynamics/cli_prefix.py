@@ -122,6 +122,8 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
 
     check_positive(k, "--k")
     check_positive(seeds, "--seeds")
+    if prefix_file is None and k > prefix_len - (k if exclude_anchors else 0):
+        raise GeosteerError(f"--k {k} is too large for prefixes of {prefix_len} tokens (--prefix-len)")
     if pool not in ("corpus", "vocab"):
         raise GeosteerError(f"unknown pool '{pool}'; valid: corpus, vocab")
     check_choices(score, SCORES, "anchor score (--score)")
