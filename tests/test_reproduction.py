@@ -208,3 +208,16 @@ def test_malformed_items_file_on_the_cli_is_one_line(monkeypatch, capsys, tmp_pa
                            str(tmp_path / "r.md"))
     one_line_exit_2(code, err)
     assert "item 1.1: field claim" in err and not (tmp_path / "r.md").exists()
+
+
+def test_item_files_are_package_data():
+    import fnmatch
+
+    import tomllib
+
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["geosteer"]
+    root = REPO / "src" / "geosteer"
+    shipped = sorted((root / "reproduction" / "items").glob("*.json"))
+    assert len(shipped) == 3
+    for f in shipped:
+        assert any(fnmatch.fnmatch(f.relative_to(root).as_posix(), g) for g in globs), f.name
