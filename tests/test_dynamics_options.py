@@ -63,12 +63,22 @@ def test_ov_dominant_by_modulus_and_by_real_part(tiny_cache):
     an = anatomy(model)
     rows = ov_rows(model)
     weights = ov_weights(model)
+    ratios, by_modulus, by_real, any_positive = [], [], [], []  # numpy's verdicts, not the rows'
     for r in rows:
         w_v, w_o = weights[r["layer"]]
-        ev = np.linalg.eigvals(head_ov(w_v, w_o, r["head"], an.n_rep).double().numpy())
+        m = head_ov(w_v, w_o, r["head"], an.n_rep).double().numpy()
+        ev = np.linalg.eigvals(m)
         big = ev[np.argmax(np.abs(ev))]
         top = ev[np.argmax(ev.real)]
-        assert r["dominant_positive"] == bool(abs(big.imag) <= 1e-6 * abs(big) and big.real > 0)
-        assert r["dominant_by_real_positive"] == bool(abs(top.imag) <= 1e-6 * abs(top) and top.real > 0)
+        by_modulus.append(bool(abs(big.imag) <= 1e-6 * abs(big) and big.real > 0))
+        by_real.append(bool(abs(top.imag) <= 1e-6 * abs(top) and top.real > 0))
+        any_positive.append(bool(ev.real.max() > 1e-9 * np.abs(ev).max()))
+        ratios.append(np.linalg.norm(m - m.T) / np.linalg.norm(m + m.T))
+        assert r["dominant_positive"] == by_modulus[-1]
+        assert r["dominant_by_real_positive"] == by_real[-1]
     s = ov_summary(rows)
-    assert s["frac_dominant_by_real_positive"] == np.mean([r["dominant_by_real_positive"] for r in rows])
+    assert s["heads"] == len(rows) == an.n_layers * an.n_heads
+    assert s["frac_dominant_positive"] == pytest.approx(np.mean(by_modulus), abs=1e-12)
+    assert s["frac_dominant_by_real_positive"] == pytest.approx(np.mean(by_real), abs=1e-12)
+    assert s["frac_max_real_positive"] == pytest.approx(np.mean(any_positive), abs=1e-12)
+    assert s["skew_sym_ratio_mean"] == pytest.approx(np.mean(ratios), rel=1e-6)

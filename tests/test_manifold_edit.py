@@ -146,6 +146,15 @@ def test_row_edit_changes_only_queries_that_reach_those_rows(tiny_cache):
     assert torch.equal(diff, diff & touched) and diff.any()
 
 
+def _last_logprobs(model, tok, bank, prompts):
+    """Next-token log-probabilities after each prompt with ``bank`` attached (plain forward passes)."""
+    from geosteer.eval.generation import prompt_ids
+
+    with steer(model, bank), torch.no_grad():
+        return torch.stack([torch.log_softmax(model(input_ids=prompt_ids(tok, p), use_cache=False).logits[0, -1]
+                                              .float(), -1) for p in prompts])
+
+
 def test_explore_helpers(tiny_cache):
     model, tok = tiny_cache("llama")
     bank = _bank(model)
@@ -155,9 +164,24 @@ def test_explore_helpers(tiny_cache):
     assert tops[0]["layer"] == 1 and (tops[0]["head"], tops[0]["dim"]) == (2, 3)
     assert tops[0]["norm"] >= tops[1]["norm"] >= tops[2]["norm"]
     assert len(layer_norms(bank)) == 3
-    rows = layer_sensitivity(model, tok, bank, ["The cat sat on", "Paris is the capital of"])
+    prompts = ["The cat sat on", "Paris is the capital of"]
+    rows = layer_sensitivity(model, tok, bank, prompts)
     assert {r["layer"] for r in rows} == {0, 1, 2}
-    assert rows[0]["mean_kl"] >= rows[-1]["mean_kl"] >= 0
+    by_layer = {r["layer"]: r for r in rows}
+    ref = _last_logprobs(model, tok, bank, prompts)
+    for s, layer in enumerate(bank.layers):  # each KL against a hand-run zeroing of that layer's coefficients
+        saved = bank.coefficients.detach().clone()
+        with torch.no_grad():
+            bank.coefficients[s] = 0
+        try:
+            zeroed = _last_logprobs(model, tok, bank, prompts)
+        finally:
+            with torch.no_grad():
+                bank.coefficients.copy_(saved)
+        kl = torch.nn.functional.kl_div(zeroed, ref, log_target=True, reduction="none").sum(-1)
+        assert by_layer[layer]["mean_kl"] == pytest.approx(float(kl.mean()), rel=1e-4, abs=1e-7)
+        assert by_layer[layer]["max_kl"] == pytest.approx(float(kl.max()), rel=1e-4, abs=1e-7)
+    assert by_layer[1]["mean_kl"] > 0  # layer 1 carries the ×10 surface
     assert torch.count_nonzero(bank.coefficients) == bank.coefficients.numel()  # restored
     assert manifold.attached_bank(model) is None
     net = E.format_control_net(E.control_net(bank, 1, 2, 3))
