@@ -102,10 +102,10 @@ LAYER_VERBS = [
     ["dynamics", "edit-specificity", "-m", "tiny-llama"],
     ["decompose", "-m", "tiny-llama", "--tokens", "16", "--chunk", "16"],
     ["directional", "ppl", "-m", "tiny-llama", "--site", "resid_attn", "--tokens", "64"],
-    ["directional", "diagonal", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o"],
-    ["directional", "heads", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o"],
-    ["directional", "strength", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o"],
-    ["directional", "mlp-internal", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o"],
+    ["directional", "diagonal", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],
+    ["directional", "heads", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o.json"],
+    ["directional", "strength", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],
+    ["directional", "mlp-internal", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o.json"],
     ["manifold", "train", "-m", "tiny-llama", "--out", "{tmp}/o", "--steps", "1"],
     ["manifold", "explore", "-m", "tiny-llama", "--surfaces", "{surf}"],
 ]
@@ -121,7 +121,7 @@ def test_every_layer_option_exits_2_with_one_line(verb, spec, needle, monkeypatc
     assert code == 2, err
     assert err.startswith("error: ") and needle in err and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
-    assert not (tmp_path / "o").exists() and not (tmp_path / "g").exists()
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.json").exists() and not (tmp_path / "g").exists()
 
 
 def _imports(path: Path) -> set[str]:

@@ -117,7 +117,10 @@ def test_record_qk_cli_and_report_with_tokens(art, tmp_path, monkeypatch, capsys
     cli.main()
     summary = json.loads(capsys.readouterr().out)
     res = load_tidy(qk)
-    assert res.meta["kind"] == "qk-points" and res.meta["tokens"][0] == "<|im_start|>"
+    # the prompt encoded as the tokenizer does (SmolLM2's tokenizer prepends no BOS)
+    tok = art["tok"]
+    assert res.meta["kind"] == "qk-points"
+    assert res.meta["tokens"] == [tok.decode([i]) for i in tok("The cat sat")["input_ids"]]
     n_tok = len(res.meta["tokens"])
     # top 2 per layer (2 layers) + the strongest (head, dim) on the other layer
     assert summary["surfaces"] == 5 and len(res.rows) == 5 * n_tok
