@@ -27,6 +27,28 @@ def _record(model, ids, layer, *ivs):
     return {p: rec[p, layer][0] for p in ("mlp_in", "mlp_out", "attn_out", "resid_post")}, logits
 
 
+def _mlp_reference(model, family: str, ids, layer: int) -> torch.Tensor:
+    """The residual state the FFN reads, from plain hooks on hand-named modules: x + A(x) for sequential
+    blocks (Gemma-3: x + post_attention_layernorm(A)), the block input x for GPT-NeoX's parallel residual."""
+    block = model.gpt_neox.layers[layer] if family == "gpt_neox" else model.model.layers[layer]
+    got = {}
+    hooks = [block.register_forward_pre_hook(
+        lambda m, a, k: got.__setitem__("x", a[0] if a else k["hidden_states"]), with_kwargs=True)]
+    attn = {"llama": "self_attn", "gemma3": "post_attention_layernorm"}.get(family)
+    attn = getattr(block, attn) if attn is not None else None
+    if attn is not None:
+        hooks.append(attn.register_forward_hook(
+            lambda m, a, o: got.__setitem__("A", o[0] if isinstance(o, tuple) else o)))
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert family != "gpt_neox" or model.config.use_parallel_residual
+    return (got["x"] + got["A"] if attn is not None else got["x"]).double()
+
+
 @pytest.mark.parametrize("family", ["llama", "gemma3", "gpt_neox"])
 def test_radial_and_tangential_variants_split_phi(family, tiny_cache):
     model, tok = tiny_cache(family)
@@ -36,7 +58,8 @@ def test_radial_and_tangential_variants_split_phi(family, tiny_cache):
     rad, _ = _record(model, ids, layer, FFNVariant("radial", [layer]))
     tan, _ = _record(model, ids, layer, FFNVariant("tangential", [layer]))
     zero, _ = _record(model, ids, layer, FFNVariant("zero", [layer]))
-    u = stock["mlp_in"].double()
+    u = _mlp_reference(model, family, ids, layer)  # the split's reference u, from plain hooks
+    torch.testing.assert_close(stock["mlp_in"].double(), u, rtol=1e-5, atol=1e-5)
     u = u / u.norm(dim=-1, keepdim=True)
     phi = stock["mlp_out"].double()
     assert (rad["mlp_out"].double() + tan["mlp_out"].double() - phi).abs().max() <= 1e-5
