@@ -175,8 +175,10 @@ def test_markdown_and_html_reports(monkeypatch, capsys, tmp_path):
     text = md.read_text()
     assert text.startswith("# Reproduction report") and "| 1.7 Table 1 perplexity gain |" in text
     assert "✔ reproduces" not in text  # an empty results root: nothing is read, so nothing reproduces
-    assert run_cli(monkeypatch, capsys, "study", "report", "--html", "--out", str(page),
+    md2 = tmp_path / "r2.md"
+    assert run_cli(monkeypatch, capsys, "study", "report", "--html", str(page), "--out", str(md2),
                    "--results-root", str(REPO))[0] == 0
+    assert "✔ reproduces" in md2.read_text()
     html = page.read_text()
     assert html.startswith("<!doctype html>") and "<script src" not in html and "<link" not in html
     assert html.count("<tr class='reproduces'>") >= 1 and html.count("<tr class='notrun'>") >= 1
@@ -188,9 +190,12 @@ def test_study_list_names_the_report(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--json", "--html", "--out", "r.json"], "--json and --html"),
+    ([], "give --out FILE"),
     (["--out", "r.txt"], "valid extensions: .md"),
-    (["--json", "--out", "r.md"], "valid extensions: .json"),
+    (["--html", "r.md"], "valid extensions: .html"),
+    (["--json", "--out", "r.md"], "JSON records need --json and a .json name"),
+    (["--out", "r.json"], "JSON records need --json"),
+    (["--json", "--html", "r.html"], "give --out"),
     (["--results-root", "no/such/dir", "--out", "r.md"], "is not a folder"),
     (["--items", "no/such.json", "--out", "r.md"], "no such file"),
 ])

@@ -10,13 +10,11 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import emit
+from geosteer.cli.outputs import HTML, out_file
 from geosteer.errors import GeosteerError
 
 study_app = typer.Typer(no_args_is_help=False, invoke_without_command=True,
                         help="Paper studies and the reproduction report (--list: what can run).")
-
-_SUFFIX = {"markdown": (".md", ".markdown"), "json": (".json",), "html": (".html", ".htm")}
-
 
 @study_app.callback()
 def _study(ctx: typer.Context, list_: bool = typer.Option(False, "--list", help="list what `geosteer study` "
@@ -33,41 +31,41 @@ def _study(ctx: typer.Context, list_: bool = typer.Option(False, "--list", help=
         raise typer.Exit()
 
 
-def _command_line(results_root: Path | None, items: list[Path] | None, fmt: str, out: Path) -> str:
+def _command_line(results_root: Path | None, items: list[Path] | None, as_json: bool, out: Path | None,
+                  html: Path | None) -> str:
     parts = ["geosteer study report"]
     if results_root is not None:
         parts.append(f"--results-root {results_root}")
     parts += [f"--items {p}" for p in items or []]
-    parts += {"markdown": [], "json": ["--json"], "html": ["--html"]}[fmt]
-    return " ".join(parts + [f"--out {out}"])
-
-
-def _check_out(out: Path, fmt: str) -> None:
-    from geosteer.io_utils import check_output_path
-
-    check_output_path(out, what="--out", suffixes=_SUFFIX[fmt])
+    parts += ["--json"] if as_json else []
+    parts += [f"--out {out}"] if out is not None else []
+    return " ".join(parts + ([f"--html {html}"] if html is not None else []))
 
 
 @study_app.command("report")
 def report_cmd(
-    out: Path = typer.Option(..., "--out", help="file to write: .md (default), .json with --json, .html with "
-                                                "--html"),
+    out: Path | None = typer.Option(None, "--out", help="the report: markdown (.md), or JSON records (.json) "
+                                    "with --json", callback=out_file(".md", ".markdown", ".json")),
+    html: Path | None = typer.Option(None, "--html", help="also (or only) a self-contained HTML page",
+                                     callback=out_file(*HTML)),
     results_root: Path | None = typer.Option(None, "--results-root", help="folder the results files are read "
                                              "from: a repository root, or its docs/results (default: the "
                                              "current folder)"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON record per item"),
-    as_html: bool = typer.Option(False, "--html", help="a self-contained HTML page"),
+    as_json: bool = typer.Option(False, "--json", help="--out gets one JSON record per item"),
     items: list[Path] | None = typer.Option(None, "--items", help="item files to use instead of the shipped "
                                             "ones (repeatable)"),
 ) -> None:
     """Build the reproduction report: every paper item with its status computed from the results files."""
     from geosteer.io_utils import atomic_write_text
     from geosteer.reproduction import evaluate_items, load_items, report_html, report_json, report_markdown
+    from geosteer.reproduction.evaluate import counts
 
-    if as_json and as_html:
-        raise GeosteerError("--json and --html: give at most one (default: markdown)")
-    fmt = "json" if as_json else "html" if as_html else "markdown"
-    _check_out(out, fmt)
+    if out is None and html is None:
+        raise GeosteerError("give --out FILE (.md, or .json with --json) and/or --html FILE")
+    if out is not None and (out.suffix.lower() == ".json") != as_json:
+        raise GeosteerError(f"--out {out}: JSON records need --json and a .json name; markdown a .md name")
+    if as_json and out is None:
+        raise GeosteerError("--json writes the records to --out FILE.json; give --out")
     if results_root is not None and not results_root.is_dir():
         raise GeosteerError(f"--results-root {results_root} is not a folder")
     for p in items or []:
@@ -75,16 +73,16 @@ def report_cmd(
             raise GeosteerError(f"--items {p}: no such file")
     papers = load_items(list(items) if items else None)
     results = evaluate_items(papers, [results_root or Path.cwd()])
-    command = _command_line(results_root, items, fmt, out)
+    command = _command_line(results_root, items, as_json, out, html)
     titles = {p.paper: f"Paper {p.number}: {p.title}" for p in papers}
-    text = {"markdown": lambda: report_markdown(results, command, titles),
-            "json": lambda: report_json(results, command),
-            "html": lambda: report_html(results, command, titles)}[fmt]()
-    atomic_write_text(out, text)
-    from geosteer.reproduction.evaluate import counts
-
+    if out is not None:
+        atomic_write_text(out, report_json(results, command) if as_json else
+                          report_markdown(results, command, titles))
+    if html is not None:
+        atomic_write_text(html, report_html(results, command, titles))
     total = counts(results)[-1]
-    emit({"wrote": str(out), **{k: v for k, v in total.items() if k != "paper"}}, False)
+    wrote = [str(p) for p in (out, html) if p is not None]
+    emit({"wrote": ", ".join(wrote), **{k: v for k, v in total.items() if k != "paper"}}, False)
 
 
 def register(app: typer.Typer) -> None:
