@@ -10,8 +10,8 @@ from geosteer.cli import app, register_clis
 from geosteer.cli.common import run_app
 
 # verbs that load no model (artifacts, figures, the Hub, from-scratch byte models, a tokenizer only)
-NO_MODEL = {"push", "report", "manifold show", "manifold edit", "directional plot", "directional pretrain",
-            "tasks build"}
+NO_MODEL = {"push", "report", "study report", "manifold show", "manifold edit", "directional plot",
+            "directional pretrain", "study directional plot", "study directional pretrain", "tasks build"}
 
 
 def _leaves() -> dict[str, object]:

@@ -83,7 +83,8 @@ def inputs(tmp_path_factory, tiny_cache) -> dict[str, str]:
             "--site": "value_full", "ops": "zero layer=0", "--prompt": "Hi", "kind": "heads",
             "result": str(root / "targets.json"), "results": str(root / "targets.json"), "repo_id": "org/name",
             "--base-model": "tiny-llama", "--layers": "0", "--layer": "1",
-            "directional plot --out": str(root / "never-written.html")}
+            "directional plot --out": str(root / "never-written.html"),
+            "study directional plot --out": str(root / "never-written.html")}
 
 
 def _arguments(verb: str, name: str, bad: str, tmp: Path, inputs: dict[str, str]) -> list[str]:

@@ -86,10 +86,26 @@ class ArtifactFormat:
 
 
 @dataclass(frozen=True)
+class Study:
+    """One paper experiment a method declares, run as ``geosteer study <method> <name>``.
+
+    ``command``: ``"module:function"``, a typer command function (imported only when the CLI is built);
+    ``paper``: the paper item it reproduces (shown in its help and in ``geosteer study --list``);
+    ``old``: the spelling it had before (e.g. ``"dynamics critical"``), kept as a hidden alias that warns.
+    """
+
+    name: str
+    command: str
+    paper: str = ""
+    old: str | None = None
+
+
+@dataclass(frozen=True)
 class Method:
     """What one method package adds (see the module docstring). ``build(model, values)`` returns the
     interventions for the values of its keys (``[]`` at the defaults); it may also take ``force=False``
-    (use artifacts recorded for another base model), which ``InterventionSpec.build(force=True)`` passes."""
+    (use artifacts recorded for another base model), which ``InterventionSpec.build(force=True)`` passes.
+    ``studies``: its paper experiments (:class:`Study`), apart from the tool verbs of its ``cli``."""
 
     name: str
     summary: str = ""
@@ -99,6 +115,7 @@ class Method:
     cli: str | Callable | None = None
     artifacts: tuple = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
+    studies: tuple[Study, ...] = ()
 
     def defaults(self) -> dict:
         return {k.name: k.default for k in self.keys}

@@ -60,6 +60,8 @@ def register_clis(target: typer.Typer | None = None) -> None:
             continue
         register = importlib.import_module(cli).register if isinstance(cli, str) else cli
         register(target)
+        if key.startswith("method:"):  # its paper studies: geosteer study <method> <name>
+            importlib.import_module("geosteer.cli.study_methods").add_studies(target, methods()[key[7:]])
         if target is app:
             _registered.add(key)
 

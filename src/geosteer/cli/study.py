@@ -21,14 +21,27 @@ def _study(ctx: typer.Context, list_: bool = typer.Option(False, "--list", help=
                                                           "can run, and exit")) -> None:
     """Paper studies and the reproduction report."""
     if list_:
-        group = ctx.command
-        rows = [{"study": name, "what": (cmd.get_short_help_str(limit=100) or "")}
-                for name, cmd in sorted(group.commands.items())]
-        emit(rows, False, table_title="geosteer study")
+        emit(_listing(ctx.command), False, table_title="geosteer study")
         raise typer.Exit()
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
         raise typer.Exit()
+
+
+def _listing(group) -> list[dict]:
+    """Every leaf under ``geosteer study``: its path, the paper item a method's study declares, its help line."""
+    from geosteer.methods import methods
+
+    papers = {f"{m.name} {s.name}": s.paper for m in methods().values() for s in m.studies}
+    rows = []
+    for name, cmd in sorted(group.commands.items()):
+        subs = getattr(cmd, "commands", None)
+        leaves = sorted(subs.items()) if subs is not None else [(None, cmd)]
+        for sub, leaf in leaves:
+            path = f"{name} {sub}" if sub else name
+            rows.append({"study": path, "paper": papers.get(path, ""),
+                         "what": (leaf.help or "").strip().partition("\n")[0]})
+    return rows
 
 
 def _command_line(results_root: Path | None, items: list[Path] | None, as_json: bool, out: Path | None,

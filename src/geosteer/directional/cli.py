@@ -80,7 +80,6 @@ def decompose_cmd(
         emit([{k: r[k] for k in keep if k in r} for r in show], False, table_title="decomposition")
 
 
-@directional_app.command("sweep")
 def sweep_cmd(
     model: str = MODEL_OPT,
     sites: str = typer.Option("value_exclude_self,resid_attn,resid_mlp", "--sites",
@@ -159,7 +158,6 @@ def ppl_cmd(
                    "`directional ppl` will be removed", err=True)
 
 
-@directional_app.command("pretrain")
 def pretrain_cmd(
     variants: str = typer.Option("baseline,attn_par,value_par", "--variants"),
     seeds: str = typer.Option("0,1", "--seeds", help="comma-separated seeds, e.g. 0,1,2"),
@@ -232,7 +230,4 @@ def _parse_seeds(spec: str) -> list[int]:
 def register(app: typer.Typer) -> None:
     """Add ``geosteer decompose`` and the ``geosteer directional`` sub-app."""
     app.command("decompose")(decompose_cmd)
-    from geosteer.directional import cli_views
-
-    cli_views.register(directional_app)
     app.add_typer(directional_app, name="directional")

@@ -248,12 +248,3 @@ def plot_cmd(
     if draw is None:
         raise GeosteerError(f"unknown figure kind '{kind}'; valid: diagonal, heads")
     _save_figure(draw(load_tidy(result).rows), out)
-
-
-def register(sub: typer.Typer) -> None:
-    """Add the localisation verbs to the ``geosteer directional`` sub-app."""
-    sub.command("diagonal")(diagonal_cmd)
-    sub.command("heads")(heads_cmd)
-    sub.command("strength")(strength_cmd)
-    sub.command("mlp-internal")(mlp_internal_cmd)
-    sub.command("plot")(plot_cmd)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from geosteer.methods import Method, RecipeKey, register_method
+from geosteer.methods import Method, RecipeKey, Study, register_method
 
 
 def _validate(v: dict) -> None:
@@ -22,6 +22,21 @@ def _build(model, v: dict) -> list:
     return [ComponentScale(v["scale_site"], v["scale_par"], v["scale_perp"], layers)]
 
 
+def _study(name: str, module: str, function: str, paper: str) -> Study:
+    return Study(name, f"geosteer.directional.{module}:{function}", paper, old=f"directional {name}")
+
+
+STUDIES = (
+    _study("sweep", "cli", "sweep_cmd", "Fig. 3: perplexity vs s∥ and s⊥ per site"),
+    _study("pretrain", "cli", "pretrain_cmd", "Fig. 5, Table 3, Fig. 8: pretraining with the edit active"),
+    _study("diagonal", "cli_views", "diagonal_cmd", "Eq. 12, Table 5, Fig. 4: diagonal forms and maps"),
+    _study("heads", "cli_views", "heads_cmd", "Fig. 7: head localisation"),
+    _study("strength", "cli_views", "strength_cmd", "Table 6: applied strength"),
+    _study("mlp-internal", "cli_views", "mlp_internal_cmd", "App. D, Table 10: MLP-internal sites"),
+    _study("plot", "cli_views", "plot_cmd", "Figs 4 / 7 redrawn from a result file"),
+)
+
+
 METHOD = register_method(Method(
     name="directional",
     summary="directional decomposition: component scaling of updates parallel/perpendicular to the stream",
@@ -34,4 +49,5 @@ METHOD = register_method(Method(
     build=_build,
     validate=_validate,
     cli="geosteer.directional.cli",
+    studies=STUDIES,
 ))

@@ -265,7 +265,6 @@ def gates(model: str = MODEL_OPT,
         emit(summary, False)
 
 
-@dyn.command()
 def parallelize(model: str = MODEL_OPT,
                 counts: str = typer.Option("", "--counts", help="layer counts, e.g. 0,2,4 (default: all)"),
                 seeds: int = typer.Option(5, "--seeds", max=MAX_SEEDS, help="random orders (seeds 0..N-1)"),

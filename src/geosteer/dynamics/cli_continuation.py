@@ -148,10 +148,3 @@ def phase(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help
                  with_bos=with_bos)
     _write(rows, meta, out, csv)
     emit({"meta": meta, "rows": rows} if as_json else rows, as_json, table_title="phase reconstruction")
-
-
-def add_commands(app: typer.Typer) -> None:
-    """Register the verbs on the ``geosteer dynamics`` Typer."""
-    app.command()(continuation)
-    app.command()(basins)
-    app.command()(phase)

@@ -188,12 +188,3 @@ def split_options(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                                log=lambda s: typer.echo(s, err=True))
     _write(rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=chosen), out, csv)
     emit(rows, as_json, table_title="FFN split options")
-
-
-def add_commands(app: typer.Typer) -> None:
-    """Register the verbs on the ``geosteer dynamics`` Typer."""
-    app.command()(critical)
-    app.command()(commutator)
-    app.command()(pressure)
-    app.command(name="gain-depth")(gain_depth)
-    app.command(name="split-options")(split_options)

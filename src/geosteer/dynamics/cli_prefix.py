@@ -254,12 +254,3 @@ def edit_locality(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                  other_text="the held-out windows right after the prompts' windows")
     _write([{"table": "summary", **s} for s in summ] + [{"table": "edits", **r} for r in recs], meta, out, csv)
     emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="down_col locality (KL)")
-
-
-def add_commands(app: typer.Typer) -> None:
-    """Register the verbs on the ``geosteer dynamics`` Typer."""
-    app.command(name="prefix-spread")(prefix_spread)
-    app.command()(anchors)
-    app.command(name="edit-specificity")(edit_specificity)
-    app.command(name="edit-linearity")(edit_linearity)
-    app.command(name="edit-locality")(edit_locality)

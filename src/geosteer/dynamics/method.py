@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from geosteer.dynamics.gates import GATES, GATES_V0
-from geosteer.methods import Method, RecipeKey, register_method
+from geosteer.methods import Method, RecipeKey, Study, register_method
 
 
 def _validate(v: dict) -> None:
@@ -37,6 +37,28 @@ def _build(model, v: dict) -> list:
     return out
 
 
+def _study(name: str, module: str, function: str, paper: str) -> Study:
+    return Study(name, f"geosteer.dynamics.{module}:{function}", paper, old=f"dynamics {name}")
+
+
+STUDIES = (
+    _study("critical", "cli_geometry", "critical", "Tables 2 / 6, Fig. 10: A/S/R counts of critical candidates"),
+    _study("commutator", "cli_geometry", "commutator", "Prop. 2, Fig. 8 right, App. B: commutator vs reordering"),
+    _study("pressure", "cli_geometry", "pressure", "experiment iii: diversity under aggregation pressure"),
+    _study("gain-depth", "cli_geometry", "gain_depth", "App. C.1, Fig. 8 left: FFN gain at one depth"),
+    _study("split-options", "cli_geometry", "split_options", "Fig. 3: FFN ablation under each split reference"),
+    _study("parallelize", "cli", "parallelize", "Figs 5 / 6 / 16: defect-guided parallelisation"),
+    _study("prefix-spread", "cli_prefix", "prefix_spread", "App. C.5: prefix (Volterra) sensitivity"),
+    _study("anchors", "cli_prefix", "anchors", "App. C.5: anchor tokens"),
+    _study("edit-specificity", "cli_prefix", "edit_specificity", "Fig. 13: editing specificity"),
+    _study("edit-linearity", "cli_prefix", "edit_linearity", "Fig. 13: edit transfer is nearly linear"),
+    _study("edit-locality", "cli_prefix", "edit_locality", "editing locality vs query/key edits"),
+    _study("continuation", "cli_continuation", "continuation", "Thm 3, Fig. 11: α continuation"),
+    _study("basins", "cli_continuation", "basins", "Fig. 12: basin maps at α = 0 vs 1"),
+    _study("phase", "cli_continuation", "phase", "Fig. 9: phase reconstruction"),
+)
+
+
 METHOD = register_method(Method(
     name="dynamics",
     summary="FFN steering field: residual dynamics on the sphere",
@@ -53,4 +75,5 @@ METHOD = register_method(Method(
     validate=_validate,
     cli="geosteer.dynamics.cli_register",
     artifacts=(GATES, GATES_V0),
+    studies=STUDIES,
 ))
