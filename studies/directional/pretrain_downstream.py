@@ -1,6 +1,6 @@
 """Study 3, continued (issue 14 item 8): from-scratch byte models with the gated control, scored downstream.
 
-Same models, data, schedule and seeds as ``geosteer directional pretrain`` (study 3 of docs/directional.md:
+Same models, data, schedule and seeds as ``geosteer study directional pretrain`` (study 3 of docs/directional.md:
 ``geosteer.directional.pretrain``), plus
 
 - the paper's gated control (App. E, Fig. 8): ``value_gated`` = value-space parallel scaling with a learned

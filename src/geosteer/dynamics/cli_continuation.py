@@ -1,4 +1,4 @@
-"""``geosteer dynamics continuation | basins | phase`` (issue 13 item 2): critical candidates of g_α tracked as α goes
+"""``geosteer study dynamics continuation | basins | phase``: critical candidates of g_α tracked as α goes
 0 → 1 (paper Fig. 11) and basin maps of the flow of g_α on a PCA slice of the sphere, α = 0 vs 1 (Fig. 12).
 Tidy records via ``--out`` (.json/.csv) / ``--csv``; ``--html`` writes the basin figure."""
 

@@ -1,4 +1,4 @@
-"""``geosteer dynamics critical | commutator | pressure | gain-depth | split-options`` (issue 13):
+"""``geosteer study dynamics critical | commutator | pressure | gain-depth | split-options``:
 reduced-field critical geometry, the tangential commutator vs reordering error, diversity under aggregation
 pressure, FFN gain by depth, the FFN split choices. Tidy records via ``--out`` (.json/.csv) / ``--csv``;
 docs/dynamics.md quotes them."""

@@ -1,5 +1,5 @@
-"""``geosteer dynamics prefix-spread | anchors | edit-specificity | edit-linearity | edit-locality`` (issue 13
-item 3; paper App. C.5, Fig. 13).
+"""``geosteer study dynamics prefix-spread | anchors | edit-specificity | edit-linearity | edit-locality``
+(paper App. C.5, Fig. 13).
 
 Definitions in :mod:`geosteer.dynamics.prefix` and :mod:`geosteer.dynamics.editing`. Tidy records via
 ``--out`` (.json/.csv) / ``--csv``; docs/dynamics-prefix.md quotes them."""
