@@ -72,10 +72,10 @@ def recorder(monkeypatch):
 
 # one verb per CLI module (and a few more), with the options each needs to reach the model load
 PASS_THROUGH = [
-    ["info"], ["decompose"], ["directional", "ppl", "--site", "value_full"], ["directional", "sweep"],
-    ["directional", "diagonal"], ["dynamics", "diagnose"], ["dynamics", "gates", "--load", "x"],
-    ["dynamics", "critical", "--layers", "0"], ["dynamics", "continuation", "--layer", "0"],
-    ["dynamics", "prefix-spread"], ["manifold", "train", "--out", "OUT"], ["demo"],
+    ["info"], ["decompose"], ["directional", "ppl", "--site", "value_full"], ["study", "directional", "sweep"],
+    ["study", "directional", "diagonal"], ["dynamics", "diagnose"], ["dynamics", "gates", "--load", "x"],
+    ["study", "dynamics", "critical", "--layers", "0"], ["study", "dynamics", "continuation", "--layer", "0"],
+    ["study", "dynamics", "prefix-spread"], ["manifold", "train", "--out", "OUT"], ["demo"],
     ["studio", "--workspace", "OUT"],
 ]
 
@@ -90,7 +90,7 @@ def test_device_and_dtype_reach_the_loader(recorder, tmp_path, args):
 
 @pytest.mark.parametrize("args,needle", [
     (["dynamics", "diagnose", "--dtype", "int8"], "unknown dtype 'int8'"),
-    (["directional", "heads", "--device", "cuda:99"], "device 'cuda:99' is not available"),
+    (["study", "directional", "heads", "--device", "cuda:99"], "device 'cuda:99' is not available"),
     (["manifold", "train", "--out", "OUT", "--steps", "1", "--dtype", "int8"], "unknown dtype 'int8'"),
     (["record-qk", "--surfaces", "OUT", "--device", "nonsense"], "invalid device 'nonsense'"),
 ])

@@ -32,4 +32,5 @@ def test_no_option_defaults_into_the_repository():
                 bad.append(f"geosteer {' '.join(path)} {p.opts[0]} = {d}")
     assert not bad, "options that default into the repository: " + "; ".join(bad)
     outs = {" ".join(path): p.default for path, cmd in leaves for p in cmd.params if "--out" in p.opts}
-    assert outs["directional sweep"] == Path("sweep.json") and outs["directional heads"] == Path("heads.json")
+    assert outs["study directional sweep"] == Path("sweep.json")
+    assert outs["study directional heads"] == Path("heads.json")

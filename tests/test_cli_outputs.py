@@ -65,8 +65,8 @@ def test_the_walk_finds_the_known_output_options():
     have = set(OUTPUTS)
     for known in [("manifold edit", "--out"), ("manifold train", "--out"), ("manifold wall-learn", "--out"),
                   ("tasks build", "--out"), ("compare", "--out"), ("report", "--png"), ("demo", "--out-dir"),
-                  ("dynamics gates", "--save"), ("dynamics diagnose", "--csv"), ("directional pretrain", "--out-dir"),
-                  ("directional diagonal", "--figure")]:
+                  ("dynamics gates", "--save"), ("dynamics diagnose", "--csv"),
+                  ("study directional pretrain", "--out-dir"), ("study directional diagonal", "--figure")]:
         assert known in have, known
     assert len(OUTPUTS) >= 40
 

@@ -1,5 +1,5 @@
 """``geosteer.directional.pretrain`` (from-scratch byte-level models with the edit active) and the
-``geosteer directional pretrain`` verb (tiny settings)."""
+``geosteer study directional pretrain`` verb (tiny settings)."""
 
 import json
 import math
@@ -82,7 +82,7 @@ def test_pretrain_val_loss_is_next_byte_cross_entropy():
 
 def test_pretrain_verb_writes_curves_and_finals(tmp_path):
     out = tmp_path / "p"
-    args = ["directional", "pretrain", "--variants", "baseline,value_par", "--seeds", "0", "--steps", "2",
+    args = ["study", "directional", "pretrain", "--variants", "baseline,value_par", "--seeds", "0", "--steps", "2",
             "--batch", "2", "--ctx", "16", "--d-model", "32", "--layers", "1", "--eval-every", "2",
             "--val-batches", "1", "--out-dir", str(out), "--threads", "1"]
     p = subprocess.run([sys.executable, "-m", "geosteer.cli", *args], capture_output=True, text=True)

@@ -7,6 +7,8 @@ import pytest
 
 from geosteer.cli import main
 
+DYN = ("study", "dynamics")  # the paper studies' spelling
+
 
 def run(argv, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["geosteer", *argv])
@@ -78,7 +80,7 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
     from geosteer.interventions import steer
 
     out = tmp_path / "p.json"
-    code, stdout, _ = run(["dynamics", "parallelize", "-m", "tiny-llama", "--counts", "0,1,3", "--seeds", "1",
+    code, stdout, _ = run([*DYN, "parallelize", "-m", "tiny-llama", "--counts", "0,1,3", "--seeds", "1",
                            "--defect-tokens", "64", "--tokens", "64", "--seq-len", "32", "--json", "--out",
                            str(out)], monkeypatch, capsys)
     assert code == 0
@@ -108,32 +110,32 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
 @pytest.mark.parametrize("args,needle", [
     (["dynamics", "gains", "-m", "tiny-llama", "--values", "nan"], "bad --values 'nan'"),
     (["dynamics", "gains", "-m", "tiny-llama", "--values", ""], "bad --values ''"),
-    (["dynamics", "gain-depth", "-m", "tiny-llama", "--depths", "1,inf"], "bad --depths '1,inf'"),
-    (["dynamics", "parallelize", "-m", "tiny-llama", "--threshold", "nan"], "--threshold must be a finite number"),
-    (["dynamics", "parallelize", "-m", "tiny-llama", "--seeds", "1000000"], "'--seeds'"),
-    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "1", "--grid", "100000"], "'--grid'"),
-    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "7"], "layer 7 out of range"),
+    ([*DYN, "gain-depth", "-m", "tiny-llama", "--depths", "1,inf"], "bad --depths '1,inf'"),
+    ([*DYN, "parallelize", "-m", "tiny-llama", "--threshold", "nan"], "--threshold must be a finite number"),
+    ([*DYN, "parallelize", "-m", "tiny-llama", "--seeds", "1000000"], "'--seeds'"),
+    ([*DYN, "basins", "-m", "tiny-llama", "--layer", "1", "--grid", "100000"], "'--grid'"),
+    ([*DYN, "basins", "-m", "tiny-llama", "--layer", "7"], "layer 7 out of range"),
     (["dynamics", "diagnose", "-m", "tiny-gpt2", "--seq-len", "1000"], "--seq-len 1000 is longer than the model's 512"),
     (["dynamics", "diagnose", "-m", "tiny-llama", "--split", "dev"], "unknown corpus split (--split) 'dev'"),
     (["dynamics", "gates", "-m", "tiny-llama", "--save", "g", "--train-seq", "4096"], "--train-seq 4096 is longer"),
     (["dynamics", "ablate", "-m", "tiny-llama", "--layers", "9"], "layer 9 out of range"),
-    (["dynamics", "continuation", "-m", "tiny-llama", "--layer", "0", "--ov-norm", "l2"], "unknown ov_norm"),
-    (["dynamics", "anchors", "-m", "tiny-llama", "--score", "best"], "unknown anchor score (--score) 'best'"),
-    (["dynamics", "prefix-spread", "-m", "tiny-llama", "--prefix-file", "missing.txt"], "cannot read prefix file"),
-    (["dynamics", "edit-specificity", "-m", "tiny-llama", "--kinds", "sideways"], "unknown edit kind 'sideways'"),
-    (["dynamics", "edit-linearity", "-m", "tiny-llama", "--scales", "1"], "at least 2 different sizes"),
-    (["dynamics", "pressure", "-m", "tiny-llama", "--mode", "bogus"], "unknown pressure mode 'bogus'"),
-    (["dynamics", "gain-depth", "-m", "tiny-llama", "--depths", "2"], "depth fractions must be in [0, 1]"),
-    (["dynamics", "critical", "-m", "tiny-llama", "--layers", "0", "--refine-iters", "-1"], "'--refine-iters'"),
-    (["dynamics", "critical", "-m", "tiny-llama", "--layers", "0", "--real", "0", "--random", "0"], "both 0"),
-    (["dynamics", "commutator", "-m", "tiny-llama", "--h", "0"], "--h"),
-    (["dynamics", "parallelize", "-m", "tiny-llama", "--counts", "99"], "--counts: 99 parallel layers"),
-    (["dynamics", "parallelize", "-m", "tiny-llama", "--counts", "-1"], "--counts: -1 parallel layers"),
-    (["dynamics", "prefix-spread", "-m", "tiny-llama", "--suffix", " "], "--suffix is empty"),
+    ([*DYN, "continuation", "-m", "tiny-llama", "--layer", "0", "--ov-norm", "l2"], "unknown ov_norm"),
+    ([*DYN, "anchors", "-m", "tiny-llama", "--score", "best"], "unknown anchor score (--score) 'best'"),
+    ([*DYN, "prefix-spread", "-m", "tiny-llama", "--prefix-file", "missing.txt"], "cannot read prefix file"),
+    ([*DYN, "edit-specificity", "-m", "tiny-llama", "--kinds", "sideways"], "unknown edit kind 'sideways'"),
+    ([*DYN, "edit-linearity", "-m", "tiny-llama", "--scales", "1"], "at least 2 different sizes"),
+    ([*DYN, "pressure", "-m", "tiny-llama", "--mode", "bogus"], "unknown pressure mode 'bogus'"),
+    ([*DYN, "gain-depth", "-m", "tiny-llama", "--depths", "2"], "depth fractions must be in [0, 1]"),
+    ([*DYN, "critical", "-m", "tiny-llama", "--layers", "0", "--refine-iters", "-1"], "'--refine-iters'"),
+    ([*DYN, "critical", "-m", "tiny-llama", "--layers", "0", "--real", "0", "--random", "0"], "both 0"),
+    ([*DYN, "commutator", "-m", "tiny-llama", "--h", "0"], "--h"),
+    ([*DYN, "parallelize", "-m", "tiny-llama", "--counts", "99"], "--counts: 99 parallel layers"),
+    ([*DYN, "parallelize", "-m", "tiny-llama", "--counts", "-1"], "--counts: -1 parallel layers"),
+    ([*DYN, "prefix-spread", "-m", "tiny-llama", "--suffix", " "], "--suffix is empty"),
     (["dynamics", "gates", "-m", "tiny-llama", "--save", "g", "--train-tokens", "0"], "'--train-tokens'"),
     (["dynamics", "gates", "-m", "tiny-llama", "--load", "missing"], "missing"),
-    (["dynamics", "anchors", "-m", "tiny-llama", "--k", "1000"], "--k 1000 is too large for prefixes of 32"),
-    (["dynamics", "phase", "-m", "tiny-llama", "--layer", "0", "--dims", "2,64"], "need k in [1, 63]"),
+    ([*DYN, "anchors", "-m", "tiny-llama", "--k", "1000"], "--k 1000 is too large for prefixes of 32"),
+    ([*DYN, "phase", "-m", "tiny-llama", "--layer", "0", "--dims", "2,64"], "need k in [1, 63]"),
 ])
 def test_dynamics_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
     from tests.cli_helpers import refused_before_load

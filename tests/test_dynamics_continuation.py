@@ -17,6 +17,8 @@ from geosteer.dynamics.continuation import (
 from geosteer.dynamics.fields import ReducedField
 from geosteer.errors import GeosteerError
 
+DYN = ("study", "dynamics")  # the paper studies' spelling
+
 
 def _sym(d, seed):
     a = np.random.default_rng(seed).standard_normal((d, d))
@@ -122,15 +124,15 @@ def test_bad_input(call, message):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["dynamics", "continuation", "-m", "tiny-llama", "--layer", "0", "--steps", "0"], "--steps must be >= 1"),
-    (["dynamics", "continuation", "-m", "tiny-llama", "--layer", "0", "--steps", "-3"], "--steps must be >= 1"),
-    (["dynamics", "continuation", "-m", "tiny-llama", "--layer", "7"], "layer 7 out of range"),
-    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "0", "--grid", "1"], "grid must be >= 2"),
-    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "9"], "out of range"),
-    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "0", "--alphas", "0,-1"], "--alphas must be finite"),
-    (["dynamics", "basins", "-m", "tiny-llama", "--layer", "0", "--method", "leapfrog"], "unknown integrator"),
-    (["dynamics", "phase", "-m", "tiny-llama", "--layer", "0", "--dims", "0,2"], "--dims must be integers >= 1"),
-    (["dynamics", "phase", "-m", "tiny-llama", "--layer", "5"], "out of range"),
+    ([*DYN, "continuation", "-m", "tiny-llama", "--layer", "0", "--steps", "0"], "--steps must be >= 1"),
+    ([*DYN, "continuation", "-m", "tiny-llama", "--layer", "0", "--steps", "-3"], "--steps must be >= 1"),
+    ([*DYN, "continuation", "-m", "tiny-llama", "--layer", "7"], "layer 7 out of range"),
+    ([*DYN, "basins", "-m", "tiny-llama", "--layer", "0", "--grid", "1"], "grid must be >= 2"),
+    ([*DYN, "basins", "-m", "tiny-llama", "--layer", "9"], "out of range"),
+    ([*DYN, "basins", "-m", "tiny-llama", "--layer", "0", "--alphas", "0,-1"], "--alphas must be finite"),
+    ([*DYN, "basins", "-m", "tiny-llama", "--layer", "0", "--method", "leapfrog"], "unknown integrator"),
+    ([*DYN, "phase", "-m", "tiny-llama", "--layer", "0", "--dims", "0,2"], "--dims must be integers >= 1"),
+    ([*DYN, "phase", "-m", "tiny-llama", "--layer", "5"], "out of range"),
 ])
 def test_cli_bad_input_exits_2(argv, message, monkeypatch, capsys, tmp_path):
     from tests.test_dynamics_cli import run
@@ -148,7 +150,7 @@ def test_cli_continuation_and_basins_write_tidy_records(tmp_path, monkeypatch, c
     from tests.test_dynamics_cli import run
 
     out = tmp_path / "c.json"
-    code, _, err = run(["dynamics", "continuation", "-m", "tiny-llama", "--layer", "1", "--tracks", "2",
+    code, _, err = run([*DYN, "continuation", "-m", "tiny-llama", "--layer", "1", "--tracks", "2",
                         "--steps", "2", "--out", str(out), "--html", str(tmp_path / "c.html")],
                        monkeypatch, capsys)
     assert code == 0, err
@@ -158,7 +160,7 @@ def test_cli_continuation_and_basins_write_tidy_records(tmp_path, monkeypatch, c
     assert (tmp_path / "c.html").read_text().count("scatter") >= 6
     out = tmp_path / "b.json"
     html = tmp_path / "b.html"
-    code, _, err = run(["dynamics", "basins", "-m", "tiny-llama", "--layer", "1", "--grid", "3", "--steps", "20",
+    code, _, err = run([*DYN, "basins", "-m", "tiny-llama", "--layer", "1", "--grid", "3", "--steps", "20",
                         "--tokens", "64", "--seq-len", "32", "--residuals", "16", "--out", str(out),
                         "--html", str(html)], monkeypatch, capsys)
     assert code == 0, err
@@ -233,7 +235,7 @@ def test_cli_phase_on_real_updates(tmp_path, monkeypatch, capsys):
     from tests.test_dynamics_cli import run
 
     out = tmp_path / "p.json"
-    code, _, err = run(["dynamics", "phase", "-m", "tiny-llama", "--layer", "1", "--dims", "2,3", "--samples", "40",
+    code, _, err = run([*DYN, "phase", "-m", "tiny-llama", "--layer", "1", "--dims", "2,3", "--samples", "40",
                         "--tokens", "64", "--seq-len", "32", "--out", str(out)], monkeypatch, capsys)
     assert code == 0, err
     rows = json.loads(out.read_text())["rows"]

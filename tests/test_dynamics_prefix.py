@@ -258,7 +258,7 @@ def test_cli_bad_input_exits_2(tmp_path, monkeypatch, capsys):
              (["anchors", "--score-layers", "9"], "out of range"),
              (["edit-specificity", "--layers", "7"], "layer 7 out of range")]
     for argv, message in cases:
-        code, _, err = _cli(["dynamics", *argv, "-m", "tiny-llama"], monkeypatch, capsys)
+        code, _, err = _cli(["study", "dynamics", *argv, "-m", "tiny-llama"], monkeypatch, capsys)
         assert code == 2, argv
         assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
 
@@ -269,7 +269,7 @@ def test_cli_writes_tidy_records(tmp_path, monkeypatch, capsys):
     pf = tmp_path / "p.txt"
     pf.write_text("The cat sat on the mat.\nA completely different opening line\nNumbers 1 2 3\n")
     out = tmp_path / "a.json"
-    code, _, err = _cli(["dynamics", "anchors", "-m", "tiny-llama", "--prefix-file", str(pf), "--k", "1",
+    code, _, err = _cli(["study", "dynamics", "anchors", "-m", "tiny-llama", "--prefix-file", str(pf), "--k", "1",
                          "--seeds", "2", "--out", str(out)], monkeypatch, capsys)
     assert code == 0, err
     saved = json.loads(out.read_text())

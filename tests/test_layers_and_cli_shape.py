@@ -19,6 +19,9 @@ from geosteer.models.anatomy import anatomy, parse_layers
 SRC = Path(geosteer.__file__).resolve().parent
 
 
+DYN, DIR = ("study", "dynamics"), ("study", "directional")  # the paper studies' spelling
+
+
 @pytest.mark.parametrize("spec,needle", [
     ("5-3", "reversed layer range '5-3'"),
     ("3,3", "layer 3 given twice"),
@@ -95,17 +98,17 @@ LAYER_VERBS = [
     ["dynamics", "ablate", "-m", "tiny-llama", "--tokens", "64", "--seq-len", "32"],
     ["dynamics", "gains", "-m", "tiny-llama", "--tokens", "64", "--seq-len", "32"],
     ["dynamics", "gates", "-m", "tiny-llama", "--save", "{tmp}/g", "--train-tokens", "64"],
-    ["dynamics", "critical", "-m", "tiny-llama", "--tokens", "32", "--seq-len", "16", "--steps", "1"],
-    ["dynamics", "commutator", "-m", "tiny-llama"],
-    ["dynamics", "pressure", "-m", "tiny-llama"],
-    ["dynamics", "split-options", "-m", "tiny-llama"],
-    ["dynamics", "edit-specificity", "-m", "tiny-llama"],
+    [*DYN, "critical", "-m", "tiny-llama", "--tokens", "32", "--seq-len", "16", "--steps", "1"],
+    [*DYN, "commutator", "-m", "tiny-llama"],
+    [*DYN, "pressure", "-m", "tiny-llama"],
+    [*DYN, "split-options", "-m", "tiny-llama"],
+    [*DYN, "edit-specificity", "-m", "tiny-llama"],
     ["decompose", "-m", "tiny-llama", "--tokens", "16", "--chunk", "16"],
     ["directional", "ppl", "-m", "tiny-llama", "--site", "resid_attn", "--tokens", "64"],
-    ["directional", "diagonal", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],
-    ["directional", "heads", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o.json"],
-    ["directional", "strength", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],
-    ["directional", "mlp-internal", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o.json"],
+    [*DIR, "diagonal", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],
+    [*DIR, "heads", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o.json"],
+    [*DIR, "strength", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],
+    [*DIR, "mlp-internal", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o.json"],
     ["manifold", "train", "-m", "tiny-llama", "--out", "{tmp}/o", "--steps", "1"],
     ["manifold", "explore", "-m", "tiny-llama", "--surfaces", "{surf}"],
 ]

@@ -211,8 +211,9 @@ def test_old_verbs_are_hidden_and_print_their_new_spelling(tiny, monkeypatch, ca
         radial = next(r["loss"] for r in json.loads(out) if r["variant"] == "radial")
         new = new.replace("VARIANT", "radial")
         assert _json(monkeypatch, capsys, *shlex.split(new), "--json")["nll"] == radial
-    for group, shown, verbs in (("directional", "sweep", ("ppl",)), ("dynamics", "diagnose", ("ablate", "gains"))):
-        code, out, _ = run_cli(monkeypatch, capsys, group, "--help")
+    for group, shown, verbs in (("study directional", "sweep", ("ppl",)),
+                                ("dynamics", "diagnose", ("ablate", "gains"))):
+        code, out, _ = run_cli(monkeypatch, capsys, *group.split(), "--help")
         listed = {line.split()[1] for line in out.splitlines() if line.startswith("│ ") and len(line.split()) > 2}
         assert code == 0 and shown in listed and not listed & set(verbs), listed
 

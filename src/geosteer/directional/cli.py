@@ -228,6 +228,7 @@ def _parse_seeds(spec: str) -> list[int]:
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``geosteer decompose`` and the ``geosteer directional`` sub-app."""
+    """Add ``geosteer decompose`` and the ``geosteer directional`` sub-app (hidden: only old spellings are left
+    there, the method's studies run as ``geosteer study directional <name>``)."""
     app.command("decompose")(decompose_cmd)
-    app.add_typer(directional_app, name="directional")
+    app.add_typer(directional_app, name="directional", hidden=True)
