@@ -116,7 +116,7 @@ def test_recipe_round_trip_reproduces_the_interventions(tiny_with_artifacts):
     model, tok, d = tiny_with_artifacts
     edits = ["set=0.3 layer=1 head=2",
              {"op": "scale", "value": -2.0, "layers": [1], "heads": [2], "dims": [3]}]
-    spec = InterventionSpec(surfaces=str(d / "surfaces"), edits=edits, scale_site="resid_attn",
+    spec = InterventionSpec(surfaces=str(d / "surfaces"), edits=edits, scale_site="attn_out",
                             scale_par=0.5, scale_layers="0;2", gates=str(d / "gates"))
     folder = save_recipe(d / "recipe", spec, base_model="tiny-llama", command="pytest", ppl_before=1.0)
     assert {p.name for p in folder.iterdir()} == {"geosteer_config.json", "README.md", "surfaces", "gates"}
@@ -129,7 +129,7 @@ def test_recipe_round_trip_reproduces_the_interventions(tiny_with_artifacts):
     # the same edits made by hand from the original artifacts
     bank = M.load(d / "surfaces", model=model)
     apply_edits(bank, ["set=0.3 layer=1 head=2", "scale=-2 layer=1 head=2 dim=3"])
-    by_hand = [bank, ComponentScale("resid_attn", 0.5, 1.0, [0, 2]), load_gates(d / "gates", model)]
+    by_hand = [bank, ComponentScale("attn_out", 0.5, 1.0, [0, 2]), load_gates(d / "gates", model)]
     with torch.no_grad(), steer(model, *by_hand):
         ref = model(ids).logits
     with torch.no_grad():
@@ -164,7 +164,7 @@ def test_spec_errors_and_extension_point(tiny_cache):
     with pytest.raises(GeosteerError, match="unknown recipe keys: bogus"):
         InterventionSpec.from_dict({"bogus": 1})
     with pytest.raises(GeosteerError, match="scale_par must be a number"):
-        InterventionSpec.from_dict({"scale_site": "resid_attn", "scale_par": "half"})
+        InterventionSpec.from_dict({"scale_site": "attn_out", "scale_par": "half"})
     register_builder("test-resid-scale", ["test_resid_scale"],
                      lambda m, v: [ScaleHook("resid_post", float(v["test_resid_scale"]), layers=[0])])
     spec = InterventionSpec.from_dict({"test_resid_scale": 0.5})

@@ -22,8 +22,8 @@ def test_decompose_cli_json_and_csv(tmp_path):
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["directional", "sweep", "--sites", "resid_foo"], "unknown site 'resid_foo'; valid: resid_attn"),
-    (["directional", "ppl", "--site", "resid_attn", "--s-par", "nan"], "--s-par must be a finite number"),
+    (["directional", "sweep", "--sites", "resid_foo"], "unknown site 'resid_foo'; valid: attn_out"),
+    (["directional", "ppl", "--site", "attn_out", "--s-par", "nan"], "--s-par must be a finite number"),
     (["directional", "pretrain", "--variants", "baseline,foo"], "unknown variant 'foo'; valid: baseline, attn_par"),
 ])
 def test_cli_bad_input_one_line_error(args, msg):
@@ -42,7 +42,7 @@ def test_cli_bad_input_one_line_error(args, msg):
     (["directional", "sweep", "-m", "tiny-llama", "--sites", " , "], "--sites is empty"),
     (["directional", "diagonal", "-m", "tiny-llama", "--tokens", "0"], "'--tokens'"),
     (["directional", "heads", "-m", "tiny-gpt2", "--text-len", "600"], "--text-len 600 is longer than the model's 512"),
-    (["directional", "ppl", "-m", "tiny-llama", "--site", "resid_attn", "--layers", "7"], "layer 7 out of range"),
+    (["directional", "ppl", "-m", "tiny-llama", "--site", "attn_out", "--layers", "7"], "layer 7 out of range"),
     (["decompose", "-m", "tiny-gpt2", "--tokens", "2000", "--chunk", "2000", "--no-value"],
      "--tokens/--chunk window 2000 is longer than the model's 512 positions"),
     (["decompose", "-m", "tiny-llama", "--chunk", "512", "--layers", "99"], "layer 99 out of range"),

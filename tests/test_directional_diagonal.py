@@ -71,7 +71,7 @@ def test_value_diagonal_form_is_exact(name, space):
 
 @pytest.mark.parametrize("name", [f for f in FAMILIES if f != "tiny-gemma3"])
 def test_residual_diagonal_form_matches_scalar_constraint(name):
-    """Residual form (Table 5): (A + ΔA·W_O v_t)ᵀz equals the resid_attn-edited update's ᵀz; the full vector
+    """Residual form (Table 5): (A + ΔA·W_O v_t)ᵀz equals the attn_out-edited update's ᵀz; the full vector
     does not match (the diagonal change has a perpendicular part the edit has not)."""
     m, _ = _model(name)
     ids, mask = _inputs()
@@ -81,7 +81,7 @@ def test_residual_diagonal_form_matches_scalar_constraint(name):
         m(input_ids=ids, attention_mask=mask)
     views = layer_views(m, base, layer, s_par)
     edited = DiagonalCapture([layer])
-    with steer(m, ComponentScale("resid_attn", s_par, 1.0, layers=[layer]), edited):
+    with steer(m, ComponentScale("attn_out", s_par, 1.0, layers=[layer]), edited):
         m(input_ids=ids, attention_mask=mask)
     z = base.z[layer].double()
     assert torch.equal(edited.z[layer], base.z[layer])

@@ -44,7 +44,7 @@ def _ids(b=2, t=12, seed=0):
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
-@pytest.mark.parametrize("site", ["value_full", "value_exclude_self", "resid_attn"])
+@pytest.mark.parametrize("site", ["value_full", "value_exclude_self", "attn_out"])
 def test_zero_weights_equal_fixed_half_scale(name, site):
     m, _ = _model(name)
     ids = _ids()
@@ -103,7 +103,7 @@ def test_residual_gate_matches_plain_hooks():
     m, _ = _model("tiny-llama")
     an = anatomy(m)
     ids = _ids()
-    gate = _random_gate(m, "resid_attn", gate_input="resid", seed=5)
+    gate = _random_gate(m, "attn_out", gate_input="resid", seed=5)
     with steer(m, gate):
         got = m(input_ids=ids).logits
     handles, state = [], {}
@@ -144,10 +144,10 @@ def test_gate_weights_get_gradients_and_detach_cleanly():
 def test_bad_input():
     m, _ = _model("tiny-llama")
     with pytest.raises(GeosteerError):
-        GatedParallelScale(m, "resid_mlp")
+        GatedParallelScale(m, "mlp_out")
     with pytest.raises(GeosteerError):
         GatedParallelScale(m, "value_full", gate_input="query")
     with pytest.raises(GeosteerError):
-        GatedParallelScale(m, "resid_attn", per_head=True)
+        GatedParallelScale(m, "attn_out", per_head=True)
     with pytest.raises(GeosteerError):
         GatedParallelScale(m, "value_full", layers=[99])

@@ -134,7 +134,7 @@ def test_bad_head_selection_errors():
         with steer(m, ComponentScale("value_full", 0.0, heads=[n])):
             pass
     with pytest.raises(GeosteerError, match="value site"):
-        ComponentScale("resid_attn", 0.0, heads=[0])
+        ComponentScale("attn_out", 0.0, heads=[0])
     with pytest.raises(GeosteerError, match="concat"):
         ComponentScale("value_full", 0.0, heads=[0], value_space="concat")
     with pytest.raises(GeosteerError, match="unknown value space"):

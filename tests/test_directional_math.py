@@ -93,11 +93,11 @@ def test_config_errors():
     with pytest.raises(GeosteerError, match="valid: " + ", ".join(SITES)):
         ComponentScaleConfig("resid_foo")
     with pytest.raises(GeosteerError, match="s_par must be finite"):
-        ComponentScaleConfig("resid_attn", s_par=float("nan"))
+        ComponentScaleConfig("attn_out", s_par=float("nan"))
     with pytest.raises(GeosteerError, match="s_perp must be finite"):
-        ComponentScaleConfig("resid_attn", s_perp=float("inf"))
+        ComponentScaleConfig("attn_out", s_perp=float("inf"))
     with pytest.raises(GeosteerError, match="must be a number"):
-        ComponentScaleConfig("resid_attn", s_par="big")
+        ComponentScaleConfig("attn_out", s_par="big")
 
 
 def test_parse_layers():

@@ -112,4 +112,4 @@ def test_cli_mlp_internal(tmp_path):
 
     rows = json.loads(out.read_text())["rows"]
     assert {(r["geometry"], r["setting"]) for r in rows} == {
-        (g, s) for g in ("resid_mlp", "carrier", "contrib") for s in ("no_para", "no_perp")}
+        (g, s) for g in ("mlp_out", "carrier", "contrib") for s in ("no_para", "no_perp")}

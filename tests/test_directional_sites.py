@@ -112,7 +112,7 @@ def test_self_weight_matches_materialised_diagonal(name):
 
 
 def test_residual_attn_matches_plain_hooks():
-    """resid_attn edit recomputed with plain torch hooks (module outputs), not the library hook points."""
+    """attn_out edit recomputed with plain torch hooks (module outputs), not the library hook points."""
     m, _ = _model("tiny-llama")
     ids = _ids(1, 10)
     layer = m.model.layers[1]
@@ -135,7 +135,7 @@ def test_residual_attn_matches_plain_hooks():
     finally:
         h1.remove()
         h2.remove()
-    with steer(m, ComponentScale("resid_attn", sp, sq, layers=[1])):
+    with steer(m, ComponentScale("attn_out", sp, sq, layers=[1])):
         got = m(input_ids=ids).logits
     assert torch.allclose(got, ref, atol=1e-5)
 
@@ -153,10 +153,10 @@ def test_layer_selection_only_touches_those_layers():
     try:
         m(input_ids=ids)
         base0 = outs["x1"]
-        with steer(m, ComponentScale("resid_block", 0.0, 1.0, layers=[2])):
+        with steer(m, ComponentScale("resid_post", 0.0, 1.0, layers=[2])):
             m(input_ids=ids)
         assert torch.equal(outs["x1"], base0)
-        with steer(m, ComponentScale("resid_block", 0.0, 1.0, layers=[0])):
+        with steer(m, ComponentScale("resid_post", 0.0, 1.0, layers=[0])):
             m(input_ids=ids)
         assert not torch.equal(outs["x1"], base0)
     finally:
@@ -168,7 +168,7 @@ def test_composes_with_other_interventions():
     ids = _ids(1, 12)
     base = m(input_ids=ids).logits
     with steer(m, ScaleHook("mlp_out", 0.5, layers=[0]), ComponentScale("value_exclude_self", 0.0),
-               ComponentScale("resid_attn", 1.0, 1.0)):
+               ComponentScale("attn_out", 1.0, 1.0)):
         both = m(input_ids=ids).logits
     with steer(m, ScaleHook("mlp_out", 0.5, layers=[0]), ComponentScale("value_exclude_self", 0.0)):
         two = m(input_ids=ids).logits
@@ -178,10 +178,10 @@ def test_composes_with_other_interventions():
 
 def test_bad_input_errors():
     m, _ = _model("tiny-llama")
-    with pytest.raises(GeosteerError, match="unknown site 'value'; valid: resid_attn, resid_mlp"):
+    with pytest.raises(GeosteerError, match="unknown site 'value'; valid: attn_out, mlp_out"):
         ComponentScale("value")
     with pytest.raises(GeosteerError, match="s_par must be finite"):
-        ComponentScale("resid_attn", s_par=float("nan"))
+        ComponentScale("attn_out", s_par=float("nan"))
     with pytest.raises(ValueError, match="layer 7 out of range: this model has layers 0..2"):
         with steer(m, ComponentScale("value_full", 0.0, layers=[7])):
             pass
@@ -190,7 +190,7 @@ def test_bad_input_errors():
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2", "tiny-gemma3"])
-@pytest.mark.parametrize("site", ["value_exclude_self", "value_full", "diag_removal", "resid_attn"])
+@pytest.mark.parametrize("site", ["value_exclude_self", "value_full", "diag_removal", "attn_out"])
 def test_cached_decoding_equals_the_full_forward_under_an_edit(name, site):
     """Prefill 12 tokens, then 4 cached decode steps under the edit = the same 16 tokens in one forward
     (the value sites see only the cached keys/values and A_tt of the new query; generation relies on it)."""

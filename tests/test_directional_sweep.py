@@ -8,12 +8,12 @@ from geosteer.directional.sweep import sweep_settings
 
 
 def test_sweep_grid_is_the_papers():
-    s = sweep_settings(["resid_attn"])
-    par = sorted(c.s_par for c in s if c.site == "resid_attn" and c.s_perp == 1.0)
-    perp = sorted(c.s_perp for c in s if c.site == "resid_attn" and c.s_par == 1.0 and c.s_perp != 1.0)
+    s = sweep_settings(["attn_out"])
+    par = sorted(c.s_par for c in s if c.site == "attn_out" and c.s_perp == 1.0)
+    perp = sorted(c.s_perp for c in s if c.site == "attn_out" and c.s_par == 1.0 and c.s_perp != 1.0)
     assert par == [x / 4 for x in range(-8, 13) if x != 4]
     assert perp == [x / 4 for x in range(0, 9) if x != 4]
-    assert {c.site for c in s} == {"resid_attn", "value_full", "diag_removal"}
+    assert {c.site for c in s} == {"attn_out", "value_full", "diag_removal"}
 
 
 def test_run_sweep_rows_resume_and_delta(tiny_cache, tmp_path):
@@ -29,14 +29,14 @@ def test_run_sweep_rows_resume_and_delta(tiny_cache, tmp_path):
     ids = heldout_ids(tok, 48)
     out = tmp_path / "s.json"
     kw = dict(context=32, stride=16, batch_size=2, log=lambda s: None)
-    first = ComponentScaleConfig("resid_attn", 0.0, 1.0)
+    first = ComponentScaleConfig("attn_out", 0.0, 1.0)
     rows = run_sweep(model, tok, ids, [first], out, meta={"m": 1}, **kw)
     base = strided_perplexity(model, tok, ids=ids, context=32, stride=16).ppl
     with steer(model, ComponentScale.from_config(first)):
         ppl = strided_perplexity(model, tok, ids=ids, context=32, stride=16).ppl
-    assert [(r["site"], r["s_par"]) for r in rows] == [("none", 1.0), ("resid_attn", 0.0)]
+    assert [(r["site"], r["s_par"]) for r in rows] == [("none", 1.0), ("attn_out", 0.0)]
     assert rows[0]["ppl"] == pytest.approx(base) and rows[1]["delta_ppl"] == pytest.approx(ppl - base)
-    second = ComponentScaleConfig("resid_attn", 1.0, 0.5)
+    second = ComponentScaleConfig("attn_out", 1.0, 0.5)
     rows2 = run_sweep(model, tok, ids, [first, second], out, **kw)
     assert rows2[:2] == rows and [(r["s_par"], r["s_perp"]) for r in rows2[2:]] == [(1.0, 0.5)]
     doc = json.loads(out.read_text())

@@ -29,7 +29,7 @@ def _ids(b=1, t=16, seed=5):
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
 def test_applied_strength_residual_is_cosine(name):
-    """resid_attn s∥ = 0 on one layer removes y∥: ‖ỹ−y‖/‖y‖ = |cos(y, z)|, ‖ỹ‖/‖y‖ = sin, by plain hooks."""
+    """attn_out s∥ = 0 on one layer removes y∥: ‖ỹ−y‖/‖y‖ = |cos(y, z)|, ‖ỹ‖/‖y‖ = sin, by plain hooks."""
     m, _ = _model(name)
     ids = _ids()
     blk = anatomy(m).blocks[1]
@@ -44,7 +44,7 @@ def test_applied_strength_residual_is_cosine(name):
         h1.remove()
         h2.remove()
     cos = torch.nn.functional.cosine_similarity(got["y"], got["z"], dim=-1).abs().flatten()
-    row = applied_strength(m, ids, ["resid_attn"], 0.0, layers=[1])[-1]
+    row = applied_strength(m, ids, ["attn_out"], 0.0, layers=[1])[-1]
     assert row["layer"] == -1 and row["tokens"] == ids.numel()
     assert abs(row["perturb_norm"] - cos.mean().item()) < 1e-5
     assert abs(row["perturb_energy"] - (cos ** 2).mean().item()) < 1e-5
@@ -124,15 +124,15 @@ def _run_cli(monkeypatch, capsys, *args):
 
 @pytest.mark.parametrize("args,needle", [
     (["heads", "--heads", "99", "--layers", "0"], "head 99 out of range"),
-    (["heads", "--site", "resid_attn"], "value site"),
+    (["heads", "--site", "attn_out"], "value site"),
     (["heads", "--site", "nosuch"], "unknown site"),
     (["strength", "--sites", "nosuch"], "unknown site"),
-    (["strength", "--sites", "resid_mlp"], "applied strength is defined"),
+    (["strength", "--sites", "mlp_out"], "applied strength is defined"),
     (["diagonal", "--map-head", "-1"], "head -1 out of range"),
     (["diagonal", "--map-layer", "99"], "layer 99 out of range"),
     (["plot", "nosuch", "x.json", "--out", "x.html"], "unknown figure kind"),
     (["ppl", "--site", "value_full", "--heads", "99"], "head 99 out of range"),
-    (["ppl", "--site", "resid_attn", "--heads", "0"], "value site"),
+    (["ppl", "--site", "attn_out", "--heads", "0"], "value site"),
     (["ppl", "--site", "value_full", "--value-space", "flat"], "unknown value space"),
     (["strength", "--value-space", "flat"], "unknown value space"),
 ])

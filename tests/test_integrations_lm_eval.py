@@ -73,7 +73,7 @@ def test_neutral_geosteer_scores_equal_stock_hf(folder, tasks):
     stock = _run("hf", args, tasks)
     plain = _run("geosteer", args, tasks)
     neutral = _run("geosteer", dict(args, surfaces=str(folder / "surfaces"), gates=str(folder / "gates"),
-                                    scale_site="resid_attn", scale_par=1.0, scale_perp=1.0,
+                                    scale_site="attn_out", scale_par=1.0, scale_perp=1.0,
                                     ffn_variant="full", beta_attn=1.0, alpha_ffn=1.0), tasks)
     assert len(_lls(stock, MC)) == 24 and len(_lls(stock, PPL)) == 4
     # registered attention + no interventions: the same numbers, bit for bit
@@ -157,7 +157,7 @@ def test_recipe_folder_as_model_args(folder, tmp_path):
 
 
 def test_geosteer_names_load_through_geosteer():
-    lm = GeosteerLM(pretrained="tiny-gpt2", **ARGS, scale_site="resid_mlp", scale_par=0.0, scale_layers="0;2")
+    lm = GeosteerLM(pretrained="tiny-gpt2", **ARGS, scale_site="mlp_out", scale_par=0.0, scale_layers="0;2")
     assert lm.model.config._geosteer_name == "tiny-gpt2"
     assert [type(iv).__name__ for iv in lm.interventions] == ["ComponentScale"]
     assert lm.interventions[0].config.layers == [0, 2]
@@ -167,8 +167,8 @@ def test_geosteer_names_load_through_geosteer():
     (dict(scale_site="nowhere"), "unknown site"),
     (dict(ffn_variant="sideways"), "unknown FFN variant"),
     (dict(edits="x.json"), "edits= needs surfaces="),
-    (dict(scale_site="resid_attn", scale_layers="0-99"), "out of range"),
-    (dict(recipe="some/folder", scale_site="resid_attn"), "either recipe= or intervention keys"),
+    (dict(scale_site="attn_out", scale_layers="0-99"), "out of range"),
+    (dict(recipe="some/folder", scale_site="attn_out"), "either recipe= or intervention keys"),
 ])
 def test_bad_model_args_fail_with_one_line(bad, msg):
     with pytest.raises((GeosteerError, ValueError), match=msg):

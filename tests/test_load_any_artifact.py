@@ -53,7 +53,7 @@ def artifacts(tiny_cache, tmp_path_factory) -> dict[str, Path]:
                          base_model="tiny-llama", model_type=model.config.model_type, d_model=model.config.hidden_size,
                          n_layers=model.config.num_hidden_layers)
     out["vectors"] = sv.save(d / "vectors")
-    spec = InterventionSpec(scale_site="resid_attn", scale_par=0.0, gates=str(out["gates"]))
+    spec = InterventionSpec(scale_site="attn_out", scale_par=0.0, gates=str(out["gates"]))
     out["recipe"] = spec.save(d / "recipe", base_model="tiny-llama")
     return out
 
@@ -73,7 +73,7 @@ def test_every_kind_in_a_fresh_process(artifacts):
     assert out == {"surfaces": ["geosteer.manifold.bank.SurfaceBank 0", "geosteer.manifold.bank.SurfaceBank 1"],
                    "gates": ["geosteer.dynamics.gates.FFNGates 0"],
                    "vectors": ["geosteer.vectors.apply.SteeringVectors 0"],  # a method package's own format
-                   "recipe": ["InterventionSpec", "resid_attn"]}
+                   "recipe": ["InterventionSpec", "attn_out"]}
 
 
 def test_load_returns_what_was_saved(artifacts, tiny_cache):
@@ -82,7 +82,7 @@ def test_load_returns_what_was_saved(artifacts, tiny_cache):
 
     model, _ = tiny_cache("llama")
     spec = geosteer.load(artifacts["recipe"], model=model)
-    assert isinstance(spec, InterventionSpec) and spec.scale_par == 0.0 and spec.scale_site == "resid_attn"
+    assert isinstance(spec, InterventionSpec) and spec.scale_par == 0.0 and spec.scale_site == "attn_out"
     assert Path(spec.gates) == artifacts["recipe"] / "gates"  # copied into the recipe, resolved inside it
     gates = geosteer.load(artifacts["gates"], model=model)
     assert gates.alpha.tolist() == [0.5, 1.5, 0.0]

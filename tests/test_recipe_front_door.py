@@ -73,7 +73,7 @@ def _by_hand(name: str, model, surfaces_dir) -> list:
     from geosteer.dynamics.variants import FFNVariant, Gains
 
     parts = {"surfaces": lambda: [M.load(surfaces_dir, model=model)],
-             "directional": lambda: [ComponentScale("resid_attn", 0.0, 1.0, [0, 2])],
+             "directional": lambda: [ComponentScale("attn_out", 0.0, 1.0, [0, 2])],
              "dynamics": lambda: [FFNVariant("radial", None), Gains(0.7, 1.0, None)]}
     names = list(parts) if name == "mixed" else [name]
     return [iv for n in names for iv in parts[n]()]
@@ -81,7 +81,7 @@ def _by_hand(name: str, model, surfaces_dir) -> list:
 
 def _settings(name: str, surfaces_dir) -> list[str]:
     parts = {"surfaces": [f"surfaces={surfaces_dir}"],
-             "directional": ["scale_site=resid_attn", "scale_par=0", "scale_layers=0;2"],
+             "directional": ["scale_site=attn_out", "scale_par=0", "scale_layers=0;2"],
              "dynamics": ["ffn_variant=radial", "beta_attn=0.7"]}
     names = list(parts) if name == "mixed" else [name]
     return [s for n in names for s in parts[n]]
@@ -117,7 +117,7 @@ def test_recipe_folder_is_the_same_as_its_settings(tiny, surfaces, tmp_path, mon
     with cli_model(monkeypatch, tiny):
         saved = _json(monkeypatch, capsys, "recipe", "save", str(tmp_path / "r"), "--base-model", "tiny-llama",
                       *_sets(settings), "--json")
-        assert saved["scale_site"] == "resid_attn" and saved["beta_attn"] == 0.7
+        assert saved["scale_site"] == "attn_out" and saved["beta_attn"] == 0.7
         shown = _json(monkeypatch, capsys, "recipe", "show", "--recipe", str(tmp_path / "r"), "--json")
         assert shown["ffn_variant"] == "radial" and shown["surfaces"].endswith("surfaces")
         via_set = _json(monkeypatch, capsys, *PPL, *_sets(settings))
@@ -134,10 +134,10 @@ def test_recipe_folder_is_the_same_as_its_settings(tiny, surfaces, tmp_path, mon
 
 def test_directional_ppl_reproduced_to_the_last_digit(tiny, monkeypatch, capsys):
     with cli_model(monkeypatch, tiny):
-        old = _json(monkeypatch, capsys, "directional", "ppl", "-m", "tiny-llama", "--site", "resid_attn",
+        old = _json(monkeypatch, capsys, "directional", "ppl", "-m", "tiny-llama", "--site", "attn_out",
                     "--s-par", "0", "--layers", "1-2", "--tokens", "64", "--context", "32", "--stride", "16",
                     "--json")
-        new = _json(monkeypatch, capsys, *PPL, "--set", "scale_site=resid_attn", "--set", "scale_par=0",
+        new = _json(monkeypatch, capsys, *PPL, "--set", "scale_site=attn_out", "--set", "scale_par=0",
                     "--set", "scale_layers=1-2")
         base = _json(monkeypatch, capsys, *PPL)
     assert new["ppl"] == old["ppl"] and base["ppl"] == old["ppl_baseline"]
@@ -199,7 +199,7 @@ def test_old_verbs_are_hidden_and_print_their_new_spelling(tiny, monkeypatch, ca
 
     with cli_model(monkeypatch, tiny):
         code, out, err = run_cli(monkeypatch, capsys, "directional", "ppl", "-m", "tiny-llama", "--site",
-                                 "resid_attn", "--s-par", "0.5", "--tokens", "64", "--context", "32", "--stride",
+                                 "attn_out", "--s-par", "0.5", "--tokens", "64", "--context", "32", "--stride",
                                  "16", "--json")
         assert code == 0, err
         new = err.split("note: the same numbers: geosteer ", 1)[1].split(" (and without", 1)[0]

@@ -32,8 +32,8 @@ def test_directional_sweep_file_gives_one_sweep_per_setting(tmp_path):
 
     model, tok = load_model("tiny-llama")
     ids = torch.randint(0, 200, (66,), generator=torch.Generator().manual_seed(0))
-    settings = [c for c in sweep_settings(["resid_attn"], par_grid=[0.0, 2.0], perp_grid=[0.0, 0.5])
-                if c.site == "resid_attn"]
+    settings = [c for c in sweep_settings(["attn_out"], par_grid=[0.0, 2.0], perp_grid=[0.0, 0.5])
+                if c.site == "attn_out"]
     out = tmp_path / "sweep.json"
     run_sweep(model, tok, ids, settings, out, context=32, stride=32, log=lambda _: None)
     figs = auto_figures(load_tidy(out))
@@ -44,9 +44,9 @@ def test_directional_sweep_file_gives_one_sweep_per_setting(tmp_path):
     for fig in figs:
         x, y = _axes(fig)
         other = "s_perp" if x == "s_par" else "s_par"
-        trace = next(t for t in fig.data if t.name == "site=resid_attn")
+        trace = next(t for t in fig.data if t.name == "site=attn_out")
         # the s⊥ sweep holds s∥ at 1 (and vice versa): each point is one row of the file, not an average
-        want = {r[x]: r[y] for r in rows if r["site"] == "resid_attn" and r[other] == 1.0}
+        want = {r[x]: r[y] for r in rows if r["site"] == "attn_out" and r[other] == 1.0}
         assert dict(zip(trace.x, trace.y, strict=True)) == pytest.approx(want)
 
 

@@ -23,7 +23,7 @@ def recipe(tiny_cache, tmp_path):
         bank.coefficients.normal_(0, 0.3, generator=torch.Generator().manual_seed(1))
     M.save(bank, tmp_path / "surfaces")
     spec = InterventionSpec(surfaces=str(tmp_path / "surfaces"), edits="set=0.5 layer=1 head=0",
-                            scale_site="resid_attn", scale_par=0.0, beta_attn=0.8)
+                            scale_site="attn_out", scale_par=0.0, beta_attn=0.8)
     return spec.save(tmp_path / "recipe", base_model="tiny-llama"), tmp_path
 
 
@@ -36,7 +36,7 @@ def _by_hand(model, folder):
 
     bank = M.load(folder / "surfaces", model=model)
     apply_edits(bank, ["set=0.5 layer=1 head=0"])
-    return [bank, ComponentScale("resid_attn", 0.0, 1.0, None), Gains(0.8, 1.0, None)]
+    return [bank, ComponentScale("attn_out", 0.0, 1.0, None), Gains(0.8, 1.0, None)]
 
 
 def test_studio_starts_from_the_recipe(recipe, tiny_cache, monkeypatch, capsys):

@@ -10,8 +10,10 @@ Points per layer ℓ (TransformerLens names and meanings; all tensors are (batch
 - ``mlp_out``     residual MLP update Φ
 - ``resid_post``  block output x'
 
-Deprecated (warned, removed in the next release): ``mlp_norm_in`` = ``mlp_in``. Before issue 12,
-``mlp_in`` named the tensor after the norm (now ``mlp_normed``).
+``resid_mid`` (TransformerLens' name for the state between attention and MLP) is accepted for ``mlp_in``.
+Deprecated (warned, removed in the next release): ``mlp_norm_in`` = ``mlp_in`` (``mlp_in`` once named the
+tensor after the norm, now ``mlp_normed``); the directional sites' earlier names ``resid_attn`` =
+``attn_out``, ``resid_mlp`` = ``mlp_out``, ``resid_block`` = ``resid_post``.
 
 A hook is ``fn(tensor, ctx) -> tensor | None`` (None keeps the tensor). ``ctx.state`` is a per-layer dict
 that holds the block input (``ctx.state["resid_pre"]``) and, once computed, the attention update
@@ -31,7 +33,9 @@ from torch import nn
 from geosteer.models.anatomy import anatomy, first_tensor, replace_first
 
 HOOK_POINTS = ("resid_pre", "attn_out", "mlp_in", "mlp_normed", "mlp_out", "resid_post")
-DEPRECATED_POINTS = {"mlp_norm_in": "mlp_in"}  # old name -> current name (one release)
+POINT_SYNONYMS = {"resid_mid": "mlp_in"}  # TransformerLens' name -> ours (accepted silently)
+DEPRECATED_POINTS = {"mlp_norm_in": "mlp_in",  # old name -> current name (one release)
+                     "resid_attn": "attn_out", "resid_mlp": "mlp_out", "resid_block": "resid_post"}
 
 
 def canonical_point(point: str) -> str:
@@ -43,6 +47,7 @@ def canonical_point(point: str) -> str:
         warnings.warn(f"hook point '{point}' is deprecated; use '{new}' (TransformerLens' name)",
                       DeprecationWarning, stacklevel=3)
         return new
+    point = POINT_SYNONYMS.get(point, point)
     if point not in HOOK_POINTS:
         raise ValueError(f"unknown hook point '{point}'; valid: {', '.join(HOOK_POINTS)}")
     return point

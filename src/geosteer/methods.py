@@ -105,13 +105,15 @@ class Method:
     """What one method package adds (see the module docstring). ``build(model, values)`` returns the
     interventions for the values of its keys (``[]`` at the defaults); it may also take ``force=False``
     (use artifacts recorded for another base model), which ``InterventionSpec.build(force=True)`` passes.
+    ``validate(values)`` checks its keys' values without a model and may return the values it renamed
+    (a deprecated spelling mapped to the current one), which the recipe then stores.
     ``studies``: its paper experiments (:class:`Study`), apart from the tool verbs of its ``cli``."""
 
     name: str
     summary: str = ""
     keys: tuple[RecipeKey, ...] = ()
     build: Builder | None = None
-    validate: Callable[[dict], None] | None = None
+    validate: Callable[[dict], dict | None] | None = None
     cli: str | Callable | None = None
     artifacts: tuple = ()
     meta: Mapping[str, Any] = field(default_factory=dict)

@@ -9,7 +9,7 @@ methods declare (:func:`geosteer.methods.recipe_keys`; each method package's ``m
 ``parallel_layers`` (dynamics), and any a plugin registers. Layer lists may use ``;`` between parts
 (``0-5;9``) because model_args split on ``,``. Edits are separated by ``;``.
 
-    spec = InterventionSpec(scale_site="resid_attn", scale_par=0.0)
+    spec = InterventionSpec(scale_site="attn_out", scale_par=0.0)
     with geosteer.steer(model, *spec.build(model)): ...
     spec.save("my-recipe", base_model="smollm2")      # geosteer.load("my-recipe") reads it back
 """
@@ -153,7 +153,8 @@ class InterventionSpec:
                 self.values[name] = _check_value(name, key, self.values[name])
         for method in methods().values():
             if method.validate is not None:
-                method.validate(self.section(method))
+                renamed = method.validate(self.section(method)) or {}
+                self.values.update({k: v for k, v in renamed.items() if k in self.values})
 
     def build(self, model: nn.Module, *, force: bool = False) -> list:
         """The interventions, method by method in registration order (manifold, directional, dynamics,

@@ -26,7 +26,7 @@ def _recipe(tmp_path, name="r", base="tiny-llama", **keys):
 
 def test_directional_and_dynamics_ops_follow_geosteer_formulas(tmp_path, meta):
     model, m = meta
-    folder = _recipe(tmp_path, scale_site="resid_attn", scale_par=2.0, scale_perp=0.5, scale_layers="1",
+    folder = _recipe(tmp_path, scale_site="attn_out", scale_par=2.0, scale_perp=0.5, scale_layers="1",
                      alpha_ffn=3.0, gain_layers="0", parallel_layers="1")
     plan = plan_recipe("r", folder, m)
     assert sorted(plan.layers) == [0, 1]

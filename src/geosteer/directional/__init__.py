@@ -2,7 +2,7 @@
 
     from geosteer.directional import ComponentScale, measure_text
     rows, meta = measure_text(model, tok, text)                       # per-layer ∥/⊥ statistics
-    with geosteer.steer(model, ComponentScale("resid_attn", s_par=0.0)):  # remove the parallel part
+    with geosteer.steer(model, ComponentScale("attn_out", s_par=0.0)):  # remove the parallel part
         ...
 """
 

@@ -82,7 +82,7 @@ def decompose_cmd(
 
 def sweep_cmd(
     model: str = MODEL_OPT,
-    sites: str = typer.Option("value_exclude_self,resid_attn,resid_mlp", "--sites",
+    sites: str = typer.Option("value_exclude_self,attn_out,mlp_out", "--sites",
                               help="comma-separated sweep sites"),
     controls: bool = typer.Option(True, "--controls/--no-controls",
                                   help="add value_full and diag_removal at s_par = 0"),

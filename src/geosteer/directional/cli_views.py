@@ -152,7 +152,7 @@ def heads_cmd(
 
 def strength_cmd(
     model: str = MODEL_OPT,
-    sites: str = typer.Option("resid_attn,value_exclude_self,value_full", "--sites"),
+    sites: str = typer.Option("attn_out,value_exclude_self,value_full", "--sites"),
     s_par: float = typer.Option(0.0, "--s-par"),
     layers: str = typer.Option("all", "--layers", **_SMALL),
     tokens: int = typer.Option(512, "--tokens", min=2),
@@ -172,10 +172,10 @@ def strength_cmd(
 
     site_list = [check_site(s.strip()) for s in sites.split(",") if s.strip()]
     if not site_list:
-        raise GeosteerError("--sites is empty: give some of resid_attn, value_full, value_exclude_self")
-    bad = [s for s in site_list if s not in ("resid_attn", "value_full", "value_exclude_self")]
+        raise GeosteerError("--sites is empty: give some of attn_out, value_full, value_exclude_self")
+    bad = [s for s in site_list if s not in ("attn_out", "value_full", "value_exclude_self")]
     if bad:
-        raise GeosteerError("applied strength is defined for resid_attn, value_full, value_exclude_self "
+        raise GeosteerError("applied strength is defined for attn_out, value_full, value_exclude_self "
                             f"(not '{bad[0]}')")
     check_scale("s_par", s_par)
     from geosteer.directional.config import VALUE_SPACES

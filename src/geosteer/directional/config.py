@@ -7,17 +7,21 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from geosteer.errors import GeosteerError
+from geosteer.hooks import DEPRECATED_POINTS, canonical_point
 from geosteer.models.anatomy import parse_indices, parse_layers  # noqa: F401 - parse_layers re-exported
 
-# Where ỹ = s∥·y∥ + s⊥·y⊥ is applied (reference in brackets):
-#   resid_attn          attention update A            [block input x, not normed]          (Eq. 4, 11)
-#   resid_mlp           MLP update Φ                  [the MLP's incoming residual: x + A, or x if parallel]
-#   resid_block         block update x' − x           [block input x]
+# Where ỹ = s∥·y∥ + s⊥·y⊥ is applied (reference in brackets); residual sites are the hook points they edit:
+#   attn_out            attention update A            [block input x, not normed]          (Eq. 4, 11)
+#   mlp_out             MLP update Φ                  [the MLP's incoming residual: x + A, or x if parallel]
+#   resid_post          block update x' − x           [block input x]
 #   value_full          attention aggregate o_t       [the token's own value v_t, per head]  (Eq. 8)
 #   value_exclude_self  only the non-self part c_t    [v_t]; d_t = A_tt·v_t kept, no renormalisation (Eq. 10)
 #   diag_removal        control: A_tt = 0, renormalised over the other positions (scales ignored)
-SITES = ("resid_attn", "resid_mlp", "resid_block", "value_full", "value_exclude_self", "diag_removal")
+SITES = ("attn_out", "mlp_out", "resid_post", "value_full", "value_exclude_self", "diag_removal")
 RESIDUAL_SITES = SITES[:3]
+# The residual sites' earlier names, accepted with a DeprecationWarning for one release through the hook
+# points' alias table (results files written before the rename carry them).
+DEPRECATED_SITES = {old: new for old, new in DEPRECATED_POINTS.items() if new in RESIDUAL_SITES}
 VALUE_SITES = SITES[3:]
 # Value space of value_full / value_exclude_self: "head" decomposes each head's o_t against that head's
 # v_t (the paper's block-diagonal operator, the default); "concat" decomposes the concatenation of all
@@ -25,7 +29,16 @@ VALUE_SITES = SITES[3:]
 VALUE_SPACES = ("head", "concat")
 
 
+def canonical_site(site: str) -> str:
+    """``site`` with a deprecated residual name mapped to its hook-point name (warned); others unchanged."""
+    if site in DEPRECATED_SITES:
+        return canonical_point(site)
+    return site
+
+
 def check_site(site: str) -> str:
+    """The current name of ``site`` (deprecated names warned); unknown sites refused."""
+    site = canonical_site(site)
     if site not in SITES:
         raise GeosteerError(f"unknown site '{site}'; valid: {', '.join(SITES)}")
     return site
@@ -72,7 +85,7 @@ class ComponentScaleConfig:
     value_space: str = "head"
 
     def __post_init__(self) -> None:
-        check_site(self.site)
+        self.site = check_site(self.site)
         self.s_par = check_scale("s_par", self.s_par)
         self.s_perp = check_scale("s_perp", self.s_perp)
         if self.layers is not None:

@@ -5,7 +5,7 @@ The paper compares fixed parallel removal (s∥ = 0) in pretraining against "tok
 how w starts; the choices here are named options with these defaults (and why):
 
 - ``site="value_full"``: the site of the paper's pretraining runs (V-Para Rem., full value aggregate o_t
-  against v_t, per head); ``"value_exclude_self"`` and ``"resid_attn"`` are also accepted.
+  against v_t, per head); ``"value_exclude_self"`` and ``"attn_out"`` are also accepted.
 - ``gate_input="normed"``: x is the layer's attention input after its pre-attention norm (x^attn, what the
   value projection reads, Section 4 of the paper); ``"resid"`` uses the un-normed block input instead.
   The normed input keeps σ(wᵀx) on the same scale at every layer.
@@ -27,13 +27,14 @@ import torch
 from torch import nn
 
 from geosteer.attention import attach_handlers
+from geosteer.directional.config import canonical_site
 from geosteer.directional.sites import _scaled_delta
 from geosteer.directional.value import self_weight
 from geosteer.errors import GeosteerError
 from geosteer.hooks import _hidden_from_args, attach_hooks
 from geosteer.models.anatomy import anatomy
 
-GATED_SITES = ("value_full", "value_exclude_self", "resid_attn")
+GATED_SITES = ("value_full", "value_exclude_self", "attn_out")
 GATE_INPUTS = ("normed", "resid")
 
 
@@ -48,11 +49,12 @@ class GatedParallelScale(nn.Module):
     def __init__(self, model: nn.Module, site: str = "value_full", layers: Sequence[int] | None = None,
                  gate_input: str = "normed", per_head: bool = False, init: float = 0.0) -> None:
         super().__init__()
+        site = canonical_site(site)
         if site not in GATED_SITES:
             raise GeosteerError(f"unknown gated site '{site}'; valid: {', '.join(GATED_SITES)}")
         if gate_input not in GATE_INPUTS:
             raise GeosteerError(f"unknown gate input '{gate_input}'; valid: {', '.join(GATE_INPUTS)}")
-        if per_head and site == "resid_attn":
+        if per_head and site == "attn_out":
             raise GeosteerError("per_head gates need a value site (the residual site has no heads)")
         an = anatomy(model)
         self.site, self.gate_input, self.per_head = site, gate_input, per_head
@@ -90,7 +92,7 @@ class GatedParallelScale(nn.Module):
                         lambda mod, args, kwargs, layer=layer: self._x.__setitem__(
                             layer, _hidden_from_args(args, kwargs)[0]), with_kwargs=True)
                 removers.append(h.remove)
-            if self.site == "resid_attn":
+            if self.site == "attn_out":
                 def fn(a, ctx):
                     s = self.gate(ctx.layer, self._x[ctx.layer])  # (b, q, 1)
                     return a + _scaled_delta(a, ctx.state["resid_pre"], s.squeeze(-1).to(a.dtype), 1.0)

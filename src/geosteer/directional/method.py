@@ -5,11 +5,13 @@ from __future__ import annotations
 from geosteer.methods import Method, RecipeKey, Study, register_method
 
 
-def _validate(v: dict) -> None:
+def _validate(v: dict) -> dict | None:
+    """``scale_site`` checked; an earlier site name comes back as its hook-point name (warned)."""
     from geosteer.directional.config import check_site
 
     if v["scale_site"] is not None:
-        check_site(v["scale_site"])
+        return {"scale_site": check_site(v["scale_site"])}
+    return None
 
 
 def _build(model, v: dict) -> list:

@@ -133,9 +133,9 @@ def mlp_internal_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int
 
     base = _next_token_loss(model, ids)
     rows = []
-    for geometry in ("resid_mlp", "carrier", "contrib"):
+    for geometry in ("mlp_out", "carrier", "contrib"):
         for setting, (sp, sq) in (("no_para", (0.0, 1.0)), ("no_perp", (1.0, 0.0))):
-            iv = ComponentScale("resid_mlp", sp, sq, layers=layers) if geometry == "resid_mlp" else \
+            iv = ComponentScale("mlp_out", sp, sq, layers=layers) if geometry == "mlp_out" else \
                 MLPInternalScale(geometry, sp, sq, layers)
             with steer(model, iv):
                 loss = _next_token_loss(model, ids)

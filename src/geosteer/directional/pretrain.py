@@ -5,7 +5,7 @@ the same seed, data order and steps for each variant; the variant's edit is acti
 evaluation, exactly as the inference-time intervention (``ComponentScale`` through ``geosteer.steer``):
 
 - ``baseline``   no edit
-- ``attn_par``   residual attention parallel removal, ``ComponentScale("resid_attn", s_par=0)``
+- ``attn_par``   residual attention parallel removal, ``ComponentScale("attn_out", s_par=0)``
 - ``value_par``  value-space parallel removal on the full aggregate, ``ComponentScale("value_full", s_par=0)``
   (the paper's V-Para Rem. for pretraining)
 
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-VARIANTS = {"baseline": None, "attn_par": ("resid_attn", 0.0), "value_par": ("value_full", 0.0)}
+VARIANTS = {"baseline": None, "attn_par": ("attn_out", 0.0), "value_par": ("value_full", 0.0)}
 
 
 def byte_ids(split: str, max_chars: int | None = None) -> torch.Tensor:

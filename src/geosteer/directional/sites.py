@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from geosteer.attention import attach_handlers, stock_attention_with_lse
-from geosteer.directional.config import ComponentScaleConfig, check_heads
+from geosteer.directional.config import RESIDUAL_SITES, ComponentScaleConfig, check_heads
 from geosteer.directional.value import (
     self_weight,
     self_weight_from_lse,
@@ -68,7 +68,7 @@ class ComponentScale:
         layers = an.check_layers(self.config.layers)
         check_heads(self.config.heads, an.n_heads)
         site = self.config.site
-        if site.startswith("resid_"):
+        if site in RESIDUAL_SITES:
             return self._attach_residual(model, layers)
         handler = self._value_handler()
         return attach_handlers(model, layers, lambda layer: handler)
@@ -78,17 +78,17 @@ class ComponentScale:
         sp, sq = self.config.s_par, self.config.s_perp
         site = self.config.site
 
-        if site == "resid_attn":
+        if site == "attn_out":
             point = "attn_out"
 
             def fn(a, ctx):
                 return a + _scaled_delta(a, ctx.state["resid_pre"], sp, sq)
-        elif site == "resid_mlp":
+        elif site == "mlp_out":
             point = "mlp_out"
 
             def fn(phi, ctx):
                 return phi + _scaled_delta(phi, ctx.state["mlp_in"], sp, sq)
-        else:  # resid_block
+        else:  # resid_post
             point = "resid_post"
 
             def fn(x_out, ctx):

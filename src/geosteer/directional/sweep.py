@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-from geosteer.directional.config import ComponentScaleConfig
+from geosteer.directional.config import DEPRECATED_SITES, ComponentScaleConfig
 from geosteer.io_utils import write_records
 from geosteer.progress import counter
 
-SWEEP_SITES = ("value_exclude_self", "resid_attn", "resid_mlp")
+SWEEP_SITES = ("value_exclude_self", "attn_out", "mlp_out")
 
 
 def frange(lo: float, hi: float, step: float) -> list[float]:
@@ -57,6 +57,8 @@ def run_sweep(model, tok, ids: torch.Tensor, settings: Sequence[ComponentScaleCo
     rows: list[dict] = []
     if resume and out.is_file() and out.suffix == ".json":
         rows = json.loads(out.read_text()).get("rows", [])
+    for r in rows:  # a results file written before the residual sites took their hook-point names
+        r["site"] = DEPRECATED_SITES.get(r["site"], r["site"])
     done = {(r["site"], r["s_par"], r["s_perp"]) for r in rows}
     meta = dict(meta or {}, context=context, stride=stride, tokens=int(ids.numel()))
 

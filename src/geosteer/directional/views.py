@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from geosteer.attention import add_attention_handler
+from geosteer.directional.config import check_site
 from geosteer.directional.diagonal import DiagonalCapture, layer_views, output_projection
 from geosteer.directional.sites import ComponentScale
 from geosteer.interventions import steer
@@ -139,7 +140,7 @@ class _PostWOAudit:
         handles, removers = [], []
         for i in self.layers:
             blk = an.blocks[i]
-            if self.site == "resid_attn":  # the edit is a hook on the branch output: see it before and after
+            if self.site == "attn_out":  # the edit is a hook on the branch output: see it before and after
                 def before(mod, args, out, i=i):
                     self._unedited[i] = first_tensor(out).detach().clone()
 
@@ -174,7 +175,7 @@ class _PostWOAudit:
 
 
 @torch.no_grad()
-def applied_strength(model: nn.Module, ids: torch.Tensor, sites: Sequence[str] = ("resid_attn", "value_exclude_self"),
+def applied_strength(model: nn.Module, ids: torch.Tensor, sites: Sequence[str] = ("attn_out", "value_exclude_self"),
                      s_par: float = 0.0, layers: Sequence[int] | None = None,
                      value_space: str = "head") -> list[dict]:
     """Table 6: per site (all ``layers`` edited at once, "Full No-Para" at s∥ = 0), the per-token
@@ -184,7 +185,7 @@ def applied_strength(model: nn.Module, ids: torch.Tensor, sites: Sequence[str] =
     an = anatomy(model)
     layers = an.check_layers(layers)
     rows = []
-    for site in sites:
+    for site in map(check_site, sites):
         audit = _PostWOAudit(site, layers)
         vs = value_space if site.startswith("value_") else "head"
         with steer(model, ComponentScale(site, s_par, 1.0, layers=layers, value_space=vs), audit):

@@ -6,7 +6,7 @@ no plugin entry point), so the plain ``lm_eval`` command does not know ``geostee
 registered (``python -m geosteer.integrations.lm_eval`` is the same)::
 
     geosteer eval --model geosteer \\
-        --model_args pretrained=smollm2,surfaces=artifacts/s,scale_site=resid_attn,scale_par=0.5 \\
+        --model_args pretrained=smollm2,surfaces=artifacts/s,scale_site=attn_out,scale_par=0.5 \\
         --tasks hellaswag
 
 or, in Python, ``import geosteer.integrations.lm_eval`` before ``lm_eval.simple_evaluate(model="geosteer",

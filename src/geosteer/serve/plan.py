@@ -5,7 +5,7 @@ the model: same validation, same artifact loading, same base-model checks); the 
 are then read into :class:`LayerOps` per layer, in the order geosteer attaches them. Nothing here imports
 vLLM: the engine-side code (``geosteer.serve.llama``) calls these operations on (tokens, d) tensors.
 
-Supported: residual-space directional scaling (``resid_attn``, ``resid_mlp``, ``resid_block``),
+Supported: residual-space directional scaling (``attn_out``, ``mlp_out``, ``resid_post``),
 ``value_full`` (per head or concatenated, head selections), FFN variants, gates, gains, parallel layers,
 and attention surfaces (exact, through extra value channels; see ``geosteer.serve.llama``). Anything else
 is refused with one line naming the setting, never approximated.
@@ -161,7 +161,8 @@ def _read_scale(cs, layers: dict[int, LayerOps]) -> None:
     c = cs.config
     if c.site in ("value_exclude_self", "diag_removal"):
         raise GeosteerError(f"scale_site={c.site} cannot be exact on vLLM (it needs the self-attention weight "
-                            "A_tt, which paged attention does not expose); use value_full or a resid_* site")
+                            "A_tt, which paged attention does not expose); use value_full or a residual site "
+                            "(attn_out, mlp_out, resid_post)")
     sp, sq = c.s_par, c.s_perp
     if c.is_neutral:
         return
@@ -169,11 +170,11 @@ def _read_scale(cs, layers: dict[int, LayerOps]) -> None:
         ops = layers[layer]
         if c.site == "value_full":
             ops.attention.append(ValueScaleOp(sp, sq, c.heads, c.value_space == "concat"))
-        elif c.site == "resid_attn":
+        elif c.site == "attn_out":
             ops.attn_out.append(lambda a, st, pos: a + _scaled_delta(a, st["resid_pre"], sp, sq))
-        elif c.site == "resid_mlp":
+        elif c.site == "mlp_out":
             ops.mlp_out.append(lambda f, st, pos: f + _scaled_delta(f, st["mlp_in"], sp, sq))
-        else:  # resid_block
+        else:  # resid_post
             ops.resid_post.append(
                 lambda y, st, pos: y + _scaled_delta(y - st["resid_pre"], st["resid_pre"], sp, sq))
 

@@ -1,0 +1,204 @@
+"""One vocabulary: site names are the hook-point names, and an option name means one thing across verbs.
+
+The command tree is walked (hidden commands and options excluded) and every site table is read; what does
+not fit yet sits in an allow-list below, each entry with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections import defaultdict
+
+import pytest
+import torch
+
+from geosteer.hooks import DEPRECATED_POINTS, HOOK_POINTS, POINT_SYNONYMS, attach_hooks
+
+# Sites that are not residual-stream hook points, by what they are.
+ATTENTION_INTERNAL = {"value_full", "value_exclude_self", "diag_removal"}  # edits inside attention
+MLP_INTERNAL = {"carrier", "contrib"}  # the MLP's hidden activation (directional.mlp_internal)
+
+# option -> reason: names that still carry two meanings (kinds), to be renamed with a warned alias.
+OPTION_ALLOW = {
+    "--layers": "a layer spec everywhere but `study directional pretrain`, where it is the depth of the "
+                "model being pretrained",
+    "--seeds": "a count of seeds (0..N-1) everywhere but `study directional pretrain`, which takes a list",
+    "--prompts": "a count in the dynamics edit studies, a prompts file in `manifold explore`",
+    "--html": "a flag in `study report` (write HTML), an output path in the dynamics continuation/basins studies",
+}
+# table -> reason: site tables whose names are not hook points yet.
+SITE_TABLE_ALLOW = {
+    "geosteer.directional.measure.RESIDUAL_SITES": "row labels (attn, mlp, block) of the measurement; "
+                                                   "committed results files and the reproduction items read them",
+}
+
+
+def _leaf_commands():
+    from typer.main import get_command
+
+    from geosteer.cli import app, register_clis
+
+    register_clis()
+
+    def walk(cmd, path=()):
+        if getattr(cmd, "hidden", False):
+            return
+        subs = getattr(cmd, "commands", None)
+        if subs is None:
+            yield " ".join(path), cmd
+            return
+        for name, sub in subs.items():
+            yield from walk(sub, (*path, name))
+
+    return list(walk(get_command(app)))
+
+
+def _option_kind(param) -> str:
+    """What an option's value is: a flag, or its element type (a repeatable option counts as its element)."""
+    if param.is_flag:
+        return "flag"
+    kind = repr(param.bare_type())
+    return kind[len("'list["):-2] if kind.startswith("'list[") else kind.strip("'")
+
+
+def option_meanings() -> dict[str, dict[str, list[str]]]:
+    """``--name`` -> {kind: [verbs]} over every visible leaf command."""
+    seen: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path, cmd in _leaf_commands():
+        for p in cmd.params:
+            if getattr(p, "param_type_name", "") != "option" or getattr(p, "hidden", False):
+                continue
+            for name in p.opts:
+                if name.startswith("--"):
+                    seen[name][_option_kind(p)].append(path)
+    return seen
+
+
+def test_the_walk_sees_the_command_tree():
+    paths = {path for path, _ in _leaf_commands()}
+    assert {"ppl", "generate", "compare", "recipe show", "decompose"} <= paths
+    kinds = option_meanings()
+    assert kinds["--model"].keys() == {"str"} and len(kinds["--model"]["str"]) > 10
+    assert "flag" in kinds["--json"]
+
+
+def test_an_option_name_has_one_meaning_across_verbs():
+    found = {name: dict(kinds) for name, kinds in option_meanings().items() if len(kinds) > 1}
+    unexplained = {k: v for k, v in found.items() if k not in OPTION_ALLOW}
+    assert not unexplained, f"options with two meanings (rename one, or allow-list it with a reason): {unexplained}"
+    stale = set(OPTION_ALLOW) - set(found)
+    assert not stale, f"allow-listed options that now have one meaning (drop them from OPTION_ALLOW): {stale}"
+
+
+def _site_tables() -> dict[str, tuple[str, ...]]:
+    from geosteer.directional import config, gated, measure, mlp_internal, sweep
+    from geosteer.vectors import config as vectors_config
+
+    return {
+        "geosteer.directional.config.SITES": config.SITES,
+        "geosteer.directional.gated.GATED_SITES": gated.GATED_SITES,
+        "geosteer.directional.sweep.SWEEP_SITES": sweep.SWEEP_SITES,
+        "geosteer.directional.mlp_internal.MLP_INTERNAL_SITES": mlp_internal.MLP_INTERNAL_SITES,
+        "geosteer.directional.measure.RESIDUAL_SITES": measure.RESIDUAL_SITES,
+        "geosteer.vectors.config.POINTS": vectors_config.POINTS,
+    }
+
+
+def test_site_tables_use_the_hook_point_names():
+    vocabulary = set(HOOK_POINTS) | ATTENTION_INTERNAL | MLP_INTERNAL
+    bad = {table: sorted(set(names) - vocabulary) for table, names in _site_tables().items()
+           if set(names) - vocabulary and table not in SITE_TABLE_ALLOW}
+    assert not bad, f"site names outside the hook-point vocabulary: {bad}"
+    stale = {t for t in SITE_TABLE_ALLOW if set(_site_tables()[t]) <= vocabulary}
+    assert not stale, f"allow-listed tables that now fit (drop them from SITE_TABLE_ALLOW): {stale}"
+    from geosteer.directional.config import RESIDUAL_SITES
+
+    assert set(RESIDUAL_SITES) <= set(HOOK_POINTS)  # a residual site is the hook point it edits
+
+
+def test_every_deprecated_name_maps_to_a_current_one():
+    assert set(DEPRECATED_POINTS.values()) <= set(HOOK_POINTS)
+    assert set(POINT_SYNONYMS.values()) <= set(HOOK_POINTS)
+    assert not (set(DEPRECATED_POINTS) | set(POINT_SYNONYMS)) & set(HOOK_POINTS)
+
+
+@pytest.mark.parametrize(("old", "new"), [("resid_attn", "attn_out"), ("resid_mlp", "mlp_out"),
+                                          ("resid_block", "resid_post")])
+def test_old_site_names_warn_and_give_the_same_logits(old, new):
+    from geosteer import load_model, steer
+    from geosteer.directional import ComponentScale
+
+    model, _ = load_model("tiny-llama")
+    ids = torch.randint(0, 200, (1, 12), generator=torch.Generator().manual_seed(0))
+    with pytest.warns(DeprecationWarning, match=f"'{old}' is deprecated; use '{new}'"):
+        old_iv = ComponentScale(old, s_par=0.3, s_perp=1.4, layers=[0, 1])
+    assert old_iv.config.site == new
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the current name warns nothing
+        new_iv = ComponentScale(new, s_par=0.3, s_perp=1.4, layers=[0, 1])
+    with torch.no_grad():
+        stock = model(input_ids=ids).logits
+        with steer(model, old_iv):
+            by_old = model(input_ids=ids).logits
+        with steer(model, new_iv):
+            by_new = model(input_ids=ids).logits
+    assert torch.equal(by_old, by_new)
+    assert (by_new - stock).abs().max() > 1e-4  # the edit does something
+
+
+def test_a_recipe_with_an_old_site_name_stores_the_new_one(tmp_path):
+    from geosteer.recipe import InterventionSpec, load_recipe
+
+    with pytest.warns(DeprecationWarning, match="'resid_mlp' is deprecated"):
+        spec = InterventionSpec.from_dict({"scale_site": "resid_mlp", "scale_par": 0.0})
+    assert spec.scale_site == "mlp_out"
+    spec.save(tmp_path / "r", base_model="tiny-llama")
+    assert load_recipe(tmp_path / "r")[0].scale_site == "mlp_out"
+    assert not any("resid_mlp" in f.read_text() for f in (tmp_path / "r").glob("*.json"))
+
+
+def test_resid_mid_is_the_state_between_attention_and_mlp():
+    """TransformerLens' ``resid_mid`` reaches the same tensor as ``mlp_in``: x + A, compared with x + A
+    rebuilt from ``resid_pre`` and ``attn_out`` of the same forward."""
+    from geosteer import load_model
+
+    model, _ = load_model("tiny-llama")
+    ids = torch.randint(0, 200, (1, 9), generator=torch.Generator().manual_seed(1))
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(name):
+        def fn(t, ctx):
+            seen[name] = t.detach().clone()
+        return fn
+
+    removers = [attach_hooks(model, p, [1], keep(p)) for p in ("resid_pre", "attn_out")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        removers.append(attach_hooks(model, "resid_mid", [1], keep("resid_mid")))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids)
+    finally:
+        for remove in removers:
+            remove()
+    torch.testing.assert_close(seen["resid_mid"], seen["resid_pre"] + seen["attn_out"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_sweep_resumes_from_a_file_with_the_old_site_names(tmp_path):
+    from geosteer import load_model
+    from geosteer.directional.config import ComponentScaleConfig
+    from geosteer.directional.sweep import run_sweep
+
+    model, tok = load_model("tiny-llama")
+    ids = torch.randint(0, 200, (66,), generator=torch.Generator().manual_seed(0))
+    out = tmp_path / "sweep.json"
+    run_sweep(model, tok, ids, [ComponentScaleConfig("attn_out", 0.0, 1.0)], out, context=32, stride=32,
+              log=lambda _: None)
+    data = json.loads(out.read_text())
+    for r in data["rows"]:
+        r["site"] = {"attn_out": "resid_attn"}.get(r["site"], r["site"])  # as written before the rename
+    out.write_text(json.dumps(data))
+    rows = run_sweep(model, tok, ids, [ComponentScaleConfig("attn_out", 0.0, 1.0)], out, context=32, stride=32,
+                     log=lambda _: None)
+    assert [r["site"] for r in rows] == ["none", "attn_out"]  # read back, not measured twice
