@@ -4,6 +4,7 @@ as hidden aliases that warn, and every leaf (hidden ones too) answering `--help`
 from __future__ import annotations
 
 import pytest
+import typer
 from typer.main import get_command
 from typer.testing import CliRunner
 
@@ -98,3 +99,34 @@ def test_old_spelling_warns_once_and_gives_the_same_output(tmp_path, monkeypatch
     assert notes == ["note: `geosteer directional strength` is now `geosteer study directional strength`; "
                      "the old spelling goes in the next release"]
     assert old_out.read_text() == new_out.read_text()
+
+
+def plug_echo(word: str = typer.Option("hi", "--word")) -> None:
+    """Echo a word (a plugin's study)."""
+    typer.echo(f"plug: {word}")
+
+
+def test_a_plugin_methods_study_runs_under_geosteer_study(monkeypatch):
+    from geosteer.cli import study_methods
+    from geosteer.cli.study import study_app
+    from geosteer.methods import Method, Study, register_method, unregister_method
+
+    plug = register_method(Method(name="plug", summary="a plugin", cli=lambda app: None, studies=(
+        Study("echo", "tests.test_cli_studies:plug_echo", paper="Fig. 0", old="plug-echo"),)))
+    target = typer.Typer()
+    try:
+        register_clis(target)
+        runner = CliRunner()
+        new = runner.invoke(target, ["study", "plug", "echo", "--word", "x"])
+        old = runner.invoke(target, ["plug-echo", "--word", "x"])
+        listed = runner.invoke(target, ["study", "--list"], env={"COLUMNS": "200"})
+        helped = runner.invoke(target, ["study", "plug", "echo", "--help"], env={"COLUMNS": "200"})
+    finally:
+        unregister_method(plug.name)
+        study_app.registered_groups[:] = [g for g in study_app.registered_groups if g.name != "plug"]
+        study_methods._groups.pop("plug", None)
+    assert new.exit_code == 0 and new.output == "plug: x\n"
+    assert old.exit_code == 0 and old.output.splitlines()[-1] == "plug: x" and "note:" in old.output
+    assert "plug echo" in listed.output and "Fig. 0" in listed.output
+    assert "Paper item: Fig. 0." in helped.output
+    assert "plug-echo" not in runner.invoke(target, ["--help"], env={"COLUMNS": "200"}).output
