@@ -1,5 +1,5 @@
 """α continuation of critical candidates and basin maps of the flow of g_α on sphere slices (paper Figs. 11,
-12, App. C.3–C.4; issue 13 item 2).
+12, App. C.3–C.4).
 
 **α continuation.** g_α(u) = P_u(V u + α Φ(u)). At α = 0 the field is P_u V u, whose zeros are exactly the
 ±(real eigenvectors of V) (:func:`geosteer.dynamics.critical.ov_exact`), so tracks start there: the

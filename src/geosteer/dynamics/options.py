@@ -1,4 +1,4 @@
-"""The split choices the paper leaves open, run both ways (issue 13 item 5): the reference direction of the
+"""The split choices the paper leaves open, run both ways: the reference direction of the
 radial/tangential FFN split — u = unit(x + A), the state the FFN reads (default), or u = unit(x), the block
 input — and whether position 0 (BOS, whose residual norm dwarfs the rest) is ablated too or keeps its stock
 update. Held-out loss of each FFN variant under each choice, on the same windows."""

@@ -87,7 +87,7 @@ def ov_rows(model: nn.Module) -> list[dict]:
             ev = torch.linalg.eigvals(small)
             top = ev[ev.abs().argmax()]
             is_real = abs(top.imag.item()) <= 1e-6 * max(abs(top).item(), 1e-30)
-            top_re = ev[ev.real.argmax()]  # "dominant" read as the largest real part (issue 13 item 5)
+            top_re = ev[ev.real.argmax()]  # "dominant" read as the largest real part
             re_real = abs(top_re.imag.item()) <= 1e-6 * max(abs(top_re).item(), 1e-30)
             rows.append({
                 "layer": layer, "head": h, "kv_head": g, "skew_sym_ratio": ratio.item(),

@@ -1,4 +1,4 @@
-"""Causal prefix, anchor and editing diagnostics (paper App. C.5, Fig. 13; issue 13 item 3).
+"""Causal prefix, anchor and editing diagnostics (paper App. C.5, Fig. 13).
 
 - **Prefix / Volterra sensitivity** (:func:`prefix_spread`): one fixed suffix after N different prefixes;
   per layer, the spread of the last-token residual direction u = unit(resid_post) over the N contexts. Both

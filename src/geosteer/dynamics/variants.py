@@ -31,7 +31,7 @@ def _zero(x: torch.Tensor, ctx) -> torch.Tensor:
     return torch.zeros_like(x)
 
 
-# Reference direction of the radial/tangential split (issue 13 item 5): "read" = unit(mlp_in), the state
+# Reference direction of the radial/tangential split: "read" = unit(mlp_in), the state
 # the FFN reads (x + A in a sequential block; the default), "input" = unit(resid_pre), the block input x.
 REFERENCES = {"read": "mlp_in", "input": "resid_pre"}
 

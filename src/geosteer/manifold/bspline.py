@@ -1,4 +1,4 @@
-"""Uniform cubic B-spline bases on a grid (issue 3's conventions, so results are comparable).
+"""Uniform cubic B-spline bases on a grid (the attention-manifold paper's conventions, so results are comparable).
 
 For ``grid_size`` g intervals over ``[lo, hi]``: knot spacing h = (hi - lo)/g, knots
 t_i = lo + (i - 3)·h for i = 0 … g+6, and K = g + 3 basis functions. B_a is supported on

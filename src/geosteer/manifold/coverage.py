@@ -1,4 +1,4 @@
-"""Grid coverage and wall leakage, measured on real attention (issue 16 items 2 and 3).
+"""Grid coverage and wall leakage, measured on real attention.
 
 - :func:`grid_coverage` — per layer with surfaces: the fraction of attention mass (pairs (i, j) weighted by
   a_ij, per head and dim) whose q_id or k_jd falls outside the grid [lo, hi]. There the basis is no longer

@@ -1,4 +1,4 @@
-"""Learned walls (issue 16 item 4): a short list of exact wall regions that suppress a target continuation.
+"""Learned walls: a short list of exact wall regions that suppress a target continuation.
 
 Given target prompts with a continuation to suppress and control prompts to leave alone, learn which
 (layer, head, dim) value channels and which (q, k) boxes to wall off (``geosteer.manifold.walls``: gain exactly

@@ -1,4 +1,4 @@
-"""Walls that block: exact region walls on the value gain (issue 16 item 3).
+"""Walls that block: exact region walls on the value gain.
 
 Semantics. A wall over a region R = (layer, heads, dims, q-range, k-range) sets the gain of every pair
 (i, j) with q_id in the q-range and k_jd in the k-range to exactly 0, for every walled (head, dim):
