@@ -6,6 +6,7 @@ Shared options, ``emit`` and the error handling live in :mod:`geosteer.cli.commo
 
 from __future__ import annotations
 
+import functools
 import importlib
 from pathlib import Path
 
@@ -55,13 +56,14 @@ def register_clis(target: typer.Typer | None = None) -> None:
     target = target or app
     todo = [(name, name) for name in _CORE_CLIS]
     todo += [(f"method:{m.name}", m.cli) for m in methods().values() if m.cli is not None]
+    studies = importlib.import_module("geosteer.cli.study_methods")  # geosteer study <method> <name>
+    todo += [(f"studies:{m.name}", functools.partial(studies.add_studies, method=m))
+             for m in methods().values() if m.studies]
     for key, cli in todo:
         if key in _registered and target is app:
             continue
         register = importlib.import_module(cli).register if isinstance(cli, str) else cli
         register(target)
-        if key.startswith("method:"):  # its paper studies: geosteer study <method> <name>
-            importlib.import_module("geosteer.cli.study_methods").add_studies(target, methods()[key[7:]])
         if target is app:
             _registered.add(key)
 

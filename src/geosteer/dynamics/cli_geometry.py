@@ -168,7 +168,7 @@ def split_options(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                   batch_size: int = typer.Option(4, "--batch-size"), as_json: bool = JSON_OPT,
                   out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT, threads: int = THREADS_OPT,
                   device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
-    """FFN radial/tangential ablation under each split reference, with BOS ablated or kept (issue 13 item 5)."""
+    """FFN radial/tangential ablation under each split reference, with BOS ablated or kept (paper Fig. 3 robustness)."""
     from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.config import check_variant
     from geosteer.dynamics.diagnostics import corpus_windows
