@@ -29,8 +29,9 @@ OPTION_ALLOW = {
 }
 # table -> reason: site tables whose names are not hook points yet.
 SITE_TABLE_ALLOW = {
-    "geosteer.directional.measure.RESIDUAL_SITES": "row labels (attn, mlp, block) of the measurement; "
-                                                   "committed results files and the reproduction items read them",
+    "geosteer.directional.measure.RESIDUAL_SITES": "row labels (attn, mlp, block) of the measurement, shared with "
+                                                   "the compression-error rows; the paper-figure study code, the "
+                                                   "reproduction items and committed results files read them",
 }
 
 
