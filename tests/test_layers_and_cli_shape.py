@@ -104,7 +104,7 @@ LAYER_VERBS = [
     [*DYN, "split-options", "-m", "tiny-llama"],
     [*DYN, "edit-specificity", "-m", "tiny-llama"],
     ["decompose", "-m", "tiny-llama", "--tokens", "16", "--chunk", "16"],
-    ["directional", "ppl", "-m", "tiny-llama", "--site", "resid_attn", "--tokens", "64"],
+    ["directional", "ppl", "-m", "tiny-llama", "--site", "attn_out", "--tokens", "64"],
     [*DIR, "diagonal", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],
     [*DIR, "heads", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o.json"],
     [*DIR, "strength", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],

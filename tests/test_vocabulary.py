@@ -25,7 +25,6 @@ OPTION_ALLOW = {
                 "model being pretrained",
     "--seeds": "a count of seeds (0..N-1) everywhere but `study directional pretrain`, which takes a list",
     "--prompts": "a count in the dynamics edit studies, a prompts file in `manifold explore`",
-    "--html": "a flag in `study report` (write HTML), an output path in the dynamics continuation/basins studies",
 }
 # table -> reason: site tables whose names are not hook points yet.
 SITE_TABLE_ALLOW = {
@@ -157,6 +156,22 @@ def test_a_recipe_with_an_old_site_name_stores_the_new_one(tmp_path):
     spec.save(tmp_path / "r", base_model="tiny-llama")
     assert load_recipe(tmp_path / "r")[0].scale_site == "mlp_out"
     assert not any("resid_mlp" in f.read_text() for f in (tmp_path / "r").glob("*.json"))
+
+
+def test_the_cli_notes_an_old_site_name_and_uses_the_new_one(monkeypatch, capsys):
+    from tests.cli_helpers import run_cli
+
+    code, out, err = run_cli(monkeypatch, capsys, "recipe", "show", "--set", "scale_site=resid_block", "--json")
+    assert code == 0, err
+    assert json.loads(out)["scale_site"] == "resid_post"
+    assert err.strip() == "note: 'resid_block' is deprecated; use 'resid_post' (the hook point's name, as in " \
+                          "TransformerLens)"
+    code, out, err = run_cli(monkeypatch, capsys, "recipe", "show", "--set", "scale_site=resid_post", "--json")
+    assert code == 0 and err == ""
+    # on an error the note is dropped: the error stays one line
+    code, _, err = run_cli(monkeypatch, capsys, "recipe", "show", "--set", "scale_site=resid_block",
+                           "--set", "ffn_variant=bogus")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
 
 
 def test_resid_mid_is_the_state_between_attention_and_mlp():

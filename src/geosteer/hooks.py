@@ -44,7 +44,7 @@ def canonical_point(point: str) -> str:
         import warnings
 
         new = DEPRECATED_POINTS[point]
-        warnings.warn(f"hook point '{point}' is deprecated; use '{new}' (TransformerLens' name)",
+        warnings.warn(f"'{point}' is deprecated; use '{new}' (the hook point's name, as in TransformerLens)",
                       DeprecationWarning, stacklevel=3)
         return new
     point = POINT_SYNONYMS.get(point, point)
