@@ -21,8 +21,6 @@ MLP_INTERNAL = {"carrier", "contrib"}  # the MLP's hidden activation (directiona
 
 # option -> reason: names that still carry two meanings (kinds), to be renamed with a warned alias.
 OPTION_ALLOW = {
-    "--layers": "a layer spec everywhere but `study directional pretrain`, where it is the depth of the "
-                "model being pretrained",
     "--seeds": "a count of seeds (0..N-1) everywhere but `study directional pretrain`, which takes a list",
     "--prompts": "a count in the dynamics edit studies, a prompts file in `manifold explore`",
 }

@@ -167,7 +167,9 @@ def pretrain_cmd(
     lr: float = typer.Option(3e-3, "--lr"),
     d_model: int = typer.Option(128, "--d-model", min=2, max=8192,
                                 help="model width; heads = max(1, d_model // 32), each an even size"),
-    layers: int = typer.Option(4, "--layers", min=1, max=256),
+    n_layers: int = typer.Option(4, "--n-layers", min=1, max=256, help="depth of the model trained (blocks)"),
+    old_layers: int | None = typer.Option(None, "--layers", min=1, max=256, hidden=True,
+                                          help="the old spelling of --n-layers"),
     eval_every: int = typer.Option(25, "--eval-every", min=1),
     val_batches: int = typer.Option(16, "--val-batches", min=1, max=4096,
                                     help="fixed held-out batches for the val loss"),
@@ -182,6 +184,12 @@ def pretrain_cmd(
     from geosteer.errors import GeosteerError
     from geosteer.io_utils import write_records
 
+    if old_layers is not None:  # --layers is a layer selection in every other verb
+        import warnings
+
+        warnings.warn("'--layers' (the depth) is deprecated here; use '--n-layers'", DeprecationWarning,
+                      stacklevel=1)
+        n_layers = old_layers
     set_threads(threads)
     vs = [v.strip() for v in variants.split(",") if v.strip()]
     bad = [v for v in vs if v not in VARIANTS]
@@ -200,7 +208,7 @@ def pretrain_cmd(
     held = byte_ids("heldout")
     g = torch.Generator().manual_seed(12345)
     vals = [sample_batch(held, g, batch, ctx) for _ in range(val_batches)]
-    model_kw = {"d_model": d_model, "layers": layers, "heads": heads, "ffn": 3 * d_model}
+    model_kw = {"d_model": d_model, "layers": n_layers, "heads": heads, "ffn": 3 * d_model}
     curves, finals = [], []
     meta = {"steps": steps, "batch": batch, "ctx": ctx, "lr": lr, "model": model_kw, "tokenizer": "bytes",
             "train_bytes": int(len(train)), "val_tokens": val_batches * batch * ctx}
