@@ -22,7 +22,6 @@ MLP_INTERNAL = {"carrier", "contrib"}  # the MLP's hidden activation (directiona
 # option -> reason: names that still carry two meanings (kinds), to be renamed with a warned alias.
 OPTION_ALLOW = {
     "--seeds": "a count of seeds (0..N-1) everywhere but `study directional pretrain`, which takes a list",
-    "--prompts": "a count in the dynamics edit studies, a prompts file in `manifold explore`",
 }
 # table -> reason: site tables whose names are not hook points yet.
 SITE_TABLE_ALLOW = {
@@ -216,3 +215,22 @@ def test_a_sweep_resumes_from_a_file_with_the_old_site_names(tmp_path):
     rows = run_sweep(model, tok, ids, [ComponentScaleConfig("attn_out", 0.0, 1.0)], out, context=32, stride=32,
                      log=lambda _: None)
     assert [r["site"] for r in rows] == ["none", "attn_out"]  # read back, not measured twice
+
+
+def test_manifold_explore_prompt_set_keeps_its_old_spelling(monkeypatch, capsys, tmp_path):
+    """``--prompt-set`` (a set name or file; ``--prompts`` is a count elsewhere): the old spelling gives the
+    same result and a note."""
+    import geosteer
+    from geosteer.manifold import install, save
+    from tests.cli_helpers import run_cli
+
+    model, _ = geosteer.load_model("tiny-llama")
+    save(install(model, grid_size=4), tmp_path / "s")
+    (tmp_path / "p.json").write_text(json.dumps(["The cat sat on the", "One two three"]))
+    args = ["manifold", "explore", "-s", str(tmp_path / "s"), "--coverage-windows", "0", "--json"]
+    code, new, err = run_cli(monkeypatch, capsys, *args, "--prompt-set", str(tmp_path / "p.json"))
+    assert code == 0 and "note:" not in err, err
+    code, old, err = run_cli(monkeypatch, capsys, *args, "--prompts", str(tmp_path / "p.json"))
+    assert code == 0, err
+    assert json.loads(old) == json.loads(new) and json.loads(new)["prompts"] == 2
+    assert "note: '--prompts' is deprecated here; use '--prompt-set'" in err

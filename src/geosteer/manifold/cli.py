@@ -132,9 +132,10 @@ def edit_cmd(
 def explore_cmd(
     surfaces: Path = SURF_OPT,
     model: str = typer.Option(None, "--model", "-m", help="base model (default: the artifact's)"),
-    prompts: str = typer.Option("steering_prompts", "--prompts",
+    prompts: str = typer.Option("steering_prompts", "--prompt-set",
                                 help="bundled prompt set name or a JSON file (sensitivity prompts)"),
-    prompt: list[str] = typer.Option(None, "--prompt", help="a prompt (repeatable; replaces --prompts)"),
+    old_prompts: str = typer.Option(None, "--prompts", hidden=True, help="the old spelling of --prompt-set"),
+    prompt: list[str] = typer.Option(None, "--prompt", help="a prompt (repeatable; replaces --prompt-set)"),
     layers: str = typer.Option(None, "--layers", help="layers to ablate, e.g. 5-10 (default: all)"),
     top: int = typer.Option(10, "--top", min=0, help="largest surfaces to list"),
     net: str = typer.Option(None, "--net", help="print this surface's control net: LAYER,HEAD,DIM "
@@ -157,6 +158,11 @@ def explore_cmd(
     from geosteer.manifold.edit import control_net, format_control_net
     from geosteer.manifold.explore import layer_norms, layer_sensitivity, top_surfaces
 
+    if old_prompts is not None:  # --prompts is a count in the other verbs that have it
+        import warnings
+
+        warnings.warn("'--prompts' is deprecated here; use '--prompt-set'", DeprecationWarning, stacklevel=1)
+        prompts = old_prompts
     set_threads(threads)
     doc = read_config(surfaces)
     bank = load(surfaces)
