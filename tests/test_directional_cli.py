@@ -36,7 +36,7 @@ def test_cli_bad_input_one_line_error(args, msg):
     (["directional", "pretrain", "--ctx", "0"], "'--ctx'"),
     (["directional", "pretrain", "--d-model", "3"], "--d-model 3 splits into 1 head(s) of odd or fractional size"),
     (["directional", "pretrain", "--d-model", "100"], "--d-model 100 splits into 3 head(s)"),
-    (["directional", "pretrain", "--seeds", ""], "bad --seeds ''"),
+    (["directional", "pretrain", "--seed-list", ""], "bad --seed-list ''"),
     (["directional", "pretrain", "--seeds", "0,0"], "different seeds"),
     (["directional", "strength", "-m", "tiny-llama", "--sites", ""], "--sites is empty"),
     (["directional", "sweep", "-m", "tiny-llama", "--sites", " , "], "--sites is empty"),

@@ -82,7 +82,7 @@ def test_pretrain_val_loss_is_next_byte_cross_entropy():
 
 def test_pretrain_verb_writes_curves_and_finals(tmp_path):
     out = tmp_path / "p"
-    args = ["study", "directional", "pretrain", "--variants", "baseline,value_par", "--seeds", "0", "--steps", "2",
+    args = ["study", "directional", "pretrain", "--variants", "baseline,value_par", "--seed-list", "0", "--steps", "2",
             "--batch", "2", "--ctx", "16", "--d-model", "32", "--n-layers", "1", "--eval-every", "2",
             "--val-batches", "1", "--out-dir", str(out), "--threads", "1"]
     p = subprocess.run([sys.executable, "-m", "geosteer.cli", *args], capture_output=True, text=True)
@@ -93,9 +93,11 @@ def test_pretrain_verb_writes_curves_and_finals(tmp_path):
     curves = (out / "pretrain_curves.csv").read_text().splitlines()
     assert curves[0].startswith("variant,seed,step") and len(curves) == 3
     assert "note:" not in p.stderr
-    old_args = ["--layers" if a == "--n-layers" else a for a in args]  # the old spelling: the same run, a note
+    old_names = {"--n-layers": "--layers", "--seed-list": "--seeds"}
+    old_args = [old_names.get(a, a) for a in args]  # the old spellings: the same run, and a note each
     old = subprocess.run([sys.executable, "-m", "geosteer.cli", *old_args], capture_output=True, text=True)
     assert old.returncode == 0, old.stderr
     assert json.loads((out / "pretrain_final.json").read_text())["rows"][0]["final_val_loss"] == \
         doc["rows"][0]["final_val_loss"]
     assert "note: '--layers' (the depth) is deprecated here; use '--n-layers'" in old.stderr
+    assert "note: '--seeds' (a list) is deprecated here; use '--seed-list'" in old.stderr

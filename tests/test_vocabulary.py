@@ -21,7 +21,6 @@ MLP_INTERNAL = {"carrier", "contrib"}  # the MLP's hidden activation (directiona
 
 # option -> reason: names that still carry two meanings (kinds), to be renamed with a warned alias.
 OPTION_ALLOW = {
-    "--seeds": "a count of seeds (0..N-1) everywhere but `study directional pretrain`, which takes a list",
 }
 # table -> reason: site tables whose names are not hook points yet.
 SITE_TABLE_ALLOW = {

@@ -160,7 +160,8 @@ def ppl_cmd(
 
 def pretrain_cmd(
     variants: str = typer.Option("baseline,attn_par,value_par", "--variants"),
-    seeds: str = typer.Option("0,1", "--seeds", help="comma-separated seeds, e.g. 0,1,2"),
+    seeds: str = typer.Option("0,1", "--seed-list", help="comma-separated seeds, e.g. 0,1,2"),
+    old_seeds: str = typer.Option(None, "--seeds", hidden=True, help="the old spelling of --seed-list"),
     steps: int = typer.Option(300, "--steps", min=1),
     batch: int = typer.Option(16, "--batch", min=1, max=4096),
     ctx: int = typer.Option(128, "--ctx", min=1, max=1 << 16, help="context length in bytes"),
@@ -178,6 +179,8 @@ def pretrain_cmd(
 ) -> None:
     """From-scratch byte-level models trained with the edit active: baseline vs attention / value parallel
     removal (study 3 of docs/directional.md)."""
+    import warnings
+
     import torch
 
     from geosteer.directional.pretrain import VARIANTS, byte_ids, sample_batch, train_one
@@ -185,11 +188,12 @@ def pretrain_cmd(
     from geosteer.io_utils import write_records
 
     if old_layers is not None:  # --layers is a layer selection in every other verb
-        import warnings
-
         warnings.warn("'--layers' (the depth) is deprecated here; use '--n-layers'", DeprecationWarning,
                       stacklevel=1)
         n_layers = old_layers
+    if old_seeds is not None:  # --seeds is a count in every other verb
+        warnings.warn("'--seeds' (a list) is deprecated here; use '--seed-list'", DeprecationWarning, stacklevel=1)
+        seeds = old_seeds
     set_threads(threads)
     vs = [v.strip() for v in variants.split(",") if v.strip()]
     bad = [v for v in vs if v not in VARIANTS]
@@ -229,9 +233,9 @@ def _parse_seeds(spec: str) -> list[int]:
     try:
         seeds = [int(s) for s in spec.split(",") if s.strip()]
     except ValueError:
-        raise GeosteerError(f"bad --seeds {spec!r}: comma-separated whole numbers, e.g. 0,1,2") from None
+        raise GeosteerError(f"bad --seed-list {spec!r}: comma-separated whole numbers, e.g. 0,1,2") from None
     if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0 or len(seeds) > MAX_SEEDS:
-        raise GeosteerError(f"bad --seeds {spec!r}: give 1 to {MAX_SEEDS} different seeds >= 0, e.g. 0,1,2")
+        raise GeosteerError(f"bad --seed-list {spec!r}: give 1 to {MAX_SEEDS} different seeds >= 0, e.g. 0,1,2")
     return seeds
 
 
