@@ -132,6 +132,7 @@ def test_every_artifact_object_saves_and_pushes(artifacts, tiny_cache, tmp_path,
         assert same(kind, geosteer.load(saved, model=model), obj), kind
         calls: dict = {}
         monkeypatch.setattr(huggingface_hub, "HfApi", fake_hf_api(calls, tmp_path / f"up-{kind}"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # pushing is refused offline; the recorder is local
         url = obj.push_to_hub(f"someorg/{kind}", token="t",
                               **({"base_model": "tiny-llama"} if kind == "recipe" else {}))
         assert url == f"https://huggingface.co/someorg/{kind}" and calls["repo"] == (f"someorg/{kind}", True)

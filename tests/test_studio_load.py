@@ -83,7 +83,10 @@ def _client(i: int, url: str, info: dict, stop_at: float, saves: list, statuses:
                     r = c.post("/api/load", json={"name": rnd.choice(names)})
                 with lock:
                     statuses[(op, r.status_code)] += 1
-                    if r.status_code != 200:
+                    # all clients share one address here, so the compute GETs' per-client cap answers 429 with
+                    # Retry-After: back-pressure by design, not a failure
+                    capped = op in ("surface", "rank") and r.status_code == 429 and "retry-after" in r.headers
+                    if r.status_code != 200 and not capped:
                         errors.append(f"{op}: {r.status_code} {r.text[:200]}")
             except Exception as e:  # a dropped connection is a failure too
                 with lock:

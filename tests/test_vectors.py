@@ -269,6 +269,7 @@ def test_push_to_hub_uploads_the_artifact(tiny_cache, tmp_path, monkeypatch):
     sv = extract(model, tok, PAIRS[:2], layers=[0])
     calls = {}
     monkeypatch.setattr(huggingface_hub, "HfApi", fake_hf_api(calls, tmp_path / "up"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # pushing is refused offline; the recorder is local
     assert sv.push_to_hub("someorg/happy", token="t") == "https://huggingface.co/someorg/happy"
     assert calls["repo"] == ("someorg/happy", True)
     assert torch.equal(load_vectors(tmp_path / "up", model).vectors[0], sv.vectors[0])
