@@ -128,7 +128,7 @@ def _run_cli(monkeypatch, capsys, *args):
     (["heads", "--site", "nosuch"], "unknown site"),
     (["strength", "--sites", "nosuch"], "unknown site"),
     (["strength", "--sites", "mlp_out"], "applied strength is defined"),
-    (["diagonal", "--map-head", "-1"], "head -1 out of range"),
+    (["diagonal", "--map-head", "-1"], "bad head spec '-1'"),
     (["diagonal", "--map-layer", "99"], "layer 99 out of range"),
     (["plot", "nosuch", "x.json", "--out", "x.html"], "unknown figure kind"),
     (["ppl", "--site", "value_full", "--heads", "99"], "head 99 out of range"),
@@ -140,7 +140,8 @@ def test_cli_bad_input_exits_2(monkeypatch, capsys, tmp_path, args, needle):
     out = tmp_path / "r.json"
     extra = ["-m", "tiny-llama"] if args[0] != "plot" else []
     extra += ["--out", str(out)] if args[0] in ("heads", "strength", "diagonal") else []
-    code, text = _run_cli(monkeypatch, capsys, "directional", *args, *extra)
+    noun = ["directional"] if args[0] == "ppl" else ["study", "directional"]  # the paper studies' spelling
+    code, text = _run_cli(monkeypatch, capsys, *noun, *args, *extra)
     assert code == 2, text
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], text

@@ -92,7 +92,7 @@ def test_down_col_locality_matches_a_hand_made_weight_edit(tiny):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["edit-linearity", "--scales", "1"], "at least 2 distinct scales"),
+    (["edit-linearity", "--scales", "1"], "at least 2 different sizes"),
     (["edit-linearity", "--scales", "0,1"], "--scales must be finite and > 0"),
     (["edit-linearity", "--scales", "a,b"], "--scales must be numbers"),
     (["edit-locality", "--other", "0"], "--other must be >= 1"),

@@ -2,7 +2,7 @@
 
 Each study's command function (``Study.command``, ``"module:function"``) is imported when the CLI is built
 and keeps its options. Its old spelling (``Study.old``, e.g. ``dynamics critical``) stays a hidden alias
-that prints one ``note:`` line on stderr and then runs the same command.
+that runs the same command and then prints one ``note:`` line on stderr (none on an error).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import warnings
 from collections.abc import Callable
 
 import typer
@@ -35,8 +36,9 @@ def study_help(fn: Callable, study: Study) -> str:
 def _warning_alias(fn: Callable, old: str, new: str) -> Callable:
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        typer.echo(f"note: `geosteer {old}` is now `geosteer {new}`; the old spelling goes in the next release",
-                   err=True)
+        # a DeprecationWarning: the CLI prints it as one note: line after the result, and drops it on an error
+        warnings.warn(f"`geosteer {old}` is now `geosteer {new}`; the old spelling goes in the next release",
+                      DeprecationWarning, stacklevel=2)
         return fn(*args, **kwargs)
 
     return run
