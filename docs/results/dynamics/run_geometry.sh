@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13 studies on smollm2 (critical geometry, commutator vs reordering, pressure, gain by depth).
+# FFN steering-field studies on smollm2 (critical geometry, commutator vs reordering, pressure, gain by depth).
 # Each line is quoted in docs/dynamics.md beside its table. Run from the repository root.
 set -euo pipefail
 R=docs/results/dynamics/smollm2

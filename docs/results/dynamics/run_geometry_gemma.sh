@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13 studies on gemma3-270m (`make gemma` first), at the SmolLM2 settings of run_geometry.sh with the
+# FFN steering-field studies on gemma3-270m (`make gemma` first), at the SmolLM2 settings of run_geometry.sh with the
 # layers mapped to the same relative depth (18 vs 30 layers). Each line is quoted in docs/dynamics.md /
 # docs/dynamics-prefix.md beside its table. Run from the repository root; one study at a time.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13, session 6: the rows left after session 5 (Gemma-3-270m item 2/3/5 rows, SmolLM2 finer-alpha
+# FFN steering-field rows run last (Gemma-3-270m item 2/3/5 rows, SmolLM2 finer-alpha
 # continuation, alpha_F = 1.5 in the gain-by-depth sweeps). Each line is quoted in docs/dynamics.md /
 # docs/dynamics-prefix.md beside its table. Run from the repository root; one study at a time.
 set -uo pipefail
