@@ -17,8 +17,9 @@ import torch
 
 from geosteer.artifacts import CONFIG_NAME, check_config, check_output_folder, write_folder_atomic
 from geosteer.errors import ArtifactError, GeosteerError
-from geosteer.manifold.bank import SurfaceBank, check_surfaces
+from geosteer.manifold.bank import SurfaceBank
 from geosteer.manifold.config import ManifoldConfig
+from geosteer.manifold.surface_checks import check_surfaces
 from geosteer.methods import ArtifactFormat
 
 FORMAT = "geosteer-surfaces"
@@ -257,10 +258,10 @@ def load(path: str | Path, model=None, *, verify: bool = True, force: bool = Fal
 
         bank.check_model(model)
         check_base_model(cfg.base_model, model_id(model), what=f"surfaces {folder}", force=force)
-        from geosteer.manifold.bank import _layers_device
+        from geosteer.manifold.surface_checks import layers_device
         from geosteer.models.anatomy import anatomy
 
-        dev = _layers_device(anatomy(model), bank.layers)  # None: split or offloaded (moved per layer)
+        dev = layers_device(anatomy(model), bank.layers)  # None: split or offloaded (moved per layer)
         if dev is not None:
             bank.to(dev)
         from geosteer.overflow import check_forward_finite

@@ -14,7 +14,6 @@ A model carries at most one bank: attaching a second one (or the same one twice)
 
 from __future__ import annotations
 
-import math
 import warnings
 import weakref
 from collections.abc import Callable
@@ -23,82 +22,19 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from geosteer.attention import attach_handlers, attention_handlers
+from geosteer.attention import attach_handlers
 from geosteer.errors import GeosteerError
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.config import ManifoldConfig
-from geosteer.manifold.kernel import DEFAULT_BLOCK, backend_choice, key_features, modulated_attention, use_triton
+from geosteer.manifold.feature_cache import FeatureCache
+from geosteer.manifold.kernel import DEFAULT_BLOCK, backend_choice
+from geosteer.manifold.surface_attention import surface_attention
+from geosteer.manifold.surface_checks import check_surfaces, format_layers, layers_device  # noqa: F401 - public
 
 _BANK_ATTR = "_geosteer_surface_bank"
 _ATTACHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # banks now attached (not deep-copied)
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
            "bfloat16": torch.bfloat16}
-
-
-class _FeatureCache:
-    """Key-side features of the keys seen in the previous call of one layer (KV-cache decoding).
-
-    Valid only while the new call's past keys/values equal the cached ones exactly (checked each step), so
-    a new prompt, a cropped or reordered cache, or a sliding window that dropped old keys never reuses
-    stale features. Storage grows by doubling; rows are written in place.
-    """
-
-    def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
-        self.k = self.v = self.f = None
-        self.start = self.end = 0
-        self.range = None
-
-    def get(self, key, value, n_new, rng, compute) -> torch.Tensor:
-        T = key.shape[2]
-        past = T - n_new
-        if self.f is not None and self._matches(key, value, past, rng):
-            start = self.end - past
-            new_f = compute(key[:, :, past:], value[:, :, past:])
-            self._append(key[:, :, past:], value[:, :, past:], new_f, start)
-            return self.f[:, :, self.start : self.end]
-        f = compute(key, value)
-        self._store(key, value, f, rng)
-        return f
-
-    def _matches(self, key, value, past, rng) -> bool:
-        k = self.k
-        if (rng != self.range or k.shape[0] != key.shape[0] or k.shape[1] != key.shape[1]
-                or k.shape[3] != key.shape[3] or k.dtype != key.dtype or k.device != key.device
-                or past > self.end - self.start or past <= 0):
-            return False
-        lo = self.end - past
-        return torch.equal(key[:, :, :past], k[:, :, lo : self.end]) and torch.equal(
-            value[:, :, :past], self.v[:, :, lo : self.end])
-
-    def _store(self, key, value, f, rng) -> None:
-        T = key.shape[2]
-        cap = max(64, 2 * T)
-        self.k = key.new_empty(*key.shape[:2], cap, key.shape[3])
-        self.v = value.new_empty(*value.shape[:2], cap, value.shape[3])
-        self.f = f.new_empty(*f.shape[:2], cap, f.shape[3])
-        self.k[:, :, :T] = key
-        self.v[:, :, :T] = value
-        self.f[:, :, :T] = f
-        self.start, self.end, self.range = 0, T, rng
-
-    def _append(self, k_new, v_new, f_new, start) -> None:
-        n = k_new.shape[2]
-        if self.end + n > self.k.shape[2]:
-            keep = self.end - start
-            cap = max(64, 2 * (keep + n))
-            for name in ("k", "v", "f"):
-                old = getattr(self, name)
-                buf = old.new_empty(*old.shape[:2], cap, old.shape[3])
-                buf[:, :, :keep] = old[:, :, start : self.end]
-                setattr(self, name, buf)
-            start, self.end = 0, keep
-        self.k[:, :, self.end : self.end + n] = k_new
-        self.v[:, :, self.end : self.end + n] = v_new
-        self.f[:, :, self.end : self.end + n] = f_new
-        self.start, self.end = start, self.end + n
 
 
 class SurfaceBank(nn.Module):
@@ -125,7 +61,7 @@ class SurfaceBank(nn.Module):
         self._factors: dict = {}
         self.fused = True  # compute the stock part in the same product (False: stock SDPA + Δo)
         self.enabled = True
-        self._caches: dict[int, _FeatureCache] = {}
+        self._caches: dict[int, FeatureCache] = {}
         self._nonzero_version = None
         self._nonzero: list[bool] = []
         self.source: str | None = None
@@ -158,7 +94,7 @@ class SurfaceBank(nn.Module):
             return self.layers.index(int(layer))
         except ValueError:
             raise ValueError(f"layer {layer} has no surfaces; this bank covers layers "
-                             f"{_fmt_layers(self.layers)}") from None
+                             f"{format_layers(self.layers)}") from None
 
     def range_of(self, layer: int) -> tuple[float, float]:
         i = self.slot(layer)
@@ -168,7 +104,7 @@ class SurfaceBank(nn.Module):
         return int(self.coefficients.numel())
 
     def extra_repr(self) -> str:
-        return (f"layers={_fmt_layers(self.layers)}, heads={self.n_heads}, head_dim={self.head_dim}, "
+        return (f"layers={format_layers(self.layers)}, heads={self.n_heads}, head_dim={self.head_dim}, "
                 f"grid={self.grid_size}, K={self.K}, params={self.n_parameters():,}")
 
     @torch.no_grad()
@@ -226,7 +162,7 @@ class SurfaceBank(nn.Module):
                           head_dim=self.head_dim)
         extra = sorted({w.layer for w in new} - set(self.layers) - set(self._wall_layers()))
         if extra and _ATTACHED.get(self):
-            raise GeosteerError(f"walls on layers without surfaces ({_fmt_layers(extra)}) must be set before "
+            raise GeosteerError(f"walls on layers without surfaces ({format_layers(extra)}) must be set before "
                                 "the surfaces are attached (detach, add the walls, attach again)")
         self.walls = new
         self._compiled_walls = None
@@ -262,7 +198,7 @@ class SurfaceBank(nn.Module):
             raise GeosteerError(f"{what} already attached to this model; remove them first "
                                 "(geosteer.manifold.uninstall(model), or leave the steer() block)")
         self.check_model(model)
-        dev = _layers_device(anatomy(model), self.layers)
+        dev = layers_device(anatomy(model), self.layers)
         if dev is not None and self.coefficients.device != dev:
             self.to(dev)  # one device for all covered layers: move once (else per layer, per forward)
         covered = sorted(set(self.layers) | set(self._wall_layers()))  # walls also on layers without surfaces
@@ -351,6 +287,9 @@ class SurfaceBank(nn.Module):
         self._last_slot = slot
         return self._views[slot]
 
+    def _attend(self, call, proceed, slot: int, handler):
+        return surface_attention(self, call, proceed, slot, handler)
+
     def _make_handler(self, slot: int | None, layer: int):
         def handler(call, proceed):
             lw = self.walls_for(layer) if self.walls else None
@@ -371,100 +310,6 @@ class SurfaceBank(nn.Module):
 
         return bank_walled_output(self, call, out, slot, lw)
 
-    def _attend(self, call, proceed, slot: int, handler):
-        coeff = self.coefficients
-        grad = torch.is_grad_enabled() and coeff.requires_grad
-        if not self.enabled or (not grad and not self._layer_nonzero(slot)):
-            return proceed(call)  # zero surfaces: exactly the stock path
-        kw = call.kwargs
-        if kw.get("position_bias") is not None:
-            raise GeosteerError("attention surfaces do not support position_bias attention")
-        q, k, v = call.query, call.key, call.value
-        if call.n_rep * k.shape[1] != q.shape[1]:
-            raise GeosteerError(f"query heads {q.shape[1]} are not a multiple of KV heads {k.shape[1]}")
-        L, T = q.shape[2], k.shape[2]
-        is_causal = kw.get("is_causal")
-        if is_causal is None:
-            is_causal = getattr(call.module, "is_causal", True)
-        lo, hi = self.lo[slot], self.hi[slot]
-        lo_f, hi_f = float(lo), float(hi)
-        c = self._layer_coeff(slot, grad)
-        if c.device != q.device:  # layers split over devices (device_map): this layer's device
-            c = c.to(q.device)
-        # We compute the stock part ourselves only when we are the last handler in the chain, so that
-        # handlers attached after us (recorders, value edits) still see and change the call.
-        last = attention_handlers(call.module)[-1] is handler
-        fused = self.fused and last
-        features = None
-        name = backend_choice(self.backend)
-        low_rank = (self.rank is not None and not grad and name != "triton"
-                    and not (call.dropout and call.module.training))
-        if not torch.is_grad_enabled() and L < T and not low_rank and not use_triton(name, q, lo_f, hi_f):
-            # decoding with a KV cache: reuse the key-side features of the past keys
-            cache = self._caches.setdefault(slot, _FeatureCache())
-            mask = call.attention_mask
-            crop = is_causal and mask is None and L > 1 and T > L
-            if not crop:
-                features = cache.get(k, v, L, (lo_f, hi_f),
-                                     lambda kk, vv: key_features(kk, vv, self.grid_size, lo_f, hi_f))
-        attend = self._low_rank_attention(slot, c) if low_rank else modulated_attention
-        out = attend(
-            q, k, v, c, self.grid_size, lo_f, hi_f, attn_mask=call.attention_mask, is_causal=bool(is_causal),
-            scaling=call.scaling, softcap=kw.get("softcap"),
-            dropout=call.dropout if call.module.training else 0.0,
-            features=features, with_value=fused, block=self.block, backend=name)
-        if fused:
-            return out, None
-        base, w = proceed(call)
-        return base + out.to(base.dtype), w
-
-
-def _layers_device(an, layers: list[int]) -> torch.device | None:
-    """The one device holding the attention weights of ``layers``; None if they are split over devices or
-    not materialised (accelerate offload keeps them on ``meta`` until a forward: the hook's device counts)."""
-    devs = set()
-    for layer in layers:
-        attn = an.blocks[layer].attn
-        hook = getattr(attn, "_hf_hook", None)
-        dev = getattr(hook, "execution_device", None)
-        if dev is None:
-            p = next(iter(attn.parameters()), None)
-            dev = p.device if p is not None else None
-        if dev is None or torch.device(dev).type == "meta":
-            return None
-        devs.add(torch.device(dev if not isinstance(dev, int) else f"cuda:{dev}"))
-    return devs.pop() if len(devs) == 1 else None
-
-
-def check_surfaces(coefficients: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, layers: list[int],
-                   source: str = "surfaces") -> None:
-    """Refuse non-finite coefficients and grid ranges that are not finite with lo < hi.
-
-    The message names the first offending layer/head/dim (or layer, for a range): a NaN or infinite
-    coefficient makes every forward through that layer non-finite, and lo >= hi has no knot spacing.
-    """
-    for slot, layer in enumerate(layers):
-        a, b = float(lo[slot]), float(hi[slot])
-        if not (math.isfinite(a) and math.isfinite(b)) or a >= b:
-            raise GeosteerError(f"{source}: layer {layer} has grid range [{a}, {b}]; a range needs finite "
-                                "lo < hi")
-    c = coefficients.detach()
-    bad = ~torch.isfinite(c.reshape(*c.shape[:3], -1)).all(-1)
-    if bool(bad.any()):
-        slot, head, dim = (int(x) for x in torch.nonzero(bad)[0])
-        vals = c[slot, head, dim].flatten()
-        first = float(vals[~torch.isfinite(vals)][0])
-        raise GeosteerError(f"{source}: the surface of layer {layers[slot]} head {head} dim {dim} holds a "
-                            f"non-finite coefficient ({first}); surfaces must be finite numbers")
-
-
-def _fmt_layers(xs) -> str:
-    xs = sorted(int(x) for x in xs)
-    if not xs:
-        return "none"
-    if xs == list(range(xs[0], xs[-1] + 1)):
-        return f"{xs[0]}–{xs[-1]}" if len(xs) > 1 else str(xs[0])
-    return ", ".join(map(str, xs))
 
 
 def attached_bank(model: nn.Module) -> SurfaceBank | None:

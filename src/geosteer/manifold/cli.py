@@ -20,16 +20,19 @@ from geosteer.cli.common import (
     set_threads,
 )
 from geosteer.cli.common import load as load_model  # `load` below is geosteer.manifold.load (surfaces)
-from geosteer.cli.outputs import out_artifact, out_file
+from geosteer.cli.outputs import out_artifact, out_file, out_records
+from geosteer.viz.cli import QK_PROMPT
 
 man = typer.Typer(no_args_is_help=True,
                   help="Attention manifolds: learned B-spline value-modulation surfaces.")
 
+from geosteer.manifold.cli_import import import_cmd  # noqa: E402
 from geosteer.manifold.cli_steer_learn import steer_learn_cmd  # noqa: E402
 from geosteer.manifold.cli_wall_learn import wall_learn_cmd  # noqa: E402
 
 man.command("wall-learn")(wall_learn_cmd)
 man.command("steer-learn")(steer_learn_cmd)
+man.command("import")(import_cmd)
 
 MAX_GRID = 128  # grid intervals at most: coefficients grow as (g + 3)^2 per head and dimension
 SURF_OPT = typer.Option(..., "--surfaces", "-s", help="surfaces artifact folder")
@@ -70,9 +73,9 @@ def show_cmd(surfaces: Path = SURF_OPT, top: int = typer.Option(5, "--top", min=
 
 
 def _fmt(layers) -> str:
-    from geosteer.manifold.bank import _fmt_layers
+    from geosteer.manifold.surface_checks import format_layers
 
-    return _fmt_layers(layers)
+    return format_layers(layers)
 
 
 def _ranges(bank) -> str:
@@ -144,6 +147,11 @@ def explore_cmd(
     windows: int = typer.Option(2, "--coverage-windows", min=0, max=1024,
                                 help="held-out 128-token windows for grid coverage and wall leakage (0: skip them)"),
     out: Path = typer.Option(None, "--out", "-o", help="write the results as JSON", callback=out_file(".json")),
+    record_qk: Path = typer.Option(None, "--record-qk", callback=out_records(),
+                                   help="also record --qk-prompt's post-RoPE (q, k) self-pairs on the largest "
+                                   "surfaces per layer into this file (tidy .json/.csv for `geosteer report`)"),
+    qk_prompt: str = typer.Option(QK_PROMPT, "--qk-prompt", help="the prompt --record-qk records"),
+    qk_top: int = typer.Option(8, "--qk-top", min=1, help="surfaces per layer --record-qk records (largest ‖C‖)"),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT,
     dtype: str = DTYPE_OPT,
@@ -181,17 +189,22 @@ def explore_cmd(
     if lhd is not None:
         cn = control_net(bank, *lhd)
         result["control_net"] = {"layer": lhd[0], "head": lhd[1], "dim": lhd[2], "values": cn.tolist()}
-    if not no_sensitivity:
-        from geosteer.eval.prompts import load_prompts
-        from geosteer.models.anatomy import anatomy, parse_layers
-
-        texts = list(prompt) if prompt else [p.text for p in load_prompts(prompts)]
+    if not no_sensitivity or record_qk is not None:
         name = model or doc.get("base_model")
         if not name:
             raise ValueError("the artifact does not name its base model; pass --model")
         check_layers(name, "--layers", layers)
         m, tok = load_model(name, threads=threads, device=device, dtype=dtype)
         bank = load(surfaces, model=m, force=force)
+    if record_qk is not None:
+        from geosteer.viz.cli import record_qk_points
+
+        result["record_qk"] = record_qk_points(m, tok, bank, surfaces, name, qk_prompt, qk_top, record_qk)
+    if not no_sensitivity:
+        from geosteer.eval.prompts import load_prompts
+        from geosteer.models.anatomy import anatomy, parse_layers
+
+        texts = list(prompt) if prompt else [p.text for p in load_prompts(prompts)]
         result["prompts"] = len(texts)
         layer_list = parse_layers(layers, anatomy(m).n_layers)
         result["sensitivity"] = layer_sensitivity(m, tok, bank, texts, layers=layer_list)
@@ -226,6 +239,9 @@ def explore_cmd(
         typer.echo(format_control_net(cn))
     if out is not None:
         typer.echo(f"wrote {out}")
+    if record_qk is not None:
+        typer.echo(f"wrote {record_qk} (q/k points of {result['record_qk']['tokens']} tokens on "
+                   f"{result['record_qk']['surfaces']} surfaces)")
 
 
 @man.command("train")

@@ -1,0 +1,66 @@
+"""The attention handler of a ``SurfaceBank``: one call of a covered layer through the surface kernels.
+
+The stock part is computed in the same product only when the bank's handler is the last in the chain, so
+handlers attached after it (recorders, value edits) still see and change the call. Decoding with a KV
+cache reuses the key-side features of the past keys (``FeatureCache``) except on the Triton backend, which
+builds them on chip.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from geosteer.attention import attention_handlers
+from geosteer.errors import GeosteerError
+from geosteer.manifold.feature_cache import FeatureCache
+from geosteer.manifold.kernel import backend_choice, key_features, modulated_attention, use_triton
+
+
+def surface_attention(bank, call, proceed, slot: int, handler):
+    """The surface handler's output (b, q, heads, d) for one call of the layer in ``slot`` (a ``SurfaceBank``),
+    and the weights of the stock path when it ran (else None)."""
+    coeff = bank.coefficients
+    grad = torch.is_grad_enabled() and coeff.requires_grad
+    if not bank.enabled or (not grad and not bank._layer_nonzero(slot)):
+        return proceed(call)  # zero surfaces: exactly the stock path
+    kw = call.kwargs
+    if kw.get("position_bias") is not None:
+        raise GeosteerError("attention surfaces do not support position_bias attention")
+    q, k, v = call.query, call.key, call.value
+    if call.n_rep * k.shape[1] != q.shape[1]:
+        raise GeosteerError(f"query heads {q.shape[1]} are not a multiple of KV heads {k.shape[1]}")
+    L, T = q.shape[2], k.shape[2]
+    is_causal = kw.get("is_causal")
+    if is_causal is None:
+        is_causal = getattr(call.module, "is_causal", True)
+    lo, hi = bank.lo[slot], bank.hi[slot]
+    lo_f, hi_f = float(lo), float(hi)
+    c = bank._layer_coeff(slot, grad)
+    if c.device != q.device:  # layers split over devices (device_map): this layer's device
+        c = c.to(q.device)
+    # We compute the stock part ourselves only when we are the last handler in the chain, so that
+    # handlers attached after us (recorders, value edits) still see and change the call.
+    last = attention_handlers(call.module)[-1] is handler
+    fused = bank.fused and last
+    features = None
+    name = backend_choice(bank.backend)
+    low_rank = (bank.rank is not None and not grad and name != "triton"
+                and not (call.dropout and call.module.training))
+    if not torch.is_grad_enabled() and L < T and not low_rank and not use_triton(name, q, lo_f, hi_f):
+        # decoding with a KV cache: reuse the key-side features of the past keys
+        cache = bank._caches.setdefault(slot, FeatureCache())
+        mask = call.attention_mask
+        crop = is_causal and mask is None and L > 1 and T > L
+        if not crop:
+            features = cache.get(k, v, L, (lo_f, hi_f),
+                                 lambda kk, vv: key_features(kk, vv, bank.grid_size, lo_f, hi_f))
+    attend = bank._low_rank_attention(slot, c) if low_rank else modulated_attention
+    out = attend(
+        q, k, v, c, bank.grid_size, lo_f, hi_f, attn_mask=call.attention_mask, is_causal=bool(is_causal),
+        scaling=call.scaling, softcap=kw.get("softcap"),
+        dropout=call.dropout if call.module.training else 0.0,
+        features=features, with_value=fused, block=bank.block, backend=name)
+    if fused:
+        return out, None
+    base, w = proceed(call)
+    return base + out.to(base.dtype), w
