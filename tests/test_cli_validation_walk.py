@@ -121,7 +121,7 @@ CASES = _cases()
 
 
 # verbs whose parameters are all free text or flags (names, folder-or-Hub ids, lm-eval's own options)
-TEXT_ONLY = {"recipe keys", "recipe show", "vectors show", "eval"}
+TEXT_ONLY = {"recipe keys", "recipe show", "eval"}
 
 
 def test_the_walk_covers_every_verb_and_kind():

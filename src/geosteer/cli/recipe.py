@@ -12,13 +12,14 @@ from pathlib import Path
 
 import typer
 
+from geosteer.cli.aliases import add_hidden_alias
 from geosteer.cli.common import JSON_OPT, emit
 from geosteer.cli.outputs import out_artifact
 from geosteer.errors import GeosteerError
 
 RECIPE_OPT = typer.Option(None, "--recipe", help="recipe to apply: a folder or a Hub repo id org/name[@revision]")
 SET_OPT = typer.Option(None, "--set", help="recipe key=value on top of --recipe (repeatable); "
-                       "`geosteer recipe keys` lists the keys")
+                       "`geosteer recipe show --keys` lists the keys")
 
 
 def spec_from_options(recipe: str | None = None, settings: list[str] | None = None,
@@ -40,22 +41,39 @@ recipe_app = typer.Typer(add_completion=False, no_args_is_help=True,
                          help="Recipes: every intervention of a run as key=value settings, saved as a folder.")
 
 
-@recipe_app.command("keys")
-def keys_cmd(as_json: bool = JSON_OPT) -> None:
-    """Every recipe key the registered methods declare: method, kind, stock default, meaning."""
+def _key_rows(spec=None) -> list[dict]:
+    """One row per registered recipe key: method, kind, stock default, meaning (and ``spec``'s value)."""
     from geosteer.methods import recipe_keys
 
     rows = [{"key": k, "method": m.name, "kind": key.kind, "default": key.default, "help": key.help}
             for k, (m, key) in recipe_keys().items()]
-    emit(rows, as_json, table_title="recipe keys")
+    if spec is not None:
+        values = spec.to_dict()
+        rows = [{**r, "value": values.get(r["key"])} for r in rows]
+    return rows
+
+
+def keys_cmd(as_json: bool = JSON_OPT) -> None:
+    """Every recipe key the registered methods declare: method, kind, stock default, meaning."""
+    emit(_key_rows(), as_json, table_title="recipe keys")
 
 
 @recipe_app.command("show")
 def show_cmd(recipe: str | None = RECIPE_OPT, settings: list[str] | None = SET_OPT,
              every: bool = typer.Option(False, "--all", help="every key, also those at the stock default"),
+             keys: bool = typer.Option(False, "--keys", help="list every recipe key the registered methods "
+                                       "declare (method, kind, stock default, meaning; with --recipe/--set "
+                                       "also its value there)"),
              as_json: bool = JSON_OPT) -> None:
-    """Print the settings that --recipe and --set give (those that differ from the stock model)."""
+    """Print the settings that --recipe and --set give (those that differ from the stock model); --keys:
+    every key there is."""
+    if keys and every:
+        raise GeosteerError("--keys lists every key already; give --keys or --all")
     spec = spec_from_options(recipe, settings)
+    if keys:
+        given = recipe is not None or bool(settings)
+        emit(_key_rows(spec if given else None), as_json, table_title="recipe keys")
+        return
     values = spec.to_dict() if every else spec.changed()
     if as_json:
         emit(values, True)
@@ -77,6 +95,9 @@ def save_cmd(out: Path = typer.Argument(..., help="folder to write the recipe in
     spec = spec_from_options(recipe, settings)
     folder = spec.save(out, base_model=base_model, summary=summary)
     emit({"saved": str(folder), **spec.changed()}, as_json)
+
+
+add_hidden_alias(recipe_app, "recipe keys", "recipe show --keys", keys_cmd)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,14 +7,13 @@ that runs the same command and then prints one ``note:`` line on stderr (none on
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
-import warnings
 from collections.abc import Callable
 
 import typer
 
+from geosteer.cli.aliases import add_hidden_alias
 from geosteer.cli.study import study_app
 from geosteer.methods import Method, Study
 
@@ -31,17 +30,6 @@ def study_help(fn: Callable, study: Study) -> str:
     """The command's docstring, then the paper item it reproduces."""
     doc = inspect.getdoc(fn) or ""
     return f"{doc}\n\nPaper item: {study.paper}." if study.paper else doc
-
-
-def _warning_alias(fn: Callable, old: str, new: str) -> Callable:
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        # a DeprecationWarning: the CLI prints it as one note: line after the result, and drops it on an error
-        warnings.warn(f"`geosteer {old}` is now `geosteer {new}`; the old spelling goes in the next release",
-                      DeprecationWarning, stacklevel=2)
-        return fn(*args, **kwargs)
-
-    return run
 
 
 def _method_group(method: Method) -> typer.Typer:
@@ -74,9 +62,7 @@ def _add_alias(app: typer.Typer, study: Study, new: str) -> None:
     if group is None:
         return
     group.registered_commands[:] = [c for c in group.registered_commands if _command_name(c) != name]
-    fn = command_of(study)
-    group.command(name, hidden=True, help=f"(old spelling of `geosteer {new}`) {inspect.getdoc(fn) or ''}")(
-        _warning_alias(fn, study.old, new))
+    add_hidden_alias(group, study.old, new, command_of(study))
 
 
 def add_studies(app: typer.Typer, method: Method) -> None:

@@ -1,4 +1,4 @@
-"""``geosteer vectors ...``: extract steering vectors from prompt pairs, show an artifact, export GGUF.
+"""``geosteer vectors ...``: extract steering vectors from prompt pairs, show an artifact (and export it as GGUF).
 
 Every input is checked before the model loads; a bad one is one line ``error: ...`` and exit 2.
 """
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+from geosteer.cli.aliases import add_hidden_alias
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, check_layers, emit, load
 from geosteer.cli.outputs import out_artifact
 
@@ -119,16 +120,45 @@ def train_cmd(model: str = MODEL_OPT,
           "norms": {str(k): round(v, 6) for k, v in sv.norms().items()}}, as_json)
 
 
+def _check_gguf(out: Path | None) -> None:
+    from geosteer.errors import GeosteerError
+
+    if out is None:
+        return
+    if out.suffix != ".gguf":
+        raise GeosteerError(f"output must be a .gguf file (got {out})")
+    if out.exists():
+        raise GeosteerError(f"{out} exists; choose another file")
+
+
+def _gguf_opt(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """``--gguf``: a new ``.gguf`` file that can be written (checked before the artifact is read)."""
+    from geosteer.errors import GeosteerError
+    from geosteer.io_utils import check_output_path
+
+    if value is not None and not ctx.resilient_parsing:
+        check_output_path(value, what="--gguf", suffixes=(".gguf",))
+        if value.exists():
+            raise GeosteerError(f"--gguf {value} exists; choose another file")
+    return value
+
+
 @vec.command("show")
 def show_cmd(folder: str = typer.Argument(..., help="steering-vectors artifact folder (or Hub id)"),
+             gguf: Path | None = typer.Option(None, "--gguf", callback=_gguf_opt,
+                                              help="also write the vectors as a GGUF control-vector file "
+                                              "(repeng's format; llama.cpp --control-vector)"),
              as_json: bool = JSON_OPT) -> None:
-    """What a steering-vectors artifact holds: point, extraction, apply settings, a norm per layer."""
+    """What a steering-vectors artifact holds: point, extraction, apply settings, a norm per layer
+    (--gguf: also export them for llama.cpp)."""
     from geosteer.vectors.artifact import load_vectors
 
     sv = load_vectors(folder)
     rows = [{"layer": layer, "norm": norm} for layer, norm in sv.norms().items()]
     info = {"base_model": sv.base_model, "point": sv.point, "d_model": sv.d_model,
             "extraction": sv.extraction, "settings": sv.settings.to_dict()}
+    if gguf is not None:
+        info.update(gguf=str(sv.export_gguf(gguf)), model_hint=sv.model_type)
     if as_json:
         emit({**info, "layers": rows}, True)
         return
@@ -136,21 +166,19 @@ def show_cmd(folder: str = typer.Argument(..., help="steering-vectors artifact f
     emit(rows, False, table_title="vector norms")
 
 
-@vec.command("export-gguf")
 def export_cmd(folder: str = typer.Argument(..., help="steering-vectors artifact folder (or Hub id)"),
                out: Path = typer.Argument(..., help="the .gguf file to write"),
                as_json: bool = JSON_OPT) -> None:
     """Write the vectors as a GGUF control-vector file (repeng's format; llama.cpp --control-vector)."""
-    from geosteer.errors import GeosteerError
     from geosteer.vectors.artifact import load_vectors
 
-    if out.suffix != ".gguf":
-        raise GeosteerError(f"output must be a .gguf file (got {out})")
-    if out.exists():
-        raise GeosteerError(f"{out} exists; choose another file")
+    _check_gguf(out)
     sv = load_vectors(folder)
     path = sv.export_gguf(out)
     emit({"out": str(path), "layers": list(sv.vectors), "model_hint": sv.model_type}, as_json)
+
+
+add_hidden_alias(vec, "vectors export-gguf", "vectors show --gguf", export_cmd)
 
 
 def register(app: typer.Typer) -> None:
