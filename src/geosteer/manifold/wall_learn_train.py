@@ -1,13 +1,15 @@
 """The wall-learning loop (``geosteer manifold wall-learn``): candidates, relaxation, hardening, artifact.
 
 Full-batch and deterministic: every step sees all target and control prompts, so a run is fixed by its
-inputs and settings. State (parameters, AdamW, schedule, RNG, history, the scored candidates) is written with
-the ``geosteer.train`` checkpoint helpers into ``<out>.train/`` (atomic), first right after scoring, then every
-``checkpoint_every`` steps; ``resume=True`` continues from it and ends with exactly the parameters of an
-uninterrupted run. ``mode="dense"`` trains all surface coefficients on the same objective instead (the dense
-baseline of the study); it saves the fine-tuned surfaces. ``promote=True`` (``geosteer manifold steer-learn``)
-flips the sign of the target term, dense mode only: the surfaces learn to *raise* the target continuations'
-log-prob (minus the negatives' when given) under the same control-KL hinge.
+inputs and settings. The steps run in ``geosteer.train.fit`` with the behaviour objective as its loss function
+(:class:`geosteer.train.PromptObjective`: the target term, the control-KL hinge and, for walls, the gates'
+sparsity). State (parameters, AdamW, schedule, RNG, history, the scored candidates) is a ``geosteer.train``
+checkpoint in ``<out>.train/`` (atomic), first right after scoring, then every ``checkpoint_every`` steps;
+``resume=True`` continues from it and ends with exactly the parameters of an uninterrupted run.
+``mode="dense"`` trains all surface coefficients on the same objective instead (the dense baseline of the
+study); it saves the fine-tuned surfaces. ``promote=True`` (``geosteer manifold steer-learn``) flips the sign of
+the target term, dense mode only: the surfaces learn to *raise* the target continuations' log-prob (minus the
+negatives' when given) under the same control-KL hinge.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -24,7 +27,6 @@ from geosteer.errors import GeosteerError
 from geosteer.manifold.wall_learn import (
     SoftWalls,
     WallLearnConfig,
-    control_kl,
     control_logprobs,
     encode_controls,
     encode_targets,
@@ -32,7 +34,7 @@ from geosteer.manifold.wall_learn import (
 )
 from geosteer.manifold.wall_learn_candidates import score_candidates
 from geosteer.outputs import check_output_folder
-from geosteer.progress import counter
+from geosteer.train.objective import PromptObjective, PromptSets, forward_logits, objective_terms
 
 
 def _fingerprint(tb, cb, cfg: WallLearnConfig, layers: list[int], nb=None) -> str:
@@ -52,32 +54,86 @@ def _bank_digest(bank) -> str:
     return h.hexdigest()
 
 
-def _forward(model, batch):
-    from geosteer.models.loading import input_device
+@dataclass
+class _Trainables:
+    """What a run trains: the soft walls outside the surfaces (walls mode), or the surfaces (dense mode)."""
 
-    return model(input_ids=batch.ids.to(input_device(model)), use_cache=False).logits
-
-
-def objective_terms(model, tb, cb, ref_logp, nb=None) -> dict:
-    """Target log-prob (n,), control KL over all positions and at the last position (scalars); with a
-    negatives batch ``nb`` also their log-prob (m,)."""
-    tlp = target_logprob(_forward(model, tb), tb)
-    lp, valid = control_logprobs(_forward(model, cb), cb)
-    terms = {"target_logprob": tlp, "kl": control_kl(ref_logp, lp, valid),
-             "kl_last": control_kl(ref_logp, lp, valid, last_only=True, lengths=cb.lengths)}
-    if nb is not None:
-        terms["negative_logprob"] = target_logprob(_forward(model, nb), nb)
-    return terms
+    soft: SoftWalls | None
+    module: torch.nn.Module
+    interventions: tuple
+    candidates: list[dict] | None
 
 
-def signed_objective(terms: dict, promote: bool) -> torch.Tensor:
-    """The target term of the loss: mean target log-prob (suppress), or −(mean target log-prob − mean
-    negative log-prob, when negatives are given) (promote)."""
-    tlp = terms["target_logprob"].mean()
-    if not promote:
-        return tlp
-    nlp = terms["negative_logprob"].mean() if "negative_logprob" in terms else tlp.new_zeros(())
-    return -(tlp - nlp)
+def _check_inputs(targets: list[dict], controls: list[str], cfg: WallLearnConfig, promote: bool,
+                  negatives: list[dict] | None) -> None:
+    cfg.validate()
+    if not targets:
+        raise GeosteerError("the target prompt set is empty")
+    if not controls:
+        raise GeosteerError("the control prompt set is empty")
+    if promote and cfg.mode != "dense":
+        raise GeosteerError(f"steering towards the targets trains the surfaces (mode dense); walls only "
+                            f"suppress (got mode {cfg.mode!r})")
+    if negatives is not None and not promote:
+        raise GeosteerError("negative continuations go with promote=True (steer-learn)")
+
+
+def _references(model, bank, sets: PromptSets) -> dict:
+    """The starting surfaces' control log-probs and target (negative) log-probs, before any step."""
+    from geosteer.interventions import steer
+
+    with torch.no_grad(), steer(model, bank):
+        ref = {"controls": control_logprobs(forward_logits(model, sets.controls), sets.controls)[0],
+               "target": target_logprob(forward_logits(model, sets.targets), sets.targets)}
+        if sets.negatives is not None:
+            ref["negative"] = target_logprob(forward_logits(model, sets.negatives), sets.negatives)
+    return ref
+
+
+def _trainables(model, tok, bank, sets: PromptSets, cfg: WallLearnConfig, layers: list[int],
+                state: dict | None) -> _Trainables:
+    if cfg.mode == "dense":
+        bank.coefficients.requires_grad_(True)
+        return _Trainables(None, bank, (bank,), None)
+    cands = state["extra"]["candidates"] if state is not None else \
+        score_candidates(model, tok, bank, sets.targets, sets.controls, cfg, layers)
+    soft = SoftWalls(cands, bank=bank, temperature=cfg.temperature(0))
+    with torch.no_grad():
+        soft.gate.fill_(cfg.gate_init)
+    return _Trainables(soft, soft, (soft, bank), cands)  # the walls outside the surfaces
+
+
+def _loss(cfg: WallLearnConfig, soft: SoftWalls | None, reference: torch.Tensor, promote: bool):
+    """The behaviour objective; for walls with the gates' L1 penalty and the box temperature of the step."""
+    objective = PromptObjective(reference, promote, cfg.kl_threshold, cfg.kl_weight,
+                                penalty=(lambda: cfg.sparsity * soft.gates().sum()) if soft is not None else None)
+    if soft is None:
+        return objective
+
+    def loss(model, batch):
+        soft.temperature = cfg.temperature(batch.step)
+        return objective(model, batch)
+
+    return loss
+
+
+def _gate_record(soft: SoftWalls) -> dict:
+    """The gates after a step (logged in its record)."""
+    g = soft.gates().detach()
+    return {"temperature": soft.temperature, "gates_open": int((g > 0.5).sum()), "gate_sum": float(g.sum())}
+
+
+def _peek(state_dir: Path, resume: bool, overwrite: bool, run: dict) -> tuple[dict | None, Path | None]:
+    """The checkpoint to resume (checked against this run before any model pass), or None."""
+    from geosteer.train.checkpoint import check_run, find_checkpoint, load_checkpoint
+
+    found = find_checkpoint(state_dir)
+    if found is not None and not resume and not overwrite:
+        raise GeosteerError(f"{found} already exists; resume it (--resume) or pass --overwrite")
+    state = load_checkpoint(found) if resume and found is not None else None
+    if state is not None:
+        check_run(state, run, found)  # before its candidates are used
+    return state, found
 
 
 def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg: WallLearnConfig, out,
@@ -91,140 +147,55 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
     saved. ``stop_at``: end after that many steps as if killed (no artifact). ``promote``: raise the targets
     (and lower ``negatives``, same format) instead of suppressing them (dense mode). Returns (bank, report).
     """
-    from geosteer.interventions import steer
-    from geosteer.manifold.artifact import save
     from geosteer.models.anatomy import anatomy
-    from geosteer.train import TrainConfig
-    from geosteer.train.checkpoint import (
-        check_compatible,
-        check_run,
-        find_checkpoint,
-        load_checkpoint,
-        run_record,
-        save_checkpoint,
-    )
-    from geosteer.train.schedule import make_scheduler
+    from geosteer.train import FullBatch, RunConfig, TrainConfig, fit
+    from geosteer.train.checkpoint import run_record
 
     say = log or (lambda s: None)
-    cfg.validate()
-    if not targets:
-        raise GeosteerError("the target prompt set is empty")
-    if not controls:
-        raise GeosteerError("the control prompt set is empty")
-    if promote and cfg.mode != "dense":
-        raise GeosteerError(f"steering towards the targets trains the surfaces (mode dense); walls only "
-                            f"suppress (got mode {cfg.mode!r})")
-    if negatives is not None and not promote:
-        raise GeosteerError("negative continuations go with promote=True (steer-learn)")
+    _check_inputs(targets, controls, cfg, promote, negatives)
     out = Path(out)
     check_output_folder(out, "geosteer-surfaces", what="--out")  # never over a folder of the user's files
     layers = anatomy(model).check_layers(cfg.layers if cfg.layers is not None else bank.layers)
-    tb, cb = encode_targets(tok, targets), encode_controls(tok, controls)
-    nb = encode_targets(tok, negatives) if negatives else None
+    sets = PromptSets(encode_targets(tok, targets), encode_controls(tok, controls),
+                      encode_targets(tok, negatives) if negatives else None)
     state_dir = Path(str(out) + ".train")
-    ckpt_path = state_dir / "checkpoint.safetensors"
-    found = find_checkpoint(state_dir) if state_dir.is_dir() else None
-    if found is not None and not resume and not overwrite:
-        raise GeosteerError(f"{found} already exists; resume it (--resume) or pass --overwrite")
-    fp = _fingerprint(tb, cb, cfg, layers, nb)
     steer_fields = {"objective": "promote", "negatives": len(negatives or [])} if promote else {}
-    run = run_record(model, mode=cfg.mode, layers=layers, surfaces=_bank_digest(bank), **steer_fields)
-    tcfg = TrainConfig(lr=cfg.lr, steps=cfg.steps, batch_size=1, seq_len=1, warmup_steps=0, min_lr_ratio=1.0,
-                       grad_clip=None, seed=cfg.seed, checkpoint_every=cfg.checkpoint_every,
-                       eval_before_after=False)
-    state = load_checkpoint(found) if resume and found is not None else None
-    if state is not None:
-        check_run(state, run, found)  # before any model pass, and before its candidates are used
+    fields = {"mode": cfg.mode, "layers": layers, "surfaces": _bank_digest(bank), **steer_fields}
+    state, _ = _peek(state_dir, resume, overwrite, run_record(model, **fields))
     t0 = time.perf_counter()
     bank.coefficients.requires_grad_(False)  # walls mode: the surfaces stay as they are
-    with torch.no_grad(), steer(model, bank):
-        ref_logp, _ = control_logprobs(_forward(model, cb), cb)
-        ref_target = target_logprob(_forward(model, tb), tb)
-        ref_negative = target_logprob(_forward(model, nb), nb) if nb is not None else None
-    cands = None
-    if cfg.mode == "walls":
-        cands = state["extra"]["candidates"] if state is not None else \
-            score_candidates(model, tok, bank, tb, cb, cfg, layers)
-        soft = SoftWalls(cands, bank=bank, temperature=cfg.temperature(0))
-        with torch.no_grad():
-            soft.gate.fill_(cfg.gate_init)
-        params = {n: p for n, p in soft.named_parameters()}
-        trainable = [soft, bank]
-    else:
-        soft = None
-        bank.coefficients.requires_grad_(True)
-        params = {"coefficients": bank.coefficients}
-        trainable = [bank]
-    torch.manual_seed(cfg.seed)
-    opt = torch.optim.AdamW(list(params.values()), lr=cfg.lr, weight_decay=0.0)
-    sched = make_scheduler(opt, tcfg)
-    history: list[dict] = []
-    start = 0
-    extra = {"candidates": cands, "layers": layers, "mode": cfg.mode}
-    if state is not None:
-        from geosteer.train.loop import _restore_state
-
-        check_compatible(state, tcfg, params, fp, found, run=run)
-        _restore_state(state, params, opt, sched, found)
-        history, start = list(state["history"]), int(state["step"])
-        say(f"resumed from {found} at step {start}/{cfg.steps}")
-
-    def checkpoint(step: int) -> None:
-        save_checkpoint(ckpt_path, step=step, params=params, optimizer=opt, scheduler=sched, cfg=tcfg,
-                        history=history, data_fingerprint=fp, extra=extra, run=run)
-
-    if state is None:
-        checkpoint(0)  # the scored candidates survive a kill during the first steps
-    say(f"{cfg.mode}: {len(cands) if cands else bank.n_parameters()} "
-        f"{'candidate channels' if cands else 'coefficients'}, {cfg.steps} steps")
-    stopped = False
-    t_loop = time.perf_counter()
+    ref = _references(model, bank, sets)
+    tr = _trainables(model, tok, bank, sets, cfg, layers, state)
+    tcfg = TrainConfig(lr=cfg.lr, steps=cfg.steps, batch_size=1, seq_len=1, warmup_steps=0, min_lr_ratio=1.0,
+                       grad_clip=None, seed=cfg.seed, checkpoint_every=cfg.checkpoint_every,
+                       eval_before_after=False, log_every=1)
+    options = RunConfig(out_dir=state_dir, resume=resume, overwrite=overwrite, stop_at=stop_at, progress=False,
+                        log=log, after_step=(lambda: _gate_record(tr.soft)) if tr.soft is not None else None,
+                        record=fields, checkpoint_extra={"candidates": tr.candidates, "layers": layers,
+                                                         "mode": cfg.mode},
+                        checkpoint_at_start=True, interventions=tr.interventions, move_model=False)
+    data = FullBatch(sets, _fingerprint(sets.targets, sets.controls, cfg, layers, sets.negatives), sets.tokens)
+    say(f"{cfg.mode}: {len(tr.candidates) if tr.candidates else bank.n_parameters()} "
+        f"{'candidate channels' if tr.candidates else 'coefficients'}, {cfg.steps} steps")
     try:
-        with steer(model, *trainable):
-            for step in range(start, cfg.steps):
-                if stop_at is not None and step >= stop_at:
-                    stopped = True
-                    break
-                if soft is not None:
-                    soft.temperature = cfg.temperature(step)
-                t_step = time.perf_counter()
-                opt.zero_grad(set_to_none=True)
-                with torch.enable_grad():
-                    terms = objective_terms(model, tb, cb, ref_logp, nb)
-                    tlp = terms["target_logprob"].mean()
-                    # both the next-token KL after each prompt and the KL over all its positions stay under τ
-                    penalty = cfg.kl_weight * (torch.relu(terms["kl_last"] - cfg.kl_threshold)
-                                               + torch.relu(terms["kl"] - cfg.kl_threshold))
-                    sparse = cfg.sparsity * soft.gates().sum() if soft is not None else tlp.new_zeros(())
-                    loss = signed_objective(terms, promote) + penalty + sparse
-                    loss.backward()
-                if not torch.isfinite(loss.detach()):
-                    raise GeosteerError(f"wall learning diverged at step {step + 1} (loss {float(loss)}); "
-                                        f"try a lower lr (now {cfg.lr:g})")
-                opt.step()
-                sched.step()
-                rec = {"step": step + 1, "seconds": round(time.perf_counter() - t_step, 2),
-                       "loss": float(loss.detach()), "target_logprob": float(tlp.detach()),
-                       "kl": float(terms["kl"].detach()), "kl_last": float(terms["kl_last"].detach())}
-                if nb is not None:
-                    rec["negative_logprob"] = float(terms["negative_logprob"].detach().mean())
-                if soft is not None:
-                    g = soft.gates().detach()
-                    rec.update(temperature=soft.temperature, gates_open=int((g > 0.5).sum()),
-                               gate_sum=float(g.sum()))
-                history.append(rec)
-                say(f"[{counter(step + 1, cfg.steps, time.perf_counter() - t_loop, start)}] "
-                    + " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()))
-                if step + 1 == cfg.steps or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
-                    checkpoint(step + 1)
+        res = fit(model, tr.module, tcfg, data, loss=_loss(cfg, tr.soft, ref["controls"], promote), options=options)
     finally:
         bank.coefficients.requires_grad_(False)
-    if stopped:
-        say(f"stopped after step {len(history)}/{cfg.steps}; resume with --resume")
-        return bank, {"stopped": True, "steps_done": len(history)}
-    report = {"mode": cfg.mode, "config": cfg.to_dict(), "layers": layers, "history": history,
-              "reference": {"target_logprob": float(ref_target.mean())}, "candidates": cands,
+    if res.stopped_early:
+        say(f"stopped after step {res.steps_done}/{cfg.steps}; resume with --resume")
+        return bank, {"stopped": True, "steps_done": res.steps_done}
+    report = {"mode": cfg.mode, "config": cfg.to_dict(), "layers": layers, "history": res.history,
+              "reference": {"target_logprob": float(ref["target"].mean())}, "candidates": tr.candidates,
               "seconds_this_run": round(time.perf_counter() - t0, 1)}
+    _edit_record(bank, tr.soft, report, promote, sets.negatives is not None, say)
+    report["train_eval"] = _train_eval(model, bank, sets, ref, promote, say)
+    _save(bank, out, state_dir, report, res.history, cfg, storage_dtype, command, promote)
+    say(f"saved {out}")
+    return bank, report
+
+
+def _edit_record(bank, soft: SoftWalls | None, report: dict, promote: bool, negatives: bool, say) -> None:
+    """Harden the learned walls into the bank (walls mode) and add the edit to the bank's history."""
     if soft is not None:
         walls = soft.harden()
         report["regions"] = [w.to_dict() for w in walls]
@@ -236,31 +207,41 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
         bank.add_walls(walls)
         bank.history.append({"edit": "wall-learn: " + ("; ".join(report["regions_text"]) or "no regions"),
                              "surfaces": len(walls), "coefficients": 0})
-    elif promote:
-        bank.history.append({"edit": "steer-learn: surfaces fine-tuned to promote the target continuations"
-                                     + (" over the negatives" if nb is not None else ""),
-                             "surfaces": bank.n_parameters() // bank.K ** 2,
-                             "coefficients": bank.n_parameters()})
-    else:
-        bank.history.append({"edit": "wall-learn dense: surfaces fine-tuned on the target/control objective",
-                             "surfaces": bank.n_parameters() // bank.K ** 2,
-                             "coefficients": bank.n_parameters()})
-    with torch.no_grad(), steer(model, bank):  # what ships: the bank with its exact walls
-        hard = objective_terms(model, tb, cb, ref_logp, nb)
-    report["train_eval"] = {"target_logprob": float(hard["target_logprob"].mean()),
-                            "target_drop": float((ref_target - hard["target_logprob"]).mean()),
-                            "kl": float(hard["kl"]), "kl_last": float(hard["kl_last"])}
-    te = report["train_eval"]
-    if promote:
-        te["target_gain"] = -te.pop("target_drop")
-        if nb is not None:
-            te["negative_logprob"] = float(hard["negative_logprob"].mean())
-            te["negative_drop"] = float((ref_negative - hard["negative_logprob"]).mean())
-        say(f"result on the training prompts: target log-prob gain {te['target_gain']:.4g}, control KL "
-            f"{te['kl']:.4g} (last token {te['kl_last']:.4g})")
-    else:
+        return
+    what = ("steer-learn: surfaces fine-tuned to promote the target continuations"
+            + (" over the negatives" if negatives else "")) if promote else \
+        "wall-learn dense: surfaces fine-tuned on the target/control objective"
+    bank.history.append({"edit": what, "surfaces": bank.n_parameters() // bank.K ** 2,
+                         "coefficients": bank.n_parameters()})
+
+
+def _train_eval(model, bank, sets: PromptSets, ref: dict, promote: bool, say) -> dict:
+    """The shipped bank (exact walls) on the training prompts, against the starting surfaces."""
+    from geosteer.interventions import steer
+
+    with torch.no_grad(), steer(model, bank):
+        hard = objective_terms(model, sets, ref["controls"])
+    te = {"target_logprob": float(hard["target_logprob"].mean()),
+          "target_drop": float((ref["target"] - hard["target_logprob"]).mean()),
+          "kl": float(hard["kl"]), "kl_last": float(hard["kl_last"])}
+    if not promote:
         say(f"hard result on the training prompts: target log-prob drop {te['target_drop']:.4g}, control KL "
             f"{te['kl']:.4g} (last token {te['kl_last']:.4g})")
+        return te
+    te["target_gain"] = -te.pop("target_drop")
+    if sets.negatives is not None:
+        te["negative_logprob"] = float(hard["negative_logprob"].mean())
+        te["negative_drop"] = float((ref["negative"] - hard["negative_logprob"]).mean())
+    say(f"result on the training prompts: target log-prob gain {te['target_gain']:.4g}, control KL "
+        f"{te['kl']:.4g} (last token {te['kl_last']:.4g})")
+    return te
+
+
+def _save(bank, out: Path, state_dir: Path, report: dict, history: list[dict], cfg: WallLearnConfig,
+          storage_dtype: str, command: str | None, promote: bool) -> None:
+    from geosteer.io_utils import atomic_write_json
+    from geosteer.manifold.artifact import save
+
     if command:
         report["command"] = command
         if bank.meta.get("command"):  # the card shows this run's command; the surfaces' own stays recorded
@@ -268,8 +249,4 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
         bank.meta["command"] = command
     record = {k: v for k, v in report.items() if k != "history"}
     save(bank, out, dtype=storage_dtype, **({"steer_learn": record} if promote else {"wall_learn": record}))
-    from geosteer.io_utils import atomic_write_json
-
     atomic_write_json(state_dir / "history.json", {"history": history, "config": cfg.to_dict()})
-    say(f"saved {out}")
-    return bank, report

@@ -295,3 +295,26 @@ def _check_progress(state: dict, cfg: TrainConfig, path: Path) -> None:
         if initial != cfg.lr or not (number and math.isclose(lr, want, rel_tol=1e-9, abs_tol=1e-15)):
             raise GeosteerError(f"cannot resume {path}: its learning rate {lr!r} (initial {initial!r}) does not "
                                 f"match step {step} of this run's schedule (lr {cfg.lr:g})")
+
+
+def restore_state(state: dict, params: dict[str, torch.Tensor], opt, sched, path: Path) -> None:
+    """Load a validated checkpoint's parameters, optimizer, schedule and RNG (one-line error if they do not fit)."""
+    shapes = [tuple(p.shape) for p in params.values()]
+    for idx, st in state["optimizer"]["state"].items():
+        if not isinstance(idx, int) or not 0 <= idx < len(shapes) or not isinstance(st, dict):
+            raise GeosteerError(f"cannot resume {path}: its optimizer state names parameter {idx!r}, "
+                                f"valid 0..{len(shapes) - 1}")
+        for key, t in st.items():
+            if isinstance(t, torch.Tensor) and t.dim() > 0 and tuple(t.shape) != shapes[idx]:
+                raise GeosteerError(f"cannot resume {path}: optimizer state {key} of parameter {idx} has "
+                                    f"shape {tuple(t.shape)}, expected {shapes[idx]}")
+    try:
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise GeosteerError(f"cannot resume {path}: its optimizer/schedule/RNG state does not fit this run "
+                            f"({type(e).__name__})") from None
+    with torch.no_grad():
+        for k, p in params.items():
+            p.copy_(state["params"][k].to(p.device, p.dtype))

@@ -1,9 +1,16 @@
-"""Training configuration for any trainable intervention (surfaces, FFN gates, LoRA baselines, ...)."""
+"""Training configuration for any trainable intervention (surfaces, FFN gates, LoRA baselines, ...).
+
+:class:`TrainConfig`: what a run learns with (optimiser, schedule, batches, evaluation cadence; recorded in
+its checkpoints). :class:`RunConfig`: how one run is driven (checkpoint folder, resume, logging, hooks).
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -131,3 +138,41 @@ RESUME_KEYS = ("lr", "total_steps", "batch_size", "seq_len", "total_warmup", "mi
                "weight_decay", "betas", "grad_clip", "seed", "schedule")
 # What a checkpoint written before a key existed meant by it (checkpoints without "schedule" are cosine).
 RESUME_DEFAULTS = {"schedule": "cosine"}
+
+
+@dataclass
+class RunConfig:
+    """How :func:`geosteer.train.fit` drives one run (nothing here changes what the run computes).
+
+    ``out_dir``: the checkpoint folder (None: no checkpoints); ``resume`` continues from its checkpoint,
+    ``overwrite`` starts over on top of it. ``stop_at``: end after that many steps, as if killed there.
+    ``log(line)`` gets the per-step lines (None: silent); ``progress``: a progress bar on a terminal.
+    ``callback(step, record)`` runs after every step; ``after_step()`` returns numbers added to each step's
+    record after the optimizer step (e.g. the state of learned gates). ``record``: the caller's layout and
+    options, stored in checkpoints with the base model id (a resume must match it); ``checkpoint_extra``:
+    more plain data stored in every checkpoint; ``checkpoint_at_start``: write a checkpoint before the first
+    step of a fresh run. ``eval_before``: evaluate before the first step (when the config asks for it).
+    ``interventions``: attached (``geosteer.steer``) for the run, in this order. ``accelerator``: an
+    ``accelerate.Accelerator`` to use instead of a new one; ``move_model``: move the model and the trainable
+    module to its device (off for models placed by the caller, e.g. with a device map).
+    """
+
+    out_dir: str | Path | None = None
+    resume: bool = False
+    overwrite: bool = False
+    stop_at: int | None = None
+    progress: bool = True
+    log: Callable[[str], None] | None = print
+    callback: Callable[[int, dict], None] | None = None
+    after_step: Callable[[], dict] | None = None
+    record: dict | None = None
+    checkpoint_extra: dict | None = None
+    checkpoint_at_start: bool = False
+    eval_before: bool = True
+    interventions: Sequence = ()
+    accelerator: Any = None
+    move_model: bool = True
+
+    def say(self, line: str) -> None:
+        if self.log is not None:
+            self.log(line)

@@ -4,13 +4,17 @@ Text (the bundled corpus' train split or any text file) is tokenised once into o
 joined by a blank line), cut into non-overlapping windows of ``seq_len`` tokens, and each window gets the
 tokenizer's BOS in front (as the evaluation does). The batch of step ``s`` is a pure function of
 ``(seed, s)``: a fresh permutation of the windows per epoch, so a resumed run sees exactly the batches
-that the uninterrupted run would have seen.
+that the uninterrupted run would have seen (:class:`WindowBatches`). :class:`FullBatch` is the other kind of
+run data: the same inputs (e.g. prompt sets) at every step.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -103,3 +107,59 @@ class BatchOrder:
         idx = self.indices(step)
         per = self.batch_size // world
         return idx[rank * per:(rank + 1) * per]
+
+
+def prepare_windows(tok, text: str | Path | None, train_ids: torch.Tensor | None, seq_len: int) -> torch.Tensor:
+    """The training windows: ``train_ids`` as given (2-D) or cut into windows (1-D), else ``text`` tokenised."""
+    if train_ids is not None:
+        if train_ids.dim() == 2:
+            return train_ids.long()
+        bos = getattr(tok, "bos_token_id", None) if tok is not None else None
+        return windows(train_ids.long(), seq_len, bos)
+    if tok is None:
+        raise GeosteerError("train() needs a tokenizer (tok=...) or pre-tokenised train_ids")
+    return windows(token_stream(tok, load_texts(text)), seq_len, getattr(tok, "bos_token_id", None))
+
+
+class WindowBatches:
+    """Token windows in the seeded order of :class:`BatchOrder` (the language-modelling data of a run)."""
+
+    def __init__(self, w: torch.Tensor, batch_size: int, seed: int) -> None:
+        self.windows = w
+        self.order = BatchOrder(w.shape[0], batch_size, seed)
+        self.fingerprint = fingerprint(w)
+        self.tokens_per_step = batch_size * (w.shape[1] - 1)
+
+    def batch(self, step: int, rank: int, world: int, device) -> torch.Tensor:
+        return self.windows[self.order.shard(step, rank, world)].to(device)
+
+    def chunks(self, batch: torch.Tensor, micro_batch: int | None) -> Iterator[tuple[torch.Tensor, float]]:
+        """Micro-batches of ``batch`` with their share of it (gradient accumulation)."""
+        for chunk in batch.split(micro_batch or batch.shape[0]):
+            yield chunk, chunk.shape[0] / batch.shape[0]
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """What a full-batch loss function gets: the step (0-based) and the run's inputs."""
+
+    step: int
+    inputs: Any
+
+
+@dataclass(frozen=True)
+class FullBatch:
+    """The same inputs at every step (full-batch training on prompt sets; a run is fixed by its inputs).
+
+    ``fingerprint`` ties checkpoints to the inputs; ``tokens_per_step`` is what one step reads. Every process
+    gets all the inputs (their averaged gradients are the one-process gradients)."""
+
+    inputs: Any
+    fingerprint: str
+    tokens_per_step: int
+
+    def batch(self, step: int, rank: int, world: int, device) -> StepBatch:
+        return StepBatch(step, self.inputs)
+
+    def chunks(self, batch: StepBatch, micro_batch: int | None) -> Iterator[tuple[StepBatch, float]]:
+        yield batch, 1.0
