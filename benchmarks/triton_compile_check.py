@@ -3,10 +3,12 @@
 Triton's interpreter (the CPU tests) does not enforce what the compiler does (tile shapes of products,
 types across branches, register allocation): this runs the real compiler down to a cubin for the given
 architecture (default sm_90, H100/H200) with the bundled ptxas, for the forward (each mask kind, with and
-without surfaces), the split-K decode part and its merge. About a minute of CPU per kernel.
+without surfaces), the split-K decode part and its merge, and the training step's backward (dq/dC and
+dk/dv, at the tile sizes the wrapper uses on CUDA). About a minute of CPU per kernel.
 
     .venv/bin/python benchmarks/triton_compile_check.py            # sm_90, head_dim 64
     .venv/bin/python benchmarks/triton_compile_check.py --arch 80 --head-dim 128
+    .venv/bin/python benchmarks/triton_compile_check.py --only backward   # the training step's kernels
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ def main(argv=None) -> None:
     ap.add_argument("--arch", type=int, default=90)
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    ap.add_argument("--only", default="", help="compile only the variants whose name contains this text")
     a = ap.parse_args(argv)
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from geosteer.manifold import triton_backward as tb
     from geosteer.manifold import triton_kernels as tk
 
     target = GPUTarget("cuda", a.arch, 32)
@@ -56,6 +60,17 @@ def main(argv=None) -> None:
          dict(G=8, K=11, KB=16, HAS_SURF=True, WITH_VALUE=True, STORE_LSE=True, BLOCK_M=16, BLOCK_D=bd,
               DV=min(bd, 32), D=a.head_dim)),
     ]
+    bwd_io = dict(Q=x, Kp=x, V=x, Cf=f32, Mk="*u8", Gr=f32, O=f32, Lse=f32)
+    bwd = dict(base, BLOCK_M=16, BLOCK_N=16, WITH_VALUE=True)
+    del bwd["DV"]
+    cases += [
+        ("backward dq + dC, causal + window", tb._bwd_dq, dict(bwd_io, OutQ=f32, OutC=f32), dict(bwd, WINDOW=True)),
+        ("backward dk + dv, causal + window", tb._bwd_dkdv, dict(bwd_io, OutK=f32, OutV=f32), dict(bwd, WINDOW=True)),
+        ("backward dq + dC, boolean mask, softcap", tb._bwd_dq, dict(bwd_io, OutQ=f32, OutC=f32),
+         dict(bwd, CAUSAL=False, MASK_KIND=1, SOFTCAP=True)),
+    ]
+    if a.only:
+        cases = [c for c in cases if a.only in c[0]]
     for name, fn, ptrs, consts in cases:
         k = triton.compile(ASTSource(fn=fn, signature=_signature(fn, ptrs, consts), constexprs=consts), target=target)
         print(f"{name}: compiled for sm_{a.arch} (cubin {len(k.asm['cubin'])} bytes)", flush=True)

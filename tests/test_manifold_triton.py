@@ -173,25 +173,71 @@ def test_bf16_inputs_fp32_accumulation(fused):
     assert ((out.double() - ref).abs() <= ref.abs() * 2 ** -8 + 1e-6).all()
 
 
-@pytest.mark.parametrize("kind", ["causal", "window"])
-def test_gradients_match_autograd_of_reference(fused, monkeypatch, kind):
-    monkeypatch.setenv("GEOSTEER_MANIFOLD_BACKEND", "triton")
-    q, k, v, C = _case(1, 2, 1, 11, 11, 8, seed=4, scale=1.5)
-    q, k, v, C = (t.requires_grad_() for t in (q, k, v, C))
+def _grad_case(kind):
+    """(inputs, kernel kwargs, reference keep-mask, softcap, with_value, rows to compare) of one backward case."""
+    b, H, Hkv, L, T, d = dict(causal=(1, 2, 1, 19, 19, 12), window=(1, 2, 1, 13, 13, 8),
+                              decode=(2, 2, 1, 3, 20, 8), float=(2, 2, 2, 9, 9, 8))[kind]
+    q, k, v, C = _case(b, H, Hkv, L, T, d, seed=4, scale=1.5)
+    kw, keep, softcap, with_value = {}, _keep_mask(b, L, T, [0] * b), None, True
     if kind == "causal":
-        out = modulated_attention(q, k, v, C, 8, -4.0, 4.0, is_causal=True)
-        keep = _keep_mask(1, 11, 11, [0])
-    else:
-        out = fused.modulated_attention_triton(q, k, v, C, 8, -4.0, 4.0, is_causal=True, sliding_window=4,
-                                               recompute=lambda *a, **kw: modulated_attention(*a, backend="torch",
-                                                                                              **kw))
-        keep = _keep_mask(1, 11, 11, [0], window=4)
-    ref = _ref(q, k, v, C, keep)
-    gw = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+        kw = dict(is_causal=True, block_m=16, block_n=16)  # several query and key tiles
+    elif kind == "window":
+        kw, keep = dict(is_causal=True, sliding_window=4), _keep_mask(b, L, T, [0] * b, window=4)
+    elif kind == "decode":  # 3 new queries against a padded cache, Δo only
+        keep = _keep_mask(b, L, T, [0, 7])
+        kw, with_value = dict(attn_mask=keep, block_n=16), False
+    else:  # additive padding mask and soft-capping
+        pad = _keep_mask(b, L, T, [0, 3])
+        keep = torch.zeros(pad.shape).masked_fill(~pad, -1e9)
+        kw, softcap = dict(attn_mask=keep, softcap=2.0), 2.0
+    rows = (keep > -1e8).any(-1)[:, 0] if kind == "float" else torch.ones(b, L, dtype=torch.bool)
+    return (q, k, v, C), kw, keep, softcap, with_value, rows
+
+
+def _ref_out(q, k, v, C, keep, softcap, with_value):
+    ref = _ref(q, k, v, C, keep, softcap=softcap)
+    return ref if with_value else ref - _ref(q, k, v, torch.zeros_like(C), keep, softcap=softcap)
+
+
+@pytest.mark.parametrize("kind", ["causal", "window", "decode", "float"])
+def test_backward_kernels_match_autograd_of_reference(fused, kind):
+    """dq, dk, dv, dC of the Triton backward = torch autograd through the fp64 per-pair reference (GQA, odd
+    lengths, head_dim not a power of two, sliding window, padded decode cache with Δo only, additive mask
+    with soft-capping)."""
+    inputs, kw, keep, softcap, with_value, rows = _grad_case(kind)
+    q, k, v, C = (t.requires_grad_() for t in inputs)
+    out = fused.modulated_attention_triton(q, k, v, C, 8, -4.0, 4.0, with_value=with_value, **kw)
+    ref = _ref_out(q, k, v, C, keep, softcap, with_value)
+    # rows that an additive mask hides entirely average all keys in fp32 but not in fp64: left out (weight 0)
+    gw = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)) * rows[:, :, None, None]
     g1 = torch.autograd.grad((out * gw).sum(), (q, k, v, C))
     g2 = torch.autograd.grad((ref * gw.double()).sum(), (q, k, v, C))
     for a, b in zip(g1, g2, strict=True):
-        assert (a.double() - b).abs().max().item() <= 1e-4 * max(1.0, b.abs().max().item())
+        assert a.dtype == torch.float32
+        assert (a.double() - b).abs().max().item() <= 1e-5 * max(1.0, b.abs().max().item())
+
+
+def test_backward_bf16_and_through_the_backend(fused, monkeypatch):
+    """bf16 inputs through modulated_attention(backend triton): gradients in the inputs' dtype, equal to the
+    reference on the same rounded inputs up to their own bf16 rounding; only the kernels that are needed run
+    (a frozen q, k, v: dC alone)."""
+    monkeypatch.setenv("GEOSTEER_MANIFOLD_BACKEND", "triton")
+    q, k, v, C = _case(1, 2, 1, 11, 11, 8, seed=4, scale=1.5)
+    qb, kb, vb = (t.bfloat16().requires_grad_() for t in (q, k, v))
+    C.requires_grad_()
+    out = modulated_attention(qb, kb, vb, C, 8, -4.0, 4.0, is_causal=True)
+    assert out.dtype == torch.bfloat16
+    gw = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).bfloat16().float()  # ∂L/∂out is bf16
+    g1 = torch.autograd.grad((out.float() * gw).sum(), (qb, kb, vb, C))
+    leaves = [t.detach().float().requires_grad_() for t in (qb, kb, vb)]
+    ref = _ref(*leaves, C, _keep_mask(1, 11, 11, [0]))
+    g2 = torch.autograd.grad((ref * gw.double()).sum(), (*leaves, C))
+    for a, b, x in zip(g1, g2, (qb, kb, vb, C), strict=True):
+        assert a.dtype == x.dtype
+        assert ((a.double() - b).abs() <= b.abs() * 2 ** -8 + 1e-5 * b.abs().max().item()).all()
+    only_c = modulated_attention(qb.detach(), kb.detach(), vb.detach(), C, 8, -4.0, 4.0, is_causal=True)
+    (gc,) = torch.autograd.grad((only_c.float() * gw).sum(), (C,))
+    assert (gc.double() - g2[3]).abs().max().item() <= 1e-5 * max(1.0, g2[3].abs().max().item())
 
 
 def test_exclude_self_weight_from_the_kernels_lse(fused):
@@ -208,6 +254,78 @@ def test_exclude_self_weight_from_the_kernels_lse(fused):
     diag = torch.diagonal(w, dim1=-2, dim2=-1).reshape(a_tt.shape)
     assert (a_tt - diag).abs().max().item() <= 1e-5
     assert (a_tt - self_weight(call)).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("family", ["qwen2", "gemma3"])  # GQA + sliding window; head_dim ≠ d/h
+def test_stock_lse_on_the_triton_path(fused, tiny_cache, monkeypatch, family):
+    """Off the CPU's plain causal case, stock_attention_with_lse runs the Triton stock kernel (padding masks,
+    sliding windows, GQA, head_dim ≠ d/h): its output is the stock output and A_tt from its log-sum-exp is
+    the diagonal of the materialised attention weights."""
+    from geosteer.attention import stock_attention_with_lse
+    from geosteer.directional.value import self_weight_from_lse
+
+    monkeypatch.setenv("GEOSTEER_MANIFOLD_BACKEND", "triton")
+    model, tok = tiny_cache(family)
+    enc = tok(["The laws of physics are the same for all.", "She saw the man."], return_tensors="pt",
+              padding=True)
+    seen = []
+
+    def handler(call, proceed):
+        out, w = proceed(call)
+        seen.append((call, out, stock_attention_with_lse(call)))
+        return out, w
+
+    rms = [add_attention_handler(b.attn, handler) for b in anatomy(model).blocks]
+    try:
+        with torch.no_grad():
+            model(**enc)
+    finally:
+        for r in rms:
+            r()
+    keep = enc.attention_mask.bool()  # (b, q): rows of real tokens
+    assert seen and all(f is not None for _, _, f in seen)
+    for call, out, (fo, lse) in seen:
+        assert (fo - out)[keep].abs().max().item() <= 1e-5
+        a_tt = self_weight_from_lse(call, lse)  # (b, Hkv, n_rep, q)
+        diag = torch.diagonal(attention_weights(call), dim1=-2, dim2=-1).reshape(a_tt.shape)
+        rows = keep[:, None, None, :].expand(a_tt.shape)
+        assert (a_tt - diag)[rows].abs().max().item() <= 1e-5
+
+
+def test_exclude_self_measure_and_stock_gradients_on_the_triton_path(fused, tiny_cache, monkeypatch):
+    """DirectionalMeasure's value statistics (A_tt, o/c ratios) are the same with the Triton log-sum-exp as with
+    the blockwise fallback; the stock kernel's backward (no surfaces) = autograd of SDPA."""
+    from geosteer import steer
+    from geosteer.directional.measure import DirectionalMeasure
+
+    model, tok = tiny_cache("qwen2")  # GQA 2, sliding window on layer 1
+    enc = tok(["The laws of physics are the same for all.", "She saw the man."], return_tensors="pt",
+              padding=True)
+    rows = {}
+    for backend in ("triton", "torch"):
+        monkeypatch.setenv("GEOSTEER_MANIFOLD_BACKEND", backend)
+        meas = DirectionalMeasure(layers=[0, 1], residual=False)
+        with torch.no_grad(), steer(model, meas):
+            model(**enc)
+        rows[backend] = meas.rows()
+    assert len(rows["triton"]) == len(rows["torch"]) > 0
+    for a, b in zip(rows["triton"], rows["torch"], strict=True):
+        assert a.keys() == b.keys()
+        for key, x in a.items():
+            if isinstance(x, float) and not (x != x and b[key] != b[key]):  # NaN in both: no tokens
+                assert abs(x - b[key]) <= 1e-5 * max(1.0, abs(b[key])), key
+            else:
+                assert x == b[key], key
+    q, k, v, _ = _case(1, 4, 2, 13, 13, 8, seed=6)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out = fused.modulated_attention_triton(q, k, v, None, 1, 0.0, 1.0, is_causal=True)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double().repeat_interleave(2, 1),
+                                                            v.double().repeat_interleave(2, 1), is_causal=True)
+    gw = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+    g1 = torch.autograd.grad((out * gw).sum(), (q, k, v))
+    g2 = torch.autograd.grad((sdpa.transpose(1, 2) * gw.double()).sum(), (q, k, v))
+    for a, b in zip(g1, g2, strict=True):
+        assert (a.double() - b).abs().max().item() <= 1e-5 * max(1.0, b.abs().max().item())
 
 
 def test_backend_switch(fused, monkeypatch, tiny_cache):

@@ -99,26 +99,53 @@ _LSE_SAFE_KWARGS = {"position_ids", "use_cache", "sliding_window", "cache_positi
 
 
 def stock_attention_with_lse(call: AttentionCall) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(stock output (b, q, heads, dv), row log-sum-exp of the scaled scores (b, heads, q)), or None.
+    """(stock output (b, q, heads, dv), row log-sum-exp of the scaled, masked scores (b, heads, q)), or None.
 
-    Only where transformers' SDPA path runs PyTorch's fused CPU flash-attention kernel on a plain causal
-    call (CPU, no mask, no dropout, no cache: q_len == k_len > 1, no soft-capping): the same kernel is called
-    here with the same inputs (GQA keys/values repeated as SDPA's ``enable_gqa`` does), so the output is the
-    stock output bit for bit (tested) and the kernel's log-sum-exp comes for free. Anything else: None, and
+    Two kernels return the log-sum-exp with the output, so A_tt = exp(s_tt − lse_t) costs O(T·d) after them:
+
+    - CPU, plain causal call (no mask, no cache: q_len == k_len > 1, fp32/fp64): PyTorch's fused CPU
+      flash-attention kernel, the one transformers' SDPA path runs, with the same inputs (GQA keys/values
+      repeated as SDPA's ``enable_gqa`` does): the stock output bit for bit (tested).
+    - CUDA with Triton importable (or a CPU under ``TRITON_INTERPRET=1`` with
+      ``GEOSTEER_MANIFOLD_BACKEND=triton``): the fused Triton kernel of ``geosteer.manifold.triton`` without
+      surfaces, for any mask the stock path gets (padding, sliding windows, KV cache), GQA unexpanded, any
+      float dtype: the stock output to fp32 rounding (a different kernel than SDPA's), no attention matrix.
+      ``GEOSTEER_MANIFOLD_BACKEND=torch`` or ``cpu`` turns this off.
+
+    Anything else (dropout, soft-capping or other extra arguments, attention weights requested): None, and
     the caller uses ``proceed`` and computes what it needs itself.
     """
     q, k, v = call.query, call.key, call.value
-    if (q.device.type != "cpu" or call.attention_mask is not None or call.dropout
-            or q.shape[2] < 2 or q.shape[2] != k.shape[2] or not getattr(call.module, "is_causal", True)
-            or set(call.kwargs) - _LSE_SAFE_KWARGS or call.kwargs.get("output_attentions")
-            or q.dtype not in (torch.float32, torch.float64)):
+    if (call.dropout or set(call.kwargs) - _LSE_SAFE_KWARGS or call.kwargs.get("output_attentions")
+            or not q.dtype.is_floating_point):
         return None
-    rep = q.shape[1] // k.shape[1]
-    if rep > 1:
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True,
-                                                                          scale=call.scaling)
-    return out.transpose(1, 2).contiguous(), lse
+    causal = getattr(call.module, "is_causal", True)
+    if (q.device.type == "cpu" and call.attention_mask is None and causal and q.shape[2] > 1
+            and q.shape[2] == k.shape[2] and q.dtype in (torch.float32, torch.float64)):
+        rep = q.shape[1] // k.shape[1]
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True,
+                                                                              scale=call.scaling)
+        return out.transpose(1, 2).contiguous(), lse
+    if not _triton_stock_applies(q):
+        return None
+    from geosteer.manifold.triton import modulated_attention_triton
+
+    return modulated_attention_triton(q, k, v, None, 1, 0.0, 1.0, attn_mask=call.attention_mask,
+                                      is_causal=bool(causal), scaling=call.scaling, return_lse=True)
+
+
+def _triton_stock_applies(query: torch.Tensor) -> bool:
+    """Whether the Triton stock kernel gives the log-sum-exp here (see :func:`stock_attention_with_lse`)."""
+    import os
+
+    backend = os.environ.get("GEOSTEER_MANIFOLD_BACKEND", "")
+    if backend in ("torch", "cpu") or (query.device.type != "cuda" and backend != "triton"):
+        return False
+    from geosteer.manifold import triton as fused
+
+    return fused.applies(query, 0.0, 1.0)
 
 
 _registered = False

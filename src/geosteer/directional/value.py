@@ -104,13 +104,20 @@ def self_weight(call: AttentionCall, block_rows: int = 128) -> torch.Tensor:
 
 def self_weight_from_lse(call: AttentionCall, lse: torch.Tensor) -> torch.Tensor:
     """A_tt (b, Hkv, n_rep, q) = exp(s_tt − lse_t) from the attention kernel's own row log-sum-exp
-    ``lse`` (b, H, q) (a plain causal call, see ``geosteer.attention.stock_attention_with_lse``)."""
+    ``lse`` (b, H, q) (``geosteer.attention.stock_attention_with_lse``): an O(q·d) epilogue. A query whose
+    own key is masked, or that sees no key at all (lse = −inf), gets 0."""
     qg = grouped_query(call).float()
     key = call.key.float()
     q_len, k_len = qg.shape[3], key.shape[2]
     s_diag = (qg * key[:, :, None, k_len - q_len:]).sum(-1) * call.effective_scaling
     b, hkv, r = qg.shape[:3]
-    return torch.exp(s_diag - lse.float().reshape(b, hkv, r, q_len))
+    lse = lse.float().reshape(b, hkv, r, q_len)
+    a = torch.exp(s_diag - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse)))
+    keep = torch.isfinite(lse)
+    diag_visible = _diag_visible(call, q_len, k_len)
+    if diag_visible is not None:
+        keep = keep & diag_visible
+    return torch.where(keep, a, torch.zeros_like(a))
 
 
 def _diag_visible(call: AttentionCall, q_len: int, k_len: int) -> torch.Tensor | None:

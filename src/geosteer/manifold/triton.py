@@ -9,11 +9,10 @@ optional ``sliding_window`` for purely causal calls without a mask. ``coeff=None
 (with its log-sum-exp, for the exclude-self weight). The kernels are in ``triton_kernels``; nothing of
 size q × k or k × d·(K+1) is written to global memory.
 
-Backward: the forward is the Triton kernel; the gradients (to q, k, v and the coefficients) come from
-recomputing the exact PyTorch path of ``kernel.py`` under autograd in ``backward`` (blocked, memory linear
-in the length), so training is exact and costs one extra forward of the PyTorch path. That path is passed
-in as ``recompute`` (``kernel.modulated_attention(..., backend="triton")`` does it), which keeps this module
-free of an import of ``kernel``.
+Backward (``triton_backward``): flash-style kernels recompute the attention weights from the forward's
+row log-sum-exp, one for dq and dC (per query block, dC added atomically), one for dk and dv (per key
+block, over the query heads of its KV head); memory linear in the length. Only the kernels whose inputs
+need gradients run: training the coefficients of a frozen model runs the dq/dC kernel alone.
 
 Dropout is not fused: a call with dropout > 0 takes the PyTorch path (``kernel.modulated_attention``).
 """
@@ -88,45 +87,50 @@ def _blocks(query: torch.Tensor, L: int, D: int, block_m, block_n, dv):
     return bm, bn, bd, min(c, bd)
 
 
-def _forward(query, key, value, coeff, grid_size, lo, hi, *, attn_mask, is_causal, scaling, softcap,
-             sliding_window, with_value, split, block_m, block_n, dv):
-    """The kernel launch(es): (out (b, L, H, d) fp32, lse (b, H, L) fp32)."""
-    tk = _kernels()
+def _launch(query, key, value, coeff, grid_size, lo, hi, attn_mask, is_causal, scaling, softcap, sliding_window):
+    """What the forward and backward launches share: the inputs (keys cropped by SDPA's convention for a
+    purely causal call with T > L), the scalar arguments, the strides and the compile-time flags."""
     b, H, L, D = query.shape
-    hkv, T = key.shape[1], key.shape[2]
+    T = key.shape[2]
     if is_causal and attn_mask is None and L > 1 and T > L:  # SDPA's convention (see kernel._prepare)
         key, value, T = key[:, :, :L], value[:, :, :L], L
     causal = bool(is_causal and attn_mask is None and L > 1)
     window = int(sliding_window or 0) if causal else 0
-    scale = float(scaling if scaling is not None else D ** -0.5)
     has_surf = coeff is not None
     G = int(grid_size)
     K = G + 3 if has_surf else 1
-    KB = 1 << (K - 1).bit_length() if has_surf else 1
     sc = G / (float(hi) - float(lo))
-    off = 3.0 - float(lo) * sc
     cf = coeff.detach().to(device=query.device, dtype=torch.float32).contiguous() if has_surf else \
         query.new_zeros(1, dtype=torch.float32)
     kind, mk, sm = _mask_args(attn_mask, T)
     if mk is None:
         mk = query.new_zeros(1, dtype=torch.uint8)
+    q, k, v = (t.detach() if t.stride(-1) == 1 else t.detach().contiguous() for t in (query, key, value))
+    scalars = dict(offset=T - L, scale=float(scaling if scaling is not None else D ** -0.5),
+                   softcap=float(softcap or 1.0), sc=sc, off=3.0 - float(lo) * sc, window=window)
+    strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+               v.stride(0), v.stride(1), v.stride(2), *sm)
+    flags = dict(G=G, K=K, KB=1 << (K - 1).bit_length() if has_surf else 1, HAS_SURF=has_surf, CAUSAL=causal,
+                 MASK_KIND=kind, SOFTCAP=softcap is not None, WINDOW=window > 0, D=D)
+    return dict(q=q, k=k, v=v, cf=cf, mk=mk, T=T, scalars=scalars, strides=strides, flags=flags)
+
+
+def _forward(query, key, value, coeff, grid_size, lo, hi, *, attn_mask, is_causal, scaling, softcap,
+             sliding_window, with_value, split, block_m, block_n, dv):
+    """The kernel launch(es): (out (b, L, H, d) fp32, lse (b, H, L) fp32)."""
+    tk = _kernels()
+    b, H, L, D = query.shape
+    a = _launch(query, key, value, coeff, grid_size, lo, hi, attn_mask, is_causal, scaling, softcap,
+                sliding_window)
+    q, k, v, cf, mk, T, common, strides = (a[n] for n in ("q", "k", "v", "cf", "mk", "T", "scalars", "strides"))
+    hkv, sc, off = k.shape[1], common["sc"], common["off"]
     bm, bn, bd, DV = _blocks(query, L, D, block_m, block_n, dv)
     n_dv = triton_cdiv(D, DV)
     out = torch.empty(b, L, H, D, device=query.device, dtype=torch.float32)
     lse = torch.empty(b, H, L, device=query.device, dtype=torch.float32)
-    q, k, v = query.detach(), key.detach(), value.detach()
-    if q.stride(-1) != 1:
-        q = q.contiguous()
-    if k.stride(-1) != 1:
-        k = k.contiguous()
-    if v.stride(-1) != 1:
-        v = v.contiguous()
     n_m = triton_cdiv(L, bm)
-    common = dict(offset=T - L, scale=scale, softcap=float(softcap or 1.0), sc=sc, off=off, window=window)
-    strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-               v.stride(0), v.stride(1), v.stride(2), *sm)
-    flags = dict(G=G, K=K, KB=KB, HAS_SURF=has_surf, CAUSAL=causal, MASK_KIND=kind, SOFTCAP=softcap is not None,
-                 WINDOW=window > 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DV=DV, D=D)
+    flags = dict(a["flags"], BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DV=DV)
+    G, K, KB, has_surf = flags["G"], flags["K"], flags["KB"], flags["HAS_SURF"]
     if split is None:
         split = max(1, min(64, T // _SPLIT_MIN_KEYS)) if (L <= 16 and query.device.type == "cuda") else 1
     if split <= 1:
@@ -154,40 +158,64 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _window_mask(L: int, T: int, window: int, device) -> torch.Tensor:
-    """Boolean keep-mask (L, T) of a causal sliding window, aligned as the forward aligns it (keys after
-    the L-th cropped when T > L, else the queries are the last L positions)."""
-    i = torch.arange(L, device=device)[:, None] + (0 if T > L else T - L)
-    j = torch.arange(T, device=device)[None, :]
-    return (j <= i) & (j > i - window)
+def _backward(query, key, value, coeff, out, lse, g_out, opts, need_q_c: bool, need_kv: bool):
+    """The backward launches: (dq, dk, dv, dC) fp32 (None where not needed); keys cropped by the forward's
+    convention get zero gradients."""
+    from geosteer.manifold import triton_backward as tb
+
+    b, H, L, D = query.shape
+    a = _launch(query, key, value, coeff, opts["grid_size"], opts["lo"], opts["hi"], opts["attn_mask"],
+                opts["is_causal"], opts["scaling"], opts["softcap"], opts["sliding_window"])
+    q, k, v, T = a["q"], a["k"], a["v"], a["T"]
+    hkv = k.shape[1]
+    bm, bn, bd, _ = _blocks(query, L, D, None, None, None)
+    if query.device.type == "cuda":
+        bm = bn = 16  # the widened accumulators are (16, KB·BLOCK_D) per program
+    flags = dict(a["flags"], KB=max(16, a["flags"]["KB"]) if coeff is not None else 1,
+                 WITH_VALUE=opts["with_value"], BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd)
+    g = g_out.float()
+    if g.stride(-1) != 1:
+        g = g.contiguous()
+    args = (q, k, v, a["cf"], a["mk"], g, out, lse)
+    tail = (L, T, H, H // hkv, *a["scalars"].values(), *a["strides"], g.stride(0), g.stride(1), g.stride(2),
+            out.stride(0), out.stride(1), out.stride(2))
+    f32 = dict(device=query.device, dtype=torch.float32)
+    dq = dc = dk = dv = None
+    if need_q_c:
+        dq = torch.empty(b, H, L, D, **f32)
+        dc = torch.zeros(a["cf"].shape, **f32)
+        tb._bwd_dq[(triton_cdiv(L, bm), b * H)](*args, dq, dc, *tail, **flags)
+    if need_kv:
+        dk = torch.zeros(b, hkv, key.shape[2], D, **f32)
+        dv = torch.zeros(b, hkv, key.shape[2], D, **f32)
+        dk_t, dv_t = (x[:, :, :T] if T < key.shape[2] else x for x in (dk, dv))
+        if T < key.shape[2]:
+            dk_t, dv_t = dk_t.contiguous(), dv_t.contiguous()
+        tb._bwd_dkdv[(triton_cdiv(T, bn), b * hkv)](*args, dk_t, dv_t, *tail, **flags)
+        if T < key.shape[2]:
+            dk[:, :, :T], dv[:, :, :T] = dk_t, dv_t
+    return dq, dk, dv, dc
 
 
 class _Fused(torch.autograd.Function):
-    """Triton forward; backward by recomputing the PyTorch path of ``kernel.py`` under autograd."""
+    """Triton forward and backward (``triton_backward``: p recomputed from the saved row log-sum-exp)."""
 
     @staticmethod
-    def forward(ctx, query, key, value, coeff, opts, recompute):
+    def forward(ctx, query, key, value, coeff, opts):
         out, lse = _forward(query, key, value, coeff, **opts)
-        ctx.save_for_backward(query, key, value, coeff)
-        ctx.opts, ctx.recompute = opts, recompute
+        ctx.save_for_backward(query, key, value, coeff, out, lse)
+        ctx.opts = opts
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, g_out, g_lse):
-        q, k, v, c = ctx.saved_tensors
-        o = ctx.opts
-        mask, causal = o["attn_mask"], o["is_causal"]
-        if o["sliding_window"] and causal and mask is None and q.shape[2] > 1:
-            mask = _window_mask(q.shape[2], k.shape[2], int(o["sliding_window"]), q.device)
-        inputs = [t.detach().requires_grad_(t.requires_grad) for t in (q, k, v, c)]
-        with torch.enable_grad():
-            ref = ctx.recompute(*inputs, o["grid_size"], o["lo"], o["hi"], attn_mask=mask, is_causal=causal,
-                                scaling=o["scaling"], softcap=o["softcap"], with_value=o["with_value"])
-            need = [t for t in inputs if t.requires_grad]
-            grads = iter(torch.autograd.grad(ref.float(), need, g_out, allow_unused=True))
-        res = [next(grads) if t.requires_grad else None for t in inputs]
-        return (*res, None, None)
+        q, k, v, c, out, lse = ctx.saved_tensors
+        nq, nk, nv, nc = ctx.needs_input_grad[:4]
+        dq, dk, dv, dc = _backward(q, k, v, c, out, lse, g_out, ctx.opts, nq or nc, nk or nv)
+        cast = [None if (t is None or not need) else t.to(x.dtype)
+                for t, need, x in ((dq, nq, q), (dk, nk, k), (dv, nv, v), (dc, nc, c))]
+        return (*cast, None)
 
 
 def modulated_attention_triton(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -201,17 +229,14 @@ def modulated_attention_triton(query: torch.Tensor, key: torch.Tensor, value: to
 
     ``coeff`` (H, d, K, K) or None (stock attention); ``split``: key chunks for decoding (None: by length
     on CUDA); ``block_m``/``block_n``/``dv``: tile sizes (queries, keys, value dims per program);
-    ``recompute``: the PyTorch function whose autograd gives the backward (see the module docstring).
+    ``recompute``: not used (the backward is the Triton kernels); accepted for callers of the earlier form.
     """
     opts = dict(grid_size=grid_size, lo=float(lo), hi=float(hi), attn_mask=attn_mask, is_causal=bool(is_causal),
                 scaling=scaling, softcap=softcap, sliding_window=sliding_window, with_value=with_value,
                 split=split, block_m=block_m, block_n=block_n, dv=dv)
     tensors = [query, key, value] + ([coeff] if coeff is not None else [])
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        if coeff is None or recompute is None:
-            raise ValueError("gradients through the Triton kernels need surfaces and a recompute path: use "
-                             "geosteer.manifold.kernel.modulated_attention(..., backend='triton')")
-        out, lse = _Fused.apply(query, key, value, coeff, opts, recompute)
+        out, lse = _Fused.apply(query, key, value, coeff, opts)
     else:
         out, lse = _forward(query, key, value, coeff, **opts)
     out = out.to(query.dtype)
