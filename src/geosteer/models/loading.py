@@ -13,12 +13,14 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from geosteer.errors import GeosteerError, ModelNotAvailable
+from geosteer.models.devices import input_device, resolve_device, resolve_dtype  # noqa: F401 - re-exported
 from geosteer.models.identity import (  # noqa: F401 - re-exported (model names and their identity)
     HUB_IDS,
     declare_base,
@@ -151,43 +153,6 @@ def cached_folder(name: str) -> Path:
     return target
 
 
-_DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-                "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
-                "fp16": torch.float16, "half": torch.float16, "float64": torch.float64}
-
-def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
-    """``torch.dtype``, ``"auto"`` (the checkpoint's own dtype), or a name such as ``"bf16"``."""
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    name = str(dtype).lower().removeprefix("torch.")
-    if name == "auto":
-        return "auto"
-    if name not in _DTYPE_NAMES:
-        raise GeosteerError(f"unknown dtype '{dtype}'; valid: auto, {', '.join(_DTYPE_NAMES)}")
-    return _DTYPE_NAMES[name]
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """Check that ``device`` exists on this machine (one-line error otherwise)."""
-    try:
-        dev = torch.device(device if device is not None else "cpu")
-    except (RuntimeError, TypeError) as e:
-        raise GeosteerError(f"invalid device '{device}' ({str(e).splitlines()[0]})") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise GeosteerError(f"device '{device}' is not available: this torch build sees no CUDA GPU")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise GeosteerError(f"device '{device}' is not available: {torch.cuda.device_count()} CUDA GPU(s)")
-    elif dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise GeosteerError(f"device '{device}' is not available on this machine")
-    elif dev.type not in ("cpu", "cuda", "mps", "xpu", "meta"):
-        if not getattr(getattr(torch, dev.type, None), "is_available", lambda: False)():
-            raise GeosteerError(f"device '{device}' is not available on this machine")
-    return dev
-
-
 def hub_reachable(timeout: float = 1.0) -> bool:
     """Whether the model hub's host answers a TCP connection within ``timeout`` seconds (False at once under
     ``HF_HUB_OFFLINE=1``). Behind a proxy the answer is True: the proxy decides."""
@@ -254,6 +219,133 @@ def _from_pretrained(source: str, dtype, device_map, quantization_config, hf_kwa
     return AutoModelForCausalLM.from_pretrained(source, **kw)
 
 
+@dataclass(frozen=True)
+class LoadRequest:
+    """What :func:`load_model` was asked for, resolved: the dtype to load in and the loader options."""
+
+    dtype: torch.dtype | str
+    seed: int
+    device_map: str | dict | None
+    quantization_config: object
+    hf_kwargs: dict
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """One kind of model name: ``matches(name)`` says whether a name is of this kind, ``check(name,
+    hf_kwargs)`` refuses it before transformers is imported (or is None), ``load(name, request)`` returns
+    ``(model, tokenizer)``."""
+
+    kind: str
+    matches: Callable[[str], bool]
+    load: Callable[[str, LoadRequest], tuple]
+    check: Callable[[str, dict], None] | None = None
+
+
+def _load_tiny(name: str, req: LoadRequest):
+    family = name[len("tiny-") :]
+    if family not in TINY_FAMILIES:
+        raise GeosteerError(f"unknown tiny model '{name}'; valid: {', '.join(known_names())}")
+    if req.quantization_config is not None:
+        raise GeosteerError("tiny models are built in memory and cannot be quantised at load")
+    model, tok = tiny_model(family, seed=req.seed)
+    if isinstance(req.dtype, torch.dtype):
+        model.to(req.dtype)
+    if req.device_map is not None:
+        from accelerate import dispatch_model, infer_auto_device_map
+
+        dm = infer_auto_device_map(model) if isinstance(req.device_map, str) else req.device_map
+        model = dispatch_model(model, device_map=dm)
+    return model, tok
+
+
+def _bundled_here(name: str) -> bool:
+    """A bundled alias whose package is installed, or whose converted cache is complete."""
+    return name in BUNDLED and (importlib.util.find_spec(BUNDLED[name].package) is not None
+                                or (cache_dir() / name / _MARKER).is_file())
+
+
+def _load_bundled(name: str, req: LoadRequest):
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    folder = cached_folder(name)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    hf_logging.disable_progress_bar()
+    try:
+        model = _from_pretrained(str(folder), req.dtype, req.device_map, req.quantization_config, req.hf_kwargs)
+    finally:
+        hf_logging.enable_progress_bar()
+    model.config._geosteer_name = name
+    return model, tok
+
+
+def _load_gguf_file(name: str, req: LoadRequest):
+    return _load_gguf(Path(name), torch.float32 if req.dtype == "auto" else req.dtype)
+
+
+def _load_folder(name: str, req: LoadRequest):
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(name)
+        model = _from_pretrained(name, req.dtype, req.device_map, req.quantization_config, req.hf_kwargs)
+    except (OSError, ValueError) as e:
+        raise GeosteerError(f"could not load a causal LM from folder {name}: {str(e).splitlines()[0]}") from None
+    return model, tok
+
+
+def _check_hub(name: str, hf_kwargs: dict) -> None:
+    check_hub_source(name, hf_kwargs.get("revision"), bool(hf_kwargs.get("local_files_only")))
+
+
+def _load_hub(name: str, req: LoadRequest):
+    """A Hub id, or a bundled alias whose package is missing (its Hub id); from the Hub cache when offline."""
+    from transformers import AutoTokenizer
+
+    if Path(name).exists():
+        raise GeosteerError(f"{name} is neither a model folder nor a .gguf file")
+    alias = name if name in BUNDLED else None
+    repo = HUB_IDS[name] if alias else name
+    if "/" not in repo:
+        raise GeosteerError(f"unknown model '{name}'; valid names: {', '.join(known_names())}, "
+                            "a .gguf file, a local folder, or a hub id like org/model")
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    kw = dict(req.hf_kwargs)
+    kw.setdefault("local_files_only", offline or _hub_cached(repo, kw.get("revision")))
+    try:
+        tok = AutoTokenizer.from_pretrained(repo, local_files_only=kw["local_files_only"],
+                                            revision=kw.get("revision"))
+        model = _from_pretrained(repo, req.dtype, req.device_map, req.quantization_config, kw)
+    except Exception as e:  # noqa: BLE001 - hub errors come in many types
+        if alias:
+            raise ModelNotAvailable(
+                f"model '{alias}' needs its bundled package ({BUNDLED[alias].missing_hint()}) or the Hub "
+                f"model {repo} (network, or its files in the Hub cache; {type(e).__name__})") from None
+        raise ModelNotAvailable(
+            f"could not fetch '{name}' from the model hub ({type(e).__name__}); offline machines can use "
+            f"{', '.join(BUNDLED)} or a local folder"
+        ) from None
+    if alias:
+        model.config._geosteer_name = alias
+    return model, tok
+
+
+# The kinds of model name, tried in this order; the first that matches loads it.
+SOURCES: tuple[ModelSource, ...] = (
+    ModelSource("tiny", lambda name: name.startswith("tiny-"), _load_tiny),
+    ModelSource("bundled", _bundled_here, _load_bundled),
+    ModelSource("gguf", lambda name: name.endswith(".gguf"), _load_gguf_file),
+    ModelSource("folder", lambda name: Path(name).is_dir(), _load_folder),
+    ModelSource("hub", lambda name: True, _load_hub, check=_check_hub),
+)
+
+
+def model_source(name: str) -> ModelSource:
+    """The row of :data:`SOURCES` that loads ``name``."""
+    return next(source for source in SOURCES if source.matches(name))
+
+
 def load_model(
     name_or_path: str = DEFAULT_MODEL,
     dtype: str | torch.dtype | None = torch.float32,
@@ -270,6 +362,7 @@ def load_model(
     ``name_or_path``: ``"smollm2"`` (default), ``"gemma3-270m"``, ``"tiny-<family>"``, a ``.gguf`` file,
     a local HF folder, or a hub id (needs network access to the hub, or its files in the local cache with
     ``HF_HUB_OFFLINE=1``). A bundled alias whose package is not installed falls back to its Hub id.
+    Which kind a name is: :data:`SOURCES`.
 
     ``dtype``: a ``torch.dtype``, a name (``"bf16"``, ``"float16"``, ...) or ``"auto"`` (the checkpoint's).
     ``device``: where the whole model goes (ignored with ``device_map``). ``device_map`` /
@@ -279,77 +372,16 @@ def load_model(
     ``base_model``: what a fine-tuned folder derives from (``"smollm2"``, a Hub id): artifacts made for that
     base load on it without ``force`` (:func:`declare_base`; saved as ``geosteer_base_model`` in its config).
     """
-    if not str(name_or_path).startswith("tiny-") and not str(name_or_path).endswith(".gguf"):
-        check_hub_source(name_or_path, hf_kwargs.get("revision"), bool(hf_kwargs.get("local_files_only")))
-    from transformers import AutoTokenizer
-
+    name = str(name_or_path)
+    source = model_source(name)
+    if source.check is not None:
+        source.check(name, hf_kwargs)
     from geosteer.attention import use_geosteer_attention
 
     dtype = resolve_dtype(dtype)
     if device_map is None:
         device = resolve_device(device)
-    load_dtype = dtype if dtype != "auto" else "auto"
-    name = str(name_or_path)
-    if name.startswith("tiny-"):
-        family = name[len("tiny-") :]
-        if family not in TINY_FAMILIES:
-            raise GeosteerError(f"unknown tiny model '{name}'; valid: {', '.join(known_names())}")
-        if quantization_config is not None:
-            raise GeosteerError("tiny models are built in memory and cannot be quantised at load")
-        model, tok = tiny_model(family, seed=seed)
-        if isinstance(dtype, torch.dtype):
-            model.to(dtype)
-        if device_map is not None:
-            from accelerate import dispatch_model, infer_auto_device_map
-
-            dm = infer_auto_device_map(model) if isinstance(device_map, str) else device_map
-            model = dispatch_model(model, device_map=dm)
-    elif name in BUNDLED and (importlib.util.find_spec(BUNDLED[name].package) is not None
-                              or (cache_dir() / name / _MARKER).is_file()):
-        folder = cached_folder(name)
-        from transformers.utils import logging as hf_logging
-
-        tok = AutoTokenizer.from_pretrained(str(folder))
-        hf_logging.disable_progress_bar()
-        try:
-            model = _from_pretrained(str(folder), load_dtype, device_map, quantization_config, hf_kwargs)
-        finally:
-            hf_logging.enable_progress_bar()
-        model.config._geosteer_name = name
-    elif name.endswith(".gguf"):
-        model, tok = _load_gguf(Path(name), torch.float32 if dtype == "auto" else dtype)
-    elif Path(name).is_dir():
-        try:
-            tok = AutoTokenizer.from_pretrained(name)
-            model = _from_pretrained(name, load_dtype, device_map, quantization_config, hf_kwargs)
-        except (OSError, ValueError) as e:
-            raise GeosteerError(f"could not load a causal LM from folder {name}: {str(e).splitlines()[0]}") from None
-    else:
-        if Path(name).exists():
-            raise GeosteerError(f"{name} is neither a model folder nor a .gguf file")
-        alias = name if name in BUNDLED else None
-        repo = HUB_IDS[name] if alias else name
-        if "/" not in repo:
-            raise GeosteerError(f"unknown model '{name}'; valid names: {', '.join(known_names())}, "
-                                "a .gguf file, a local folder, or a hub id like org/model")
-        offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
-        kw = dict(hf_kwargs)
-        kw.setdefault("local_files_only", offline or _hub_cached(repo, kw.get("revision")))
-        try:
-            tok = AutoTokenizer.from_pretrained(repo, local_files_only=kw["local_files_only"],
-                                                revision=kw.get("revision"))
-            model = _from_pretrained(repo, load_dtype, device_map, quantization_config, kw)
-        except Exception as e:  # noqa: BLE001 - hub errors come in many types
-            if alias:
-                raise ModelNotAvailable(
-                    f"model '{alias}' needs its bundled package ({BUNDLED[alias].missing_hint()}) or the Hub "
-                    f"model {repo} (network, or its files in the Hub cache; {type(e).__name__})") from None
-            raise ModelNotAvailable(
-                f"could not fetch '{name}' from the model hub ({type(e).__name__}); offline machines can use "
-                f"{', '.join(BUNDLED)} or a local folder"
-            ) from None
-        if alias:
-            model.config._geosteer_name = alias
+    model, tok = source.load(name, LoadRequest(dtype, seed, device_map, quantization_config, hf_kwargs))
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     if device_map is None and getattr(model, "hf_device_map", None) is None:
@@ -363,28 +395,6 @@ def load_model(
         model.config.geosteer_base_model = str(base_model)
     use_geosteer_attention(model)
     return model, tok
-
-
-def input_device(model) -> torch.device:
-    """Where input ids go: the device of the input embeddings (the first layer of a dispatched model).
-
-    With accelerate's offload hooks the weights sit on ``meta`` until used; the hook's execution device is
-    the answer then.
-    """
-    base = unwrap(model)
-    emb = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
-    if emb is not None:
-        hook = getattr(emb, "_hf_hook", None)
-        dev = getattr(hook, "execution_device", None)
-        if dev is not None:
-            return torch.device(dev if not isinstance(dev, int) else f"cuda:{dev}")
-        w = getattr(emb, "weight", None)
-        if w is not None and w.device.type != "meta":
-            return w.device
-    for p in base.parameters():
-        if p.device.type != "meta":
-            return p.device
-    return torch.device("cpu")
 
 
 def unwrap(model):
