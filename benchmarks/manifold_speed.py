@@ -15,6 +15,12 @@ pairs with the min–max spread of the per-pair ratios; threads pinned):
 The surfaces are grid 8 over (-4, 4) on every layer with random non-zero coefficients (a trained artifact
 with --surfaces), so no zero-layer shortcut applies. Prints one ``name: value`` line per figure (or JSON).
 
+``--dtype float32,bfloat16`` measures each figure in each dtype (the model loaded in it; stock and surfaces of
+a dtype interleaved as above, so each ratio compares the two in the same dtype and the same minutes); lines of
+a dtype other than float32 end in ``_<dtype>``. Surfaces compute in fp32 from bf16/fp16 inputs (see
+``geosteer.manifold.kernel``), so on a CPU without native bf16 arithmetic the stock bf16 model is the slower
+side and the bf16 ratio comes out below the fp32 one.
+
 Beside each forward and decode ratio: its FLOP floor (``flop_floor``), the multiply-adds of the exact
 factored form over those of the stock model, counting stock attention as causal. Per token, the stock model
 costs its linear layers (the LM head included) plus 2·d per visible key per head and layer (q·k and a·v);
@@ -23,6 +29,7 @@ rank-r bank, r). The floor grows with the number of visible keys: it is the meth
 
     .venv/bin/python benchmarks/manifold_speed.py                 # all figures, 2 threads
     .venv/bin/python benchmarks/manifold_speed.py --only forward --repeats 7
+    .venv/bin/python benchmarks/manifold_speed.py --only forward,decode --tokens 512 --dtype float32,bfloat16
 """
 
 from __future__ import annotations
@@ -163,13 +170,14 @@ def bench_train(model, bank, seq: int, batch: int, repeats: int) -> dict:
     return {"seq_len": seq, "batch": batch, **_pairs(stock, surf, repeats)}
 
 
-def _mem_child(kind: str, model_name: str, tokens: int, surfaces: str | None, threads: int) -> None:
+def _mem_child(kind: str, model_name: str, tokens: int, surfaces: str | None, threads: int,
+               dtype: str = "float32") -> None:
     import gc
 
     torch.set_num_threads(threads)
     from geosteer import load_model
 
-    model, _ = load_model(model_name)
+    model, _ = load_model(model_name, dtype=dtype)
     ids = _ids(tokens)
     if kind == "surfaces":
         bank = _bank(model, surfaces)
@@ -185,11 +193,11 @@ def _mem_child(kind: str, model_name: str, tokens: int, surfaces: str | None, th
     print(json.dumps({"kind": kind, "peak_rss_mb": peak, "before_forward_mb": before}))
 
 
-def bench_memory(model_name: str, tokens: int, surfaces: str | None, threads: int) -> dict:
+def bench_memory(model_name: str, tokens: int, surfaces: str | None, threads: int, dtype: str = "float32") -> dict:
     res = {}
     for kind in ("stock", "surfaces"):
         cmd = [sys.executable, __file__, "--mem-child", kind, "--model", model_name, "--mem-tokens", str(tokens),
-               "--threads", str(threads)]
+               "--threads", str(threads), "--dtype", dtype]
         if surfaces:
             cmd += ["--surfaces", surfaces]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -202,7 +210,10 @@ def bench_memory(model_name: str, tokens: int, surfaces: str | None, threads: in
             "surfaces_forward_increase_mb": round(m["peak_rss_mb"] - m["before_forward_mb"], 1)}
 
 
-def main(argv=None) -> None:
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--surfaces", default=None, help="a trained artifact instead of random coefficients")
@@ -215,6 +226,8 @@ def main(argv=None) -> None:
     ap.add_argument("--train-batch", type=int, default=8)
     ap.add_argument("--mem-tokens", type=int, default=4096)
     ap.add_argument("--only", default="forward,decode,train,memory")
+    ap.add_argument("--dtype", default="float32",
+                    help=f"comma list of model dtypes, each measured in turn ({', '.join(DTYPES)})")
     ap.add_argument("--rank", type=int, default=None,
                     help="rank-r surfaces on the r+1-slice path (low_rank(r, narrow=True))")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
@@ -223,56 +236,78 @@ def main(argv=None) -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--mem-child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    a.dtypes = [x.strip() for x in a.dtype.split(",") if x.strip()]
+    bad = [x for x in a.dtypes if x not in DTYPES]
+    if bad or not a.dtypes:
+        ap.error(f"--dtype {a.dtype!r}: give a comma list of {', '.join(DTYPES)}")
+    return a
+
+
+def _run_dtype(a, dtype: str, only: list[str], say) -> dict:
+    """Every figure in ``only`` for the model loaded in ``dtype``; the line names end in _<dtype> unless fp32."""
+    from geosteer import load_model
+
+    tag = "" if dtype == "float32" else f"_{dtype}"
+    out: dict = {"dtype": dtype}
+    model, _ = load_model(a.model, dtype=dtype)
+    bank = _bank(model, a.surfaces)
+    if a.rank:
+        bank = bank.low_rank(a.rank, narrow=True)
+    if "forward" in only:
+        out["forward"] = []
+        for n in (int(x) for x in a.tokens.split(",")):
+            r = bench_forward(model, bank, n, a.repeats)
+            out["forward"].append(r)
+            say(f"forward_{n}_ratio{tag}", f"{r['ratio']:.3f} (floor {r['flop_floor']:.3f}; min {r['ratio_min']:.3f}, "
+                f"max {r['ratio_max']:.3f}; stock {r['stock_s']:.3f} s, surfaces {r['surfaces_s']:.3f} s)")
+    if "decode" in only:
+        r = out["decode"] = bench_decode(model, bank, a.prompt_tokens, a.new_tokens, a.repeats)
+        say(f"decode_{a.prompt_tokens}_per_token_ratio{tag}", f"{r['ratio']:.3f} (floor {r['flop_floor']:.3f}; "
+            f"min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f}; "
+            f"stock {r['stock_s_per_token'] * 1e3:.1f} ms, surfaces {r['surfaces_s_per_token'] * 1e3:.1f} ms)")
+    if "train" in only:
+        r = out["train"] = bench_train(model, bank, a.train_seq, a.train_batch, a.repeats)
+        say(f"train_step_ratio{tag}", f"{r['ratio']:.3f} (min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f}; "
+            f"stock {r['stock_s']:.3f} s, surfaces {r['surfaces_s']:.3f} s)")
+    del model, bank
+    if "memory" in only:
+        r = out["memory"] = bench_memory(a.model, a.mem_tokens, a.surfaces, a.threads, dtype)
+        say(f"peak_memory_{a.mem_tokens}_ratio{tag}", f"{r['ratio']:.3f} (stock {r['stock_peak_mb']:.0f} MB, "
+            f"surfaces {r['surfaces_peak_mb']:.0f} MB; forward increase {r['stock_forward_increase_mb']:.0f} "
+            f"vs {r['surfaces_forward_increase_mb']:.0f} MB)")
+    return out
+
+
+def main(argv=None) -> None:
+    a = _parse_args(argv)
     if a.mem_child:
-        _mem_child(a.mem_child, a.model, a.mem_tokens, a.surfaces, a.threads)
+        _mem_child(a.mem_child, a.model, a.mem_tokens, a.surfaces, a.threads, a.dtypes[0])
         return
     torch.set_num_threads(a.threads)
     global CLOCK, CLOCK_NAME
     CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
     CLOCK_NAME = a.clock
-    from geosteer import load_model
-
     only = [x.strip() for x in a.only.split(",") if x.strip()]
-    results: dict = {"machine": {"cores": os.cpu_count(), "threads": a.threads, "clock": a.clock,
-                                 "load_average": os.getloadavg()[0], "torch": torch.__version__,
-                                 "python": platform.python_version(), "model": a.model,
-                                 "surfaces": a.surfaces or "random, grid 8, range (-4, 4), all layers"}}
-    say = (lambda k, v: None) if a.json else (lambda k, v: print(f"{k}: {v}", flush=True))
-    for k, v in results["machine"].items():
-        say(k, v)
-    model, _ = load_model(a.model)
-    bank = _bank(model, a.surfaces)
+    machine = {"cores": os.cpu_count(), "threads": a.threads, "clock": a.clock,
+               "load_average": os.getloadavg()[0], "torch": torch.__version__,
+               "python": platform.python_version(), "model": a.model, "dtypes": a.dtypes,
+               "surfaces": a.surfaces or "random, grid 8, range (-4, 4), all layers"}
     if a.rank:
-        bank = bank.low_rank(a.rank, narrow=True)
-        results["machine"]["rank"] = a.rank
-    if "forward" in only:
+        machine["rank"] = a.rank
+    say = (lambda k, v: None) if a.json else (lambda k, v: print(f"{k}: {v}", flush=True))
+    for k, v in machine.items():
+        say(k, v)
+    if "forward" in only or "decode" in only:
         from geosteer.manifold import _ext
 
         _ext.get()
-        results["machine"]["compiled_kernels"] = _ext.status()
+        machine["compiled_kernels"] = _ext.status()
         say("compiled_kernels", _ext.status())
-        results["forward"] = []
-        for n in (int(x) for x in a.tokens.split(",")):
-            r = bench_forward(model, bank, n, a.repeats)
-            results["forward"].append(r)
-            say(f"forward_{n}_ratio", f"{r['ratio']:.3f} (floor {r['flop_floor']:.3f}; min {r['ratio_min']:.3f}, "
-                f"max {r['ratio_max']:.3f}; stock {r['stock_s']:.3f} s, surfaces {r['surfaces_s']:.3f} s)")
-    if "decode" in only:
-        r = results["decode"] = bench_decode(model, bank, a.prompt_tokens, a.new_tokens, a.repeats)
-        say(f"decode_{a.prompt_tokens}_per_token_ratio", f"{r['ratio']:.3f} (floor {r['flop_floor']:.3f}; "
-            f"min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f}; "
-            f"stock {r['stock_s_per_token'] * 1e3:.1f} ms, surfaces {r['surfaces_s_per_token'] * 1e3:.1f} ms)")
-    if "train" in only:
-        r = results["train"] = bench_train(model, bank, a.train_seq, a.train_batch, a.repeats)
-        say("train_step_ratio", f"{r['ratio']:.3f} (min {r['ratio_min']:.3f}, max {r['ratio_max']:.3f}; "
-            f"stock {r['stock_s']:.3f} s, surfaces {r['surfaces_s']:.3f} s)")
-    if "memory" in only:
-        r = results["memory"] = bench_memory(a.model, a.mem_tokens, a.surfaces, a.threads)
-        say(f"peak_memory_{a.mem_tokens}_ratio", f"{r['ratio']:.3f} (stock {r['stock_peak_mb']:.0f} MB, "
-            f"surfaces {r['surfaces_peak_mb']:.0f} MB; forward increase {r['stock_forward_increase_mb']:.0f} "
-            f"vs {r['surfaces_forward_increase_mb']:.0f} MB)")
+    runs = [_run_dtype(a, dt, only, say) for dt in a.dtypes]
+    machine["load_average_end"] = os.getloadavg()[0]
+    say("load_average_end", machine["load_average_end"])
     if a.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({"machine": machine, "runs": runs}, indent=2))
 
 
 if __name__ == "__main__":
