@@ -17,13 +17,15 @@ from tests.cli_helpers import run_cli
 MAX_TOOL_VERBS = 25
 # What a user runs on their own model; a new verb outside `geosteer study` is added here on purpose.
 TOOL_VERBS = {
-    "push", "info", "ppl", "generate", "compare", "report", "record-qk", "studio", "demo", "eval", "serve",
+    "push", "info", "ppl", "generate", "compare", "report", "studio", "demo", "eval", "serve",
     "decompose", "tasks build", "recipe show", "recipe save",
     "manifold train", "manifold edit", "manifold show", "manifold explore", "manifold wall-learn",
-    "manifold steer-learn", "dynamics diagnose", "dynamics gates", "vectors train", "vectors show",
+    "manifold steer-learn", "manifold import", "dynamics diagnose", "dynamics gates", "vectors train",
+    "vectors show",
 }
 # old spelling -> new: hidden, and they warn
-MOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "vectors show --gguf"}
+MOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "vectors show --gguf",
+               "record-qk": "manifold explore --record-qk"}
 
 
 def _leaves(cmd=None, path=()):

@@ -1,4 +1,5 @@
-"""CLI verbs: ``geosteer report`` (self-contained HTML) and ``geosteer record-qk`` (token dots)."""
+"""CLI verb ``geosteer report`` (self-contained HTML) and the q/k token dots it draws
+(:func:`record_qk_points`, written by ``geosteer manifold explore --record-qk``)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ from pathlib import Path
 
 import typer
 
+from geosteer.cli.aliases import add_hidden_alias
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, emit, load
 from geosteer.cli.outputs import HTML, out_dir, out_file, out_records
+
+QK_PROMPT = "The theory of relativity states that"
 
 
 def register(app: typer.Typer) -> None:
@@ -31,35 +35,46 @@ def register(app: typer.Typer) -> None:
         if summary.get("png_problem"):
             typer.echo(f"note: {summary['png_problem']}", err=True)
 
-    @app.command("record-qk")
-    def record_qk(
-        surfaces: Path = typer.Option(..., "--surfaces", help="surface artifact folder"),
-        prompt: str = typer.Option("The theory of relativity states that", "--prompt"),
-        out: Path = typer.Option(Path("qk.json"), "--out", "-o", callback=out_records()),
-        top: int = typer.Option(8, "--top", help="surfaces per layer to record (largest ‖C‖)"),
-        model: str = MODEL_OPT,
-        device: str = DEVICE_OPT,
-        dtype: str = DTYPE_OPT,
-        as_json: bool = JSON_OPT,
-    ) -> None:
-        """Record the prompt's post-RoPE (q, k) self-pairs on the top surfaces (tidy JSON for `report`)."""
-        from geosteer.interventions import steer
-        from geosteer.io_utils import write_records
-        from geosteer.manifold import load as load_surfaces
-        from geosteer.manifold import read_config
-        from geosteer.viz import surfaces as S
+    add_hidden_alias(app, "record-qk", "manifold explore --record-qk", record_qk_cmd)
 
-        if top < 1:
-            raise ValueError(f"--top must be >= 1 (got {top})")
-        read_config(surfaces)  # a missing or foreign artifact is refused before the model loads
-        m, tok = load(model, device=device, dtype=dtype)
-        bank = load_surfaces(surfaces, model=m)
-        picks = S.default_picks(bank, top)
-        layers = sorted({lay for lay, _, _ in picks})
-        with steer(m, bank):
-            labels, qs, ks = S.record_qk_tensors(m, tok, prompt, layers)
-        rows = S.qk_rows(labels, qs, ks, picks)
-        meta = {"kind": "qk-points", "model": model, "surfaces": str(surfaces.resolve()), "prompt": prompt,
-                "top_per_layer": top, "tokens": labels}
-        write_records(out, rows, meta)
-        emit({"out": str(out), "rows": len(rows), "tokens": len(labels), "surfaces": len(picks)}, as_json)
+
+def record_qk_points(model, tok, bank, surfaces: Path, model_name: str, prompt: str, top: int, out: Path) -> dict:
+    """Record ``prompt``'s post-RoPE (q, k) self-pairs on the ``top`` largest surfaces per layer of ``bank``
+    (installed on ``model`` for the pass) and write them to ``out`` as tidy records for ``geosteer report``."""
+    from geosteer.interventions import steer
+    from geosteer.io_utils import write_records
+    from geosteer.viz import surfaces as S
+
+    if top < 1:
+        raise ValueError(f"--top must be >= 1 (got {top})")
+    picks = S.default_picks(bank, top)
+    layers = sorted({lay for lay, _, _ in picks})
+    with steer(model, bank):
+        labels, qs, ks = S.record_qk_tensors(model, tok, prompt, layers)
+    rows = S.qk_rows(labels, qs, ks, picks)
+    meta = {"kind": "qk-points", "model": model_name, "surfaces": str(Path(surfaces).resolve()), "prompt": prompt,
+            "top_per_layer": top, "tokens": labels}
+    write_records(out, rows, meta)
+    return {"out": str(out), "rows": len(rows), "tokens": len(labels), "surfaces": len(picks)}
+
+
+def record_qk_cmd(
+    surfaces: Path = typer.Option(..., "--surfaces", help="surface artifact folder"),
+    prompt: str = typer.Option(QK_PROMPT, "--prompt"),
+    out: Path = typer.Option(Path("qk.json"), "--out", "-o", callback=out_records()),
+    top: int = typer.Option(8, "--top", help="surfaces per layer to record (largest ‖C‖)"),
+    model: str = MODEL_OPT,
+    device: str = DEVICE_OPT,
+    dtype: str = DTYPE_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Record the prompt's post-RoPE (q, k) self-pairs on the top surfaces (tidy JSON for `report`)."""
+    from geosteer.manifold import load as load_surfaces
+    from geosteer.manifold import read_config
+
+    if top < 1:
+        raise ValueError(f"--top must be >= 1 (got {top})")
+    read_config(surfaces)  # a missing or foreign artifact is refused before the model loads
+    m, tok = load(model, device=device, dtype=dtype)
+    bank = load_surfaces(surfaces, model=m)
+    emit(record_qk_points(m, tok, bank, surfaces, model, prompt, top, out), as_json)
