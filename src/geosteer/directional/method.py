@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from geosteer.directional.scales_artifact import SCALES
 from geosteer.methods import Method, RecipeKey, Study, register_method
 
 
@@ -24,6 +25,16 @@ def _build(model, v: dict) -> list:
     return [ComponentScale(v["scale_site"], v["scale_par"], v["scale_perp"], layers)]
 
 
+def _build_with_learned(model, v: dict, force: bool = False) -> list:
+    """Learned per-layer scales (``scale_learned``, an artifact folder) first, then the fixed scaling."""
+    out = []
+    if v["scale_learned"] is not None:
+        from geosteer.directional.scales_artifact import load_scales
+
+        out.append(load_scales(v["scale_learned"], model, force=force))
+    return out + _build(model, v)
+
+
 def _study(name: str, module: str, function: str, paper: str) -> Study:
     return Study(name, f"geosteer.directional.{module}:{function}", paper, old=f"directional {name}")
 
@@ -36,6 +47,8 @@ STUDIES = (
     _study("strength", "cli_views", "strength_cmd", "Table 6: applied strength"),
     _study("mlp-internal", "cli_views", "mlp_internal_cmd", "App. D, Table 10: MLP-internal sites"),
     _study("plot", "cli_views", "plot_cmd", "Figs 4 / 7 redrawn from a result file"),
+    Study("steer-learn", "geosteer.directional.cli_steer:steer_learn_cmd",
+          "the steering form of Eq. 11: per-layer s∥, s⊥ learned to promote a behaviour under a control-KL budget"),
 )
 
 
@@ -43,13 +56,16 @@ METHOD = register_method(Method(
     name="directional",
     summary="directional decomposition: component scaling of updates parallel/perpendicular to the stream",
     keys=(
+        RecipeKey("scale_learned", None, "learned per-layer s∥/s⊥ artifact folder (study directional "
+                  "steer-learn)", kind="folder"),
         RecipeKey("scale_site", None, "component scaling site (paper Eq. 11)", kind="text"),
         RecipeKey("scale_par", 1.0, "s∥", kind="number"),
         RecipeKey("scale_perp", 1.0, "s⊥", kind="number"),
         RecipeKey("scale_layers", None, "layers, e.g. all, 3, 0-5;9", kind="layers"),
     ),
-    build=_build,
+    build=_build_with_learned,
     validate=_validate,
     cli="geosteer.directional.cli",
+    artifacts=(SCALES,),
     studies=STUDIES,
 ))
