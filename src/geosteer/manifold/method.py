@@ -7,7 +7,7 @@ from typing import Any
 
 from geosteer.errors import GeosteerError
 from geosteer.manifold.artifact import SURFACES
-from geosteer.methods import Method, RecipeKey, register_method
+from geosteer.methods import Method, RecipeKey, Study, register_method
 
 
 def edit_list(edits: Any) -> list:
@@ -56,6 +56,13 @@ def _build(model, v: dict, force: bool = False) -> list:
     return [bank]
 
 
+STUDIES = (
+    Study("strength", "geosteer.manifold.cli_studies:strength",
+          "Table 6: greedy change rate vs surface strength (coefficients scaled 0.1…1)"),
+    Study("asymmetry", "geosteer.manifold.cli_studies:asymmetry", "§6: asymmetry S(q, k) ≠ S(k, q) per layer"),
+)
+
+
 METHOD = register_method(Method(
     name="manifold",
     summary="attention manifolds: learned B-spline value-modulation surfaces",
@@ -68,4 +75,5 @@ METHOD = register_method(Method(
     validate=_validate,
     cli="geosteer.manifold.cli",
     artifacts=(SURFACES,),
+    studies=STUDIES,
 ))
