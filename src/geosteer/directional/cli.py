@@ -23,6 +23,7 @@ from geosteer.cli.common import (
     set_threads,
 )
 from geosteer.cli.outputs import out_dir, out_file, out_records
+from geosteer.directional.config import DEFAULT_VALUE_SPACE
 
 directional_app = typer.Typer(add_completion=False, no_args_is_help=True,
                               help="Directional decomposition: component-scaling edits and studies.")
@@ -35,7 +36,9 @@ def decompose_cmd(
     tokens: int = typer.Option(512, "--tokens", min=1, help="tokens to measure (from the start of the text)"),
     chunk: int = typer.Option(512, "--chunk", min=1, help="tokens per forward pass"),
     layers: str = typer.Option("all", "--layers", help="'all', '3', '0-5', '0-5,9'"),
-    value: bool = typer.Option(True, "--value/--no-value", help="also measure value space (per head)"),
+    value: bool = typer.Option(True, "--value/--no-value", help="also measure value space"),
+    value_space: str = typer.Option(DEFAULT_VALUE_SPACE, "--value-space",
+                                    help="value space: head (one row per head) | concat (all heads, one row)"),
     generate: str | None = typer.Option(None, "--generate", help="measure per generation step"),
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", min=1),
     as_json: bool = JSON_OPT,
@@ -45,13 +48,16 @@ def decompose_cmd(
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
-    """Per-layer ∥/⊥ decomposition of the attention, MLP and block updates (and value space per head)."""
+    """Per-layer ∥/⊥ decomposition of the attention, MLP and block updates (and value space per head or
+    concatenated)."""
+    from geosteer.directional.config import check_value_space
     from geosteer.directional.measure import measure_generation, measure_text
     from geosteer.eval.textfile import read_text_file
     from geosteer.io_utils import write_records
     from geosteer.models.loading import model_id
 
     check_layers(model, "--layers", layers)
+    check_value_space(value_space)
     if generate is None:
         check_positions(model, "--tokens/--chunk window", min(tokens, chunk))
     elif not generate.strip():
@@ -64,9 +70,10 @@ def decompose_cmd(
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
     if generate is not None:
         rows, meta = measure_generation(m, tok, generate, max_new_tokens=max_new_tokens, layers=layers,
-                                        value=value)
+                                        value=value, value_space=value_space)
     else:
-        rows, meta = measure_text(m, tok, text, tokens=tokens, chunk=chunk, layers=layers, value=value)
+        rows, meta = measure_text(m, tok, text, tokens=tokens, chunk=chunk, layers=layers, value=value,
+                                  value_space=value_space)
     meta = {"model": model_id(m), **meta}
     for path in (csv, out):
         if path is not None:
@@ -86,6 +93,12 @@ def sweep_cmd(
                               help="comma-separated sweep sites"),
     controls: bool = typer.Option(True, "--controls/--no-controls",
                                   help="add value_full and diag_removal at s_par = 0"),
+    value_space: str = typer.Option(DEFAULT_VALUE_SPACE, "--value-space",
+                                    help="value sites: head | concat | head,concat (both, one baseline)"),
+    par_grid: str = typer.Option("paper", "--s-par-grid",
+                                 help="s∥ values (s⊥ = 1): paper (-2:3:0.25) | lo:hi:step | 0,0.5,2 | none"),
+    perp_grid: str = typer.Option("paper", "--s-perp-grid",
+                                  help="s⊥ values (s∥ = 1): paper (0:2:0.25) | lo:hi:step | 0,0.5 | none"),
     tokens: int = typer.Option(2048, "--tokens", min=2, help="held-out tokens scored"),
     context: int = typer.Option(512, "--context"),
     stride: int = typer.Option(256, "--stride"),
@@ -95,7 +108,7 @@ def sweep_cmd(
 ) -> None:
     """Study 1: held-out strided perplexity vs s∥ (s⊥ = 1) and vs s⊥ (s∥ = 1) per site (paper Figure 3)."""
     from geosteer.directional.config import check_site
-    from geosteer.directional.sweep import run_sweep, sweep_settings
+    from geosteer.directional.sweep import parse_grid, run_sweep, sweep_settings
     from geosteer.eval.perplexity import check_window, heldout_ids
     from geosteer.models.loading import model_id
 
@@ -103,15 +116,27 @@ def sweep_cmd(
     site_list = [check_site(s.strip()) for s in sites.split(",") if s.strip()]
     if not site_list:
         raise ValueError("--sites is empty: give comma-separated sweep sites")
+    spaces = _value_spaces(value_space)
+    pars, perps = parse_grid(par_grid, "--s-par-grid"), parse_grid(perp_grid, "--s-perp-grid")
     check_window(context, stride, prefix="--")
     check_positions(model, "--context", context)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
-    settings = sweep_settings(site_list)
+    settings = sweep_settings(site_list, pars, perps, spaces)
     if not controls:
         settings = [s for s in settings if s.site in site_list]
     ids = heldout_ids(tok, tokens)
     run_sweep(m, tok, ids, settings, out, context=context, stride=stride,
-              meta={"model": model_id(m), "corpus": "heldout", "sites": site_list})
+              meta={"model": model_id(m), "corpus": "heldout", "sites": site_list, "value_spaces": spaces})
+
+
+def _value_spaces(spec: str) -> list[str]:
+    """``--value-space head|concat|head,concat`` → the checked list (one line naming the valid ones)."""
+    from geosteer.directional.config import check_value_space
+
+    spaces = [check_value_space(v.strip()) for v in spec.split(",") if v.strip()]
+    if not spaces or len(set(spaces)) != len(spaces):
+        raise ValueError(f"--value-space {spec!r}: give head, concat or head,concat")
+    return spaces
 
 
 @directional_app.command("ppl", hidden=True)
@@ -126,7 +151,7 @@ def ppl_cmd(
     stride: int = typer.Option(256, "--stride"),
     as_json: bool = JSON_OPT,
     heads: str = typer.Option("all", "--heads", help="value sites: query heads to edit ('all', '0-3', '0,5')"),
-    value_space: str = typer.Option("head", "--value-space", help="value sites: head | concat"),
+    value_space: str = typer.Option(DEFAULT_VALUE_SPACE, "--value-space", help="value sites: head | concat"),
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
 ) -> None:
     """Held-out perplexity with one component-scaling edit, beside the unedited baseline (an alias that goes:
@@ -151,11 +176,11 @@ def ppl_cmd(
         edited = strided_perplexity(m, tok, ids=ids, context=context, stride=stride)
     emit({**cfg.to_dict(), "tokens": edited.tokens, "ppl_baseline": base.ppl, "ppl": edited.ppl,
           "delta_ppl": edited.ppl - base.ppl}, as_json)
-    if heads == "all" and value_space == "head":
+    if heads == "all":
         typer.echo(f"note: the same numbers: geosteer ppl -m {model} --corpus heldout --max-tokens {tokens} "
                    f"--context {context} --stride {stride} --set scale_site={site} --set scale_par={s_par} "
-                   f"--set scale_perp={s_perp} --set scale_layers={layers} (and without --set: the baseline); "
-                   "`directional ppl` will be removed", err=True)
+                   f"--set scale_perp={s_perp} --set scale_layers={layers} --set scale_value_space={value_space} "
+                   "(and without --set: the baseline); `directional ppl` will be removed", err=True)
 
 
 def pretrain_cmd(

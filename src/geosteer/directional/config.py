@@ -27,6 +27,7 @@ VALUE_SITES = SITES[3:]
 # v_t (the paper's block-diagonal operator, the default); "concat" decomposes the concatenation of all
 # heads' o_t against the concatenation of their v_t (GQA: each query head's own kv head), one α per token.
 VALUE_SPACES = ("head", "concat")
+DEFAULT_VALUE_SPACE = "head"
 
 
 def canonical_site(site: str) -> str:
@@ -42,6 +43,13 @@ def check_site(site: str) -> str:
     if site not in SITES:
         raise GeosteerError(f"unknown site '{site}'; valid: {', '.join(SITES)}")
     return site
+
+
+def check_value_space(space: str) -> str:
+    """``space`` if it is one of ``VALUE_SPACES``; otherwise one line naming the valid ones."""
+    if space not in VALUE_SPACES:
+        raise GeosteerError(f"unknown value space '{space}'; valid: {', '.join(VALUE_SPACES)}")
+    return space
 
 
 def check_scale(name: str, value: float) -> float:
@@ -82,7 +90,7 @@ class ComponentScaleConfig:
     s_perp: float = 1.0
     layers: list[int] | None = field(default=None)
     heads: list[int] | None = field(default=None)
-    value_space: str = "head"
+    value_space: str = DEFAULT_VALUE_SPACE
 
     def __post_init__(self) -> None:
         self.site = check_site(self.site)
@@ -94,8 +102,7 @@ class ComponentScaleConfig:
         if self.heads is not None and self.site in RESIDUAL_SITES:
             raise GeosteerError(f"a head selection needs a value site ({', '.join(VALUE_SITES)}); "
                                 f"'{self.site}' edits the whole residual update")
-        if self.value_space not in VALUE_SPACES:
-            raise GeosteerError(f"unknown value space '{self.value_space}'; valid: {', '.join(VALUE_SPACES)}")
+        check_value_space(self.value_space)
         if self.value_space == "concat" and self.heads is not None:
             raise GeosteerError("value_space='concat' decomposes all heads together; "
                                 "a head selection needs value_space='head'")

@@ -11,6 +11,9 @@ references, so nothing is recomputed):
 Value space, per layer, head and token (an attention handler; GQA: head h reads kv head h // n_rep):
 ``o_*`` the aggregate o_t vs the token's own value v_t (Eq. 8); ``c_*`` the non-self part
 c_t = o_t − A_tt·v_t vs v_t (Eq. 9); ``a_self`` = A_tt; ``d_norm`` = ‖d_t‖ = A_tt‖v_t‖.
+With ``value_space="concat"`` the same statistics of the concatenation of all heads' o_t, c_t against the
+concatenation of their v_t, one row per layer (``head`` None): ``a_self`` is then d_t's coefficient along
+v_t, Σ_h A_tt,h‖v_t,h‖² / Σ_h ‖v_t,h‖², and ``d_norm`` = ‖d_t‖ = (Σ_h A_tt,h²‖v_t,h‖²)^½.
 
 Only running sums per (layer, site[, head], statistic) are kept (``RunningStats``), never the tokens, so
 memory does not grow with the number of tokens, and per layer it is a fixed-size summary. Padding
@@ -25,6 +28,7 @@ import torch
 from torch import nn
 
 from geosteer.attention import attach_handlers, stock_attention_with_lse
+from geosteer.directional.config import DEFAULT_VALUE_SPACE, check_value_space
 from geosteer.directional.decompose import PAIR_STATS, RunningStats, pair_stats
 from geosteer.directional.value import grouped_output, own_values, self_weight, self_weight_from_lse
 from geosteer.hooks import HookSet, attach_hooks
@@ -45,11 +49,12 @@ class DirectionalMeasure:
     """
 
     def __init__(self, layers: Sequence[int] | None = None, residual: bool = True, value: bool = True,
-                 per_step: bool = False) -> None:
+                 per_step: bool = False, value_space: str = DEFAULT_VALUE_SPACE) -> None:
         self.layers = layers
         self.residual = residual
         self.value = value
         self.per_step = per_step
+        self.value_space = check_value_space(value_space)
         self._acc: dict[tuple, RunningStats] = {}
         self._steps: list[list[dict]] = []
         self._mask: torch.Tensor | None = None
@@ -90,6 +95,9 @@ class DirectionalMeasure:
                 o = grouped_output(out, call).float()
                 v = own_values(call).float()
                 a = self_weight(call) if fused is None else self_weight_from_lse(call, fused[1])
+                if self.value_space == "concat":
+                    self._add_concat(layer, o, v.expand(o.shape), a)
+                    return out, w
                 c = o - a[..., None] * v
                 so, sc = pair_stats(o, v), pair_stats(c, v, scale=o.norm(dim=-1))
                 cols = [so[k] for k in PAIR_STATS] + [sc[k] for k in PAIR_STATS]
@@ -101,6 +109,23 @@ class DirectionalMeasure:
             return out, w
 
         return handler
+
+    def _add_concat(self, layer: int, o: torch.Tensor, v: torch.Tensor, a: torch.Tensor) -> None:
+        """Statistics of the concatenated heads: o, v (b, Hkv, r, q, dv) and A_tt (b, Hkv, r, q)."""
+        b, q = o.shape[0], o.shape[3]
+
+        def cat(t: torch.Tensor) -> torch.Tensor:  # (b, Hkv, r, q, dv) → (b, q, H·dv)
+            return t.permute(0, 3, 1, 2, 4).reshape(b, q, -1)
+
+        d = a[..., None] * v
+        oc, vc, dc = cat(o), cat(v), cat(d)
+        cc = oc - dc
+        so, sc = pair_stats(oc, vc), pair_stats(cc, vc, scale=oc.norm(dim=-1))
+        vv = (vc * vc).sum(-1)
+        a_eff = torch.where(vv > 0, (dc * vc).sum(-1) / vv.clamp_min(1e-30), torch.zeros_like(vv))
+        cols = [so[k] for k in PAIR_STATS] + [sc[k] for k in PAIR_STATS] + [a_eff, dc.norm(dim=-1)]
+        vals = torch.stack(cols, dim=-1)[:, :, None]  # (b, q, 1, S)
+        self._add((layer, "value"), vals, self._token_mask(b, q, vals.device))
 
     # -- attach / results -----------------------------------------------------------------------
     def attach(self, model: nn.Module) -> Callable[[], None]:
@@ -142,9 +167,10 @@ class DirectionalMeasure:
             s = acc.summary()
             lists = {k: (v.tolist() if torch.is_tensor(v) else v) for k, v in s.items()}  # one copy, no per-item
             if site == "value":
+                concat = self.value_space == "concat"
                 for h in range(len(lists["mean"])):
-                    row = {"layer": layer, "space": "value", "site": "value", "head": h,
-                           "kv_head": h // self._n_rep,
+                    row = {"layer": layer, "space": "value", "site": "value", "value_space": self.value_space,
+                           "head": None if concat else h, "kv_head": None if concat else h // self._n_rep,
                            "n_tokens": s["n"]}
                     for j, name in enumerate(VALUE_STATS):
                         for agg in _AGGS:
@@ -181,7 +207,8 @@ def _layer_list(model: nn.Module, layers) -> list[int] | None:
 
 @torch.no_grad()
 def measure_text(model: nn.Module, tok, text: str, *, tokens: int = 512, chunk: int = 512,
-                 layers: str | Sequence[int] | None = None, value: bool = True) -> tuple[list[dict], dict]:
+                 layers: str | Sequence[int] | None = None, value: bool = True,
+                 value_space: str = DEFAULT_VALUE_SPACE) -> tuple[list[dict], dict]:
     """Measure the first ``tokens`` tokens of ``text`` (BOS first) in forwards of ``chunk`` tokens."""
     from geosteer.errors import GeosteerError
     from geosteer.eval.perplexity import encode
@@ -194,18 +221,18 @@ def measure_text(model: nn.Module, tok, text: str, *, tokens: int = 512, chunk: 
         raise GeosteerError("text is empty")
     ids = encode(tok, text)[:tokens]
     check_positions(model, min(chunk, len(ids)), "window (tokens per forward pass)")
-    meas = DirectionalMeasure(_layer_list(model, layers), value=value)
+    meas = DirectionalMeasure(_layer_list(model, layers), value=value, value_space=value_space)
     device = input_device(model)
     with steer(model, meas):
         for i in range(0, len(ids), chunk):
             model(input_ids=ids[None, i:i + chunk].to(device), use_cache=False)
-    return meas.rows(), {"tokens": int(len(ids)), "chunk": chunk, "value": value}
+    return meas.rows(), {"tokens": int(len(ids)), "chunk": chunk, "value": value, "value_space": value_space}
 
 
 @torch.no_grad()
 def measure_generation(model: nn.Module, tok, prompt: str, *, max_new_tokens: int = 32,
-                       layers: str | Sequence[int] | None = None,
-                       value: bool = True) -> tuple[list[dict], dict]:
+                       layers: str | Sequence[int] | None = None, value: bool = True,
+                       value_space: str = DEFAULT_VALUE_SPACE) -> tuple[list[dict], dict]:
     """Greedy generation with one summary per model call (paper Figure 1): step 0 is the prompt, step
     s ≥ 1 the single token fed at generation step s (KV cache)."""
     from geosteer.errors import GeosteerError
@@ -217,10 +244,10 @@ def measure_generation(model: nn.Module, tok, prompt: str, *, max_new_tokens: in
     if enc.input_ids.shape[1] == 0:
         raise GeosteerError("prompt is empty")
     device = input_device(model)
-    meas = DirectionalMeasure(_layer_list(model, layers), value=value, per_step=True)
+    meas = DirectionalMeasure(_layer_list(model, layers), value=value, per_step=True, value_space=value_space)
     with steer(model, meas):
         out = model.generate(**{k: v.to(device) for k, v in enc.items()}, max_new_tokens=max_new_tokens,
                              do_sample=False, pad_token_id=tok.pad_token_id)
     new = out[0, enc.input_ids.shape[1]:]
     return meas.rows(), {"prompt": prompt, "generated": tok.decode(new, skip_special_tokens=True),
-                         "steps": len(meas._steps), "value": value}
+                         "steps": len(meas._steps), "value": value, "value_space": value_space}

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from geosteer.directional.config import DEFAULT_VALUE_SPACE
 from geosteer.directional.scales_artifact import SCALES
 from geosteer.methods import Method, RecipeKey, Study, register_method
 
 
 def _validate(v: dict) -> dict | None:
-    """``scale_site`` checked; an earlier site name comes back as its hook-point name (warned)."""
-    from geosteer.directional.config import check_site
+    """``scale_site`` and ``scale_value_space`` checked; an earlier site name comes back as its hook-point
+    name (warned)."""
+    from geosteer.directional.config import check_site, check_value_space
 
+    check_value_space(v["scale_value_space"])
     if v["scale_site"] is not None:
         return {"scale_site": check_site(v["scale_site"])}
     return None
@@ -18,11 +21,13 @@ def _validate(v: dict) -> dict | None:
 def _build(model, v: dict) -> list:
     if v["scale_site"] is None:
         return []
+    from geosteer.directional.config import DEFAULT_VALUE_SPACE, VALUE_SITES
     from geosteer.directional.sites import ComponentScale
     from geosteer.models.anatomy import anatomy, parse_layers
 
     layers = parse_layers(v["scale_layers"], anatomy(model).n_layers)
-    return [ComponentScale(v["scale_site"], v["scale_par"], v["scale_perp"], layers)]
+    space = v["scale_value_space"] if v["scale_site"] in VALUE_SITES else DEFAULT_VALUE_SPACE
+    return [ComponentScale(v["scale_site"], v["scale_par"], v["scale_perp"], layers, value_space=space)]
 
 
 def _build_with_learned(model, v: dict, force: bool = False) -> list:
@@ -62,6 +67,9 @@ METHOD = register_method(Method(
         RecipeKey("scale_par", 1.0, "s∥", kind="number"),
         RecipeKey("scale_perp", 1.0, "s⊥", kind="number"),
         RecipeKey("scale_layers", None, "layers, e.g. all, 3, 0-5;9", kind="layers"),
+        RecipeKey("scale_value_space", DEFAULT_VALUE_SPACE,
+                  "value sites: head (each head's o_t against its own v_t) | concat (all heads at once)",
+                  kind="text"),
     ),
     build=_build_with_learned,
     validate=_validate,

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from geosteer.attention import attach_handlers, stock_attention_with_lse
-from geosteer.directional.config import RESIDUAL_SITES, ComponentScaleConfig, check_heads
+from geosteer.directional.config import DEFAULT_VALUE_SPACE, RESIDUAL_SITES, ComponentScaleConfig, check_heads
 from geosteer.directional.value import (
     self_weight,
     self_weight_from_lse,
@@ -48,7 +48,7 @@ class ComponentScale:
 
     def __init__(self, site: str, s_par: float = 1.0, s_perp: float = 1.0,
                  layers: Sequence[int] | None = None, heads: Sequence[int] | str | None = None,
-                 value_space: str = "head") -> None:
+                 value_space: str = DEFAULT_VALUE_SPACE) -> None:
         heads = list(heads) if heads is not None and not isinstance(heads, str) else heads
         self.config = ComponentScaleConfig(site, s_par, s_perp, list(layers) if layers is not None else None,
                                            heads, value_space)
@@ -60,7 +60,7 @@ class ComponentScale:
     def __repr__(self) -> str:
         c = self.config
         extra = f", heads={c.heads}" if c.heads is not None else ""
-        extra += f", value_space={c.value_space!r}" if c.value_space != "head" else ""
+        extra += f", value_space={c.value_space!r}" if c.value_space != DEFAULT_VALUE_SPACE else ""
         return f"ComponentScale({c.site!r}, s_par={c.s_par}, s_perp={c.s_perp}, layers={c.layers}{extra})"
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
