@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 # the directional and FFN recipes timed beside the surfaces (recipe keys as on the geosteer command line)
 BUILT_IN = {"directional": dict(scale_site="resid_attn", scale_par=1.3, scale_perp=0.9, scale_layers="all"),
-            "ffn": dict(ffn_variant="tangential", ffn_layers="all", alpha_ffn=1.1)}
+            "ffn": dict(mlp_variant="tangential", mlp_layers="all", alpha_mlp=1.1)}
 
 
 def _prompts(tok, n: int, length: int) -> list[list[int]]:

@@ -140,7 +140,7 @@ def test_recipe_round_trip_reproduces_the_interventions(tiny_with_artifacts):
 
 def test_recipe_forward_compatible_and_versioned(tiny_with_artifacts):
     _, _, d = tiny_with_artifacts
-    spec = InterventionSpec(ffn_variant="radial", ffn_layers=1)
+    spec = InterventionSpec(mlp_variant="radial", mlp_layers=1)
     folder = save_recipe(d / "r", spec, base_model="tiny-llama")
     doc = json.loads((folder / A.CONFIG_NAME).read_text())
     doc["future_field"] = 1
@@ -150,7 +150,7 @@ def test_recipe_forward_compatible_and_versioned(tiny_with_artifacts):
         spec, _ = load_recipe(folder)
     said = " ".join(str(r.message) for r in rec)
     assert "future_field" in said and "future_knob" in said
-    assert spec.ffn_variant == "radial"
+    assert spec.mlp_variant == "radial"
     doc["version"] = 99
     (folder / A.CONFIG_NAME).write_text(json.dumps(doc))
     with pytest.raises(ArtifactError, match="newer geosteer"):

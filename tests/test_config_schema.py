@@ -207,7 +207,7 @@ def test_gates_whose_forward_overflows_are_refused(llama, gates_dir, tmp_path):
 def test_recipe_config_is_checked(tmp_path, edit, match):
     from geosteer.recipe import InterventionSpec, load_recipe, save_recipe
 
-    good = save_recipe(tmp_path / "r", InterventionSpec(ffn_variant="radial", ffn_layers=1), base_model="tiny-llama")
+    good = save_recipe(tmp_path / "r", InterventionSpec(mlp_variant="radial", mlp_layers=1), base_model="tiny-llama")
     folder = _variant(good, tmp_path / "bad", edit)
     with pytest.raises(ArtifactError, match=match) as ei:
         load_recipe(folder)

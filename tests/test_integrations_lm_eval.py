@@ -74,7 +74,7 @@ def test_neutral_geosteer_scores_equal_stock_hf(folder, tasks):
     plain = _run("geosteer", args, tasks)
     neutral = _run("geosteer", dict(args, surfaces=str(folder / "surfaces"), gates=str(folder / "gates"),
                                     scale_site="attn_out", scale_par=1.0, scale_perp=1.0,
-                                    ffn_variant="full", beta_attn=1.0, alpha_ffn=1.0), tasks)
+                                    mlp_variant="full", beta_attn=1.0, alpha_mlp=1.0), tasks)
     assert len(_lls(stock, MC)) == 24 and len(_lls(stock, PPL)) == 4
     # registered attention + no interventions: the same numbers, bit for bit
     assert _lls(plain, MC) == _lls(stock, MC)
@@ -127,7 +127,7 @@ def _scale_attn_output(factor):
 
 @pytest.mark.parametrize("model_args,module,hook", [
     (dict(beta_attn=0.5, gain_layers=1), lambda m: m.model.layers[1].self_attn, _scale_attn_output(0.5)),
-    (dict(ffn_variant="zero", ffn_layers="2"), lambda m: m.model.layers[2].mlp,
+    (dict(mlp_variant="zero", mlp_layers="2"), lambda m: m.model.layers[2].mlp,
      lambda mod, args, out: torch.zeros_like(out)),
 ])
 def test_interventions_match_plain_hooks(folder, model_args, module, hook):
@@ -147,9 +147,9 @@ def test_recipe_folder_as_model_args(folder, tmp_path):
     from geosteer.recipe import InterventionSpec, save_recipe
 
     path = str(folder / "model")
-    spec = InterventionSpec(ffn_variant="zero", ffn_layers=2, gates=str(folder / "gates"))
+    spec = InterventionSpec(mlp_variant="zero", mlp_layers=2, gates=str(folder / "gates"))
     save_recipe(tmp_path / "recipe", spec, base_model=path)
-    by_keys = GeosteerLM(pretrained=path, **ARGS, ffn_variant="zero", ffn_layers=2, gates=str(folder / "gates"))
+    by_keys = GeosteerLM(pretrained=path, **ARGS, mlp_variant="zero", mlp_layers=2, gates=str(folder / "gates"))
     by_recipe = GeosteerLM(pretrained=path, **ARGS, recipe=str(tmp_path / "recipe"))
     assert [type(iv).__name__ for iv in by_recipe.interventions] == ["FFNVariant", "FFNGates"]
     assert [ll for ll, _ in by_recipe.loglikelihood(_requests())] == \

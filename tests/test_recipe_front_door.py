@@ -82,7 +82,7 @@ def _by_hand(name: str, model, surfaces_dir) -> list:
 def _settings(name: str, surfaces_dir) -> list[str]:
     parts = {"surfaces": [f"surfaces={surfaces_dir}"],
              "directional": ["scale_site=attn_out", "scale_par=0", "scale_layers=0;2"],
-             "dynamics": ["ffn_variant=radial", "beta_attn=0.7"]}
+             "dynamics": ["mlp_variant=radial", "beta_attn=0.7"]}
     names = list(parts) if name == "mixed" else [name]
     return [s for n in names for s in parts[n]]
 
@@ -119,7 +119,7 @@ def test_recipe_folder_is_the_same_as_its_settings(tiny, surfaces, tmp_path, mon
                       *_sets(settings), "--json")
         assert saved["scale_site"] == "attn_out" and saved["beta_attn"] == 0.7
         shown = _json(monkeypatch, capsys, "recipe", "show", "--recipe", str(tmp_path / "r"), "--json")
-        assert shown["ffn_variant"] == "radial" and shown["surfaces"].endswith("surfaces")
+        assert shown["mlp_variant"] == "radial" and shown["surfaces"].endswith("surfaces")
         via_set = _json(monkeypatch, capsys, *PPL, *_sets(settings))
         via_recipe = _json(monkeypatch, capsys, *PPL, "--recipe", str(tmp_path / "r"))
         assert via_recipe == via_set
@@ -153,10 +153,10 @@ def test_dynamics_ablate_and_gains_reproduced_to_the_last_digit(tiny, monkeypatc
         gains = _json(monkeypatch, capsys, "dynamics", "gains", "-m", "tiny-llama", "--values", "0.5",
                       "--tokens", "96", "--seq-len", "32", "--json")
         full = _json(monkeypatch, capsys, *ind)
-        zero = _json(monkeypatch, capsys, *ind, "--set", "ffn_variant=zero", "--set", "ffn_layers=0-1")
-        radial = _json(monkeypatch, capsys, *ind, "--set", "ffn_variant=radial", "--set", "ffn_layers=0-1")
+        zero = _json(monkeypatch, capsys, *ind, "--set", "mlp_variant=zero", "--set", "mlp_layers=0-1")
+        radial = _json(monkeypatch, capsys, *ind, "--set", "mlp_variant=radial", "--set", "mlp_layers=0-1")
         beta = _json(monkeypatch, capsys, *ind, "--set", "beta_attn=0.5")
-        alpha = _json(monkeypatch, capsys, *ind, "--set", "alpha_ffn=0.5")
+        alpha = _json(monkeypatch, capsys, *ind, "--set", "alpha_mlp=0.5")
     loss = {r["variant"]: r["loss"] for r in ablate}
     assert (full["nll"], zero["nll"], radial["nll"]) == (loss["full"], loss["zero"], loss["radial"])
     gain = {r["gain"]: r["loss"] for r in gains}

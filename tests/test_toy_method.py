@@ -85,7 +85,7 @@ def _logits(model, *ivs):
 def test_toy_method_in_the_registry_and_recipes(toy, tmp_path):
     model, _ = geosteer.load_model("tiny-llama")
     assert "toy" in methods() and methods()["manifold"].name == "manifold"
-    spec = InterventionSpec.from_dict({"toy_factor": "0.5", "ffn_variant": "radial", "ffn_layers": 1})
+    spec = InterventionSpec.from_dict({"toy_factor": "0.5", "mlp_variant": "radial", "mlp_layers": 1})
     assert spec.toy_factor == 0.5  # number keys are validated as floats
     ivs = spec.build(model)
     assert [type(iv).__name__ for iv in ivs] == ["FFNVariant", "HookIntervention"]  # built-ins first

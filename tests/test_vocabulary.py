@@ -233,3 +233,52 @@ def test_manifold_explore_prompt_set_keeps_its_old_spelling(monkeypatch, capsys,
     assert code == 0, err
     assert json.loads(old) == json.loads(new) and json.loads(new)["prompts"] == 2
     assert "note: '--prompts' is deprecated here; use '--prompt-set'" in err
+
+
+def test_recipe_keys_say_mlp_and_their_old_names_map_to_current_keys():
+    from geosteer.methods import old_recipe_keys, recipe_keys
+
+    keys = recipe_keys()
+    assert not [k for k in keys if "ffn" in k.lower()], "recipe keys say mlp (FFN in prose only)"
+    old = old_recipe_keys()
+    assert {"ffn_variant", "ffn_layers", "alpha_ffn"} <= set(old)
+    assert set(old.values()) <= set(keys) and not set(old) & set(keys)
+
+
+def test_an_old_recipe_key_warns_and_gives_the_same_model(tmp_path):
+    from geosteer import load_model, steer
+    from geosteer.dynamics.variants import FFNVariant, Gains
+    from geosteer.recipe import InterventionSpec, load_recipe
+
+    model, _ = load_model("tiny-llama")
+    ids = torch.randint(0, 200, (1, 10), generator=torch.Generator().manual_seed(2))
+    with pytest.warns(DeprecationWarning, match="recipe key 'ffn_variant' is deprecated; use 'mlp_variant'"):
+        old = InterventionSpec(ffn_variant="radial", ffn_layers="1", alpha_ffn=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the current names warn nothing
+        new = InterventionSpec(mlp_variant="radial", mlp_layers="1", alpha_mlp=0.5)
+    assert old == new and old.changed() == {"mlp_variant": "radial", "mlp_layers": "1", "alpha_mlp": 0.5}
+    with torch.no_grad():
+        stock = model(input_ids=ids).logits
+        with steer(model, *old.build(model)):
+            by_old = model(input_ids=ids).logits
+        with steer(model, FFNVariant("radial", [1]), Gains(1.0, 0.5, [0, 1, 2])):  # the interventions, by hand
+            by_hand = model(input_ids=ids).logits
+    assert torch.equal(by_old, by_hand) and (by_old - stock).abs().max() > 1e-4
+    new.save(tmp_path / "r", base_model="tiny-llama")
+    assert "ffn" not in (tmp_path / "r" / "geosteer_config.json").read_text()
+    config = tmp_path / "r" / "geosteer_config.json"  # a recipe written with the old names still loads
+    config.write_text(config.read_text().replace("mlp_variant", "ffn_variant"))
+    with pytest.warns(DeprecationWarning, match="'ffn_variant' is deprecated"):
+        assert load_recipe(tmp_path / "r")[0] == new
+    with pytest.raises(Exception, match="ffn_variant and mlp_variant are one setting"):
+        InterventionSpec(ffn_variant="zero", mlp_variant="radial")
+
+
+def test_the_cli_notes_an_old_recipe_key(monkeypatch, capsys):
+    from tests.cli_helpers import run_cli
+
+    code, out, err = run_cli(monkeypatch, capsys, "recipe", "show", "--set", "alpha_ffn=0.5", "--json")
+    assert code == 0 and json.loads(out) == {"alpha_mlp": 0.5}
+    assert err.strip() == "note: recipe key 'alpha_ffn' is deprecated; use 'alpha_mlp'"
+

@@ -22,7 +22,7 @@ N_PROMPTS, NEW = 20, 32
 LLM_KW = dict(gpu_memory_utilization=0.15, max_model_len=256, max_num_seqs=160, seed=0, enforce_eager=True)
 RECIPES = {  # recipe keys as on the geosteer command line
     "directional": dict(scale_site="attn_out", scale_par=1.3, scale_perp=0.9, scale_layers="4-20"),
-    "dynamics": dict(ffn_variant="tangential", ffn_layers="10-14", alpha_ffn=1.1, gain_layers="20-25",
+    "dynamics": dict(mlp_variant="tangential", mlp_layers="10-14", alpha_mlp=1.1, gain_layers="20-25",
                      parallel_layers="3"),
     "value": dict(scale_site="value_full", scale_par=0.7, scale_layers="5-9"),
     "block": dict(scale_site="resid_post", scale_par=1.1, scale_layers="15"),

@@ -27,7 +27,7 @@ def _recipe(tmp_path, name="r", base="tiny-llama", **keys):
 def test_directional_and_dynamics_ops_follow_geosteer_formulas(tmp_path, meta):
     model, m = meta
     folder = _recipe(tmp_path, scale_site="attn_out", scale_par=2.0, scale_perp=0.5, scale_layers="1",
-                     alpha_ffn=3.0, gain_layers="0", parallel_layers="1")
+                     alpha_mlp=3.0, gain_layers="0", parallel_layers="1")
     plan = plan_recipe("r", folder, m)
     assert sorted(plan.layers) == [0, 1]
     a, x = torch.randn(5, 8), torch.randn(5, 8)
@@ -52,7 +52,7 @@ def test_settings_that_need_the_self_weight_are_refused(tmp_path, meta, site):
 
 
 def test_recipe_for_another_base_model_is_refused(tmp_path, meta):
-    folder = _recipe(tmp_path, base="smollm2", alpha_ffn=2.0)
+    folder = _recipe(tmp_path, base="smollm2", alpha_mlp=2.0)
     with pytest.raises(GeosteerError, match="made for base model 'smollm2'"):
         plan_recipe("r", folder, meta[1])
 

@@ -31,7 +31,7 @@ def server(tmp_path_factory):
     from geosteer.recipe import InterventionSpec, save_recipe
 
     folder = save_recipe(tmp_path_factory.mktemp("r") / "bold", InterventionSpec(
-        scale_site="attn_out", scale_par=2.0, scale_perp=0.5, alpha_ffn=1.3), base_model="smollm2")
+        scale_site="attn_out", scale_par=2.0, scale_perp=0.5, alpha_mlp=1.3), base_model="smollm2")
     port = _free_port()
     exe = Path(sys.executable).parent / "geosteer"
     log = open(tmp_path_factory.mktemp("log") / "server.log", "w")  # noqa: SIM115 - closed below

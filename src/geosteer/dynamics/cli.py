@@ -157,7 +157,7 @@ def ablate(model: str = MODEL_OPT,
            threads: int = THREADS_OPT,
            device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Held-out loss of FFN variants (full / zero / radial / tangential / attn_zero) vs the full model (an alias
-    that goes: ``geosteer ppl --windows independent --set ffn_variant=...`` gives each loss as its nll)."""
+    that goes: ``geosteer ppl --windows independent --set mlp_variant=...`` gives each loss as its nll)."""
     from geosteer.dynamics.config import check_variant
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.parallel import mean_loss
@@ -177,7 +177,7 @@ def ablate(model: str = MODEL_OPT,
     _write(rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len), out, csv)
     emit(rows, as_json, table_title="FFN variants")
     typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
-               f"--context {seq_len} --max-tokens {tokens} --set ffn_variant=VARIANT --set ffn_layers={layers}; "
+               f"--context {seq_len} --max-tokens {tokens} --set mlp_variant=VARIANT --set mlp_layers={layers}; "
                "`dynamics ablate` will be removed", err=True)
 
 
@@ -208,7 +208,7 @@ def gains(model: str = MODEL_OPT,
     _write(rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=layers), out, csv)
     emit(rows, as_json, table_title="gain sweeps")
     typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
-               f"--context {seq_len} --max-tokens {tokens} --set beta_attn=VALUE|alpha_ffn=VALUE "
+               f"--context {seq_len} --max-tokens {tokens} --set beta_attn=VALUE|alpha_mlp=VALUE "
                f"--set gain_layers={layers}; `dynamics gains` will be removed", err=True)
 
 

@@ -9,7 +9,7 @@ from geosteer.methods import Method, RecipeKey, Study, register_method
 def _validate(v: dict) -> None:
     from geosteer.dynamics.config import check_variant
 
-    check_variant(v["ffn_variant"])
+    check_variant(v["mlp_variant"])
 
 
 def _build(model, v: dict) -> list:
@@ -18,18 +18,18 @@ def _build(model, v: dict) -> list:
 
     n = anatomy(model).n_layers
     out: list = []
-    if v["ffn_variant"] != "full":
+    if v["mlp_variant"] != "full":
         from geosteer.dynamics.variants import FFNVariant
 
-        out.append(FFNVariant(v["ffn_variant"], parse_layers(v["ffn_layers"], n)))
+        out.append(FFNVariant(v["mlp_variant"], parse_layers(v["mlp_layers"], n)))
     if v["gates"] is not None:
         from geosteer.dynamics.gates import load_gates
 
         out.append(load_gates(v["gates"], model))
-    if v["beta_attn"] != 1.0 or v["alpha_ffn"] != 1.0:
+    if v["beta_attn"] != 1.0 or v["alpha_mlp"] != 1.0:
         from geosteer.dynamics.variants import Gains
 
-        out.append(Gains(v["beta_attn"], v["alpha_ffn"], parse_layers(v["gain_layers"], n)))
+        out.append(Gains(v["beta_attn"], v["alpha_mlp"], parse_layers(v["gain_layers"], n)))
     if v["parallel_layers"] is not None:
         from geosteer.dynamics.variants import Parallelize
 
@@ -63,11 +63,12 @@ METHOD = register_method(Method(
     name="dynamics",
     summary="FFN steering field: residual dynamics on the sphere",
     keys=(
-        RecipeKey("ffn_variant", "full", "full | zero | radial | tangential | attn_zero", kind="text"),
-        RecipeKey("ffn_layers", None, "layers of the variant", kind="layers"),
+        RecipeKey("mlp_variant", "full", "MLP (FFN) variant: full | zero | radial | tangential | attn_zero",
+                  kind="text", old=("ffn_variant",)),
+        RecipeKey("mlp_layers", None, "layers of the variant", kind="layers", old=("ffn_layers",)),
         RecipeKey("gates", None, "FFN gate artifact folder", kind="folder"),
         RecipeKey("beta_attn", 1.0, "attention branch gain (App. C.1 Eq. 24)", kind="number"),
-        RecipeKey("alpha_ffn", 1.0, "FFN branch gain", kind="number"),
+        RecipeKey("alpha_mlp", 1.0, "MLP (FFN) branch gain α_F", kind="number", old=("alpha_ffn",)),
         RecipeKey("gain_layers", None, "layers of the gains", kind="layers"),
         RecipeKey("parallel_layers", None, "layers replaced by the parallel surrogate (Eq. 22)", kind="layers"),
     ),

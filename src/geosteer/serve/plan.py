@@ -135,7 +135,7 @@ def _read(inter, layers: dict[int, LayerOps]) -> None:
     reader = readers.get(type(inter))
     if reader is None:
         raise GeosteerError(f"{type(inter).__name__} cannot be served on vLLM; supported: surfaces, scale_site "
-                            "resid_*/value_full, ffn_variant, gates, gains, parallel_layers")
+                            "resid_*/value_full, mlp_variant, gates, gains, parallel_layers")
     reader(inter, layers)
 
 
