@@ -159,5 +159,5 @@ def test_norms_figure_uses_model_layer_numbers(art):
     fig = F.norms_figure(norms, layers=S.bank_layers(bank))
     assert list(fig.data[0].x) == [0, 2]
     np.testing.assert_allclose(fig.data[0].y, norms.reshape(2, -1).max(1))
-    with pytest.raises(ValueError, match="2 bank rows but 3 layer numbers"):
+    with pytest.raises(ValueError, match="2 rows of surfaces but 3 layer numbers"):
         F.norms_figure(norms, layers=[0, 1, 2])

@@ -93,7 +93,7 @@ class SurfaceBank(nn.Module):
         try:
             return self.layers.index(int(layer))
         except ValueError:
-            raise ValueError(f"layer {layer} has no surfaces; this bank covers layers "
+            raise ValueError(f"layer {layer} has no surfaces; these surfaces cover layers "
                              f"{format_layers(self.layers)}") from None
 
     def range_of(self, layer: int) -> tuple[float, float]:

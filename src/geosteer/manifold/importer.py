@@ -318,7 +318,7 @@ def export_released(bank, path: str | Path, *, flat: bool = False, settings: boo
 
     pairs = {(round(float(a), 6), round(float(b), 6)) for a, b in zip(bank.lo, bank.hi, strict=True)}
     if len(pairs) != 1:
-        raise GeosteerError(f"the released layout has one grid range for all layers; this bank has {len(pairs)}")
+        raise GeosteerError(f"the released layout has one grid range for all layers; these surfaces have {len(pairs)}")
     coef = bank.coefficients.detach().to("cpu", torch.float32)
     H, D, K = coef.shape[1], coef.shape[2], coef.shape[3]
     doc: dict = {prefix.format(layer=x): (coef[i].reshape(H * D, K, K) if flat else coef[i]).clone()

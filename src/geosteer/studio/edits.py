@@ -114,7 +114,7 @@ def parse_edit(body: dict | EditBody, shape: tuple[int, ...], layers: list[int])
         return v
 
     if e.layer not in layers:
-        raise ValueError(f"layer must be one of the bank's layers {layers[0]}–{layers[-1]} (got {e.layer!r})")
+        raise ValueError(f"layer must be one of the surfaces' layers {layers[0]}–{layers[-1]} (got {e.layer!r})")
     head = integer("head", e.head, heads) if e.scope in ("head", "surface") else None
     dim = integer("dim", e.dim, dims) if e.scope == "surface" else None
     rows = _range(e.rows if e.rows is not None else e.row, "rows", k)

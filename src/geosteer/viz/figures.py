@@ -184,7 +184,7 @@ def norms_figure(norms: np.ndarray, title: str = "surface norms ‖C‖ per laye
     n = np.asarray(norms).reshape(norms.shape[0], -1)
     layers = list(range(n.shape[0])) if layers is None else [int(x) for x in layers]
     if len(layers) != n.shape[0]:
-        raise ValueError(f"norms_figure: {n.shape[0]} bank rows but {len(layers)} layer numbers")
+        raise ValueError(f"norms_figure: {n.shape[0]} rows of surfaces but {len(layers)} layer numbers")
     fig = go.Figure()
     for name, vals in (("max", n.max(1)), ("p99", np.percentile(n, 99, axis=1)), ("median", np.median(n, 1))):
         fig.add_trace(go.Scatter(x=layers, y=vals, mode="lines+markers", name=name))

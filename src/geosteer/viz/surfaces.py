@@ -34,7 +34,7 @@ def layer_slot(bank, layer: int) -> int:
     """Index into ``bank.coefficients`` of model layer ``layer`` (error naming the covered layers)."""
     layers = bank_layers(bank)
     if layer not in layers:
-        raise ValueError(f"layer {layer} has no surfaces; the bank covers layers {_ranges(layers)}")
+        raise ValueError(f"layer {layer} has no surfaces; the surfaces cover layers {_ranges(layers)}")
     return layers.index(layer)
 
 
