@@ -282,3 +282,13 @@ def test_the_cli_notes_an_old_recipe_key(monkeypatch, capsys):
     assert code == 0 and json.loads(out) == {"alpha_mlp": 0.5}
     assert err.strip() == "note: recipe key 'alpha_ffn' is deprecated; use 'alpha_mlp'"
 
+
+def test_help_texts_call_the_surfaces_object_surfaces():
+    """One user-facing noun: 'surfaces' (``SurfaceBank`` is the class name only)."""
+    import re
+
+    said = []
+    for path, cmd in _leaf_commands():
+        texts = [cmd.help or "", *(getattr(p, "help", None) or "" for p in cmd.params if not getattr(p, "hidden", 0))]
+        said += [(path, t) for t in texts if re.search(r"\bbanks?\b", t, re.IGNORECASE)]
+    assert not said, f"help texts that say 'bank' (say 'surfaces'): {said}"

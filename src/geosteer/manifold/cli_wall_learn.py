@@ -19,7 +19,7 @@ def wall_learn_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (state in <out>.train/)",
                               callback=out_artifact("geosteer-surfaces")),
     model: str = typer.Option(None, "--model", "-m", help="base model (default: the artifact's)"),
-    layers: str = typer.Option(None, "--layers", help="candidate layers, e.g. 8-15 (default: the bank's)"),
+    layers: str = typer.Option(None, "--layers", help="candidate layers, e.g. 8-15 (default: the surfaces' layers)"),
     candidates: int = typer.Option(256, "--candidates", help="channels kept after contrastive scoring"),
     steps: int = typer.Option(30, "--steps"),
     lr: float = typer.Option(0.1, "--lr"),
