@@ -64,7 +64,7 @@ def _naive_kl(model, tok, prompts, bank) -> tuple[float, float]:
 def _steer(model, tok, out, **kw):
     stop_at, resume = kw.pop("stop_at", None), kw.pop("resume", False)
     cfg = WallLearnConfig(**{"mode": "dense", "steps": 3, "lr": 0.1, "kl_threshold": TAU, "sparsity": 0.0,
-                             "checkpoint_every": 1, **kw})
+                             "checkpoint_every": 1, "add_bos": True, **kw})  # BOS first, as the naive references above
     return learn_walls(model, tok, _zero_bank(model), TARGETS, CONTROLS, cfg, out, promote=True,
                        negatives=NEGATIVES, stop_at=stop_at, resume=resume, log=None)
 
@@ -110,7 +110,7 @@ def test_neutral_start_and_checkpoints_stay_with_their_verb(tiny_cache, tmp_path
     saved = [t for k, t in load_file(ckpt).items() if "coefficients" in k]
     assert len(saved) == 1 and torch.equal(saved[0], bank.coefficients.detach())
     before = ckpt.read_bytes()
-    cfg = WallLearnConfig(mode="dense", steps=3, lr=0.1, kl_threshold=TAU, checkpoint_every=1)
+    cfg = WallLearnConfig(mode="dense", steps=3, lr=0.1, kl_threshold=TAU, checkpoint_every=1, add_bos=True)
     with pytest.raises(GeosteerError, match="belongs to another run") as ei:
         learn_walls(model, tok, _zero_bank(model), TARGETS, CONTROLS, cfg, tmp_path / "s", resume=True, log=None)
     assert len(str(ei.value).splitlines()) == 1 and ckpt.read_bytes() == before

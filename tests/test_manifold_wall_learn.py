@@ -166,7 +166,7 @@ def test_learn_walls_end_to_end(tiny_cache, tmp_path):
     cfg_doc = manifold.read_config(tmp_path / "w")
     assert cfg_doc["meta"]["wall_learn"]["regions"] == rep["regions"]
     # the reported training-set drop, recomputed independently from the saved artifact
-    tb = encode_targets(tok, TARGETS)
+    tb = encode_targets(tok, TARGETS, add_bos=None)  # as the run encodes them: the tokenizer's way
     plain = _bank(model)
     with torch.no_grad(), steer(model, plain):
         before = target_logprob(model(tb.ids, use_cache=False).logits, tb)

@@ -28,6 +28,8 @@ def steer_learn_cmd(
     kl_weight: float = typer.Option(100.0, "--kl-weight"),
     seed: int = typer.Option(0, "--seed"),
     checkpoint_every: int = typer.Option(5, "--checkpoint-every"),
+    bos: bool = typer.Option(False, "--bos", help="put the BOS token first in every prompt (default: encode as "
+                                               "the model's tokenizer does, with its own BOS convention)"),
     resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.safetensors"),
     overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
     force: bool = typer.Option(False, "--force", help="use the surfaces on --model even if made for another"),
@@ -45,7 +47,7 @@ def steer_learn_cmd(
     from geosteer.manifold.wall_learn_train import learn_walls
 
     cfg = WallLearnConfig(steps=steps, lr=lr, kl_threshold=kl_threshold, kl_weight=kl_weight, mode="dense",
-                          sparsity=0.0, seed=seed, checkpoint_every=checkpoint_every)
+                          sparsity=0.0, seed=seed, checkpoint_every=checkpoint_every, add_bos=True if bos else None)
     targets, controls = read_targets(target_file), read_controls(control_file)
     negatives = read_targets(negative_file) if negative_file is not None else None
     if resume and overwrite:

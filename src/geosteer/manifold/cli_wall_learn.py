@@ -29,6 +29,8 @@ def wall_learn_cmd(
     mode: str = typer.Option("walls", "--mode", help="walls | dense (fine-tune the surfaces: a baseline)"),
     seed: int = typer.Option(0, "--seed"),
     checkpoint_every: int = typer.Option(5, "--checkpoint-every"),
+    bos: bool = typer.Option(False, "--bos", help="put the BOS token first in every prompt (default: encode as "
+                                               "the model's tokenizer does, with its own BOS convention)"),
     resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.safetensors"),
     overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
     force: bool = typer.Option(False, "--force", help="use the surfaces on --model even if made for another"),
@@ -47,7 +49,7 @@ def wall_learn_cmd(
 
     cfg = WallLearnConfig(candidates=candidates, steps=steps, lr=lr, kl_threshold=kl_threshold,
                           kl_weight=kl_weight, sparsity=sparsity, mode=mode, seed=seed,
-                          checkpoint_every=checkpoint_every)
+                          checkpoint_every=checkpoint_every, add_bos=True if bos else None)
     targets, controls = read_targets(target_file), read_controls(control_file)
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: give one (continue, or start over)")

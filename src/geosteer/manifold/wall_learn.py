@@ -56,6 +56,7 @@ class WallLearnConfig:
     quantiles: tuple[float, float] = (0.02, 0.98)  # starting box from the target q/k values
     control_weight: float = 1.0  # β in the candidate score
     mode: str = "walls"  # "walls" (learned regions) | "dense" (fine-tune all surface coefficients)
+    add_bos: bool | None = None  # None: encode prompts as the tokenizer does; True: BOS first (train.prompts)
     seed: int = 0
     checkpoint_every: int = 5
     extra: dict = field(default_factory=dict)
@@ -84,6 +85,8 @@ class WallLearnConfig:
             raise GeosteerError(f"mode must be walls or dense (got {self.mode!r})")
         if self.checkpoint_every < 0:
             raise GeosteerError("checkpoint_every must be >= 0")
+        if self.add_bos not in (None, True, False):
+            raise GeosteerError(f"add_bos must be None (follow the tokenizer), True or False (got {self.add_bos!r})")
 
     def temperature(self, step: int) -> float:
         """Geometric anneal from ``temp_start`` (step 0) to ``temp_end`` (last step)."""

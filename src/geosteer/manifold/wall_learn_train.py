@@ -35,13 +35,15 @@ from geosteer.manifold.wall_learn import (
 from geosteer.manifold.wall_learn_candidates import score_candidates
 from geosteer.outputs import check_output_folder
 from geosteer.train.objective import PromptObjective, PromptSets, forward_logits, objective_terms
+from geosteer.train.prompts import bos_first
 
 
 def _fingerprint(tb, cb, cfg: WallLearnConfig, layers: list[int], nb=None) -> str:
     h = hashlib.sha256()
     for t in (tb.ids, tb.target, cb.ids) + ((nb.ids, nb.target) if nb is not None else ()):
         h.update(t.numpy().tobytes())
-    h.update(json.dumps({**cfg.to_dict(), "layers": layers, "steps": None, "checkpoint_every": None},
+    # add_bos: the encoded ids above carry it (None and True give the same ids for a tokenizer that adds BOS)
+    h.update(json.dumps({**cfg.to_dict(), "layers": layers, "steps": None, "checkpoint_every": None, "add_bos": None},
                         sort_keys=True).encode())
     return h.hexdigest()
 
@@ -156,11 +158,12 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
     out = Path(out)
     check_output_folder(out, "geosteer-surfaces", what="--out")  # never over a folder of the user's files
     layers = anatomy(model).check_layers(cfg.layers if cfg.layers is not None else bank.layers)
-    sets = PromptSets(encode_targets(tok, targets), encode_controls(tok, controls),
-                      encode_targets(tok, negatives) if negatives else None)
+    bos = bos_first(tok, cfg.add_bos)  # recorded resolved: a resume with another encoding is refused by name
+    sets = PromptSets(encode_targets(tok, targets, bos), encode_controls(tok, controls, bos),
+                      encode_targets(tok, negatives, bos) if negatives else None)
     state_dir = Path(str(out) + ".train")
     steer_fields = {"objective": "promote", "negatives": len(negatives or [])} if promote else {}
-    fields = {"mode": cfg.mode, "layers": layers, "surfaces": _bank_digest(bank), **steer_fields}
+    fields = {"mode": cfg.mode, "layers": layers, "surfaces": _bank_digest(bank), "add_bos": bos, **steer_fields}
     state, _ = _peek(state_dir, resume, overwrite, run_record(model, **fields))
     t0 = time.perf_counter()
     bank.coefficients.requires_grad_(False)  # walls mode: the surfaces stay as they are

@@ -4,9 +4,9 @@ of control prompts against a reference).
 
 Files: ``T.json`` (and a negatives file of the same form) is a non-empty JSON list of
 ``{"prompt": str, "target": str}``; ``C.json`` a non-empty JSON list of prompt strings. Prompt and target are
-tokenised apart and joined, so the target's tokens are exactly the ones scored. Batches are right-padded
-with the BOS in front (when the tokenizer has one); with a purely causal mask the real positions never see
-the pads, so no attention mask is needed.
+tokenised apart and joined, so the target's tokens are exactly the ones scored. Batches are right-padded,
+with the BOS in front when ``add_bos`` says so (:func:`bos_first`); with a purely causal mask the real
+positions never see the pads, so no attention mask is needed.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def _read_list(path, what: str) -> list:
 
 @dataclass
 class Batch:
-    """Right-padded token ids (n, T) with BOS; ``lengths`` (n,); ``target`` (n, T) bool marks the positions
-    whose next token is a target token (empty for control batches)."""
+    """Right-padded token ids (n, T), BOS first or not (:func:`bos_first`); ``lengths`` (n,); ``target``
+    (n, T) bool marks the positions whose next token is a target token (empty for control batches)."""
 
     ids: torch.Tensor
     lengths: torch.Tensor
@@ -71,9 +71,27 @@ def _ids(tok, text: str) -> list[int]:
     return tok(text, add_special_tokens=False).input_ids
 
 
-def encode_targets(tok, targets: list[dict]) -> Batch:
-    """Prompt and target tokenised apart and joined (the target's tokens are exactly what is suppressed)."""
+def bos_first(tok, add_bos: bool | None = True) -> bool:
+    """Whether encoded prompts start with the tokenizer's BOS: ``add_bos=None`` as the tokenizer itself
+    encodes text (its own ``add_bos_token`` convention, as generation and perplexity do by default);
+    ``True``: BOS first; ``False``: never. Always False for a tokenizer without a BOS."""
     bos = getattr(tok, "bos_token_id", None)
+    if bos is None or add_bos is False:
+        return False
+    if add_bos is None:
+        ids = tok("a").input_ids
+        return bool(ids) and ids[0] == bos
+    return True
+
+
+def _bos(tok, add_bos: bool | None) -> list[int]:
+    return [tok.bos_token_id] if bos_first(tok, add_bos) else []
+
+
+def encode_targets(tok, targets: list[dict], add_bos: bool | None = True) -> Batch:
+    """Prompt and target tokenised apart and joined (the target's tokens are exactly what is suppressed);
+    ``add_bos``: see :func:`bos_first` (default BOS first)."""
+    bos = _bos(tok, add_bos)
     seqs, marks, tids = [], [], []
     for i, t in enumerate(targets):
         p, c = _ids(tok, t["prompt"]), _ids(tok, t["target"])
@@ -81,7 +99,7 @@ def encode_targets(tok, targets: list[dict]) -> Batch:
             raise GeosteerError(f"target {i} ({t['target']!r}) tokenises to nothing")
         if not p:
             raise GeosteerError(f"target prompt {i} tokenises to nothing")
-        pre = ([bos] if bos is not None else []) + p
+        pre = bos + p
         seqs.append(pre + c)
         m = [False] * (len(pre) - 1) + [True] * len(c) + [False]  # position i predicts token i+1
         marks.append(m[: len(pre) + len(c)])
@@ -94,14 +112,15 @@ def encode_targets(tok, targets: list[dict]) -> Batch:
     return b
 
 
-def encode_controls(tok, prompts: list[str]) -> Batch:
-    bos = getattr(tok, "bos_token_id", None)
+def encode_controls(tok, prompts: list[str], add_bos: bool | None = True) -> Batch:
+    """Control prompts, each tokenised alone; ``add_bos``: see :func:`bos_first` (default BOS first)."""
+    bos = _bos(tok, add_bos)
     seqs = []
     for i, p in enumerate(prompts):
         ids = _ids(tok, p)
         if not ids:
             raise GeosteerError(f"control prompt {i} tokenises to nothing")
-        seqs.append(([bos] if bos is not None else []) + ids)
+        seqs.append(bos + ids)
     return _pad(tok, seqs)
 
 
