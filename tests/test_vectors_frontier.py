@@ -23,7 +23,7 @@ CONTROLS = ["Berlin is a city in", "Red, green and", "She opened the door and", 
 HELD_OUT_CONTROLS = ["The sun rises in the", "He said that", "Seven plus one is"]
 PLAN = dict(caa_layers=(1,), caa_multipliers=(1.0, 4.0), steer_taus=(0.05, 0.5), steer_steps=1,
             wall_taus=(0.05,), wall_steps=1, edit_top=2, edit_strengths=(1.0, 2.0), dir_par=(0.5,),
-            dir_perp=(), ffn_gains=(0.5,), ppl_tokens=48, ppl_context=16)
+            dir_perp=(), ffn_gains=(0.5,), scale_taus=(0.05,), scale_steps=1, ppl_tokens=48, ppl_context=16)
 
 
 def _behaviour() -> Behaviour:
@@ -90,13 +90,13 @@ def test_records_fields_and_neutral_point(study):
     recs = res["records"]
     levers = {r["lever"] for r in recs}
     assert {"reference", "stock model", "CAA", "learned steering surfaces", "learned walls", "surfaces edits",
-            "directional ∥/⊥", "FFN edits"} <= levers
+            "directional ∥/⊥", "learned ∥/⊥ scales", "FFN edits"} <= levers
     for r in recs:
         assert set(RECORD_FIELDS) <= set(r), r["lever"]
         assert r["n_target"] == len(HELD_OUT) and r["n_control"] == len(HELD_OUT_CONTROLS)
         assert r["target_shift_lo"] <= r["target_shift"] + 1e-9 <= r["target_shift_hi"] + 2e-9
         assert r["control_kl"] >= -1e-7 and math.isfinite(r["ppl"])
-    for lever in levers - {"reference", "stock model", "learned walls"}:  # walls: one run, the slow one
+    for lever in levers - {"reference", "stock model", "learned walls", "learned ∥/⊥ scales"}:  # one run each
         assert sum(r["lever"] == lever for r in recs) >= 2, lever
     neutral = next(r for r in recs if r["lever"] == "reference")
     assert neutral["target_shift"] == 0 and neutral["control_kl"] == 0 and neutral["ppl_ratio"] == 1
@@ -132,6 +132,13 @@ def test_run_resumes_from_cache(study, capsys):
                          log=lines.append)
     assert lines == []  # every point came from the cache, no training run started again
     assert json.dumps(again["records"], sort_keys=True) == json.dumps(res["records"], sort_keys=True)
+    more = Plan(**{**PLAN, "steer_taus": (0.05, 0.5, 0.9)}, cached_only=True)  # one point never measured
+    lines.clear()
+    assembled = run_frontier(model, tok, [_behaviour()], more, tmp / "cache", surfaces=str(tmp / "surf"),
+                             log=lines.append)
+    assert len(lines) == 1 and "tau 0.9" in lines[0] and "left out" in lines[0]
+    assert len(assembled["records"]) == len(res["records"])
+    assert not (tmp / "cache" / "runs" / "toy-dense-tau0.9").exists()
 
 
 def test_bootstrap_interval_matches_normal_interval():

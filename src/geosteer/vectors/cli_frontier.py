@@ -19,6 +19,7 @@ from geosteer.cli.outputs import out_dir, out_file
 
 COLORS = {"CAA": "#1f77b4", "learned steering surfaces": "#d62728", "learned walls": "#9467bd",
           "surfaces edits": "#8c564b", "directional ∥/⊥": "#2ca02c", "FFN edits": "#ff7f0e",
+          "learned ∥/⊥ scales": "#17becf",
           "reference": "#000000", "stock model": "#7f7f7f"}
 
 
@@ -109,7 +110,10 @@ def frontier_cmd(
     edit_top: int = typer.Option(16, "--edit-top", min=1, help="surfaces scaled by the surfaces-edits lever"),
     ppl_tokens: int = typer.Option(1024, "--ppl-tokens", min=2, help="held-out corpus tokens scored"),
     levers: str = typer.Option(",".join(("CAA", "learned steering surfaces", "learned walls", "surfaces edits",
-                                         "directional", "FFN edits")), "--levers"),
+                                         "directional", "learned scales", "FFN edits")), "--levers"),
+    scale_taus: str = typer.Option("0.02", "--scale-taus", help="KL budgets of the learned ∥/⊥ scales"),
+    scale_steps: int = typer.Option(10, "--scale-steps", min=1),
+    cached_only: bool = typer.Option(False, "--cached-only", help="only the points already in --cache"),
     seed: int = typer.Option(0, "--seed", help="bootstrap seed (the training runs are full-batch, seed 0)"),
     cache: Path = typer.Option(Path("frontier.cache"), "--cache", callback=out_dir(),
                                help="per-point results and training runs (resume by running again)"),
@@ -126,6 +130,7 @@ def frontier_cmd(
                 caa_multipliers=_floats(caa_multipliers, "--caa-multipliers"),
                 steer_taus=_floats(steer_taus, "--steer-taus"), steer_steps=steer_steps,
                 wall_taus=_floats(wall_taus, "--wall-taus"), wall_steps=wall_steps, reuse=_reuse(reuse),
+                scale_taus=_floats(scale_taus, "--scale-taus"), scale_steps=scale_steps, cached_only=cached_only,
                 edit_top=edit_top, ppl_tokens=ppl_tokens, seed=seed)
     bs = [bundled_behaviour(b.strip()) for b in behaviours.split(",") if b.strip()]
     if not bs:

@@ -14,6 +14,8 @@ surfaces, so each lever's strength 0 is the reference itself:
   (gradient · coefficients), each scaled by 1 ± t towards the behaviour (t = 1 zeroes, t = 2 inverts the
   ones that work against it);
 - ``directional ∥/⊥``: component scaling (recipe keys ``scale_site``, ``scale_par``, ``scale_perp``);
+- ``learned ∥/⊥ scales``: per-layer s∥/s⊥ at ``attn_out`` learned towards a promoted behaviour
+  (``geosteer study directional steer-learn``; its KL budget is against the stock model), one point per τ;
 - ``FFN edits``: the FFN branch gain and its radial / tangential variants (recipe keys of dynamics).
 """
 
@@ -120,6 +122,29 @@ def trained_points(model, tok, b: Behaviour, surfaces: str, runs: Path, mode: st
     return pts
 
 
+def scales_points(model, tok, b: Behaviour, reference: list, runs: Path, taus: Sequence[float], steps: int,
+                  lr: float, log=None) -> list[Point]:
+    """Learned per-layer s∥/s⊥ at ``attn_out`` (``study directional steer-learn``: promote objective, control
+    KL against the stock model), one run per τ, applied on top of the reference."""
+    from geosteer.directional.steer_learn import ScaleLearnConfig, learn_scales
+    from geosteer.recipe import load_recipe
+
+    pts = []
+    for tau in taus:
+        def ctx_fn(tau=tau):
+            out = runs / f"{b.name}-scales-tau{tau:g}"
+            if not (out / "geosteer_config.json").is_file():
+                out.parent.mkdir(parents=True, exist_ok=True)
+                learn_scales(model, tok, b.train, list(b.controls_train),
+                             ScaleLearnConfig(site="attn_out", steps=steps, lr=lr, kl_threshold=tau), out,
+                             negatives=b.negatives_train, resume=True, log=log)
+            spec, _ = load_recipe(out)
+            return [*reference, *spec.build(model)]
+        pts.append(Point("learned ∥/⊥ scales", f"attn_out all layers, tau {tau:g}, {steps} steps", float(tau),
+                         _fixed(ctx_fn), extra={"steps": steps, "lr": lr, "kl_threshold": float(tau)}))
+    return pts
+
+
 def surface_relevance(model, tok, b: Behaviour, bank) -> torch.Tensor:
     """(slots, heads, dims): first-order change of the training objective (direction × mean target
     log-prob, minus the negatives' for a promoted behaviour) when one surface is scaled by 1 + ε."""
@@ -191,6 +216,6 @@ def directional_settings(layer: int, par: Sequence[float], perp: Sequence[float]
 def ffn_settings(layer: int, gains: Sequence[float],
                  variants: Sequence[str] = ("radial", "tangential")) -> list[tuple[str, float, list[str]]]:
     """FFN branch gains α and FFN variants on one layer."""
-    out = [(f"layer {layer} alpha_ffn={a:g}", a, [f"alpha_ffn={a}", f"gain_layers={layer}"]) for a in gains]
-    out += [(f"layer {layer} {v}", 1.0, [f"ffn_variant={v}", f"ffn_layers={layer}"]) for v in variants]
+    out = [(f"layer {layer} alpha_mlp={a:g}", a, [f"alpha_mlp={a}", f"gain_layers={layer}"]) for a in gains]
+    out += [(f"layer {layer} {v}", 1.0, [f"mlp_variant={v}", f"mlp_layers={layer}"]) for v in variants]
     return out

@@ -23,11 +23,13 @@ from geosteer.vectors.frontier_levers import (
     edit_points,
     ffn_settings,
     recipe_points,
+    scales_points,
     trained_points,
 )
 
 SENTIMENT_DIR = Path(__file__).resolve().parents[3] / "studies" / "manifold" / "steer_learn"  # a source checkout
-LEVERS = ("CAA", "learned steering surfaces", "learned walls", "surfaces edits", "directional", "FFN edits")
+LEVERS = ("CAA", "learned steering surfaces", "learned walls", "surfaces edits", "directional",
+          "learned scales", "FFN edits")
 
 
 def bundled_behaviour(name: str) -> Behaviour:
@@ -69,12 +71,16 @@ class Plan:
     wall_taus: Sequence[float] = (0.02,)
     wall_steps: int = 20
     wall_lr: float = 0.1
+    scale_taus: Sequence[float] = (0.02,)
+    scale_steps: int = 10
+    scale_lr: float = 0.02
     edit_top: int = 16
     edit_strengths: Sequence[float] = (0.5, 1, 2)
     dir_par: Sequence[float] = (0.5, 1.5)
     dir_perp: Sequence[float] = ()
     ffn_gains: Sequence[float] = (0.5, 1.5)
     reuse: dict = field(default_factory=dict)  # "behaviour:mode:tau" -> artifact folder
+    cached_only: bool = False  # assemble from the cache: a point not measured yet is left out (logged)
     ppl_tokens: int = 1024
     ppl_context: int = 512
     seed: int = 0
@@ -109,6 +115,8 @@ def _points(model, tok, b: Behaviour, reference: list, surfaces: str | None, pla
     if "directional" in plan.levers:
         pts += recipe_points(model, reference, "directional ∥/⊥",
                              directional_settings(mid, plan.dir_par, plan.dir_perp), layer=mid)
+    if "learned scales" in plan.levers and b.direction > 0:  # the objective only promotes
+        pts += scales_points(model, tok, b, reference, runs, plan.scale_taus, plan.scale_steps, plan.scale_lr, log)
     if "FFN edits" in plan.levers:
         pts += recipe_points(model, reference, "FFN edits", ffn_settings(mid, plan.ffn_gains), layer=mid)
     if surfaces is not None and "learned walls" in plan.levers and (b.direction < 0 or b.negatives_train):
@@ -138,6 +146,9 @@ def run_behaviour(model, tok, b: Behaviour, reference: list, surfaces: str | Non
         path = folder / f"{p.key}.json"
         if path.is_file():
             records.append(json.loads(path.read_text()))
+            continue
+        if plan.cached_only:
+            log(f"{b.name} | {p.lever} | {p.setting}: not in the cache, left out")
             continue
         t0 = time.perf_counter()
         with p.context() as ivs:
