@@ -4,6 +4,13 @@ The stock part is computed in the same product only when the bank's handler is t
 handlers attached after it (recorders, value edits) still see and change the call. Decoding with a KV
 cache reuses the key-side features of the past keys (``FeatureCache``) except on the Triton backend, which
 builds them on chip.
+
+Under ``torch.compile`` (``torch.compiler.is_compiling()``) the handler keeps to what a graph can hold: the
+PyTorch path of the kernels (the compiled CPU extension and the host-side checks are opaque to the
+tracer), the grid range as tensors (no ``float()`` of a buffer), a boolean mask as an additive one (the
+PyTorch path finds the visible key range of a boolean mask from its data; transformers passes an explicit
+mask while tracing), surfaces computed even where they are zero, no decode feature cache; so
+``torch.compile(model, fullgraph=True)`` traces the attention without breaks.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ def surface_attention(bank, call, proceed, slot: int, handler):
     and the weights of the stock path when it ran (else None)."""
     coeff = bank.coefficients
     grad = torch.is_grad_enabled() and coeff.requires_grad
-    if not bank.enabled or (not grad and not bank._layer_nonzero(slot)):
+    tracing = torch.compiler.is_compiling()
+    if not bank.enabled or (not grad and not tracing and not bank._layer_nonzero(slot)):
         return proceed(call)  # zero surfaces: exactly the stock path
     kw = call.kwargs
     if kw.get("position_bias") is not None:
@@ -34,7 +42,7 @@ def surface_attention(bank, call, proceed, slot: int, handler):
     if is_causal is None:
         is_causal = getattr(call.module, "is_causal", True)
     lo, hi = bank.lo[slot], bank.hi[slot]
-    lo_f, hi_f = float(lo), float(hi)
+    lo_f, hi_f = (lo, hi) if tracing else (float(lo), float(hi))
     c = bank._layer_coeff(slot, grad)
     if c.device != q.device:  # layers split over devices (device_map): this layer's device
         c = c.to(q.device)
@@ -43,10 +51,11 @@ def surface_attention(bank, call, proceed, slot: int, handler):
     last = attention_handlers(call.module)[-1] is handler
     fused = bank.fused and last
     features = None
-    name = backend_choice(bank.backend)
-    low_rank = (bank.rank is not None and not grad and name != "triton"
+    name = "torch" if tracing else backend_choice(bank.backend)
+    low_rank = (bank.rank is not None and not grad and name != "triton" and not tracing
                 and not (call.dropout and call.module.training))
-    if not torch.is_grad_enabled() and L < T and not low_rank and not use_triton(name, q, lo_f, hi_f):
+    if (not torch.is_grad_enabled() and L < T and not low_rank and not tracing
+            and not use_triton(name, q, lo_f, hi_f)):
         # decoding with a KV cache: reuse the key-side features of the past keys
         cache = bank._caches.setdefault(slot, FeatureCache())
         mask = call.attention_mask
@@ -55,8 +64,11 @@ def surface_attention(bank, call, proceed, slot: int, handler):
             features = cache.get(k, v, L, (lo_f, hi_f),
                                  lambda kk, vv: key_features(kk, vv, bank.grid_size, lo_f, hi_f))
     attend = bank._low_rank_attention(slot, c) if low_rank else modulated_attention
+    mask = call.attention_mask
+    if tracing and mask is not None and mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=q.dtype, device=mask.device).masked_fill(~mask, torch.finfo(q.dtype).min)
     out = attend(
-        q, k, v, c, bank.grid_size, lo_f, hi_f, attn_mask=call.attention_mask, is_causal=bool(is_causal),
+        q, k, v, c, bank.grid_size, lo_f, hi_f, attn_mask=mask, is_causal=bool(is_causal),
         scaling=call.scaling, softcap=kw.get("softcap"),
         dropout=call.dropout if call.module.training else 0.0,
         features=features, with_value=fused, block=bank.block, backend=name)
