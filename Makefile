@@ -62,7 +62,7 @@ SERVE_VENV := .venv-serve
 SERVE_BIN := $(SERVE_VENV)/bin
 SERVE_STAMP := $(SERVE_VENV)/.geosteer-serve
 
-.PHONY: serve serve-test
+.PHONY: serve serve-test serve-ci
 $(SERVE_STAMP): pyproject.toml
 	$(PY) -m venv $(SERVE_VENV)
 	$(SERVE_BIN)/pip install -q --upgrade pip
@@ -75,5 +75,11 @@ $(SERVE_STAMP): pyproject.toml
 
 serve: $(SERVE_STAMP)
 
+# all serving tests: the full parity on the default model (20 prompts x 32 tokens) and the OpenAI server
 serve-test: $(SERVE_STAMP)
 	$(SERVE_BIN)/python -m pytest -q -x -p no:cacheprovider tests/serve
+
+# the CI-sized subset (.ci/run): one engine on a tiny Llama, every recipe kind in one mixed batch
+serve-ci: $(SERVE_STAMP)
+	$(SERVE_BIN)/python -m pytest -q -x -p no:cacheprovider tests/serve/test_quick.py tests/serve/test_plan.py \
+		tests/serve/test_router.py

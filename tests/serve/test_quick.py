@@ -1,0 +1,131 @@
+"""The CI-sized serving check: a tiny Llama on vLLM (CPU build, fp32) against geosteer's Hugging Face path.
+
+One engine serves every recipe kind (surfaces, directional at a residual site and in value space,
+dynamics, a block-output edit, a neutral recipe) and the stock model; 4 prompts x 8 greedy tokens under
+each, all interleaved in one ``generate`` call. Each request must get its own recipe's HF tokens, with
+next-token log-probs within 1e-3 where both agree, and every non-neutral recipe must change the HF
+reference (so a recipe that is silently dropped fails). The full check on the default model is
+``test_parity.py``.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from tests.serve.helpers import agreement, hf_greedy, prompt_ids, vllm_greedy  # noqa: E402
+
+N_PROMPTS, NEW = 4, 8
+LLM_KW = dict(gpu_memory_utilization=0.05, max_model_len=64, max_num_seqs=64, seed=0, enforce_eager=True)
+RECIPES = {  # recipe keys as on the geosteer command line; tiny-llama has layers 0-2
+    "directional": dict(scale_site="attn_out", scale_par=1.6, scale_perp=0.6, scale_layers="0-1"),
+    "dynamics": dict(mlp_variant="tangential", mlp_layers="1", alpha_mlp=1.4, gain_layers="2",
+                     parallel_layers="0"),
+    "value": dict(scale_site="value_full", scale_par=0.3, scale_perp=1.5, scale_layers="1-2"),
+    "ffn_out": dict(scale_site="mlp_out", scale_par=1.8, scale_perp=0.7, scale_layers="2"),
+    "block": dict(scale_site="resid_post", scale_par=1.3, scale_layers="1"),
+    "neutral": {},
+}
+
+
+def _tiny_llama_folder(folder) -> str:
+    """tiny-llama's config widened to head_dim 32 (the smallest head size vLLM's CPU attention takes), random
+    weights scaled as geosteer's tiny models are, saved with its tokenizer as a model folder."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from geosteer.models.tiny import tiny_config
+    from geosteer.models.tokenizers import smollm2_tokenizer
+
+    tok = smollm2_tokenizer()
+    cfg = tiny_config("llama", vocab_size=len(tok))
+    cfg.hidden_size, cfg.intermediate_size, cfg.head_dim = 128, 256, 32  # 4 query heads, 2 KV heads
+    cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
+    cfg.geosteer_base_model = "tiny-llama"  # recipes made for tiny-llama are checked against it
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "embed" not in name:
+                p.mul_(4.0)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The model folder vLLM loads, the same folder on geosteer's HF path, and its prompts."""
+    from geosteer.models.loading import load_model
+
+    folder = _tiny_llama_folder(tmp_path_factory.mktemp("tiny-llama"))
+    model, tok = load_model(folder)
+    return model, prompt_ids(tok, N_PROMPTS), folder
+
+
+def _surfaces(model, folder):
+    import torch
+
+    from geosteer.manifold import ManifoldConfig, SurfaceBank
+
+    bank = SurfaceBank(ManifoldConfig.for_model(model, grid_size=4, grid_range=(-3.0, 3.0), layers=[0, 2]))
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(0)))
+    return str(bank.save(folder))
+
+
+@pytest.fixture(scope="module")
+def recipe_dirs(tiny, tmp_path_factory):
+    from geosteer.recipe import InterventionSpec, save_recipe
+
+    model = tiny[0]
+    root = tmp_path_factory.mktemp("recipes")
+    out = {"surfaces": _surfaces(model, root / "surfaces")}
+    for name, keys in RECIPES.items():
+        out[name] = str(save_recipe(root / name, InterventionSpec(**keys), base_model="tiny-llama"))
+    return out
+
+
+def _reference(model, prompts, folder):
+    from geosteer.serve.plan import spec_of
+
+    if folder is None:
+        return hf_greedy(model, prompts, NEW)
+    spec, _ = spec_of(folder)
+    return hf_greedy(model, prompts, NEW, spec.build(model))
+
+
+def _changes(a, b) -> bool:
+    """Whether two greedy runs differ: in a token, or by more than 1e-3 in a chosen token's log-prob."""
+    (ta, la), (tb, lb) = a, b
+    return ta != tb or any(abs(x - y) > 1e-3 for ra, rb in zip(la, lb, strict=True)
+                           for x, y in zip(ra, rb, strict=True))
+
+
+def test_every_recipe_kind_in_one_mixed_batch_matches_hf(tiny, recipe_dirs):
+    from geosteer.serve import steered_llm
+
+    model, prompts, folder = tiny
+    names = [None, *recipe_dirs]
+    refs = {n: _reference(model, prompts, None if n is None else recipe_dirs[n]) for n in names}
+    for n in names:
+        if n not in (None, "neutral"):
+            assert _changes(refs[n], refs[None]), f"recipe {n} does not change the HF reference"
+    llm = steered_llm(folder, recipe_dirs, **LLM_KW)
+    order = [(n, i) for i in range(len(prompts)) for n in names]  # interleaved: every batch is mixed
+    got, got_lp = vllm_greedy(llm, [prompts[i] for _, i in order], NEW, [n for n, _ in order])
+    del llm
+    gc.collect()
+    results = {}
+    for n in names:
+        rows = [k for k, (m, _) in enumerate(order) if m == n]
+        ref, ref_lp = refs[n]
+        results[n] = agreement(ref, [got[k] for k in rows], ref_lp, [got_lp[k] for k in rows])
+    print(results)
+    for n, (same, worst) in results.items():
+        assert same == N_PROMPTS, f"{n}: {same}/{N_PROMPTS} prompts agree ({results})"
+        assert worst < 1e-3, f"{n}: log-prob difference {worst} ({results})"
