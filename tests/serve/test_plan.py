@@ -76,3 +76,60 @@ def test_recipe_arguments(tmp_path):
                      ([f"x/y={tmp_path}"], "not a plain name"), (["a=/nonexistent-dir"], "folder not found")):
         with pytest.raises(GeosteerError, match=msg):
             parse_recipe_args(bad)
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory, meta):
+    """tiny-llama as a model folder (what the engine loads), declaring tiny-llama as its base."""
+    model, _ = meta
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    model.config.geosteer_base_model = "tiny-llama"
+    try:
+        model.save_pretrained(folder)
+    finally:
+        del model.config.geosteer_base_model
+    return str(folder)
+
+
+def _surfaces(model, folder, walls=()):
+    from geosteer.manifold import ManifoldConfig, SurfaceBank
+
+    bank = SurfaceBank(ManifoldConfig.for_model(model, grid_size=4, layers=[1]))
+    with torch.no_grad():
+        bank.coefficients.fill_(0.1)
+    bank.set_walls(list(walls))
+    return str(bank.save(folder))
+
+
+def test_attention_recipes_are_refused_with_tensor_parallel_before_the_engine(tmp_path, meta, tiny_folder):
+    from geosteer.serve.engine import engine_args
+
+    model, _ = meta
+    attention = {"s": _surfaces(model, tmp_path / "s"), "v": str(_recipe(tmp_path, "v", scale_site="value_full",
+                                                                         scale_par=0.5))}
+    for name, folder in attention.items():
+        assert engine_args(tiny_folder, {name: folder})["hf_overrides"]["geosteer_recipes"] == {name: folder}
+        with pytest.raises(GeosteerError, match=f"recipe '{name}' steers inside attention.*got 2"):
+            engine_args(tiny_folder, {name: folder}, tensor_parallel_size=2)
+    residual = str(_recipe(tmp_path, "a", scale_site="attn_out", scale_par=0.5, alpha_mlp=1.2))
+    assert engine_args(tiny_folder, {"a": residual}, tensor_parallel_size=2)["model"] == tiny_folder
+
+
+def test_tensor_parallel_size_among_the_vllm_arguments():
+    from geosteer.serve.engine import tensor_parallel_size
+
+    assert tensor_parallel_size(["--max-model-len", "256"]) == 1
+    assert tensor_parallel_size(["-tp", "2"]) == 2
+    assert tensor_parallel_size(["--tensor-parallel-size=4", "--enforce-eager"]) == 4
+    for bad in (["-tp"], ["--tensor-parallel-size", "x"], ["-tp", "0"]):
+        with pytest.raises(GeosteerError, match="positive integer"):
+            tensor_parallel_size(bad)
+
+
+def test_surfaces_with_walls_are_refused_in_one_line(tmp_path, meta):
+    from geosteer.manifold.walls import Wall
+
+    model, m = meta
+    folder = _surfaces(model, tmp_path / "w", walls=[Wall(layer=1, heads=(0,), q=(0.0, 1.0), k=(0.0, 1.0))])
+    with pytest.raises(GeosteerError, match="surfaces with walls cannot be served on vLLM"):
+        plan_recipe("w", folder, m)

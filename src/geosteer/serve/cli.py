@@ -25,9 +25,9 @@ def vllm_argv(model: str, recipes: dict[str, str], host: str, port: int, memory:
     """(vLLM server arguments, routes for the recipe router) for ``model`` and ``recipes``."""
     from pathlib import Path
 
-    from geosteer.serve.engine import engine_args
+    from geosteer.serve.engine import engine_args, tensor_parallel_size
 
-    kw = engine_args(model, recipes)  # every recipe built and checked here, before vLLM starts
+    kw = engine_args(model, recipes, tensor_parallel_size(extra))  # every recipe checked here, before vLLM
     served = model if kw["model"] != str(Path(model).resolve()) else Path(kw["model"]).name
     argv = ["--model", kw["model"], "--dtype", kw["dtype"], "--served-model-name", served, "--host", host,
             "--port", str(port), "--gpu-memory-utilization", str(memory),

@@ -34,8 +34,9 @@ def resolve_model(model: str) -> tuple[str, str]:
     return str(Path(model).resolve()), str(Path(model).resolve())
 
 
-def check_recipes(folder: str, name: str, recipes: dict[str, str]) -> None:
-    """Build every recipe on a weightless copy of the model: what vLLM's workers will do, but here."""
+def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parallel_size: int = 1) -> None:
+    """Build every recipe on a weightless copy of the model: what vLLM's workers will do, but here. Recipes
+    with attention operations (surfaces, ``value_full``) are refused with ``tensor_parallel_size`` > 1."""
     from transformers import AutoConfig
 
     from geosteer.serve.plan import meta_model, plan_recipe
@@ -43,10 +44,15 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str]) -> None:
     meta = meta_model(AutoConfig.from_pretrained(folder))
     meta.config._geosteer_name = name
     for rname, rfolder in recipes.items():
-        plan_recipe(rname, rfolder, meta)
+        plan = plan_recipe(rname, rfolder, meta)
+        if tensor_parallel_size > 1 and any(ops.attention for ops in plan.layers.values()):
+            raise GeosteerError(f"recipe '{rname}' steers inside attention (surfaces or scale_site=value_full), "
+                                f"which is served with tensor_parallel_size=1 only (got {tensor_parallel_size}); "
+                                "residual-site, FFN and gate recipes run at any tensor_parallel_size")
 
 
-def engine_args(model: str, recipes: dict[str, str] | None = None) -> dict[str, Any]:
+def engine_args(model: str, recipes: dict[str, str] | None = None,
+                tensor_parallel_size: int = 1) -> dict[str, Any]:
     """The ``vllm.LLM`` / engine keyword arguments that load ``model`` with ``recipes`` ({name: folder})."""
     folder, name = resolve_model(model)
     kw: dict[str, Any] = {"model": folder, "dtype": "float32"}
@@ -57,7 +63,7 @@ def engine_args(model: str, recipes: dict[str, str] | None = None) -> dict[str, 
         if family not in ARCHITECTURES:
             raise GeosteerError(f"geosteer serving supports {', '.join(ARCHITECTURES)} models; '{model}' is "
                                 f"'{family}'")
-        check_recipes(folder, name, recipes)
+        check_recipes(folder, name, recipes, tensor_parallel_size)
         kw.update(enforce_eager=True, enable_prefix_caching=False, hf_overrides={
             "architectures": [ARCHITECTURES[family]], "geosteer_recipes": dict(recipes),
             "geosteer_model_name": name})
@@ -68,7 +74,20 @@ def steered_llm(model: str, recipes: dict[str, str] | None = None, **llm_kwargs)
     """A ``vllm.LLM`` serving ``model`` and the named ``recipes``; ``llm_kwargs`` go to ``LLM`` unchanged."""
     from vllm import LLM
 
-    return LLM(**{**engine_args(model, recipes), **llm_kwargs})
+    tp = int(llm_kwargs.get("tensor_parallel_size") or 1)
+    return LLM(**{**engine_args(model, recipes, tp), **llm_kwargs})
+
+
+def tensor_parallel_size(extra: list[str]) -> int:
+    """The ``--tensor-parallel-size`` / ``-tp`` among vLLM server arguments (1 when absent)."""
+    value = "1"
+    for i, arg in enumerate(extra):
+        flag, sep, rest = arg.partition("=")
+        if flag in ("--tensor-parallel-size", "-tp"):
+            value = rest if sep else (extra[i + 1] if i + 1 < len(extra) else "")
+    if not value.isdigit() or int(value) < 1:
+        raise GeosteerError(f"--tensor-parallel-size needs a positive integer (got '{value}')")
+    return int(value)
 
 
 def sampling(recipe: str | None = None, **kwargs):
