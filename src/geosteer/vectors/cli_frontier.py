@@ -50,6 +50,13 @@ def _reuse(items: list[str]) -> dict:
     return out
 
 
+_DASHES = ("solid", "dash", "dot", "dashdot")
+
+
+def _symbol(lever: str, layer) -> str:
+    return ("circle", "square", "diamond", "triangle-up")[(layer or 0) % 4] if lever == "CAA" else "circle"
+
+
 def frontier_figure(rows: list[dict], behaviour: str):
     """Target shift (± bootstrap interval) vs control next-token KL, one trace per lever (CAA per layer)."""
     import plotly.graph_objects as go
@@ -57,7 +64,7 @@ def frontier_figure(rows: list[dict], behaviour: str):
     fig = go.Figure()
     groups: dict = {}
     for r in rows:
-        if r["behaviour"] != behaviour:
+        if r["behaviour"] != behaviour or r["lever"] == "reference":  # the reference is the origin (KL 0)
             continue
         name = f"CAA layer {r['layer']}" if r["lever"] == "CAA" else r["lever"]
         groups.setdefault((r["lever"], name), []).append(r)
@@ -66,7 +73,8 @@ def frontier_figure(rows: list[dict], behaviour: str):
         fig.add_trace(go.Scatter(
             x=[max(r["control_kl"], 1e-6) for r in rs], y=[r["target_shift"] for r in rs],
             mode="lines+markers" if lever == "CAA" else "markers", name=name,
-            marker={"color": COLORS.get(lever), "size": 9},
+            marker={"color": COLORS.get(lever), "size": 9, "symbol": _symbol(lever, rs[0].get("layer"))},
+            line={"dash": _DASHES[(rs[0].get("layer") or 0) % len(_DASHES)]} if lever == "CAA" else None,
             error_y={"type": "data", "symmetric": False,
                      "array": [r["target_shift_hi"] - r["target_shift"] for r in rs],
                      "arrayminus": [r["target_shift"] - r["target_shift_lo"] for r in rs]},
