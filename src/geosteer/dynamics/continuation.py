@@ -64,14 +64,16 @@ def ov_start_points(V: torch.Tensor, n: int, imag_tol: float = 1e-9) -> torch.Te
 
 
 def continue_alpha(V: torch.Tensor, phi: torch.nn.Module, starts: torch.Tensor, steps: int = 10, *,
-                   refine_iters: int = 6, refine_tol: float = 1e-10, conv_tol: float = 1e-6) -> list[dict]:
-    """Track each row of ``starts`` (zeros of g₀) along α = 0, 1/steps, …, 1; one row per (track, α)."""
+                   refine_iters: int = 6, refine_tol: float = 1e-10, conv_tol: float = 1e-6,
+                   alphas: Sequence[float] | None = None) -> list[dict]:
+    """Track each row of ``starts`` (zeros of g₀) along α = 0, 1/steps, …, 1 (or the given ``alphas``, in
+    order); one row per (track, α)."""
     check_steps(steps, "alpha steps")
+    grid = [k / steps for k in range(steps + 1)] if alphas is None else [float(a) for a in alphas]
     rows: list[dict] = []
     for t, u0 in enumerate(starts.double()):
         u, ok = u0 / u0.norm(), True
-        for k in range(steps + 1):
-            alpha = k / steps
+        for k, alpha in enumerate(grid):
             field = ReducedField("full", V=V, phi=phi, alpha=alpha)
             prev = u
             u, jac = refine(field, u, refine_iters, refine_tol)
