@@ -2,10 +2,10 @@
 
 One engine serves every recipe kind (surfaces, directional at a residual site and in value space,
 dynamics, a block-output edit, a neutral recipe) and the stock model; 4 prompts x 8 greedy tokens under
-each, all interleaved in one ``generate`` call. Each request must get its own recipe's HF tokens, with
-next-token log-probs within 1e-3 where both agree, and every non-neutral recipe must change the HF
-reference (so a recipe that is silently dropped fails). The full check on the default model is
-``test_parity.py``.
+each, all interleaved in one ``generate`` call, then a stock batch and a surfaces batch alone. Each
+request must get its own recipe's HF tokens, with next-token log-probs within 1e-3 where both agree, and
+every non-neutral recipe must change the HF reference (so a recipe that is silently dropped fails). The
+full check on the default model is ``test_parity.py``.
 """
 
 from __future__ import annotations
@@ -118,6 +118,8 @@ def test_every_recipe_kind_in_one_mixed_batch_matches_hf(tiny, recipe_dirs):
     llm = steered_llm(folder, recipe_dirs, **LLM_KW)
     order = [(n, i) for i in range(len(prompts)) for n in names]  # interleaved: every batch is mixed
     got, got_lp = vllm_greedy(llm, [prompts[i] for _, i in order], NEW, [n for n, _ in order])
+    # batches of one kind: stock requests skip the key features, surfaces requests fill every row
+    alone = {n: vllm_greedy(llm, prompts, NEW, [n] * len(prompts)) for n in (None, "surfaces")}
     del llm
     gc.collect()
     results = {}
@@ -125,6 +127,8 @@ def test_every_recipe_kind_in_one_mixed_batch_matches_hf(tiny, recipe_dirs):
         rows = [k for k, (m, _) in enumerate(order) if m == n]
         ref, ref_lp = refs[n]
         results[n] = agreement(ref, [got[k] for k in rows], ref_lp, [got_lp[k] for k in rows])
+    for n, (toks, lps) in alone.items():
+        results[f"{n} alone"] = agreement(refs[n][0], toks, refs[n][1], lps)
     print(results)
     for n, (same, worst) in results.items():
         assert same == N_PROMPTS, f"{n}: {same}/{N_PROMPTS} prompts agree ({results})"

@@ -73,10 +73,14 @@ class SteeredLlamaAttention(LlamaAttention):
         n, hkv, d, c = q.shape[0], self.num_kv_heads, self.head_dim, self.channels
         rep = self.num_heads // hkv
         kh, vh = k.view(n, hkv, d), v.view(n, hkv, d)
-        chans = [vh.unsqueeze(2)]
-        for g, lo, hi in self.grids:  # (n, hkv, K, d): v ⊙ B_a(k)
-            chans.append((vh.unsqueeze(-1) * bspline_basis(kh.float(), g, lo, hi).to(v.dtype)).transpose(2, 3))
-        vx = torch.cat(chans, dim=2).reshape(n, hkv * c * d)
+        rows = self._feature_rows(n)
+        if rows is None:
+            vx = self._value_channels(kh, vh)
+        else:  # rows without surfaces never read their extra channels: v stands in, no key features
+            vx = vh.unsqueeze(2).expand(n, hkv, c, d)
+            if rows.numel():
+                vx = vx.index_copy(0, rows, self._value_channels(kh[rows], vh[rows]))
+        vx = vx.reshape(n, hkv * c * d)
         kx = kh.unsqueeze(2).expand(n, hkv, c, d).reshape(n, hkv * c * d)
         qx = q.view(n, hkv, 1, rep, d).expand(n, hkv, c, rep, d).reshape(n, hkv * c * rep * d)
         o = self.attn(qx, kx, vx).view(n, hkv, c, rep, d)
@@ -84,6 +88,22 @@ class SteeredLlamaAttention(LlamaAttention):
         out = _attention_ops(self, out, o, q.view(n, self.num_heads, d), vh)
         output, _ = self.o_proj(out.reshape(n, self.num_heads * d))
         return output
+
+
+    def _value_channels(self, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
+        """(n, hkv, C, d): v, then v ⊙ B_a(k) for each grid's basis functions a."""
+        chans = [vh.unsqueeze(2)]
+        for g, lo, hi in self.grids:  # (n, hkv, K, d)
+            chans.append((vh.unsqueeze(-1) * bspline_basis(kh.float(), g, lo, hi).to(vh.dtype)).transpose(2, 3))
+        return torch.cat(chans, dim=2)
+
+    def _feature_rows(self, n: int) -> torch.Tensor | None:
+        """The token rows whose recipe has surfaces on this layer (None: every row)."""
+        need = [rows for r, rows in batch.groups(n).items()
+                if r < len(self.ops) and self.ops[r] is not None and self.ops[r].surface() is not None]
+        if any(rows is None for rows in need):
+            return None
+        return torch.cat(need) if need else torch.empty(0, dtype=torch.long)
 
 
 def _attention_ops(attn, out, o, q, v) -> torch.Tensor:
