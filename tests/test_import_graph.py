@@ -1,6 +1,6 @@
 """The package's import graph: no cycles (imports at any depth count, also those inside functions), and the
-library below the figures: only ``viz`` itself and its users (CLI modules, the studio, the demo app) import
-``geosteer.viz``."""
+library below the figures: only ``viz`` itself and its users (CLI modules, a method's ``studies`` package, the
+studio, the demo app) import ``geosteer.viz``."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_no_import_cycles():
 def _viz_user(module: str) -> bool:
     last = module.rsplit(".", 1)[-1]
     return (module.startswith(("geosteer.viz", "geosteer.studio", "geosteer.cli")) or last == "cli"
-            or last.startswith("cli_") or module == "geosteer.demo")
+            or last.startswith("cli_") or ".studies." in module or module == "geosteer.demo")
 
 
 def test_only_viz_users_import_viz():
@@ -126,6 +126,7 @@ def test_only_viz_users_import_viz():
     assert not bad, f"library modules that import geosteer.viz: {', '.join(bad)}"
     assert "geosteer.manifold.bank" in edges and not any(t.startswith("geosteer.viz")
                                                           for t in edges["geosteer.manifold.bank"])
+    assert _viz_user("geosteer.dynamics.studies.continuation") and not _viz_user("geosteer.dynamics.continuation")
 
 
 def test_the_package_imports_the_registry_names_from_the_registry():

@@ -1,103 +1,35 @@
-"""``geosteer dynamics ...``: diagnostics, FFN variants, gains, learned gates, defect-guided parallelisation.
+"""``geosteer dynamics ...``: the tool verbs: per-layer diagnostics, learned FFN gates (and the hidden
+``ablate`` / ``gains`` aliases of ``geosteer ppl --set ...``).
 
-Each verb writes tidy records (JSON/CSV via ``--out``/``--csv``); docs/dynamics.md quotes them.
+Each verb writes tidy records (JSON/CSV via ``--out``/``--csv``); the paper experiments are the method's
+studies (:mod:`geosteer.dynamics.studies`), run as ``geosteer study dynamics <name>``.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import (
-    DEVICE_OPT,
-    DTYPE_OPT,
-    JSON_OPT,
-    MAX_SEEDS,
-    MODEL_OPT,
-    THREADS_OPT,
-    check_layers,
-    check_positions,
-    emit,
-    load,
-    model_config,
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, check_positions, emit
+from geosteer.cli.outputs import out_artifact
+from geosteer.dynamics.studies.common import (
+    BATCH_OPT,
+    CSV_OPT,
+    OUT_OPT,
+    SEQ_OPT,
+    TOKENS_OPT,
+    check_choices,
+    parse_floats,
+    parse_ints,
+    run_meta,
+    setup_model,
+    write_rows,
 )
-from geosteer.cli.outputs import out_artifact, out_file, out_records
 from geosteer.models.anatomy import anatomy, parse_layers
 
 dyn = typer.Typer(no_args_is_help=True, help="FFN steering field: residual dynamics on the sphere.")
-
-TOKENS_OPT = typer.Option(2048, "--tokens", "-n", help="held-out tokens (cut into --seq-len windows)")
-SEQ_OPT = typer.Option(256, "--seq-len", help="window length in tokens (BOS first)")
-BATCH_OPT = typer.Option(4, "--batch-size")
-OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)", callback=out_records())
-CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV", callback=out_file(".csv"))
-
-
-def parse_floats(spec: str, name: str) -> list[float]:
-    """A non-empty comma-separated list of finite numbers (one-line error naming ``name`` otherwise)."""
-    try:
-        values = [float(s) for s in spec.split(",") if s.strip()]
-    except ValueError:
-        values = []
-    if not values or not all(math.isfinite(v) for v in values):
-        raise ValueError(f"bad {name} '{spec}': comma-separated finite numbers, e.g. 0,0.5,1")
-    return values
-
-
-def parse_ints(spec: str, name: str) -> list[int]:
-    """A non-empty comma-separated list of integers (one-line error naming ``name`` otherwise)."""
-    try:
-        values = [int(s) for s in spec.split(",") if s.strip()]
-    except ValueError:
-        values = []
-    if not values:
-        raise ValueError(f"bad {name} '{spec}': comma-separated integers, e.g. 1,4,16")
-    return values
-
-
-def check_choices(spec: str, valid, what: str) -> list[str]:
-    """The comma-separated names in ``spec``, each one of ``valid`` (one-line error naming ``what``)."""
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    bad = [n for n in names if n not in valid] or ([] if names else [spec])
-    if bad:
-        raise ValueError(f"unknown {what} '{bad[0]}'; valid: {', '.join(valid)}")
-    return names
-
-
-def _setup(model: str, threads: int, device: str = "cpu", dtype: str = "float32", *, seq_len: int | None = None,
-           layers: str | None = None, layer: int | None = None, layers_opt: str = "--layers",
-           seq_opt: str = "--seq-len", ov_norm: str | None = None):
-    """Check the window length and layer options against the config of ``model``, then load it."""
-    if ov_norm is not None:
-        from geosteer.dynamics.fields import OV_NORMS
-
-        check_choices(ov_norm, OV_NORMS, "ov_norm (--ov-norm)")
-    if seq_len is not None:
-        check_positions(model, seq_opt, seq_len)
-    check_layers(model, layers_opt, layers)
-    if layer is not None:
-        check_layers(model, "--layer", str(layer))
-    return load(model, threads=threads, device=device, dtype=dtype)
-
-
-def _write(rows: list[dict], meta: dict, out: Path | None, csv: Path | None) -> None:
-    from geosteer.io_utils import write_records
-
-    if out is not None:
-        write_records(out, rows, meta)
-    if csv is not None:
-        write_records(csv if csv.suffix == ".csv" else csv.with_suffix(".csv"), rows, meta)
-
-
-def _meta(m, **kw) -> dict:
-    import torch
-
-    from geosteer.models.loading import model_id
-
-    return {"model": model_id(m), "torch": torch.__version__, "threads": torch.get_num_threads(), **kw}
 
 
 @dyn.command()
@@ -118,11 +50,11 @@ def diagnose(model: str = MODEL_OPT, tokens: int = TOKENS_OPT,
     ks = [check_k(k) for k in parse_ints(topk, "--topk")] if topk else []
     check_choices(split, SPLITS, "corpus split (--split)")
     cfg = DiagnoseConfig(split=split, tokens=tokens, seq_len=seq_len, batch_size=batch_size)
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len)
     ids = corpus_windows(tok, cfg.split, cfg.tokens, cfg.seq_len)
     t0 = time.perf_counter()
     rows = [{"table": "layers", **r} for r in run(m, ids, batch_size=cfg.batch_size, eps=cfg.eps)]
-    meta = _meta(m, split=split, tokens=int(ids.numel()), seq_len=seq_len, seconds=time.perf_counter() - t0)
+    meta = run_meta(m, split=split, tokens=int(ids.numel()), seq_len=seq_len, seconds=time.perf_counter() - t0)
     summary: dict = {}
     if ks:
         from geosteer.dynamics.topk import topk_study
@@ -136,7 +68,7 @@ def diagnose(model: str = MODEL_OPT, tokens: int = TOKENS_OPT,
         orows = ov_rows(m)
         rows += [{"table": "ov", **r} for r in orows]
         summary["ov"] = ov_summary(orows)
-    _write(rows, {**meta, **summary}, out, csv)
+    write_rows(rows, {**meta, **summary}, out, csv)
     layer_wide = wide([r for r in rows if r["table"] == "layers"])
     if as_json:
         emit({"meta": meta, "layers": layer_wide, **summary}, True)
@@ -164,7 +96,7 @@ def ablate(model: str = MODEL_OPT,
     from geosteer.dynamics.variants import FFNVariant
 
     names = [check_variant(v.strip()) for v in variants.split(",") if v.strip()]
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     base = mean_loss(m, ids, batch_size)
@@ -174,7 +106,7 @@ def ablate(model: str = MODEL_OPT,
             continue
         loss = mean_loss(m, ids, batch_size, (FFNVariant(v, chosen),))
         rows.append({"variant": v, "layers": layers, "loss": loss, "loss_increase": loss - base})
-    _write(rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len), out, csv)
+    write_rows(rows, run_meta(m, tokens=int(ids.numel()), seq_len=seq_len), out, csv)
     emit(rows, as_json, table_title="FFN variants")
     typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
                f"--context {seq_len} --max-tokens {tokens} --set mlp_variant=VARIANT --set mlp_layers={layers}; "
@@ -195,7 +127,7 @@ def gains(model: str = MODEL_OPT,
     from geosteer.dynamics.variants import Gains
 
     vals = parse_floats(values, "--values")
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     base = mean_loss(m, ids, batch_size)
@@ -205,7 +137,7 @@ def gains(model: str = MODEL_OPT,
             kw = {which: v}
             loss = base if v == 1.0 else mean_loss(m, ids, batch_size, (Gains(layers=chosen, **kw),))
             rows.append({"gain": which, "value": v, "loss": loss, "loss_increase": loss - base})
-    _write(rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=layers), out, csv)
+    write_rows(rows, run_meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=layers), out, csv)
     emit(rows, as_json, table_title="gain sweeps")
     typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
                f"--context {seq_len} --max-tokens {tokens} --set beta_attn=VALUE|alpha_mlp=VALUE "
@@ -237,7 +169,7 @@ def gates(model: str = MODEL_OPT,
         check_positions(model, "--train-seq", train_seq)
     else:
         load_gates(load)  # a missing or damaged artifact is refused before the model loads
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     info: dict = {}
     if load is not None:
         g = load_gates(load, m)
@@ -257,68 +189,9 @@ def gates(model: str = MODEL_OPT,
         g.save(save, extra={"train": {"tokens": info.get("tokens_seen"), "lr": lr, "seed": seed,
                                       "final_loss": hist[-1]["loss"] if hist else None}, "eval": summary})
     rows = [{"table": "gates", **r} for r in g.table()] + [{"table": "summary", **summary}]
-    _write(rows, _meta(m, train_tokens=train_tokens, lr=lr, seed=seed), out, csv)
+    write_rows(rows, run_meta(m, train_tokens=train_tokens, lr=lr, seed=seed), out, csv)
     if as_json:
         emit({"gates": g.table(), "summary": summary}, True)
     else:
         emit(g.table(), False, table_title="FFN gates")
         emit(summary, False)
-
-
-def parallelize(model: str = MODEL_OPT,
-                counts: str = typer.Option("", "--counts", help="layer counts, e.g. 0,2,4 (default: all)"),
-                seeds: int = typer.Option(5, "--seeds", max=MAX_SEEDS, help="random orders (seeds 0..N-1)"),
-                threshold: float = typer.Option(0.05, "--threshold"),
-                defect_tokens: int = typer.Option(1024, "--defect-tokens", help="train tokens for C_ℓ"),
-                measured: bool = typer.Option(True, "--measured/--no-measured",
-                                              help="also each layer alone + the order by its ΔL"),
-                tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
-                as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-                threads: int = THREADS_OPT,
-                device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
-    """Defect-guided parallelisation: ΔL vs number of parallelised layers (low-C / random / high-C first)."""
-    from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.parallel import (
-        defect_predicts_cost,
-        defect_profile,
-        parallel_curve,
-        safe_speedup,
-        submodule_times,
-    )
-
-    if seeds < 0:
-        raise ValueError(f"--seeds must be >= 0 (got {seeds})")
-    if counts:
-        from geosteer.models.limits import num_layers
-
-        config = model_config(model)
-        n_cfg = num_layers(config) if config is not None else None
-        bad = [c for c in parse_ints(counts, "--counts") if c < 0 or (n_cfg is not None and c > n_cfg)]
-        if bad:
-            raise ValueError(f"--counts: {bad[0]} parallel layers is not possible: give counts in 0.."
-                             f"{n_cfg if n_cfg is not None else 'the number of layers'}")
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len)
-    n = anatomy(m).n_layers
-    cnt = parse_ints(counts, "--counts") if counts else list(range(n + 1))
-    defects = defect_profile(m, corpus_windows(tok, "train", defect_tokens, seq_len), batch_size)
-    ids = corpus_windows(tok, "heldout", tokens, seq_len)
-    times = submodule_times(m, ids[:1])
-    rows = parallel_curve(m, ids, defects, cnt, seeds=range(seeds), batch_size=batch_size, times=times,
-                          measured=measured)
-    safe = safe_speedup(rows, threshold)
-    rho = defect_predicts_cost(rows)
-    all_rows = ([{"table": "defect", "layer": i, "defect": c, **times[i]} for i, c in enumerate(defects)]
-                + [{"table": "curve", **r} for r in rows if r["strategy"] != "single"]
-                + [{"table": "single", **r} for r in rows if r["strategy"] == "single"]
-                + [{"table": "safe", **r} for r in safe]
-                + ([{"table": "defect_vs_single", **rho}] if rho else []))
-    meta = _meta(m, tokens=int(ids.numel()), seq_len=seq_len, defect_tokens=defect_tokens)
-    _write(all_rows, meta, out, csv)
-    if as_json:
-        emit({"defects": defects, "curve": rows, "safe": safe, "defect_vs_single": rho}, True)
-    else:
-        emit([r for r in rows if r["strategy"] not in ("random", "single") or r["seed"] == 0
-              and r["strategy"] == "random"], False, table_title="loss increase vs parallelised layers")
-        emit(safe, False, table_title=f"safe speed-up at ΔL ≤ {threshold}")
-        if rho:
-            emit(rho, False)

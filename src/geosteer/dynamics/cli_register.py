@@ -1,7 +1,7 @@
 """``geosteer dynamics``: the tool verbs of :mod:`geosteer.dynamics.cli` (the method's ``Method.cli``).
 
-The paper experiments of the ``cli_*.py`` modules are the method's studies (``Method.studies`` in
-:mod:`geosteer.dynamics.method`), run as ``geosteer study dynamics <name>``.
+The paper experiments are the method's studies (``Method.studies`` in :mod:`geosteer.dynamics.method`, their
+commands in :mod:`geosteer.dynamics.studies`), run as ``geosteer study dynamics <name>``.
 """
 
 from __future__ import annotations

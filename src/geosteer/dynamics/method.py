@@ -38,24 +38,24 @@ def _build(model, v: dict) -> list:
 
 
 def _study(name: str, module: str, function: str, paper: str) -> Study:
-    return Study(name, f"geosteer.dynamics.{module}:{function}", paper, old=f"dynamics {name}")
+    return Study(name, f"geosteer.dynamics.studies.{module}:{function}", paper, old=f"dynamics {name}")
 
 
 STUDIES = (
-    _study("critical", "cli_geometry", "critical", "Tables 2 / 6, Fig. 10: A/S/R counts of critical candidates"),
-    _study("commutator", "cli_geometry", "commutator", "Prop. 2, Fig. 8 right, App. B: commutator vs reordering"),
-    _study("pressure", "cli_geometry", "pressure", "experiment iii: diversity under aggregation pressure"),
-    _study("gain-depth", "cli_geometry", "gain_depth", "App. C.1, Fig. 8 left: FFN gain at one depth"),
-    _study("split-options", "cli_geometry", "split_options", "Fig. 3: FFN ablation under each split reference"),
-    _study("parallelize", "cli", "parallelize", "Figs 5 / 6 / 16: defect-guided parallelisation"),
-    _study("prefix-spread", "cli_prefix", "prefix_spread", "App. C.5: prefix (Volterra) sensitivity"),
-    _study("anchors", "cli_prefix", "anchors", "App. C.5: anchor tokens"),
-    _study("edit-specificity", "cli_prefix", "edit_specificity", "Fig. 13: editing specificity"),
-    _study("edit-linearity", "cli_prefix", "edit_linearity", "Fig. 13: edit transfer is nearly linear"),
-    _study("edit-locality", "cli_prefix", "edit_locality", "editing locality vs query/key edits"),
-    _study("continuation", "cli_continuation", "continuation", "Thm 3, Fig. 11: α continuation"),
-    _study("basins", "cli_continuation", "basins", "Fig. 12: basin maps at α = 0 vs 1"),
-    _study("phase", "cli_continuation", "phase", "Fig. 9: phase reconstruction"),
+    _study("critical", "geometry", "critical", "Tables 2 / 6, Fig. 10: A/S/R counts of critical candidates"),
+    _study("commutator", "geometry", "commutator", "Prop. 2, Fig. 8 right, App. B: commutator vs reordering"),
+    _study("pressure", "geometry", "pressure", "experiment iii: diversity under aggregation pressure"),
+    _study("gain-depth", "geometry", "gain_depth", "App. C.1, Fig. 8 left: FFN gain at one depth"),
+    _study("split-options", "geometry", "split_options", "Fig. 3: FFN ablation under each split reference"),
+    _study("parallelize", "parallel", "parallelize", "Figs 5 / 6 / 16: defect-guided parallelisation"),
+    _study("prefix-spread", "prefix", "prefix_spread", "App. C.5: prefix (Volterra) sensitivity"),
+    _study("anchors", "prefix", "anchors", "App. C.5: anchor tokens"),
+    _study("edit-specificity", "prefix", "edit_specificity", "Fig. 13: editing specificity"),
+    _study("edit-linearity", "prefix", "edit_linearity", "Fig. 13: edit transfer is nearly linear"),
+    _study("edit-locality", "prefix", "edit_locality", "editing locality vs query/key edits"),
+    _study("continuation", "continuation", "continuation", "Thm 3, Fig. 11: α continuation"),
+    _study("basins", "continuation", "basins", "Fig. 12: basin maps at α = 0 vs 1"),
+    _study("phase", "continuation", "phase", "Fig. 9: phase reconstruction"),
 )
 
 

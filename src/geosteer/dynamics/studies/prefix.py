@@ -11,11 +11,9 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MAX_SEEDS, MODEL_OPT, THREADS_OPT, emit
-from geosteer.cli.outputs import out_file, out_records
+from geosteer.dynamics.studies.common import CSV_OPT, OUT_OPT, check_choices, run_meta, setup_model, write_rows
 from geosteer.models.anatomy import anatomy, parse_layers
 
-OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)", callback=out_records())
-CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV", callback=out_file(".csv"))
 PREFIX_FILE_OPT = typer.Option(None, "--prefix-file",
                                help="one prefix per line (default: held-out corpus windows)")
 N_PREFIX_OPT = typer.Option(16, "--prefixes", help="corpus prefixes (without --prefix-file)")
@@ -71,7 +69,6 @@ def prefix_spread(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE
                   threads: int = THREADS_OPT,
                   device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Fixed suffix, varied prefixes: angular spread of the last-token residual direction per layer."""
-    from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.prefix import contexts
     from geosteer.dynamics.prefix import prefix_spread as run
     from geosteer.errors import GeosteerError
@@ -79,7 +76,7 @@ def prefix_spread(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE
     if not suffix.strip():
         raise GeosteerError("--suffix is empty: give the fixed text that follows every prefix")
     lines = _prefix_lines(prefix_file, prefixes, prefix_len)
-    m, tok = _setup(model, threads, device, dtype, seq_len=prefix_len + 1, seq_opt="--prefix-len")
+    m, tok = setup_model(model, threads, device, dtype, seq_len=prefix_len + 1, seq_opt="--prefix-len")
     pre = _prefixes(tok, lines, prefixes, prefix_len)
     suf = _encode(tok, suffix)
     bos = getattr(tok, "bos_token_id", None)
@@ -92,10 +89,10 @@ def prefix_spread(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE
         ctl = [torch.cat([c[:1], w[: length - 1]]) if bos is not None else w[:length]
                for c, w in zip(ctx, _windows(tok, "train", len(ctx), length), strict=True)]
     rows = run(m, pre, suf, bos, control=ctl)
-    meta = _meta(m, prefixes=len(pre), prefix_file=str(prefix_file) if prefix_file else None,
+    meta = run_meta(m, prefixes=len(pre), prefix_file=str(prefix_file) if prefix_file else None,
                  prefix_len=prefix_len if prefix_file is None else None, suffix=suffix, suffix_tokens=len(suf),
                  bos=bos is not None, control=control, state="resid_post, last position")
-    _write(rows, meta, out, csv)
+    write_rows(rows, meta, out, csv)
     emit({"meta": meta, "layers": rows} if as_json else rows, as_json, table_title="prefix spread (deg)")
 
 
@@ -116,7 +113,6 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
     """Replace the k prefix tokens of largest ‖P_uΦ‖ vs k random ones: downstream last-token angular shift."""
     import torch
 
-    from geosteer.dynamics.cli import _meta, _setup, _write, check_choices
     from geosteer.dynamics.prefix import SCORES, anchor_study, check_positive
     from geosteer.errors import GeosteerError
 
@@ -130,7 +126,7 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
     if not suffix.strip():
         raise GeosteerError("--suffix is empty: give the fixed text that follows every prefix")
     lines = _prefix_lines(prefix_file, prefixes, prefix_len)
-    m, tok = _setup(model, threads, device, dtype, seq_len=prefix_len + 1, seq_opt="--prefix-len",
+    m, tok = setup_model(model, threads, device, dtype, seq_len=prefix_len + 1, seq_opt="--prefix-len",
                     layers=score_layers, layers_opt="--score-layers")
     layers = anatomy(m).check_layers(parse_layers(score_layers, anatomy(m).n_layers))
     pre = _prefixes(tok, lines, prefixes, prefix_len)
@@ -143,10 +139,10 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
         ids = torch.tensor([i for i in range(m.get_output_embeddings().weight.shape[0]) if i not in special])
     recs, summ, pos = anchor_study(m, pre, _encode(tok, suffix), getattr(tok, "bos_token_id", None), k,
                               list(range(seeds)), ids, layers, score, exclude_anchors)
-    meta = _meta(m, prefixes=len(pre), prefix_tokens=shortest, suffix=suffix, k=k, seeds=seeds,
+    meta = run_meta(m, prefixes=len(pre), prefix_tokens=shortest, suffix=suffix, k=k, seeds=seeds,
                  score_layers=score_layers, score=score, pool=pool, exclude_anchors=exclude_anchors,
                  state="resid_post, last position")
-    _write([{"table": "summary", **s} for s in summ] + [{"table": "pairs", **r} for r in recs]
+    write_rows([{"table": "summary", **s} for s in summ] + [{"table": "pairs", **r} for r in recs]
            + [{"table": "positions", **p} for p in pos], meta, out, csv)
     emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="anchor vs random shift (deg)")
 
@@ -155,7 +151,6 @@ def _edit_inputs(model: str, layers: str, seeds: int, prompts: int, other: int, 
                  device: str, dtype: str, *, kinds: str | None, direction: str):
     """Shared set-up of the editing verbs: check the counts, load the model, parse the layers and take
     ``prompts + other`` held-out windows of ``seq_len`` tokens. Returns (model, layers, windows)."""
-    from geosteer.dynamics.cli import _setup, check_choices
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.prefix import DIRECTIONS, EDIT_KINDS, check_positive
 
@@ -164,7 +159,7 @@ def _edit_inputs(model: str, layers: str, seeds: int, prompts: int, other: int, 
     if kinds is not None:
         check_choices(kinds, EDIT_KINDS, "edit kind")
     check_choices(direction, DIRECTIONS, "edit direction (--direction)")
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
     return m, chosen, corpus_windows(tok, "heldout", (prompts + other) * seq_len, seq_len)
 
@@ -180,16 +175,15 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
                      threads: int = THREADS_OPT,
                      device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """FFN-value edits toward a target's unembedding vs random directions: target move / non-target drift."""
-    from geosteer.dynamics.cli import _meta, _write
     from geosteer.dynamics.editing import edit_study
 
     m, chosen, ids = _edit_inputs(model, layers, seeds, prompts, 0, seq_len, threads, device, dtype,
                                   kinds=kinds, direction=direction)
     recs, summ = edit_study(m, ids, chosen, [s.strip() for s in kinds.split(",") if s.strip()], direction,
                             scale, target_rank, list(range(seeds)))
-    meta = _meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scale=scale,
+    meta = run_meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scale=scale,
                  target_rank=target_rank, seeds=seeds)
-    _write([{"table": "summary", **s} for s in summ] + [{"table": "edits", **r} for r in recs], meta, out, csv)
+    write_rows([{"table": "summary", **s} for s in summ] + [{"table": "edits", **r} for r in recs], meta, out, csv)
     emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="editing specificity")
 
 
@@ -204,7 +198,6 @@ def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--
                    threads: int = THREADS_OPT,
                    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Target move vs edit size s: slope and R² of the line through (0, 0) and (s, move(s)) per prompt."""
-    from geosteer.dynamics.cli import _meta, _write
     from geosteer.dynamics.editing import edit_linearity as study
     from geosteer.dynamics.prefix import check_positive
     from geosteer.errors import GeosteerError
@@ -223,9 +216,9 @@ def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--
                                   kinds=kinds, direction=direction)
     fits, summ = study(m, ids, chosen, [k.strip() for k in kinds.split(",") if k.strip()], direction, values,
                        target_rank, list(range(seeds)))
-    meta = _meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scales=values,
+    meta = run_meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scales=values,
                  target_rank=target_rank, seeds=seeds, fit="least-squares line through (0,0) and (s, target_move)")
-    _write([{"table": "summary", **s} for s in summ] + [{"table": "fits", **f} for f in fits], meta, out, csv)
+    write_rows([{"table": "summary", **s} for s in summ] + [{"table": "fits", **f} for f in fits], meta, out, csv)
     emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="edit linearity (R²)")
 
 
@@ -240,7 +233,6 @@ def edit_locality(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                   threads: int = THREADS_OPT,
                   device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """down_col edits on other text: next-token KL at every position of held-out windows that are not the prompts."""
-    from geosteer.dynamics.cli import _meta, _write
     from geosteer.dynamics.editing import down_col_locality
     from geosteer.dynamics.prefix import check_positive
 
@@ -249,8 +241,8 @@ def edit_locality(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                                 kinds=None, direction=direction)
     recs, summ = down_col_locality(m, w[:prompts], w[prompts:], chosen, direction, scale, target_rank,
                                    list(range(seeds)))
-    meta = _meta(m, prompts=prompts, other=int(w.shape[0] - prompts), seq_len=seq_len, direction=direction,
+    meta = run_meta(m, prompts=prompts, other=int(w.shape[0] - prompts), seq_len=seq_len, direction=direction,
                  scale=scale, target_rank=target_rank, seeds=seeds,
                  other_text="the held-out windows right after the prompts' windows")
-    _write([{"table": "summary", **s} for s in summ] + [{"table": "edits", **r} for r in recs], meta, out, csv)
+    write_rows([{"table": "summary", **s} for s in summ] + [{"table": "edits", **r} for r in recs], meta, out, csv)
     emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="down_col locality (KL)")

@@ -5,16 +5,22 @@ docs/dynamics.md quotes them."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit
-from geosteer.cli.outputs import out_file, out_records
+from geosteer.dynamics.studies.common import (
+    CSV_OPT,
+    OUT_OPT,
+    check_choices,
+    check_finite,
+    parse_floats,
+    run_meta,
+    setup_model,
+    write_rows,
+)
 
-OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)", callback=out_records())
-CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV", callback=out_file(".csv"))
 BOS_OPT = typer.Option(False, "--with-bos/--no-bos", help="include position 0 (BOS) in seeds and statistics")
 
 
@@ -23,14 +29,6 @@ def _layers(model, spec: str, default: str | None = None) -> list[int]:
 
     an = anatomy(model)
     return an.check_layers(parse_layers(default if spec is None else spec, an.n_layers))
-
-
-def _finite(value: float, name: str, lo: float | None = None) -> float:
-    from geosteer.errors import GeosteerError
-
-    if not math.isfinite(value) or (lo is not None and value < lo):
-        raise GeosteerError(f"{name} must be finite{f' and >= {lo}' if lo is not None else ''} (got {value})")
-    return value
 
 
 def critical(model: str = MODEL_OPT,
@@ -54,17 +52,16 @@ def critical(model: str = MODEL_OPT,
              threads: int = THREADS_OPT,
              device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Critical candidates of the reduced fields P_uVu, P_uΦ(u), P_u(Vu+αΦ(u)): A/S/R labels (paper Table 2)."""
-    from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.critical import check_threshold, critical_study
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.fields import check_field
 
     kinds = [check_field(f.strip()) for f in fields.split(",") if f.strip()]
     check_threshold(threshold)
-    _finite(alpha, "--alpha", 0.0)
+    check_finite(alpha, "--alpha", 0.0)
     if real + random < 1:
         raise ValueError("--real and --random are both 0: give at least one seed direction")
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers, ov_norm=ov_norm)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers, ov_norm=ov_norm)
     chosen = _layers(m, layers)
     ids = corpus_windows(tok, "heldout", tokens, seq_len) if real else None
     cand, summ = critical_study(m, ids, chosen, kinds, alpha=alpha, n_real=real, n_random=random, seed=seed,
@@ -74,10 +71,10 @@ def critical(model: str = MODEL_OPT,
         for c in cand:
             c.pop("u", None)
     rows = [{"table": "summary", **s} for s in summ] + [{"table": "candidate", **c} for c in cand]
-    meta = _meta(m, layers=chosen, fields=kinds, alpha=alpha, real=real, random=random, seed=seed,
+    meta = run_meta(m, layers=chosen, fields=kinds, alpha=alpha, real=real, random=random, seed=seed,
                  threshold=threshold, steps=steps, lr=lr, refine_iters=refine_iters, ov_norm=ov_norm,
                  with_bos=with_bos, tokens=tokens, seq_len=seq_len)
-    _write(rows, meta, out, csv)
+    write_rows(rows, meta, out, csv)
     table = [{k: s.get(k) for k in ("layer", "field", "stage", "n", "A", "S", "R", "s_fraction")} for s in summ]
     emit({"meta": meta, "summary": summ} if as_json else table, as_json, table_title="critical candidates A/S/R")
 
@@ -89,17 +86,16 @@ def commutator(model: str = MODEL_OPT, layers: str = typer.Option("all", "--laye
                csv: Path | None = CSV_OPT, threads: int = THREADS_OPT,
                device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Tangential commutator C (both halves, App. B) vs the measured reordering angular error (Fig. 8 right)."""
-    from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.commutator import reorder_study
     from geosteer.dynamics.diagnostics import corpus_windows
 
-    _finite(h, "--h", 1e-12)
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
+    check_finite(h, "--h", 1e-12)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     rows, summ = reorder_study(m, ids, chosen, h=h, with_bos=with_bos)
-    meta = _meta(m, tokens=int(ids.numel()), seq_len=seq_len, h=h, with_bos=with_bos, **summ[0])
-    _write([{"table": "layers", **r} for r in rows] + [{"table": "summary", **s} for s in summ], meta, out, csv)
+    meta = run_meta(m, tokens=int(ids.numel()), seq_len=seq_len, h=h, with_bos=with_bos, **summ[0])
+    write_rows([{"table": "layers", **r} for r in rows] + [{"table": "summary", **s} for s in summ], meta, out, csv)
     emit({"meta": meta, "layers": rows} if as_json else rows, as_json, table_title="commutator vs reordering")
     if not as_json:
         emit(summ[0], False)
@@ -116,20 +112,19 @@ def pressure(model: str = MODEL_OPT, betas: str = typer.Option("1,2,4", "--betas
              threads: int = THREADS_OPT,
              device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Diversity D after every block under attention inverse temperature β_A, per FFN variant (experiment 3)."""
-    from geosteer.dynamics.cli import _meta, _setup, _write, check_choices, parse_floats
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.pressure import PRESSURE_MODES, PRESSURE_VARIANTS, check_beta, pressure_study
 
     bs = [check_beta(b) for b in parse_floats(betas, "--betas")]
     vs = check_choices(variants, PRESSURE_VARIANTS, "FFN variant")
     check_choices(mode, PRESSURE_MODES, "pressure mode")
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     rows, summ = pressure_study(m, ids, bs, chosen, vs, batch_size=batch_size, with_bos=with_bos, mode=mode,
                                 log=lambda s: typer.echo(s, err=True))
-    meta = _meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=chosen, with_bos=with_bos, mode=mode)
-    _write([{"table": "summary", **s} for s in summ] + [{"table": "layers", **r} for r in rows], meta, out, csv)
+    meta = run_meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=chosen, with_bos=with_bos, mode=mode)
+    write_rows([{"table": "summary", **s} for s in summ] + [{"table": "layers", **r} for r in rows], meta, out, csv)
     emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="diversity under pressure")
 
 
@@ -142,21 +137,20 @@ def gain_depth(model: str = MODEL_OPT,
                out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT, threads: int = THREADS_OPT,
                device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """FFN gain α_F at one layer at depth ℓ/L, attention fixed (App. C.1, Fig. 8 left): loss increase."""
-    from geosteer.dynamics.cli import _meta, _setup, _write, parse_floats
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.pressure import depth_layers, gain_depth_sweep
 
     ds = parse_floats(depths, "--depths")
-    vs = [_finite(v, "--values") for v in parse_floats(values, "--values")]
+    vs = [check_finite(v, "--values") for v in parse_floats(values, "--values")]
     depth_layers(2, ds)  # the depths themselves (fractions in [0, 1]) before the model loads
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len)
     from geosteer import anatomy
 
     depth_layers(anatomy(m).n_layers, ds)  # validate before any forward
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     rows = gain_depth_sweep(m, ids, ds, vs, batch_size=batch_size, log=lambda s: typer.echo(s, err=True))
-    meta = _meta(m, tokens=int(ids.numel()), seq_len=seq_len)
-    _write(rows, meta, out, csv)
+    meta = run_meta(m, tokens=int(ids.numel()), seq_len=seq_len)
+    write_rows(rows, meta, out, csv)
     emit(rows, as_json, table_title="FFN gain by depth")
 
 
@@ -169,7 +163,6 @@ def split_options(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                   out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT, threads: int = THREADS_OPT,
                   device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """FFN radial/tangential ablation under each split reference, with BOS ablated or kept (paper Fig. 3 robustness)."""
-    from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.config import check_variant
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.options import split_options_study
@@ -181,10 +174,10 @@ def split_options(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
     bad = [r for r in refs if r not in REFERENCES]
     if bad:
         raise GeosteerError(f"unknown reference '{bad[0]}'; valid: {', '.join(REFERENCES)}")
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layers=layers)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = _layers(m, layers, "all")
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     rows = split_options_study(m, ids, chosen, vs, refs, batch_size=batch_size,
                                log=lambda s: typer.echo(s, err=True))
-    _write(rows, _meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=chosen), out, csv)
+    write_rows(rows, run_meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=chosen), out, csv)
     emit(rows, as_json, table_title="FFN split options")

@@ -9,10 +9,18 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, model_config
-from geosteer.cli.outputs import HTML, out_file, out_records
+from geosteer.cli.outputs import HTML, out_file
+from geosteer.dynamics.studies.common import (
+    CSV_OPT,
+    OUT_OPT,
+    check_finite,
+    parse_floats,
+    parse_ints,
+    run_meta,
+    setup_model,
+    write_rows,
+)
 
-OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)", callback=out_records())
-CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV", callback=out_file(".csv"))
 MAX_BASIN_GRID = 400  # grid points per axis at most (the flow is integrated from grid^2 starting points)
 NORM_OPT = typer.Option("gain", "--ov-norm", help="fold the attention pre-norm gain: gain|none")
 
@@ -36,13 +44,12 @@ def continuation(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer
                  threads: int = THREADS_OPT,
                  device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Track critical points of g_α = P_u(Vu + αΦ(u)) from α = 0 to 1: max Re, saddle index, max |Im| (Fig. 11)."""
-    from geosteer.dynamics.cli import _meta, _setup, _write
     from geosteer.dynamics.continuation import check_steps, continue_alpha, ov_start_points
     from geosteer.dynamics.fields import layer_fields
 
     check_steps(steps, "--steps")
     check_steps(tracks, "--tracks")
-    m, _ = _setup(model, threads, device, dtype, layer=layer, ov_norm=ov_norm)
+    m, _ = setup_model(model, threads, device, dtype, layer=layer, ov_norm=ov_norm)
     ell = _layer(m, layer)
     full = layer_fields(m, ell, ("full",), ov_norm=ov_norm)["full"]
     rows = continue_alpha(full.V, full.phi, ov_start_points(full.V, tracks), steps, refine_iters=refine_iters)
@@ -50,8 +57,8 @@ def continuation(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer
         r["layer"] = ell
         if not directions:
             r.pop("u")
-    meta = _meta(m, layer=ell, tracks=tracks, steps=steps, refine_iters=refine_iters, ov_norm=ov_norm)
-    _write(rows, meta, out, csv)
+    meta = run_meta(m, layer=ell, tracks=tracks, steps=steps, refine_iters=refine_iters, ov_norm=ov_norm)
+    write_rows(rows, meta, out, csv)
     if html is not None:
         from geosteer.dynamics.continuation import continuation_figure
         from geosteer.io_utils import atomic_write_text
@@ -79,30 +86,28 @@ def basins(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", hel
            threads: int = THREADS_OPT,
            device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Basins of the flow of g_α on the sphere slice unit(m + a e1 + b e2) of real residuals (Fig. 12)."""
-    from geosteer.dynamics.cli import _meta, _setup, _write, parse_floats
-    from geosteer.dynamics.cli_geometry import _finite
     from geosteer.dynamics.continuation import basin_figure, basin_map, check_grid, check_method, check_steps, pca_plane
     from geosteer.dynamics.critical import residual_seeds
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.fields import ReducedField, layer_fields
 
-    al = [_finite(a, "--alphas", 0.0) for a in parse_floats(alphas, "--alphas")]
+    al = [check_finite(a, "--alphas", 0.0) for a in parse_floats(alphas, "--alphas")]
     check_grid(grid)
     check_steps(steps, "--steps")
     check_method(method)
-    _finite(span, "--span", 1e-12)
-    _finite(dt, "--dt", 1e-12)
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layer=layer, ov_norm=ov_norm)
+    check_finite(span, "--span", 1e-12)
+    check_finite(dt, "--dt", 1e-12)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layer=layer, ov_norm=ov_norm)
     ell = _layer(m, layer)
     full = layer_fields(m, ell, ("full",), ov_norm=ov_norm)["full"]
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     plane = pca_plane(residual_seeds(m, ids, ell, residuals, seed))
     fields = {a: ReducedField("full", V=full.V, phi=full.phi, alpha=a) for a in al}
     pts, clus = basin_map(fields, plane, grid, span, steps=steps, dt=dt, method=method, cluster_deg=cluster_deg)
-    meta = _meta(m, layer=ell, alphas=al, grid=grid, span=span, steps=steps, dt=dt, method=method,
+    meta = run_meta(m, layer=ell, alphas=al, grid=grid, span=span, steps=steps, dt=dt, method=method,
                  cluster_deg=cluster_deg, tokens=int(ids.numel()), seq_len=seq_len, residuals=residuals,
                  seed=seed, ov_norm=ov_norm)
-    _write([{"table": "clusters", "layer": ell, **c} for c in clus] +
+    write_rows([{"table": "clusters", "layer": ell, **c} for c in clus] +
            [{"table": "points", "layer": ell, **p} for p in pts], meta, out, csv)
     if html is not None:
         from geosteer.io_utils import atomic_write_text
@@ -121,7 +126,6 @@ def phase(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help
           threads: int = THREADS_OPT,
           device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Empirical field of real block updates in PCA subspaces: inward scores, local linear spectra (Fig. 9)."""
-    from geosteer.dynamics.cli import _meta, _setup, _write, parse_ints
     from geosteer.dynamics.continuation import phase_reconstruction, real_updates
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.errors import GeosteerError
@@ -135,7 +139,7 @@ def phase(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help
     if isinstance(width, int) and max(ks) >= width:
         raise GeosteerError(f"--dims {max(ks)}: PCA subspaces of the residual stream need k in [1, {width - 1}] "
                             f"(d_model {width})")
-    m, tok = _setup(model, threads, device, dtype, seq_len=seq_len, layer=layer)
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layer=layer)
     ell = _layer(m, layer)
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     u, g = real_updates(m, ids, ell, samples, seed, with_bos)
@@ -144,7 +148,7 @@ def phase(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", help
         rec = phase_reconstruction(u, g, k)
         rec.pop("J")
         rows.append({"layer": ell, **rec})
-    meta = _meta(m, layer=ell, dims=ks, samples=samples, tokens=int(ids.numel()), seq_len=seq_len, seed=seed,
+    meta = run_meta(m, layer=ell, dims=ks, samples=samples, tokens=int(ids.numel()), seq_len=seq_len, seed=seed,
                  with_bos=with_bos)
-    _write(rows, meta, out, csv)
+    write_rows(rows, meta, out, csv)
     emit({"meta": meta, "rows": rows} if as_json else rows, as_json, table_title="phase reconstruction")
