@@ -56,3 +56,38 @@ def test_bad_samples_refused():
         compare([1.0, 2.0], [1.0, 2.0, 3.0], paired=True, unit="seeds")
     with pytest.raises(GeosteerError):
         compare([1.0], [1.0, 2.0], paired=False, unit="layers")
+
+
+def _write_results(folder, diag: dict[str, list[float]], comm: dict[str, list[float]]):
+    import json
+
+    folder.mkdir()
+    rows = [{"table": "layers", "layer": i, "metric": q, "mean": v, "std": 0.0, "n": 1}
+            for q, vals in diag.items() for i, v in enumerate(vals)]
+    (folder / "diagnose.json").write_text(json.dumps({"meta": {}, "rows": rows}))
+    n = len(next(iter(comm.values())))
+    crow = [{"table": "layers", "layer": i, **{q: comm[q][i] for q in comm}} for i in range(n)]
+    (folder / "commutator.json").write_text(json.dumps({"meta": {}, "rows": crow}))
+
+
+def test_significance_study_reads_files_and_refuses_missing(tmp_path, monkeypatch, capsys):
+    import json
+
+    from tests.test_dynamics_cli import run
+
+    DIAGNOSE = ("deficit", "ffn_tangential_frac", "defect", "ddiv_attn", "ddiv_ffn")
+    COMMUTATOR = ("commutator", "ffn_half", "attn_half", "reorder_angle_deg", "cos_pred_vs_measured")
+
+    rng = np.random.default_rng(4)
+    for name, shift, n in (("a", 0.0, 6), ("b", 1.0, 5)):
+        _write_results(tmp_path / name, {q: list(rng.normal(shift, 0.1, n)) for q in DIAGNOSE},
+                       {q: list(rng.normal(shift, 0.1, n)) for q in COMMUTATOR})
+    out = tmp_path / "sig.json"
+    code, _, _ = run(["study", "dynamics", "significance", "--a", str(tmp_path / "a"), "--b", str(tmp_path / "b"),
+                      "--out", str(out)], monkeypatch, capsys)
+    assert code == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["quantity"] for r in rows} == set(DIAGNOSE) | set(COMMUTATOR)
+    assert all(r["unit"] == "layers" and r["n_a"] == 6 and r["n_b"] == 5 and r["ci_high"] < 0 for r in rows)
+    code, _, err = run(["study", "dynamics", "significance", "--a", str(tmp_path / "nope")], monkeypatch, capsys)
+    assert code == 2 and err.strip().startswith("error:") and "nope" in err and "Traceback" not in err

@@ -153,3 +153,15 @@ def test_region_bound_is_tight_on_two_points_and_refuses_one_set():
         region_bound(v, torch.tensor([True, True]))
     with pytest.raises(GeosteerError):
         branch_errors(torch.eye(2, dtype=torch.float64), Const((0.0, 1.0)), v[0], [0.2, 0.1])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--alphas", "0.1,0.05"], "--alphas"),
+    (["--alphas", "0,0.1"], "--alphas"),
+    (["--residuals", "1"], "--residuals"),
+])
+def test_theory_study_bad_input_exits_2_before_loading(argv, message, monkeypatch, capsys):
+    from tests.test_dynamics_cli import run
+
+    code, _, err = run(["study", "dynamics", "theory", "-m", "tiny-llama", "--layers", "0", *argv], monkeypatch, capsys)
+    assert code == 2 and err.strip().startswith("error:") and message in err and "Traceback" not in err

@@ -56,6 +56,8 @@ STUDIES = (
     _study("continuation", "continuation", "continuation", "Thm 3, Fig. 11: α continuation"),
     _study("basins", "continuation", "basins", "Fig. 12: basin maps at α = 0 vs 1"),
     _study("phase", "continuation", "phase", "Fig. 9: phase reconstruction"),
+    _study("theory", "theory", "theory", "Thm 3, Eq. (9), Eq. (11): first-order branch, J* split, region bound"),
+    _study("significance", "significance", "significance", "cross-model rows: bootstrap interval, permutation p"),
 )
 
 

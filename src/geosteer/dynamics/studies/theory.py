@@ -32,7 +32,8 @@ def _layer_rows(m, ell: int, tracks: int, alphas: list[float], flow_alphas: list
     rows: list[dict] = []
     for t, u0 in enumerate(ov_start_points(full.V, tracks)):
         br = branch_errors(full.V, full.phi, u0, alphas)
-        slope = loglog_slope([r["alpha"] for r in br], [r["error_deg"] for r in br])
+        ok = [r for r in br if r["converged"]]  # the slope of the branch Newton still holds
+        slope = loglog_slope([r["alpha"] for r in ok], [r["error_deg"] for r in ok])
         rows += [{"table": "branch", "layer": ell, "track": t, **r, "loglog_slope": slope} for r in br]
         for r in continue_alpha(full.V, full.phi, u0[None], 4):
             rec = split_jacobian_check(full.V, full.phi, torch.tensor(r["u"], dtype=torch.float64), r["alpha"])
