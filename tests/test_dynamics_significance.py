@@ -89,5 +89,6 @@ def test_significance_study_reads_files_and_refuses_missing(tmp_path, monkeypatc
     rows = json.loads(out.read_text())["rows"]
     assert {r["quantity"] for r in rows} == set(DIAGNOSE) | set(COMMUTATOR)
     assert all(r["unit"] == "layers" and r["n_a"] == 6 and r["n_b"] == 5 and r["ci_high"] < 0 for r in rows)
-    code, _, err = run(["study", "dynamics", "significance", "--a", str(tmp_path / "nope")], monkeypatch, capsys)
+    code, _, err = run(["study", "dynamics", "significance", "--a", str(tmp_path / "nope"), "--b", str(tmp_path / "b")],
+                       monkeypatch, capsys)
     assert code == 2 and err.strip().startswith("error:") and "nope" in err and "Traceback" not in err

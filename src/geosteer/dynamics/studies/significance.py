@@ -38,8 +38,8 @@ def layer_values(folder: Path) -> dict[str, list[float]]:
     return out
 
 
-def significance(a: Path = typer.Option(Path("docs/results/dynamics/smollm2"), "--a", help="results folder A"),
-                 b: Path = typer.Option(Path("docs/results/dynamics/gemma3-270m"), "--b", help="results folder B"),
+def significance(a: Path = typer.Option(..., "--a", help="results folder A (diagnose.json, commutator.json)"),
+                 b: Path = typer.Option(..., "--b", help="results folder B (same files)"),
                  level: float = typer.Option(0.95, "--level", help="bootstrap interval level in (0, 1)"),
                  seed: int = typer.Option(0, "--seed"), as_json: bool = JSON_OPT, out: Path | None = OUT_OPT,
                  csv: Path | None = CSV_OPT) -> None:
