@@ -97,7 +97,7 @@ def test_push_uploads_the_folder(monkeypatch, capsys, tmp_path):
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # pushing is refused offline; the recorder is local
-    shipped = Path(__file__).resolve().parents[1] / "artifacts" / "smollm2-surfaces"
+    shipped = Path(__file__).resolve().parents[2] / "artifacts" / "smollm2-surfaces"
     code, out, err = run_cli(monkeypatch, capsys, "push", str(shipped), "someorg/surf", "--public")
     assert code == 0, err
     assert calls["repo"] == ("someorg/surf", False) and "someorg/surf" in out

@@ -112,7 +112,7 @@ def test_a_plugin_methods_study_runs_under_geosteer_study(monkeypatch):
     from geosteer.methods import Method, Study, register_method, unregister_method
 
     plug = register_method(Method(name="plug", summary="a plugin", cli=lambda app: None, studies=(
-        Study("echo", "tests.test_cli_studies:plug_echo", paper="Fig. 0", old="plug-echo"),)))
+        Study("echo", "tests.cli.test_study:plug_echo", paper="Fig. 0", old="plug-echo"),)))
     target = typer.Typer()
     try:
         register_clis(target)

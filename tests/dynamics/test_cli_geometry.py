@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.test_dynamics_cli import run
+from tests.dynamics.test_cli import run
 
 DYN = ("study", "dynamics")  # the paper studies' spelling
 

@@ -5,7 +5,7 @@ Trains attention-manifold surfaces on a tiny Llama with the shared loop (``geost
 2-process run also splits each process' share into micro-batches (gradient accumulation). The same
 processes then run sharded evaluation (``geosteer.integrations.distributed``): perplexity with the
 windows spread over the processes, and a prompt list sharded and gathered back in order. The worker is
-this module run as ``python -m tests.test_scale_ddp RANK WORLD PORT OUT``: each process is a plain
+this module run as ``python -m tests.integrations.test_distributed RANK WORLD PORT OUT``: each process is a plain
 ``accelerate`` multi-CPU process, set up by environment variables exactly as ``accelerate launch
 --cpu --num_processes 2`` sets them.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STEPS, BATCH, SEQ, LR = 4, 4, 24, 5e-2
 
 
@@ -113,7 +113,8 @@ def _launch(world: int, out: Path) -> None:
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true", "PYTHONPATH": str(ROOT)}
-        procs.append(subprocess.Popen([sys.executable, "-m", "tests.test_scale_ddp", str(rank), str(world),
+        module = "tests.integrations.test_distributed"
+        procs.append(subprocess.Popen([sys.executable, "-m", module, str(rank), str(world),
                                        str(port), str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     logs = []

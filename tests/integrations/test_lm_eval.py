@@ -21,7 +21,7 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 from geosteer.errors import GeosteerError  # noqa: E402
 from geosteer.integrations.lm_eval import GeosteerLM  # noqa: E402
 
-TASKS = Path(__file__).parent / "data" / "lm_eval"
+TASKS = Path(__file__).resolve().parents[1] / "data" / "lm_eval"
 MC, PPL = "geosteer_test_mc", "geosteer_test_ppl"
 ARGS = dict(dtype="float32", device="cpu", batch_size=4)
 

@@ -10,7 +10,7 @@ from geosteer.interventions import steer
 from geosteer.manifold import edit as E
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.coverage import grid_coverage, wall_leakage
-from tests.test_manifold_walls import _bank, _Capture
+from tests.manifold.test_walls import _bank, _Capture
 
 TEXTS = ["The cat sat on the mat and looked at", "Water boils at one hundred degrees"]
 
@@ -66,7 +66,7 @@ def test_wall_leakage_zero_for_exact_walls_and_measured_for_grid_walls(tiny_cach
 
 
 def test_explore_cli_reports_coverage_and_leakage(monkeypatch, capsys, tiny_cache, tmp_path):
-    from tests.test_cli import run_cli
+    from tests.cli_helpers import run_cli
 
     model, _ = tiny_cache("llama")
     bank = _bank(model)

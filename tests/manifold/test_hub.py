@@ -133,7 +133,7 @@ def test_push_checks_before_any_network(tmp_path):
 def test_shipped_surfaces_have_a_hub_card(tmp_path):
     from geosteer.manifold.hub import write_card
 
-    shipped = Path(__file__).resolve().parent.parent / "artifacts" / "smollm2-surfaces"
+    shipped = Path(__file__).resolve().parents[2] / "artifacts" / "smollm2-surfaces"
     card = huggingface_hub.ModelCard.load(shipped / "README.md")
     assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert card.data.library_name == "geosteer" and card.data.license == "apache-2.0"

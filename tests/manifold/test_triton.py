@@ -30,7 +30,7 @@ def test_interpreter_cases_in_a_subprocess():
     if INTERPRETING:
         pytest.skip("this process runs the cases itself")
     env = dict(os.environ, TRITON_INTERPRET="1")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__], cwd=root,
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
@@ -276,7 +276,7 @@ def test_gpu_scale_dry_run(fused, tmp_path):
     import importlib.util
     import json
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_scale.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_scale.py"
     spec = importlib.util.spec_from_file_location("gpu_scale", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

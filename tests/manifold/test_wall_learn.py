@@ -24,7 +24,7 @@ from geosteer.manifold.wall_learn import (
 )
 from geosteer.manifold.wall_learn_train import learn_walls
 from tests.cli_helpers import one_line_exit_2, run_cli
-from tests.test_manifold_walls import _bank, _Capture
+from tests.manifold.test_walls import _bank, _Capture
 
 TARGETS = [{"prompt": "The cat sat on the", "target": " mat"},
            {"prompt": "Paris is the capital of", "target": " France today"},

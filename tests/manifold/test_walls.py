@@ -225,7 +225,7 @@ def test_bad_walls_in_an_artifact_refused(tiny_cache, tmp_path):
 
 
 def test_cli_edit_wall_exit_2(monkeypatch, capsys, tiny_cache, tmp_path):
-    from tests.test_cli import run_cli
+    from tests.cli_helpers import run_cli
 
     model, _ = tiny_cache("llama")
     src = manifold.save(_bank(model), tmp_path / "s")

@@ -180,7 +180,7 @@ def test_gpu_smoke_dry_run_on_cpu(tmp_path):
     import json
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_smoke.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_smoke.py"
     spec = importlib.util.spec_from_file_location("gpu_smoke", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

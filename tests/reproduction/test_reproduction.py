@@ -14,7 +14,7 @@ from geosteer.reproduction.evaluate import check
 from geosteer.reproduction.items import Criterion, Item
 from tests.cli_helpers import one_line_exit_2, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _item(**over) -> dict:

@@ -26,7 +26,7 @@ from studies.manifold.steering import (
     wall_edits,
     wall_study,
 )
-from tests.test_manifold_walls import _bank
+from tests.manifold.test_walls import _bank
 
 
 @pytest.fixture(scope="module")

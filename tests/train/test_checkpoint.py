@@ -14,7 +14,7 @@ from geosteer import cli
 from geosteer.errors import GeosteerError
 from geosteer.train import TrainConfig, train
 from geosteer.train.checkpoint import CHECKPOINT_NAME, LEGACY_NAME, load_checkpoint
-from tests.test_train_loop import LearnedBias
+from tests.train.test_loop import LearnedBias
 
 
 class Payload:

@@ -16,7 +16,7 @@ from geosteer.errors import GeosteerError
 from geosteer.train import TrainConfig, train
 from geosteer.train.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from geosteer.train.schedule import make_scheduler
-from tests.test_train_loop import LearnedBias, _cfg, stream, tiny  # noqa: F401 - fixtures
+from tests.train.test_loop import LearnedBias, _cfg, stream, tiny  # noqa: F401 - fixtures
 
 
 class OriginalSchedule:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.cli_helpers import one_line_exit_2, run_cli
-from tests.test_vectors_peers import PAIRS
+from tests.vectors.test_peers import PAIRS
 
 
 @pytest.fixture

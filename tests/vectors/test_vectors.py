@@ -16,7 +16,7 @@ from geosteer.models.anatomy import anatomy
 from geosteer.vectors import MODES, POINTS, SteeringVectors, extract, load_vectors
 from geosteer.vectors.extract import collect_activations
 from tests.conftest import TINY_FAMILIES
-from tests.test_vectors_peers import PAIRS
+from tests.vectors.test_peers import PAIRS
 
 
 def _logits(model, ids, *ivs, **kw):

@@ -19,7 +19,7 @@ import torch
 from geosteer.io_utils import write_records
 from geosteer.viz.results import auto_figures, is_result_file, load_tidy
 
-TASKS = Path(__file__).parent / "data" / "lm_eval"
+TASKS = Path(__file__).resolve().parents[1] / "data" / "lm_eval"
 
 
 def _axes(fig) -> tuple[str, str]:
