@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from geosteer import load_model
 from geosteer.attention import add_attention_handler, stock_attention
 from geosteer.directional.diagonal import (
     DiagonalCapture,
@@ -15,20 +14,14 @@ from geosteer.directional.diagonal import (
 from geosteer.directional.sites import ComponentScale
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
+from tests.conftest import random_ids
 
 FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2",
             "tiny-gpt_neox"]
-_cache = {}
-
-
-def _model(name):
-    if name not in _cache:
-        _cache[name] = load_model(name)
-    return _cache[name]
 
 
 def _inputs(b=2, t=16, seed=0):
-    ids = torch.randint(5, 900, (b, t), generator=torch.Generator().manual_seed(seed))
+    ids = random_ids(b, t, seed)
     mask = torch.ones_like(ids)
     mask[1, :3] = 0  # left padding on one row
     return ids, mask
@@ -46,9 +39,9 @@ def _capture_call(m, layer, ids, mask):
 
 @pytest.mark.parametrize("name", FAMILIES)
 @pytest.mark.parametrize("space", ["head", "concat"])
-def test_value_diagonal_form_is_exact(name, space):
+def test_value_diagonal_form_is_exact(tiny_model, name, space):
     """Ã = A + diag(ΔA) applied to the values gives the edited output of the value handler (≤ 1e-5)."""
-    m, _ = _model(name)
+    m, _ = tiny_model(name)
     ids, mask = _inputs()
     call = _capture_call(m, 1, ids, mask)
     valid = mask.bool()
@@ -70,10 +63,10 @@ def test_value_diagonal_form_is_exact(name, space):
 
 
 @pytest.mark.parametrize("name", [f for f in FAMILIES if f != "tiny-gemma3"])
-def test_residual_diagonal_form_matches_scalar_constraint(name):
+def test_residual_diagonal_form_matches_scalar_constraint(tiny_model, name):
     """Residual form (Table 5): (A + ΔA·W_O v_t)ᵀz equals the attn_out-edited update's ᵀz; the full vector
     does not match (the diagonal change has a perpendicular part the edit has not)."""
-    m, _ = _model(name)
+    m, _ = tiny_model(name)
     ids, mask = _inputs()
     layer, s_par = 1, 0.0
     base = DiagonalCapture([layer])
@@ -102,8 +95,8 @@ def test_residual_diagonal_form_matches_scalar_constraint(name):
     assert (diff.norm(dim=-1)[valid] / (y_edit - y).norm(dim=-1)[valid]).max() > 1e-2
 
 
-def test_residual_form_undefined_for_sandwich_norms():
-    m, _ = _model("tiny-gemma3")
+def test_residual_form_undefined_for_sandwich_norms(tiny_model):
+    m, _ = tiny_model("tiny-gemma3")
     assert not linear_attention_branch(m)
     ids, mask = _inputs()
     cap = DiagonalCapture([0])
@@ -113,10 +106,10 @@ def test_residual_form_undefined_for_sandwich_norms():
     assert v["residual"] is None and v["value_exclude_self"].shape == v["weights"].shape[:3]
 
 
-def test_removed_case_closed_form():
+def test_removed_case_closed_form(tiny_model):
     """Table 5 removed cases: Ã_tt = −Σ_{s<t} A_ts v_sᵀv_t/‖v_t‖² (full aggregate) and
     Ã_tt = A_tt − Σ_{s<t} A_ts v_sᵀv_t/‖v_t‖² (exclude-self), by a naive loop."""
-    m, _ = _model("tiny-llama")
+    m, _ = tiny_model("tiny-llama")
     ids = torch.randint(5, 900, (1, 9), generator=torch.Generator().manual_seed(1))
     call = _capture_call(m, 0, ids, torch.ones_like(ids))
     full, w = value_diagonal_change(call, "value_full", 0.0)

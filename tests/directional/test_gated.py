@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from geosteer import load_model
 from geosteer.attention import add_attention_handler, attention_weights, repeat_kv, stock_attention
 from geosteer.directional.gated import GatedParallelScale
 from geosteer.directional.sites import ComponentScale
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
+from tests.conftest import random_ids
 
 
 def _naive_gated(call, site, s, per_head):
@@ -30,24 +30,12 @@ def _naive_gated(call, site, s, per_head):
                 out[i, h, t] = d + float(s[i, t, h if per_head else 0]) * par + (c - par)
     return out
 
-_cache = {}
-
-
-def _model(name):
-    if name not in _cache:
-        _cache[name] = load_model(name)
-    return _cache[name]
-
-
-def _ids(b=2, t=12, seed=0):
-    return torch.randint(5, 900, (b, t), generator=torch.Generator().manual_seed(seed))
-
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
 @pytest.mark.parametrize("site", ["value_full", "value_exclude_self", "attn_out"])
-def test_zero_weights_equal_fixed_half_scale(name, site):
-    m, _ = _model(name)
-    ids = _ids()
+def test_zero_weights_equal_fixed_half_scale(tiny_model, name, site):
+    m, _ = tiny_model(name)
+    ids = random_ids(2, 12, seed=0)
     gate = GatedParallelScale(m, site)  # w = 0 -> s_par = 0.5 everywhere
     with steer(m, gate):
         got = m(input_ids=ids).logits
@@ -67,11 +55,11 @@ def _random_gate(m, site, per_head=False, gate_input="normed", seed=3):
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-mistral", "tiny-gemma3"])
 @pytest.mark.parametrize("site", ["value_full", "value_exclude_self"])
 @pytest.mark.parametrize("per_head", [False, True])
-def test_value_gate_matches_naive_per_token_loop(name, site, per_head):
-    m, _ = _model(name)
+def test_value_gate_matches_naive_per_token_loop(tiny_model, name, site, per_head):
+    m, _ = tiny_model(name)
     an = anatomy(m)
     layer = 1
-    ids = _ids()
+    ids = random_ids(2, 12, seed=0)
     gate = _random_gate(m, site, per_head)
     seen = {}
     xs = []
@@ -99,10 +87,10 @@ def test_value_gate_matches_naive_per_token_loop(name, site, per_head):
     assert torch.allclose(out.permute(0, 2, 1, 3).double(), ref, atol=2e-5)
 
 
-def test_residual_gate_matches_plain_hooks():
-    m, _ = _model("tiny-llama")
+def test_residual_gate_matches_plain_hooks(tiny_model):
+    m, _ = tiny_model("tiny-llama")
     an = anatomy(m)
-    ids = _ids()
+    ids = random_ids(2, 12, seed=0)
     gate = _random_gate(m, "attn_out", gate_input="resid", seed=5)
     with steer(m, gate):
         got = m(input_ids=ids).logits
@@ -130,9 +118,9 @@ def test_residual_gate_matches_plain_hooks():
     assert (got - m(input_ids=ids).logits).abs().max() > 1e-3  # the gate does something
 
 
-def test_gate_weights_get_gradients_and_detach_cleanly():
-    m, _ = _model("tiny-qwen2")
-    ids = _ids()
+def test_gate_weights_get_gradients_and_detach_cleanly(tiny_model):
+    m, _ = tiny_model("tiny-qwen2")
+    ids = random_ids(2, 12, seed=0)
     base = m(input_ids=ids).logits
     gate = _random_gate(m, "value_full")
     with steer(m, gate):
@@ -141,8 +129,8 @@ def test_gate_weights_get_gradients_and_detach_cleanly():
     assert torch.equal(m(input_ids=ids).logits, base)
 
 
-def test_bad_input():
-    m, _ = _model("tiny-llama")
+def test_bad_input(tiny_model):
+    m, _ = tiny_model("tiny-llama")
     with pytest.raises(GeosteerError):
         GatedParallelScale(m, "mlp_out")
     with pytest.raises(GeosteerError):

@@ -3,24 +3,16 @@
 import pytest
 import torch
 
-from geosteer import load_model
 from geosteer.attention import add_attention_handler, attention_weights, repeat_kv, stock_attention
 from geosteer.directional.sites import ComponentScale
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-
-_cache = {}
-
-
-def _model(name):
-    if name not in _cache:
-        _cache[name] = load_model(name)
-    return _cache[name]
+from tests.conftest import random_ids
 
 
 def _inputs(b=2, t=14, seed=3):
-    ids = torch.randint(5, 900, (b, t), generator=torch.Generator().manual_seed(seed))
+    ids = random_ids(b, t, seed)
     mask = torch.ones_like(ids)
     mask[1, :4] = 0
     return ids, mask
@@ -37,8 +29,8 @@ def _capture_call(m, layer, ids, mask):
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gemma3", "tiny-gpt2"])
-def test_neutral_with_heads_and_concat_reproduces_stock_logits(name):
-    m, _ = _model(name)
+def test_neutral_with_heads_and_concat_reproduces_stock_logits(tiny_model, name):
+    m, _ = tiny_model(name)
     ids, mask = _inputs()
     base = m(input_ids=ids, attention_mask=mask).logits
     for site in ("value_full", "value_exclude_self"):
@@ -83,8 +75,8 @@ def _naive(call, site, sp, sq, heads=None, concat=False):
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-mistral", "tiny-gpt_neox"])
 @pytest.mark.parametrize("site", ["value_full", "value_exclude_self"])
-def test_head_selection_and_concat_match_naive(name, site):
-    m, _ = _model(name)
+def test_head_selection_and_concat_match_naive(tiny_model, name, site):
+    m, _ = tiny_model(name)
     ids, mask = _inputs()
     call = _capture_call(m, 1, ids, mask)
     valid = mask.bool()
@@ -103,8 +95,8 @@ def test_head_selection_and_concat_match_naive(name, site):
     assert (per_head - out)[valid].abs().max() > 1e-4  # the two spaces are different edits
 
 
-def test_diag_removal_with_heads():
-    m, _ = _model("tiny-llama")
+def test_diag_removal_with_heads(tiny_model):
+    m, _ = tiny_model("tiny-llama")
     ids, mask = _inputs()
     call = _capture_call(m, 0, ids, mask)
     stock, _ = stock_attention(call)
@@ -116,8 +108,8 @@ def test_diag_removal_with_heads():
     assert (one[:, :, 2] - stock[:, :, 2])[valid].abs().max() > 1e-4
 
 
-def test_joint_heads_equal_all_heads():
-    m, _ = _model("tiny-qwen2")
+def test_joint_heads_equal_all_heads(tiny_model):
+    m, _ = tiny_model("tiny-qwen2")
     ids, mask = _inputs()
     n = anatomy(m).n_heads
     with steer(m, ComponentScale("value_exclude_self", 0.0, layers=[1])):
@@ -127,8 +119,8 @@ def test_joint_heads_equal_all_heads():
     assert torch.allclose(a, b, atol=1e-6)
 
 
-def test_bad_head_selection_errors():
-    m, _ = _model("tiny-llama")
+def test_bad_head_selection_errors(tiny_model):
+    m, _ = tiny_model("tiny-llama")
     n = anatomy(m).n_heads
     with pytest.raises(GeosteerError, match=f"head {n} out of range"):
         with steer(m, ComponentScale("value_full", 0.0, heads=[n])):

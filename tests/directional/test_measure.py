@@ -6,14 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from geosteer import load_model
 from geosteer.attention import add_attention_handler, attention_weights, repeat_kv
 from geosteer.directional.decompose import PAIR_STATS
 from geosteer.directional.measure import DirectionalMeasure, measure_generation
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-
-_cache = {}
 
 # Module names written out here on purpose (not read from the library's anatomy table).
 PLAIN = {
@@ -22,12 +19,6 @@ PLAIN = {
     "tiny-gemma3": dict(layers=lambda m: m.model.layers, attn="post_attention_layernorm",
                         mlp="post_feedforward_layernorm", parallel=False),
 }
-
-
-def _model(name):
-    if name not in _cache:
-        _cache[name] = load_model(name)
-    return _cache[name]
 
 
 def _np_pair(d, z):
@@ -40,9 +31,8 @@ def _np_pair(d, z):
             "abs_cos": par_n / d.norm(dim=-1), "rel_norm": d.norm(dim=-1) / z.norm(dim=-1)}
 
 
-def _plain_reference(name, ids, mask):
+def _plain_reference(m, name, ids, mask):
     """Per layer: {site: {stat: (mean, std)}} over non-padding tokens, from plain module hooks."""
-    m, _ = _model(name)
     spec = PLAIN[name]
     layers = spec["layers"](m)
     cap: dict = {}
@@ -81,12 +71,12 @@ def _plain_reference(name, ids, mask):
 
 
 @pytest.mark.parametrize("name", list(PLAIN))
-def test_residual_stats_match_plain_hooks(name):
-    m, _ = _model(name)
+def test_residual_stats_match_plain_hooks(tiny_model, name):
+    m, _ = tiny_model(name)
     ids = torch.randint(5, 900, (2, 16), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
     mask[1, :5] = 0  # padding must not enter the statistics
-    ref = _plain_reference(name, ids, mask)
+    ref = _plain_reference(m, name, ids, mask)
     meas = DirectionalMeasure(value=False)
     with steer(m, meas):
         logits = m(input_ids=ids, attention_mask=mask).logits
@@ -105,10 +95,10 @@ def test_residual_stats_match_plain_hooks(name):
 
 @pytest.mark.parametrize("name,padded", [("tiny-llama", True), ("tiny-gemma3", True), ("tiny-llama", False),
                                          ("tiny-qwen3", False)])
-def test_value_stats_match_materialised_weights(name, padded):
+def test_value_stats_match_materialised_weights(tiny_model, name, padded):
     """Padded batches take the blockwise log-sum-exp path; unpadded causal calls take the fused kernel's
     log-sum-exp (``stock_attention_with_lse``); both against materialised attention weights."""
-    m, _ = _model(name)
+    m, _ = tiny_model(name)
     an = anatomy(m)
     ids = torch.randint(5, 900, (2, 14), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
@@ -156,8 +146,8 @@ def test_value_stats_match_materialised_weights(name, padded):
         assert r["c_alpha_mean"] == pytest.approx(np.mean(c_alpha), rel=1e-4, abs=1e-6)
 
 
-def test_generation_per_step_and_summary_size():
-    m, tok = _model("tiny-llama")
+def test_generation_per_step_and_summary_size(tiny_model):
+    m, tok = tiny_model("tiny-llama")
     rows, meta = measure_generation(m, tok, "The cat sat on", max_new_tokens=3, layers="0-1")
     assert meta["steps"] == 3  # prompt + 2 cached steps produce 3 new tokens
     steps = {r["step"] for r in rows}
@@ -169,8 +159,8 @@ def test_generation_per_step_and_summary_size():
     json.dumps(rows)  # tidy and serialisable
 
 
-def test_summary_does_not_grow_with_tokens():
-    m, _ = _model("tiny-llama")
+def test_summary_does_not_grow_with_tokens(tiny_model):
+    m, _ = tiny_model("tiny-llama")
     meas = DirectionalMeasure()
     with steer(m, meas):
         m(input_ids=torch.randint(5, 900, (1, 8)))
@@ -182,12 +172,12 @@ def test_summary_does_not_grow_with_tokens():
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gpt2", "tiny-gpt_neox", "tiny-gemma3"])
-def test_stock_attention_with_lse_is_the_stock_kernel(name):
+def test_stock_attention_with_lse_is_the_stock_kernel(tiny_model, name):
     """Where the fused path applies, its output is the stock output bit for bit and its log-sum-exp equals
     torch.logsumexp over the causally masked scaled scores; elsewhere (masks: sliding windows) it is None."""
     from geosteer.attention import stock_attention_with_lse
 
-    m, _ = _model(name)
+    m, _ = tiny_model(name)
     seen = []
 
     def handler(call, proceed):

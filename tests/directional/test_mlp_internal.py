@@ -3,23 +3,11 @@
 import pytest
 import torch
 
-from geosteer import load_model
 from geosteer.directional.mlp_internal import MLPInternalScale, down_projection, group_contributions
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-
-_cache = {}
-
-
-def _model(name):
-    if name not in _cache:
-        _cache[name] = load_model(name)
-    return _cache[name]
-
-
-def _ids():
-    return torch.randint(5, 900, (2, 10), generator=torch.Generator().manual_seed(7))
+from tests.conftest import random_ids
 
 
 def _weight(down):
@@ -34,9 +22,9 @@ def _proj(u, r, sp, sq):
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2", "tiny-gpt_neox", "tiny-gemma3"])
 @pytest.mark.parametrize("site", ["carrier", "contrib"])
-def test_internal_sites_match_naive(name, site):
-    m, _ = _model(name)
-    ids = _ids()
+def test_internal_sites_match_naive(tiny_model, name, site):
+    m, _ = tiny_model(name)
+    ids = random_ids(2, 10, seed=7)
     blk = anatomy(m).blocks[1]
     down = down_projection(blk.mlp)
     got = {}
@@ -76,9 +64,9 @@ def test_internal_sites_match_naive(name, site):
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
-def test_group_contributions_sum_to_output_and_neutral(name):
-    m, _ = _model(name)
-    ids = _ids()
+def test_group_contributions_sum_to_output_and_neutral(tiny_model, name):
+    m, _ = tiny_model(name)
+    ids = random_ids(2, 10, seed=7)
     down = down_projection(anatomy(m).blocks[0].mlp)
     h = torch.randn(2, 5, _weight(down).shape[1], generator=torch.Generator().manual_seed(0))
     yg, rest, bias = group_contributions(down, h, anatomy(m).d_model)
@@ -92,10 +80,10 @@ def test_group_contributions_sum_to_output_and_neutral(name):
                 assert (m(input_ids=ids).logits - base).abs().max() > 1e-4
 
 
-def test_errors_and_coverage():
+def test_errors_and_coverage(tiny_model):
     with pytest.raises(GeosteerError, match="unknown MLP-internal site"):
         MLPInternalScale("gate")
-    m, _ = _model("tiny-llama")
+    m, _ = tiny_model("tiny-llama")
     assert MLPInternalScale.coverage(m) == 1.0
 
 

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from geosteer import load_model
 from geosteer.attention import add_attention_handler, attention_weights, repeat_kv
 from geosteer.directional.config import SITES
 from geosteer.directional.sites import ComponentScale
@@ -11,26 +10,16 @@ from geosteer.directional.value import self_weight
 from geosteer.errors import GeosteerError
 from geosteer.interventions import ScaleHook, steer
 from geosteer.models.anatomy import anatomy
+from tests.conftest import random_ids
 
 FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2",
             "tiny-gpt_neox"]
-_cache = {}
-
-
-def _model(name):
-    if name not in _cache:
-        _cache[name] = load_model(name)
-    return _cache[name]
-
-
-def _ids(b=2, t=24, seed=0):
-    return torch.randint(5, 900, (b, t), generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_neutral_reproduces_stock_logits(name):
-    m, _ = _model(name)
-    ids = _ids()
+def test_neutral_reproduces_stock_logits(tiny_model, name):
+    m, _ = tiny_model(name)
+    ids = random_ids(2, 24, seed=0)
     mask = torch.ones_like(ids)
     mask[1, :4] = 0  # left padding on one row
     base = m(input_ids=ids, attention_mask=mask).logits
@@ -81,9 +70,9 @@ def _reference_value_edit(call, site, sp, sq):
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-mistral", "tiny-gemma3", "tiny-gpt2"])
 @pytest.mark.parametrize("site", ["value_full", "value_exclude_self", "diag_removal"])
-def test_value_sites_match_naive_reference(name, site):
-    m, _ = _model(name)
-    ids = _ids(2, 12)
+def test_value_sites_match_naive_reference(tiny_model, name, site):
+    m, _ = tiny_model(name)
+    ids = random_ids(2, 12, seed=0)
     mask = torch.ones_like(ids)
     mask[0, :3] = 0
     call = _capture_call(m, 1, ids, mask)
@@ -99,9 +88,9 @@ def test_value_sites_match_naive_reference(name, site):
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gemma3"])
-def test_self_weight_matches_materialised_diagonal(name):
-    m, _ = _model(name)
-    ids = _ids(2, 20)
+def test_self_weight_matches_materialised_diagonal(tiny_model, name):
+    m, _ = tiny_model(name)
+    ids = random_ids(2, 20, seed=0)
     mask = torch.ones_like(ids)
     mask[1, :5] = 0
     call = _capture_call(m, 1, ids, mask)
@@ -111,10 +100,10 @@ def test_self_weight_matches_materialised_diagonal(name):
     assert torch.allclose(a.reshape(diag.shape), diag, atol=1e-6)
 
 
-def test_residual_attn_matches_plain_hooks():
+def test_residual_attn_matches_plain_hooks(tiny_model):
     """attn_out edit recomputed with plain torch hooks (module outputs), not the library hook points."""
-    m, _ = _model("tiny-llama")
-    ids = _ids(1, 10)
+    m, _ = tiny_model("tiny-llama")
+    ids = random_ids(1, 10, seed=0)
     layer = m.model.layers[1]
     sp, sq = -0.5, 1.5
 
@@ -140,9 +129,9 @@ def test_residual_attn_matches_plain_hooks():
     assert torch.allclose(got, ref, atol=1e-5)
 
 
-def test_layer_selection_only_touches_those_layers():
-    m, _ = _model("tiny-llama")
-    ids = _ids(1, 10)
+def test_layer_selection_only_touches_those_layers(tiny_model):
+    m, _ = tiny_model("tiny-llama")
+    ids = random_ids(1, 10, seed=0)
     an = anatomy(m)
     outs = {}
 
@@ -163,9 +152,9 @@ def test_layer_selection_only_touches_those_layers():
         h.remove()
 
 
-def test_composes_with_other_interventions():
-    m, _ = _model("tiny-qwen3")
-    ids = _ids(1, 12)
+def test_composes_with_other_interventions(tiny_model):
+    m, _ = tiny_model("tiny-qwen3")
+    ids = random_ids(1, 12, seed=0)
     base = m(input_ids=ids).logits
     with steer(m, ScaleHook("mlp_out", 0.5, layers=[0]), ComponentScale("value_exclude_self", 0.0),
                ComponentScale("attn_out", 1.0, 1.0)):
@@ -176,8 +165,8 @@ def test_composes_with_other_interventions():
     assert torch.equal(m(input_ids=ids).logits, base)
 
 
-def test_bad_input_errors():
-    m, _ = _model("tiny-llama")
+def test_bad_input_errors(tiny_model):
+    m, _ = tiny_model("tiny-llama")
     with pytest.raises(GeosteerError, match="unknown site 'value'; valid: attn_out, mlp_out"):
         ComponentScale("value")
     with pytest.raises(GeosteerError, match="s_par must be finite"):
@@ -185,17 +174,17 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="layer 7 out of range: this model has layers 0..2"):
         with steer(m, ComponentScale("value_full", 0.0, layers=[7])):
             pass
-    ids = _ids(1, 5)
+    ids = random_ids(1, 5, seed=0)
     assert torch.isfinite(m(input_ids=ids).logits).all()
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2", "tiny-gemma3"])
 @pytest.mark.parametrize("site", ["value_exclude_self", "value_full", "diag_removal", "attn_out"])
-def test_cached_decoding_equals_the_full_forward_under_an_edit(name, site):
+def test_cached_decoding_equals_the_full_forward_under_an_edit(tiny_model, name, site):
     """Prefill 12 tokens, then 4 cached decode steps under the edit = the same 16 tokens in one forward
     (the value sites see only the cached keys/values and A_tt of the new query; generation relies on it)."""
-    m, _ = _model(name)
-    ids = _ids(b=1, t=16, seed=3)
+    m, _ = tiny_model(name)
+    ids = random_ids(1, 16, seed=3)
     base = m(input_ids=ids).logits[0, -1]
     with steer(m, ComponentScale(site, 0.0)):
         full = m(input_ids=ids).logits[0, -1]

@@ -4,7 +4,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from geosteer import load_model
 from geosteer.attention import add_attention_handler, stock_attention
 from geosteer.cli import app
 from geosteer.directional.diagonal import output_projection
@@ -13,25 +12,14 @@ from geosteer.directional.sites import ComponentScale
 from geosteer.directional.views import applied_strength, diagonal_study, head_localisation, head_summary
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-
-_cache = {}
-
-
-def _model(name="tiny-llama"):
-    if name not in _cache:
-        _cache[name] = load_model(name)
-    return _cache[name]
-
-
-def _ids(b=1, t=16, seed=5):
-    return torch.randint(5, 900, (b, t), generator=torch.Generator().manual_seed(seed))
+from tests.conftest import random_ids
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
-def test_applied_strength_residual_is_cosine(name):
+def test_applied_strength_residual_is_cosine(tiny_model, name):
     """attn_out s∥ = 0 on one layer removes y∥: ‖ỹ−y‖/‖y‖ = |cos(y, z)|, ‖ỹ‖/‖y‖ = sin, by plain hooks."""
-    m, _ = _model(name)
-    ids = _ids()
+    m, _ = tiny_model(name)
+    ids = random_ids(1, 16, seed=5)
     blk = anatomy(m).blocks[1]
     got = {}
     h1 = blk.layer.register_forward_pre_hook(
@@ -51,10 +39,10 @@ def test_applied_strength_residual_is_cosine(name):
     assert abs(row["retained_norm"] - (1 - cos ** 2).sqrt().mean().item()) < 1e-5
 
 
-def test_applied_strength_value_site_matches_handler():
+def test_applied_strength_value_site_matches_handler(tiny_model):
     """Value site, one layer: W_O applied to the handler's edited vs stock aggregate of the captured call."""
-    m, _ = _model()
-    ids = _ids()
+    m, _ = tiny_model("tiny-llama")
+    ids = random_ids(1, 16, seed=5)
     calls = []
     blk = anatomy(m).blocks[2]
     rm = add_attention_handler(blk.attn, lambda c, p: (calls.append(c), p(c))[1])
@@ -77,9 +65,9 @@ def test_applied_strength_value_site_matches_handler():
     assert abs(row["retained_norm"] - (yt.norm(dim=-1) / y.norm(dim=-1)).mean().item()) < 1e-5
 
 
-def test_head_localisation_rows_and_joint():
-    m, _ = _model("tiny-qwen2")
-    ids = _ids(2, 12)
+def test_head_localisation_rows_and_joint(tiny_model):
+    m, _ = tiny_model("tiny-qwen2")
+    ids = random_ids(2, 12, seed=5)
     n = anatomy(m).n_heads
     rows = head_localisation(m, ids, "value_exclude_self", 0.0, layers=[0, 1], log=lambda s: None)
     assert len(rows) == 2 * (n + 1)
@@ -99,9 +87,9 @@ def test_head_localisation_rows_and_joint():
     assert len(fig.data) == 4
 
 
-def test_diagonal_study_maps():
-    m, _ = _model()
-    ids = _ids(1, 10)
+def test_diagonal_study_maps(tiny_model):
+    m, _ = tiny_model("tiny-llama")
+    ids = random_ids(1, 10, seed=5)
     rows, maps = diagonal_study(m, ids, layers=[0, 1], s_par=0.0, map_layer=1, map_head=1)
     assert {r["form"] for r in rows} == {"residual", "value_exclude_self", "value_full"}
     base = {(r["query"], r["key"]): r["weight"] for r in maps if r["view"] == "baseline"}
@@ -148,9 +136,9 @@ def test_cli_bad_input_exits_2(monkeypatch, capsys, tmp_path, args, needle):
     assert not out.exists()
 
 
-def test_applied_strength_concat_differs():
-    m, _ = _model()
-    ids = _ids()
+def test_applied_strength_concat_differs(tiny_model):
+    m, _ = tiny_model("tiny-llama")
+    ids = random_ids(1, 16, seed=5)
     head = applied_strength(m, ids, ["value_exclude_self"], 0.0, layers=[1])[-1]
     cat = applied_strength(m, ids, ["value_exclude_self"], 0.0, layers=[1], value_space="concat")[-1]
     assert head["value_space"] == "head" and cat["value_space"] == "concat"

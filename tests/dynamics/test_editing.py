@@ -9,16 +9,12 @@ from scipy import stats
 from geosteer import load_model
 from geosteer.dynamics import editing
 from tests.cli_helpers import one_line_exit_2, run_cli
+from tests.conftest import random_ids
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return load_model("tiny-llama")
-
-
-def _ids(n, length, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(3, 300, (n, length), generator=g)
+def tiny(tiny_model):
+    return tiny_model("llama")
 
 
 def test_line_fit_matches_scipy():
@@ -34,7 +30,7 @@ def test_line_fit_matches_scipy():
 
 def test_linearity_points_are_edit_study_moves_and_small_edits_are_linear(tiny):
     model, _ = tiny
-    ids = _ids(2, 6, 21)
+    ids = random_ids(2, 6, seed=21, low=3, high=300)
     scales = (0.5, 1.0)
     fits, summ = editing.edit_linearity(model, ids, [1], ["ffn_out", "down_col"], scales=scales, seeds=[0])
     for s in scales:
@@ -55,7 +51,7 @@ def test_linearity_points_are_edit_study_moves_and_small_edits_are_linear(tiny):
 
 def test_down_col_locality_matches_a_hand_made_weight_edit(tiny):
     model, _ = tiny
-    ids, other = _ids(2, 6, 22), _ids(3, 7, 23)
+    ids, other = random_ids(2, 6, seed=22, low=3, high=300), random_ids(3, 7, seed=23, low=3, high=300)
     layer, scale, rank = 2, 0.8, 3
     recs, summ = editing.down_col_locality(model, ids, other, [layer], scale=scale, target_rank=rank, seeds=[0])
     mlp = model.model.layers[layer].mlp

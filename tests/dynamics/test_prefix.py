@@ -14,8 +14,8 @@ from geosteer.record import Recorder
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return load_model("tiny-llama")
+def tiny(tiny_model):
+    return tiny_model("llama")
 
 
 def _rand(n, length, seed):

@@ -10,16 +10,7 @@ from geosteer.interventions import steer
 from geosteer.manifold import edit as E
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.explore import layer_norms, layer_sensitivity, top_surfaces
-from tests.conftest import sample_ids
-
-
-def _bank(model, seed=0, **kw):
-    bank = manifold.install(model, **kw)
-    manifold.uninstall(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.5)
-    return bank
+from tests.conftest import random_bank, sample_ids
 
 
 def test_parse_edit_forms():
@@ -40,7 +31,7 @@ def test_parse_edit_forms():
 
 def test_edit_ops_exact(tiny_cache):
     model, _ = tiny_cache("llama")
-    bank = _bank(model)
+    bank = random_bank(model)
     c0 = bank.coefficients.detach().clone()
     E.apply_edit(bank, "scale=2 layer=1 head=0 dim=3")
     assert torch.equal(bank.coefficients[1, 0, 3], 2 * c0[1, 0, 3])
@@ -63,14 +54,14 @@ def test_edit_ops_exact(tiny_cache):
 def test_wall_blocks_value_flow_inside_the_grid(tiny_cache):
     """The legacy grid-wall (C = -1); exact region walls are tested in test_manifold_walls.py."""
     model, _ = tiny_cache("llama")
-    bank = _bank(model)
+    bank = random_bank(model)
     E.apply_edit(bank, E.grid_wall(layers=[1]))
     assert torch.all(bank.coefficients[1] == -1)
     # 1 + S = 0 for q, k inside [lo, hi]
     q, k = torch.meshgrid(torch.linspace(-4, 3.99, 9), torch.linspace(-4, 3.99, 7), indexing="ij")
     assert torch.allclose(bank.surface(1, 2, 5, q, k), torch.full_like(q, -1.0), atol=1e-6)
     # top-N wall: exactly the N largest-norm surfaces of the layer
-    bank2 = _bank(model, seed=1)
+    bank2 = random_bank(model, seed=1)
     norms = bank2.coefficients[2].flatten(-2).norm(dim=-1)
     rec = E.apply_edit(bank2, "grid-wall layer=2 top=5")
     walled = (bank2.coefficients[2] == -1).all(-1).all(-1)
@@ -85,7 +76,7 @@ def test_wall_on_the_model_zeroes_the_attention_output(tiny_cache):
     output exactly zero (the gain 1 + S is 0 for every pair)."""
     model, tok = tiny_cache("llama")
     ids = sample_ids(tok, 1)
-    bank = _bank(model, grid_range=(-1e3, 1e3))
+    bank = random_bank(model, grid_range=(-1e3, 1e3))
     E.apply_edit(bank, E.wall(layers=[1]))
     from geosteer.record import Recorder
 
@@ -100,7 +91,7 @@ def test_wall_on_the_model_zeroes_the_attention_output(tiny_cache):
 
 def test_edits_refused_out_of_range(tiny_cache):
     model, _ = tiny_cache("llama")
-    bank = _bank(model, layers=[0, 2])
+    bank = random_bank(model, layers=[0, 2])
     before = bank.coefficients.detach().clone()
     cases = [("invert layer=1", "covers layers 0, 2"),
              ("invert layer=0 head=4", r"head 4 out of range \(valid 0–3\)"),
@@ -117,7 +108,7 @@ def test_edits_refused_out_of_range(tiny_cache):
 def test_live_edit_restores(tiny_cache):
     model, tok = tiny_cache("llama")
     ids = sample_ids(tok, 1)
-    bank = _bank(model)
+    bank = random_bank(model)
     with torch.no_grad(), steer(model, bank):
         ref = model(ids).logits
         with E.live(bank, "invert layer=1", E.wall(layers=[2])):
@@ -136,7 +127,7 @@ def test_live_edit_restores(tiny_cache):
 def test_row_edit_changes_only_queries_that_reach_those_rows(tiny_cache):
     """Row a of the control net only matters for queries inside B_a's support [t_a, t_{a+4})."""
     model, _ = tiny_cache("llama")
-    bank = _bank(model)
+    bank = random_bank(model)
     before = bank.surface(0, 0, 0, torch.linspace(-6, 6, 50)[:, None], torch.linspace(-6, 6, 50)[None, :])
     E.apply_edit(bank, "invert layer=0 head=0 dim=0 rows=9-10")
     after = bank.surface(0, 0, 0, torch.linspace(-6, 6, 50)[:, None], torch.linspace(-6, 6, 50)[None, :])
@@ -157,7 +148,7 @@ def _last_logprobs(model, tok, bank, prompts):
 
 def test_explore_helpers(tiny_cache):
     model, tok = tiny_cache("llama")
-    bank = _bank(model)
+    bank = random_bank(model)
     with torch.no_grad():
         bank.coefficients[1, 2, 3] *= 10
     tops = top_surfaces(bank, 3)
@@ -194,7 +185,7 @@ def test_cli_edit_show_explore(tiny_cache, tmp_path, monkeypatch):
     from geosteer.cli import app
 
     model, _ = tiny_cache("llama")
-    bank = _bank(model)
+    bank = random_bank(model)
     src = manifold.save(bank, tmp_path / "in")
     r = CliRunner().invoke(app, ["manifold", "edit", "--surfaces", str(src), "--out", str(tmp_path / "out"),
                                  "invert layer=1", "wall layer=2 top=3", "--json"])
@@ -222,7 +213,7 @@ def test_negative_top_is_refused_not_sliced(tiny_cache, tmp_path, monkeypatch, c
     from tests.cli_helpers import refused_before_load
 
     model, _ = tiny_cache("llama")
-    src = manifold.save(_bank(model), tmp_path / "in")
+    src = manifold.save(random_bank(model), tmp_path / "in")
     model_opt = ["--model", "tiny-llama"] if verb == "explore" else []
     err = refused_before_load(monkeypatch, capsys, "manifold", verb, "--surfaces", str(src), "--top", "-1", *model_opt)
     assert "'--top'" in err and "greater than or equal to 0" in err

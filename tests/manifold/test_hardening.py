@@ -21,15 +21,7 @@ from geosteer.manifold import edit as E
 from geosteer.manifold.artifact import TENSORS_NAME, _sha256
 from tests.cli_helpers import one_line_exit_2 as _one_line_exit_2
 from tests.cli_helpers import run_cli
-
-
-def _bank(model, seed=0, **kw):
-    bank = manifold.install(model, **kw)
-    manifold.uninstall(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.5)
-    return bank
+from tests.conftest import random_bank
 
 
 def _files(folder):
@@ -51,7 +43,7 @@ def _rewrite_tensors(folder, **changes):
 @pytest.fixture
 def saved(tiny_cache, tmp_path):
     model, _ = tiny_cache("llama")
-    return manifold.save(_bank(model), tmp_path / "s")
+    return manifold.save(random_bank(model), tmp_path / "s")
 
 
 # ----------------------------------------------------------------------------- non-finite / degenerate
@@ -68,7 +60,7 @@ def test_cli_edit_refuses_non_finite_values(monkeypatch, capsys, saved, op):
 
 def test_scale_overflow_is_refused_and_changes_nothing(tiny_cache):
     model, _ = tiny_cache("llama")
-    bank = _bank(model)
+    bank = random_bank(model)
     c0, h0 = bank.coefficients.detach().clone(), list(bank.history)
     with pytest.raises(ValueError, match="overflow"):
         E.apply_edits(bank, ["invert layer=0", "scale=1e38 layer=1", "scale=1e38 layer=1"])
@@ -77,7 +69,7 @@ def test_scale_overflow_is_refused_and_changes_nothing(tiny_cache):
 
 def test_save_refuses_nan_naming_layer_head_dim(tiny_cache, tmp_path):
     model, _ = tiny_cache("llama")
-    bank = _bank(model)
+    bank = random_bank(model)
     with torch.no_grad():
         bank.coefficients[2, 1, 5, 3, 3] = float("nan")
     with pytest.raises(GeosteerError, match="layer 2 head 1 dim 5 .*non-finite"):
@@ -200,7 +192,7 @@ def test_save_killed_between_renames_is_repaired_on_load(tiny_cache, saved, capl
 
 def test_next_save_repairs_and_keeps_live_processes_folders(tiny_cache, tmp_path, caplog):
     model, _ = tiny_cache("llama")
-    bank = _bank(model)
+    bank = random_bank(model)
     dest = tmp_path / "a"
     manifold.save(bank, dest)
     pid = _dead_pid()
@@ -248,7 +240,7 @@ def test_fuzz_edit_language(tiny_cache):
     """Random edit strings and dicts: a valid edit, or a one-line ValueError/GeosteerError with the bank
     unchanged — never another exception, never a non-finite coefficient."""
     model, _ = tiny_cache("llama")
-    bank = _bank(model)
+    bank = random_bank(model)
     rng = random.Random(1234)
     n_ok = n_refused = 0
     for i in range(400):

@@ -1,22 +1,17 @@
 """Rank-r surfaces (SurfaceBank.low_rank): exact at full rank, truncation and discarded energy against
 numpy's SVD, next-token KL against a direct computation."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
 
-from geosteer import manifold
 from geosteer.interventions import steer
 from geosteer.manifold.low_rank import next_token_kl, rank_report, truncate
-from tests.conftest import sample_ids
+from tests.conftest import random_bank, sample_ids
 
-
-def _bank(model, seed=0):
-    bank = manifold.SurfaceBank(manifold.ManifoldConfig.for_model(model, grid_size=4, grid_range=(-3.0, 3.0)))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.5)
-    return bank
+_bank = partial(random_bank, grid_size=4, grid_range=(-3.0, 3.0))
 
 
 def test_full_rank_reproduces_the_bank(tiny_cache):

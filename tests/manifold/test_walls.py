@@ -15,7 +15,7 @@ from geosteer.interventions import steer
 from geosteer.manifold import edit as E
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.walls import Wall
-from tests.conftest import sample_ids
+from tests.conftest import random_bank, sample_ids
 
 FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gemma3", "gpt2", "gpt_neox"]
 INF = math.inf
@@ -23,12 +23,7 @@ INF = math.inf
 
 def _bank(model, seed=0, grid_range=(-0.5, 0.5), **kw):
     """Random surfaces on a deliberately narrow grid, so that many q, k lie past it."""
-    bank = manifold.install(model, grid_range=grid_range, **kw)
-    manifold.uninstall(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.5)
-    return bank
+    return random_bank(model, seed, grid_range=grid_range, **kw)
 
 
 class _Capture:

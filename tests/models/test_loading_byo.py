@@ -2,6 +2,7 @@
 offload hooks and PEFT LoRA wrappers, all on CPU with tiny models."""
 
 import copy
+from functools import partial
 
 import pytest
 import torch
@@ -12,11 +13,11 @@ from geosteer.interventions import steer
 from geosteer.manifold import kernel
 from geosteer.models.anatomy import anatomy, unwrap_peft
 from geosteer.models.loading import hub_id, input_device, load_model, resolve_dtype
+from tests.conftest import random_bank, random_ids
 
 
 def sample_ids(model, n=2, length=16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(5, model.config.vocab_size, (n, length), generator=g)
+    return random_ids(n, length, seed, high=model.config.vocab_size)
 
 
 def _stock_model(name, dtype):
@@ -27,13 +28,7 @@ def _stock_model(name, dtype):
     return m.to(dtype).eval()
 
 
-def _random_bank(model, seed=0, scale=0.3):
-    bank = manifold.install(model, grid_size=6, grid_range=(-3.0, 3.0))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * scale)
-    manifold.uninstall(model)
-    return bank
+_random_bank = partial(random_bank, scale=0.3, grid_size=6, grid_range=(-3.0, 3.0))
 
 
 def test_dtype_names_and_errors():

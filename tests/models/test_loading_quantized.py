@@ -13,13 +13,13 @@ from geosteer.attention import ATTN_NAME
 from geosteer.interventions import Identity, steer
 from geosteer.models.anatomy import anatomy
 from geosteer.models.loading import load_model
+from tests.conftest import random_ids
 
 pytest.importorskip("optimum.quanto", reason="optimum-quanto is not installed (pip install optimum-quanto)")
 
 
 def _ids(model, n=2, length=16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(5, model.config.vocab_size, (n, length), generator=g)
+    return random_ids(n, length, seed, high=model.config.vocab_size)
 
 
 @pytest.fixture(scope="module")
