@@ -1,5 +1,5 @@
 """Print how close the 2-process (gloo) training run is to the 1-process run (the figures behind
-tests/test_scale_ddp.py's assertions; the test itself asserts, this prints).
+tests/integrations/test_distributed.py's assertions; the test itself asserts, this prints).
 
     PYTHONPATH=. .venv/bin/python benchmarks/scale_ddp_check.py
 """
@@ -15,7 +15,7 @@ import torch
 def main() -> None:
     from accelerate import Accelerator
 
-    from tests.test_scale_ddp import BATCH, _launch, _train
+    from tests.integrations.test_distributed import BATCH, _launch, _train
 
     out = Path(tempfile.mkdtemp()) / "ddp.pt"
     _launch(2, out)

@@ -9,18 +9,28 @@ TINY_FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gemma3", "gpt2", "gpt_ne
 
 
 @pytest.fixture(scope="session")
-def tiny_cache():
-    """Tiny models are cheap but not free to build; share one per family across the session."""
+def tiny_model():
+    """``tiny_model("llama")`` (or ``"tiny-llama"``) -> ``(model, tokenizer)``, built once per family per session.
+
+    The models are shared: a test leaves them as it found them (interventions removed, weights untouched).
+    """
     from geosteer import load_model
 
     cache = {}
 
     def get(family: str):
+        family = family.removeprefix("tiny-")
         if family not in cache:
             cache[family] = load_model(f"tiny-{family}")
         return cache[family]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tiny_model):
+    """The former name of ``tiny_model``."""
+    return tiny_model
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +45,21 @@ def sample_ids(tok, n_batch: int = 2, text: str | None = None) -> torch.Tensor:
                     "observers. She saw the man with the telescope, and the chicken is ready to eat.")
     ids = tok([text] * n_batch, return_tensors="pt", add_special_tokens=False).input_ids
     return ids
+
+
+def random_ids(b: int = 2, t: int = 16, seed: int = 0, low: int = 5, high: int = 900) -> torch.Tensor:
+    """A (b, t) batch of token ids drawn uniformly from [low, high) by a generator seeded with ``seed``."""
+    return torch.randint(low, high, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+def random_bank(model, seed: int = 0, scale: float = 0.5, **install_kw):
+    """Surfaces for ``model`` (``manifold.install`` keywords: grid_size, grid_range, layers, ...), not installed,
+    with coefficients ``scale`` x N(0, 1) from a generator seeded with ``seed``."""
+    from geosteer import manifold
+
+    bank = manifold.install(model, **install_kw)
+    manifold.uninstall(model)
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(seed))
+                                * scale)
+    return bank

@@ -18,7 +18,7 @@ and decays with ``p = (s - w) / (n - w)`` (its last step runs above ``r``); its 
 up as ``(s + 1) / w`` like ours but decays with ``p = (s - w + 1) / (n - w)``, one step ahead of ours (every
 step after the warmup would run at a lower lr). Either would change the lr of the steps left in a run
 resumed from a checkpoint of an earlier geosteer, so the formula stays, tested equal bit for bit at every
-step against an independent copy (tests/test_train_schedule.py). ``linear`` and ``constant`` have no such
+step against an independent copy (tests/train/test_schedule.py). ``linear`` and ``constant`` have no such
 history and are transformers' own functions; ``min_lr_ratio`` applies to ``cosine`` only.
 """
 

@@ -1,0 +1,160 @@
+"""The command tree: paper studies under `geosteer study <method> <name>`, tool verbs outside it, old spellings
+as hidden aliases that warn, and every leaf (hidden ones too) answering `--help`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from geosteer.cli import app, register_clis
+from geosteer.methods import methods
+from tests.cli_helpers import run_cli
+
+MAX_TOOL_VERBS = 25
+# What a user runs on their own model; a new verb outside `geosteer study` is added here on purpose.
+TOOL_VERBS = {
+    "push", "info", "ppl", "generate", "compare", "report", "studio", "demo", "eval", "serve",
+    "decompose", "tasks build", "recipe show", "recipe save",
+    "manifold train", "manifold edit", "manifold show", "manifold explore", "manifold wall-learn",
+    "manifold steer-learn", "manifold import", "dynamics diagnose", "dynamics gates", "vectors train",
+    "vectors show",
+}
+# old spelling -> new: hidden, and they warn
+MOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "vectors show --gguf",
+               "record-qk": "manifold explore --record-qk"}
+
+
+def _leaves(cmd=None, path=()):
+    """(path, click command) for every leaf of the tree, hidden ones included."""
+    if cmd is None:
+        register_clis()
+        cmd = get_command(app)
+    subs = getattr(cmd, "commands", None)
+    if subs is None:
+        yield " ".join(path), cmd
+        return
+    for name, sub in subs.items():
+        yield from _leaves(sub, (*path, name))
+
+
+def _tool_verbs() -> set[str]:
+    return {p for p, c in _leaves() if not c.hidden and not p.startswith("study ")}
+
+
+def test_tool_verbs_outside_study_are_the_known_tools():
+    assert _tool_verbs() == TOOL_VERBS
+
+
+def test_at_most_25_tool_verbs_outside_study():
+    assert len(_tool_verbs()) <= MAX_TOOL_VERBS
+
+
+def test_moved_verbs_are_hidden_and_name_their_new_spelling():
+    leaves = dict(_leaves())
+    for old, new in MOVED_VERBS.items():
+        assert leaves[old].hidden and f"old spelling of `geosteer {new}`" in leaves[old].help, old
+        verb, _, option = new.rpartition(" ")
+        assert option in {o for p in leaves[verb].params for o in p.opts}, new
+
+
+def test_recipe_keys_is_recipe_show_keys_with_a_note(monkeypatch, capsys):
+    code, new, new_err = run_cli(monkeypatch, capsys, "recipe", "show", "--keys", "--json")
+    assert code == 0 and "note:" not in new_err
+    code, old, old_err = run_cli(monkeypatch, capsys, "recipe", "keys", "--json")
+    assert code == 0 and old == new
+    assert [ln for ln in old_err.splitlines() if ln.startswith("note:")] == [
+        "note: `geosteer recipe keys` is now `geosteer recipe show --keys`; the old spelling goes in the next release"]
+    from geosteer.methods import recipe_keys
+
+    assert [r["key"] for r in json.loads(new)] == list(recipe_keys())
+    code, valued, _ = run_cli(monkeypatch, capsys, "recipe", "show", "--keys", "--set", "scale_par=0", "--json")
+    values = {r["key"]: r["value"] for r in json.loads(valued)}
+    assert code == 0 and values["scale_par"] == 0 and values["surfaces"] is None
+
+
+def test_every_declared_study_is_under_geosteer_study_with_its_paper_item():
+    leaves = dict(_leaves())
+    declared = [(m, s) for m in methods().values() for s in m.studies]
+    assert len(declared) >= 21
+    for m, s in declared:
+        cmd = leaves[f"study {m.name} {s.name}"]
+        assert not cmd.hidden and s.paper and f"Paper item: {s.paper}." in cmd.help
+        if s.old:  # the old spelling: hidden, same options
+            old = leaves[s.old]
+            assert old.hidden and [p.name for p in old.params] == [p.name for p in cmd.params]
+
+
+def test_study_list_names_every_study_and_its_paper_item(monkeypatch, capsys):
+    code, out, _ = run_cli(monkeypatch, capsys, "study", "--list")
+    assert code == 0
+    lines = out.splitlines()
+    for m in methods().values():
+        for s in m.studies:
+            row = [ln for ln in lines if f" {m.name} {s.name} " in ln]
+            assert len(row) == 1 and s.paper[:30] in row[0], (m.name, s.name)
+    assert any(" report " in ln for ln in lines)
+
+
+def test_every_leaf_answers_help_without_loading_a_model(monkeypatch):
+    from tests.cli_helpers import forbid_model_builds
+
+    forbid_model_builds(monkeypatch)
+    runner = CliRunner()
+    leaves = list(_leaves())
+    tree = get_command(app)
+    monkeypatch.setattr("typer.testing._get_command", lambda _app: tree)  # built once, not once per leaf
+    assert len(leaves) > 60
+    for path, _ in leaves:
+        res = runner.invoke(app, [*path.split(), "--help"], prog_name="geosteer")
+        assert res.exit_code == 0, (path, res.output)
+        assert f"geosteer {path}" in " ".join(res.output.split()) and len(res.output.strip()) > 80, path
+
+
+def test_old_spelling_warns_once_and_gives_the_same_output(tmp_path, monkeypatch, capsys):
+    args = ["-m", "tiny-llama", "--tokens", "16", "--layers", "0", "--sites", "attn_out,value_full"]
+    new_out, old_out = tmp_path / "new.json", tmp_path / "old.json"
+    code, new, new_err = run_cli(monkeypatch, capsys, "study", "directional", "strength", *args, "--out",
+                                 str(new_out))
+    assert code == 0 and "note:" not in new_err
+    code, old, old_err = run_cli(monkeypatch, capsys, "directional", "strength", *args, "--out", str(old_out))
+    assert code == 0 and old == new and "perturbation norm" in new
+    notes = [ln for ln in old_err.splitlines() if ln.startswith("note:")]
+    assert notes == ["note: `geosteer directional strength` is now `geosteer study directional strength`; "
+                     "the old spelling goes in the next release"]
+    assert old_out.read_text() == new_out.read_text()
+
+
+def plug_echo(word: str = typer.Option("hi", "--word")) -> None:
+    """Echo a word (a plugin's study)."""
+    typer.echo(f"plug: {word}")
+
+
+def test_a_plugin_methods_study_runs_under_geosteer_study(monkeypatch):
+    from geosteer.cli import study_methods
+    from geosteer.cli.study import study_app
+    from geosteer.methods import Method, Study, register_method, unregister_method
+
+    plug = register_method(Method(name="plug", summary="a plugin", cli=lambda app: None, studies=(
+        Study("echo", "tests.cli.test_study:plug_echo", paper="Fig. 0", old="plug-echo"),)))
+    target = typer.Typer()
+    try:
+        register_clis(target)
+        runner = CliRunner()
+        new = runner.invoke(target, ["study", "plug", "echo", "--word", "x"])
+        with pytest.warns(DeprecationWarning, match="`geosteer plug-echo` is now `geosteer study plug echo`"):
+            old = runner.invoke(target, ["plug-echo", "--word", "x"])  # the CLI prints it as a note: line
+        listed = runner.invoke(target, ["study", "--list"], env={"COLUMNS": "200"})
+        helped = runner.invoke(target, ["study", "plug", "echo", "--help"], env={"COLUMNS": "200"})
+    finally:
+        unregister_method(plug.name)
+        study_app.registered_groups[:] = [g for g in study_app.registered_groups if g.name != "plug"]
+        study_methods._groups.pop("plug", None)
+    assert new.exit_code == 0 and new.output == "plug: x\n"
+    assert old.exit_code == 0 and old.output == "plug: x\n"
+    assert "plug echo" in listed.output and "Fig. 0" in listed.output
+    assert "Paper item: Fig. 0." in helped.output
+    assert "plug-echo" not in runner.invoke(target, ["--help"], env={"COLUMNS": "200"}).output

@@ -1,0 +1,144 @@
+"""The package's import graph: no cycles (imports at any depth count, also those inside functions), and the
+library below the figures: only ``viz`` itself and its users (CLI modules, a method's ``studies`` package, the
+studio, the demo app) import ``geosteer.viz``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PKG = "geosteer"
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for f in (SRC / PKG).rglob("*.py"):
+        parts = list(f.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = f
+    return mods
+
+
+def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the package modules it imports. An import of a package is an edge to its ``__init__``;
+    ``from pkg.mod import name`` where ``pkg.mod.name`` is a module is an edge to that module."""
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, f in mods.items():
+        is_pkg = f.name == "__init__.py"
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = m.split(".") if is_pkg else m.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    src = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    src = node.module or ""
+                targets = [f"{src}.{a.name}" if f"{src}.{a.name}" in mods else src for a in node.names]
+            else:
+                continue
+            for t in targets:
+                r = resolve(t) if t.split(".")[0] == PKG else None
+                if r and r != m:
+                    edges[m].add(r)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_cycle_finder_finds_cycles():
+    """The checker itself: a two-module and a three-module cycle are found, a chain and a self-loop are not."""
+    found = cycles({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c", "f"}, "f": set(), "g": {"g"}})
+    assert sorted(found) == [["a", "b"], ["c", "d", "e"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_graph_sees_imports_inside_functions(tmp_path):
+    mods = {"geosteer.x": tmp_path / "x.py", "geosteer.y": tmp_path / "y.py"}
+    mods["geosteer.x"].write_text("def f():\n    from geosteer.y import g\n")
+    mods["geosteer.y"].write_text("import geosteer.x\n")
+    assert cycles(import_graph(mods)) == [["geosteer.x", "geosteer.y"]]
+
+
+def test_no_import_cycles():
+    found = cycles(import_graph(_modules()))
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def _viz_user(module: str) -> bool:
+    last = module.rsplit(".", 1)[-1]
+    return (module.startswith(("geosteer.viz", "geosteer.studio", "geosteer.cli")) or last == "cli"
+            or last.startswith("cli_") or ".studies." in module or module == "geosteer.demo")
+
+
+def test_only_viz_users_import_viz():
+    edges = import_graph(_modules())
+    bad = sorted(m for m, targets in edges.items()
+                 if not _viz_user(m) and any(t.startswith("geosteer.viz") for t in targets))
+    assert not bad, f"library modules that import geosteer.viz: {', '.join(bad)}"
+    assert "geosteer.manifold.bank" in edges and not any(t.startswith("geosteer.viz")
+                                                          for t in edges["geosteer.manifold.bank"])
+    assert _viz_user("geosteer.dynamics.studies.continuation") and not _viz_user("geosteer.dynamics.continuation")
+
+
+def test_the_package_imports_the_registry_names_from_the_registry():
+    """``geosteer.artifacts`` still answers ``ArtifactFormat``, ``load_artifact``... for old user code, through a
+    lazy alias the import graph cannot see; no module of the package may use it (or the graph would lie)."""
+    import geosteer.artifacts as A
+
+    moved = set(A._REGISTRY_NAMES)
+    users = []
+    for m, f in _modules().items():
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "geosteer.artifacts":
+                users += [f"{m}: {a.name}" for a in node.names if a.name in moved]
+    assert not users, "import these from geosteer.methods: " + "; ".join(users)
+    assert A.load_artifact is __import__("geosteer.methods").methods.load_artifact  # the alias itself works
