@@ -13,7 +13,10 @@ from geosteer.cli.common import run_app
 NO_MODEL = {"push", "report", "study report", "manifold show", "manifold edit", "directional plot",
             "directional pretrain", "study directional plot", "study directional pretrain", "tasks build",
             "recipe keys", "recipe save", "recipe show", "vectors show", "vectors export-gguf",
-            "eval"}  # eval: lm-eval's own arguments pass through (its --model names the lm-eval model type)
+            "eval", "study manifold asymmetry", "study dynamics significance",
+            "dynamics significance"}
+# eval: lm-eval's own arguments pass through (its --model names the lm-eval model type); asymmetry and
+# significance read artifacts / results files only
 
 
 def _leaves() -> dict[str, object]:

@@ -29,10 +29,18 @@ _lock = threading.Lock()
 _state: dict = {"tried": False, "mod": None, "error": None, "serial": None}
 
 
+def _build_tag() -> str:
+    """A short tag of this interpreter and torch: two environments never share (and invalidate) one build."""
+    import hashlib
+
+    key = f"{sys.prefix}|{sys.version_info[:2]}|{torch.__version__}"
+    return hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
 def _build(cache, name: str, omp: list[str]):
     from torch.utils.cpp_extension import load_inline
 
-    build = cache / "torch_extensions" / name
+    build = cache / "torch_extensions" / f"{name}-{_build_tag()}"
     build.mkdir(parents=True, exist_ok=True)
     if not (build / "build.ninja").exists():
         print("[geosteer] compiling the attention-surface CPU kernels (one time, ~1 min)...",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, JSON_OPT, THREADS_OPT, emit, model_config
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, THREADS_OPT, emit, model_config
 from geosteer.cli.common import load as load_model
 from geosteer.cli.outputs import out_artifact
 
@@ -27,6 +27,7 @@ def import_cmd(
     force: bool = typer.Option(False, "--force", help="write the artifact even if its probe forward is not finite"),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT,
+    dtype: str = DTYPE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Import the attention-manifold paper's released surfaces (per layer, per query head × head_dim control
@@ -43,7 +44,7 @@ def import_cmd(
     shape = model_shape(model_config(model))
     if shape is not None:  # everything the file can be checked against without weights
         fit_released(rel, grid_size=grid, **shape)
-    m, _ = load_model(model, threads=threads, device=device)
+    m, _ = load_model(model, threads=threads, device=device, dtype=dtype)
     bank = to_bank(rel, m, grid_size=grid, grid_range=grid_range)
     bank.check_model(m)
     if not force:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, JSON_OPT, THREADS_OPT, emit, set_threads
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, THREADS_OPT, emit, set_threads
 from geosteer.cli.common import load as load_model
 from geosteer.cli.outputs import out_file
 
@@ -45,6 +45,7 @@ def strength(
     resume: bool = typer.Option(False, "--resume", help="keep the scales already in --out, run the others"),
     threads: int = THREADS_OPT,
     device: str = DEVICE_OPT,
+    dtype: str = DTYPE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
     """Greedy change rate and next-token KL vs surface strength: stock vs the surfaces with every coefficient
@@ -65,10 +66,10 @@ def strength(
     if not name:
         raise ValueError("the artifact does not name its base model; pass --model")
     set_threads(threads)
-    m, tok = load_model(name, threads=threads, device=device)
+    m, tok = load_model(name, threads=threads, device=device, dtype=dtype)
     bank = load(surfaces, model=m)
     meta = {"command": _command("strength"), "model": name, "surfaces": str(surfaces), "prompt_set": prompts,
-            "prompts": len(prompt_list), "max_new_tokens": max_new_tokens, "scales": scale_list,
+            "prompts": len(prompt_list), "max_new_tokens": max_new_tokens, "scales": scale_list, "dtype": dtype,
             "paper_change_rate": list(PAPER_RATE), "layers": bank.layers}
     rows, summary = list(done.get("rows", [])), list(done.get("summary", []))
     t0 = time.time()

@@ -94,7 +94,8 @@ def _train_run(model, tok, b: Behaviour, surfaces: str, out: Path, mode: str, ta
     targets = b.train if (mode == "dense" or b.direction < 0) else b.negatives_train
     if not targets:
         raise ValueError(f"behaviour {b.name}: learned walls of a promoted behaviour need negatives")
-    cfg = WallLearnConfig(mode=mode, steps=steps, lr=lr, kl_threshold=tau, seed=0,
+    # BOS first, as the frontier's own measurements encode prompts (and as its reused runs were trained)
+    cfg = WallLearnConfig(mode=mode, steps=steps, lr=lr, kl_threshold=tau, seed=0, add_bos=True,
                           sparsity=0.0 if mode == "dense" else 0.002)  # as steer-learn / wall-learn
     bank = load(surfaces, model=model)
     out.parent.mkdir(parents=True, exist_ok=True)

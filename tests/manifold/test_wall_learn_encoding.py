@@ -13,8 +13,8 @@ from geosteer.manifold.wall_learn import WallLearnConfig
 from geosteer.manifold.wall_learn_train import learn_walls
 from geosteer.train.prompts import bos_first, encode_controls, encode_targets
 from tests.cli_helpers import one_line_exit_2, run_cli
-from tests.test_manifold_wall_learn import CONTROLS, TARGETS
-from tests.test_manifold_walls import _bank
+from tests.manifold.test_wall_learn import CONTROLS, TARGETS
+from tests.manifold.test_walls import _bank
 
 
 class _Tok:
