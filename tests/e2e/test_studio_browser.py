@@ -292,9 +292,6 @@ def test_wall_buttons_named_as_the_library(browser, studio):
     page.close()
 
 
-@pytest.mark.xfail(strict=True, reason="the exact wall is added to the session's state (the API lists it) but "
-                   "not to the attached runtime bank that computes effects (Session copies only coefficients "
-                   "into it), so the model's output does not change")
 def test_exact_wall_tool_reaches_the_model(browser, studio):
     """Clicking the exact wall adds a wall the API reports and changes the model's next-token distribution
     the API returns; undo puts both back exactly."""

@@ -69,6 +69,7 @@ class _State:
     key: object
     coeffs: torch.Tensor | None  # None when the result was cached at planning time
     value: dict | None = None  # that cached result
+    walls: list | None = None  # the exact walls of that state (None: leave the runtime's as they are)
 
 
 class Session(SurfaceViews):
@@ -96,6 +97,7 @@ class Session(SurfaceViews):
         self.version = next(self._versions)
         self.loaded_version = self.version
         self.loaded_coeffs = self.bank.coefficients.detach().clone()
+        self.loaded_walls = list(self.bank.walls)
         self.history: list[UndoRecord] = []
         self._cache: OrderedDict = OrderedDict()
         self._drafts: dict[tuple[str, int], list[int]] = {}  # last continuation per (prompt, n); worker only
@@ -148,14 +150,17 @@ class Session(SurfaceViews):
         return self.check_prompt(e.prompt), self.check_new_tokens(e.max_new_tokens), e.reference
 
     # ---- the model worker's side ---------------------------------------------------------------------
-    def _use(self, runtime, coeffs: torch.Tensor) -> None:
-        """Worker only: put ``coeffs`` into the runtime bank and make sure it is the model's bank."""
+    def _use(self, runtime, coeffs: torch.Tensor, walls: list | None = None) -> None:
+        """Worker only: put ``coeffs`` (and ``walls``, unless None) into the runtime bank and make sure it is
+        the model's bank."""
         import geosteer.manifold as M
 
         if M.attached_bank(self.model) is not runtime:
             M.install(self.model, bank=runtime)
         with torch.no_grad():
             runtime.coefficients.copy_(coeffs)
+        if walls is not None and [w.describe() for w in runtime.walls] != [w.describe() for w in walls]:
+            runtime.set_walls(copy.deepcopy(list(walls)))
         runtime.clear_cache()
 
     def _check_forward(self, runtime, name: str) -> None:
@@ -192,7 +197,7 @@ class Session(SurfaceViews):
         for st in states:
             val = st.value if st.value is not None else self._get(st.key)
             if val is None:
-                self._use(runtime, st.coeffs)
+                self._use(runtime, st.coeffs, st.walls)
                 val = self._run_state(prompt, n)
                 self._put(st.key, val)
             out.append(val)
@@ -218,24 +223,27 @@ class Session(SurfaceViews):
     def _plan(self, which: str, prompt: str, n: int) -> _State:
         """Under the lock: the cache key of state ``which`` and (if not cached) a copy of its coefficients."""
         c = self.bank.coefficients.detach()
+        walls = list(self.bank.walls)
         if which == "now":
             key, coeffs = (self.version, prompt, n), c
         elif which == "loaded":
-            key, coeffs = (self.loaded_version, prompt, n), self.loaded_coeffs
+            key, coeffs, walls = (self.loaded_version, prompt, n), self.loaded_coeffs, self.loaded_walls
         elif which == "none":
-            key, coeffs = ("none", prompt, n), None
+            key, coeffs, walls = ("none", prompt, n), None, []
         elif not self.history:  # previous, with nothing to go back to: the current state
             return self._plan("now", prompt, n)
         else:
             rec = self.history[-1]
             key, coeffs = (rec.version_before, prompt, n), c.clone()
             coeffs[rec.index] = rec.old
+            if rec.walls is not None:
+                walls = list(rec.walls)
         if key in self._cache:
             self._cache.move_to_end(key)
             return _State(key, None, self._cache[key])
         if coeffs is None:
-            return _State(key, torch.zeros_like(c))
-        return _State(key, coeffs.clone())
+            return _State(key, torch.zeros_like(c), walls=walls)
+        return _State(key, coeffs.clone(), walls=walls)
 
     def _effect_job(self, prompt: str, n: int, reference: str) -> tuple[int, object, list[_State]]:
         with self.lock:
@@ -401,6 +409,7 @@ class Session(SurfaceViews):
             self.version = next(self._versions)
             self.loaded_version = self.version
             self.loaded_coeffs = self.bank.coefficients.detach().clone()
+            self.loaded_walls = list(self.bank.walls)
             self._cache.clear()
             return {"name": name, "digest": coeff_digest(self.bank.coefficients), "version": self.version}
 
