@@ -41,18 +41,18 @@ def _build_with_learned(model, v: dict, force: bool = False) -> list:
 
 
 def _study(name: str, module: str, function: str, paper: str) -> Study:
-    return Study(name, f"geosteer.directional.{module}:{function}", paper, old=f"directional {name}")
+    return Study(name, f"geosteer.directional.studies.{module}:{function}", paper, old=f"directional {name}")
 
 
 STUDIES = (
-    _study("sweep", "cli", "sweep_cmd", "Fig. 3: perplexity vs s∥ and s⊥ per site"),
-    _study("pretrain", "cli", "pretrain_cmd", "Fig. 5, Table 3, Fig. 8: pretraining with the edit active"),
-    _study("diagonal", "cli_views", "diagonal_cmd", "Eq. 12, Table 5, Fig. 4: diagonal forms and maps"),
-    _study("heads", "cli_views", "heads_cmd", "Fig. 7: head localisation"),
-    _study("strength", "cli_views", "strength_cmd", "Table 6: applied strength"),
-    _study("mlp-internal", "cli_views", "mlp_internal_cmd", "App. D, Table 10: MLP-internal sites"),
-    _study("plot", "cli_views", "plot_cmd", "Figs 4 / 7 redrawn from a result file"),
-    Study("steer-learn", "geosteer.directional.cli_steer:steer_learn_cmd",
+    _study("sweep", "sweep", "sweep_cmd", "Fig. 3: perplexity vs s∥ and s⊥ per site"),
+    _study("pretrain", "pretrain", "pretrain_cmd", "Fig. 5, Table 3, Fig. 8: pretraining with the edit active"),
+    _study("diagonal", "views", "diagonal_cmd", "Eq. 12, Table 5, Fig. 4: diagonal forms and maps"),
+    _study("heads", "views", "heads_cmd", "Fig. 7: head localisation"),
+    _study("strength", "views", "strength_cmd", "Table 6: applied strength"),
+    _study("mlp-internal", "views", "mlp_internal_cmd", "App. D, Table 10: MLP-internal sites"),
+    _study("plot", "views", "plot_cmd", "Figs 4 / 7 redrawn from a result file"),
+    Study("steer-learn", "geosteer.directional.studies.steer:steer_learn_cmd",
           "the steering form of Eq. 11: per-layer s∥, s⊥ learned to promote a behaviour under a control-KL budget"),
 )
 

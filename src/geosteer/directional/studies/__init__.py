@@ -1,0 +1,1 @@
+"""The directional method's paper studies, run as ``geosteer study directional <name>``."""
