@@ -387,7 +387,7 @@ def test_attach_subset_of_layers_and_surface(tiny_cache):
     bank = manifold.install(model, layers=[2], grid_size=4, grid_range=(-2.0, 2.0))
     try:
         assert bank.coefficients.shape == (1, 4, 16, 7, 7)
-        with pytest.raises(ValueError, match="covers layers 2"):
+        with pytest.raises(ValueError, match="surfaces cover layers 2"):
             bank.slot(0)
         with torch.no_grad():
             bank.coefficients[0, 1, 3, 2, 4] = 1.0

@@ -93,7 +93,7 @@ def test_edits_refused_out_of_range(tiny_cache):
     model, _ = tiny_cache("llama")
     bank = random_bank(model, layers=[0, 2])
     before = bank.coefficients.detach().clone()
-    cases = [("invert layer=1", "covers layers 0, 2"),
+    cases = [("invert layer=1", "surfaces cover layers 0, 2"),
              ("invert layer=0 head=4", r"head 4 out of range \(valid 0–3\)"),
              ("zero layer=0 dim=16", r"dim 16 out of range \(valid 0–15\)"),
              ("zero layer=0 rows=5-11", r"row 11 out of range \(valid 0–10\)"),
