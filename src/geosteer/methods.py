@@ -103,13 +103,30 @@ class Study:
 
 
 @dataclass(frozen=True)
+class Check:
+    """One formula check a method declares against an independent reference (``geosteer study checks``).
+
+    ``run``: ``"module:function"``; the function takes ``(model, tokenizer)`` when ``families`` names the
+    tiny families it runs on, nothing when it is empty (synthetic inputs), and returns the largest absolute
+    error against its reference; it passes when that is ≤ ``tolerance``. ``item``: the paper item it checks.
+    """
+
+    item: str
+    name: str
+    run: str
+    tolerance: float
+    families: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Method:
     """What one method package adds (see the module docstring). ``build(model, values)`` returns the
     interventions for the values of its keys (``[]`` at the defaults); it may also take ``force=False``
     (use artifacts recorded for another base model), which ``InterventionSpec.build(force=True)`` passes.
     ``validate(values)`` checks its keys' values without a model and may return the values it renamed
     (a deprecated spelling mapped to the current one), which the recipe then stores.
-    ``studies``: its paper experiments (:class:`Study`), apart from the tool verbs of its ``cli``."""
+    ``studies``: its paper experiments (:class:`Study`), apart from the tool verbs of its ``cli``;
+    ``checks``: its formula checks (:class:`Check`)."""
 
     name: str
     summary: str = ""
@@ -120,6 +137,7 @@ class Method:
     artifacts: tuple = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
     studies: tuple[Study, ...] = ()
+    checks: tuple[Check, ...] = ()
 
     def defaults(self) -> dict:
         return {k.name: k.default for k in self.keys}
