@@ -218,7 +218,7 @@ def modulated_attention(
 
         return modulated_attention_triton(query, key, value, coeff, grid_size, lo, hi, attn_mask=attn_mask,
                                           is_causal=is_causal, scaling=scaling, softcap=softcap,
-                                          with_value=with_value, recompute=_torch_path)
+                                          with_value=with_value)
     compiled = name != "torch"
     if query.dtype in _HALF:
         # bf16/fp16: positions on the knot grid need more than 8-11 mantissa bits (u = (x - lo)/h + 3 spans
@@ -248,11 +248,6 @@ def modulated_attention(
     else:
         out = _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block, common)
     return out
-
-
-def _torch_path(*args, **kwargs) -> torch.Tensor:
-    """:func:`modulated_attention` on the PyTorch path (the Triton backward recomputes through it)."""
-    return modulated_attention(*args, backend="torch", **kwargs)
 
 
 BACKENDS = ("triton", "torch", "cpu", "auto")

@@ -224,12 +224,11 @@ def modulated_attention_triton(query: torch.Tensor, key: torch.Tensor, value: to
                                scaling: float | None = None, softcap: float | None = None,
                                sliding_window: int | None = None, with_value: bool = True,
                                return_lse: bool = False, split: int | None = None, block_m: int | None = None,
-                               block_n: int | None = None, dv: int | None = None, recompute=None):
+                               block_n: int | None = None, dv: int | None = None):
     """Modulated attention output (b, L, H, d) in the query's dtype (and the row lse (b, H, L) fp32).
 
     ``coeff`` (H, d, K, K) or None (stock attention); ``split``: key chunks for decoding (None: by length
-    on CUDA); ``block_m``/``block_n``/``dv``: tile sizes (queries, keys, value dims per program);
-    ``recompute``: not used (the backward is the Triton kernels); accepted for callers of the earlier form.
+    on CUDA); ``block_m``/``block_n``/``dv``: tile sizes (queries, keys, value dims per program).
     """
     opts = dict(grid_size=grid_size, lo=float(lo), hi=float(hi), attn_mask=attn_mask, is_causal=bool(is_causal),
                 scaling=scaling, softcap=softcap, sliding_window=sliding_window, with_value=with_value,
