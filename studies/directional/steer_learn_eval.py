@@ -16,13 +16,13 @@ import sys
 from pathlib import Path
 
 import torch
-from scipy import stats
 
 from geosteer.errors import one_line_errors
 from geosteer.interventions import steer
 from geosteer.io_utils import atomic_write_json
 from geosteer.models.loading import load_model
 from geosteer.recipe import load_recipe
+from geosteer.stats import mean_ci
 from geosteer.train.objective import forward_logits
 from geosteer.train.prompts import (
     control_logprobs,
@@ -32,13 +32,6 @@ from geosteer.train.prompts import (
     read_targets,
     target_logprob,
 )
-
-
-def _mean_ci(x: torch.Tensor) -> dict:
-    x = x.double()
-    n = x.numel()
-    half = float(stats.t.ppf(0.975, n - 1) * x.std() / n ** 0.5) if n > 1 else float("nan")
-    return {"mean": float(x.mean()), "ci95": [float(x.mean()) - half, float(x.mean()) + half], "n": n}
 
 
 def _passes(model, tb, nb, cb, interventions) -> tuple:
@@ -54,8 +47,8 @@ def evaluate(model, tok, interventions, targets, negatives, controls) -> dict:
     kl = (ref_c.exp() * (ref_c - out_c)).sum(-1)  # (n, T)
     kl_last = kl[torch.arange(kl.shape[0]), cb.lengths - 1]
     kl_all = (kl * valid).sum(-1) / valid.sum(-1)
-    return {"target_gain": _mean_ci(out_t - ref_t), "negative_drop": _mean_ci(ref_n - out_n),
-            "control_kl_next": _mean_ci(kl_last), "control_kl_all": _mean_ci(kl_all),
+    return {"target_gain": mean_ci(out_t - ref_t), "negative_drop": mean_ci(ref_n - out_n),
+            "control_kl_next": mean_ci(kl_last), "control_kl_all": mean_ci(kl_all),
             "stock_target_logprob": float(ref_t.mean()), "stock_negative_logprob": float(ref_n.mean())}
 
 

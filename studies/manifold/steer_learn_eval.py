@@ -15,7 +15,6 @@ import argparse
 from pathlib import Path
 
 import torch
-from scipy import stats
 
 from geosteer.interventions import steer
 from geosteer.io_utils import atomic_write_json
@@ -29,13 +28,7 @@ from geosteer.manifold.wall_learn import (
     target_logprob,
 )
 from geosteer.models.loading import load_model
-
-
-def _mean_ci(x: torch.Tensor) -> dict:
-    x = x.double()
-    n = x.numel()
-    half = float(stats.t.ppf(0.975, n - 1) * x.std() / n ** 0.5) if n > 1 else float("nan")
-    return {"mean": float(x.mean()), "ci95": [float(x.mean()) - half, float(x.mean()) + half], "n": n}
+from geosteer.stats import mean_ci
 
 
 def _logprobs(model, batch, bank):
@@ -57,9 +50,9 @@ def evaluate(model, tok, reference, learned, targets, negatives, controls) -> di
     kl = (ref_c.exp() * (ref_c - out_c)).sum(-1)  # (n, T)
     kl_last = kl[torch.arange(kl.shape[0]), cb.lengths - 1]
     kl_all = (kl * valid).sum(-1) / valid.sum(-1)
-    return {"target_gain": _mean_ci(out_t - ref_t), "negative_drop": _mean_ci(ref_n - out_n),
-            "margin_gain": _mean_ci((out_t - out_n) - (ref_t - ref_n)),
-            "control_kl_next": _mean_ci(kl_last), "control_kl_all": _mean_ci(kl_all),
+    return {"target_gain": mean_ci(out_t - ref_t), "negative_drop": mean_ci(ref_n - out_n),
+            "margin_gain": mean_ci((out_t - out_n) - (ref_t - ref_n)),
+            "control_kl_next": mean_ci(kl_last), "control_kl_all": mean_ci(kl_all),
             "reference_target_logprob": float(ref_t.mean()), "reference_negative_logprob": float(ref_n.mean())}
 
 
