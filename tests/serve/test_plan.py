@@ -66,7 +66,8 @@ def test_unsupported_family_is_refused():
     from geosteer.models.loading import load_model
 
     model, _ = load_model("tiny-gpt2")
-    with pytest.raises(GeosteerError, match="supports the llama family"):
+    with pytest.raises(GeosteerError, match="supports the llama, qwen2, qwen3, mistral, gemma3_text families; "
+                                            "this model is 'gpt2'"):
         meta_model(model.config)
 
 

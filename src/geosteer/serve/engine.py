@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from geosteer.errors import GeosteerError
-from geosteer.serve.plugin import ARCHITECTURES
+from geosteer.serve.families import served_family
 
 RECIPE_FIELD = "geosteer_recipe"  # the SamplingParams.extra_args / OpenAI vllm_xargs key
 
@@ -59,13 +59,10 @@ def engine_args(model: str, recipes: dict[str, str] | None = None,
     if recipes:
         from transformers import AutoConfig
 
-        family = AutoConfig.from_pretrained(folder).model_type
-        if family not in ARCHITECTURES:
-            raise GeosteerError(f"geosteer serving supports {', '.join(ARCHITECTURES)} models; '{model}' is "
-                                f"'{family}'")
+        family = served_family(AutoConfig.from_pretrained(folder).model_type, f"'{model}'")
         check_recipes(folder, name, recipes, tensor_parallel_size)
         kw.update(enforce_eager=True, enable_prefix_caching=False, hf_overrides={
-            "architectures": [ARCHITECTURES[family]], "geosteer_recipes": dict(recipes),
+            "architectures": [family.architecture], "geosteer_recipes": dict(recipes),
             "geosteer_model_name": name})
     return kw
 

@@ -3,11 +3,11 @@
 A recipe is built exactly as on the Hugging Face path (``InterventionSpec.build`` on a weightless copy of
 the model: same validation, same artifact loading, same base-model checks); the interventions it returns
 are then read into :class:`LayerOps` per layer, in the order geosteer attaches them. Nothing here imports
-vLLM: the engine-side code (``geosteer.serve.llama``) calls these operations on (tokens, d) tensors.
+vLLM: the engine-side code (``geosteer.serve.layers``) calls these operations on (tokens, d) tensors.
 
 Supported: residual-space directional scaling (``attn_out``, ``mlp_out``, ``resid_post``),
 ``value_full`` (per head or concatenated, head selections), FFN variants, gates, gains, parallel layers,
-and attention surfaces (exact, through extra value channels; see ``geosteer.serve.llama``). Anything else
+and attention surfaces (exact, through extra value channels; see ``geosteer.serve.layers``). Anything else
 is refused with one line naming the setting, never approximated.
 """
 
@@ -25,7 +25,6 @@ from geosteer.errors import GeosteerError
 
 # fn(tensor, state, positions) -> tensor; state holds this layer's resid_pre / attn_out / mlp_in rows
 HookFn = Callable[[torch.Tensor, dict, torch.Tensor], torch.Tensor]
-SUPPORTED_FAMILIES = ("llama",)
 
 
 @dataclass
@@ -103,9 +102,9 @@ def meta_model(hf_config) -> nn.Module:
     """A weightless (``meta``) Hugging Face model of ``hf_config``: what the recipe builders inspect."""
     from transformers import AutoModelForCausalLM
 
-    if hf_config.model_type not in SUPPORTED_FAMILIES:
-        raise GeosteerError(f"geosteer serving supports the {', '.join(SUPPORTED_FAMILIES)} family; this model "
-                            f"is '{hf_config.model_type}'")
+    from geosteer.serve.families import served_family
+
+    served_family(hf_config.model_type)
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(hf_config)
 

@@ -1,23 +1,25 @@
 """The vLLM plugin (entry point ``vllm.general_plugins: geosteer = geosteer.serve.plugin:register``).
 
-vLLM calls :func:`register` in every process it starts. It adds the architecture
-``GeosteerLlamaForCausalLM`` (chosen per engine through ``hf_overrides``, so stock models are untouched)
-and wraps the model runner's input preparation so each forward knows which recipe each token uses
-(:mod:`geosteer.serve.batch`). Safe to call more than once.
+vLLM calls :func:`register` in every process it starts. It adds one architecture per served family
+(``GeosteerLlamaForCausalLM``, ``GeosteerQwen3ForCausalLM``, …: ``serve.families``; chosen per engine
+through ``hf_overrides``, so stock models are untouched) and wraps the model runner's input preparation so
+each forward knows which recipe each token uses (:mod:`geosteer.serve.batch`). Safe to call more than once.
 """
 
 from __future__ import annotations
 
 import functools
 
-ARCHITECTURES = {"llama": "GeosteerLlamaForCausalLM"}
+from geosteer.serve.families import SERVED_FAMILIES
 
 
 def register() -> None:
     from vllm import ModelRegistry
 
-    if "GeosteerLlamaForCausalLM" not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model("GeosteerLlamaForCausalLM", "geosteer.serve.llama:GeosteerLlamaForCausalLM")
+    known = ModelRegistry.get_supported_archs()
+    for fam in SERVED_FAMILIES.values():
+        if fam.architecture not in known:
+            ModelRegistry.register_model(fam.architecture, f"geosteer.serve.models:{fam.architecture}")
     track_recipes()
 
 

@@ -1,0 +1,39 @@
+"""The model families geosteer serves on vLLM: one row per Hugging Face ``model_type``.
+
+Each row names the vLLM model class that the steered class extends and the architecture name it is
+registered under (chosen per engine through ``hf_overrides``). Where a decoder block's parts live (the
+norms, the residual updates: Gemma3's sandwich norms) comes from ``geosteer.models.anatomy.FAMILIES``,
+since vLLM's module names are the Hugging Face ones. Nothing here imports vLLM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from geosteer.errors import GeosteerError
+
+
+@dataclass(frozen=True)
+class ServedFamily:
+    """A served family: the registered architecture and the vLLM class (``module:Class``) it extends."""
+
+    architecture: str
+    vllm_class: str
+
+
+_MODELS = "vllm.model_executor.models"
+SERVED_FAMILIES: dict[str, ServedFamily] = {
+    "llama": ServedFamily("GeosteerLlamaForCausalLM", f"{_MODELS}.llama:LlamaForCausalLM"),
+    "qwen2": ServedFamily("GeosteerQwen2ForCausalLM", f"{_MODELS}.qwen2:Qwen2ForCausalLM"),
+    "qwen3": ServedFamily("GeosteerQwen3ForCausalLM", f"{_MODELS}.qwen3:Qwen3ForCausalLM"),
+    "mistral": ServedFamily("GeosteerMistralForCausalLM", f"{_MODELS}.mistral:MistralForCausalLM"),
+    "gemma3_text": ServedFamily("GeosteerGemma3ForCausalLM", f"{_MODELS}.gemma3:Gemma3ForCausalLM"),
+}
+
+
+def served_family(model_type: str, what: str = "this model") -> ServedFamily:
+    """The row of ``model_type``, or a one-line error naming the supported families."""
+    if model_type not in SERVED_FAMILIES:
+        raise GeosteerError(f"geosteer serving supports the {', '.join(SERVED_FAMILIES)} families; {what} is "
+                            f"'{model_type}'")
+    return SERVED_FAMILIES[model_type]

@@ -1,0 +1,226 @@
+"""Geosteer recipes inside vLLM's own decoder layers, for every served family (``serve.families``).
+
+:func:`install` runs once the stock vLLM model is built. A decoder layer that no loaded recipe touches keeps
+vLLM's own forward. A steered layer's forward spells out the two-tensor carry: vLLM passes (hidden,
+residual) with the block input x = hidden + residual (a fused add inside the norm); here x, the attention
+update A, the MLP's residual input x + A and the MLP update Φ are explicit (the block parts are named by
+``models.anatomy.FAMILIES``: Gemma3's updates are its post-branch norms), each recipe's hooks run on its own
+token rows in geosteer's attach order, and the layer returns (Φ, x + A) — or (x', 0) after a
+``resid_post`` edit — so the next layer's fused add sees x'.
+
+Attention surfaces, exact: the layer's ``Attention`` (``self_attn.attn``, called with the post-norm,
+post-RoPE q, k and v) is replaced by a :class:`ChannelAttention` under the same name. Every KV head is
+carried as C channels with the same key k and the values v, v⊙B_0(k), …, v⊙B_{K-1}(k) (per distinct surface
+grid), and every query head is repeated C times. vLLM's stock paged attention then returns A·v and
+F_b = A·(v⊙B_b(k)) with the stock weights A, and a per-query epilogue adds Σ_a B_a(q) Σ_b C_dab F_b
+(``geosteer.manifold.kernel``'s factored form). The KV cache of such a layer is C times the stock one.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+from vllm.config import get_current_vllm_config
+from vllm.model_executor.layers.attention import Attention
+
+from geosteer.directional.sites import _scaled_delta
+from geosteer.errors import GeosteerError
+from geosteer.manifold.bspline import bspline_basis
+from geosteer.models.anatomy import FAMILIES
+from geosteer.serve import batch
+from geosteer.serve.plan import LayerOps, RecipePlan, SurfaceOp, ValueScaleOp
+
+
+def _grids(ops: list[LayerOps | None]) -> list[tuple[int, float, float]]:
+    """The distinct surface grids (grid_size, lo, hi) of one layer over the recipes, in first-seen order."""
+    out: list[tuple[int, float, float]] = []
+    for o in ops:
+        s = o.surface() if o is not None else None
+        if s is not None and (s.grid_size, s.lo, s.hi) not in out:
+            out.append((s.grid_size, s.lo, s.hi))
+    return out
+
+
+class ChannelAttention(Attention):
+    """vLLM's attention layer with the recipes' attention operations; with surfaces, its KV heads carry the
+    channels of ``grids`` (module docstring). Built in place of the stock layer ``stock``, same name."""
+
+    def __init__(self, stock: Attention, ops: list[LayerOps | None]) -> None:
+        self.ops = ops
+        self.grids = _grids(ops)
+        self.offsets = []
+        c = 1
+        for g, _, _ in self.grids:
+            self.offsets.append(c)
+            c += g + 3
+        self.channels = c
+        self.heads, self.kv_heads, self.head_dim = stock.num_heads, stock.num_kv_heads, stock.head_size
+        name = stock.layer_name
+        config = get_current_vllm_config()
+        del config.compilation_config.static_forward_context[name]  # the KV cache binds to this one
+        soft_cap = getattr(stock.impl, "logits_soft_cap", None) or None
+        super().__init__(stock.num_heads * c, stock.head_size, stock.impl.scale, num_kv_heads=stock.num_kv_heads * c,
+                         cache_config=config.cache_config, quant_config=stock.quant_config,
+                         logits_soft_cap=soft_cap, per_layer_sliding_window=stock.sliding_window,
+                         attn_type=stock.attn_type, prefix=name)
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        n, hkv, d, c = query.shape[0], self.kv_heads, self.head_dim, self.channels
+        rep = self.heads // hkv
+        q = query.reshape(n, self.heads, d)
+        kh, vh = key.reshape(n, hkv, d), value.reshape(n, hkv, d)
+        if c == 1:
+            o = super().forward(query, key, value).view(n, hkv, 1, rep, d)
+        else:
+            rows = self._feature_rows(n)
+            if rows is None:
+                vx = self._value_channels(kh, vh)
+            else:  # rows without surfaces never read their extra channels: v stands in, no key features
+                vx = vh.unsqueeze(2).expand(n, hkv, c, d)
+                if rows.numel():
+                    vx = vx.index_copy(0, rows, self._value_channels(kh[rows], vh[rows]))
+            vx = vx.reshape(n, hkv * c * d)
+            kx = kh.unsqueeze(2).expand(n, hkv, c, d).reshape(n, hkv * c * d)
+            qx = q.view(n, hkv, 1, rep, d).expand(n, hkv, c, rep, d).reshape(n, hkv * c * rep * d)
+            o = super().forward(qx, kx, vx).view(n, hkv, c, rep, d)
+        out = o[:, :, 0].reshape(n, self.heads, d)
+        out = _attention_ops(self, out, o, q, vh)
+        return out.reshape(n, self.heads * d)
+
+    def _value_channels(self, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
+        """(n, hkv, C, d): v, then v ⊙ B_a(k) for each grid's basis functions a."""
+        chans = [vh.unsqueeze(2)]
+        for g, lo, hi in self.grids:  # (n, hkv, K, d)
+            chans.append((vh.unsqueeze(-1) * bspline_basis(kh.float(), g, lo, hi).to(vh.dtype)).transpose(2, 3))
+        return torch.cat(chans, dim=2)
+
+    def _feature_rows(self, n: int) -> torch.Tensor | None:
+        """The token rows whose recipe has surfaces on this layer (None: every row)."""
+        need = [rows for r, rows in batch.groups(n).items()
+                if r < len(self.ops) and self.ops[r] is not None and self.ops[r].surface() is not None]
+        if any(rows is None for rows in need):
+            return None
+        return torch.cat(need) if need else torch.empty(0, dtype=torch.long)
+
+
+def _attention_ops(attn, out, o, q, v) -> torch.Tensor:
+    """Each recipe's attention operations on its rows, innermost (last attached) first."""
+    for r, rows in batch.groups(out.shape[0]).items():
+        ops = attn.ops[r] if r < len(attn.ops) else None
+        if ops is None or not ops.attention:
+            continue
+        sel = slice(None) if rows is None else rows
+        y = out[sel]
+        for op in reversed(ops.attention):
+            if isinstance(op, SurfaceOp):
+                y = y + _surface_delta(attn, op, o[sel], q[sel])
+            else:
+                y = _value_scale(op, y, v[sel])
+        if rows is None:
+            out = y
+        else:
+            out = out.index_copy(0, rows, y)
+    return out
+
+
+def _surface_delta(attn, op: SurfaceOp, o, q) -> torch.Tensor:
+    """Δo (n, H, d) = Σ_a B_a(q) Σ_b C_dab F_b from this grid's channels of the attention output."""
+    off = attn.offsets[attn.grids.index((op.grid_size, op.lo, op.hi))]
+    n, hkv, _, rep, d = o.shape
+    f = o[:, :, off:off + op.K].permute(0, 1, 3, 4, 2).reshape(n, hkv * rep, d, op.K)  # (n, H, d, K)
+    coeff = op.coeff.to(device=q.device, dtype=torch.float32)
+    qf = torch.einsum("nhda,hdab->nhdb", bspline_basis(q.float(), op.grid_size, op.lo, op.hi), coeff)
+    return (f.float() * qf).sum(-1).to(o.dtype)
+
+
+def _value_scale(op: ValueScaleOp, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``value_full``: o_t scaled ∥/⊥ against the token's own value v_t (per head, or concatenated)."""
+    n, h, d = y.shape
+    hkv = v.shape[1]
+    o = y.float().view(n, hkv, h // hkv, d)
+    ref = v.float().unsqueeze(2)
+    if op.concat:
+        new = o + _scaled_delta(o.reshape(n, h * d), ref.expand(o.shape).reshape(n, h * d), op.s_par,
+                                op.s_perp).view(o.shape)
+    else:
+        new = o + _scaled_delta(o, ref, op.s_par, op.s_perp)
+    if op.heads is not None:
+        keep = torch.ones(h, dtype=torch.bool, device=y.device)
+        keep[op.heads] = False
+        new = torch.where(keep.view(1, hkv, h // hkv, 1), o, new)
+    return new.reshape(n, h, d).to(y.dtype)
+
+
+def _apply(fns_of, t: torch.Tensor, state: dict, positions: torch.Tensor, ops: list, groups: dict) -> torch.Tensor:
+    """Run each recipe's hooks at one point on its own rows."""
+    for r, rows in groups.items():
+        fns = fns_of(ops[r]) if ops[r] is not None else []
+        if not fns:
+            continue
+        if rows is None:
+            for fn in fns:
+                t = fn(t, state, positions)
+            continue
+        sub = t[rows]
+        st = {k: x[rows] for k, x in state.items()}
+        for fn in fns:
+            sub = fn(sub, st, positions[rows])
+        t = t.index_copy(0, rows, sub)
+    return t
+
+
+def _part(layer, path: str):
+    for name in path.split("."):
+        layer = getattr(layer, name)
+    return layer
+
+
+def steered_forward(layer, positions, hidden_states, residual, **kwargs):
+    """A steered decoder layer's forward (module docstring); bound to the layer by :func:`install`."""
+    groups = batch.groups(hidden_states.shape[0])
+    ops, spec = layer.recipe_ops, layer.block_spec
+    groups = {r: rows for r, rows in groups.items() if ops[r] is not None}
+    if not groups and not layer.channel_attention:
+        return type(layer).forward(layer, positions, hidden_states, residual, **kwargs)
+    x = hidden_states if residual is None else hidden_states + residual
+    attn = _part(layer, spec.attn)
+    a = attn(positions=positions, hidden_states=_part(layer, spec.attn_norm)(x), **kwargs)
+    if spec.attn_update != spec.attn:
+        a = _part(layer, spec.attn_update)(a)
+    state = {"resid_pre": x}
+    a = _apply(lambda o: o.attn_out, a, state, positions, ops, groups)
+    state["attn_out"] = a
+    h = x + a
+    m = _apply(lambda o: o.mlp_in, h, {**state, "mlp_in": h}, positions, ops, groups)
+    state["mlp_in"] = m
+    phi = _part(layer, spec.mlp)(_part(layer, spec.mlp_norm)(m))
+    if spec.mlp_update != spec.mlp:
+        phi = _part(layer, spec.mlp_update)(phi)
+    phi = _apply(lambda o: o.mlp_out, phi, state, positions, ops, groups)
+    if not any(ops[r] is not None and ops[r].resid_post for r in groups):
+        return phi, h
+    state["mlp_out"] = phi
+    y = _apply(lambda o: o.resid_post, h + phi, state, positions, ops, groups)
+    return y, torch.zeros_like(y)
+
+
+def install(model, model_type: str, plans: list[RecipePlan]) -> None:
+    """Steer the decoder layers of the built vLLM model ``model`` with ``plans`` (one per loaded recipe)."""
+    spec = FAMILIES[model_type]
+    inner = _part(model, spec.layers.rsplit(".", 1)[0])
+    batch.set_recipes([p.name for p in plans])
+    for i in range(inner.start_layer, inner.end_layer):
+        layer = inner.layers[i]
+        ops = [p.layers.get(i) for p in plans]
+        if all(o is None for o in ops):
+            continue
+        layer.recipe_ops, layer.block_spec = ops, spec
+        layer.channel_attention = any(o is not None and o.attention for o in ops)
+        if layer.channel_attention:
+            attn = _part(layer, spec.attn)
+            if attn.num_heads != attn.total_num_heads:
+                raise GeosteerError("surfaces and value_full on vLLM need tensor_parallel_size=1 (their per-head "
+                                    "parameters are not split across ranks yet)")
+            attn.attn = ChannelAttention(attn.attn, ops)
+        layer.forward = types.MethodType(steered_forward, layer)

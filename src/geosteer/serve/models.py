@@ -1,0 +1,51 @@
+"""vLLM's own causal-LM classes with geosteer recipes inside, one per served family (``serve.families``).
+
+``GeosteerLlamaForCausalLM`` and its siblings build the stock vLLM model, then steer its decoder layers with
+the recipes named in the config's ``geosteer_recipes`` ({name: folder}; ``geosteer_model_name`` is the
+base-model name they are checked against) through :func:`geosteer.serve.layers.install`.
+"""
+
+from __future__ import annotations
+
+from vllm.model_executor.models.gemma3 import Gemma3ForCausalLM
+from vllm.model_executor.models.llama import LlamaForCausalLM
+from vllm.model_executor.models.mistral import MistralForCausalLM
+from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
+from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
+
+from geosteer.serve.layers import install
+from geosteer.serve.plan import meta_model, plan_recipe
+
+
+class SteeredCausalLM:
+    """Mixin before a vLLM causal-LM class: the recipes are planned first (one-line errors), then
+    installed on the built model."""
+
+    def __init__(self, *, vllm_config, prefix: str = "") -> None:
+        cfg = vllm_config.model_config.hf_config
+        recipes = dict(getattr(cfg, "geosteer_recipes", None) or {})
+        meta = meta_model(cfg)
+        meta.config._geosteer_name = getattr(cfg, "geosteer_model_name", None)
+        plans = [plan_recipe(name, folder, meta) for name, folder in recipes.items()]
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
+        install(self, cfg.model_type, plans)
+
+
+class GeosteerLlamaForCausalLM(SteeredCausalLM, LlamaForCausalLM):
+    """Llama (and SmolLM2) with geosteer recipes."""
+
+
+class GeosteerQwen2ForCausalLM(SteeredCausalLM, Qwen2ForCausalLM):
+    """Qwen2 with geosteer recipes."""
+
+
+class GeosteerQwen3ForCausalLM(SteeredCausalLM, Qwen3ForCausalLM):
+    """Qwen3 (q/k norms inside attention) with geosteer recipes."""
+
+
+class GeosteerMistralForCausalLM(SteeredCausalLM, MistralForCausalLM):
+    """Mistral (sliding window) with geosteer recipes."""
+
+
+class GeosteerGemma3ForCausalLM(SteeredCausalLM, Gemma3ForCausalLM):
+    """Gemma3 text models (sandwich norms, sliding windows) with geosteer recipes."""
