@@ -71,3 +71,31 @@ def agreement(ref, got, ref_lp, got_lp) -> tuple[int, float]:
             if x != y:
                 break
     return same, worst
+
+
+def tiny_folder(family: str, folder) -> str:
+    """geosteer's tiny ``family`` model widened to head_dim 32 (the smallest head size vLLM's CPU attention
+    takes), random weights scaled as geosteer's tiny models are, saved with its tokenizer as a model folder
+    that declares ``tiny-<family>`` as its base (recipes made for it are checked against that name)."""
+    from transformers import AutoModelForCausalLM
+
+    from geosteer.models.tiny import tiny_config
+    from geosteer.models.tokenizers import smollm2_tokenizer
+
+    tok = smollm2_tokenizer()
+    cfg = tiny_config(family, vocab_size=len(tok))
+    cfg.hidden_size, cfg.intermediate_size, cfg.head_dim = 128, 256, 32  # 4 query heads
+    if family == "qwen2":  # vLLM's Qwen2 takes sliding windows on all layers or none
+        cfg.use_sliding_window, cfg.layer_types = False, ["full_attention"] * cfg.num_hidden_layers
+    cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
+    cfg.geosteer_base_model = f"tiny-{family}"
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "embed" not in name:
+                p.mul_(4.0)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)

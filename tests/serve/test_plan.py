@@ -127,10 +127,15 @@ def test_tensor_parallel_size_among_the_vllm_arguments():
             tensor_parallel_size(bad)
 
 
-def test_surfaces_with_walls_are_refused_in_one_line(tmp_path, meta):
+def test_walls_are_read_after_the_surfaces_and_also_on_layers_without_them(tmp_path, meta):
     from geosteer.manifold.walls import Wall
+    from geosteer.serve.plan import SurfaceOp
+    from geosteer.serve.walls import WallOp
 
     model, m = meta
-    folder = _surfaces(model, tmp_path / "w", walls=[Wall(layer=1, heads=(0,), q=(0.0, 1.0), k=(0.0, 1.0))])
-    with pytest.raises(GeosteerError, match="surfaces with walls cannot be served on vLLM"):
-        plan_recipe("w", folder, m)
+    folder = _surfaces(model, tmp_path / "w", walls=[Wall(layer=1, heads=(0,), q=(0.0, 1.0), k=(0.0, 1.0)),
+                                                     Wall(layer=2, heads=(3,), dims=(5,))])
+    plan = plan_recipe("w", folder, m)
+    assert [type(op) for op in plan.layers[1].attention] == [WallOp, SurfaceOp]  # walls outermost
+    (op,) = plan.layers[2].attention
+    assert isinstance(op, WallOp) and op.coeff is None and op.heads.tolist() == [3] and op.dims.tolist() == [5]

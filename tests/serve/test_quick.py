@@ -1,11 +1,12 @@
 """The CI-sized serving check: a tiny Llama on vLLM (CPU build, fp32) against geosteer's Hugging Face path.
 
-One engine serves every recipe kind (surfaces, directional at a residual site and in value space,
-dynamics, a block-output edit, a neutral recipe) and the stock model; 4 prompts x 8 greedy tokens under
-each, all interleaved in one ``generate`` call, then a stock batch and a surfaces batch alone. Each
-request must get its own recipe's HF tokens, with next-token log-probs within 1e-3 where both agree, and
-every non-neutral recipe must change the HF reference (so a recipe that is silently dropped fails). The
-full check on the default model is ``test_parity.py``.
+One engine serves every recipe kind (surfaces, surfaces with exact walls, directional at a residual site
+and in value space, dynamics, a block-output edit, a neutral recipe) and the stock model; 4 prompts x 8
+greedy tokens under each, all interleaved in one ``generate`` call, then a stock batch and a surfaces batch
+alone. Each request must get its own recipe's HF tokens, with next-token log-probs within 1e-3 where both
+agree, and every non-neutral recipe must change the HF reference (so a recipe that is silently dropped
+fails; the walls also change their surfaces' reference). The full check on the default model is
+``test_parity.py``, the other families ``test_models.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from tests.serve.helpers import agreement, hf_greedy, prompt_ids, vllm_greedy  # noqa: E402
+from tests.serve.helpers import agreement, hf_greedy, prompt_ids, tiny_folder, vllm_greedy  # noqa: E402
 
 N_PROMPTS, NEW = 4, 8
 LLM_KW = dict(gpu_memory_utilization=0.05, max_model_len=64, max_num_seqs=64, seed=0, enforce_eager=True)
@@ -31,51 +32,36 @@ RECIPES = {  # recipe keys as on the geosteer command line; tiny-llama has layer
 }
 
 
-def _tiny_llama_folder(folder) -> str:
-    """tiny-llama's config widened to head_dim 32 (the smallest head size vLLM's CPU attention takes), random
-    weights scaled as geosteer's tiny models are, saved with its tokenizer as a model folder."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from geosteer.models.tiny import tiny_config
-    from geosteer.models.tokenizers import smollm2_tokenizer
-
-    tok = smollm2_tokenizer()
-    cfg = tiny_config("llama", vocab_size=len(tok))
-    cfg.hidden_size, cfg.intermediate_size, cfg.head_dim = 128, 256, 32  # 4 query heads, 2 KV heads
-    cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
-    cfg.geosteer_base_model = "tiny-llama"  # recipes made for tiny-llama are checked against it
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2 and "embed" not in name:
-                p.mul_(4.0)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return str(folder)
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The model folder vLLM loads, the same folder on geosteer's HF path, and its prompts."""
     from geosteer.models.loading import load_model
 
-    folder = _tiny_llama_folder(tmp_path_factory.mktemp("tiny-llama"))
+    folder = tiny_folder("llama", tmp_path_factory.mktemp("tiny-llama"))
     model, tok = load_model(folder)
     return model, prompt_ids(tok, N_PROMPTS), folder
 
 
-def _surfaces(model, folder):
+def _surfaces(model, folder, layers=(0, 2), walls=()):
     import torch
 
     from geosteer.manifold import ManifoldConfig, SurfaceBank
 
-    bank = SurfaceBank(ManifoldConfig.for_model(model, grid_size=4, grid_range=(-3.0, 3.0), layers=[0, 2]))
+    bank = SurfaceBank(ManifoldConfig.for_model(model, grid_size=4, grid_range=(-3.0, 3.0), layers=list(layers)))
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(0)))
+    bank.set_walls(list(walls))
     return str(bank.save(folder))
+
+
+def _walls():
+    """Exact walls: on a surfaces layer (whole heads, and single (head, dim) pairs), and on a layer without."""
+    from geosteer.manifold.walls import Wall
+
+    inf = float("inf")
+    return [Wall(layer=0, heads=(0, 1), k=(0.0, inf)),
+            Wall(layer=0, pairs=((2, 5), (3, 7)), q=(-0.5, inf), k=(-inf, 0.3)),
+            Wall(layer=1, heads=(3,), q=(-inf, 0.0))]
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +70,8 @@ def recipe_dirs(tiny, tmp_path_factory):
 
     model = tiny[0]
     root = tmp_path_factory.mktemp("recipes")
-    out = {"surfaces": _surfaces(model, root / "surfaces")}
+    out = {"surfaces": _surfaces(model, root / "surfaces"),
+           "walls": _surfaces(model, root / "walls", layers=(0,), walls=_walls())}
     for name, keys in RECIPES.items():
         out[name] = str(save_recipe(root / name, InterventionSpec(**keys), base_model="tiny-llama"))
     return out
@@ -115,6 +102,8 @@ def test_every_recipe_kind_in_one_mixed_batch_matches_hf(tiny, recipe_dirs):
     for n in names:
         if n not in (None, "neutral"):
             assert _changes(refs[n], refs[None]), f"recipe {n} does not change the HF reference"
+    unwalled = _surfaces(model, recipe_dirs["walls"] + "-without", layers=(0,))
+    assert _changes(refs["walls"], _reference(model, prompts, unwalled)), "the walls change nothing"
     llm = steered_llm(folder, recipe_dirs, **LLM_KW)
     order = [(n, i) for i in range(len(prompts)) for n in names]  # interleaved: every batch is mixed
     got, got_lp = vllm_greedy(llm, [prompts[i] for _, i in order], NEW, [n for n, _ in order])

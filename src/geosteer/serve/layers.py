@@ -13,7 +13,8 @@ post-RoPE q, k and v) is replaced by a :class:`ChannelAttention` under the same 
 carried as C channels with the same key k and the values v, v⊙B_0(k), …, v⊙B_{K-1}(k) (per distinct surface
 grid), and every query head is repeated C times. vLLM's stock paged attention then returns A·v and
 F_b = A·(v⊙B_b(k)) with the stock weights A, and a per-query epilogue adds Σ_a B_a(q) Σ_b C_dab F_b
-(``geosteer.manifold.kernel``'s factored form). The KV cache of such a layer is C times the stock one.
+(``geosteer.manifold.kernel``'s factored form). Exact walls add their own channels after those
+(``serve.walls``). The KV cache of such a layer is C times the stock one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from geosteer.manifold.bspline import bspline_basis
 from geosteer.models.anatomy import FAMILIES
 from geosteer.serve import batch
 from geosteer.serve.plan import LayerOps, RecipePlan, SurfaceOp, ValueScaleOp
+from geosteer.serve.walls import WallOp, apply_walls, wall_values
 
 
 def _grids(ops: list[LayerOps | None]) -> list[tuple[int, float, float]]:
@@ -54,8 +56,13 @@ class ChannelAttention(Attention):
         for g, _, _ in self.grids:
             self.offsets.append(c)
             c += g + 3
-        self.channels = c
         self.heads, self.kv_heads, self.head_dim = stock.num_heads, stock.num_kv_heads, stock.head_size
+        self.walls = [w for o in ops if o is not None for w in o.walls()]  # each recipe's own channels
+        self.wall_offsets = []
+        for w in self.walls:
+            self.wall_offsets.append(c)
+            c += w.channels(self.head_dim)
+        self.channels = c
         name = stock.layer_name
         config = get_current_vllm_config()
         del config.compilation_config.static_forward_context[name]  # the KV cache binds to this one
@@ -75,11 +82,11 @@ class ChannelAttention(Attention):
         else:
             rows = self._feature_rows(n)
             if rows is None:
-                vx = self._value_channels(kh, vh)
-            else:  # rows without surfaces never read their extra channels: v stands in, no key features
+                vx = self._channels(kh, vh)
+            else:  # rows without surfaces or walls never read their extra channels: v stands in
                 vx = vh.unsqueeze(2).expand(n, hkv, c, d)
                 if rows.numel():
-                    vx = vx.index_copy(0, rows, self._value_channels(kh[rows], vh[rows]))
+                    vx = vx.index_copy(0, rows, self._channels(kh[rows], vh[rows]))
             vx = vx.reshape(n, hkv * c * d)
             kx = kh.unsqueeze(2).expand(n, hkv, c, d).reshape(n, hkv * c * d)
             qx = q.view(n, hkv, 1, rep, d).expand(n, hkv, c, rep, d).reshape(n, hkv * c * rep * d)
@@ -87,6 +94,12 @@ class ChannelAttention(Attention):
         out = o[:, :, 0].reshape(n, self.heads, d)
         out = _attention_ops(self, out, o, q, vh)
         return out.reshape(n, self.heads * d)
+
+    def _channels(self, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
+        """(n, hkv, C, d): the surface channels, then each recipe's wall channels (``serve.walls``)."""
+        chans = [self._value_channels(kh, vh)]
+        chans += [wall_values(w, kh, vh, self.head_dim) for w in self.walls]
+        return torch.cat(chans, dim=2) if len(chans) > 1 else chans[0]
 
     def _value_channels(self, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
         """(n, hkv, C, d): v, then v ⊙ B_a(k) for each grid's basis functions a."""
@@ -96,9 +109,10 @@ class ChannelAttention(Attention):
         return torch.cat(chans, dim=2)
 
     def _feature_rows(self, n: int) -> torch.Tensor | None:
-        """The token rows whose recipe has surfaces on this layer (None: every row)."""
+        """The token rows whose recipe has surfaces or walls on this layer (None: every row)."""
         need = [rows for r, rows in batch.groups(n).items()
-                if r < len(self.ops) and self.ops[r] is not None and self.ops[r].surface() is not None]
+                if r < len(self.ops) and self.ops[r] is not None
+                and (self.ops[r].surface() is not None or self.ops[r].walls())]
         if any(rows is None for rows in need):
             return None
         return torch.cat(need) if need else torch.empty(0, dtype=torch.long)
@@ -115,6 +129,9 @@ def _attention_ops(attn, out, o, q, v) -> torch.Tensor:
         for op in reversed(ops.attention):
             if isinstance(op, SurfaceOp):
                 y = y + _surface_delta(attn, op, o[sel], q[sel])
+            elif isinstance(op, WallOp):
+                off = attn.wall_offsets[next(i for i, w in enumerate(attn.walls) if w is op)]
+                y = apply_walls(op, y, o[sel][:, :, off:off + op.channels(attn.head_dim)], q[sel])
             else:
                 y = _value_scale(op, y, v[sel])
         if rows is None:

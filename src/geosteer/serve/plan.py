@@ -7,8 +7,8 @@ vLLM: the engine-side code (``geosteer.serve.layers``) calls these operations on
 
 Supported: residual-space directional scaling (``attn_out``, ``mlp_out``, ``resid_post``),
 ``value_full`` (per head or concatenated, head selections), FFN variants, gates, gains, parallel layers,
-and attention surfaces (exact, through extra value channels; see ``geosteer.serve.layers``). Anything else
-is refused with one line naming the setting, never approximated.
+attention surfaces and exact walls (exact, through extra value channels; see ``geosteer.serve.layers`` and
+``geosteer.serve.walls``). Anything else is refused with one line naming the setting, never approximated.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from geosteer.errors import GeosteerError
+from geosteer.serve.walls import WallOp, wall_op
 
 # fn(tensor, state, positions) -> tensor; state holds this layer's resid_pre / attn_out / mlp_in rows
 HookFn = Callable[[torch.Tensor, dict, torch.Tensor], torch.Tensor]
@@ -55,7 +56,7 @@ class ValueScaleOp:
 class LayerOps:
     """What one recipe does on one layer, in attach order per point."""
 
-    attention: list = field(default_factory=list)  # SurfaceOp | ValueScaleOp, outermost first
+    attention: list = field(default_factory=list)  # SurfaceOp | ValueScaleOp | WallOp, outermost first
     attn_out: list[HookFn] = field(default_factory=list)
     mlp_in: list[HookFn] = field(default_factory=list)
     mlp_out: list[HookFn] = field(default_factory=list)
@@ -66,6 +67,10 @@ class LayerOps:
 
     def surface(self) -> SurfaceOp | None:
         return next((op for op in self.attention if isinstance(op, SurfaceOp)), None)
+
+    def walls(self) -> list:
+        """The walls (``serve.walls.WallOp``) among the attention operations."""
+        return [op for op in self.attention if isinstance(op, WallOp)]
 
 
 @dataclass
@@ -118,19 +123,20 @@ def plan_recipe(name: str, folder: str | Path, model: nn.Module) -> RecipePlan:
     spec, base = spec_of(folder)
     check_base_model(base, model_id(model), what=f"recipe '{name}' ({folder})")
     layers: dict[int, LayerOps] = {i: LayerOps() for i in range(anatomy(model).n_layers)}
+    rep = anatomy(model).n_rep
     for inter in spec.build(model):
-        _read(inter, layers)
+        _read(inter, layers, rep)
     return RecipePlan(name, str(folder), {i: ops for i, ops in layers.items() if not ops.empty()})
 
 
-def _read(inter, layers: dict[int, LayerOps]) -> None:
+def _read(inter, layers: dict[int, LayerOps], rep: int) -> None:
     from geosteer.directional.sites import ComponentScale
     from geosteer.dynamics.gates import FFNGates
     from geosteer.dynamics.variants import FFNVariant, Gains, Parallelize
     from geosteer.manifold.bank import SurfaceBank
 
-    readers = {SurfaceBank: _read_bank, ComponentScale: _read_scale, FFNVariant: _read_variant,
-               Gains: _read_gains, Parallelize: _read_parallel, FFNGates: _read_gates}
+    readers = {SurfaceBank: lambda bank, ls: _read_bank(bank, ls, rep), ComponentScale: _read_scale,
+               FFNVariant: _read_variant, Gains: _read_gains, Parallelize: _read_parallel, FFNGates: _read_gates}
     reader = readers.get(type(inter))
     if reader is None:
         raise GeosteerError(f"{type(inter).__name__} cannot be served on vLLM; supported: surfaces, scale_site "
@@ -142,16 +148,21 @@ def _all(layers: dict, chosen) -> list[int]:
     return sorted(layers) if chosen is None else [int(x) for x in chosen]
 
 
-def _read_bank(bank, layers: dict[int, LayerOps]) -> None:
-    if bank.walls:
-        raise GeosteerError("surfaces with walls cannot be served on vLLM yet (the walled pairs need the "
-                            "attention weights per pair); serve the surfaces without walls")
-    for slot, layer in enumerate(bank.layers):
-        if not bank._layer_nonzero(slot):
-            continue  # zero surfaces: the stock layer
-        lo, hi = bank.range_of(layer)
-        layers[layer].attention.append(SurfaceOp(bank.coefficients[slot].detach().float().clone(),
-                                                 bank.grid_size, lo, hi))
+def _read_bank(bank, layers: dict[int, LayerOps], rep: int) -> None:
+    """Surfaces, and exact walls (``serve.walls``; applied after the surfaces, as the bank does)."""
+    if not bank.enabled:
+        return
+    for layer in sorted(set(bank.layers) | {w.layer for w in bank.walls}):
+        lw = bank.walls_for(layer) if bank.walls else None
+        slot = bank.layers.index(layer) if layer in bank.layers else None
+        coeff = None
+        if slot is not None and bank._layer_nonzero(slot):  # zero surfaces: the stock layer
+            coeff = bank.coefficients[slot].detach().float().clone()
+        lo, hi = bank.range_of(layer) if slot is not None else (0.0, 1.0)
+        if lw is not None:
+            layers[layer].attention.append(wall_op(lw, coeff, bank.grid_size, lo, hi, rep))
+        if coeff is not None:
+            layers[layer].attention.append(SurfaceOp(coeff, bank.grid_size, lo, hi))
 
 
 def _read_scale(cs, layers: dict[int, LayerOps]) -> None:
