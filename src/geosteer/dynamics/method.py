@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from geosteer.dynamics.gates import GATES, GATES_V0
-from geosteer.methods import Method, RecipeKey, Study, register_method
+from geosteer.methods import Check, Method, RecipeKey, Study, register_method
+from geosteer.models.tiny import TINY_FAMILIES
 
 
 def _validate(v: dict) -> None:
@@ -53,11 +54,25 @@ STUDIES = (
     _study("edit-specificity", "prefix", "edit_specificity", "Fig. 13: editing specificity"),
     _study("edit-linearity", "prefix", "edit_linearity", "Fig. 13: edit transfer is nearly linear"),
     _study("edit-locality", "prefix", "edit_locality", "editing locality vs query/key edits"),
+    Study("edit-protocol", "geosteer.dynamics.studies.edit_protocol:edit_protocol",
+          "App. C: n = 32 value-neuron edits, s = 0.5…8, equal-norm baselines, channel ablation"),
     _study("continuation", "continuation", "continuation", "Thm 3, Fig. 11: α continuation"),
     _study("basins", "continuation", "basins", "Fig. 12: basin maps at α = 0 vs 1"),
     _study("phase", "continuation", "phase", "Fig. 9: phase reconstruction"),
     _study("theory", "theory", "theory", "Thm 3, Eq. (9), Eq. (11): first-order branch, J* split, region bound"),
     _study("significance", "significance", "significance", "cross-model rows: bootstrap interval, permutation p"),
+    Study("ov-spectrum", "geosteer.dynamics.studies.ov:ov_spectrum",
+          "Fig. 14, App. C.6: OV non-symmetry, dominant eigenvalue by modulus and by real part"),
+)
+
+_CHECKS = "geosteer.dynamics.checks"
+CHECKS = (
+    Check("2.1", "P_u and the radial/tangential split vs numpy projectors", f"{_CHECKS}:sphere_split_vs_numpy",
+          1e-12),
+    Check("2.3", "tangent Jacobian (OV, FFN, full; layer 1) vs central finite differences",
+          f"{_CHECKS}:tangent_jacobian_vs_finite_differences", 1e-6, tuple(TINY_FAMILIES)),
+    Check("2.15", "estimated speed-up (T_par = max(T_A, T_Φ)) vs an explicit loop",
+          f"{_CHECKS}:parallel_speedup_vs_loop", 1e-12),
 )
 
 
@@ -79,4 +94,5 @@ METHOD = register_method(Method(
     cli="geosteer.dynamics.cli_register",
     artifacts=(GATES, GATES_V0),
     studies=STUDIES,
+    checks=CHECKS,
 ))
