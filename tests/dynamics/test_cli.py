@@ -143,3 +143,30 @@ def test_dynamics_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys,
     monkeypatch.chdir(tmp_path)
     assert needle in refused_before_load(monkeypatch, capsys, *args)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_parallelize_cache_is_reused_and_refused_for_another_run(tmp_path, monkeypatch, capsys):
+    """A loss already in --cache is taken as it is (a planted value shows up); a cache of another run is
+    refused with one line before the model loads."""
+    from tests.cli_helpers import refused_before_load
+
+    cache = tmp_path / "losses.json"
+    argv = [*DYN, "parallelize", "-m", "tiny-llama", "--counts", "0,1", "--seeds", "1", "--no-measured",
+            "--defect-tokens", "64", "--tokens", "64", "--seq-len", "32", "--cache", str(cache), "--json"]
+    code, stdout, _ = run(argv, monkeypatch, capsys)
+    assert code == 0
+    first = json.loads(stdout)["curve"]
+    saved = json.loads(cache.read_text())
+    assert saved["run"]["model"] == "tiny-llama" and saved["run"]["tokens"] == 64
+    for r in first:  # every evaluated layer set is in the cache with its loss
+        assert saved["losses"][r["layers"]] == r["loss"]
+    planted = first[0]["loss_stock"] + 1.5
+    low1 = next(r for r in first if r["strategy"] == "low" and r["n_parallel"] == 1)
+    saved["losses"][low1["layers"]] = planted
+    cache.write_text(json.dumps(saved))
+    code, stdout, _ = run(argv, monkeypatch, capsys)
+    assert code == 0
+    again = next(r for r in json.loads(stdout)["curve"] if r["strategy"] == "low" and r["n_parallel"] == 1)
+    assert again["loss"] == planted and again["loss_increase"] == pytest.approx(1.5, abs=1e-9)
+    other = [a if a != "64" else "128" for a in argv]  # another --tokens: another run
+    assert "holds losses of another run" in refused_before_load(monkeypatch, capsys, *other)

@@ -56,26 +56,35 @@ def layer_order(defects: Sequence[float], strategy: str, seed: int = 0,
     raise ValueError(f"unknown selection strategy '{strategy}'; valid: {', '.join(STRATEGIES)}")
 
 
+def layer_set_key(layers: Sequence[int]) -> str:
+    """The key of a set of parallelised layers in a loss cache: sorted, space-separated ("" = stock)."""
+    return " ".join(str(i) for i in sorted(set(layers)))
+
+
 def parallel_curve(model: nn.Module, eval_ids: torch.Tensor, defects: Sequence[float],
                    counts: Sequence[int], seeds: Sequence[int] = (0, 1, 2, 3, 4), batch_size: int = 4,
                    times: list[dict] | None = None, log: Callable[[str], None] | None = None,
-                   measured: bool = False) -> list[dict]:
+                   measured: bool = False, losses: dict[str, float] | None = None,
+                   on_loss: Callable[[dict[str, float]], None] | None = None) -> list[dict]:
     """Held-out loss increase vs number of parallelised layers, per strategy (random: one row per seed).
 
     ``measured``: also parallelise each layer alone (rows of strategy ``single``, with C_ℓ) and trace the
-    order by ascending single-layer ΔL (strategy ``measured``).
+    order by ascending single-layer ΔL (strategy ``measured``). ``losses``: held-out losses already known,
+    keyed by :func:`layer_set_key` (reused, and new ones added); ``on_loss(losses)`` after each new one.
     """
     check_positions(model, eval_ids.shape[-1], "window length")
     n_layers = len(defects)
     bad = [c for c in counts if not 0 <= c <= n_layers]
     if bad:
         raise ValueError(f"layer count {bad[0]} out of range 0..{n_layers}")
-    cache: dict[frozenset, float] = {}
+    cache = losses if losses is not None else {}
 
     def loss_of(layers: list[int]) -> float:
-        key = frozenset(layers)
+        key = layer_set_key(layers)
         if key not in cache:
             cache[key] = mean_loss(model, eval_ids, batch_size, (Parallelize(sorted(layers)),) if layers else ())
+            if on_loss is not None:
+                on_loss(cache)
         return cache[key]
 
     base = loss_of([])

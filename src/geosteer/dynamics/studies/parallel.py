@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MAX_SEEDS, MODEL_OPT, THREADS_OPT, emit, model_config
+from geosteer.cli.outputs import out_file
 from geosteer.dynamics.studies.common import (
     BATCH_OPT,
     CSV_OPT,
@@ -19,7 +20,24 @@ from geosteer.dynamics.studies.common import (
     setup_model,
     write_rows,
 )
+from geosteer.io_utils import atomic_write_json
 from geosteer.models.anatomy import anatomy
+
+
+def _read_cache(path: Path, run_key: dict) -> dict[str, float]:
+    """The losses of an earlier run with the same ``run_key`` (empty where ``path`` does not exist yet)."""
+    from geosteer.errors import GeosteerError
+    from geosteer.io_utils import read_json
+
+    if not path.exists():
+        return {}
+    data = read_json(path, "--cache")
+    if not isinstance(data, dict) or not isinstance(data.get("losses"), dict):
+        raise GeosteerError(f"--cache {path}: not a loss cache of this study (no 'losses' object)")
+    if data.get("run") != run_key:
+        raise GeosteerError(f"--cache {path} holds losses of another run ({data.get('run')}); give a new file "
+                            f"for {run_key}")
+    return {str(k): float(v) for k, v in data["losses"].items()}
 
 
 def parallelize(model: str = MODEL_OPT,
@@ -30,6 +48,9 @@ def parallelize(model: str = MODEL_OPT,
                 measured: bool = typer.Option(True, "--measured/--no-measured",
                                               help="also each layer alone + the order by its ΔL"),
                 tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
+                cache: Path | None = typer.Option(None, "--cache", callback=out_file(".json"),
+                                                  help="keep each held-out loss in this JSON file and reuse "
+                                                       "those already there: a rerun resumes"),
                 as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                 threads: int = THREADS_OPT,
                 device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
@@ -54,14 +75,17 @@ def parallelize(model: str = MODEL_OPT,
         if bad:
             raise ValueError(f"--counts: {bad[0]} parallel layers is not possible: give counts in 0.."
                              f"{n_cfg if n_cfg is not None else 'the number of layers'}")
+    run_key = {"model": model, "tokens": tokens, "seq_len": seq_len, "device": device, "dtype": dtype}
+    losses = _read_cache(cache, run_key) if cache is not None else None
     m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len)
     n = anatomy(m).n_layers
     cnt = parse_ints(counts, "--counts") if counts else list(range(n + 1))
     defects = defect_profile(m, corpus_windows(tok, "train", defect_tokens, seq_len), batch_size)
     ids = corpus_windows(tok, "heldout", tokens, seq_len)
     times = submodule_times(m, ids[:1])
+    keep = None if cache is None else (lambda known: atomic_write_json(cache, {"run": run_key, "losses": known}))
     rows = parallel_curve(m, ids, defects, cnt, seeds=range(seeds), batch_size=batch_size, times=times,
-                          measured=measured)
+                          measured=measured, losses=losses, on_loss=keep)
     safe = safe_speedup(rows, threshold)
     rho = defect_predicts_cost(rows)
     all_rows = ([{"table": "defect", "layer": i, "defect": c, **times[i]} for i, c in enumerate(defects)]
