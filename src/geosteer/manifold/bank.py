@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 from geosteer.attention import attach_handlers
 from geosteer.errors import GeosteerError
@@ -267,6 +268,8 @@ class SurfaceBank(nn.Module):
     # ----------------------------------------------------------------- the handler
     def _layer_nonzero(self, slot: int) -> bool:
         c = self.coefficients
+        if parametrize.is_parametrized(self, "coefficients"):  # factors (rank-r training): a new tensor
+            return bool(c[slot].ne(0).any())                    # on every access, nothing to cache on
         key = (c._version, c.data_ptr())
         if self._nonzero_version != key:
             with torch.no_grad():

@@ -255,6 +255,8 @@ def train_cmd(
     calibrate: bool = typer.Option(False, "--calibrate", help="per-layer range from q/k quantiles"),
     quantile: float = typer.Option(0.99, "--quantile", help="quantile of |q|,|k| for --calibrate"),
     layers: str = typer.Option("all", "--layers", help="e.g. 8-15, 0,2,5-7 or all"),
+    rank: int = typer.Option(None, "--rank", help="train rank-r surfaces, C = U Wᵀ with r < K "
+                             "(default: full rank)"),
     tokens: int = typer.Option(None, "--tokens", help="training tokens (default 262144 unless --steps)"),
     steps: int = typer.Option(None, "--steps", help="optimizer steps (overrides --tokens)"),
     seq_len: int = typer.Option(128, "--seq-len", help="training window length in tokens"),
@@ -293,7 +295,7 @@ def train_cmd(
     dtype_note = save_dtype is None and dtype != "float32"  # before 0.2, --dtype here was the storage dtype
     save_dtype = save_dtype or "float32"
     check_options(out=out, grid_size=grid, grid_range=tuple(grid_range), calibrate=calibrate,
-                  quantile=quantile, storage_dtype=save_dtype, text=text)
+                  quantile=quantile, storage_dtype=save_dtype, text=text, rank=rank)
     if resume and overwrite:
         raise ValueError("--resume and --overwrite contradict each other: give one (continue, or start over)")
     from geosteer.data.corpus import SPLITS
@@ -325,7 +327,8 @@ def train_cmd(
     _, res = train_surfaces(m, tok, out, grid_size=grid, grid_range=tuple(grid_range),
                             calibrate=calibrate, calibrate_quantile=quantile, layers=layer_list, cfg=cfg,
                             text=text,
-                            resume=resume, overwrite=overwrite, storage_dtype=save_dtype, command=command,
+                            resume=resume, overwrite=overwrite, storage_dtype=save_dtype, rank=rank,
+                            command=command,
                             progress=sys.stderr.isatty() and not as_json,
                             log=(lambda s: print(s, file=sys.stderr, flush=True)))
     summary = {"out": str(out), "steps": res.steps_done, "tokens": res.tokens_seen,

@@ -85,15 +85,17 @@ STORAGE_DTYPES = ("float32", "float16", "bfloat16")
 
 
 def check_options(*, out: Path, grid_size: int, grid_range, calibrate: bool, quantile: float,
-                  storage_dtype: str, text: str | Path) -> None:
+                  storage_dtype: str, text: str | Path, rank: int | None = None) -> None:
     """Validate every option of a surfaces run before any model is loaded or any step is taken, so a
     mistake (e.g. ``--dtype int8``) costs nothing instead of failing after training."""
     from geosteer.data.corpus import SPLITS
     from geosteer.manifold.bspline import check_grid
+    from geosteer.manifold.low_rank_train import check_rank
 
     if storage_dtype not in STORAGE_DTYPES:
         raise GeosteerError(f"storage dtype must be one of {', '.join(STORAGE_DTYPES)} (got {storage_dtype})")
     check_grid(grid_size, *grid_range)
+    check_rank(rank, grid_size)
     if calibrate and not 0.5 <= quantile < 1.0:
         raise GeosteerError(f"calibration quantile must be in [0.5, 1), got {quantile}")
     check_output_folder(out, "geosteer-surfaces", what="--out")  # never over a folder of the user's files
@@ -117,6 +119,7 @@ def train_surfaces(
     resume: bool = False,
     overwrite: bool = False,
     storage_dtype: str = "float32",
+    rank: int | None = None,
     command: str | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = print,
@@ -127,8 +130,10 @@ def train_surfaces(
 
     The bank stays installed on ``model`` afterwards (``geosteer.manifold.uninstall(model)`` removes it).
     ``stop_at`` ends early (as if killed) without writing the artifact; ``resume=True`` continues.
+    ``rank``: train rank-r surfaces directly (C_d = U_d W_dᵀ, :mod:`geosteer.manifold.low_rank_train`).
     """
     from geosteer.manifold import install, save, uninstall
+    from geosteer.manifold.low_rank_train import factorise, merge_factors, trained_parameters
     from geosteer.models.anatomy import anatomy
     from geosteer.train.checkpoint import check_run, find_checkpoint, load_checkpoint, run_record
 
@@ -136,7 +141,7 @@ def train_surfaces(
     say = log or (lambda s: None)
     out = Path(out)
     check_options(out=out, grid_size=grid_size, grid_range=grid_range, calibrate=calibrate,
-                  quantile=calibrate_quantile, storage_dtype=storage_dtype, text=text)
+                  quantile=calibrate_quantile, storage_dtype=storage_dtype, text=text, rank=rank)
     state_dir = Path(str(out) + ".train")
     an = anatomy(model)
     layers = an.check_layers(layers)
@@ -146,6 +151,8 @@ def train_surfaces(
     run = {"grid_size": grid_size, "layers": layers, "heads": an.n_heads, "head_dim": an.head_dim,
            "grid_range": [float(x) for x in grid_range], "calibrate": bool(calibrate),
            "calibrate_quantile": float(calibrate_quantile) if calibrate else None}
+    if rank is not None:  # absent for full-rank runs: their checkpoints' records stay as they were
+        run["rank"] = int(rank)
     ckpt = find_checkpoint(state_dir) if state_dir.is_dir() else None
     if resume and ckpt is not None:
         state = load_checkpoint(ckpt)
@@ -165,14 +172,18 @@ def train_surfaces(
                                               for x, r in zip(layers, ranges, strict=True)))
     uninstall(model)
     bank = install(model, grid_size=grid_size, grid_range=grid_range, layers=layers, ranges=ranges)
-    bank.coefficients.requires_grad_(True)
+    if rank is None:
+        bank.coefficients.requires_grad_(True)
+    else:
+        factorise(bank, rank, seed=cfg.seed)
+    n_trained = trained_parameters(bank)
     surf = {"grid_size": grid_size, "layers": layers,
             "ranges": [list(bank.range_of(x)) for x in layers], "calibration": calibration}
     say(f"surfaces: {bank.extra_repr()}; {cfg.total_steps} steps x {cfg.batch_size} x {cfg.seq_len} tokens")
     res = train(model, bank, cfg, tok=tok, text=text, out_dir=state_dir, resume=resume, overwrite=overwrite,
                 progress=progress, log=log, stop_at=stop_at, checkpoint_extra={"surfaces": surf}, run=run,
                 **train_kw)
-    bank.coefficients.requires_grad_(False)
+    merge_factors(bank)  # plain frozen coefficients (the product U Wᵀ for a rank-r run)
     atomic_write_json(state_dir / "history.json", {"meta": {"config": cfg.to_dict(), **surf},
                                                    "rows": res.history, "evals": res.evals})
     if res.stopped_early:
@@ -187,9 +198,11 @@ def train_surfaces(
         "final_loss": res.final_loss, "seconds_this_run": round(res.seconds, 1),
         "resumed_from": res.resumed_from,
         "threads": torch.get_num_threads(),
-        "parameter_overhead": {"surface_params": bank.n_parameters(), "model_params": n_model,
-                               "fraction": bank.n_parameters() / n_model},
+        "parameter_overhead": {"surface_params": n_trained, "model_params": n_model,
+                               "fraction": n_trained / n_model},
     }
+    if rank is not None:
+        training["rank"] = int(rank)
     save(bank, out, dtype=storage_dtype, training=training, calibration=calibration,
          command=command or " ".join(shlex.quote(a) for a in sys.argv))
     say(f"saved surfaces to {out} (held-out ppl {res.ppl_before} -> {res.ppl_after})")
