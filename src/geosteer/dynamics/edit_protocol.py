@@ -48,6 +48,13 @@ class ProtocolConfig:
 
     def check(self, d_ff: int | None = None) -> ProtocolConfig:
         """Refuse bad controls in one line; ``d_ff`` (the FFN width) bounds ``neurons`` and ``ks``."""
+        checks = ((self.neuron_rule, we.NEURON_RULES, "neuron rule (--neuron-rule)"),
+                  (self.channel_rule, we.CHANNEL_RULES, "channel rule (--channel-rule)"),
+                  (self.direction, DIRECTIONS, "edit direction (--direction)"),
+                  *((s, we.SITES, "edit site (--sites)") for s in self.sites))
+        for value, valid, what in checks:
+            if value not in valid:
+                raise GeosteerError(f"unknown {what} '{value}'; valid: {', '.join(valid)}")
         if len(self.sizes) < 2 or len(set(self.sizes)) < len(self.sizes) or \
                 not all(math.isfinite(s) and s > 0 for s in self.sizes):
             raise GeosteerError(f"edit sizes must be >= 2 different finite numbers > 0 (got {list(self.sizes)})")
@@ -56,13 +63,6 @@ class ProtocolConfig:
                 raise GeosteerError(f"{name} must be integers >= 1 (got {values})")
             if d_ff is not None and max(values) > d_ff:
                 raise GeosteerError(f"{name} {max(values)} exceeds the FFN width {d_ff} of this model")
-        checks = ((self.neuron_rule, we.NEURON_RULES, "neuron rule (--neuron-rule)"),
-                  (self.channel_rule, we.CHANNEL_RULES, "channel rule (--channel-rule)"),
-                  (self.direction, DIRECTIONS, "edit direction (--direction)"),
-                  *((s, we.SITES, "edit site (--sites)") for s in self.sites))
-        for value, valid, what in checks:
-            if value not in valid:
-                raise GeosteerError(f"unknown {what} '{value}'; valid: {', '.join(valid)}")
         if not self.sites:
             raise GeosteerError(f"--sites is empty; valid: {', '.join(we.SITES)}")
         if not self.seeds:
