@@ -36,10 +36,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from geosteer.dynamics.ov import OV_NORMS
 from geosteer.errors import GeosteerError
 
 FIELDS = ("ov", "ffn", "full")
-OV_NORMS = ("gain", "none")
 LABELS = ("A", "S", "R")
 
 
@@ -107,7 +107,7 @@ def _ov_sum_direct(an, layer: int) -> torch.Tensor | None:
 @torch.no_grad()
 def effective_ov(model: nn.Module, layer: int, ov_norm: str = "gain") -> torch.Tensor:
     """The layer's effective OV map V (d × d, float64, acts on column vectors); see the module docstring."""
-    from geosteer.dynamics.ov import ov_weights
+    from geosteer.dynamics.ov import ov_weights, sphere_gain
     from geosteer.models.anatomy import anatomy
 
     if ov_norm not in OV_NORMS:
@@ -120,15 +120,7 @@ def effective_ov(model: nn.Module, layer: int, ov_norm: str = "gain") -> torch.T
         m = sum((w_v[h // an.n_rep].double() @ w_o[h].double()) for h in range(an.n_heads)).T  # (d, d)
     if ov_norm == "none":
         return m.contiguous()
-    d = an.d_model
-    norm = an.blocks[layer].attn_norm
-    p = next(model.parameters())
-    if an.spec.norm_kind == "rmsnorm":
-        e = torch.full((1, d), 1.0 / math.sqrt(d), device=p.device, dtype=p.dtype)
-        gain = (norm(e)[0].double().cpu() * math.sqrt(d))  # γ / sqrt(1/d + ε): the map on the unit sphere
-    else:
-        gain = norm.weight.detach().double().cpu() * math.sqrt(d)
-    return (m * gain[None, :]).contiguous()
+    return (m * sphere_gain(model, layer)[None, :]).contiguous()  # the pre-norm's map on the unit sphere
 
 
 @dataclass

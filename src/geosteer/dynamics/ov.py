@@ -8,14 +8,22 @@ than by parsing weight names, so every family (fused qkv, Conv1D, interleaved he
 way: one forward in which every ``attn_norm`` outputs [0; I] (reads W_V and its bias from the values the
 attention function receives) and every attention call returns one-hot head outputs (reads W_O and its
 bias from the module output). No data is involved; the result is deterministic.
+
+``ov_norm="gain"`` folds the attention pre-norm in the way the critical study's effective V does
+(:func:`geosteer.dynamics.fields.effective_ov`): on unit directions u the norm is the diagonal map
+diag(:func:`sphere_gain`) — RMSNorm γ / sqrt(1/d + ε) (Gemma-3's 1 + w included), LayerNorm γ·√d with
+the centring and bias dropped — so V_h = W_O,hᵀ W_V,gᵀ diag(gain) acts on the raw residual direction.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
 from geosteer.attention import add_attention_handler, use_geosteer_attention
+from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import anatomy, first_tensor, replace_first
 
 
@@ -66,35 +74,58 @@ def ov_weights(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
+OV_NORMS = ("gain", "none")
+
+
+@torch.no_grad()
+def sphere_gain(model: nn.Module, layer: int) -> torch.Tensor:
+    """The attention pre-norm of ``layer`` on unit directions as a diagonal (d,) float64: RMSNorm's
+    γ / sqrt(1/d + ε), read by applying the module to a unit vector; LayerNorm's γ·√d (centring dropped)."""
+    an = anatomy(model)
+    d = an.d_model
+    norm = an.blocks[layer].attn_norm
+    p = next(model.parameters())
+    if an.spec.norm_kind == "rmsnorm":
+        e = torch.full((1, d), 1.0 / math.sqrt(d), device=p.device, dtype=p.dtype)
+        return norm(e)[0].double().cpu() * math.sqrt(d)
+    return norm.weight.detach().double().cpu() * math.sqrt(d)
+
+
 def head_ov(w_v: torch.Tensor, w_o: torch.Tensor, head: int, n_rep: int) -> torch.Tensor:
     """V_h as a (d, d) matrix acting on column vectors: V_h x = W_O,hᵀ W_V,gᵀ x, g = head // n_rep."""
     return (w_v[head // n_rep] @ w_o[head]).T
 
 
-def ov_rows(model: nn.Module) -> list[dict]:
+def _eig_reading(ev: torch.Tensor, index: torch.Tensor) -> tuple[complex, bool]:
+    """The eigenvalue ``ev[index]`` and whether it is real (|Im| ≤ 1e-6 |λ|) and > 0."""
+    lam = complex(ev[index].item())
+    return lam, abs(lam.imag) <= 1e-6 * max(abs(lam), 1e-30) and lam.real > 0
+
+
+def ov_rows(model: nn.Module, ov_norm: str = "none") -> list[dict]:
     """Tidy per-head rows: skew/sym ratio, dominant eigenvalue (largest modulus) and its sign, and the
-    eigenvalue of largest real part (``dominant_by_real_positive``: it is real and > 0)."""
+    eigenvalue of largest real part (``dominant_by_real_positive``: it is real and > 0). ``ov_norm``:
+    ``none`` (the map from the normed input) or ``gain`` (the pre-norm's :func:`sphere_gain` folded in)."""
+    if ov_norm not in OV_NORMS:
+        raise GeosteerError(f"unknown ov_norm '{ov_norm}'; valid: {', '.join(OV_NORMS)}")
     an = anatomy(model)
     rows = []
     for layer, (w_v, w_o) in enumerate(ov_weights(model)):
+        gain = sphere_gain(model, layer) if ov_norm == "gain" else torch.ones(an.d_model, dtype=torch.float64)
         for h in range(an.n_heads):
             g = h // an.n_rep
-            V = head_ov(w_v, w_o, h, an.n_rep).double()
+            V = head_ov(w_v, w_o, h, an.n_rep).double() * gain[None, :]
             ratio = (0.5 * (V - V.T)).norm() / (0.5 * (V + V.T)).norm().clamp_min(1e-30)
-            # Non-zero eigenvalues of V = (W_V W_O)ᵀ are those of the small (dv, dv) matrix W_O W_V... its
-            # transpose shares them: eig(AB) \ {0} = eig(BA) \ {0}.
-            small = (w_o[h].double() @ w_v[g].double())  # (dv, dv)
+            # The non-zero eigenvalues of V = A B (A = W_O,hᵀ, B = W_V,gᵀ diag(gain)) are those of the small
+            # (dv, dv) matrix B A, whose transpose is W_O,h diag(gain) W_V,g: eig(AB) \ {0} = eig(BA) \ {0}.
+            small = w_o[h].double() @ (gain[:, None] * w_v[g].double())  # (dv, dv)
             ev = torch.linalg.eigvals(small)
-            top = ev[ev.abs().argmax()]
-            is_real = abs(top.imag.item()) <= 1e-6 * max(abs(top).item(), 1e-30)
-            top_re = ev[ev.real.argmax()]  # "dominant" read as the largest real part
-            re_real = abs(top_re.imag.item()) <= 1e-6 * max(abs(top_re).item(), 1e-30)
+            top, top_pos = _eig_reading(ev, ev.abs().argmax())
+            top_re, re_pos = _eig_reading(ev, ev.real.argmax())  # "dominant" read as the largest real part
             rows.append({
-                "layer": layer, "head": h, "kv_head": g, "skew_sym_ratio": ratio.item(),
-                "dominant_real": top.real.item(), "dominant_imag": top.imag.item(),
-                "dominant_positive": bool(is_real and top.real.item() > 0),
-                "max_real_part": ev.real.max().item(),
-                "dominant_by_real_positive": bool(re_real and top_re.real.item() > 0),
+                "layer": layer, "head": h, "kv_head": g, "ov_norm": ov_norm, "skew_sym_ratio": ratio.item(),
+                "dominant_real": top.real, "dominant_imag": top.imag, "dominant_positive": top_pos,
+                "max_real_part": top_re.real, "max_real_imag": top_re.imag, "dominant_by_real_positive": re_pos,
             })
     return rows
 
@@ -104,6 +135,7 @@ def ov_summary(rows: list[dict]) -> dict:
     n = len(rows)
     return {
         "heads": n,
+        **({"ov_norm": rows[0]["ov_norm"]} if n and "ov_norm" in rows[0] else {}),
         "skew_sym_ratio_mean": sum(r["skew_sym_ratio"] for r in rows) / n,
         "frac_dominant_positive": sum(r["dominant_positive"] for r in rows) / n,
         "frac_max_real_positive": sum(r["max_real_part"] > 0 for r in rows) / n,
