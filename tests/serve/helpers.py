@@ -7,9 +7,6 @@ import os
 import torch
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in the test process (no spawn)
-# the HF reference takes geosteer's PyTorch path for surfaces (same results) instead of compiling the C++
-# kernels for this environment's interpreter
-os.environ.setdefault("GEOSTEER_NO_EXT", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "3")  # GiB: a whole mixed batch at once (surface layers: 12x)
 
 PROMPT_TOKENS = 16
@@ -34,10 +31,19 @@ def hf_greedy(model, prompts: list[list[int]], new: int, interventions=()) -> tu
     """Greedy continuations on geosteer's Hugging Face path (KV cache) and each chosen token's log-prob;
     equal-length prompts in one batch, so no padding."""
     import geosteer
+    from geosteer.manifold import kernel
 
     ids = torch.tensor(prompts)
+    compiled, kernel.USE_EXT = kernel.USE_EXT, False  # the reference in PyTorch ops; vLLM's layers compiled
+    try:
+        return _greedy_loop(model, ids, new, interventions, geosteer.steer)
+    finally:
+        kernel.USE_EXT = compiled
+
+
+def _greedy_loop(model, ids, new, interventions, steer):
     toks, lps = [], []
-    with geosteer.steer(model, *interventions):
+    with steer(model, *interventions):
         out = model(ids, use_cache=True)
         for _ in range(new):
             logp = torch.log_softmax(out.logits[:, -1].float(), -1)

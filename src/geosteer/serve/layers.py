@@ -27,9 +27,8 @@ from vllm.model_executor.layers.attention import Attention
 
 from geosteer.directional.sites import _scaled_delta
 from geosteer.errors import GeosteerError
-from geosteer.manifold.bspline import bspline_basis
 from geosteer.models.anatomy import FAMILIES
-from geosteer.serve import batch
+from geosteer.serve import batch, surface_ops
 from geosteer.serve.plan import LayerOps, RecipePlan, SurfaceOp, ValueScaleOp
 from geosteer.serve.walls import WallOp, apply_walls, wall_values
 
@@ -103,10 +102,7 @@ class ChannelAttention(Attention):
 
     def _value_channels(self, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
         """(n, hkv, C, d): v, then v ⊙ B_a(k) for each grid's basis functions a."""
-        chans = [vh.unsqueeze(2)]
-        for g, lo, hi in self.grids:  # (n, hkv, K, d)
-            chans.append((vh.unsqueeze(-1) * bspline_basis(kh.float(), g, lo, hi).to(vh.dtype)).transpose(2, 3))
-        return torch.cat(chans, dim=2)
+        return surface_ops.value_channels(kh, vh, self.grids)
 
     def _feature_rows(self, n: int) -> torch.Tensor | None:
         """The token rows whose recipe has surfaces or walls on this layer (None: every row)."""
@@ -144,11 +140,7 @@ def _attention_ops(attn, out, o, q, v) -> torch.Tensor:
 def _surface_delta(attn, op: SurfaceOp, o, q) -> torch.Tensor:
     """Δo (n, H, d) = Σ_a B_a(q) Σ_b C_dab F_b from this grid's channels of the attention output."""
     off = attn.offsets[attn.grids.index((op.grid_size, op.lo, op.hi))]
-    n, hkv, _, rep, d = o.shape
-    f = o[:, :, off:off + op.K].permute(0, 1, 3, 4, 2).reshape(n, hkv * rep, d, op.K)  # (n, H, d, K)
-    coeff = op.coeff.to(device=q.device, dtype=torch.float32)
-    qf = torch.einsum("nhda,hdab->nhdb", bspline_basis(q.float(), op.grid_size, op.lo, op.hi), coeff)
-    return (f.float() * qf).sum(-1).to(o.dtype)
+    return surface_ops.surface_delta(o[:, :, off:off + op.K], q, op.coeff, (op.grid_size, op.lo, op.hi))
 
 
 def _value_scale(op: ValueScaleOp, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
