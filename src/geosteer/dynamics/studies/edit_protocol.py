@@ -9,7 +9,17 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MAX_SEEDS, MODEL_OPT, THREADS_OPT, emit, model_config
+from geosteer.cli.common import (
+    DEVICE_OPT,
+    DTYPE_OPT,
+    JSON_OPT,
+    MAX_SEEDS,
+    MODEL_OPT,
+    THREADS_OPT,
+    check_layers,
+    emit,
+    model_config,
+)
 from geosteer.cli.outputs import out_file
 from geosteer.dynamics.studies.common import (
     CSV_OPT,
@@ -84,6 +94,7 @@ def edit_protocol(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                          ks=tuple(parse_ints(ks, "--ks")), channel_rule=channel_rule,
                          seeds=tuple(range(seeds)), sites=tuple(check_choices(sites, SITES, "edit site (--sites)")),
                          direction=direction, target_rank=target_rank, ablate_rank=ablate_rank)
+    check_layers(model, "--layers", layers)  # before the widths, which the defaults may exceed
     cfg.check(_ffn_width(model))
     run_key = {"model": model, "cfg": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()},
                "prompts": prompts, "heldout": heldout, "seq_len": seq_len, "device": device, "dtype": dtype}
