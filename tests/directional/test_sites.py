@@ -3,13 +3,14 @@
 import pytest
 import torch
 
-from geosteer.attention import add_attention_handler, attention_weights, repeat_kv
+from geosteer.attention import add_attention_handler, attention_weights
 from geosteer.directional.config import SITES
 from geosteer.directional.sites import ComponentScale
 from geosteer.directional.value import self_weight
 from geosteer.errors import GeosteerError
 from geosteer.interventions import ScaleHook, steer
 from geosteer.models.anatomy import anatomy
+from geosteer.reproduction.references import attn_out_scaled_by_plain_hooks, value_edit_loop
 from tests.conftest import random_ids
 
 FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2",
@@ -43,31 +44,6 @@ def _capture_call(m, layer, ids, mask=None):
     return calls[0]
 
 
-def _reference_value_edit(call, site, sp, sq):
-    """Naive per-head loop on the materialised weights (independent of the library's A_tt path)."""
-    W = attention_weights(call)  # (b, H, q, k)
-    v = repeat_kv(call.value, call.n_rep)
-    b, H, q, k = W.shape
-    off = k - q
-    out = torch.zeros(b, H, q, v.shape[-1], dtype=torch.float64)
-    for i in range(b):
-        for h in range(H):
-            for t in range(q):
-                w, vt = W[i, h, t].double(), v[i, h, t + off].double()
-                vv = v[i, h].double()
-                if site == "diag_removal":
-                    w = w.clone()
-                    w[t + off] = 0
-                    out[i, h, t] = (w @ vv) / w.sum() if w.sum() > 0 else 0
-                    continue
-                y = w @ vv
-                d = w[t + off] * vt if site == "value_exclude_self" else torch.zeros_like(vt)
-                c = y - d
-                par = (c @ vt) / (vt @ vt) * vt
-                out[i, h, t] = d + sp * par + sq * (c - par)
-    return out
-
-
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-mistral", "tiny-gemma3", "tiny-gpt2"])
 @pytest.mark.parametrize("site", ["value_full", "value_exclude_self", "diag_removal"])
 def test_value_sites_match_naive_reference(tiny_model, name, site):
@@ -81,7 +57,7 @@ def test_value_sites_match_naive_reference(tiny_model, name, site):
     from geosteer.attention import stock_attention
 
     out, _ = handler(call, stock_attention)
-    ref = _reference_value_edit(call, site, 0.25, 1.75)
+    ref = value_edit_loop(call, site, 0.25, 1.75)
     valid = mask.bool()  # padded query rows are irrelevant
     got = out.permute(0, 2, 1, 3).double()
     assert torch.allclose(got.permute(0, 2, 1, 3)[valid], ref.permute(0, 2, 1, 3)[valid], atol=2e-5)
@@ -100,33 +76,17 @@ def test_self_weight_matches_materialised_diagonal(tiny_model, name):
     assert torch.allclose(a.reshape(diag.shape), diag, atol=1e-6)
 
 
-def test_residual_attn_matches_plain_hooks(tiny_model):
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3", "tiny-gpt_neox"])
+def test_residual_attn_matches_plain_hooks(tiny_model, name):
     """attn_out edit recomputed with plain torch hooks (module outputs), not the library hook points."""
-    m, _ = tiny_model("tiny-llama")
+    m, _ = tiny_model(name)
     ids = random_ids(1, 10, seed=0)
-    layer = m.model.layers[1]
     sp, sq = -0.5, 1.5
-
-    def pre(mod, args, kwargs):
-        store["x"] = (args[0] if args else kwargs["hidden_states"]).detach()
-
-    def attn_post(mod, args, out):
-        a = out[0]
-        x = store["x"]
-        alpha = (a * x).sum(-1, keepdim=True) / (x * x).sum(-1, keepdim=True)
-        return (sp * alpha * x + sq * (a - alpha * x), *out[1:])
-
-    store = {}
-    h1 = layer.register_forward_pre_hook(pre, with_kwargs=True)
-    h2 = layer.self_attn.register_forward_hook(attn_post)
-    try:
-        ref = m(input_ids=ids).logits
-    finally:
-        h1.remove()
-        h2.remove()
+    ref = attn_out_scaled_by_plain_hooks(m, 1, ids, sp, sq)
     with steer(m, ComponentScale("attn_out", sp, sq, layers=[1])):
         got = m(input_ids=ids).logits
     assert torch.allclose(got, ref, atol=1e-5)
+    assert (got - m(input_ids=ids).logits).abs().max() > 1e-3  # the edit did something
 
 
 def test_layer_selection_only_touches_those_layers(tiny_model):

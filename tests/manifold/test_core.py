@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from geosteer import manifold
-from geosteer.attention import AttentionCall, add_attention_handler, attention_weights
+from geosteer.attention import AttentionCall, attention_weights
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.interventions import steer
 from geosteer.manifold.bspline import bspline_basis, bspline_basis_reference, bspline_local
 from geosteer.manifold.kernel import modulated_attention, naive_modulated_attention
 from geosteer.models.anatomy import anatomy
+from geosteer.reproduction.references import per_pair_handlers
 from tests.conftest import TINY_FAMILIES, sample_ids
 
 # ----------------------------------------------------------------------------- basis
@@ -210,22 +211,6 @@ def _random_bank(model, seed=0, scale=0.5, **kw):
     return bank
 
 
-def _naive_handlers(model, bank):
-    """Per-pair reference handlers: o = Σ_j a_ij v_jd (1 + S) with the stock weights (incl. masks)."""
-    an = anatomy(model)
-    removers = []
-    for slot, layer in enumerate(bank.layers):
-        def h(call, proceed, slot=slot):
-            w = attention_weights(call)
-            lo, hi = float(bank.lo[slot]), float(bank.hi[slot])
-            out = naive_modulated_attention(w, call.query, call.key, call.value,
-                                            bank.coefficients[slot].detach(), bank.grid_size, lo, hi)
-            return out.contiguous(), None
-
-        removers.append(add_attention_handler(an.blocks[layer].attn, h))
-    return removers
-
-
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 def test_zero_surfaces_equal_stock(tiny_cache, family):
     model, tok = tiny_cache(family)
@@ -255,7 +240,7 @@ def test_model_with_surfaces_matches_per_pair_reference(tiny_cache, family):
         with torch.no_grad():
             ours = model(**enc).logits
             base = manifold.uninstall(model)
-            removers = _naive_handlers(model, base)
+            removers = per_pair_handlers(model, base)
             ref = model(**enc).logits
             for r in removers:
                 r()

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -153,8 +154,20 @@ def test_explore_helpers(tiny_cache):
         bank.coefficients[1, 2, 3] *= 10
     tops = top_surfaces(bank, 3)
     assert tops[0]["layer"] == 1 and (tops[0]["head"], tops[0]["dim"]) == (2, 3)
-    assert tops[0]["norm"] >= tops[1]["norm"] >= tops[2]["norm"]
-    assert len(layer_norms(bank)) == 3
+    # against numpy: every surface's Frobenius norm, the three largest by argsort
+    C = bank.coefficients.detach().double().numpy()
+    norms = np.sqrt((C ** 2).sum(axis=(-1, -2)))  # (layers, heads, dims)
+    want = [np.unravel_index(i, norms.shape) for i in np.argsort(-norms, axis=None, kind="stable")[:3]]
+    assert [(t["layer"], t["head"], t["dim"]) for t in tops] == [(bank.layers[s], h, d) for s, h, d in want]
+    for t, (s, h, d) in zip(tops, want, strict=True):
+        assert t["norm"] == pytest.approx(norms[s, h, d], rel=1e-6)
+        assert t["max_abs"] == pytest.approx(np.abs(C[s, h, d]).max(), rel=1e-6)
+    per_layer = layer_norms(bank)
+    assert [r["layer"] for r in per_layer] == list(bank.layers)
+    for s, r in enumerate(per_layer):
+        assert r["norm"] == pytest.approx(np.sqrt((C[s] ** 2).sum()), rel=1e-6)
+        assert r["mean_surface_norm"] == pytest.approx(norms[s].mean(), rel=1e-6)
+        assert r["max_surface_norm"] == pytest.approx(norms[s].max(), rel=1e-6)
     prompts = ["The cat sat on", "Paris is the capital of"]
     rows = layer_sensitivity(model, tok, bank, prompts)
     assert {r["layer"] for r in rows} == {0, 1, 2}

@@ -98,6 +98,43 @@ def report_cmd(
     emit({"wrote": ", ".join(wrote), **{k: v for k, v in total.items() if k != "paper"}}, False)
 
 
+def _names(text: str | None) -> list[str] | None:
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+@study_app.command("checks")
+def checks_cmd(
+    out: Path | None = typer.Option(None, "--out", help="the records (.json: rows + meta; .csv: rows); the "
+                                    "report reads docs/results/checks.json", callback=out_file(".json", ".csv")),
+    items: str | None = typer.Option(None, "--items", help="only these paper items, e.g. 1.2,3.5 (default: "
+                                     "every item a method declares a check for)"),
+    families: str | None = typer.Option(None, "--families", help="only these tiny families, e.g. llama,gpt2 "
+                                        "(default: each check's own)"),
+    as_json: bool = typer.Option(False, "--json", help="print the records as JSON"),
+) -> None:
+    """Formula checks: each formula against an independent reference on the tiny families (max abs error).
+
+    Exits 1 when a check is over its tolerance (the records are written first)."""
+    import torch
+
+    from geosteer.io_utils import write_records
+    from geosteer.reproduction.checks import declared_checks, run_checks, select
+
+    chosen = select(declared_checks(), _names(items), _names(families))
+    rows = run_checks(chosen, _names(families))
+    parts = ["geosteer study checks"] + [f"--{k} {v}" for k, v in (("items", items), ("families", families)) if v]
+    meta = {"command": " ".join(parts + ([f"--out {out}"] if out else [])), "torch": torch.__version__,
+            "seed": 0, "passed": sum(r["pass"] for r in rows), "checks": len(rows)}
+    if out is not None:
+        write_records(out, rows, meta)
+    failed = [r for r in rows if not r["pass"]]
+    emit(rows if as_json else {"checks": len(rows), "passed": len(rows) - len(failed),
+                               "failed": ", ".join(f"{r['item']} {r['family']}" for r in failed) or "none",
+                               **({"wrote": str(out)} if out else {})}, as_json)
+    if failed:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``geosteer study`` group."""
     app.add_typer(study_app, name="study")

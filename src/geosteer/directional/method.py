@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from geosteer.directional.config import DEFAULT_VALUE_SPACE
 from geosteer.directional.scales_artifact import SCALES
-from geosteer.methods import Method, RecipeKey, Study, register_method
+from geosteer.methods import Check, Method, RecipeKey, Study, register_method
+from geosteer.models.tiny import TINY_FAMILIES
 
 
 def _validate(v: dict) -> dict | None:
@@ -56,6 +57,21 @@ STUDIES = (
           "the steering form of Eq. 11: per-layer s∥, s⊥ learned to promote a behaviour under a control-KL budget"),
 )
 
+_CHECKS = "geosteer.directional.checks"
+_ALL = tuple(TINY_FAMILIES)
+CHECKS = (
+    Check("3.1", "projection onto z vs numpy least squares", f"{_CHECKS}:projection_vs_numpy", 1e-10),
+    Check("3.2", "scaled attention update vs plain torch hooks", f"{_CHECKS}:residual_update_vs_plain_hooks",
+          1e-5, _ALL),
+    Check("3.5", "per-head value edit vs a per-token loop", f"{_CHECKS}:value_full_vs_loop", 2e-5, _ALL),
+    Check("3.6", "exclude-self edit vs a per-token loop", f"{_CHECKS}:exclude_self_vs_loop", 2e-5, _ALL),
+    Check("3.6", "self weight a_tt vs the materialised diagonal", f"{_CHECKS}:self_weight_vs_diagonal", 1e-6,
+          _ALL),
+    Check("3.7", "s∥ = s⊥ = 1 on every site vs stock logits", f"{_CHECKS}:neutral_vs_stock", 0.0, _ALL),
+    Check("3.8", "diagonal form A + diag(ΔA) vs the edited output", f"{_CHECKS}:diagonal_form_vs_edit", 1e-5,
+          _ALL),
+)
+
 
 METHOD = register_method(Method(
     name="directional",
@@ -76,4 +92,5 @@ METHOD = register_method(Method(
     cli="geosteer.directional.cli",
     artifacts=(SCALES,),
     studies=STUDIES,
+    checks=CHECKS,
 ))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from geosteer.reproduction.checks import CHECKS_FILE, COMMAND, read_checks
 from geosteer.reproduction.items import Criterion, Item, PaperItems
 from geosteer.reproduction.query import NotReadable, evaluate_query, read_results
 
@@ -27,8 +28,16 @@ class ItemResult:
         it = self.item
         return {"paper": self.paper, "item": f"{it.id} {it.name}", "id": it.id, "name": it.name,
                 "claim": it.claim, "paper_value": it.paper_value, "ours": self.ours or None,
-                "status": self.status, "why": self.why, "reading": it.reading, "command": it.command,
-                "model": it.model, "results_file": it.results_file}
+                "status": self.status, "why": self.why, "reading": it.reading, "command": self.command,
+                "model": it.model, "results_file": self.results_file}
+
+    @property
+    def results_file(self) -> str | None:
+        return CHECKS_FILE if self.item.check else self.item.results_file
+
+    @property
+    def command(self) -> str | None:
+        return COMMAND if self.item.check and not self.item.command else self.item.command
 
 
 def check(c: Criterion, ours: dict[str, float]) -> tuple[bool, str]:
@@ -73,9 +82,35 @@ def _results_path(item_file: str, roots: list[Path]) -> Path:
     return roots[0] / item_file
 
 
+def _g_or_zero(x: float) -> str:
+    return "0" if x == 0 else f"{x:.2g}"
+
+
+def evaluate_check(res: ItemResult, rows: list[dict]) -> ItemResult:
+    """A check item's status from its records: reproduces when every error is within its tolerance."""
+    if not rows:
+        res.why = f"no record of this item in {Path(CHECKS_FILE).name}"
+        return res
+    parts, failed = [], []
+    for name in dict.fromkeys(r["check"] for r in rows):
+        sel = [r for r in rows if r["check"] == name]
+        worst = max(float(r["max_abs_error"]) for r in sel)
+        fams = [r["family"] for r in sel if r["family"] != "synthetic"]
+        on = f"on {len(fams)} families" if fams else "on synthetic inputs"
+        parts.append(f"{name}: max error {_g_or_zero(worst)} (tolerance {_g_or_zero(float(sel[0]['tolerance']))}) "
+                     f"{on}")
+        failed += [f"{name} on {r['family']}" for r in sel if not r.get("pass")]
+    res.ours = {"max_abs_error": max(float(r["max_abs_error"]) for r in rows)}
+    res.status = "diverges" if failed else "reproduces"
+    res.why = ("fails: " + ", ".join(failed) + "; " if failed else "checked: ") + "; ".join(parts)
+    return res
+
+
 def evaluate_item(paper: str, item: Item, roots: list[Path]) -> ItemResult:
     """Read ``item``'s values from its results file (looked up under each root in turn) and test them."""
     res = ItemResult(paper=paper, item=item)
+    if item.check:
+        return evaluate_check(res, read_checks(_results_path(CHECKS_FILE, roots)).get(item.id, []))
     if item.results_file is None:
         res.why = "no results file"
         return res

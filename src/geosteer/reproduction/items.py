@@ -85,7 +85,8 @@ class Criterion(_Strict):
 
 
 class Item(_Strict):
-    """One paper item. ``results_file`` None: the result lives only in prose or is missing ("not run")."""
+    """One paper item. ``results_file`` None: the result lives only in prose or is missing ("not run").
+    ``check``: a formula check whose status comes from the checks file (``geosteer study checks``)."""
 
     id: str
     name: str = Field(min_length=1)
@@ -97,6 +98,7 @@ class Item(_Strict):
     reading: str = Field(min_length=1)
     command: str | None = None
     model: str | None = None
+    check: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> Item:
@@ -108,6 +110,8 @@ class Item(_Strict):
         unknown = sorted({n for c in self.criteria for n in c.names()} - set(self.ours))
         if unknown:
             raise ValueError(f"criteria name values not in ours: {', '.join(unknown)}")
+        if self.check and (self.results_file or self.ours or self.criteria):
+            raise ValueError("a check item takes its status from the checks file: no results_file, ours, criteria")
         if self.results_file is None and (self.ours or self.criteria):
             raise ValueError("ours / criteria given without a results_file")
         if self.results_file is not None and not (self.ours and self.criteria):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 
+from geosteer.reproduction.checks import COMMAND
 from geosteer.reproduction.evaluate import STATUSES, ItemResult, counts
 
 _MARK = {"reproduces": "✔ reproduces", "diverges": "✘ diverges", "not run": "· not run"}
@@ -29,7 +30,9 @@ def report_markdown(results: list[ItemResult], command: str, titles: dict[str, s
              "Every item of the three papers: the paper's claim and number, geosteer's number read from its "
              "results file, and a status computed from the criterion declared beside the item "
              "(`src/geosteer/reproduction/items/`). An item without a results file is *not run*, "
-             "never a number.", "", f"Built with `{command}`.", "",
+             "never a number. A formula item is checked against an independent reference on the tiny model "
+             f"families by `{COMMAND}`; it reproduces when every error is within its check's tolerance.",
+             "", f"Built with `{command}`.", "",
              "| paper | items | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
     for row in counts(results):
         lines.append(f"| {titles.get(row['paper'], row['paper'])} | {row['items']} | "
@@ -40,9 +43,9 @@ def report_markdown(results: list[ItemResult], command: str, titles: dict[str, s
                   "|---|---|---|---|---|---|---|---|"]
         for r in (x for x in results if x.paper == paper):
             it = r.item
-            src = f"`{it.results_file}`" if it.results_file else "—"
-            if it.command:
-                src += f"<br>`{_cell(it.command)}`"
+            src = f"`{r.results_file}`" if r.results_file else "—"
+            if r.command:
+                src += f"<br>`{_cell(r.command)}`"
             model = f" ({it.model})" if it.model and r.ours else ""
             lines.append("| " + " | ".join(_cell(x) for x in [
                 f"{it.id} {it.name}", it.claim, _paper_value(r), _ours_text(r) + model, _MARK[r.status],
@@ -86,9 +89,9 @@ def report_html(results: list[ItemResult], command: str, titles: dict[str, str])
                    "<th>ours</th><th>status</th><th>test or reason</th><th>reading</th><th>results file</th></tr>")
         for r in (x for x in results if x.paper == paper):
             it = r.item
-            src = f"<code>{e(it.results_file)}</code>" if it.results_file else "—"
-            if it.command:
-                src += f"<br><code>{e(it.command)}</code>"
+            src = f"<code>{e(r.results_file)}</code>" if r.results_file else "—"
+            if r.command:
+                src += f"<br><code>{e(r.command)}</code>"
             cls = r.status.replace(" ", "")
             out.append(f"<tr class='{cls}'><td>{e(it.id)} {e(it.name)}</td><td>{e(it.claim)}</td>"
                        f"<td>{e(_paper_value(r))}</td><td>{e(_ours_text(r))}</td><td>{e(r.status)}</td>"
