@@ -101,3 +101,16 @@ def test_cli_bad_item_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
     code, _, err = run_cli(monkeypatch, capsys, "study", "checks", "--items", "9.9", "--out", str(out))
     one_line_exit_2(code, err)
     assert "no check for item 9.9" in err and not out.exists()
+
+
+# Diverging items whose reading still names neither a cause nor the experiment that would decide it.
+WITHOUT_CAUSE = {"1.6", "2.17", "2.18", "2.38", "3.22", "3.23"}
+
+
+def test_every_diverging_item_states_a_cause_or_the_deciding_experiment():
+    from geosteer.reproduction import evaluate_items
+
+    results = evaluate_items(load_items(), [REPO])
+    lacking = {r.item.id for r in results if r.status == "diverges"
+               and not any(w in r.item.reading for w in ("Cause", "cause", "To decide"))}
+    assert lacking <= WITHOUT_CAUSE, sorted(lacking - WITHOUT_CAUSE)
