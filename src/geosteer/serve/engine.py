@@ -46,7 +46,7 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
     for rname, rfolder in recipes.items():
         plan = plan_recipe(rname, rfolder, meta)
         if tensor_parallel_size > 1 and any(ops.attention for ops in plan.layers.values()):
-            raise GeosteerError(f"recipe '{rname}' steers inside attention (surfaces or scale_site=value_full), "
+            raise GeosteerError(f"recipe '{rname}' steers inside attention (surfaces, walls or scale_site=value_full), "
                                 f"which is served with tensor_parallel_size=1 only (got {tensor_parallel_size}: "
                                 "the per-head surfaces and scales are not split across ranks)")
 

@@ -194,6 +194,7 @@ def steered_forward(layer, positions, hidden_states, residual, **kwargs):
         return type(layer).forward(layer, positions, hidden_states, residual, **kwargs)
     x = hidden_states if residual is None else hidden_states + residual
     attn = _part(layer, spec.attn)
+    kwargs.pop("t_cond", None)  # Mistral's time conditioning (absent: None; present: refused by install)
     a = attn(positions=positions, hidden_states=_part(layer, spec.attn_norm)(x), **kwargs)
     if spec.attn_update != spec.attn:
         a = _part(layer, spec.attn_update)(a)
@@ -224,6 +225,9 @@ def install(model, model_type: str, plans: list[RecipePlan]) -> None:
         ops = [p.layers.get(i) for p in plans]
         if all(o is None for o in ops):
             continue
+        if getattr(layer, "ada_rms_norm_t_cond", None) is not None:
+            raise GeosteerError("time-conditioned norms (ada_rms_norm_t_cond) cannot be steered on vLLM; serve "
+                                "this model without recipes")
         layer.recipe_ops, layer.block_spec = ops, spec
         layer.channel_attention = any(o is not None and o.attention for o in ops)
         if layer.channel_attention:
