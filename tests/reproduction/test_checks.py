@@ -84,11 +84,11 @@ def test_select_refuses_unknown_items_and_families():
 def test_cli_writes_the_records_and_the_report_reads_them(monkeypatch, capsys, tmp_path):
     out = tmp_path / "docs" / "results" / "checks.json"
     out.parent.mkdir(parents=True)
-    code, _, err = run_cli(monkeypatch, capsys, "study", "checks", "--items", "1.2,2.15", "--out", str(out))
+    code, _, err = run_cli(monkeypatch, capsys, "study", "checks", "--only", "1.2,2.15", "--out", str(out))
     assert code == 0, err
     data = json.loads(out.read_text())
     assert [r["item"] for r in data["rows"]] == ["1.2", "2.15"] and all(r["pass"] for r in data["rows"])
-    assert data["meta"]["command"].startswith("geosteer study checks --items 1.2,2.15")
+    assert data["meta"]["command"].startswith("geosteer study checks --only 1.2,2.15")
     rep = tmp_path / "r.json"
     assert run_cli(monkeypatch, capsys, "study", "report", "--results-root", str(tmp_path), "--json",
                    "--out", str(rep))[0] == 0
@@ -98,7 +98,7 @@ def test_cli_writes_the_records_and_the_report_reads_them(monkeypatch, capsys, t
 
 def test_cli_bad_item_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
     out = tmp_path / "c.json"
-    code, _, err = run_cli(monkeypatch, capsys, "study", "checks", "--items", "9.9", "--out", str(out))
+    code, _, err = run_cli(monkeypatch, capsys, "study", "checks", "--only", "9.9", "--out", str(out))
     one_line_exit_2(code, err)
     assert "no check for item 9.9" in err and not out.exists()
 

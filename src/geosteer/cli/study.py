@@ -106,8 +106,8 @@ def _names(text: str | None) -> list[str] | None:
 def checks_cmd(
     out: Path | None = typer.Option(None, "--out", help="the records (.json: rows + meta; .csv: rows); the "
                                     "report reads docs/results/checks.json", callback=out_file(".json", ".csv")),
-    items: str | None = typer.Option(None, "--items", help="only these paper items, e.g. 1.2,3.5 (default: "
-                                     "every item a method declares a check for)"),
+    only: str | None = typer.Option(None, "--only", help="only the checks of these paper items, e.g. 1.2,3.5 "
+                                    "(default: every item a method declares a check for)"),
     families: str | None = typer.Option(None, "--families", help="only these tiny families, e.g. llama,gpt2 "
                                         "(default: each check's own)"),
     as_json: bool = typer.Option(False, "--json", help="print the records as JSON"),
@@ -120,9 +120,9 @@ def checks_cmd(
     from geosteer.io_utils import write_records
     from geosteer.reproduction.checks import declared_checks, run_checks, select
 
-    chosen = select(declared_checks(), _names(items), _names(families))
+    chosen = select(declared_checks(), _names(only), _names(families))
     rows = run_checks(chosen, _names(families))
-    parts = ["geosteer study checks"] + [f"--{k} {v}" for k, v in (("items", items), ("families", families)) if v]
+    parts = ["geosteer study checks"] + [f"--{k} {v}" for k, v in (("only", only), ("families", families)) if v]
     meta = {"command": " ".join(parts + ([f"--out {out}"] if out else [])), "torch": torch.__version__,
             "seed": 0, "passed": sum(r["pass"] for r in rows), "checks": len(rows)}
     if out is not None:

@@ -33,7 +33,7 @@ def select(checks: list, items: list[str] | None, families: list[str] | None) ->
     known = list(dict.fromkeys(c.item for c in checks))
     bad = sorted(set(items or []) - set(known))
     if bad:
-        raise GeosteerError(f"--items: no check for item {bad[0]}; checked items: {', '.join(known)}")
+        raise GeosteerError(f"--only: no check for item {bad[0]}; checked items: {', '.join(known)}")
     all_families = list(dict.fromkeys(f for c in checks for f in c.families))
     bad = sorted(set(families or []) - set(all_families))
     if bad:
