@@ -36,8 +36,11 @@ dev: $(DEVSTAMP)
 demo: $(STAMP)
 	$(BIN)/geosteer demo
 
+# The suite in TEST_WORKERS pytest-xdist processes (one torch thread each on 2 cores), a test file per worker
+# at a time (module fixtures built once); `make test TEST_WORKERS=0` runs it in this one process.
+TEST_WORKERS ?= 2
 test: $(DEVSTAMP)
-	$(BIN)/python -m pytest -q -x --durations=15
+	$(BIN)/python -m pytest -q -x --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check src tests benchmarks
