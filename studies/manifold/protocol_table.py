@@ -8,6 +8,8 @@ draws the curves (plotly + kaleido).
     python studies/manifold/protocol_table.py --surfaces runs/paper-surfaces-all.train/history.json \
         --lora docs/results/manifold_lora_all_262k.json --out docs/results/manifold_protocol_all_262k.json \
         --figure docs/results/manifold_protocol_all_262k.png
+
+``--artifact DIR`` (the surfaces artifact) records its command, layers and parameter count in ``meta``.
 """
 
 from __future__ import annotations
@@ -44,16 +46,23 @@ def main() -> None:
     ap.add_argument("--surfaces", type=Path, required=True, help="<out>.train/history.json of the surfaces run")
     ap.add_argument("--lora", type=Path, required=True, help="lora_baseline.py --result JSON")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--artifact", type=Path, default=None,
+                    help="the surfaces artifact folder: its command and parameter count go into meta")
     ap.add_argument("--figure", type=Path, default=None)
     a = ap.parse_args()
     with one_line_errors():
-        for f in (a.surfaces, a.lora):
-            if not f.is_file():
+        config = a.artifact / "geosteer_config.json" if a.artifact else None
+        for f in (a.surfaces, a.lora, config):
+            if f is not None and not f.is_file():
                 raise GeosteerError(f"no such file: {f}")
         surfaces, lora = json.loads(a.surfaces.read_text()), json.loads(a.lora.read_text())
     rows = rows_from(surfaces, lora)
     meta = {"surfaces_config": surfaces["meta"]["config"], "surfaces_params": surfaces["meta"].get("params"),
             "lora_meta": lora["meta"]}
+    if config is not None:
+        art = json.loads(config.read_text())
+        meta.update(surfaces_params=art.get("n_parameters"), surfaces_command=art["meta"].get("command"),
+                    surfaces_layers=art.get("layers"), model=art.get("base_model"))
     a.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print("| tokens | surfaces ppl | LoRA ppl |")
     print("|---|---|---|")
