@@ -105,3 +105,41 @@ def tiny_folder(family: str, folder) -> str:
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return str(folder)
+
+
+def random_surfaces(model, folder, layers=(0, 2), walls=()) -> str:
+    """Random surfaces (grid 4 on [-3, 3], seed 0) on ``layers`` of ``model`` with ``walls``, saved."""
+    from geosteer.manifold import ManifoldConfig, SurfaceBank
+
+    bank = SurfaceBank(ManifoldConfig.for_model(model, grid_size=4, grid_range=(-3.0, 3.0), layers=list(layers)))
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(0)))
+    bank.set_walls(list(walls))
+    return str(bank.save(folder))
+
+
+def example_walls():
+    """Exact walls: on surfaces layer 0 (whole heads, and single (head, dim) pairs), and on layer 1 (none)."""
+    from geosteer.manifold.walls import Wall
+
+    inf = float("inf")
+    return [Wall(layer=0, heads=(0, 1), k=(0.0, inf)),
+            Wall(layer=0, pairs=((2, 5), (3, 7)), q=(-0.5, inf), k=(-inf, 0.3)),
+            Wall(layer=1, heads=(3,), q=(-inf, 0.0))]
+
+
+def hf_reference(model, prompts, folder, new: int):
+    """:func:`hf_greedy` under the recipe or artifact at ``folder`` (None: the stock model)."""
+    from geosteer.serve.plan import spec_of
+
+    if folder is None:
+        return hf_greedy(model, prompts, new)
+    spec, _ = spec_of(folder)
+    return hf_greedy(model, prompts, new, spec.build(model))
+
+
+def changes(a, b) -> bool:
+    """Whether two greedy runs differ: in a token, or by more than 1e-3 in a chosen token's log-prob."""
+    (ta, la), (tb, lb) = a, b
+    return ta != tb or any(abs(x - y) > 1e-3 for ra, rb in zip(la, lb, strict=True)
+                           for x, y in zip(ra, rb, strict=True))
