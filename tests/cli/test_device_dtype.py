@@ -14,9 +14,9 @@ NO_MODEL = {"push", "report", "study report", "manifold show", "manifold edit", 
             "directional pretrain", "study directional plot", "study directional pretrain", "tasks build",
             "recipe keys", "recipe save", "recipe show", "vectors show", "vectors export-gguf",
             "eval", "study manifold asymmetry", "study dynamics significance",
-            "dynamics significance"}
+            "dynamics significance", "study checks"}
 # eval: lm-eval's own arguments pass through (its --model names the lm-eval model type); asymmetry and
-# significance read artifacts / results files only
+# significance read artifacts / results files only; study checks runs on the tiny families it names itself
 
 
 def _leaves() -> dict[str, object]:
