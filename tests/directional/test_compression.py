@@ -28,7 +28,7 @@ def test_rtn_grid_and_error_bound():
             assert (qb - blk).abs().max().item() <= step / 2 + 1e-6
 
 
-def test_awq_never_worse_than_rtn_on_calibration_rows():
+def test_awqlite_never_worse_than_rtn_on_calibration_rows():
     g = torch.Generator().manual_seed(1)
     w = torch.randn(8, 32, generator=g)
     x = torch.randn(64, 32, generator=g) * torch.linspace(0.1, 5, 32)  # salient channels
@@ -68,16 +68,17 @@ def test_update_errors_zero_for_identical_and_decomposed_for_pruned():
         assert r["total_err_mean"] > 0
 
 
-@pytest.mark.parametrize("method,kind,args", [("rtn3", "rtn", (3,)), ("awq8", "awq", (8,)),
+@pytest.mark.parametrize("method,kind,args", [("rtn3", "rtn", (3,)), ("awqlite8", "awqlite", (8,)),
+                                              ("awq8", "awq", (8, 1.0)), ("gptq8", "gptq", (8,)),
                                               ("wanda30", "wanda", (0.3,)), ("wanda1:4", "wanda_nm", (1, 4))])
-def test_parametric_methods_apply_the_named_strength(method, kind, args):
+def test_parametric_methods_apply_the_named_strength(method, kind, args, tiny_model):
     from geosteer.directional.compression import block_linears, parse_method
 
     assert parse_method(method) == (kind, args)
-    m, _ = load_model("tiny-llama")
+    m, _ = tiny_model("llama")
     ids = [torch.randint(5, 900, (1, 12), generator=torch.Generator().manual_seed(3))]
     calib = calibrate(m, ids)
-    comp, info = compress(m, method, calib)
+    comp, info = compress(m, method, calib, batches=ids)
     name, lin = next(iter(block_linears(m).items()))
     got = block_linears(comp)[name].weight
     if kind == "rtn":
@@ -87,13 +88,15 @@ def test_parametric_methods_apply_the_named_strength(method, kind, args):
         assert info["zero_fraction"] == pytest.approx(0.3, abs=0.01)
     elif kind == "wanda_nm":
         assert info["zero_fraction"] == pytest.approx(0.75, abs=1e-6)
-    else:  # 8-bit AWQ changes weights only slightly
+    else:  # 8-bit AWQ / GPTQ change weights only slightly
         assert 0 < (got - lin.weight).abs().max() < 0.05 * lin.weight.abs().max()
 
 
-@pytest.mark.parametrize("bad", ["rtn9", "awq1", "wanda0", "wanda100", "wanda4:2", "gptq4"])
+@pytest.mark.parametrize("bad", ["rtn9", "awq1", "awq4-perp0.5", "gptq9", "awqlite1", "wanda0", "wanda100",
+                                 "wanda4:2", "awq4perp2"])
 def test_unknown_methods_name_the_valid_forms(bad):
     from geosteer.directional.compression import parse_method
 
+    assert parse_method("awq4-perp2.5") == ("awq", (4, 2.5))
     with pytest.raises(GeosteerError, match=f"unknown compression method '{bad}'; valid forms: rtn<bits>"):
         parse_method(bad)

@@ -49,6 +49,25 @@ def test_tiny_run_writes_both_files(tmp_path, capsys):
     assert layers[0].startswith("method,") and len(layers) > 3
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
-        main(["--methods", "gptq4", "--out-dir", str(tmp_path / "x")])
-    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: unknown compression method 'gptq4'")
+        main(["--methods", "gptq9", "--out-dir", str(tmp_path / "x")])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: unknown compression method 'gptq9'")
     assert not (tmp_path / "x").exists()
+
+
+def test_byte_level_base_runs_awq_and_gptq(tmp_path):
+    """A folder from compression_base.py (an untrained tiny byte model here): bytes in, per-byte PPL out."""
+    from geosteer.directional.pretrain import small_model
+
+    base = tmp_path / "base"
+    small_model(d_model=64, layers=1, heads=2, ffn=192, ctx=16, seed=0).save_pretrained(base)
+    (base / "base_training.json").write_text("{}")
+    args = ["--model", str(base), "--methods", "rtn4,gptq4,awq4-perp4", "--calib-seqs", "1", "--seq-len", "16",
+            "--prompts", "1", "--ppl-batches", "1", "--out-dir", str(tmp_path / "out")]
+    main(args)
+    doc = json.loads((tmp_path / "out" / "compression_summary.json").read_text())
+    assert doc["meta"]["tokenizer"] == "bytes"
+    rows = {r["method"]: r for r in doc["rows"]}
+    assert set(rows) == {"none", "rtn4", "gptq4", "awq4-perp4"}
+    assert 200 < rows["none"]["ppl"] < 300  # an untrained model over 256 bytes is near uniform
+    assert all(rows[m]["block_total_err"] > 0 for m in ("rtn4", "gptq4", "awq4-perp4"))
+    assert len(doc["meta"]["spearman_quantisers"]) == 9

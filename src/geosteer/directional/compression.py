@@ -3,17 +3,21 @@
 Compression (fake-quantised / masked fp32 weights of every ``nn.Linear`` inside the decoder blocks; the
 embeddings and LM head stay as they are):
 
-- ``rtn4``: 4-bit round-to-nearest, asymmetric min/max per group of ``group`` input columns per row.
-- ``awq4``: AWQ-style activation-aware scaling (Lin et al., 2024): per input channel s = mean|x|^a,
-  W ← Q(W·diag(s))·diag(s)⁻¹ with a ∈ {0, 0.1, …, 1} chosen per layer to minimise ‖X Ŵᵀ − X Wᵀ‖ on
-  calibration inputs X; then the same 4-bit grid as RTN.
-- ``wanda50``, ``wanda4:8``, ``wanda2:4``: Wanda pruning (Sun et al., 2024), score |W_ij|·‖X_j‖₂; 50%
-  per output row (unstructured), or keep the N best of every M consecutive inputs (N:M).
-- The same families at other strengths: ``rtn<bits>``/``awq<bits>`` (2–8 bits), ``wanda<percent>``,
-  ``wanda<N>:<M>`` (:func:`parse_method`), to give the rank correlation more than five points.
+- ``rtn<bits>``: round-to-nearest, asymmetric min/max per group of ``group`` input columns per row
+  (``quant_grid``).
+- ``awq<bits>``: AWQ as published (``geosteer.directional.awq``): per-block scale search on the
+  attention / MLP module outputs, then clip search; ``awq<bits>-perp<w>`` weights the perpendicular part
+  of the scale search's error by w (beyond the paper; w = 1 is AWQ).
+- ``gptq<bits>``: GPTQ (``geosteer.directional.gptq``), blocks quantised in order from the inputs of the
+  already quantised blocks.
+- ``awqlite<bits>``: a simplified AWQ: one scale per linear, s = mean|x|^a with a ∈ {0, 0.1, …, 1}
+  minimising that linear's own output error ‖X Ŵᵀ − X Wᵀ‖, no clipping.
+- ``wanda<percent>``, ``wanda<N>:<M>``: Wanda pruning (Sun et al., 2024), score |W_ij|·‖X_j‖₂; the lowest
+  ``percent`` per output row (unstructured), or keep the N best of every M consecutive inputs (N:M).
 
-Calibration activations come from one pass of the *uncompressed* model (not layer-sequential as in the
-original AWQ/Wanda code; stated in the docs).
+Calibration: RTN needs none; awqlite and Wanda use the statistics of one pass of the *uncompressed*
+model (``calibrate``; Wanda's reference code prunes layer by layer instead); AWQ captures each block's
+inputs from the uncompressed model, GPTQ from the model quantised so far (both as their reference code).
 
 Error decomposition: with Δ_base and Δ_comp the update of a layer's attention / MLP / block in the
 uncompressed and compressed model on the same tokens (each model runs end to end), e = Δ_comp − Δ_base is
@@ -29,20 +33,27 @@ import torch
 from torch import nn
 
 from geosteer.directional.decompose import RunningStats, decompose
+from geosteer.directional.quant_grid import quantize_rtn
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import anatomy
 
 METHODS = ("rtn4", "awq4", "wanda50", "wanda4:8", "wanda2:4")  # the default set (the paper's)
-METHOD_FORMS = "rtn<bits>, awq<bits> (bits 2-8), wanda<percent> (1-99), wanda<N>:<M> (0<N<M)"
+METHOD_FORMS = ("rtn<bits>, awq<bits>, awq<bits>-perp<w> (w >= 1), gptq<bits>, awqlite<bits> (bits 2-8), "
+                "wanda<percent> (1-99), wanda<N>:<M> (0<N<M)")
+CALIBRATED = ("awq", "gptq")  # need the calibration batches themselves, not only the statistics
 
 
 def parse_method(method: str) -> tuple[str, tuple]:
-    """``"rtn3"`` → ("rtn", (3,)), ``"wanda60"`` → ("wanda", (0.6,)), ``"wanda2:4"`` → ("wanda_nm", (2, 4))."""
+    """``"rtn3"`` → ("rtn", (3,)), ``"awq4-perp8"`` → ("awq", (4, 8.0)), ``"wanda60"`` → ("wanda", (0.6,)),
+    ``"wanda2:4"`` → ("wanda_nm", (2, 4))."""
     import re
 
-    m = re.fullmatch(r"(rtn|awq)([2-8])", method)
+    m = re.fullmatch(r"(rtn|gptq|awqlite)([2-8])", method)
     if m:
         return m.group(1), (int(m.group(2)),)
+    m = re.fullmatch(r"awq([2-8])(?:-perp(\d+(?:\.\d+)?))?", method)
+    if m and (m.group(2) is None or float(m.group(2)) >= 1):
+        return "awq", (int(m.group(1)), float(m.group(2) or 1.0))
     m = re.fullmatch(r"wanda(\d{1,2})", method)
     if m and 1 <= int(m.group(1)) <= 99:
         return "wanda", (int(m.group(1)) / 100,)
@@ -95,23 +106,9 @@ def calibrate(model: nn.Module, batches: Sequence[torch.Tensor], keep_rows: int 
     return stats
 
 
-def quantize_rtn(w: torch.Tensor, bits: int = 4, group: int = 64) -> torch.Tensor:
-    """Asymmetric min/max round-to-nearest per group of ``group`` consecutive inputs of each output row."""
-    out_f, in_f = w.shape
-    if in_f % group:
-        raise GeosteerError(f"in_features {in_f} is not a multiple of the quantisation group {group}")
-    g = w.reshape(out_f, in_f // group, group)
-    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
-    qmax = 2 ** bits - 1
-    scale = ((hi - lo) / qmax).clamp_min(1e-8)
-    zero = torch.round(-lo / scale)
-    q = torch.clamp(torch.round(g / scale) + zero, 0, qmax)
-    return ((q - zero) * scale).reshape(out_f, in_f)
-
-
 def quantize_awq(w: torch.Tensor, act_abs_mean: torch.Tensor, x: torch.Tensor, bits: int = 4, group: int = 64,
                  grid: int = 11) -> tuple[torch.Tensor, float]:
-    """AWQ-style scale search; returns (dequantised weight, chosen exponent a)."""
+    """The simplified (``awqlite``) scale search on one linear; returns (dequantised weight, chosen a)."""
     ref = x @ w.T
     best, best_a, best_w = None, 0.0, None
     for k in range(grid):
@@ -147,32 +144,47 @@ def prune_wanda(w: torch.Tensor, sq_norm: torch.Tensor, sparsity: float = 0.5,
 
 
 @torch.no_grad()
-def compress(model: nn.Module, method: str, calib: dict[str, dict], group: int = 64) -> tuple[nn.Module, dict]:
-    """A compressed deep copy of ``model`` and per-method info (e.g. AWQ exponents, achieved sparsity)."""
+def compress(model: nn.Module, method: str, calib: dict[str, dict], group: int = 64,
+             batches: Sequence[torch.Tensor] | None = None) -> tuple[nn.Module, dict]:
+    """A compressed deep copy of ``model`` and per-method info (e.g. AWQ exponents, achieved sparsity);
+    ``awq``/``gptq`` need the calibration ``batches`` (token ids) as well."""
     kind, args = parse_method(method)
     comp = copy.deepcopy(model)
     info: dict = {"method": method}
-    zeros = total = 0
-    alphas = []
-    for name, lin in block_linears(comp).items():
-        w = lin.weight.data.float()
-        st = calib[name]
-        if kind == "rtn":
-            new = quantize_rtn(w, args[0], group)
-        elif kind == "awq":
-            new, a = quantize_awq(w, st["abs"] / st["n"], st["rows"], args[0], group)
-            alphas.append(a)
-        elif kind == "wanda":
-            new = prune_wanda(w, st["sq"], args[0])
+    alphas: list[float] = []
+    if kind in CALIBRATED:
+        if not batches:
+            raise GeosteerError(f"method '{method}' needs calibration batches (token ids)")
+        if kind == "gptq":
+            from geosteer.directional.gptq import gptq_model
+
+            gptq_model(comp, batches, args[0], group)
         else:
-            new = prune_wanda(w, st["sq"], nm=args)
-        zeros += int((new == 0).sum())
-        total += new.numel()
-        lin.weight.data.copy_(new.to(lin.weight.dtype))
-    info["zero_fraction"] = zeros / total
+            from geosteer.directional.awq import awq_model
+
+            alphas = awq_model(model, comp, batches, args[0], group, perp_weight=args[1])
+    else:
+        for name, lin in block_linears(comp).items():
+            lin.weight.data.copy_(_compress_one(lin.weight.data.float(), kind, args, calib[name], group, alphas)
+                                  .to(lin.weight.dtype))
+    weights = [lin.weight for lin in block_linears(comp).values()]
+    info["zero_fraction"] = sum(int((w == 0).sum()) for w in weights) / sum(w.numel() for w in weights)
     if alphas:
         info["awq_alpha_mean"] = sum(alphas) / len(alphas)
     return comp, info
+
+
+def _compress_one(w: torch.Tensor, kind: str, args: tuple, st: dict, group: int, alphas: list) -> torch.Tensor:
+    """One linear's weight under a method that needs only the calibration statistics ``st``."""
+    if kind == "rtn":
+        return quantize_rtn(w, args[0], group)
+    if kind == "awqlite":
+        new, a = quantize_awq(w, st["abs"] / st["n"], st["rows"], args[0], group)
+        alphas.append(a)
+        return new
+    if kind == "wanda":
+        return prune_wanda(w, st["sq"], args[0])
+    return prune_wanda(w, st["sq"], nm=args)
 
 
 @torch.no_grad()
