@@ -81,19 +81,23 @@ def test_select_refuses_unknown_items_and_families():
         select(checks, None, ["bert"])
 
 
-def test_cli_writes_the_records_and_the_report_reads_them(monkeypatch, capsys, tmp_path):
+def test_cli_writes_the_records_and_the_report_reads_them(monkeypatch, capsys, tmp_path, tiny_model):
+    monkeypatch.setattr("geosteer.models.loading.load_model", lambda name: tiny_model(name))  # the session's
     out = tmp_path / "docs" / "results" / "checks.json"
     out.parent.mkdir(parents=True)
-    code, _, err = run_cli(monkeypatch, capsys, "study", "checks", "--only", "1.2,2.15", "--out", str(out))
+    code, _, err = run_cli(monkeypatch, capsys, "study", "checks", "--only", "1.2,2.15,3.7", "--families", "llama",
+                           "--out", str(out))
     assert code == 0, err
     data = json.loads(out.read_text())
-    assert [r["item"] for r in data["rows"]] == ["1.2", "2.15"] and all(r["pass"] for r in data["rows"])
-    assert data["meta"]["command"].startswith("geosteer study checks --only 1.2,2.15")
+    assert [(r["item"], r["family"]) for r in data["rows"]] == [("1.2", "synthetic"), ("2.15", "synthetic"),
+                                                                ("3.7", "llama")]
+    assert all(r["pass"] for r in data["rows"]) and data["rows"][-1]["max_abs_error"] == 0.0
+    assert data["meta"]["command"].startswith("geosteer study checks --only 1.2,2.15,3.7 --families llama")
     rep = tmp_path / "r.json"
     assert run_cli(monkeypatch, capsys, "study", "report", "--results-root", str(tmp_path), "--json",
                    "--out", str(rep))[0] == 0
     status = {r["id"]: r["status"] for r in json.loads(rep.read_text())["items"]}
-    assert status["1.2"] == status["2.15"] == "reproduces" and status["1.1"] == "not run"
+    assert status["1.2"] == status["2.15"] == status["3.7"] == "reproduces" and status["1.1"] == "not run"
 
 
 def test_cli_bad_item_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
@@ -113,4 +117,6 @@ def test_every_diverging_item_states_a_cause_or_the_deciding_experiment():
     results = evaluate_items(load_items(), [REPO])
     lacking = {r.item.id for r in results if r.status == "diverges"
                and not any(w in r.item.reading for w in ("Cause", "cause", "To decide"))}
-    assert lacking <= WITHOUT_CAUSE, sorted(lacking - WITHOUT_CAUSE)
+    assert lacking <= WITHOUT_CAUSE, (
+        f"diverging items {sorted(lacking - WITHOUT_CAUSE)}: say in the reading what causes the divergence "
+        "('Cause: ...') or which experiment would decide it ('To decide: ...')")
