@@ -9,6 +9,14 @@ Prompts: held-out corpus openings, ``--prompt-tokens`` tokens each (the same ids
 are eager (the steered layers pick each request's rows in Python), fp32, on the CPU build here. The
 recipes: the shipped surfaces, ``BUILT_IN`` (a directional and an FFN recipe on every layer), and any
 ``--recipe NAME=DIR``.
+
+Runs are interleaved so that a ratio compares runs made under the same machine load: two phases, each
+with its engines alive at once and, per batch size, one run of each engine in turn — (1) vLLM stock,
+vLLM + surfaces and the HF path; (2) vLLM stock again and the engine of the other recipes (one engine
+per kind, so that a recipe's time is not the cost of another's extra value channels). Each ratio uses the
+stock run of its own phase. ``--new-at B=N`` gives batch B its own number of new tokens (a shorter run
+where a full one would take too long); ``--hf-batches`` limits the (slow) HF path to some batch sizes.
+Each row records the one-minute load average when it finished.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import sys
 import time
@@ -51,13 +60,6 @@ def _vllm_run(llm, prompts, new: int, recipe: str | None) -> tuple[float, float]
     return time.perf_counter() - t, ttft
 
 
-def _kv_bytes_per_token(llm) -> float | None:
-    cfg = llm.llm_engine.vllm_config.cache_config
-    blocks, size = getattr(cfg, "num_gpu_blocks", None), cfg.block_size
-    space = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "0")) * 2**30
-    return space / (blocks * size) if blocks and space else None
-
-
 def _hf_run(model, prompts, new: int, interventions) -> tuple[float, float]:
     import torch
 
@@ -74,6 +76,16 @@ def _hf_run(model, prompts, new: int, interventions) -> tuple[float, float]:
         return time.perf_counter() - t, ttft
 
 
+def _pairs(items: list[str], what: str) -> dict[int, int]:
+    out = {}
+    for item in items:
+        b, sep, n = item.partition("=")
+        if not sep or not b.isdigit() or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"{what} needs BATCH=TOKENS with positive integers (got '{item}')")
+        out[int(b)] = int(n)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="smollm2")
@@ -81,8 +93,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--recipe", action="append", default=[], help="NAME=DIR: another recipe to time on vLLM")
     p.add_argument("--batches", default="1,16,64")
     p.add_argument("--new", type=int, default=128)
+    p.add_argument("--new-at", action="append", default=[], metavar="B=N",
+                   help="batch B generates N new tokens instead of --new (repeatable)")
+    p.add_argument("--hf-batches", help="batch sizes of the HF path (default: --batches)")
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--no-hf", action="store_true", help="skip the HF path")
+    p.add_argument("--no-built-in", action="store_true", help="skip the built-in directional and FFN recipes")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     from geosteer.errors import one_line_errors
@@ -91,49 +107,73 @@ def main(argv: list[str] | None = None) -> dict:
         return _run(a)
 
 
-def _run(a) -> dict:
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
-    from geosteer.models.loading import load_model
+def _engine(model: str, recipes: dict | None, kv_gib: int, kw: dict):
+    """A vLLM engine with its own KV-cache space (GiB), warmed up; (llm, KV bytes per token)."""
     from geosteer.serve import steered_llm
+
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_gib))
+    llm = steered_llm(model, recipes, **kw)
+    cfg = llm.llm_engine.vllm_config.cache_config
+    blocks = getattr(cfg, "num_gpu_blocks", None)
+    kv = kv_gib * 2**30 / (blocks * cfg.block_size) if blocks else None
+    return llm, kv
+
+
+def _run(a) -> dict:
+    from geosteer.models.loading import load_model
     from geosteer.serve.plan import parse_recipe_args, spec_of
 
     batches = [int(b) for b in a.batches.split(",")]
+    hf_batches = [] if a.no_hf else [int(b) for b in (a.hf_batches or a.batches).split(",")]
+    new_of = {b: a.new for b in {*batches, *hf_batches}}
+    new_of.update(_pairs(a.new_at, "--new-at"))
     import tempfile
 
     from geosteer.recipe import InterventionSpec, save_recipe
 
     tmp = tempfile.TemporaryDirectory()
     recipes = {name: str(save_recipe(Path(tmp.name) / name, InterventionSpec(**keys), base_model=a.model))
-               for name, keys in BUILT_IN.items()}
+               for name, keys in ({} if a.no_built_in else BUILT_IN).items()}
     recipes.update(parse_recipe_args(a.recipe))
     model, tok = load_model(a.model)
-    prompts = {b: _prompts(tok, b, a.prompt_tokens) for b in batches}
-    kw = dict(gpu_memory_utilization=0.15, max_model_len=a.prompt_tokens + a.new + 8, max_num_seqs=max(batches),
-              enforce_eager=True, seed=0)
+    prompts = {b: _prompts(tok, b, a.prompt_tokens) for b in new_of}
+    kw = dict(gpu_memory_utilization=0.15, max_model_len=a.prompt_tokens + max(new_of.values()) + 8,
+              max_num_seqs=max(new_of), enforce_eager=True, seed=0)
     rows = []
+    command = " ".join(["python", *sys.argv])
 
-    def record(engine, setting, b, secs, ttft, kv):
-        rows.append({"engine": engine, "setting": setting, "batch": b, "tokens_per_s": b * a.new / secs,
-                     "ttft_s": ttft, "kv_bytes_per_token": kv})
+    def record(phase, engine, setting, b, secs, ttft, kv):
+        rows.append({"phase": phase, "engine": engine, "setting": setting, "batch": b, "new": new_of[b],
+                     "tokens_per_s": b * new_of[b] / secs, "ttft_s": ttft, "kv_bytes_per_token": kv,
+                     "load_1min": round(os.getloadavg()[0], 2)})
         print(json.dumps(rows[-1]), flush=True)
+        if a.out:  # the rows so far, so that an interrupted run keeps them
+            from geosteer.io_utils import atomic_write_text
 
-    # one engine per kind, so that a recipe's time is not the cost of another's extra value channels
+            atomic_write_text(a.out, json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
+
+    # KV space per engine: the surfaces layers hold 1 + K channels per KV head
+    kv_tokens = max(b * (a.prompt_tokens + new_of[b] + 16) for b in batches)
+    steered_gib = max(1, math.ceil(kv_tokens * 600_000 / 2**30))
+    hf_inter = spec_of(a.surfaces)[0].build(model) if hf_batches else []
     others = {k: v for k, v in recipes.items() if k != "surfaces"}
-    for engine_recipes in (None, {"surfaces": a.surfaces}, others or None)[: 3 if others else 2]:
-        llm = steered_llm(a.model, engine_recipes, **kw)
-        kv = _kv_bytes_per_token(llm)
-        _vllm_run(llm, prompts[batches[0]], 4, None)  # warm-up
-        for name in [None] if engine_recipes is None else list(engine_recipes):
-            for b in batches:
-                record("vllm", name or "stock", b, *_vllm_run(llm, prompts[b], a.new, name), kv)
-        del llm
+    phases = [(1, {"surfaces": a.surfaces}, steered_gib), (2, others, 1)] if others else \
+        [(1, {"surfaces": a.surfaces}, steered_gib)]
+    for phase, engine_recipes, gib in phases:
+        stock = _engine(a.model, None, 1, kw)
+        steered = _engine(a.model, engine_recipes, gib, kw)
+        _vllm_run(stock[0], prompts[batches[0]], 4, None)  # warm-up
+        _vllm_run(steered[0], prompts[batches[0]], 4, None)
+        for b in sorted({*batches, *(hf_batches if phase == 1 else [])}):
+            if b in batches:
+                record(phase, "vllm", "stock", b, *_vllm_run(stock[0], prompts[b], new_of[b], None), stock[1])
+                for name in engine_recipes:
+                    record(phase, "vllm", name, b, *_vllm_run(steered[0], prompts[b], new_of[b], name), steered[1])
+            if phase == 1 and b in hf_batches:
+                record(phase, "hf", "surfaces", b, *_hf_run(model, prompts[b], new_of[b], hf_inter), None)
+        del stock, steered  # no other reference: the engines shut down here, before the next phase's start
         gc.collect()
-    if not a.no_hf:
-        spec, _ = spec_of(a.surfaces)
-        inter = spec.build(model)
-        for b in batches:
-            record("hf", "surfaces", b, *_hf_run(model, prompts[b], a.new, inter), None)
-    out = {"command": " ".join(["python", *sys.argv]), "rows": rows, "ratios": _ratios(rows)}
+    out = {"command": command, "rows": rows, "ratios": _ratios(rows), "load_average": os.getloadavg()}
     print(json.dumps(out["ratios"], indent=1))
     if a.out:
         from geosteer.io_utils import atomic_write_text
@@ -143,15 +183,16 @@ def _run(a) -> dict:
 
 
 def _ratios(rows: list[dict]) -> dict:
-    """Per batch: each vLLM recipe's time over vLLM stock's, and vLLM surfaces' tokens/s over the HF path's."""
-    by = {(r["engine"], r["setting"], r["batch"]): r["tokens_per_s"] for r in rows}
+    """Per batch: each vLLM recipe's time over the vLLM stock run of its phase, and vLLM surfaces' tokens/s
+    over the HF path's."""
+    by = {(r["phase"], r["engine"], r["setting"], r["batch"]): r["tokens_per_s"] for r in rows}
     out: dict = {}
-    for (engine, setting, b), tps in by.items():
-        stock = by.get(("vllm", "stock", b))
+    for (phase, engine, setting, b), tps in by.items():
+        stock = by.get((phase, "vllm", "stock", b))
         if engine == "vllm" and setting != "stock" and stock:
             out[f"{setting}_time_vs_vllm_stock@{b}"] = round(stock / tps, 3)
         if engine == "hf":
-            v = by.get(("vllm", "surfaces", b))
+            v = by.get((phase, "vllm", "surfaces", b))
             if v:
                 out[f"vllm_surfaces_vs_hf_tokens_per_s@{b}"] = round(v / tps, 3)
     return out
