@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from geosteer.errors import GeosteerError, one_line_errors
@@ -57,7 +59,8 @@ def main() -> None:
                 raise GeosteerError(f"no such file: {f}")
         surfaces, lora = json.loads(a.surfaces.read_text()), json.loads(a.lora.read_text())
     rows = rows_from(surfaces, lora)
-    meta = {"surfaces_config": surfaces["meta"]["config"], "surfaces_params": surfaces["meta"].get("params"),
+    meta = {"command": "python studies/manifold/protocol_table.py " + shlex.join(sys.argv[1:]),
+            "surfaces_config": surfaces["meta"]["config"], "surfaces_params": surfaces["meta"].get("params"),
             "lora_meta": lora["meta"]}
     if config is not None:
         art = json.loads(config.read_text())

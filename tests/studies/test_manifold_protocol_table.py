@@ -35,6 +35,7 @@ def test_rows_and_artifact_meta(tmp_path, monkeypatch, capsys):
     got = {(r["method"], r["step"]): r["change_vs_stock"] for r in data["rows"]}
     assert got == pytest.approx({("surfaces", 0): 0.0, ("surfaces", 8): -0.05, ("lora", 8): -0.1}, abs=1e-12)
     meta = data["meta"]
+    assert meta["command"].startswith("python studies/manifold/protocol_table.py --surfaces ")
     assert meta["surfaces_params"] == 991232 and meta["surfaces_command"] == "geosteer manifold train"
     assert meta["surfaces_layers"] == [5, 6] and meta["model"] == "m" and meta["lora_meta"] == {"rank": 48}
     assert "| 8,192 | 15.2000 (-5.0 %) | 14.4000 (-10.0 %) |" in capsys.readouterr().out
