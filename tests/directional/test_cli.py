@@ -1,8 +1,6 @@
 """``geosteer decompose`` and one-line errors of the ``geosteer directional`` verbs."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -26,9 +24,11 @@ def test_decompose_cli_json_and_csv(tmp_path):
     (["directional", "ppl", "--site", "attn_out", "--s-par", "nan"], "--s-par must be a finite number"),
     (["directional", "pretrain", "--variants", "baseline,foo"], "unknown variant 'foo'; valid: baseline, attn_par"),
 ])
-def test_cli_bad_input_one_line_error(args, msg):
-    p = subprocess.run([sys.executable, "-m", "geosteer.cli", *args], capture_output=True, text=True)
-    assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
+def test_cli_bad_input_one_line_error(args, msg, monkeypatch, capsys):
+    from tests.cli_helpers import run_cli
+
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 2 and msg in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -3,8 +3,6 @@ measurement: neutral = stock in both spaces on every tiny family; concatenated s
 loop over heads and tokens on the materialised attention weights."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -154,8 +152,10 @@ def test_concat_measurement_matches_a_naive_loop(tiny_cache, family, padded):
     (["study", "directional", "sweep", "-m", "tiny-llama", "--s-par-grid", "3:1:0.5"], "bad --s-par-grid"),
     (["decompose", "-m", "tiny-llama", "--value-space", "flat"], "unknown value space 'flat'"),
 ])
-def test_cli_value_space_errors_are_one_line(args, msg, tmp_path):
-    p = subprocess.run([sys.executable, "-m", "geosteer.cli", *args, *(
-        ["--out", str(tmp_path / "s.json")] if "sweep" in args else [])], capture_output=True, text=True)
-    assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr
+def test_cli_value_space_errors_are_one_line(args, msg, tmp_path, monkeypatch, capsys):
+    from tests.cli_helpers import run_cli
+
+    code, _, err = run_cli(monkeypatch, capsys, *args, *(["--out", str(tmp_path / "s.json")] if "sweep" in args
+                                                          else []))
+    assert code == 2 and msg in err and "Traceback" not in err, err
     assert not (tmp_path / "s.json").exists()
