@@ -125,7 +125,10 @@ def byte_setup(a: argparse.Namespace):
     vals = [sample_batch(held[:cut], g, 16, ctx) for _ in range(a.ppl_batches)]
 
     def ppl(model) -> float:
-        return math.exp(mean_loss(model, vals))
+        try:
+            return math.exp(mean_loss(model, vals))
+        finally:
+            model.eval()  # mean_loss leaves the model in train mode
 
     meta = {"model": str(a.model), "tokenizer": "bytes", "ppl": f"per byte, {a.ppl_batches}x16x{ctx} held-out "
             "windows (generator seed 12345)", "calib": f"{a.calib_seqs}x{a.seq_len} train bytes",
