@@ -79,11 +79,12 @@ $(SERVE_STAMP): pyproject.toml
 
 serve: $(SERVE_STAMP)
 
-# all serving tests: the full parity on the default model (20 prompts x 32 tokens) and the OpenAI server
+# all serving tests: the full parity on the default model (20 prompts x 32 tokens), the other families and the
+# OpenAI server
 serve-test: $(SERVE_STAMP)
 	$(SERVE_BIN)/python -m pytest -q -x -p no:cacheprovider tests/serve
 
 # the CI-sized subset (.ci/run): one engine on a tiny Llama, every recipe kind in one mixed batch
 serve-ci: $(SERVE_STAMP)
 	$(SERVE_BIN)/python -m pytest -q -x -p no:cacheprovider tests/serve/test_quick.py tests/serve/test_plan.py \
-		tests/serve/test_router.py
+		tests/serve/test_router.py tests/serve/test_walls.py tests/serve/test_families.py

@@ -16,8 +16,19 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from tests.serve.helpers import agreement, prompt_ids, tiny_folder, vllm_greedy  # noqa: E402
-from tests.serve.test_quick import LLM_KW, N_PROMPTS, NEW, _changes, _reference, _surfaces, _walls  # noqa: E402
+from tests.serve.helpers import (  # noqa: E402
+    agreement,
+    changes,
+    example_walls,
+    hf_reference,
+    prompt_ids,
+    random_surfaces,
+    tiny_folder,
+    vllm_greedy,
+)
+
+N_PROMPTS, NEW = 4, 8
+LLM_KW = dict(gpu_memory_utilization=0.05, max_model_len=64, max_num_seqs=64, seed=0, enforce_eager=True)
 
 RECIPES = {  # tiny models have layers 0-2
     "directional": dict(scale_site="attn_out", scale_par=1.6, scale_perp=0.6, scale_layers="0-1"),
@@ -38,15 +49,15 @@ def test_family_serves_every_recipe_kind_like_hf(family, tmp_path):
     folder = tiny_folder(family, tmp_path / family)
     model, tok = load_model(folder)
     prompts = prompt_ids(tok, N_PROMPTS)
-    dirs = {"surfaces": _surfaces(model, tmp_path / "surfaces"),
-            "walls": _surfaces(model, tmp_path / "walls", layers=(0,), walls=_walls())}
+    dirs = {"surfaces": random_surfaces(model, tmp_path / "surfaces"),
+            "walls": random_surfaces(model, tmp_path / "walls", layers=(0,), walls=example_walls())}
     for name, keys in RECIPES.items():
         dirs[name] = str(save_recipe(tmp_path / name, InterventionSpec(**keys), base_model=f"tiny-{family}"))
     names = [None, *dirs]
-    refs = {n: _reference(model, prompts, None if n is None else dirs[n]) for n in names}
+    refs = {n: hf_reference(model, prompts, None if n is None else dirs[n], NEW) for n in names}
     for n in names:
         if n not in (None, "neutral"):
-            assert _changes(refs[n], refs[None]), f"{family}: recipe {n} does not change the HF reference"
+            assert changes(refs[n], refs[None]), f"{family}: recipe {n} does not change the HF reference"
 
     llm = steered_llm(folder, **LLM_KW)
     stock = vllm_greedy(llm, prompts, NEW, [None] * N_PROMPTS)

@@ -17,7 +17,16 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from tests.serve.helpers import agreement, hf_greedy, prompt_ids, tiny_folder, vllm_greedy  # noqa: E402
+from tests.serve.helpers import (  # noqa: E402
+    agreement,
+    changes,
+    example_walls,
+    hf_reference,
+    prompt_ids,
+    random_surfaces,
+    tiny_folder,
+    vllm_greedy,
+)
 
 N_PROMPTS, NEW = 4, 8
 LLM_KW = dict(gpu_memory_utilization=0.05, max_model_len=64, max_num_seqs=64, seed=0, enforce_eager=True)
@@ -42,55 +51,17 @@ def tiny(tmp_path_factory):
     return model, prompt_ids(tok, N_PROMPTS), folder
 
 
-def _surfaces(model, folder, layers=(0, 2), walls=()):
-    import torch
-
-    from geosteer.manifold import ManifoldConfig, SurfaceBank
-
-    bank = SurfaceBank(ManifoldConfig.for_model(model, grid_size=4, grid_range=(-3.0, 3.0), layers=list(layers)))
-    with torch.no_grad():
-        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(0)))
-    bank.set_walls(list(walls))
-    return str(bank.save(folder))
-
-
-def _walls():
-    """Exact walls: on a surfaces layer (whole heads, and single (head, dim) pairs), and on a layer without."""
-    from geosteer.manifold.walls import Wall
-
-    inf = float("inf")
-    return [Wall(layer=0, heads=(0, 1), k=(0.0, inf)),
-            Wall(layer=0, pairs=((2, 5), (3, 7)), q=(-0.5, inf), k=(-inf, 0.3)),
-            Wall(layer=1, heads=(3,), q=(-inf, 0.0))]
-
-
 @pytest.fixture(scope="module")
 def recipe_dirs(tiny, tmp_path_factory):
     from geosteer.recipe import InterventionSpec, save_recipe
 
     model = tiny[0]
     root = tmp_path_factory.mktemp("recipes")
-    out = {"surfaces": _surfaces(model, root / "surfaces"),
-           "walls": _surfaces(model, root / "walls", layers=(0,), walls=_walls())}
+    out = {"surfaces": random_surfaces(model, root / "surfaces"),
+           "walls": random_surfaces(model, root / "walls", layers=(0,), walls=example_walls())}
     for name, keys in RECIPES.items():
         out[name] = str(save_recipe(root / name, InterventionSpec(**keys), base_model="tiny-llama"))
     return out
-
-
-def _reference(model, prompts, folder):
-    from geosteer.serve.plan import spec_of
-
-    if folder is None:
-        return hf_greedy(model, prompts, NEW)
-    spec, _ = spec_of(folder)
-    return hf_greedy(model, prompts, NEW, spec.build(model))
-
-
-def _changes(a, b) -> bool:
-    """Whether two greedy runs differ: in a token, or by more than 1e-3 in a chosen token's log-prob."""
-    (ta, la), (tb, lb) = a, b
-    return ta != tb or any(abs(x - y) > 1e-3 for ra, rb in zip(la, lb, strict=True)
-                           for x, y in zip(ra, rb, strict=True))
 
 
 def test_every_recipe_kind_in_one_mixed_batch_matches_hf(tiny, recipe_dirs):
@@ -98,12 +69,12 @@ def test_every_recipe_kind_in_one_mixed_batch_matches_hf(tiny, recipe_dirs):
 
     model, prompts, folder = tiny
     names = [None, *recipe_dirs]
-    refs = {n: _reference(model, prompts, None if n is None else recipe_dirs[n]) for n in names}
+    refs = {n: hf_reference(model, prompts, None if n is None else recipe_dirs[n], NEW) for n in names}
     for n in names:
         if n not in (None, "neutral"):
-            assert _changes(refs[n], refs[None]), f"recipe {n} does not change the HF reference"
-    unwalled = _surfaces(model, recipe_dirs["walls"] + "-without", layers=(0,))
-    assert _changes(refs["walls"], _reference(model, prompts, unwalled)), "the walls change nothing"
+            assert changes(refs[n], refs[None]), f"recipe {n} does not change the HF reference"
+    unwalled = random_surfaces(model, recipe_dirs["walls"] + "-without", layers=(0,))
+    assert changes(refs["walls"], hf_reference(model, prompts, unwalled, NEW)), "the walls change nothing"
     llm = steered_llm(folder, recipe_dirs, **LLM_KW)
     order = [(n, i) for i in range(len(prompts)) for n in names]  # interleaved: every batch is mixed
     got, got_lp = vllm_greedy(llm, [prompts[i] for _, i in order], NEW, [n for n, _ in order])
