@@ -26,6 +26,7 @@ pytest.importorskip("triton")
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 
 
+@pytest.mark.serial
 def test_interpreter_cases_in_a_subprocess():
     if INTERPRETING:
         pytest.skip("this process runs the cases itself")

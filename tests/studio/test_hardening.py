@@ -182,6 +182,7 @@ def test_chunked_body_over_the_limit_is_413_and_under_it_works(env):
 
 
 # ---- the generation queue (issue item 8) -------------------------------------------------------------------
+@pytest.mark.serial
 def test_full_queue_is_503_with_retry_after_and_reads_do_not_wait(env):
     s, c = env["session"], env["client"]
     gate = threading.Event()

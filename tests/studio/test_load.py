@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 import torch
 
 import geosteer
@@ -137,6 +138,7 @@ def _serve(ws: str, conn) -> None:
     stop()
 
 
+@pytest.mark.serial
 def test_concurrent_clients_no_crash_no_lost_save(tmp_path):
     ws = tmp_path / "ws"
     ctx = mp.get_context("spawn")
