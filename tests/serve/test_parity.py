@@ -1,8 +1,9 @@
 """vLLM (CPU build, fp32) against geosteer's Hugging Face path on the default model, same token ids.
 
-Stock vLLM gives the HF greedy tokens; one steered engine serving the shipped surfaces, a directional
-recipe, a dynamics recipe, a value-space recipe and a neutral recipe, all in one mixed batch, gives each
-request its own recipe's HF tokens (>= 19/20 prompts), next-token log-probs within 1e-3 where both agree.
+Stock vLLM gives the HF greedy tokens; one steered engine serving the shipped surfaces, the shipped
+surfaces with exact walls, a directional recipe, a dynamics recipe, a value-space recipe and a neutral
+recipe, all in one mixed batch, gives each request its own recipe's HF tokens (>= 19/20 prompts),
+next-token log-probs within 1e-3 where both agree.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tests.serve.helpers import agreement, hf_greedy, prompt_ids, vllm_greedy  #
 
 ROOT = Path(__file__).resolve().parents[2]
 SURFACES = ROOT / "artifacts" / "smollm2-surfaces-all"
+WALLS = ROOT / "artifacts" / "smollm2-walls-elements"  # surfaces on layers 8-15 with learned exact walls
 N_PROMPTS, NEW = 20, 32
 LLM_KW = dict(gpu_memory_utilization=0.15, max_model_len=256, max_num_seqs=160, seed=0, enforce_eager=True)
 RECIPES = {  # recipe keys as on the geosteer command line
@@ -43,7 +45,7 @@ def recipe_dirs(tmp_path_factory):
     from geosteer.recipe import InterventionSpec, save_recipe
 
     root = tmp_path_factory.mktemp("recipes")
-    out = {"surfaces": str(SURFACES)}
+    out = {"surfaces": str(SURFACES), "walls": str(WALLS)}
     for name, keys in RECIPES.items():
         out[name] = str(save_recipe(root / name, InterventionSpec(**keys), base_model="smollm2"))
     return out
