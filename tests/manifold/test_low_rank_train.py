@@ -6,27 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from geosteer import load_model
 from geosteer.errors import GeosteerError
 from geosteer.manifold import install, load, uninstall
 from geosteer.manifold.low_rank_train import check_rank, factorise, merge_factors, trained_parameters
 from geosteer.manifold.train import train_surfaces
 from geosteer.train import TrainConfig
-
-TEXT = ("The river flows through the valley and the village. The mill by the river grinds the grain. "
-        "In spring the river floods the fields, and the farmers plant rice. ") * 40
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model("tiny-qwen2")  # GQA + sliding window
-
-
-@pytest.fixture(scope="module")
-def text_file(tmp_path_factory):
-    p = tmp_path_factory.mktemp("txt") / "train.txt"
-    p.write_text(TEXT)
-    return p
 
 
 def _cfg(**kw):

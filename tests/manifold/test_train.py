@@ -7,28 +7,13 @@ import json
 import pytest
 import torch
 
-from geosteer import load_model
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
 from geosteer.manifold import load, read_config, uninstall
 from geosteer.manifold.train import calibrate_ranges, parse_layers, train_surfaces
 from geosteer.record import AttentionRecorder
 from geosteer.train import TrainConfig
-
-TEXT = ("The river flows through the valley and the village. The mill by the river grinds the grain. "
-        "In spring the river floods the fields, and the farmers plant rice. ") * 40
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model("tiny-qwen2")  # GQA + sliding window
-
-
-@pytest.fixture(scope="module")
-def text_file(tmp_path_factory):
-    p = tmp_path_factory.mktemp("txt") / "train.txt"
-    p.write_text(TEXT)
-    return p
+from tests.manifold.conftest import TEXT
 
 
 def _cfg(**kw):

@@ -20,6 +20,7 @@ from geosteer.attention import AttentionCall, add_attention_handler, attention_w
 from geosteer.errors import GeosteerError
 from geosteer.manifold.kernel import backend_choice, modulated_attention, naive_modulated_attention, use_triton
 from geosteer.models.anatomy import anatomy
+from geosteer.reproduction.references import keep_mask
 from tests.conftest import TINY_FAMILIES
 
 pytest.importorskip("triton")
@@ -62,19 +63,6 @@ def _case(b, H, Hkv, L, T, d, seed=0, scale=2.0, grid=8):
     return q, k, v, C
 
 
-def _keep_mask(b, L, T, pad, window=None):
-    """Left padding of ``pad[i]`` keys per row, causal aligned to the end, optional sliding window."""
-    i = torch.arange(L)[:, None] + (T - L)
-    j = torch.arange(T)[None, :]
-    m = j <= i
-    if window is not None:
-        m = m & (j > i - window)
-    m = m[None, None].repeat(b, 1, 1, 1)
-    for r, p in enumerate(pad):
-        m[r, :, :, :p] = False
-    return m
-
-
 def _ref(q, k, v, C, mask, softcap=None, grid=8, lo=-4.0, hi=4.0):
     """Per-pair reference (fp64) with the stock weights (plain softmax over the masked scores)."""
     q, k, v, C = (t.double() for t in (q, k, v, C))
@@ -97,14 +85,14 @@ def test_forward_matches_per_pair_reference(fused, kind):
     tiles = dict(block_m=16, block_n=16) if kind == "causal" else {}  # several query and key tiles
     mask, causal, softcap = None, False, None
     if kind == "causal":
-        causal, mask_ref = True, _keep_mask(b, L, L, [0] * b)
+        causal, mask_ref = True, keep_mask(b, L, L, [0] * b)
     elif kind in ("padding", "window"):
-        mask = mask_ref = _keep_mask(b, L, L, [0, 5], window=6 if kind == "window" else None)
+        mask = mask_ref = keep_mask(b, L, L, [0, 5], window=6 if kind == "window" else None)
     elif kind == "float":
-        bm = _keep_mask(b, L, L, [0, 4])
+        bm = keep_mask(b, L, L, [0, 4])
         mask = mask_ref = torch.zeros(bm.shape).masked_fill(~bm, -1e9)
     elif kind == "softcap":
-        causal, softcap, mask_ref = True, 3.0, _keep_mask(b, L, L, [0] * b)
+        causal, softcap, mask_ref = True, 3.0, keep_mask(b, L, L, [0] * b)
     else:
         mask_ref = None
     out, lse = fused.modulated_attention_triton(q, k, v, C, 8, -4.0, 4.0, attn_mask=mask, is_causal=causal,
@@ -130,7 +118,7 @@ def test_forward_matches_per_pair_reference(fused, kind):
 
 def test_fully_masked_rows_zero_and_value_dim_chunks(fused):
     q, k, v, C = _case(2, 1, 1, 9, 9, 24)
-    mask = _keep_mask(2, 9, 9, [0, 4])
+    mask = keep_mask(2, 9, 9, [0, 4])
     mask[1, :, :4, :] = False  # padded query rows see nothing
     for dv in (16, 32):  # two chunks of value dims (BLOCK_D = 32) or one
         out = fused.modulated_attention_triton(q, k, v, C, 8, -1.5, 2.5, attn_mask=mask, dv=dv, block_n=16)
@@ -143,7 +131,7 @@ def test_fully_masked_rows_zero_and_value_dim_chunks(fused):
 def test_sliding_window_argument_and_delta_only(fused):
     b, H, Hkv, d, L = 1, 2, 1, 8, 21
     q, k, v, C = _case(b, H, Hkv, L, L, d, seed=1)
-    keep = _keep_mask(b, L, L, [0], window=5)
+    keep = keep_mask(b, L, L, [0], window=5)
     out = fused.modulated_attention_triton(q, k, v, C, 8, -4.0, 4.0, is_causal=True, sliding_window=5,
                                            with_value=False)
     stock = _ref(q, k, v, torch.zeros_like(C), keep)
@@ -155,7 +143,7 @@ def test_sliding_window_argument_and_delta_only(fused):
 def test_decode_split_keys_matches_reference(fused, split):
     b, H, Hkv, d, L, T = 2, 2, 1, 16, 2, 45  # GQA 2, 2 new queries against 43 cached keys
     q, k, v, C = _case(b, H, Hkv, L, T, d, seed=2)
-    mask = _keep_mask(b, L, T, [0, 7])
+    mask = keep_mask(b, L, T, [0, 7])
     out, lse = fused.modulated_attention_triton(q, k, v, C, 8, -4.0, 4.0, attn_mask=mask, split=split,
                                                 block_n=16, return_lse=True)
     ref = _ref(q, k, v, C, mask)
@@ -169,7 +157,7 @@ def test_bf16_inputs_fp32_accumulation(fused):
     qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()
     out = fused.modulated_attention_triton(qb, kb, vb, C, 8, -4.0, 4.0, is_causal=True)
     assert out.dtype == torch.bfloat16
-    ref = _ref(qb.float(), kb.float(), vb.float(), C, _keep_mask(1, 17, 17, [0]))  # same rounded inputs
+    ref = _ref(qb.float(), kb.float(), vb.float(), C, keep_mask(1, 17, 17, [0]))  # same rounded inputs
     # only the output's own bf16 rounding (relative 2^-8) separates the two
     assert ((out.double() - ref).abs() <= ref.abs() * 2 ** -8 + 1e-6).all()
 
@@ -179,16 +167,16 @@ def _grad_case(kind):
     b, H, Hkv, L, T, d = dict(causal=(1, 2, 1, 19, 19, 12), window=(1, 2, 1, 13, 13, 8),
                               decode=(2, 2, 1, 3, 20, 8), float=(2, 2, 2, 9, 9, 8))[kind]
     q, k, v, C = _case(b, H, Hkv, L, T, d, seed=4, scale=1.5)
-    kw, keep, softcap, with_value = {}, _keep_mask(b, L, T, [0] * b), None, True
+    kw, keep, softcap, with_value = {}, keep_mask(b, L, T, [0] * b), None, True
     if kind == "causal":
         kw = dict(is_causal=True, block_m=16, block_n=16)  # several query and key tiles
     elif kind == "window":
-        kw, keep = dict(is_causal=True, sliding_window=4), _keep_mask(b, L, T, [0] * b, window=4)
+        kw, keep = dict(is_causal=True, sliding_window=4), keep_mask(b, L, T, [0] * b, window=4)
     elif kind == "decode":  # 3 new queries against a padded cache, Δo only
-        keep = _keep_mask(b, L, T, [0, 7])
+        keep = keep_mask(b, L, T, [0, 7])
         kw, with_value = dict(attn_mask=keep, block_n=16), False
     else:  # additive padding mask and soft-capping
-        pad = _keep_mask(b, L, T, [0, 3])
+        pad = keep_mask(b, L, T, [0, 3])
         keep = torch.zeros(pad.shape).masked_fill(~pad, -1e9)
         kw, softcap = dict(attn_mask=keep, softcap=2.0), 2.0
     rows = (keep > -1e8).any(-1)[:, 0] if kind == "float" else torch.ones(b, L, dtype=torch.bool)
@@ -231,7 +219,7 @@ def test_backward_bf16_and_through_the_backend(fused, monkeypatch):
     gw = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).bfloat16().float()  # ∂L/∂out is bf16
     g1 = torch.autograd.grad((out.float() * gw).sum(), (qb, kb, vb, C))
     leaves = [t.detach().float().requires_grad_() for t in (qb, kb, vb)]
-    ref = _ref(*leaves, C, _keep_mask(1, 11, 11, [0]))
+    ref = _ref(*leaves, C, keep_mask(1, 11, 11, [0]))
     g2 = torch.autograd.grad((ref * gw.double()).sum(), (*leaves, C))
     for a, b, x in zip(g1, g2, (qb, kb, vb, C), strict=True):
         assert a.dtype == x.dtype

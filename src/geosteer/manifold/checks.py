@@ -89,30 +89,19 @@ def _kernel_case(L: int = 23, T: int = 23, scale: float = 2.0, dtype=torch.float
     return q, k, v, C
 
 
-def _padding_mask(b: int, L: int, T: int, pad: list[int], window: int | None = None) -> torch.Tensor:
-    i = torch.arange(L)[:, None] + (T - L)
-    j = torch.arange(T)[None, :]
-    m = j <= i
-    if window is not None:
-        m = m & (j > i - window)
-    m = m[None, None].repeat(b, 1, 1, 1)
-    for r, p in enumerate(pad):
-        m[r, :, :, :p] = False
-    return m
-
-
 def factored_vs_per_pair() -> float:
     """Eq. 2: the factored kernel against the per-pair reference on causal, left-padded, sliding-window and
     decode (3 queries on 23 keys) masks, two block sizes."""
     from geosteer.manifold.kernel import modulated_attention, naive_modulated_attention
+    from geosteer.reproduction.references import keep_mask
 
     worst = 0.0
     for kind in ("causal", "padding", "window", "decode"):
         L = 3 if kind == "decode" else 23
         q, k, v, C = _kernel_case(L=L)
-        mask = {"causal": None, "padding": _padding_mask(2, L, 23, [0, 5]),
-                "window": _padding_mask(2, L, 23, [2, 0], window=6),
-                "decode": _padding_mask(2, L, 23, [0, 3])}[kind]
+        mask = {"causal": None, "padding": keep_mask(2, L, 23, [0, 5]),
+                "window": keep_mask(2, L, 23, [2, 0], window=6),
+                "decode": keep_mask(2, L, 23, [0, 3])}[kind]
         w = attention_weights(AttentionCall(_Causal(), q, k, v, mask, None, 0.0))
         ref = naive_modulated_attention(w, q, k, v, C, 8, -4.0, 4.0)
         for block in (5, 128):

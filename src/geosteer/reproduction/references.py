@@ -13,6 +13,20 @@ from geosteer.attention import add_attention_handler, attention_weights, repeat_
 from geosteer.models.anatomy import anatomy
 
 
+def keep_mask(b: int, L: int, T: int, pad: Sequence[int], window: int | None = None) -> torch.Tensor:
+    """(b, 1, L, T) boolean keep mask: ``pad[r]`` left-padded keys in row r, causal with the L queries aligned
+    to the last of the T keys, and a sliding window of ``window`` keys if given."""
+    i = torch.arange(L)[:, None] + (T - L)
+    j = torch.arange(T)[None, :]
+    m = j <= i
+    if window is not None:
+        m = m & (j > i - window)
+    m = m[None, None].repeat(b, 1, 1, 1)
+    for r, p in enumerate(pad):
+        m[r, :, :, :p] = False
+    return m
+
+
 def per_pair_handlers(model, bank) -> list[Callable[[], None]]:
     """Attention handlers computing o = Σ_j a_ij v_jd (1 + S_d(q_id, k_jd)) pair by pair from the stock
     weights (masks included) for every layer of ``bank``; returns their removers."""
