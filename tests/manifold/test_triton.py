@@ -20,7 +20,7 @@ from geosteer.attention import AttentionCall, add_attention_handler, attention_w
 from geosteer.errors import GeosteerError
 from geosteer.manifold.kernel import backend_choice, modulated_attention, naive_modulated_attention, use_triton
 from geosteer.models.anatomy import anatomy
-from geosteer.reproduction.references import keep_mask
+from geosteer.reproduction.references import keep_mask, per_pair_handlers
 from tests.conftest import TINY_FAMILIES
 
 pytest.importorskip("triton")
@@ -337,20 +337,6 @@ def test_backend_switch(fused, monkeypatch, tiny_cache):
     assert not use_triton(backend_choice("triton"), q, -4.0, 4.0, dropout=0.1)  # dropout: PyTorch path
 
 
-def _naive_handlers(model, bank):
-    an = anatomy(model)
-    removers = []
-    for slot, layer in enumerate(bank.layers):
-        def h(call, proceed, slot=slot):
-            w = attention_weights(call)
-            out = naive_modulated_attention(w, call.query, call.key, call.value, bank.coefficients[slot].detach(),
-                                            bank.grid_size, float(bank.lo[slot]), float(bank.hi[slot]))
-            return out.contiguous(), None
-
-        removers.append(add_attention_handler(an.blocks[layer].attn, h))
-    return removers
-
-
 @pytest.mark.parametrize("family", TINY_FAMILIES)
 def test_every_family_through_install(fused, tiny_cache, family):
     model, tok = tiny_cache(family)
@@ -364,7 +350,7 @@ def test_every_family_through_install(fused, tiny_cache, family):
             bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.5)
             ours = model(**enc).logits
             manifold.uninstall(model)
-            removers = _naive_handlers(model, bank)
+            removers = per_pair_handlers(model, bank)
             ref = model(**enc).logits
             for r in removers:
                 r()
