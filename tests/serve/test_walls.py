@@ -79,3 +79,14 @@ def test_each_set_of_overlapping_walls_gets_its_own_slot():
     assert op.slot_pair.tolist() == [0, 0, 0]
     assert sorted(int(c) for c in (op.slot_of[0] >= 0).nonzero().flatten()) == [1, 2, 3]
     assert op.width == 3 * op.per_slot
+
+
+def test_more_overlapping_walls_than_served_slots_are_refused_in_one_line():
+    from geosteer.errors import GeosteerError
+    from geosteer.serve.walls import MAX_OVERLAP
+
+    many = [Wall(layer=1, heads=(0,), dims=(3,), q=(-1.0 + 0.01 * i, INF), k=(-INF, 0.1 * i))
+            for i in range(MAX_OVERLAP + 1)]
+    with pytest.raises(GeosteerError, match=f"{MAX_OVERLAP + 1} walls on one \\(head, dim\\)") as ei:
+        wall_op(compile_layer(many, H, D), None, GRID, LO, HI, H // HKV)
+    assert len(str(ei.value).splitlines()) == 1
