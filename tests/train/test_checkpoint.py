@@ -12,9 +12,8 @@ import torch
 
 from geosteer import cli
 from geosteer.errors import GeosteerError
-from geosteer.train import TrainConfig, train
 from geosteer.train.checkpoint import CHECKPOINT_NAME, LEGACY_NAME, load_checkpoint
-from tests.train.test_loop import LearnedBias
+from tests.train.helpers import train_bias, train_config
 
 
 class Payload:
@@ -39,44 +38,9 @@ def _snapshot(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    from transformers import AutoModelForCausalLM
-
-    from geosteer.attention import use_geosteer_attention
-    from geosteer.models.loading import smollm2_tokenizer
-    from geosteer.models.tiny import tiny_config
-
-    tok = smollm2_tokenizer()
-    cfg = tiny_config("llama", vocab_size=512)
-    cfg.bos_token_id = tok.bos_token_id
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg).eval().requires_grad_(False)
-    use_geosteer_attention(model)
-    return model, tok
-
-
-@pytest.fixture(scope="module")
-def stream():
-    g = torch.Generator().manual_seed(1)
-    base = torch.arange(100, 124).repeat(40)
-    noise = torch.randint(200, 300, (base.numel(),), generator=g)
-    return torch.where(torch.rand(base.numel(), generator=g) < 0.2, noise, base)
-
-
 def _cfg(**kw):
-    d = dict(lr=5e-2, steps=6, batch_size=4, seq_len=16, checkpoint_every=3, log_every=100,
-             eval_before_after=False)
-    d.update(kw)
-    return TrainConfig(**d)
-
-
-def _run(tiny, stream, cfg, **kw):
-    model, tok = tiny
-    bias = LearnedBias(model.config.hidden_size)
-    res = train(model, bias, cfg, tok=tok, train_ids=stream, interventions=[bias], progress=False, log=None,
-                **kw)
-    return bias, res
+    """The checkpoint tests' run: 6 steps (checkpoints at 3 and 6)."""
+    return train_config(**{"steps": 6, **kw})
 
 
 @pytest.mark.parametrize("name", [LEGACY_NAME, CHECKPOINT_NAME])
@@ -87,7 +51,7 @@ def test_planted_pickle_is_refused_without_running(tiny, stream, tmp_path, name,
     _plant(ckpt, marker, how)
     before = _snapshot(ckpt.parent)
     with pytest.raises(GeosteerError) as ei:
-        _run(tiny, stream, _cfg(), out_dir=ckpt.parent, resume=True)
+        train_bias(tiny, stream, _cfg(), out_dir=ckpt.parent, resume=True)
     msg = str(ei.value)
     assert len(msg.splitlines()) == 1 and str(ckpt) in msg
     assert not marker.exists()
@@ -104,13 +68,13 @@ def test_foreign_safetensors_and_garbage_are_refused(tiny, stream, tmp_path):
         load_checkpoint(run / CHECKPOINT_NAME)
     (run / CHECKPOINT_NAME).write_bytes(b"\x00" * 7 + b"garbage")
     with pytest.raises(GeosteerError, match="not a readable training checkpoint"):
-        _run(tiny, stream, _cfg(), out_dir=run, resume=True)
+        train_bias(tiny, stream, _cfg(), out_dir=run, resume=True)
 
 
 def test_checkpoint_file_is_safetensors_with_json_state(tiny, stream, tmp_path):
     from safetensors import safe_open
 
-    _run(tiny, stream, _cfg(), out_dir=tmp_path, stop_at=3)
+    train_bias(tiny, stream, _cfg(), out_dir=tmp_path, stop_at=3)
     assert not (tmp_path / LEGACY_NAME).exists()
     with safe_open(str(tmp_path / CHECKPOINT_NAME), framework="pt") as f:
         names = set(f.keys())
@@ -127,7 +91,7 @@ def test_legacy_plain_checkpoint_is_refused_as_unverifiable(tiny, stream, tmp_pa
     (tmp_path / "old").mkdir()
     torch.save(state, tmp_path / "old" / LEGACY_NAME)
     with pytest.raises(GeosteerError, match="without a checksum") as ei:
-        _run(tiny, stream, _cfg(), out_dir=tmp_path / "old", resume=True)
+        train_bias(tiny, stream, _cfg(), out_dir=tmp_path / "old", resume=True)
     assert len(str(ei.value).splitlines()) == 1
 
 
@@ -135,7 +99,7 @@ def test_legacy_plain_checkpoint_is_refused_as_unverifiable(tiny, stream, tmp_pa
 def ckpt3(tiny, stream, tmp_path_factory):
     """The bytes of a checkpoint at step 3 of ``_cfg()`` (trained once for the module)."""
     folder = tmp_path_factory.mktemp("ckpt3")
-    _run(tiny, stream, _cfg(), out_dir=folder, stop_at=3)
+    train_bias(tiny, stream, _cfg(), out_dir=folder, stop_at=3)
     return (folder / CHECKPOINT_NAME).read_bytes()
 
 
@@ -175,7 +139,7 @@ def test_flipped_tensor_bytes_are_refused_by_the_checksum(tiny, stream, tmp_path
         raw[:16] ^= 0x5A  # 16 flipped bytes: still a valid float tensor
         _rewrite(path, meta, dict(tensors, **{name: raw.view(torch.float32)}), fix_digest=False)
         with pytest.raises(GeosteerError, match="does not match its checksum") as ei:
-            _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
+            train_bias(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
         assert len(str(ei.value).splitlines()) == 1
     one = tensors["param/vec"].clone().view(torch.uint8)
     one[0] ^= 1  # a single bit
@@ -205,7 +169,7 @@ def test_edited_state_is_refused(tiny, stream, tmp_path, ckpt3, edit, fix_digest
     _rewrite(path, {**meta, "geosteer": json.dumps(doc)}, tensors, fix_digest=fix_digest)
     before = path.read_bytes()
     with pytest.raises(GeosteerError) as ei:
-        _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
+        train_bias(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
     msg = str(ei.value)
     assert len(msg.splitlines()) == 1 and str(path) in msg
     assert ("checksum" in msg) != fix_digest
@@ -218,14 +182,14 @@ def test_checkpoint_of_another_base_model_is_refused(tiny, stream, tmp_path, ckp
     _at_step3(ckpt3, tmp_path)
     monkeypatch.setattr(model.config, "_geosteer_name", "tiny-other", raising=False)
     with pytest.raises(GeosteerError, match="base_model: checkpoint 'llama', now 'tiny-other'"):
-        _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
+        train_bias(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
 
 
 def test_checkpoint_of_another_run_record_is_refused(tiny, stream, tmp_path):
-    _run(tiny, stream, _cfg(), out_dir=tmp_path, stop_at=3, run={"grid_range": [-4.0, 4.0]})
+    train_bias(tiny, stream, _cfg(), out_dir=tmp_path, stop_at=3, run={"grid_range": [-4.0, 4.0]})
     with pytest.raises(GeosteerError, match=r"grid_range: checkpoint \[-4.0, 4.0\], now \[-2.0, 2.0\]"):
-        _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True, run={"grid_range": [-2.0, 2.0]})
-    _, res = _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True, run={"grid_range": [-4.0, 4.0]})
+        train_bias(tiny, stream, _cfg(), out_dir=tmp_path, resume=True, run={"grid_range": [-2.0, 2.0]})
+    _, res = train_bias(tiny, stream, _cfg(), out_dir=tmp_path, resume=True, run={"grid_range": [-4.0, 4.0]})
     assert res.resumed_from == 3
 
 
@@ -237,11 +201,11 @@ def test_tampered_checkpoint_is_refused(tiny, stream, tmp_path, ckpt3):
     bad = dict(tensors, **{"param/vec": torch.full_like(tensors["param/vec"], float("nan"))})
     _rewrite(path, meta, bad, fix_digest=True)
     with pytest.raises(GeosteerError, match="parameter vec holds NaN"):
-        _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
+        train_bias(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
     bad = dict(tensors, **{"optim/0/exp_avg": torch.zeros(5)})
     _rewrite(path, meta, bad, fix_digest=True)
     with pytest.raises(GeosteerError, match="exp_avg of parameter 0 has shape"):
-        _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
+        train_bias(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
 
 
 def test_cli_resume_with_planted_pickle_exits_2(monkeypatch, capsys, tmp_path):

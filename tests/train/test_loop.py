@@ -10,83 +10,20 @@ from torch import nn
 
 from geosteer import load_model
 from geosteer.errors import GeosteerError
-from geosteer.interventions import HookIntervention, steer
+from geosteer.interventions import steer
 from geosteer.train import BatchOrder, TrainConfig, TrainingDiverged, train, windows
 from geosteer.train.checkpoint import CHECKPOINT_NAME, load_checkpoint
-
-
-class LearnedBias(nn.Module):
-    """A trainable steering vector on every layer's attention output (an intervention with parameters)."""
-
-    def __init__(self, d_model: int, poison_after: int | None = None) -> None:
-        super().__init__()
-        self.vec = nn.Parameter(torch.zeros(d_model))
-        self.calls = 0
-        self.poison_after = poison_after
-
-    def _fn(self, x, ctx):
-        if ctx.layer == 0:
-            self.calls += 1
-        out = x + self.vec
-        if self.poison_after is not None and self.calls > self.poison_after:
-            out = out * float("nan")
-        return out
-
-    def attach(self, model):
-        return HookIntervention("attn_out", self._fn).attach(model)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    """tiny-llama's shape with a 512-token vocabulary (the loop never needs the real vocabulary here)."""
-    from transformers import AutoModelForCausalLM
-
-    from geosteer.attention import use_geosteer_attention
-    from geosteer.models.loading import smollm2_tokenizer
-    from geosteer.models.tiny import tiny_config
-
-    tok = smollm2_tokenizer()
-    cfg = tiny_config("llama", vocab_size=512)
-    cfg.bos_token_id = tok.bos_token_id
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg).eval().requires_grad_(False)
-    use_geosteer_attention(model)
-    return model, tok
-
-
-@pytest.fixture(scope="module")
-def stream(tiny):
-    g = torch.Generator().manual_seed(1)
-    # a learnable stream: a short repeating pattern with some noise tokens
-    base = torch.arange(100, 124).repeat(40)
-    noise = torch.randint(200, 300, (base.numel(),), generator=g)
-    mask = torch.rand(base.numel(), generator=g) < 0.2
-    return torch.where(mask, noise, base)
-
-
-def _cfg(**kw):
-    d = dict(lr=5e-2, steps=8, batch_size=4, seq_len=16, checkpoint_every=3, log_every=100,
-             eval_before_after=False)
-    d.update(kw)
-    return TrainConfig(**d)
-
-
-def _run(tiny, stream, cfg, **kw):
-    model, tok = tiny
-    bias = LearnedBias(model.config.hidden_size)
-    res = train(model, bias, cfg, tok=tok, train_ids=stream, interventions=[bias], progress=False, log=None,
-                **kw)
-    return bias, res
+from tests.train.helpers import LearnedBias, train_bias, train_config
 
 
 @pytest.fixture(scope="module")
 def full(tiny, stream):
     """The uninterrupted reference run (8 steps, seed 0)."""
-    return _run(tiny, stream, _cfg())
+    return train_bias(tiny, stream, train_config())
 
 
 def test_loss_falls(tiny, stream):
-    bias, res = _run(tiny, stream, _cfg(steps=16, lr=0.1))
+    bias, res = train_bias(tiny, stream, train_config(steps=16, lr=0.1))
     first = sum(r["loss"] for r in res.history[:3]) / 3
     last = sum(r["loss"] for r in res.history[-3:]) / 3
     assert last < first - 0.05
@@ -97,7 +34,7 @@ def test_loss_falls(tiny, stream):
 def test_first_loss_matches_hf_loss(tiny, stream, full):
     """The loop's loss equals HF's own shifted CE (labels=...) on the first batch, at the initial params."""
     model, tok = tiny
-    cfg = _cfg()
+    cfg = train_config()
     _, res = full
     w = windows(stream, cfg.seq_len, tok.bos_token_id)
     x = w[BatchOrder(w.shape[0], cfg.batch_size, cfg.seed).indices(0)]
@@ -108,9 +45,9 @@ def test_first_loss_matches_hf_loss(tiny, stream, full):
 
 def test_reproducible_and_seed_matters(tiny, stream, full):
     a, _ = full
-    b, _ = _run(tiny, stream, _cfg())
-    c, _ = _run(tiny, stream, _cfg(seed=1, steps=2))
-    d, _ = _run(tiny, stream, _cfg(steps=2))
+    b, _ = train_bias(tiny, stream, train_config())
+    c, _ = train_bias(tiny, stream, train_config(seed=1, steps=2))
+    d, _ = train_bias(tiny, stream, train_config(steps=2))
     assert torch.equal(a.vec, b.vec)
     assert not torch.equal(c.vec, d.vec)
 
@@ -122,35 +59,35 @@ def test_kill_and_resume_equals_uninterrupted(tiny, stream, tmp_path, full):
             raise KeyboardInterrupt  # as if the process were killed after step 5 (checkpoint is at 3)
 
     with pytest.raises(KeyboardInterrupt):
-        _run(tiny, stream, _cfg(), out_dir=tmp_path / "cut", callback=kill_at_5)
+        train_bias(tiny, stream, train_config(), out_dir=tmp_path / "cut", callback=kill_at_5)
     assert load_checkpoint(tmp_path / "cut" / CHECKPOINT_NAME)["step"] == 3
-    resumed, res = _run(tiny, stream, _cfg(), out_dir=tmp_path / "cut", resume=True)
+    resumed, res = train_bias(tiny, stream, train_config(), out_dir=tmp_path / "cut", resume=True)
     assert res.resumed_from == 3
     assert torch.equal(resumed.vec, full[0].vec)
     assert [r["step"] for r in res.history] == list(range(1, 9))
 
 
 def test_stop_at_then_resume(tiny, stream, tmp_path, full):
-    _, r1 = _run(tiny, stream, _cfg(), out_dir=tmp_path, stop_at=6)
+    _, r1 = train_bias(tiny, stream, train_config(), out_dir=tmp_path, stop_at=6)
     assert r1.stopped_early and r1.steps_done == 6
-    resumed, _ = _run(tiny, stream, _cfg(), out_dir=tmp_path, resume=True)
+    resumed, _ = train_bias(tiny, stream, train_config(), out_dir=tmp_path, resume=True)
     assert torch.equal(resumed.vec, full[0].vec)
 
 
 def test_resume_refuses_other_settings(tiny, stream, tmp_path):
-    _run(tiny, stream, _cfg(), out_dir=tmp_path, stop_at=3)
+    train_bias(tiny, stream, train_config(), out_dir=tmp_path, stop_at=3)
     assert load_checkpoint(tmp_path / CHECKPOINT_NAME)["step"] == 3
     with pytest.raises(GeosteerError, match="lr"):
-        _run(tiny, stream, _cfg(lr=1e-3), out_dir=tmp_path, resume=True)
+        train_bias(tiny, stream, train_config(lr=1e-3), out_dir=tmp_path, resume=True)
     with pytest.raises(GeosteerError, match="already exists"):
-        _run(tiny, stream, _cfg(), out_dir=tmp_path)
+        train_bias(tiny, stream, train_config(), out_dir=tmp_path)
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny, stream, tmp_path):
     model, tok = tiny
     bias = LearnedBias(model.config.hidden_size, poison_after=4)  # forward 5 (step 5) returns NaN
     with pytest.raises(TrainingDiverged, match=r"step 5: loss is nan.*step 3"):
-        train(model, bias, _cfg(), tok=tok, train_ids=stream, interventions=[bias], out_dir=tmp_path,
+        train(model, bias, train_config(), tok=tok, train_ids=stream, interventions=[bias], out_dir=tmp_path,
               progress=False, log=None)
     state = load_checkpoint(tmp_path / CHECKPOINT_NAME)
     assert state["step"] == 3
@@ -160,19 +97,19 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny, stream, tmp_path):
 def test_refuses_unfrozen_base_and_empty_trainable(tiny, stream):
     model, tok = tiny
     with pytest.raises(GeosteerError, match="nothing to train"):
-        train(model, nn.Module(), _cfg(), train_ids=stream, progress=False, log=None)
+        train(model, nn.Module(), train_config(), train_ids=stream, progress=False, log=None)
     bias = LearnedBias(model.config.hidden_size)
     model.lm_head.weight.requires_grad_(True)
     try:
         with pytest.raises(GeosteerError, match="outside the intervention"):
-            train(model, bias, _cfg(), train_ids=stream, progress=False, log=None)
+            train(model, bias, train_config(), train_ids=stream, progress=False, log=None)
     finally:
         model.requires_grad_(False)
 
 
 def test_micro_batches_match_full_batch(tiny, stream):
-    a, _ = _run(tiny, stream, _cfg(steps=3))
-    b, _ = _run(tiny, stream, _cfg(steps=3, micro_batch=2))
+    a, _ = train_bias(tiny, stream, train_config(steps=3))
+    b, _ = train_bias(tiny, stream, train_config(steps=3, micro_batch=2))
     torch.testing.assert_close(a.vec, b.vec, rtol=1e-4, atol=1e-6)
 
 
@@ -181,8 +118,8 @@ def test_heldout_eval_before_after(stream):
 
     model, tok = tiny = load_model("tiny-llama")
     text = "The river flows through the valley. " * 30
-    cfg = _cfg(steps=4, eval_before_after=True, eval_every=2, eval_context=48, eval_stride=24, eval_tokens=96)
-    bias, res = _run(tiny, stream, cfg, eval_text=text)
+    cfg = train_config(steps=4, eval_before_after=True, eval_every=2, eval_context=48, eval_stride=24, eval_tokens=96)
+    bias, res = train_bias(tiny, stream, cfg, eval_text=text)
     assert [e["step"] for e in res.evals] == [0, 2, 4]
     stock = strided_perplexity(model, tok, text, context=48, stride=24, max_tokens=96)
     assert math.isclose(res.ppl_before, stock.ppl, rel_tol=1e-6)
@@ -196,8 +133,8 @@ def test_explicit_single_process_accelerator(tiny, stream):
 
     acc = Accelerator(cpu=True)
     assert acc.num_processes == 1
-    a, _ = _run(tiny, stream, _cfg(steps=2), accelerator=acc)
-    b, _ = _run(tiny, stream, _cfg(steps=2))
+    a, _ = train_bias(tiny, stream, train_config(steps=2), accelerator=acc)
+    b, _ = train_bias(tiny, stream, train_config(steps=2))
     assert torch.equal(a.vec, b.vec)
 
 

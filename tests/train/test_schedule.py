@@ -16,7 +16,7 @@ from geosteer.errors import GeosteerError
 from geosteer.train import TrainConfig, train
 from geosteer.train.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from geosteer.train.schedule import make_scheduler
-from tests.train.test_loop import LearnedBias, _cfg, stream, tiny  # noqa: F401 - fixtures
+from tests.train.helpers import LearnedBias, train_bias, train_config
 
 
 class OriginalSchedule:
@@ -91,24 +91,19 @@ def test_original_scheduler_state_loads_into_make_scheduler(kw):
     assert _lrs(s_new, o_new, rest) == _lrs(s_old, o_old, rest)
 
 
-def test_checkpoint_of_the_original_schedule_resumes_exactly(tiny, stream, tmp_path, monkeypatch):  # noqa: F811
+def test_checkpoint_of_the_original_schedule_resumes_exactly(tiny, stream, tmp_path, monkeypatch):
     """Train 8 steps with the original scheduler, stop at 5 (last checkpoint: step 3), resume with make_scheduler:
     same parameters and lr history as an uninterrupted run with either scheduler."""
     import geosteer.train.loop as loop
 
-    model, tok = tiny
-
     def run(cfg, **kw):
-        bias = LearnedBias(model.config.hidden_size)
-        res = train(model, bias, cfg, tok=tok, train_ids=stream, interventions=[bias], progress=False, log=None,
-                    **kw)
-        return bias, res
+        return train_bias(tiny, stream, cfg, **kw)
 
     def original(opt, cfg):
         ref = OriginalSchedule(cfg.total_warmup, cfg.total_steps, cfg.min_lr_ratio)
         return torch.optim.lr_scheduler.LambdaLR(opt, ref.lr_factor)
 
-    cfg = _cfg(warmup_steps=2)
+    cfg = train_config(warmup_steps=2)
     with monkeypatch.context() as m:
         m.setattr(loop, "make_scheduler", original)
         full_old, res_old = run(cfg)
@@ -147,13 +142,13 @@ def _rewrite_without_schedule(src, dst) -> None:
     save_file(tensors, str(dst), metadata={**meta, "geosteer": text, "sha256": state_digest(text, tensors)})
 
 
-def test_other_schedule_refuses_resume_of_a_cosine_checkpoint(tiny, stream, tmp_path):  # noqa: F811
+def test_other_schedule_refuses_resume_of_a_cosine_checkpoint(tiny, stream, tmp_path):
     model, tok = tiny
     bias = LearnedBias(model.config.hidden_size)
-    train(model, bias, _cfg(), tok=tok, train_ids=stream, interventions=[bias], progress=False, log=None,
+    train(model, bias, train_config(), tok=tok, train_ids=stream, interventions=[bias], progress=False, log=None,
           out_dir=tmp_path, stop_at=3)
     with pytest.raises(GeosteerError, match="schedule: checkpoint 'cosine', now 'linear'"):
-        train(model, bias, _cfg(schedule="linear", min_lr_ratio=0.1), tok=tok, train_ids=stream,
+        train(model, bias, train_config(schedule="linear", min_lr_ratio=0.1), tok=tok, train_ids=stream,
               interventions=[bias], progress=False, log=None, out_dir=tmp_path, resume=True)
 
 
@@ -189,19 +184,17 @@ def test_schedule_and_tracker_validation():
 
 
 # ---- experiment trackers ---------------------------------------------------------------------------------
-def _train(tiny, stream, cfg, **kw):  # noqa: F811
-    model, tok = tiny
-    bias = LearnedBias(model.config.hidden_size)
-    return train(model, bias, cfg, tok=tok, train_ids=stream, interventions=[bias], progress=False, log=None, **kw)
+def _train(tiny, stream, cfg, **kw):
+    return train_bias(tiny, stream, cfg, **kw)[1]
 
 
-def test_tensorboard_tracker_logs_the_run_history(tiny, stream, tmp_path):  # noqa: F811
+def test_tensorboard_tracker_logs_the_run_history(tiny, stream, tmp_path):
     pytest.importorskip("tensorboard")
     import numpy as np
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
-    res = _train(tiny, stream, _cfg(log_with="tensorboard"), out_dir=out)
+    res = _train(tiny, stream, train_config(log_with="tensorboard"), out_dir=out)
     ea = EventAccumulator(str(out / "logs" / "run"))
     ea.Reload()
     for key in ("loss", "lr", "grad_norm"):
@@ -210,7 +203,7 @@ def test_tensorboard_tracker_logs_the_run_history(tiny, stream, tmp_path):  # no
         assert got == want, key
 
 
-def test_trackers_of_a_given_accelerator_get_every_record(tiny, stream, tmp_path):  # noqa: F811
+def test_trackers_of_a_given_accelerator_get_every_record(tiny, stream, tmp_path):
     from accelerate import Accelerator
     from accelerate.tracking import GeneralTracker
 
@@ -237,7 +230,7 @@ def test_trackers_of_a_given_accelerator_get_every_record(tiny, stream, tmp_path
 
     rec = Recorder()
     acc = Accelerator(cpu=True, log_with=[rec])
-    res = _train(tiny, stream, _cfg(), accelerator=acc)
+    res = _train(tiny, stream, train_config(), accelerator=acc)
     steps = [(s, v) for s, v in rec.logged if "loss" in v]
     assert [s for s, _ in steps] == [r["step"] for r in res.history] == list(range(1, 9))
     assert [v["loss"] for _, v in steps] == [r["loss"] for r in res.history]  # exact: the same floats
@@ -246,14 +239,14 @@ def test_trackers_of_a_given_accelerator_get_every_record(tiny, stream, tmp_path
     assert rec.config["lr"] == 5e-2 and rec.config["steps"] == 8
 
 
-def test_missing_tracker_package_is_one_line(tiny, stream, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_missing_tracker_package_is_one_line(tiny, stream, tmp_path, monkeypatch, capsys):
     import geosteer.extras as extras
     from tests.cli_helpers import one_line_exit_2, run_cli
 
     real = extras.available
     monkeypatch.setattr(extras, "available", lambda m: False if m in ("tensorboard", "tensorboardX") else real(m))
     with pytest.raises(extras.MissingDependency, match=r"needs the package 'tensorboard'.*geosteer\[track\]"):
-        _train(tiny, stream, _cfg(log_with="tensorboard"), out_dir=tmp_path / "a")
+        _train(tiny, stream, train_config(log_with="tensorboard"), out_dir=tmp_path / "a")
     assert not (tmp_path / "a").exists()
     code, _, err = run_cli(monkeypatch, capsys, "manifold", "train", "--out", str(tmp_path / "b"), "--model",
                            "tiny-llama", "--steps", "1", "--log-with", "tensorboard")
@@ -265,7 +258,7 @@ def test_missing_tracker_package_is_one_line(tiny, stream, tmp_path, monkeypatch
     assert "schedule must be one of" in err
 
 
-def test_file_tracker_needs_a_folder(tiny, stream):  # noqa: F811
+def test_file_tracker_needs_a_folder(tiny, stream):
     pytest.importorskip("tensorboard")
     with pytest.raises(GeosteerError, match="writes files: give an output folder"):
-        _train(tiny, stream, _cfg(log_with="tensorboard"))
+        _train(tiny, stream, train_config(log_with="tensorboard"))
