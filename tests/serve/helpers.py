@@ -143,3 +143,27 @@ def changes(a, b) -> bool:
     (ta, la), (tb, lb) = a, b
     return ta != tb or any(abs(x - y) > 1e-3 for ra, rb in zip(la, lb, strict=True)
                            for x, y in zip(ra, rb, strict=True))
+
+
+# ---- the tiny models' engine and recipes (test_quick.py, test_models.py) ----------------------------------
+TINY_ENGINE = dict(gpu_memory_utilization=0.05, max_model_len=64, max_num_seqs=64, seed=0, enforce_eager=True)
+TINY_RECIPES = {  # recipe keys as on the geosteer command line; the tiny models have layers 0-2
+    "directional": dict(scale_site="attn_out", scale_par=1.6, scale_perp=0.6, scale_layers="0-1"),
+    "dynamics": dict(mlp_variant="tangential", mlp_layers="1", alpha_mlp=1.4, gain_layers="2",
+                     parallel_layers="0"),
+    "value": dict(scale_site="value_full", scale_par=0.3, scale_perp=1.5, scale_layers="1-2"),
+    "block": dict(scale_site="resid_post", scale_par=1.3, scale_layers="1"),
+    "neutral": {},
+}
+
+
+def tiny_recipe_dirs(model, root, base_model: str, recipes: dict = TINY_RECIPES) -> dict[str, str]:
+    """Name -> folder under ``root``: random surfaces, surfaces on layer 0 with :func:`example_walls`, and each
+    of ``recipes`` saved as a recipe of ``base_model``."""
+    from geosteer.recipe import InterventionSpec, save_recipe
+
+    out = {"surfaces": random_surfaces(model, root / "surfaces"),
+           "walls": random_surfaces(model, root / "walls", layers=(0,), walls=example_walls())}
+    for name, keys in recipes.items():
+        out[name] = str(save_recipe(root / name, InterventionSpec(**keys), base_model=base_model))
+    return out

@@ -18,27 +18,20 @@ import pytest
 pytest.importorskip("vllm")
 
 from tests.serve.helpers import (  # noqa: E402
+    TINY_ENGINE,
+    TINY_RECIPES,
     agreement,
     changes,
-    example_walls,
     hf_reference,
     prompt_ids,
     random_surfaces,
     tiny_folder,
+    tiny_recipe_dirs,
     vllm_greedy,
 )
 
 N_PROMPTS, NEW = 4, 8
-LLM_KW = dict(gpu_memory_utilization=0.05, max_model_len=64, max_num_seqs=64, seed=0, enforce_eager=True)
-RECIPES = {  # recipe keys as on the geosteer command line; tiny-llama has layers 0-2
-    "directional": dict(scale_site="attn_out", scale_par=1.6, scale_perp=0.6, scale_layers="0-1"),
-    "dynamics": dict(mlp_variant="tangential", mlp_layers="1", alpha_mlp=1.4, gain_layers="2",
-                     parallel_layers="0"),
-    "value": dict(scale_site="value_full", scale_par=0.3, scale_perp=1.5, scale_layers="1-2"),
-    "ffn_out": dict(scale_site="mlp_out", scale_par=1.8, scale_perp=0.7, scale_layers="2"),
-    "block": dict(scale_site="resid_post", scale_par=1.3, scale_layers="1"),
-    "neutral": {},
-}
+RECIPES = {**TINY_RECIPES, "ffn_out": dict(scale_site="mlp_out", scale_par=1.8, scale_perp=0.7, scale_layers="2")}
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +46,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def recipe_dirs(tiny, tmp_path_factory):
-    from geosteer.recipe import InterventionSpec, save_recipe
-
-    model = tiny[0]
-    root = tmp_path_factory.mktemp("recipes")
-    out = {"surfaces": random_surfaces(model, root / "surfaces"),
-           "walls": random_surfaces(model, root / "walls", layers=(0,), walls=example_walls())}
-    for name, keys in RECIPES.items():
-        out[name] = str(save_recipe(root / name, InterventionSpec(**keys), base_model="tiny-llama"))
-    return out
+    return tiny_recipe_dirs(tiny[0], tmp_path_factory.mktemp("recipes"), "tiny-llama", RECIPES)
 
 
 def test_every_recipe_kind_in_one_mixed_batch_matches_hf(tiny, recipe_dirs):
@@ -75,7 +60,7 @@ def test_every_recipe_kind_in_one_mixed_batch_matches_hf(tiny, recipe_dirs):
             assert changes(refs[n], refs[None]), f"recipe {n} does not change the HF reference"
     unwalled = random_surfaces(model, recipe_dirs["walls"] + "-without", layers=(0,))
     assert changes(refs["walls"], hf_reference(model, prompts, unwalled, NEW)), "the walls change nothing"
-    llm = steered_llm(folder, recipe_dirs, **LLM_KW)
+    llm = steered_llm(folder, recipe_dirs, **TINY_ENGINE)
     order = [(n, i) for i in range(len(prompts)) for n in names]  # interleaved: every batch is mixed
     got, got_lp = vllm_greedy(llm, [prompts[i] for _, i in order], NEW, [n for n, _ in order])
     # batches of one kind: stock requests skip the key features, surfaces requests fill every row
