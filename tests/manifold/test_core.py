@@ -14,7 +14,7 @@ from geosteer.interventions import steer
 from geosteer.manifold.bspline import bspline_basis, bspline_basis_reference, bspline_local
 from geosteer.manifold.kernel import modulated_attention, naive_modulated_attention
 from geosteer.models.anatomy import anatomy
-from geosteer.reproduction.references import per_pair_handlers
+from geosteer.reproduction.references import keep_mask, per_pair_handlers
 from tests.conftest import TINY_FAMILIES, sample_ids
 
 # ----------------------------------------------------------------------------- basis
@@ -103,19 +103,6 @@ def _ref(q, k, v, C, mask, lo=-4.0, hi=4.0):
     return naive_modulated_attention(w, q, k, v, C, 8, lo, hi)
 
 
-def _padding_mask(b, L, T, pad, window=None):
-    """Left padding of ``pad[i]`` tokens per row, causal aligned to the end, optional sliding window."""
-    i = torch.arange(L)[:, None] + (T - L)
-    j = torch.arange(T)[None, :]
-    m = (j <= i)
-    if window is not None:
-        m = m & (j > i - window)
-    m = m[None, None].repeat(b, 1, 1, 1)
-    for r, p in enumerate(pad):
-        m[r, :, :, :p] = False
-    return m
-
-
 @pytest.fixture(params=["torch", "torch-nograd", "ext"])
 def path(request, monkeypatch):
     """Run a kernel test on the autograd PyTorch path, the inference PyTorch path and the compiled one."""
@@ -148,14 +135,14 @@ def test_kernel_exact_vs_per_pair_reference(kind, block, fused, path):
     if kind == "causal":
         causal = True
     elif kind == "padding":
-        mask = _padding_mask(b, L, T, [0, 5])
+        mask = keep_mask(b, L, T, [0, 5])
     elif kind == "window":
-        mask = _padding_mask(b, L, T, [2, 0], window=6)
+        mask = keep_mask(b, L, T, [2, 0], window=6)
     elif kind == "float":
-        bm = _padding_mask(b, L, T, [0, 4])
+        bm = keep_mask(b, L, T, [0, 4])
         mask = torch.zeros(bm.shape).masked_fill(~bm, torch.finfo(torch.float32).min)
     elif kind == "decode":
-        mask = _padding_mask(b, L, T, [0, 3])
+        mask = keep_mask(b, L, T, [0, 3])
     ref = _ref(q, k, v, C, mask) if kind != "none" else _ref_nomask(q, k, v, C)
     out = modulated_attention(q, k, v, C, 8, -4.0, 4.0, attn_mask=mask, is_causal=causal, block=block,
                               with_value=fused)
@@ -179,7 +166,7 @@ def _ref_nomask(q, k, v, C):
 
 def test_kernel_fully_masked_rows_give_zero_and_per_layer_range(path):
     q, k, v, C = _case(2, 4, 4, 9, 9, 4)
-    mask = _padding_mask(2, 9, 9, [0, 4])
+    mask = keep_mask(2, 9, 9, [0, 4])
     mask[1, :, :4, :] = False  # padded query rows see nothing
     out = modulated_attention(q, k, v, C, 8, -1.5, 2.5, attn_mask=mask, block=4)
     ref = _ref(q, k, v, C, mask, -1.5, 2.5)
