@@ -16,7 +16,10 @@ vLLM + surfaces and the HF path; (2) vLLM stock again and the engine of the othe
 per kind, so that a recipe's time is not the cost of another's extra value channels). Each ratio uses the
 stock run of its own phase. ``--new-at B=N`` gives batch B its own number of new tokens (a shorter run
 where a full one would take too long); ``--hf-batches`` limits the (slow) HF path to some batch sizes.
-Each row records the one-minute load average when it finished.
+Each row records the one-minute load average when it finished. ``--repeats N`` runs each interleaved round
+N times; the ratios use the medians. ``--with-channels`` adds, in phase 1, an engine serving the same
+surfaces on the channel layout (``GEOSTEER_SERVE_CHANNELS=1``: every KV head carried as 1 + K channels)
+beside the default shared-key path (``geosteer.serve.shared_key``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import gc
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -99,6 +103,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--no-hf", action="store_true", help="skip the HF path")
     p.add_argument("--no-built-in", action="store_true", help="skip the built-in directional and FFN recipes")
+    p.add_argument("--repeats", type=int, default=1, help="interleaved rounds per batch size (ratios: medians)")
+    p.add_argument("--with-channels", action="store_true",
+                   help="also time the surfaces on the channel layout (phase 1)")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     from geosteer.errors import one_line_errors
@@ -107,12 +114,18 @@ def main(argv: list[str] | None = None) -> dict:
         return _run(a)
 
 
-def _engine(model: str, recipes: dict | None, kv_gib: int, kw: dict):
-    """A vLLM engine with its own KV-cache space (GiB), warmed up; (llm, KV bytes per token)."""
+def _engine(model: str, recipes: dict | None, kv_gib: int, kw: dict, channels: bool = False):
+    """A vLLM engine with its own KV-cache space (GiB), warmed up; (llm, KV bytes per token). ``channels``:
+    its surfaces layers take the channel layout."""
     from geosteer.serve import steered_llm
 
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_gib))
-    llm = steered_llm(model, recipes, **kw)
+    if channels:
+        os.environ["GEOSTEER_SERVE_CHANNELS"] = "1"
+    try:
+        llm = steered_llm(model, recipes, **kw)
+    finally:
+        os.environ.pop("GEOSTEER_SERVE_CHANNELS", None)
     cfg = llm.llm_engine.vllm_config.cache_config
     blocks = getattr(cfg, "num_gpu_blocks", None)
     kv = kv_gib * 2**30 / (blocks * cfg.block_size) if blocks else None
@@ -162,16 +175,23 @@ def _run(a) -> dict:
     for phase, engine_recipes, gib in phases:
         stock = _engine(a.model, None, 1, kw)
         steered = _engine(a.model, engine_recipes, gib, kw)
-        _vllm_run(stock[0], prompts[batches[0]], 4, None)  # warm-up
-        _vllm_run(steered[0], prompts[batches[0]], 4, None)
-        for b in sorted({*batches, *(hf_batches if phase == 1 else [])}):
-            if b in batches:
-                record(phase, "vllm", "stock", b, *_vllm_run(stock[0], prompts[b], new_of[b], None), stock[1])
-                for name in engine_recipes:
-                    record(phase, "vllm", name, b, *_vllm_run(steered[0], prompts[b], new_of[b], name), steered[1])
-            if phase == 1 and b in hf_batches:
-                record(phase, "hf", "surfaces", b, *_hf_run(model, prompts[b], new_of[b], hf_inter), None)
-        del stock, steered  # no other reference: the engines shut down here, before the next phase's start
+        channels = _engine(a.model, engine_recipes, gib, kw, True) if phase == 1 and a.with_channels else None
+        for llm in (stock, steered, channels):
+            if llm is not None:
+                _vllm_run(llm[0], prompts[batches[0]], 4, None)  # warm-up
+        for _ in range(a.repeats):
+            for b in sorted({*batches, *(hf_batches if phase == 1 else [])}):
+                if b in batches:
+                    record(phase, "vllm", "stock", b, *_vllm_run(stock[0], prompts[b], new_of[b], None), stock[1])
+                    for name in engine_recipes:
+                        record(phase, "vllm", name, b, *_vllm_run(steered[0], prompts[b], new_of[b], name),
+                               steered[1])
+                    if channels is not None:
+                        record(phase, "vllm", "surfaces_channels", b,
+                               *_vllm_run(channels[0], prompts[b], new_of[b], "surfaces"), channels[1])
+                if phase == 1 and b in hf_batches:
+                    record(phase, "hf", "surfaces", b, *_hf_run(model, prompts[b], new_of[b], hf_inter), None)
+        del stock, steered, channels  # no other reference: the engines shut down here, before the next phase
         gc.collect()
     out = {"command": command, "rows": rows, "ratios": _ratios(rows), "load_average": os.getloadavg()}
     print(json.dumps(out["ratios"], indent=1))
@@ -185,7 +205,10 @@ def _run(a) -> dict:
 def _ratios(rows: list[dict]) -> dict:
     """Per batch: each vLLM recipe's time over the vLLM stock run of its phase, and vLLM surfaces' tokens/s
     over the HF path's."""
-    by = {(r["phase"], r["engine"], r["setting"], r["batch"]): r["tokens_per_s"] for r in rows}
+    runs: dict = {}
+    for r in rows:
+        runs.setdefault((r["phase"], r["engine"], r["setting"], r["batch"]), []).append(r["tokens_per_s"])
+    by = {k: statistics.median(v) for k, v in runs.items()}
     out: dict = {}
     for (phase, engine, setting, b), tps in by.items():
         stock = by.get((phase, "vllm", "stock", b))

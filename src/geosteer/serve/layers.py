@@ -15,20 +15,27 @@ grid), and every query head is repeated C times. vLLM's stock paged attention th
 F_b = A·(v⊙B_b(k)) with the stock weights A, and a per-query epilogue adds Σ_a B_a(q) Σ_b C_dab F_b
 (``geosteer.manifold.kernel``'s factored form). Exact walls add their own channels after those
 (``serve.walls``). The KV cache of such a layer is C times the stock one.
+
+Which path a surfaces layer takes: the shared-key path (``serve.shared_key``: stock KV cache, keys stored
+and multiplied once, Δo from geosteer's exact CPU kernel on the gathered keys) when vLLM runs on the CPU in
+float32 with a cache layout ``serve.shared_key`` reads and no recipe has exact walls on that layer; the
+channel layout above otherwise (GPU, half precision, walls), or everywhere with ``GEOSTEER_SERVE_CHANNELS=1``.
 """
 
 from __future__ import annotations
 
+import os
 import types
 
 import torch
 from vllm.config import get_current_vllm_config
+from vllm.forward_context import get_forward_context
 from vllm.model_executor.layers.attention import Attention
 
 from geosteer.directional.sites import _scaled_delta
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import FAMILIES
-from geosteer.serve import batch, surface_ops
+from geosteer.serve import batch, shared_key, surface_ops
 from geosteer.serve.plan import LayerOps, RecipePlan, SurfaceOp, ValueScaleOp
 from geosteer.serve.walls import WallOp, apply_walls, wall_values
 
@@ -47,9 +54,10 @@ class ChannelAttention(Attention):
     """vLLM's attention layer with the recipes' attention operations; with surfaces, its KV heads carry the
     channels of ``grids`` (module docstring). Built in place of the stock layer ``stock``, same name."""
 
-    def __init__(self, stock: Attention, ops: list[LayerOps | None]) -> None:
+    def __init__(self, stock: Attention, ops: list[LayerOps | None], shared: bool = False) -> None:
         self.ops = ops
-        self.grids = _grids(ops)
+        self.shared_key = shared  # surfaces through serve.shared_key: no surface channels
+        self.grids = [] if shared else _grids(ops)
         self.offsets = []
         c = 1
         for g, _, _ in self.grids:
@@ -123,7 +131,9 @@ def _attention_ops(attn, out, o, q, v) -> torch.Tensor:
         sel = slice(None) if rows is None else rows
         y = out[sel]
         for op in reversed(ops.attention):
-            if isinstance(op, SurfaceOp):
+            if isinstance(op, SurfaceOp) and attn.shared_key:
+                y = y + _shared_key_delta(attn, op, q[sel], rows, out.shape[0])
+            elif isinstance(op, SurfaceOp):
                 y = y + _surface_delta(attn, op, o[sel], q[sel])
             elif isinstance(op, WallOp):
                 off = attn.wall_offsets[next(i for i, w in enumerate(attn.walls) if w is op)]
@@ -141,6 +151,37 @@ def _surface_delta(attn, op: SurfaceOp, o, q) -> torch.Tensor:
     """Δo (n, H, d) = Σ_a B_a(q) Σ_b C_dab F_b from this grid's channels of the attention output."""
     off = attn.offsets[attn.grids.index((op.grid_size, op.lo, op.hi))]
     return surface_ops.surface_delta(o[:, :, off:off + op.K], q, op.coeff, (op.grid_size, op.lo, op.hi))
+
+
+def _shared_key_delta(attn, op: SurfaceOp, q, rows, n: int) -> torch.Tensor:
+    """Δo (rows, H, d) of the surfaces from the stock paged KV cache (``serve.shared_key``)."""
+    meta = get_forward_context().attn_metadata
+    meta = meta[attn.layer_name] if isinstance(meta, dict) else meta
+    if getattr(attn, "isa", None) not in shared_key.LAYOUTS:
+        raise GeosteerError(f"the shared-key surfaces path reads vLLM's CPU cache layouts {shared_key.LAYOUTS}, "
+                            f"not '{getattr(attn, 'isa', None)}'; set GEOSTEER_SERVE_CHANNELS=1")
+    rows = torch.arange(n, device=q.device) if rows is None else rows
+    impl = attn.impl
+    return shared_key.surface_delta(op, q, rows, meta, attn.kv_cache, scale=impl.scale,
+                                    softcap=impl.logits_soft_cap or None, window=impl.sliding_window)
+
+
+def _shared_key_layer(attn: Attention, ops: list[LayerOps | None]) -> bool:
+    """Whether this surfaces layer takes the shared-key path (module docstring)."""
+    if os.environ.get("GEOSTEER_SERVE_CHANNELS") == "1" or any(o is not None and o.walls() for o in ops):
+        return False
+    if not any(o is not None and o.surface() is not None for o in ops):
+        return False
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    config = get_current_vllm_config()
+    dtype, cache = config.model_config.dtype, config.cache_config
+    isa = _get_attn_isa(dtype, cache.block_size or 128, attn.head_size, cache.cache_dtype)  # 128: the CPU default
+    return shared_key.supported(True, dtype, cache.cache_dtype, isa)
 
 
 def _value_scale(op: ValueScaleOp, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -235,5 +276,5 @@ def install(model, model_type: str, plans: list[RecipePlan]) -> None:
             if attn.num_heads != attn.total_num_heads:
                 raise GeosteerError("surfaces and value_full on vLLM need tensor_parallel_size=1 (their per-head "
                                     "parameters are not split across ranks yet)")
-            attn.attn = ChannelAttention(attn.attn, ops)
+            attn.attn = ChannelAttention(attn.attn, ops, shared=_shared_key_layer(attn.attn, ops))
         layer.forward = types.MethodType(steered_forward, layer)
