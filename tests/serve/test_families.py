@@ -32,3 +32,22 @@ def test_other_families_are_refused_naming_the_served_ones():
     with pytest.raises(GeosteerError, match="supports the llama, qwen2, qwen3, mistral, gemma3_text families; "
                                             "'m' is 'gpt_neox'"):
         served_family("gpt_neox", "'m'")
+
+
+def test_qwen2_with_sliding_windows_on_some_layers_is_refused_before_the_engine(tmp_path):
+    import geosteer.cli  # noqa: F401  (the CLI package registers geosteer.serve.cli's verb)
+    from geosteer.models.tiny import tiny_config
+    from geosteer.serve.cli import vllm_argv
+    from geosteer.serve.engine import engine_args
+
+    cfg = tiny_config("qwen2", vocab_size=64)  # layer 0 full attention, layers 1-2 sliding (as HF builds it)
+    assert len(set(cfg.layer_types)) > 1
+    cfg.save_pretrained(tmp_path / "mixed")
+    words = r"is a Qwen2 with sliding-window attention on layers \[1, 2\] of 3; vLLM's Qwen2 takes"
+    with pytest.raises(GeosteerError, match=words):
+        engine_args(str(tmp_path / "mixed"))
+    with pytest.raises(GeosteerError, match=words):
+        vllm_argv(str(tmp_path / "mixed"), {}, "127.0.0.1", 8000, 0.15, [])
+    cfg.use_sliding_window, cfg.layer_types = False, ["full_attention"] * cfg.num_hidden_layers
+    cfg.save_pretrained(tmp_path / "full")
+    assert engine_args(str(tmp_path / "full"))["model"] == str((tmp_path / "full").resolve())

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from geosteer.errors import GeosteerError
-from geosteer.serve.families import served_family
+from geosteer.serve.families import check_served_config, served_family
 
 RECIPE_FIELD = "geosteer_recipe"  # the SamplingParams.extra_args / OpenAI vllm_xargs key
 
@@ -54,12 +54,14 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
 def engine_args(model: str, recipes: dict[str, str] | None = None,
                 tensor_parallel_size: int = 1) -> dict[str, Any]:
     """The ``vllm.LLM`` / engine keyword arguments that load ``model`` with ``recipes`` ({name: folder})."""
+    from transformers import AutoConfig
+
     folder, name = resolve_model(model)
+    config = AutoConfig.from_pretrained(folder)
+    check_served_config(config, f"'{model}'")
     kw: dict[str, Any] = {"model": folder, "dtype": "float32"}
     if recipes:
-        from transformers import AutoConfig
-
-        family = served_family(AutoConfig.from_pretrained(folder).model_type, f"'{model}'")
+        family = served_family(config.model_type, f"'{model}'")
         check_recipes(folder, name, recipes, tensor_parallel_size)
         kw.update(enforce_eager=True, enable_prefix_caching=False, hf_overrides={
             "architectures": [family.architecture], "geosteer_recipes": dict(recipes),

@@ -37,3 +37,14 @@ def served_family(model_type: str, what: str = "this model") -> ServedFamily:
         raise GeosteerError(f"geosteer serving supports the {', '.join(SERVED_FAMILIES)} families; {what} is "
                             f"'{model_type}'")
     return SERVED_FAMILIES[model_type]
+
+
+def check_served_config(config, what: str = "this model") -> None:
+    """Refuse, in one line, a configuration that vLLM's class for its family cannot serve as Hugging Face runs
+    it: a Qwen2 with sliding windows on some layers only (vLLM's Qwen2 takes them on all layers or none)."""
+    kinds = list(getattr(config, "layer_types", None) or [])
+    if getattr(config, "model_type", None) == "qwen2" and len(set(kinds)) > 1:
+        sliding = [i for i, k in enumerate(kinds) if k == "sliding_attention"]
+        raise GeosteerError(f"{what} is a Qwen2 with sliding-window attention on layers {sliding} of "
+                            f"{len(kinds)}; vLLM's Qwen2 takes sliding windows on all layers or none (set "
+                            "use_sliding_window false, or one kind in layer_types, in its config.json)")
