@@ -27,7 +27,7 @@ from geosteer.attention import attach_handlers
 from geosteer.errors import GeosteerError
 from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.config import ManifoldConfig
-from geosteer.manifold.feature_cache import FeatureCache
+from geosteer.manifold.feature_cache import FeatureCache, StaticFeatureCache, watch_kv_layers
 from geosteer.manifold.kernel import DEFAULT_BLOCK, backend_choice
 from geosteer.manifold.surface_attention import surface_attention
 from geosteer.manifold.surface_checks import check_surfaces, format_layers, layers_device  # noqa: F401 - public
@@ -63,6 +63,8 @@ class SurfaceBank(nn.Module):
         self.fused = True  # compute the stock part in the same product (False: stock SDPA + Δo)
         self.enabled = True
         self._caches: dict[int, FeatureCache] = {}
+        self._static_caches: dict[int, StaticFeatureCache] = {}  # decode with a static KV cache
+        self._kv_layers: dict = {}  # slot -> the KV cache layer of the forward in progress
         self._nonzero_version = None
         self._nonzero: list[bool] = []
         self.source: str | None = None
@@ -208,10 +210,13 @@ class SurfaceBank(nn.Module):
             return self._make_handler(self.slot(layer) if layer in self.layers else None, layer)
 
         detach_handlers = attach_handlers(model, covered, make)
+        an = anatomy(model)
+        unwatch = watch_kv_layers({self.slot(x): an.blocks[x].attn for x in self.layers}, self._kv_layers)
         self.clear_cache()
         _ATTACHED[self] = True
 
         def remove() -> None:
+            unwatch()
             detach_handlers()
             _ATTACHED.pop(self, None)
             if getattr(model, _BANK_ATTR, None) is not None and model.__dict__.get(_BANK_ATTR)[0] is self:
@@ -245,8 +250,10 @@ class SurfaceBank(nn.Module):
         return low_rank_bank(self, rank, narrow)
 
     def _low_rank_attention(self, slot: int, c: torch.Tensor):
-        """modulated_attention's signature on the rank-r path (factors of this layer cached per version)."""
-        from geosteer.manifold.low_rank import factors, low_rank_attention
+        """modulated_attention's signature on the rank-r path (factors of this layer cached per version;
+        decoding reuses the narrow key features of the past keys, in ``_caches`` under ``("low_rank", slot)``)."""
+        from geosteer.manifold.low_rank import factors
+        from geosteer.manifold.low_rank_kernel import cached_features, low_rank_attention
 
         key = (slot, self.rank, self.coefficients._version, c.device)
         uw = self._factors.get(key)
@@ -255,13 +262,17 @@ class SurfaceBank(nn.Module):
             uw = self._factors[key] = factors(c, self.rank)
 
         def attend(q, k, v, _c, grid_size, lo, hi, *, dropout, features, backend, **kw):
-            return low_rank_attention(q, k, v, *uw, grid_size, lo, hi, **kw)
+            compiled = backend != "torch"
+            cache = self._caches.setdefault(("low_rank", slot), FeatureCache())
+            features = cached_features(cache, q, k, v, uw[1], grid_size, lo, hi, key, compiled=compiled, **kw)
+            return low_rank_attention(q, k, v, *uw, grid_size, lo, hi, features=features, compiled=compiled, **kw)
 
         return attend
 
     def clear_cache(self) -> None:
         """Drop the decode feature caches (they are rebuilt on the next decoding step)."""
         self._caches.clear()
+        self._static_caches.clear()
         self._views = None
         self._last_slot = -1
 

@@ -69,3 +69,108 @@ class FeatureCache:
         self.v[:, :, self.end : self.end + n] = v_new
         self.f[:, :, self.end : self.end + n] = f_new
         self.start, self.end = start, self.end + n
+
+
+class StaticFeatureCache:
+    """Key-side features of one static KV cache layer (transformers' ``StaticLayer``), preallocated.
+
+    The KV cache writes each call's keys at rows ``[n - L, n)`` of its fixed-size buffers (``n``: its
+    ``cumulative_length`` after the write); the features of those rows are computed and written at the same
+    rows with ``index_copy_``, so a decode step costs the new rows only, with static shapes, a fixed buffer
+    address (marked static, as transformers marks its KV buffers) and no host sync: what CUDA graphs and
+    ``torch.compile(fullgraph=True)`` need. Rows not yet written hold zeros or features of earlier keys,
+    finite and masked out as the KV rows are.
+
+    Outside a graph each call checks that the rows before it were all written through this cache (same KV
+    buffers, same grid range, no step skipped); otherwise it recomputes every row. While tracing there is no
+    such check: the KV cache must only be written by the model's forward while the surfaces are attached.
+    """
+
+    def __init__(self) -> None:
+        self.f = None
+        self.source = None  # (id of the KV layer, key buffer address, grid range) the rows were computed for
+        self.end: int | None = None  # rows [0, end) hold valid features (None: unknown, after a traced call)
+
+    def get(self, kv_layer, key, value, n_new: int, rng, compute, tracing: bool) -> torch.Tensor:
+        T = key.shape[2]
+        rows = kv_layer.cumulative_length - n_new + torch.arange(n_new, device=key.device)
+        if tracing:
+            if self.f is None or self.f.shape[:3] != key.shape[:3]:
+                self._allocate(compute(key, value), tracing)   # first call traced: every row, once
+            else:
+                self.f.index_copy_(2, rows, compute(key.index_select(2, rows), value.index_select(2, rows)))
+            self.end = None
+            return self.f
+        source = (id(kv_layer), key.data_ptr(), rng)
+        end = int(kv_layer.cumulative_length)
+        start = end - n_new
+        if (self.f is None or self.source != source or self.f.shape[:3] != key.shape[:3] or self.end is None
+                or start > self.end or start < 0 or end > T):
+            self._allocate(compute(key, value), tracing)
+        else:
+            self.f.index_copy_(2, rows, compute(key[:, :, start:end], value[:, :, start:end]))
+        self.source, self.end = source, end
+        return self.f
+
+    def _allocate(self, f: torch.Tensor, tracing: bool) -> None:
+        if self.f is not None and self.f.shape == f.shape and self.f.dtype == f.dtype:
+            self.f.copy_(f)  # keep the address (a graph captured it)
+            return
+        self.f = f.contiguous()
+        if not tracing:
+            torch._dynamo.mark_static_address(self.f)
+
+
+def static_kv_layer(kv_layer, key: torch.Tensor, value: torch.Tensor):
+    """``kv_layer`` if it is a full-attention static cache layer whose buffers are ``key``/``value`` (the
+    call's keys are exactly the cache's rows), else None. Sliding-window static layers shift their rows once
+    full, so they get no feature cache (their window bounds the work)."""
+    if not is_static_kv(kv_layer) or getattr(kv_layer, "is_sliding", False):
+        return None
+    if getattr(kv_layer, "keys", None) is not key or getattr(kv_layer, "values", None) is not value:
+        return None
+    return kv_layer
+
+
+def is_static_kv(kv_layer) -> bool:
+    """Whether ``kv_layer`` is one of transformers' static (fixed-size, compile-friendly) cache layers."""
+    from transformers.cache_utils import StaticLayer
+
+    return isinstance(kv_layer, StaticLayer)
+
+
+def kv_layer_of(kwargs: dict, layer_idx: int):
+    """The KV cache layer an attention module's forward received (``cache``, ``layer_past`` or
+    ``past_key_values``; the self-attention part of an encoder-decoder cache), else None."""
+    cache = None
+    for name in ("cache", "layer_past", "past_key_values"):
+        if kwargs.get(name) is not None:
+            cache = kwargs[name]
+            break
+    cache = getattr(cache, "self_attention_cache", cache)
+    layers = getattr(cache, "layers", None)
+    if layers is None or not 0 <= layer_idx < len(layers):
+        return None
+    return layers[layer_idx]
+
+
+def watch_kv_layers(modules: dict, seen: dict):
+    """Hooks on attention ``modules`` ({slot: module}) that put the KV cache layer of each forward in
+    ``seen[slot]`` for the duration of that forward -> remove."""
+    handles = []
+    for slot, module in modules.items():
+        def pre(mod, args, kwargs, slot=slot):
+            seen[slot] = kv_layer_of(kwargs, int(getattr(mod, "layer_idx", -1)))
+
+        def post(mod, args, kwargs, out, slot=slot):
+            seen.pop(slot, None)
+
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(post, with_kwargs=True))
+
+    def remove() -> None:
+        for h in handles:
+            h.remove()
+        seen.clear()
+
+    return remove

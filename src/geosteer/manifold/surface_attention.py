@@ -2,15 +2,17 @@
 
 The stock part is computed in the same product only when the bank's handler is the last in the chain, so
 handlers attached after it (recorders, value edits) still see and change the call. Decoding with a KV
-cache reuses the key-side features of the past keys (``FeatureCache``) except on the Triton backend, which
-builds them on chip.
+cache reuses the key-side features of the past keys except on the Triton backend, which builds them on
+chip: a growing ``FeatureCache`` beside a dynamic KV cache, a preallocated ``StaticFeatureCache`` written
+at the cache's rows beside transformers' static one (``cache_implementation="static"``).
 
 Under ``torch.compile`` (``torch.compiler.is_compiling()``) the handler keeps to what a graph can hold: the
 PyTorch path of the kernels (the compiled CPU extension and the host-side checks are opaque to the
 tracer), the grid range as tensors (no ``float()`` of a buffer), a boolean mask as an additive one (the
 PyTorch path finds the visible key range of a boolean mask from its data; transformers passes an explicit
-mask while tracing), surfaces computed even where they are zero, no decode feature cache; so
-``torch.compile(model, fullgraph=True)`` traces the attention without breaks.
+mask while tracing), surfaces computed even where they are zero, the decode feature cache only beside a
+static KV cache (static shapes, in-place writes, no host sync); so ``torch.compile(model, fullgraph=True)``
+traces the attention without breaks, and a static-cache decode step can be captured as a CUDA graph.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 
 from geosteer.attention import attention_handlers
 from geosteer.errors import GeosteerError
-from geosteer.manifold.feature_cache import FeatureCache
+from geosteer.manifold.feature_cache import FeatureCache, StaticFeatureCache, is_static_kv, static_kv_layer
 from geosteer.manifold.kernel import backend_choice, key_features, modulated_attention, use_triton
 
 
@@ -54,15 +56,8 @@ def surface_attention(bank, call, proceed, slot: int, handler):
     name = "torch" if tracing else backend_choice(bank.backend)
     low_rank = (bank.rank is not None and not grad and name != "triton" and not tracing
                 and not (call.dropout and call.module.training))
-    if (not torch.is_grad_enabled() and L < T and not low_rank and not tracing
-            and not use_triton(name, q, lo_f, hi_f)):
-        # decoding with a KV cache: reuse the key-side features of the past keys
-        cache = bank._caches.setdefault(slot, FeatureCache())
-        mask = call.attention_mask
-        crop = is_causal and mask is None and L > 1 and T > L
-        if not crop:
-            features = cache.get(k, v, L, (lo_f, hi_f),
-                                 lambda kk, vv: key_features(kk, vv, bank.grid_size, lo_f, hi_f))
+    if not torch.is_grad_enabled() and L < T and not low_rank and not use_triton(name, q, lo_f, hi_f):
+        features = _cached_features(bank, call, slot, L, lo_f, hi_f, bool(is_causal), tracing)
     attend = bank._low_rank_attention(slot, c) if low_rank else modulated_attention
     mask = call.attention_mask
     if tracing and mask is not None and mask.dtype == torch.bool:
@@ -76,3 +71,26 @@ def surface_attention(bank, call, proceed, slot: int, handler):
         return out, None
     base, w = proceed(call)
     return base + out.to(base.dtype), w
+
+
+def _cached_features(bank, call, slot: int, L: int, lo, hi, is_causal: bool, tracing: bool):
+    """Decoding with a KV cache: the key-side features of all keys, the past keys' reused (None: compute
+    them in the kernel). A static KV cache layer gets the preallocated ``StaticFeatureCache`` (also while
+    tracing); a dynamic one the growing ``FeatureCache`` (not while tracing); a sliding static one none."""
+    k, v = call.key, call.value
+
+    def compute(kk, vv):
+        return key_features(kk, vv, bank.grid_size, lo, hi, compiled=not tracing)
+
+    kv_layer = bank._kv_layers.get(slot)
+    static = static_kv_layer(kv_layer, k, v)
+    if static is not None:
+        cache = bank._static_caches.get(slot)
+        if cache is None:
+            cache = bank._static_caches[slot] = StaticFeatureCache()
+        return cache.get(static, k, v, L, (lo, hi) if not tracing else None, compute, tracing)
+    crop = is_causal and call.attention_mask is None and L > 1 and k.shape[2] > L
+    if tracing or crop or is_static_kv(kv_layer):
+        return None
+    cache = bank._caches.setdefault(slot, FeatureCache())
+    return cache.get(k, v, L, (lo, hi), compute)
