@@ -155,3 +155,32 @@ def test_one_bad_value_is_refused_before_any_model_is_built(verb, flag, kind, tm
     assert flag in err or bad in err, err  # the refusal names what was wrong
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
 
+
+
+# well-typed values that no model takes: an empty prompt, a next-token rank outside the vocabulary
+# (tiny-llama's config, read without weights, names 65536 token ids)
+EDITS = ["edit-specificity", "edit-linearity", "edit-locality", "edit-protocol"]
+OUT_OF_RANGE = [
+    (["generate", "-p", ""], "--prompt is empty"),
+    (["compare", "-p", "Hi", "-p", ""], "--prompt is empty (prompt 2 of 2)"),
+    (["manifold", "explore", "--prompt", ""], "--prompt is empty"),
+    (["manifold", "explore", "--record-qk", "qk.json", "--qk-prompt", ""], "--qk-prompt is empty"),
+    *[(["study", "dynamics", verb, "--target-rank", rank], f"--target-rank {rank} is not a next-token rank")
+      for verb in EDITS for rank in ("-1", "65536")],
+    (["dynamics", "edit-locality", "--target-rank", "-1"], "--target-rank -1 is not a next-token rank"),
+    (["study", "dynamics", "edit-protocol", "--ablate-rank", "70000"], "--ablate-rank 70000 is not a next-token"),
+]
+
+
+@pytest.mark.parametrize("args,needle", OUT_OF_RANGE, ids=[" ".join(a) for a, _ in OUT_OF_RANGE])
+def test_empty_prompt_and_out_of_vocabulary_rank_are_refused_before_the_model_loads(args, needle, tmp_path,
+                                                                                    monkeypatch, capsys, inputs):
+    from tests.cli_helpers import refused_before_load
+
+    monkeypatch.chdir(tmp_path)
+    extra = ["--surfaces", inputs["--surfaces"]] if args[0] == "manifold" else ["--model", "tiny-llama"]
+    err = refused_before_load(monkeypatch, capsys, *args, *extra)
+    assert needle in err, err
+    if "rank" in needle:
+        assert err.endswith("valid: 0 to 65535 (0 = the top token)"), err
+    assert not list(tmp_path.iterdir())  # nothing written

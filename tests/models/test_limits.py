@@ -1,4 +1,4 @@
-"""A model's positions and layers read from its config alone (``geosteer.models.limits``), against the
+"""A model's positions, layers and vocabulary read from its config alone (``geosteer.models.limits``), against the
 built model's own config, and the one-line refusal of windows past the positions."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import anatomy
-from geosteer.models.limits import check_positions, config_of, max_positions, num_layers
+from geosteer.models.limits import check_positions, config_of, max_positions, num_layers, vocab_size
 from geosteer.models.tiny import TINY_FAMILIES
 
 
@@ -20,12 +20,15 @@ def test_config_without_weights_matches_the_built_model(family, tiny_cache):
     assert max_positions(cfg) == getattr(built, "max_position_embeddings", getattr(built, "n_positions", None))
     assert num_layers(cfg) == anatomy(model).n_layers  # the blocks the built model has
     assert max_positions(model) == max_positions(cfg)  # a model or its config, the same answer
+    assert vocab_size(model) == model.get_output_embeddings().weight.shape[0]
 
 
 def test_config_of_a_folder_and_of_what_needs_the_model(tmp_path, tiny_cache):
     model, _ = tiny_cache("gpt2")
     model.config.save_pretrained(tmp_path / "m")
     assert max_positions(config_of(str(tmp_path / "m"))) == model.config.n_positions
+    rows = model.get_output_embeddings().weight.shape[0]  # the token ids the built model scores
+    assert vocab_size(config_of(str(tmp_path / "m"))) == vocab_size(model) == rows
     assert config_of("tiny-nosuchfamily") is None
     assert config_of(str(tmp_path / "missing.gguf")) is None
     assert config_of("no-such-org/no-such-model-xyz") is None  # not cached: the loader will say what is wrong

@@ -113,6 +113,19 @@ def check_layers(model: str, option: str, spec: str | None) -> None:
         raise GeosteerError(f"{option}: {e}") from None
 
 
+def check_token_rank(model: str, option: str, rank: int) -> None:
+    """Refuse a next-token rank in ``option`` (``--target-rank``: 0 = the top token) below 0, or not below
+    the vocabulary size when the config of ``--model`` names it, before the model loads."""
+    from geosteer.models.limits import vocab_size
+
+    cfg = model_config(model)
+    n = vocab_size(cfg) if cfg is not None else None
+    if rank < 0 or (n is not None and rank >= n):
+        valid = f"0 to {n - 1}" if n is not None else ">= 0"
+        raise GeosteerError(f"{option} {rank} is not a next-token rank of this model; valid: {valid} "
+                            "(0 = the top token)")
+
+
 def check_head_list(model: str, option: str, spec: str | int | None) -> None:
     """Refuse a bad head list in ``option`` (``'all'``, ``'0-3'``, ``'0,5'``) before the model loads: its
     syntax always, its range when the config of ``--model`` names the number of heads."""

@@ -36,6 +36,8 @@ _PROMPTS_SHAPE = 'a list of strings, or {"prompts": [...]} whose items are strin
 
 def _read_prompts(prompts: list[str] | None, prompts_file: Path | None) -> list[str]:
     out = list(prompts or [])
+    if "" in out:
+        raise GeosteerError(f"--prompt is empty (prompt {out.index('') + 1} of {len(out)}); give the text to continue")
     if prompts_file is not None:
         text = _read_text_file(prompts_file)
         if prompts_file.suffix == ".json":
@@ -189,6 +191,8 @@ def register(app: typer.Typer) -> None:
         from geosteer.eval.generation import cap_new_tokens, generate, prompt_ids
         from geosteer.interventions import steer
 
+        if not prompt:
+            raise GeosteerError("--prompt is empty; give the text to continue")
         if max_new_tokens < 1:
             raise GeosteerError(f"max_new_tokens (--max-new-tokens) must be >= 1 (got {max_new_tokens})")
         if temperature is not None:

@@ -166,6 +166,10 @@ def explore_cmd(
     from geosteer.manifold.edit import control_net, format_control_net
     from geosteer.manifold.explore import layer_norms, layer_sensitivity, top_surfaces
 
+    if "" in (prompt or []):
+        raise ValueError("--prompt is empty; give the text of a prompt")
+    if record_qk is not None and not qk_prompt:
+        raise ValueError("--qk-prompt is empty; give the text --record-qk records")
     if old_prompts is not None:  # --prompts is a count in the other verbs that have it
         import warnings
 

@@ -1,4 +1,4 @@
-"""A model's limits — positions and layers — from the loaded model or from its config alone.
+"""A model's limits — positions, layers, heads and vocabulary — from the loaded model or from its config alone.
 
 The CLI checks options against :func:`config_of` (no weights are built) before it loads a model; library
 functions that build windows check the loaded model with :func:`check_positions`. Both refuse in one line.
@@ -75,6 +75,12 @@ def num_heads(model_or_config) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
+
+
+def vocab_size(model_or_config) -> int | None:
+    """The number of token ids the model scores (``vocab_size``); ``None`` when its config names none."""
+    value = getattr(_text_config(getattr(model_or_config, "config", model_or_config)), "vocab_size", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def check_positions(model_or_config, length: int, what: str = "sequence length") -> None:

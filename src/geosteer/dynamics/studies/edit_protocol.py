@@ -17,6 +17,7 @@ from geosteer.cli.common import (
     MODEL_OPT,
     THREADS_OPT,
     check_layers,
+    check_token_rank,
     emit,
     model_config,
 )
@@ -95,6 +96,8 @@ def edit_protocol(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                          seeds=tuple(range(seeds)), sites=tuple(check_choices(sites, SITES, "edit site (--sites)")),
                          direction=direction, target_rank=target_rank, ablate_rank=ablate_rank)
     check_layers(model, "--layers", layers)  # before the widths, which the defaults may exceed
+    for rank, name in ((target_rank, "--target-rank"), (ablate_rank, "--ablate-rank")):
+        check_token_rank(model, name, rank)
     cfg.check(_ffn_width(model))
     run_key = {"model": model, "cfg": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()},
                "prompts": prompts, "heldout": heldout, "seq_len": seq_len, "device": device, "dtype": dtype}

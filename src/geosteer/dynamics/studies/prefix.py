@@ -10,7 +10,16 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MAX_SEEDS, MODEL_OPT, THREADS_OPT, emit
+from geosteer.cli.common import (
+    DEVICE_OPT,
+    DTYPE_OPT,
+    JSON_OPT,
+    MAX_SEEDS,
+    MODEL_OPT,
+    THREADS_OPT,
+    check_token_rank,
+    emit,
+)
 from geosteer.dynamics.studies.common import CSV_OPT, OUT_OPT, check_choices, run_meta, setup_model, write_rows
 from geosteer.models.anatomy import anatomy, parse_layers
 
@@ -148,12 +157,13 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
 
 
 def _edit_inputs(model: str, layers: str, seeds: int, prompts: int, other: int, seq_len: int, threads: int,
-                 device: str, dtype: str, *, kinds: str | None, direction: str):
-    """Shared set-up of the editing verbs: check the counts, load the model, parse the layers and take
-    ``prompts + other`` held-out windows of ``seq_len`` tokens. Returns (model, layers, windows)."""
+                 device: str, dtype: str, *, kinds: str | None, direction: str, target_rank: int):
+    """Shared set-up of the editing verbs: check the counts and the target rank, load the model, parse the
+    layers and take ``prompts + other`` held-out windows of ``seq_len`` tokens. Returns (model, layers, windows)."""
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.prefix import DIRECTIONS, EDIT_KINDS, check_positive
 
+    check_token_rank(model, "--target-rank", target_rank)
     check_positive(seeds, "--seeds")
     check_positive(prompts, "--prompts")
     if kinds is not None:
@@ -178,7 +188,7 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
     from geosteer.dynamics.editing import edit_study
 
     m, chosen, ids = _edit_inputs(model, layers, seeds, prompts, 0, seq_len, threads, device, dtype,
-                                  kinds=kinds, direction=direction)
+                                  kinds=kinds, direction=direction, target_rank=target_rank)
     recs, summ = edit_study(m, ids, chosen, [s.strip() for s in kinds.split(",") if s.strip()], direction,
                             scale, target_rank, list(range(seeds)))
     meta = run_meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scale=scale,
@@ -213,7 +223,7 @@ def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--
     if len(values) < 2 or len(set(values)) < len(values):
         raise GeosteerError(f"--scales needs at least 2 different sizes to fit a line (got '{scales}')")
     m, chosen, ids = _edit_inputs(model, layers, seeds, prompts, 0, seq_len, threads, device, dtype,
-                                  kinds=kinds, direction=direction)
+                                  kinds=kinds, direction=direction, target_rank=target_rank)
     fits, summ = study(m, ids, chosen, [k.strip() for k in kinds.split(",") if k.strip()], direction, values,
                        target_rank, list(range(seeds)))
     meta = run_meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scales=values,
@@ -238,7 +248,7 @@ def edit_locality(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
 
     check_positive(other, "--other")
     m, chosen, w = _edit_inputs(model, layers, seeds, prompts, other, seq_len, threads, device, dtype,
-                                kinds=None, direction=direction)
+                                kinds=None, direction=direction, target_rank=target_rank)
     recs, summ = down_col_locality(m, w[:prompts], w[prompts:], chosen, direction, scale, target_rank,
                                    list(range(seeds)))
     meta = run_meta(m, prompts=prompts, other=int(w.shape[0] - prompts), seq_len=seq_len, direction=direction,
