@@ -10,16 +10,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import (
-    DEVICE_OPT,
-    DTYPE_OPT,
-    JSON_OPT,
-    MAX_SEEDS,
-    MODEL_OPT,
-    THREADS_OPT,
-    check_token_rank,
-    emit,
-)
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MAX_SEEDS, MODEL_OPT, THREADS_OPT, emit
 from geosteer.dynamics.studies.common import CSV_OPT, OUT_OPT, check_choices, run_meta, setup_model, write_rows
 from geosteer.models.anatomy import anatomy, parse_layers
 
@@ -160,6 +151,7 @@ def _edit_inputs(model: str, layers: str, seeds: int, prompts: int, other: int, 
                  device: str, dtype: str, *, kinds: str | None, direction: str, target_rank: int):
     """Shared set-up of the editing verbs: check the counts and the target rank, load the model, parse the
     layers and take ``prompts + other`` held-out windows of ``seq_len`` tokens. Returns (model, layers, windows)."""
+    from geosteer.cli.common import check_token_rank
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.prefix import DIRECTIONS, EDIT_KINDS, check_positive
 
