@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from geosteer.attention import add_attention_handler, stock_attention
+from geosteer.attention import stock_attention
 from geosteer.directional.diagonal import (
     DiagonalCapture,
     diagonal_edited_output,
@@ -14,27 +14,10 @@ from geosteer.directional.diagonal import (
 from geosteer.directional.sites import ComponentScale
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from tests.conftest import random_ids
+from tests.directional.helpers import capture_call, padded_inputs
 
 FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2",
             "tiny-gpt_neox"]
-
-
-def _inputs(b=2, t=16, seed=0):
-    ids = random_ids(b, t, seed)
-    mask = torch.ones_like(ids)
-    mask[1, :3] = 0  # left padding on one row
-    return ids, mask
-
-
-def _capture_call(m, layer, ids, mask):
-    calls = []
-    rm = add_attention_handler(anatomy(m).blocks[layer].attn, lambda c, p: (calls.append(c), p(c))[1])
-    try:
-        m(input_ids=ids, attention_mask=mask)
-    finally:
-        rm()
-    return calls[0]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -42,8 +25,8 @@ def _capture_call(m, layer, ids, mask):
 def test_value_diagonal_form_is_exact(tiny_model, name, space):
     """Ã = A + diag(ΔA) applied to the values gives the edited output of the value handler (≤ 1e-5)."""
     m, _ = tiny_model(name)
-    ids, mask = _inputs()
-    call = _capture_call(m, 1, ids, mask)
+    ids, mask = padded_inputs(2, 16, seed=0, pad=3)
+    call = capture_call(m, 1, ids, mask)
     valid = mask.bool()
     for site in ("value_full", "value_exclude_self"):
         for s_par in (0.0, 0.4, 2.5):
@@ -67,7 +50,7 @@ def test_residual_diagonal_form_matches_scalar_constraint(tiny_model, name):
     """Residual form (Table 5): (A + ΔA·W_O v_t)ᵀz equals the attn_out-edited update's ᵀz; the full vector
     does not match (the diagonal change has a perpendicular part the edit has not)."""
     m, _ = tiny_model(name)
-    ids, mask = _inputs()
+    ids, mask = padded_inputs(2, 16, seed=0, pad=3)
     layer, s_par = 1, 0.0
     base = DiagonalCapture([layer])
     with steer(m, base):
@@ -98,7 +81,7 @@ def test_residual_diagonal_form_matches_scalar_constraint(tiny_model, name):
 def test_residual_form_undefined_for_sandwich_norms(tiny_model):
     m, _ = tiny_model("tiny-gemma3")
     assert not linear_attention_branch(m)
-    ids, mask = _inputs()
+    ids, mask = padded_inputs(2, 16, seed=0, pad=3)
     cap = DiagonalCapture([0])
     with steer(m, cap):
         m(input_ids=ids, attention_mask=mask)
@@ -111,7 +94,7 @@ def test_removed_case_closed_form(tiny_model):
     Ã_tt = A_tt − Σ_{s<t} A_ts v_sᵀv_t/‖v_t‖² (exclude-self), by a naive loop."""
     m, _ = tiny_model("tiny-llama")
     ids = torch.randint(5, 900, (1, 9), generator=torch.Generator().manual_seed(1))
-    call = _capture_call(m, 0, ids, torch.ones_like(ids))
+    call = capture_call(m, 0, ids, torch.ones_like(ids))
     full, w = value_diagonal_change(call, "value_full", 0.0)
     excl, _ = value_diagonal_change(call, "value_exclude_self", 0.0)
     from geosteer.attention import repeat_kv

@@ -3,35 +3,18 @@
 import pytest
 import torch
 
-from geosteer.attention import add_attention_handler, attention_weights, repeat_kv, stock_attention
+from geosteer.attention import attention_weights, repeat_kv, stock_attention
 from geosteer.directional.sites import ComponentScale
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from tests.conftest import random_ids
-
-
-def _inputs(b=2, t=14, seed=3):
-    ids = random_ids(b, t, seed)
-    mask = torch.ones_like(ids)
-    mask[1, :4] = 0
-    return ids, mask
-
-
-def _capture_call(m, layer, ids, mask):
-    calls = []
-    rm = add_attention_handler(anatomy(m).blocks[layer].attn, lambda c, p: (calls.append(c), p(c))[1])
-    try:
-        m(input_ids=ids, attention_mask=mask)
-    finally:
-        rm()
-    return calls[0]
+from tests.directional.helpers import capture_call, padded_inputs
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gemma3", "tiny-gpt2"])
 def test_neutral_with_heads_and_concat_reproduces_stock_logits(tiny_model, name):
     m, _ = tiny_model(name)
-    ids, mask = _inputs()
+    ids, mask = padded_inputs(2, 14, seed=3, pad=4)
     base = m(input_ids=ids, attention_mask=mask).logits
     for site in ("value_full", "value_exclude_self"):
         with steer(m, ComponentScale(site, 1.0, 1.0, heads=[0, anatomy(m).n_heads - 1])):
@@ -77,8 +60,8 @@ def _naive(call, site, sp, sq, heads=None, concat=False):
 @pytest.mark.parametrize("site", ["value_full", "value_exclude_self"])
 def test_head_selection_and_concat_match_naive(tiny_model, name, site):
     m, _ = tiny_model(name)
-    ids, mask = _inputs()
-    call = _capture_call(m, 1, ids, mask)
+    ids, mask = padded_inputs(2, 14, seed=3, pad=4)
+    call = capture_call(m, 1, ids, mask)
     valid = mask.bool()
     n_heads = anatomy(m).n_heads
     stock, _ = stock_attention(call)
@@ -97,8 +80,8 @@ def test_head_selection_and_concat_match_naive(tiny_model, name, site):
 
 def test_diag_removal_with_heads(tiny_model):
     m, _ = tiny_model("tiny-llama")
-    ids, mask = _inputs()
-    call = _capture_call(m, 0, ids, mask)
+    ids, mask = padded_inputs(2, 14, seed=3, pad=4)
+    call = capture_call(m, 0, ids, mask)
     stock, _ = stock_attention(call)
     full, _ = ComponentScale("diag_removal")._value_handler()(call, stock_attention)
     one, _ = ComponentScale("diag_removal", heads=[2])._value_handler()(call, stock_attention)
@@ -110,7 +93,7 @@ def test_diag_removal_with_heads(tiny_model):
 
 def test_joint_heads_equal_all_heads(tiny_model):
     m, _ = tiny_model("tiny-qwen2")
-    ids, mask = _inputs()
+    ids, mask = padded_inputs(2, 14, seed=3, pad=4)
     n = anatomy(m).n_heads
     with steer(m, ComponentScale("value_exclude_self", 0.0, layers=[1])):
         a = m(input_ids=ids, attention_mask=mask).logits

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from geosteer.attention import add_attention_handler, attention_weights
+from geosteer.attention import attention_weights
 from geosteer.directional.config import SITES
 from geosteer.directional.sites import ComponentScale
 from geosteer.directional.value import self_weight
@@ -12,6 +12,7 @@ from geosteer.interventions import ScaleHook, steer
 from geosteer.models.anatomy import anatomy
 from geosteer.reproduction.references import attn_out_scaled_by_plain_hooks, value_edit_loop
 from tests.conftest import random_ids
+from tests.directional.helpers import capture_call, padded_inputs
 
 FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2",
             "tiny-gpt_neox"]
@@ -20,9 +21,7 @@ FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemm
 @pytest.mark.parametrize("name", FAMILIES)
 def test_neutral_reproduces_stock_logits(tiny_model, name):
     m, _ = tiny_model(name)
-    ids = random_ids(2, 24, seed=0)
-    mask = torch.ones_like(ids)
-    mask[1, :4] = 0  # left padding on one row
+    ids, mask = padded_inputs(2, 24, seed=0, pad=4)
     base = m(input_ids=ids, attention_mask=mask).logits
     for site in SITES[:-1]:  # diag_removal is a control with no neutral setting
         with steer(m, ComponentScale(site, 1.0, 1.0)):
@@ -34,24 +33,12 @@ def test_neutral_reproduces_stock_logits(tiny_model, name):
     assert torch.equal(m(input_ids=ids, attention_mask=mask).logits, base)  # removed cleanly
 
 
-def _capture_call(m, layer, ids, mask=None):
-    calls = []
-    rm = add_attention_handler(anatomy(m).blocks[layer].attn, lambda c, p: (calls.append(c), p(c))[1])
-    try:
-        m(input_ids=ids, attention_mask=mask)
-    finally:
-        rm()
-    return calls[0]
-
-
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-mistral", "tiny-gemma3", "tiny-gpt2"])
 @pytest.mark.parametrize("site", ["value_full", "value_exclude_self", "diag_removal"])
 def test_value_sites_match_naive_reference(tiny_model, name, site):
     m, _ = tiny_model(name)
-    ids = random_ids(2, 12, seed=0)
-    mask = torch.ones_like(ids)
-    mask[0, :3] = 0
-    call = _capture_call(m, 1, ids, mask)
+    ids, mask = padded_inputs(2, 12, seed=0, pad=3, row=0)
+    call = capture_call(m, 1, ids, mask)
     iv = ComponentScale(site, 0.25, 1.75)
     handler = iv._value_handler()
     from geosteer.attention import stock_attention
@@ -66,10 +53,8 @@ def test_value_sites_match_naive_reference(tiny_model, name, site):
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gemma3"])
 def test_self_weight_matches_materialised_diagonal(tiny_model, name):
     m, _ = tiny_model(name)
-    ids = random_ids(2, 20, seed=0)
-    mask = torch.ones_like(ids)
-    mask[1, :5] = 0
-    call = _capture_call(m, 1, ids, mask)
+    ids, mask = padded_inputs(2, 20, seed=0, pad=5)
+    call = capture_call(m, 1, ids, mask)
     W = attention_weights(call)
     diag = torch.diagonal(W, dim1=-2, dim2=-1)
     a = self_weight(call, block_rows=7)  # several row blocks

@@ -4,7 +4,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from geosteer.attention import add_attention_handler, stock_attention
+from geosteer.attention import stock_attention
 from geosteer.cli import app
 from geosteer.directional.diagonal import output_projection
 from geosteer.directional.figures import diagonal_maps_figure, head_localisation_figure
@@ -13,6 +13,7 @@ from geosteer.directional.views import applied_strength, diagonal_study, head_lo
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
 from tests.conftest import random_ids
+from tests.directional.helpers import capture_call
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
@@ -43,15 +44,8 @@ def test_applied_strength_value_site_matches_handler(tiny_model):
     """Value site, one layer: W_O applied to the handler's edited vs stock aggregate of the captured call."""
     m, _ = tiny_model("tiny-llama")
     ids = random_ids(1, 16, seed=5)
-    calls = []
     blk = anatomy(m).blocks[2]
-    rm = add_attention_handler(blk.attn, lambda c, p: (calls.append(c), p(c))[1])
-    try:
-        with torch.no_grad():
-            m(input_ids=ids)
-    finally:
-        rm()
-    call = calls[0]
+    call = capture_call(m, 2, ids)
     stock, _ = stock_attention(call)
     edited, _ = ComponentScale("value_exclude_self", 0.0)._value_handler()(call, stock_attention)
     proj = output_projection(blk.attn)
