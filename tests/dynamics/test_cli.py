@@ -1,24 +1,12 @@
 """`geosteer dynamics ...`: tidy output files, and bad input → one `error:` line with exit code 2."""
 
 import json
-import sys
 
 import pytest
 
-from geosteer.cli import main
+from tests.cli_helpers import run_cli
 
 DYN = ("study", "dynamics")  # the paper studies' spelling
-
-
-def run(argv, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["geosteer", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -31,16 +19,16 @@ def run(argv, monkeypatch, capsys):
     (["dynamics", "gates", "-m", "tiny-llama"], "give exactly one of --save"),
 ])
 def test_bad_input_exits_2(argv, message, monkeypatch, capsys):
-    code, _, err = run(argv, monkeypatch, capsys)
+    code, _, err = run_cli(monkeypatch, capsys, *argv)
     assert code == 2
     assert err.startswith("error: ") and message in err and "Traceback" not in err
 
 
 def test_diagnose_writes_tidy_records(tmp_path, monkeypatch, capsys):
     out = tmp_path / "d.json"
-    code, stdout, _ = run(["dynamics", "diagnose", "-m", "tiny-gpt_neox", "--tokens", "64", "--seq-len", "32",
-                           "--topk", "2", "--json", "--out", str(out), "--csv", str(tmp_path / "d.csv")],
-                          monkeypatch, capsys)
+    code, stdout, _ = run_cli(monkeypatch, capsys, "dynamics", "diagnose", "-m", "tiny-gpt_neox", "--tokens", "64",
+                              "--seq-len", "32", "--topk", "2", "--json", "--out", str(out),
+                              "--csv", str(tmp_path / "d.csv"))
     assert code == 0
     shown = json.loads(stdout)
     assert len(shown["layers"]) == 3 and shown["ov"]["heads"] == 12 and shown["topk"][0]["k"] == 2
@@ -80,9 +68,9 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
     from geosteer.interventions import steer
 
     out = tmp_path / "p.json"
-    code, stdout, _ = run([*DYN, "parallelize", "-m", "tiny-llama", "--counts", "0,1,3", "--seeds", "1",
-                           "--defect-tokens", "64", "--tokens", "64", "--seq-len", "32", "--json", "--out",
-                           str(out)], monkeypatch, capsys)
+    code, stdout, _ = run_cli(monkeypatch, capsys, *DYN, "parallelize", "-m", "tiny-llama", "--counts", "0,1,3",
+                              "--seeds", "1", "--defect-tokens", "64", "--tokens", "64", "--seq-len", "32", "--json",
+                              "--out", str(out))
     assert code == 0
     shown = json.loads(stdout)
     single = {r["layer"]: r["loss_increase"] for r in shown["curve"] if r["strategy"] == "single"}
@@ -153,7 +141,7 @@ def test_parallelize_cache_is_reused_and_refused_for_another_run(tmp_path, monke
     cache = tmp_path / "losses.json"
     argv = [*DYN, "parallelize", "-m", "tiny-llama", "--counts", "0,1", "--seeds", "1", "--no-measured",
             "--defect-tokens", "64", "--tokens", "64", "--seq-len", "32", "--cache", str(cache), "--json"]
-    code, stdout, _ = run(argv, monkeypatch, capsys)
+    code, stdout, _ = run_cli(monkeypatch, capsys, *argv)
     assert code == 0
     first = json.loads(stdout)["curve"]
     saved = json.loads(cache.read_text())
@@ -164,7 +152,7 @@ def test_parallelize_cache_is_reused_and_refused_for_another_run(tmp_path, monke
     low1 = next(r for r in first if r["strategy"] == "low" and r["n_parallel"] == 1)
     saved["losses"][low1["layers"]] = planted
     cache.write_text(json.dumps(saved))
-    code, stdout, _ = run(argv, monkeypatch, capsys)
+    code, stdout, _ = run_cli(monkeypatch, capsys, *argv)
     assert code == 0
     again = next(r for r in json.loads(stdout)["curve"] if r["strategy"] == "low" and r["n_parallel"] == 1)
     assert again["loss"] == planted and again["loss_increase"] == pytest.approx(1.5, abs=1e-9)

@@ -2,7 +2,6 @@
 projection weights and the norm weights by hand, and the study's tidy file."""
 
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import torch
 from geosteer import anatomy
 from geosteer.dynamics.fields import effective_ov
 from geosteer.dynamics.ov import ov_rows
+from tests.cli_helpers import run_cli
 
 
 def _randomise_attn_norms(model, seed: int) -> None:
@@ -86,22 +86,9 @@ def test_unknown_ov_norm_is_refused(tiny_cache):
         ov_rows(model, "layer")
 
 
-def _run(argv, monkeypatch, capsys) -> tuple[int, str]:
-    from geosteer.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["geosteer", *argv])
-    capsys.readouterr()
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = e.code
-    return code, capsys.readouterr().err
-
-
 def test_ov_spectrum_study_writes_both_readings(tmp_path, monkeypatch, capsys):
     out = tmp_path / "ov.json"
-    code, _ = _run(["study", "dynamics", "ov-spectrum", "-m", "tiny-llama", "--out", str(out)], monkeypatch, capsys)
+    code, _, _ = run_cli(monkeypatch, capsys, "study", "dynamics", "ov-spectrum", "-m", "tiny-llama", "--out", str(out))
     assert code == 0
     saved = json.loads(out.read_text())
     heads = [r for r in saved["rows"] if r["table"] == "head"]
@@ -112,6 +99,6 @@ def test_ov_spectrum_study_writes_both_readings(tmp_path, monkeypatch, capsys):
         assert s["heads"] == len(mine) == 3 * 4  # tiny-llama: 3 layers × 4 query heads
         assert s["frac_dominant_by_real_positive"] == pytest.approx(
             sum(r["dominant_by_real_positive"] for r in mine) / len(mine), abs=1e-12)
-    code, err = _run(["study", "dynamics", "ov-spectrum", "-m", "tiny-llama", "--ov-norms", "gain,sideways"],
-                     monkeypatch, capsys)
+    code, _, err = run_cli(monkeypatch, capsys, "study", "dynamics", "ov-spectrum", "-m", "tiny-llama",
+                           "--ov-norms", "gain,sideways")
     assert code == 2 and err.startswith("error: ") and "unknown ov_norm (--ov-norms) 'sideways'" in err

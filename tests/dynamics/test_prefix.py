@@ -1,6 +1,5 @@
 """Prefix / anchor / editing diagnostics (issue 13 item 3) against independent computations."""
 
-import sys
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ from geosteer.dynamics import editing, prefix
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
 from geosteer.record import Recorder
+from tests.cli_helpers import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -237,19 +237,6 @@ def test_library_bad_input(tiny, call, message):
         call(tiny[0])
 
 
-def _cli(argv, monkeypatch, capsys):
-    from geosteer.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["geosteer", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_cli_bad_input_exits_2(tmp_path, monkeypatch, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n")
@@ -258,7 +245,7 @@ def test_cli_bad_input_exits_2(tmp_path, monkeypatch, capsys):
              (["anchors", "--score-layers", "9"], "out of range"),
              (["edit-specificity", "--layers", "7"], "layer 7 out of range")]
     for argv, message in cases:
-        code, _, err = _cli(["study", "dynamics", *argv, "-m", "tiny-llama"], monkeypatch, capsys)
+        code, _, err = run_cli(monkeypatch, capsys, "study", "dynamics", *argv, "-m", "tiny-llama")
         assert code == 2, argv
         assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
 
@@ -269,8 +256,8 @@ def test_cli_writes_tidy_records(tmp_path, monkeypatch, capsys):
     pf = tmp_path / "p.txt"
     pf.write_text("The cat sat on the mat.\nA completely different opening line\nNumbers 1 2 3\n")
     out = tmp_path / "a.json"
-    code, _, err = _cli(["study", "dynamics", "anchors", "-m", "tiny-llama", "--prefix-file", str(pf), "--k", "1",
-                         "--seeds", "2", "--out", str(out)], monkeypatch, capsys)
+    code, _, err = run_cli(monkeypatch, capsys, "study", "dynamics", "anchors", "-m", "tiny-llama",
+                           "--prefix-file", str(pf), "--k", "1", "--seeds", "2", "--out", str(out))
     assert code == 0, err
     saved = json.loads(out.read_text())
     assert {r["table"] for r in saved["rows"]} == {"summary", "pairs", "positions"} and saved["meta"]["k"] == 1
