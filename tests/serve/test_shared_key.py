@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from geosteer.manifold import kernel
-from geosteer.serve import shared_key
+from geosteer.manifold import _ext, kernel
+from geosteer.serve import paged_kernel, shared_key
 from geosteer.serve.plan import SurfaceOp
 
 HKV, REP, D, BS, BLOCKS = 2, 3, 8, 4, 16
@@ -60,8 +60,18 @@ def _reference(q, k, v, coeff, S, L, window, softcap):
     return full - stock
 
 
+@pytest.fixture(params=["compiled", "torch"])
+def backend(request, monkeypatch):
+    if request.param == "compiled":
+        pytest.importorskip("vllm")  # built in the serving environment (the main suite would add a build)
+    if request.param == "compiled" and (paged_kernel.get() is None or _ext.get() is None):
+        pytest.skip(f"compiled CPU kernels: {paged_kernel._state['error'] or _ext.status()}")
+    monkeypatch.setattr(shared_key, "COMPILED", request.param == "compiled")
+    return request.param
+
+
 @pytest.mark.parametrize("window,softcap", [(0, None), (3, None), (0, 4.0)])
-def test_shared_key_delta_matches_the_per_pair_formula(window, softcap):
+def test_shared_key_delta_matches_the_per_pair_formula(backend, window, softcap):
     cache, table, kv = _paged()
     g = torch.Generator().manual_seed(1)
     coeff = torch.randn(HKV * REP, D, GRID[0] + 3, GRID[0] + 3, generator=g) * 0.3

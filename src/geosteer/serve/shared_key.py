@@ -5,8 +5,11 @@ for every row). For the rows of a recipe with surfaces, the keys and values of e
 from the paged cache (``block_table``, ``seq_lens``, ``query_start_loc`` of the forward context's attention
 metadata) and geosteer's exact CPU kernel (``manifold.kernel.modulated_attention``, ``with_value=False``)
 returns Δo = Σ_j a_ij v_j S(q_i, k_j) for those rows: q·k once per (query head, key), keys once in memory.
-Decoding sequences (one new token) share one padded call with a key mask; each prefill (or prefill chunk)
-runs alone with its causal mask. Sliding windows and soft-capping follow the stock layer's settings.
+With the compiled kernel (``serve.paged_kernel``) every row reads its sequence's keys straight from the
+paged cache and accumulates only the 4 bases non-zero at each key, then ``manifold.kernel``'s epilogue
+contracts with B(q) and the surfaces. Without it (PyTorch ops): decoding sequences (one new token) share one
+padded call of ``kernel.modulated_attention`` on gathered keys with a key mask, and each prefill (or prefill
+chunk) runs alone with its causal mask. Sliding windows and soft-capping follow the stock layer's settings.
 
 The cache layout read here is vLLM's CPU one for float32 (``isa`` ``vec``/``vec16``): per (block, KV head)
 the keys as (head_dim, block_size) and the values as (block_size, head_dim). :func:`supported` names the
@@ -18,7 +21,9 @@ from __future__ import annotations
 import torch
 
 from geosteer.manifold import kernel
+from geosteer.serve import paged_kernel
 
+COMPILED = True  # False: the PyTorch path below (tests compare both)
 LAYOUTS = ("vec", "vec16")  # vLLM CPU attention ISAs whose float32 key/value layout is the one read here
 
 
@@ -64,6 +69,17 @@ def surface_delta(op, q: torch.Tensor, rows: torch.Tensor, meta, kv_cache: torch
     qsl = meta.query_start_loc.long()
     seq_lens = meta.seq_lens.long()
     seq = torch.searchsorted(qsl[1:], rows, right=True)
+    mod = paged_kernel.get() if COMPILED else None
+    ext = kernel._ext_for(q, op.lo, op.hi) if mod is not None else None
+    if ext is not None:
+        pos = seq_lens[seq] - (qsl[seq + 1] - qsl[seq]) + (rows - qsl[seq])
+        o = paged_kernel.attended_features(mod, q, kv_cache, meta.block_table, seq, pos, scale=scale,
+                                           softcap=softcap, window=window, grid=(op.grid_size, op.lo, op.hi))
+        m, H, d = q.shape
+        sc, off = kernel._affine(op.grid_size, op.lo, op.hi)
+        delta = kernel._epilogue(ext, o.view(m, H, 1, d, op.K + 1), q.contiguous().view(m, H, 1, d),
+                                 op.coeff.to(q.dtype), op.grid_size, sc, off, False)
+        return delta.view(m, H, d)
     seqs = torch.unique_consecutive(seq)
     q_lens = qsl[seqs + 1] - qsl[seqs]
     first = torch.searchsorted(rows, qsl[seqs])  # each sequence's first row in ``rows``

@@ -1,0 +1,171 @@
+"""A compiled CPU kernel for the shared-key surfaces path: attended key features straight from vLLM's paged cache.
+
+For each token row n and query head h it reads the keys and values of the row's sequence from the paged
+cache (float32, vLLM's CPU layout: per (block, KV head) the keys as (head_dim, block_size), then the values
+as (block_size, head_dim)), computes the stock attention weights a_j (causal, optional sliding window and
+soft-cap) once, and accumulates o[n, h, d, b] = Σ_j a_j v_jd B_b(k_jd) for the 4 bases non-zero at k_jd,
+with o[..., K] = Σ_j a_j v_jd: the layout of ``manifold.kernel``'s epilogue, which then contracts it with
+B(q) and the surfaces. Queries of one KV head share each key's basis position. Built on first use with
+``torch.utils.cpp_extension.load_inline`` like ``geosteer.manifold._ext`` (cached under
+``$GEOSTEER_CACHE/torch_extensions``); None when it cannot be built or with ``GEOSTEER_NO_EXT=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import torch
+
+SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+// q (N, H, D); kv (NB, HKV, BS, 2D); table (B, M) block ids; row_seq, row_pos (N): sequence and position
+// of each row -> (N, H, D, K+1): per head and dim the attended v*B_0(k) ... v*B_{K-1}(k), then v.
+// Knot positions as manifold_kernels.cpp's locate computes them: u = x*sc + off clamped to [0, g+6], NaN -> 0.
+torch::Tensor paged_features(torch::Tensor q, torch::Tensor kv, torch::Tensor table, torch::Tensor row_seq,
+                             torch::Tensor row_pos, double scale, double softcap, int64_t window, int64_t g,
+                             double sc, double off) {
+    TORCH_CHECK(q.scalar_type() == torch::kFloat && kv.scalar_type() == torch::kFloat, "float32 only");
+    TORCH_CHECK(kv.stride(3) == 1 && kv.stride(2) == kv.size(3), "a (block, KV head) must be contiguous");
+    q = q.contiguous();
+    auto tab = table.to(torch::kLong).contiguous();
+    auto rs = row_seq.to(torch::kLong).contiguous(), rp = row_pos.to(torch::kLong).contiguous();
+    const int64_t N = q.size(0), H = q.size(1), D = q.size(2);
+    const int64_t HKV = kv.size(1), BS = kv.size(2), M = tab.size(1), K = g + 3, R = H / HKV;
+    auto out = torch::empty({N, H, D, K + 1}, q.options());
+    const float* qp = q.data_ptr<float>(); const float* kvp = kv.data_ptr<float>();
+    const int64_t* tp = tab.data_ptr<int64_t>(); const int64_t* sp = rs.data_ptr<int64_t>();
+    const int64_t* pp = rp.data_ptr<int64_t>();
+    float* op = out.data_ptr<float>();
+    const int64_t sb = kv.stride(0), sh = kv.stride(1);  // block and KV-head strides of the cache
+    const float fsc = (float)sc, foff = (float)off, hi = (float)(g + 6), fscale = (float)scale;
+    const float cap = (float)softcap;
+    at::parallel_for(0, N * HKV, 1, [&](int64_t b0, int64_t b1) {
+        const int64_t KP = K + 7;
+        std::vector<float> p, F(R * D * KP), V(R * D), Wt(4 * D);
+        std::vector<int32_t> At(D);
+        for (int64_t ng = b0; ng < b1; ++ng) {
+            const int64_t n = ng / HKV, gk = ng % HKV, s = sp[n], pos = pp[n];
+            const int64_t j0 = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, T = pos + 1 - j0;
+            p.assign(R * T, 0.0f);
+            // scores of the R query heads of this KV head, block by block (keys of a block are contiguous per dim)
+            for (int64_t j = j0; j <= pos;) {
+                const int64_t blk = tp[s * M + j / BS], o0 = j % BS, o1 = std::min(BS, o0 + pos + 1 - j);
+                const float* kb = kvp + blk * sb + gk * sh;
+                for (int64_t r = 0; r < R; ++r) {
+                    const float* qr = qp + (n * H + gk * R + r) * D;
+                    float* pr = p.data() + r * T + (j - j0) - o0;
+                    for (int64_t d = 0; d < D; ++d) {
+                        const float qd = qr[d]; const float* kd = kb + d * BS;
+                        for (int64_t o = o0; o < o1; ++o) pr[o] += qd * kd[o];
+                    }
+                }
+                j += o1 - o0;
+            }
+            for (int64_t r = 0; r < R; ++r) {
+                float* pr = p.data() + r * T;
+                float mx = -INFINITY;
+                for (int64_t t = 0; t < T; ++t) {
+                    float x = pr[t] * fscale;
+                    if (cap > 0.0f) x = std::tanh(x / cap) * cap;
+                    pr[t] = x; mx = std::max(mx, x);
+                }
+                float sum = 0.0f;
+                for (int64_t t = 0; t < T; ++t) { pr[t] = std::exp(pr[t] - mx); sum += pr[t]; }
+                for (int64_t t = 0; t < T; ++t) pr[t] /= sum;
+            }
+            // accumulate into F (R, D, KP): basis a at a + 3, guard rows around it, so no branch per basis
+            std::fill(F.begin(), F.end(), 0.0f);
+            std::fill(V.begin(), V.end(), 0.0f);
+            for (int64_t j = j0; j <= pos; ++j) {
+                const int64_t blk = tp[s * M + j / BS], o = j % BS;
+                const float* kb = kvp + blk * sb + gk * sh;
+                const float* vb = kb + BS * D + o * D;
+                for (int64_t d = 0; d < D; ++d) {  // positions of this key on the knot grid, every dim
+                    float u = kb[d * BS + o] * fsc + foff;
+                    u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
+                    if (u != u) u = 0.0f;
+                    const float fl = std::floor(u), t = u - fl;
+                    const float t2 = t * t, t3 = t2 * t, m = 1.0f - t;
+                    float* w = Wt.data() + 4 * d;
+                    w[0] = m * m * m * (1.0f / 6.0f);
+                    w[3] = t3 * (1.0f / 6.0f);
+                    w[1] = t3 * 0.5f - t2 + (2.0f / 3.0f);
+                    w[2] = 1.0f - w[0] - w[1] - w[3];
+                    At[d] = (int32_t)fl;
+                }
+                for (int64_t r = 0; r < R; ++r) {
+                    const float pj = p[r * T + (j - j0)];
+                    float* Fr = F.data() + r * D * KP;
+                    float* Vr = V.data() + r * D;
+                    for (int64_t d = 0; d < D; ++d) {
+                        const float pv = pj * vb[d];
+                        Vr[d] += pv;
+                        float* f = Fr + d * KP + At[d];
+                        const float* w = Wt.data() + 4 * d;
+                        f[0] += w[0] * pv; f[1] += w[1] * pv; f[2] += w[2] * pv; f[3] += w[3] * pv;
+                    }
+                }
+            }
+            for (int64_t r = 0; r < R; ++r)
+                for (int64_t d = 0; d < D; ++d) {
+                    float* row = op + ((n * H + gk * R + r) * D + d) * (K + 1);
+                    const float* f = F.data() + (r * D + d) * KP + 3;
+                    for (int64_t a = 0; a < K; ++a) row[a] = f[a];
+                    row[K] = V[r * D + d];
+                }
+        }
+    });
+    return out;
+}
+"""
+
+_lock = threading.Lock()
+_state: dict = {"tried": False, "mod": None, "error": None}
+
+
+def get():
+    """The compiled module, or None (not buildable here, or disabled with GEOSTEER_NO_EXT=1)."""
+    with _lock:
+        if _state["tried"]:
+            return _state["mod"]
+        _state["tried"] = True
+        if os.environ.get("GEOSTEER_NO_EXT", "") not in ("", "0"):
+            _state["error"] = "disabled by GEOSTEER_NO_EXT"
+            return None
+        try:
+            from torch.utils.cpp_extension import load_inline
+
+            from geosteer.manifold._ext import _build_tag
+            from geosteer.models.loading import cache_dir
+
+            bindir = os.path.dirname(sys.executable)  # where the ninja wheel puts ninja
+            if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+                os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+            build = cache_dir() / "torch_extensions" / f"serve_paged_v3-{_build_tag()}"
+            build.mkdir(parents=True, exist_ok=True)
+            _state["mod"] = load_inline(name="geosteer_serve_paged_v3", cpp_sources=[SOURCE],
+                                        functions=["paged_features"], extra_cflags=["-O3", "-march=native",
+                                                                                    "-fopenmp"],
+                                        extra_ldflags=["-fopenmp"], build_directory=str(build), verbose=False)
+        except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
+            _state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        return _state["mod"]
+
+
+def attended_features(mod, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
+                      row_seq: torch.Tensor, row_pos: torch.Tensor, *, scale: float, softcap: float | None,
+                      window: int, grid: tuple[int, float, float]) -> torch.Tensor:
+    """(N, H, d, K+1) for the rows' queries ``q`` (N, H, d), sequences ``row_seq`` and positions ``row_pos``."""
+    from geosteer.manifold.kernel import _affine
+
+    g, lo, hi = grid
+    sc, off = _affine(g, lo, hi)
+    return mod.paged_features(q, kv_cache, block_table, row_seq, row_pos, float(scale), float(softcap or 0.0),
+                              int(window), int(g), sc, off)
