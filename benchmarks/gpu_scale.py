@@ -9,7 +9,13 @@ carries random non-zero surfaces (grid 8). In this order, failing fast (exit 1, 
    vs surfaces on the Triton backend vs surfaces on the PyTorch path (the PyTorch path up to ``torch_max``);
 3. cached decoding, tokens/s at batch 1 and 32 after a 4k-token prompt (the same cache for every side);
 4. one training step at 2k tokens (surfaces: coefficients trainable + Adam; stock: backward through the
-   input embeddings), with peak memory per side.
+   input embeddings), with peak memory per side;
+5. decoding under CUDA graphs (``gpu_graphs.py``): a 4k static cache, ``torch.compile(mode="reduce-overhead",
+   fullgraph=True)``, stock vs surfaces, both graphed, tokens/s at batch 1 and 32.
+
+``--parts`` picks among forward, decode, train, graphs (the exactness checks always run):
+
+    python benchmarks/gpu_smoke.py --scale --shapes 1b --parts graphs --out gpu_graphs.json
 
 Timings: interleaved sides (stock, triton, torch, stock, ...) after one warm-up round, median of
 ``--repeats``, device synchronised. Anything past ``--budget-s`` is skipped and says so. One JSON record.
@@ -50,6 +56,9 @@ PLANS = {
     "8b": dict(lengths=[512, 2048, 8192], torch_max=2048, batches=[1, 32], cache=4096, new=8, train=2048),
     "tiny": dict(lengths=[40], torch_max=40, batches=[2], cache=24, new=2, train=16),
 }
+
+
+PARTS = ("forward", "decode", "train", "graphs")
 
 
 class Budget(Exception):
@@ -197,7 +206,7 @@ def run_shape(shape: str, a, dev, dtype, t_start: float) -> dict:
     vocab = SHAPES[shape]["vocab_size"]
     rec["model_checks"] = check_model(model, bank, dev, vocab)
     fw = rec["forward"] = {}
-    for L in plan["lengths"]:
+    for L in plan["lengths"] if "forward" in a.parts else []:
         try:
             budget()
         except Budget:
@@ -212,19 +221,22 @@ def run_shape(shape: str, a, dev, dtype, t_start: float) -> dict:
         fw[str(L)] = timed(sides, fwd, dev, a.repeats, names) | peak_gib(sides, fwd, dev, names)
         print(shape, "forward", L, fw[str(L)], flush=True)
     rec["decode"] = {}
-    for B in plan["batches"]:
+    for B in plan["batches"] if "decode" in a.parts else []:
         try:
             budget()
             rec["decode"][f"batch{B}"] = decode(model, sides, dev, B, plan, vocab, a.repeats)
         except Budget:
             rec["decode"][f"batch{B}"] = {"skipped": "budget"}
         print(shape, "decode", B, rec["decode"][f"batch{B}"], flush=True)
-    try:
-        budget()
-        rec["train_step"] = train_step(model, bank, sides, dev, plan["train"], vocab, a.repeats)
-    except Budget:
-        rec["train_step"] = {"skipped": "budget"}
-    print(shape, "train", rec["train_step"], flush=True)
+    if "train" in a.parts:
+        try:
+            budget()
+            rec["train_step"] = train_step(model, bank, sides, dev, plan["train"], vocab, a.repeats)
+        except Budget:
+            rec["train_step"] = {"skipped": "budget"}
+        print(shape, "train", rec["train_step"], flush=True)
+    if "graphs" in a.parts:
+        rec["decode_graphs"] = graphs_part(model, bank, dev, plan, vocab, a.repeats, budget)
     bank.enabled, bank.backend = True, None
     del model, bank
     if dev.type == "cuda":
@@ -254,6 +266,22 @@ def decode(model, sides, dev, B: int, plan: dict, vocab: int, repeats: int) -> d
     for n in ("stock", "triton", "torch"):
         r[f"{n}_tok_s"] = round(B * new / r[f"{n}_s"], 1)
     return r
+
+
+def graphs_part(model, bank, dev, plan: dict, vocab: int, repeats: int, budget) -> dict:
+    """Decode under CUDA graphs at each batch of the plan (``gpu_graphs.graphed_decode``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu_graphs import graphed_decode
+
+    out = {}
+    for B in plan["batches"]:
+        try:
+            budget()
+            out[f"batch{B}"] = graphed_decode(model, bank, dev, B, plan, vocab, repeats, timed)
+        except Budget:
+            out[f"batch{B}"] = {"skipped": "budget"}
+        print("decode under graphs", B, out[f"batch{B}"], flush=True)
+    return out
 
 
 def train_step(model, bank, sides, dev, L: int, vocab: int, repeats: int) -> dict:
@@ -288,9 +316,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=270.0, help="skip what would start after this many seconds")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help=f"comma list of {', '.join(PARTS)} (the exactness checks always run)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
     from geosteer.io_utils import atomic_write_text
+
+    a.parts = a.parts.split(",")
+    bad = sorted(set(a.parts) - set(PARTS))
+    if bad:
+        print(f"error: --parts {','.join(bad)} is not a part; valid: {', '.join(PARTS)}", file=sys.stderr)
+        return 2
 
     dev = torch.device("cpu" if a.dry_run else "cuda")
     dtype = torch.bfloat16

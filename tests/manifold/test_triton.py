@@ -380,6 +380,8 @@ def test_gpu_scale_dry_run(fused, tmp_path):
     assert max(v for k, v in tiny["kernel_checks"].items() if "float32" in k) <= 1e-4
     assert tiny["model_checks"]["surfaces_effect_max_abs"] > 0
     assert {"stock_s", "triton_s", "torch_s"} <= set(tiny["forward"]["40"]) and tiny["train_step"]["grad_finite"]
+    graphs = tiny["decode_graphs"]["batch2"]  # ok: the traced static-cache step gave the eager step's logits
+    assert "first_step_max_abs" in graphs and graphs["surfaces_tok_s"] > 0 and graphs["stock_tok_s"] > 0
 
 
 def test_cached_decoding_on_the_triton_backend(fused, tiny_cache):
