@@ -57,3 +57,30 @@ def refused_before_load(monkeypatch, capsys, *args: str) -> str:
     notes = [ln for ln in lines[:-1] if ln.startswith(("note: ", "warning: "))]
     one_line_exit_2(code, "\n".join(lines[len(notes):]))
     return lines[-1]
+
+
+def command_leaves(root=None, *, hidden: bool = True) -> dict:
+    """``"verb sub"`` -> click command of every leaf of the ``geosteer`` tree, in registration order.
+    ``root``: a built tree (default: ``geosteer.cli.app`` with every method's CLI registered);
+    ``hidden=False`` leaves out hidden commands and everything under a hidden group."""
+    if root is None:
+        from typer.main import get_command
+
+        from geosteer.cli import app, register_clis
+
+        register_clis()
+        root = get_command(app)
+    leaves: dict = {}
+
+    def walk(cmd, path: tuple[str, ...]) -> None:
+        if not hidden and getattr(cmd, "hidden", False):
+            return
+        subs = getattr(cmd, "commands", None)  # a group (typer vendors its own click: duck-typed)
+        if subs is None:
+            leaves[" ".join(path)] = cmd
+            return
+        for name, sub in subs.items():
+            walk(sub, (*path, name))
+
+    walk(root, ())
+    return leaves

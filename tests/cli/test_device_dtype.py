@@ -4,10 +4,10 @@ bad values are one line, exit 2. The walk fails when a new verb is added without
 from __future__ import annotations
 
 import pytest
-import typer
 
-from geosteer.cli import app, register_clis
+from geosteer.cli import app
 from geosteer.cli.common import run_app
+from tests.cli_helpers import command_leaves
 
 # verbs that load no model (artifacts, figures, the Hub, from-scratch byte models, a tokenizer only)
 NO_MODEL = {"push", "report", "study report", "manifold show", "manifold edit", "directional plot",
@@ -19,27 +19,12 @@ NO_MODEL = {"push", "report", "study report", "manifold show", "manifold edit", 
 # significance read artifacts / results files only; study checks runs on the tiny families it names itself
 
 
-def _leaves() -> dict[str, object]:
-    register_clis()
-    out: dict[str, object] = {}
-
-    def walk(cmd, path):
-        if hasattr(cmd, "commands"):
-            for name, sub in cmd.commands.items():
-                walk(sub, path + [name])
-        else:
-            out[" ".join(path)] = cmd
-
-    walk(typer.main.get_command(app), [])
-    return out
-
-
 def _option(cmd, flag: str):
     return next((p for p in cmd.params if flag in getattr(p, "opts", ())), None)
 
 
 def test_every_model_loading_verb_has_device_and_dtype():
-    leaves = _leaves()
+    leaves = command_leaves()
     assert NO_MODEL <= set(leaves), sorted(NO_MODEL - set(leaves))
     loading = {v: c for v, c in leaves.items() if v not in NO_MODEL}
     assert len(loading) >= 30  # every method's verbs are registered

@@ -5,32 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-def _leaves(cmd, path=()):
-    sub = getattr(cmd, "commands", None)
-    if sub:
-        for name, child in sub.items():
-            yield from _leaves(child, (*path, name))
-    else:
-        yield path, cmd
+from tests.cli_helpers import command_leaves
 
 
 def test_no_option_defaults_into_the_repository():
-    import typer
-
-    from geosteer.cli import app, register_clis
-
-    register_clis()
-    root = typer.main.get_command(app)
-    leaves = list(_leaves(root))
+    leaves = list(command_leaves().items())
     assert len(leaves) > 30  # the walk reaches the verbs of every method
     bad = []
     for path, cmd in leaves:
         for p in cmd.params:
             d = p.default
             if isinstance(d, (str, Path)) and Path(str(d)).parts[:1] in (("docs",), ("src",), ("studies",)):
-                bad.append(f"geosteer {' '.join(path)} {p.opts[0]} = {d}")
+                bad.append(f"geosteer {path} {p.opts[0]} = {d}")
     assert not bad, "options that default into the repository: " + "; ".join(bad)
-    outs = {" ".join(path): p.default for path, cmd in leaves for p in cmd.params if "--out" in p.opts}
+    outs = {path: p.default for path, cmd in leaves for p in cmd.params if "--out" in p.opts}
     assert outs["study directional sweep"] == Path("sweep.json")
     assert outs["study directional heads"] == Path("heads.json")

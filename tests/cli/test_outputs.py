@@ -12,7 +12,7 @@ import typer
 from geosteer import manifold
 from geosteer.cli.outputs import OUTPUT_FLAGS
 from geosteer.errors import GeosteerError
-from tests.cli_helpers import one_line_exit_2, run_cli
+from tests.cli_helpers import command_leaves, one_line_exit_2, run_cli
 
 
 @pytest.fixture
@@ -28,14 +28,6 @@ def no_model(monkeypatch):
     monkeypatch.setattr(loading, "load_model", boom)
 
 
-def _leaves(cmd, path=()):
-    if hasattr(cmd, "commands"):  # a group (typer vendors its own click: duck-typed)
-        for name, sub in cmd.commands.items():
-            yield from _leaves(sub, (*path, name))
-    else:
-        yield path, cmd
-
-
 def _root():
     from geosteer import cli
 
@@ -45,11 +37,11 @@ def _root():
 
 def _output_options():
     found = []
-    for path, cmd in _leaves(_root()):
+    for path, cmd in command_leaves(_root()).items():
         for p in cmd.params:
             flags = [o for o in getattr(p, "opts", []) if o in OUTPUT_FLAGS]
             if getattr(p, "param_type_name", "") == "option" and flags:
-                found.append((" ".join(path), flags[0]))
+                found.append((path, flags[0]))
     return found
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from geosteer.cli import app, register_clis
 from geosteer.methods import methods
-from tests.cli_helpers import run_cli
+from tests.cli_helpers import command_leaves, run_cli
 
 MAX_TOOL_VERBS = 25
 # What a user runs on their own model; a new verb outside `geosteer study` is added here on purpose.
@@ -28,21 +28,8 @@ MOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "vect
                "record-qk": "manifold explore --record-qk"}
 
 
-def _leaves(cmd=None, path=()):
-    """(path, click command) for every leaf of the tree, hidden ones included."""
-    if cmd is None:
-        register_clis()
-        cmd = get_command(app)
-    subs = getattr(cmd, "commands", None)
-    if subs is None:
-        yield " ".join(path), cmd
-        return
-    for name, sub in subs.items():
-        yield from _leaves(sub, (*path, name))
-
-
 def _tool_verbs() -> set[str]:
-    return {p for p, c in _leaves() if not c.hidden and not p.startswith("study ")}
+    return {p for p, c in command_leaves().items() if not c.hidden and not p.startswith("study ")}
 
 
 def test_tool_verbs_outside_study_are_the_known_tools():
@@ -54,7 +41,7 @@ def test_at_most_25_tool_verbs_outside_study():
 
 
 def test_moved_verbs_are_hidden_and_name_their_new_spelling():
-    leaves = dict(_leaves())
+    leaves = command_leaves()
     for old, new in MOVED_VERBS.items():
         assert leaves[old].hidden and f"old spelling of `geosteer {new}`" in leaves[old].help, old
         verb, _, option = new.rpartition(" ")
@@ -77,7 +64,7 @@ def test_recipe_keys_is_recipe_show_keys_with_a_note(monkeypatch, capsys):
 
 
 def test_every_declared_study_is_under_geosteer_study_with_its_paper_item():
-    leaves = dict(_leaves())
+    leaves = command_leaves()
     declared = [(m, s) for m in methods().values() for s in m.studies]
     assert len(declared) >= 21
     for m, s in declared:
@@ -104,11 +91,11 @@ def test_every_leaf_answers_help_without_loading_a_model(monkeypatch):
 
     forbid_model_builds(monkeypatch)
     runner = CliRunner()
-    leaves = list(_leaves())
+    leaves = list(command_leaves())
     tree = get_command(app)
     monkeypatch.setattr("typer.testing._get_command", lambda _app: tree)  # built once, not once per leaf
     assert len(leaves) > 60
-    for path, _ in leaves:
+    for path in leaves:
         res = runner.invoke(app, [*path.split(), "--help"], prog_name="geosteer")
         assert res.exit_code == 0, (path, res.output)
         assert f"geosteer {path}" in " ".join(res.output.split()) and len(res.output.strip()) > 80, path

@@ -11,7 +11,7 @@ import pytest
 
 from geosteer.cli import app, register_clis
 from geosteer.cli.common import build_command, run_command
-from tests.cli_helpers import forbid_model_builds
+from tests.cli_helpers import command_leaves, forbid_model_builds
 
 LAYER_OPTIONS = {"--layers", "--score-layers"}
 # text options whose valid values are a fixed set (each verb checks them before loading)
@@ -26,23 +26,9 @@ def no_weights(monkeypatch):
     forbid_model_builds(monkeypatch)
 
 
-def _leaves(root) -> dict[str, object]:
-    out: dict[str, object] = {}
-
-    def walk(cmd, path):
-        if hasattr(cmd, "commands"):
-            for name, sub in cmd.commands.items():
-                walk(sub, [*path, name])
-        else:
-            out[" ".join(path)] = cmd
-
-    walk(root, [])
-    return out
-
-
 register_clis()
 ROOT = build_command(app)  # built once: every case runs the same tree, as the ``geosteer`` command does
-LEAVES = _leaves(ROOT)
+LEAVES = command_leaves(ROOT)
 
 
 def _kind(param) -> str | None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from geosteer.hooks import DEPRECATED_POINTS, HOOK_POINTS, POINT_SYNONYMS, attach_hooks
+from tests.cli_helpers import command_leaves
 
 # Sites that are not residual-stream hook points, by what they are.
 ATTENTION_INTERNAL = {"value_full", "value_exclude_self", "diag_removal"}  # edits inside attention
@@ -30,26 +31,6 @@ SITE_TABLE_ALLOW = {
 }
 
 
-def _leaf_commands():
-    from typer.main import get_command
-
-    from geosteer.cli import app, register_clis
-
-    register_clis()
-
-    def walk(cmd, path=()):
-        if getattr(cmd, "hidden", False):
-            return
-        subs = getattr(cmd, "commands", None)
-        if subs is None:
-            yield " ".join(path), cmd
-            return
-        for name, sub in subs.items():
-            yield from walk(sub, (*path, name))
-
-    return list(walk(get_command(app)))
-
-
 def _option_kind(param) -> str:
     """What an option's value is: a flag, or its element type (a repeatable option counts as its element)."""
     if param.is_flag:
@@ -61,7 +42,7 @@ def _option_kind(param) -> str:
 def option_meanings() -> dict[str, dict[str, list[str]]]:
     """``--name`` -> {kind: [verbs]} over every visible leaf command."""
     seen: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for path, cmd in _leaf_commands():
+    for path, cmd in command_leaves(hidden=False).items():
         for p in cmd.params:
             if getattr(p, "param_type_name", "") != "option" or getattr(p, "hidden", False):
                 continue
@@ -72,7 +53,7 @@ def option_meanings() -> dict[str, dict[str, list[str]]]:
 
 
 def test_the_walk_sees_the_command_tree():
-    paths = {path for path, _ in _leaf_commands()}
+    paths = {path for path, _ in command_leaves(hidden=False).items()}
     assert {"ppl", "generate", "compare", "recipe show", "decompose"} <= paths
     kinds = option_meanings()
     assert kinds["--model"].keys() == {"str"} and len(kinds["--model"]["str"]) > 10
@@ -288,7 +269,7 @@ def test_help_texts_call_the_surfaces_object_surfaces():
     import re
 
     said = []
-    for path, cmd in _leaf_commands():
+    for path, cmd in command_leaves(hidden=False).items():
         texts = [cmd.help or "", *(getattr(p, "help", None) or "" for p in cmd.params if not getattr(p, "hidden", 0))]
         said += [(path, t) for t in texts if re.search(r"\bbanks?\b", t, re.IGNORECASE)]
     assert not said, f"help texts that say 'bank' (say 'surfaces'): {said}"
