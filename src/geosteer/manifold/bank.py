@@ -250,8 +250,10 @@ class SurfaceBank(nn.Module):
         return low_rank_bank(self, rank, narrow)
 
     def _low_rank_attention(self, slot: int, c: torch.Tensor):
-        """modulated_attention's signature on the rank-r path (factors of this layer cached per version)."""
-        from geosteer.manifold.low_rank import factors, low_rank_attention
+        """modulated_attention's signature on the rank-r path (factors of this layer cached per version;
+        decoding reuses the narrow key features of the past keys, in ``_caches`` under ``("low_rank", slot)``)."""
+        from geosteer.manifold.low_rank import factors
+        from geosteer.manifold.low_rank_kernel import cached_features, low_rank_attention
 
         key = (slot, self.rank, self.coefficients._version, c.device)
         uw = self._factors.get(key)
@@ -260,7 +262,10 @@ class SurfaceBank(nn.Module):
             uw = self._factors[key] = factors(c, self.rank)
 
         def attend(q, k, v, _c, grid_size, lo, hi, *, dropout, features, backend, **kw):
-            return low_rank_attention(q, k, v, *uw, grid_size, lo, hi, **kw)
+            compiled = backend != "torch"
+            cache = self._caches.setdefault(("low_rank", slot), FeatureCache())
+            features = cached_features(cache, q, k, v, uw[1], grid_size, lo, hi, key, compiled=compiled, **kw)
+            return low_rank_attention(q, k, v, *uw, grid_size, lo, hi, features=features, compiled=compiled, **kw)
 
         return attend
 

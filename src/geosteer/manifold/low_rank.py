@@ -5,9 +5,9 @@ S_d(q, k) = B(q)ᵀ C_d B(k) = Σ_s σ_s (B(q)·u_s)(B(k)·w_s), so a rank-r ban
 instead of K + 1 (the FLOP floor of ``benchmarks/manifold_speed.py`` with K replaced by r). Here the
 truncation is computed and measured (discarded singular-value energy, next-token KL against the exact bank
 on held-out text). A bank from :func:`low_rank_bank` runs the exact kernels on the truncated coefficients
-unless ``narrow=True``: then its inference forwards run :func:`low_rank_attention` (PyTorch ops, r + 1
-slices, no decode feature cache; with autograd or on the Triton backend still the exact kernels). On the
-CPU at 512 tokens the compiled exact kernels are the faster of the two (docs/manifold-speed.md).
+unless ``narrow=True``: then its inference forwards (no autograd, not on the Triton backend) run
+:func:`geosteer.manifold.low_rank_kernel.low_rank_attention` (r + 1 slices; compiled key side and epilogue on
+the CPU in fp32, PyTorch ops elsewhere) and decoding reuses its key features of the past keys.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 
 import torch
+
+from geosteer.manifold.low_rank_kernel import low_rank_attention  # noqa: F401 - re-exported
 
 
 def truncate(coefficients: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,62 +86,3 @@ def factors(coefficients: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.
     dt = coefficients.dtype
     w = vh[..., :rank, :].transpose(-1, -2) * root[..., None, :]
     return (u[..., :rank] * root[..., None, :]).to(dt), w.to(dt)
-
-
-def _projected(x: torch.Tensor, F: torch.Tensor, grid_size: int, lo, hi) -> torch.Tensor:
-    """B(x_d)·F[g, r, d, :, s] for x (b, hkv, rep|1, n, d) and F (hkv, rep, d, K, r): (b, hkv, rep, n, d, r).
-
-    Uses the 4 non-zero bases: rows a0 … a0+3 of F (zero-padded by 3 on both sides) looked up per entry."""
-    from geosteer.manifold.bspline import bspline_local
-
-    hkv, rep, d, K, r = F.shape
-    a0, w = bspline_local(x, grid_size, lo, hi)  # (b, hkv, rep|1, n, d), (…, 4)
-    table = torch.nn.functional.pad(F.to(x.dtype), (0, 0, 3, 3)).reshape(-1, r)  # rows (g, r', d, K+6)
-    g = torch.arange(hkv, device=x.device).view(1, hkv, 1, 1, 1)
-    rr = torch.arange(rep, device=x.device).view(1, 1, rep, 1, 1)
-    dd = torch.arange(d, device=x.device).view(1, 1, 1, 1, d)
-    base = ((g * rep + rr) * d + dd) * (K + 6) + 3  # (1, hkv, rep, 1, d)
-    idx = (base + a0).unsqueeze(-1) + torch.arange(4, device=x.device)  # (b, hkv, rep, n, d, 4)
-    rows = torch.nn.functional.embedding(idx, table)  # (b, hkv, rep, n, d, 4, r)
-    out = rows[..., 0, :] * w[..., 0, None]
-    for j in range(1, 4):
-        out += rows[..., j, :] * w[..., j, None]
-    return out
-
-
-def low_rank_attention(query, key, value, U, W, grid_size: int, lo, hi, *, attn_mask=None, is_causal=False,
-                       scaling=None, softcap=None, with_value: bool = True, block: int = 128) -> torch.Tensor:
-    """Modulated attention (b, L, H, d) with rank-r surfaces C = U Wᵀ (U, W: (H, d, K, r)), r + 1 slices.
-
-    Key side per query head: [v⊙(B(k)·w_1), …, v⊙(B(k)·w_r), v]; one product of each query block's
-    attention weights with it, then o = o_v + Σ_s (B(q)·u_s) o_s. Same masks, scaling, soft-capping and GQA
-    as :func:`geosteer.manifold.kernel.modulated_attention`, whose private helpers give the weights.
-    """
-    from geosteer.manifold.kernel import _prepare, _query_blocks, _weights_block
-
-    dtype = query.dtype
-    if dtype in (torch.float16, torch.bfloat16):
-        query, key, value = query.float(), key.float(), value.float()
-        attn_mask = attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else attn_mask.float()
-    key, value, _, query_g, common = _prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
-                                              scaling=scaling, softcap=softcap, dropout=0.0)
-    b, H, L, d = query.shape
-    hkv, rep = query_g.shape[1], query_g.shape[2]
-    r = U.shape[-1]
-    gk = _projected(key[:, :, None], W.view(hkv, rep, d, -1, r), grid_size, lo, hi)  # (b, hkv, rep, T, d, r)
-    v6 = value[:, :, None, :, :, None]
-    feats = torch.cat((gk * v6, v6.expand(-1, -1, rep, -1, -1, 1)), -1).reshape(b, hkv, rep, key.shape[2],
-                                                                                d * (r + 1))
-    qf = _projected(query.view(b, hkv, 1, rep, L, d)[:, :, 0], U.view(hkv, rep, d, -1, r), grid_size, lo, hi)
-    outs = []
-    for s0, e0, rng in _query_blocks(L, block, common):
-        if rng is None:
-            outs.append(query.new_zeros(b, hkv, rep, e0 - s0, d))
-            continue
-        k0, k1 = rng
-        p = _weights_block(query_g, key, s0, e0, k0, k1, **common)  # (b, hkv, rep, n_q, n_k)
-        o = torch.matmul(p, feats[:, :, :, k0:k1]).view(b, hkv, rep, e0 - s0, d, r + 1)
-        delta = (o[..., :r] * qf[:, :, :, s0:e0]).sum(-1)
-        outs.append(o[..., r] + delta if with_value else delta)
-    out = torch.cat(outs, dim=3) if len(outs) > 1 else outs[0]
-    return out.reshape(b, H, L, d).transpose(1, 2).contiguous().to(dtype)

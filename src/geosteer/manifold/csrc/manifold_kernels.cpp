@@ -255,9 +255,114 @@ std::vector<torch::Tensor> epilogue_backward(torch::Tensor o, torch::Tensor q, t
     return {gO, gQ, gC};
 }
 
+// ---- rank-r surfaces: C_d = U_d W_d^T with U, W (H, D, K, R) ----------------------------------------------
+// A factor table zero-padded to (H, D, K+7, R): 3 zero rows before, 4 after, so the rows a0+3 ... a0+6 that a
+// knot position selects are always valid (as in pad_coeff).
+static torch::Tensor pad_factor(const torch::Tensor& f, int64_t K) {
+    auto z = torch::zeros({f.size(0), f.size(1), K + 7, f.size(3)}, f.options());
+    z.narrow(2, 3, K).copy_(f);
+    return z;
+}
+
+// Knot positions of a row x[0 .. D) (as locate, branch-free so that the compiler vectorises it): the piece
+// weights, planar (w[a * D + d]), and the offset of the first selected row of a padded table, (a0 + 3) * R.
+static inline void locate_row(const float* x, int64_t D, int64_t R, float fsc, float foff, float hi, float* w,
+                              int32_t* row) {
+    for (int64_t d = 0; d < D; ++d) {
+        float u = x[d] * fsc + foff;
+        u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
+        u = u != u ? 0.0f : u;
+        const float s = std::floor(u), t = u - s, t2 = t * t, t3 = t2 * t, m = 1.0f - t;
+        const float w0 = m * m * m * (1.0f / 6.0f), w3 = t3 * (1.0f / 6.0f), w1 = t3 * 0.5f - t2 + (2.0f / 3.0f);
+        w[d] = w0; w[D + d] = w1; w[2 * D + d] = 1.0f - w0 - w1 - w3; w[3 * D + d] = w3;
+        row[d] = (int32_t)s * (int32_t)R;
+    }
+}
+
+// p[d] = sum_a B_a(x_d) table[h, d, a, s] for one s: tz is the padded table of head h, (D, K+7, R) from row s
+static inline void project_row(const float* tz, int64_t D, int64_t stride, int64_t R, const float* w,
+                               const int32_t* row, float* p) {
+    for (int64_t d = 0; d < D; ++d) {
+        const float* t = tz + d * stride + row[d];
+        p[d] = w[d] * t[0] + w[D + d] * t[R] + w[2 * D + d] * t[2 * R] + w[3 * D + d] * t[3 * R];
+    }
+}
+
+// k, v (B, Hkv, T, D); w (H, D, K, R), H = Hkv * rep -> feats (B, H, T, (R+1)*D), planar, query head h reading
+// KV head h / rep: feats[.., s*D + d] = v * sum_a B_a(k) w[h, d, a, s] for s < R, and v for s = R.
+// The knot positions of each key row are located once per KV head and reused by its rep query heads.
+torch::Tensor low_rank_key_features(torch::Tensor k, torch::Tensor v, torch::Tensor w, int64_t g, double sc,
+                                    double off) {
+    TORCH_CHECK(k.scalar_type() == torch::kFloat && v.scalar_type() == torch::kFloat &&
+                w.scalar_type() == torch::kFloat, "float32 only");
+    k = k.contiguous(); v = v.contiguous();
+    const int64_t B = k.size(0), Hkv = k.size(1), T = k.size(2), D = k.size(3), K = g + 3;
+    const int64_t H = w.size(0), R = w.size(3), rep = H / Hkv, S = R + 1, stride = (K + 7) * R;
+    TORCH_CHECK(H == Hkv * rep && w.size(1) == D && w.size(2) == K, "shape mismatch");
+    auto wz = pad_factor(w.contiguous(), K);
+    auto out = torch::empty({B, H, T, S * D}, k.options());
+    const float* kp = k.data_ptr<float>(); const float* vp = v.data_ptr<float>();
+    const float* wp = wz.data_ptr<float>(); float* op = out.data_ptr<float>();
+    const float fsc = (float)sc, foff = (float)off, hi = (float)(g + 6);
+    at::parallel_for(0, B * Hkv * T, 16, [&](int64_t b0, int64_t b1) {
+        std::vector<float> wt(4 * D); std::vector<int32_t> row(D);
+        for (int64_t n = b0; n < b1; ++n) {
+            const int64_t j = n % T, hk = (n / T) % Hkv, bb = n / (T * Hkv);
+            locate_row(kp + n * D, D, R, fsc, foff, hi, wt.data(), row.data());
+            const float* vr = vp + n * D;
+            for (int64_t r = 0; r < rep; ++r) {
+                const int64_t h = hk * rep + r;
+                float* o = op + ((bb * H + h) * T + j) * S * D;
+                for (int64_t s = 0; s < R; ++s) {
+                    float* os = o + s * D;
+                    project_row(wp + h * D * stride + s, D, stride, R, wt.data(), row.data(), os);
+                    for (int64_t d = 0; d < D; ++d) os[d] *= vr[d];
+                }
+                std::copy(vr, vr + D, o + R * D);
+            }
+        }
+    });
+    return out;
+}
+
+// o (B, H, n, (R+1)*D) attended rank-r features (planar); q (B, H, n, D); u (H, D, K, R) -> out (B, n, H, D),
+// the layout transformers expects: out = o[.., R*D + d] (if with_value) + sum_s (B(q_d)·u[h, d, :, s]) o[.., s*D + d]
+torch::Tensor low_rank_epilogue(torch::Tensor o, torch::Tensor q, torch::Tensor u, int64_t g, double sc,
+                                double off, bool with_value) {
+    TORCH_CHECK(o.scalar_type() == torch::kFloat && q.scalar_type() == torch::kFloat &&
+                u.scalar_type() == torch::kFloat, "float32 only");
+    o = o.contiguous(); q = q.contiguous();
+    const int64_t B = q.size(0), H = q.size(1), n = q.size(2), D = q.size(3), K = g + 3, R = u.size(3);
+    const int64_t S = R + 1, stride = (K + 7) * R;
+    TORCH_CHECK(o.size(-1) == S * D && u.size(0) == H && u.size(1) == D && u.size(2) == K, "shape mismatch");
+    auto uz = pad_factor(u.contiguous(), K);
+    auto out = torch::empty({B, n, H, D}, q.options());
+    const float* op = o.data_ptr<float>(); const float* qp = q.data_ptr<float>();
+    const float* up = uz.data_ptr<float>(); float* outp = out.data_ptr<float>();
+    const float fsc = (float)sc, foff = (float)off, hi = (float)(g + 6);
+    at::parallel_for(0, B * H * n, std::max<int64_t>(4, 2048 / D), [&](int64_t b0, int64_t b1) {
+        std::vector<float> wt(4 * D), p(D); std::vector<int32_t> rows(D);
+        for (int64_t row = b0; row < b1; ++row) {
+            const int64_t i = row % n, h = (row / n) % H, bb = row / (n * H);
+            const float* f = op + row * S * D;
+            float* dst = outp + ((bb * n + i) * H + h) * D;
+            locate_row(qp + row * D, D, R, fsc, foff, hi, wt.data(), rows.data());
+            for (int64_t d = 0; d < D; ++d) dst[d] = with_value ? f[R * D + d] : 0.0f;
+            for (int64_t s = 0; s < R; ++s) {
+                project_row(up + h * D * stride + s, D, stride, R, wt.data(), rows.data(), p.data());
+                const float* fs = f + s * D;
+                for (int64_t d = 0; d < D; ++d) dst[d] += p[d] * fs[d];
+            }
+        }
+    });
+    return out;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("key_features", &key_features, "key-side features");
     m.def("epilogue", &epilogue, "query-side epilogue");
     m.def("key_features_backward", &key_features_backward, "gradients of key_features");
     m.def("epilogue_backward", &epilogue_backward, "gradients of epilogue");
+    m.def("low_rank_key_features", &low_rank_key_features, "rank-r key-side features");
+    m.def("low_rank_epilogue", &low_rank_epilogue, "rank-r query-side epilogue");
 }

@@ -1,0 +1,116 @@
+"""The r + 1-slice attention of rank-r surfaces (manifold.low_rank_kernel), compiled kernels and PyTorch ops,
+against the per-pair reference on C = U Wᵀ: GQA, causal / padding / sliding-window / float masks, soft-capping,
+odd lengths and blocks, decoding; and a rank-r bank's cached decoding against full forwards."""
+
+import pytest
+import torch
+
+from geosteer.interventions import steer
+from geosteer.manifold import kernel
+from geosteer.manifold.kernel import naive_modulated_attention
+from geosteer.manifold.low_rank import factors
+from geosteer.manifold.low_rank_kernel import low_rank_attention, narrow_key_features
+from tests.conftest import random_bank, random_ids
+
+
+@pytest.fixture(params=["compiled", "torch"])
+def compiled(request, monkeypatch):
+    if request.param == "compiled":
+        from geosteer.manifold import _ext
+
+        if _ext.get() is None:
+            pytest.skip(f"compiled kernels unavailable: {_ext.status()}")
+        return True
+    monkeypatch.setattr(kernel, "USE_EXT", False)  # the PyTorch path even where the extension is built
+    return False
+
+
+def _reference_weights(q, k, mask, softcap, scaling):
+    """Stock attention weights (b, H, L, T) by a plain softmax over the GQA-expanded keys."""
+    rep = q.shape[1] // k.shape[1]
+    s = torch.einsum("bhid,bhjd->bhij", q.double(), k.double().repeat_interleave(rep, 1)) * scaling
+    if softcap is not None:
+        s = torch.tanh(s / softcap) * softcap
+    if mask is not None:
+        s = s + mask.double() if mask.dtype != torch.bool else s.masked_fill(~mask, float("-inf"))
+    return torch.nan_to_num(torch.softmax(s, -1), nan=0.0)
+
+
+def _mask(kind, b, L, T):
+    if kind == "causal":
+        return None
+    m = torch.ones(b, 1, L, T, dtype=torch.bool).tril(T - L)
+    if kind == "window":
+        m &= ~torch.ones(L, T, dtype=torch.bool).tril(T - L - 4)
+    if kind == "padding":
+        m[-1, :, :, :3] = False  # left padding of the last row
+        m[-1, :, 0, :] = False  # and a fully masked query row
+    if kind == "float":
+        return torch.zeros(b, 1, L, T).masked_fill(~m, torch.finfo(torch.float32).min)
+    return m
+
+
+CASES = [  # kind, (b, H, Hkv, L, T, d), softcap, block, rank
+    ("causal", (2, 6, 2, 23, 23, 8), None, 7, 2),
+    ("padding", (2, 6, 3, 19, 19, 8), None, 5, 1),
+    ("window", (1, 4, 1, 21, 21, 8), None, 8, 3),
+    ("float", (1, 4, 4, 13, 13, 8), 20.0, 4, 2),
+    ("padding", (2, 6, 2, 3, 17, 8), 5.0, 128, 2),  # decoding: 3 new queries over 17 keys
+    ("padding", (1, 6, 2, 1, 9, 8), None, 128, 4),
+]
+
+
+@pytest.mark.parametrize("kind,shape,softcap,block,rank", CASES)
+def test_low_rank_attention_matches_per_pair_reference(kind, shape, softcap, block, rank, compiled):
+    b, H, Hkv, L, T, d = shape
+    g = torch.Generator().manual_seed(rank)
+    q = torch.randn(b, L, H, d, generator=g).transpose(1, 2) * 2  # transformers' (non-contiguous) layout
+    k, v = torch.randn(b, Hkv, T, d, generator=g) * 2, torch.randn(b, Hkv, T, d, generator=g)
+    U, W = factors(torch.randn(H, d, 11, 11, generator=g) * 0.5, rank)
+    mask, scaling = _mask(kind, b, L, T), 0.3
+    w = _reference_weights(q, k, mask if mask is not None else torch.ones(L, T, dtype=torch.bool).tril(), softcap,
+                           scaling)
+    ref = naive_modulated_attention(w.float(), q, k, v, U @ W.transpose(-1, -2), 8, -4.0, 4.0)
+    kw = dict(attn_mask=mask, is_causal=kind == "causal", scaling=scaling, softcap=softcap, block=block,
+              compiled=compiled)
+    out = low_rank_attention(q, k, v, U, W, 8, -4.0, 4.0, **kw)
+    assert out.shape == (b, L, H, d)
+    assert (out - ref).abs().max().item() <= 1e-5
+    stock = torch.einsum("bhij,bhjd->bihd", w.float(), v.repeat_interleave(H // Hkv, 1))
+    delta = low_rank_attention(q, k, v, U, W, 8, -4.0, 4.0, with_value=False, **kw)
+    assert (delta - (ref - stock)).abs().max().item() <= 1e-5
+    feats = narrow_key_features(k, v, W, 8, -4.0, 4.0, compiled=compiled)
+    again = low_rank_attention(q, k, v, U, W, 8, -4.0, 4.0, features=feats, **kw)
+    assert (again - out).abs().max().item() <= 1e-6
+
+
+def test_compiled_features_equal_the_pytorch_ones():
+    from geosteer.manifold import _ext
+
+    if _ext.get() is None:
+        pytest.skip(f"compiled kernels unavailable: {_ext.status()}")
+    g = torch.Generator().manual_seed(5)
+    k, v = torch.randn(2, 3, 11, 16, generator=g) * 3, torch.randn(2, 3, 11, 16, generator=g)
+    k[0, 0, 0, :3] = torch.tensor([-4.0, 4.0, 100.0])  # the support's ends and far outside it
+    _, W = factors(torch.randn(6, 16, 7, 7, generator=g), 2)
+    a = narrow_key_features(k, v, W, 4, -4.0, 4.0, compiled=True)
+    b = narrow_key_features(k, v, W, 4, -4.0, 4.0, compiled=False)
+    assert a.shape == (2, 6, 11, 3 * 16) and (a - b).abs().max().item() <= 1e-6 * b.abs().max().item()
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])  # gemma3: GQA, sliding-window layers
+def test_cached_decoding_equals_full_forwards(family, compiled, tiny_model):
+    model, _ = tiny_model(family)
+    bank = random_bank(model, seed=4, grid_size=4, grid_range=(-3.0, 3.0)).low_rank(2, narrow=True)
+    ids = random_ids(2, 9, seed=3)
+    with torch.no_grad(), steer(model, bank):
+        full = model(ids, use_cache=False).logits
+        out = model(ids[:, :5], use_cache=True)
+        steps = [out.logits]
+        for i in range(5, 9):
+            out = model(ids[:, i : i + 1], cache=out.past_key_values, use_cache=True)
+            steps.append(out.logits)
+        cached = [c for key, c in bank._caches.items() if isinstance(key, tuple) and c.f is not None]
+    assert cached  # the narrow features were kept across steps (all 9 keys on a full-attention layer)
+    assert max(c.end - c.start for c in cached) == 9
+    assert (torch.cat(steps, 1) - full).abs().max().item() <= 1e-4
