@@ -14,7 +14,8 @@ from geosteer.directional.diagonal import (
 from geosteer.directional.sites import ComponentScale
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from tests.directional.helpers import capture_call, padded_inputs
+from geosteer.reproduction.references import capture_call
+from tests.directional.helpers import padded_inputs
 
 FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2",
             "tiny-gpt_neox"]

@@ -8,7 +8,8 @@ from geosteer.directional.sites import ComponentScale
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from tests.directional.helpers import capture_call, padded_inputs
+from geosteer.reproduction.references import capture_call
+from tests.directional.helpers import padded_inputs
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gemma3", "tiny-gpt2"])

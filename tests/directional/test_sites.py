@@ -10,9 +10,9 @@ from geosteer.directional.value import self_weight
 from geosteer.errors import GeosteerError
 from geosteer.interventions import ScaleHook, steer
 from geosteer.models.anatomy import anatomy
-from geosteer.reproduction.references import attn_out_scaled_by_plain_hooks, value_edit_loop
+from geosteer.reproduction.references import attn_out_scaled_by_plain_hooks, capture_call, value_edit_loop
 from tests.conftest import random_ids
-from tests.directional.helpers import capture_call, padded_inputs
+from tests.directional.helpers import padded_inputs
 
 FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2",
             "tiny-gpt_neox"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from geosteer.attention import add_attention_handler, attention_weights, stock_attention
-from geosteer.models.anatomy import anatomy
+from geosteer.attention import attention_weights, stock_attention
+from geosteer.reproduction.references import capture_call
 
 LAYER = 1
 
@@ -18,17 +18,6 @@ def _ids(b: int = 2, t: int = 12, seed: int = 0, pad: int = 3) -> tuple[torch.Te
     mask = torch.ones_like(ids)
     mask[0, :pad] = 0
     return ids, mask
-
-
-def _capture_call(model, layer: int, ids, mask):
-    calls = []
-    rm = add_attention_handler(anatomy(model).blocks[layer].attn, lambda c, p: (calls.append(c), p(c))[1])
-    try:
-        with torch.no_grad():
-            model(input_ids=ids, attention_mask=mask)
-    finally:
-        rm()
-    return calls[0]
 
 
 def projection_vs_numpy() -> float:
@@ -65,7 +54,7 @@ def _value_site_vs_loop(model, site: str) -> float:
     from geosteer.reproduction.references import value_edit_loop
 
     ids, mask = _ids()
-    call = _capture_call(model, LAYER, ids, mask)
+    call = capture_call(model, LAYER, ids, mask)
     with torch.no_grad():
         out, _ = ComponentScale(site, 0.25, 1.75)._value_handler()(call, stock_attention)  # (b, q, H, dv)
     ref = value_edit_loop(call, site, 0.25, 1.75).permute(0, 2, 1, 3)
@@ -89,7 +78,7 @@ def self_weight_vs_diagonal(model, tok) -> float:
     from geosteer.directional.value import self_weight
 
     ids, mask = _ids(t=20, pad=5)
-    call = _capture_call(model, LAYER, ids, mask)
+    call = capture_call(model, LAYER, ids, mask)
     diag = torch.diagonal(attention_weights(call), dim1=-2, dim2=-1)
     return (self_weight(call, block_rows=7).reshape(diag.shape) - diag).abs().max().item()
 
@@ -118,7 +107,7 @@ def diagonal_form_vs_edit(model, tok) -> float:
     from geosteer.directional.sites import ComponentScale
 
     ids, mask = _ids(t=16)
-    call = _capture_call(model, LAYER, ids, mask)
+    call = capture_call(model, LAYER, ids, mask)
     valid = mask.bool()
     worst = 0.0
     for space in ("head", "concat"):

@@ -27,6 +27,19 @@ def keep_mask(b: int, L: int, T: int, pad: Sequence[int], window: int | None = N
     return m
 
 
+def capture_call(model, layer: int, ids: torch.Tensor, mask: torch.Tensor | None = None):
+    """The :class:`~geosteer.attention.AttentionCall` that ``layer``'s attention receives in one stock forward
+    of ``ids`` (no grad), for a reference to recompute from."""
+    calls = []
+    rm = add_attention_handler(anatomy(model).blocks[layer].attn, lambda c, p: (calls.append(c), p(c))[1])
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask)
+    finally:
+        rm()
+    return calls[0]
+
+
 def per_pair_handlers(model, bank) -> list[Callable[[], None]]:
     """Attention handlers computing o = Σ_j a_ij v_jd (1 + S_d(q_id, k_jd)) pair by pair from the stock
     weights (masks included) for every layer of ``bank``; returns their removers."""
