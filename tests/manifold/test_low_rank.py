@@ -99,8 +99,8 @@ def test_low_rank_attention_matches_per_pair_reference(kind):
 def test_low_rank_bank_runs_the_narrow_path_with_the_truncated_values(tiny_cache):
     model, tok = tiny_cache("mistral")  # GQA 4, sliding window
     bank = _bank(model, seed=3)
-    approx = bank.low_rank(2, narrow=True)
-    assert approx.rank == 2 and bank.rank is None and bank.low_rank(2).rank is None
+    approx = bank.low_rank(2)  # the r + 1-slice path is the default
+    assert approx.rank == 2 and bank.rank is None and bank.low_rank(2, narrow=False).rank is None
     exact_path = approx.low_rank(approx.K)  # the same (already rank-2) coefficients on the exact kernels
     assert exact_path.rank is None
     enc = tok(["The laws of physics are the same for all.", "She saw the man."], return_tensors="pt", padding=True)

@@ -58,7 +58,7 @@ class SurfaceBank(nn.Module):
         self.meta: dict = {}
         self.block = DEFAULT_BLOCK
         self.backend: str | None = None  # triton | torch | cpu | None (automatic; see manifold.kernel)
-        self.rank: int | None = None  # set by low_rank(r, narrow=True): inference takes the r + 1-slice path
+        self.rank: int | None = None  # set by low_rank(r) (narrow): inference takes the r + 1-slice path
         self._factors: dict = {}
         self.fused = True  # compute the stock part in the same product (False: stock SDPA + Δo)
         self.enabled = True
@@ -242,16 +242,20 @@ class SurfaceBank(nn.Module):
         return push_artifact(self, repo_id, private=private, token=token, revision=revision,
                              commit_message=commit_message or "Upload geosteer attention-manifold surfaces", **meta)
 
-    def low_rank(self, rank: int, narrow: bool = False) -> SurfaceBank:
+    def low_rank(self, rank: int, narrow: bool = True) -> SurfaceBank:
         """A copy with each C_d truncated to its ``rank`` largest singular values (``meta["low_rank"]``: the
-        discarded energy per layer; ``narrow``: the r + 1-slice path); see :mod:`geosteer.manifold.low_rank`."""
+        discarded energy per layer). ``narrow`` (default): inference runs the r + 1-slice path (Triton: the
+        exact kernels); ``narrow=False``: the exact kernels on the truncated coefficients everywhere; see
+        :mod:`geosteer.manifold.low_rank`."""
         from geosteer.manifold.low_rank import low_rank_bank
 
         return low_rank_bank(self, rank, narrow)
 
     def _low_rank_attention(self, slot: int, c: torch.Tensor):
         """modulated_attention's signature on the rank-r path (factors of this layer cached per version;
-        decoding reuses the narrow key features of the past keys, in ``_caches`` under ``("low_rank", slot)``)."""
+        decoding reuses the narrow key features of the past keys, in ``_caches`` under ``("low_rank", slot)``).
+        Where the fused Triton kernels apply, they run on the truncated coefficients instead."""
+        from geosteer.manifold.kernel import modulated_attention, use_triton
         from geosteer.manifold.low_rank import factors
         from geosteer.manifold.low_rank_kernel import cached_features, low_rank_attention
 
@@ -262,6 +266,8 @@ class SurfaceBank(nn.Module):
             uw = self._factors[key] = factors(c, self.rank)
 
         def attend(q, k, v, _c, grid_size, lo, hi, *, dropout, features, backend, **kw):
+            if use_triton(backend, q, lo, hi, dropout):
+                return modulated_attention(q, k, v, _c, grid_size, lo, hi, dropout=dropout, backend=backend, **kw)
             compiled = backend != "torch"
             cache = self._caches.setdefault(("low_rank", slot), FeatureCache())
             features = cached_features(cache, q, k, v, uw[1], grid_size, lo, hi, key, compiled=compiled, **kw)

@@ -4,10 +4,11 @@ S_d(q, k) = B(q)ᵀ C_d B(k) = Σ_s σ_s (B(q)·u_s)(B(k)·w_s), so a rank-r ban
 1 + S ≈ 1 + Σ_{s ≤ r} (B(q)·u_s)(B(k)·w_s): attention then multiplies [v, v⊙(B(k)·w_1), …] of r + 1 slices
 instead of K + 1 (the FLOP floor of ``benchmarks/manifold_speed.py`` with K replaced by r). Here the
 truncation is computed and measured (discarded singular-value energy, next-token KL against the exact bank
-on held-out text). A bank from :func:`low_rank_bank` runs the exact kernels on the truncated coefficients
-unless ``narrow=True``: then its inference forwards (no autograd, not on the Triton backend) run
-:func:`geosteer.manifold.low_rank_kernel.low_rank_attention` (r + 1 slices; compiled key side and epilogue on
-the CPU in fp32, PyTorch ops elsewhere) and decoding reuses its key features of the past keys.
+on held-out text). The inference forwards of a bank from :func:`low_rank_bank` (``narrow=True``, the default)
+run :func:`geosteer.manifold.low_rank_kernel.low_rank_attention` (r + 1 slices; compiled key side and epilogue
+on the CPU in fp32, PyTorch ops elsewhere), and decoding reuses its key features of the past keys; with
+autograd, where the fused Triton kernels apply, and with ``narrow=False`` the exact kernels run on the
+truncated coefficients (same values; on the CPU the narrow path is the faster, docs/manifold-speed.md).
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ def truncate(coefficients: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch
     return kept.to(coefficients.dtype), energy.float()
 
 
-def low_rank_bank(bank, rank: int, narrow: bool = False):
+def low_rank_bank(bank, rank: int, narrow: bool = True):
     """A copy of ``bank`` with rank-r coefficients; ``meta["low_rank"]`` holds the rank and the discarded
     energy per layer. Walls and ranges are kept. ``narrow``: inference runs :func:`low_rank_attention`
-    (r + 1 slices, PyTorch ops) instead of the exact kernels on the truncated coefficients (same values)."""
+    (r + 1 slices) instead of the exact kernels on the truncated coefficients (same values)."""
     coeff, energy = truncate(bank.coefficients, rank)
     out = copy.deepcopy(bank)
     out.clear_cache()
