@@ -60,7 +60,10 @@ def test_every_recipe_kind_in_one_mixed_batch_matches_hf(tiny, recipe_dirs):
             assert changes(refs[n], refs[None]), f"recipe {n} does not change the HF reference"
     unwalled = random_surfaces(model, recipe_dirs["walls"] + "-without", layers=(0,))
     assert changes(refs["walls"], hf_reference(model, prompts, unwalled, NEW)), "the walls change nothing"
-    llm = steered_llm(folder, recipe_dirs, **TINY_ENGINE)
+    # 40 tokens and 16 requests per step: prompts are prefilled in chunks while earlier requests decode (mixed
+    # batches); the surfaces' layer 0 takes the channel layout (another recipe has walls there), layer 2 the
+    # shared keys
+    llm = steered_llm(folder, recipe_dirs, **{**TINY_ENGINE, "max_num_seqs": 16, "max_num_batched_tokens": 40})
     order = [(n, i) for i in range(len(prompts)) for n in names]  # interleaved: every batch is mixed
     got, got_lp = vllm_greedy(llm, [prompts[i] for _, i in order], NEW, [n for n, _ in order])
     # batches of one kind: stock requests skip the key features, surfaces requests fill every row
