@@ -5,7 +5,8 @@ A static KV cache (transformers' ``StaticCache``, ``cache``-token prompt + ``new
 fullgraph=True, dynamic=False)`` (inductor + CUDA graphs), the cache rewound to the prompt before every run
 so both sides decode from the same cache. The surfaces take the PyTorch path inside the graph with the
 preallocated decode feature cache (``geosteer.manifold.feature_cache.StaticFeatureCache``); one eager step
-on that path allocates it first, outside the graph, so its address is static. Fails fast when the graphed
+on that path fills it before each surfaces run (the first allocates it, outside the graph, so its address
+is static; the stock runs in between wrote KV rows without it). Fails fast when the graphed
 logits of the first step differ from the eager ones beyond bf16 rounding. The CPU dry run traces the
 surfaces' step with Dynamo alone (``backend="eager"``) and runs the stock one eagerly: the plumbing, not the
 times.
@@ -78,14 +79,18 @@ def graphed_decode(model, bank, dev, B: int, plan: dict, vocab: int, repeats: in
             for _ in range(new):
                 tok = fn(input_ids=tok, cache=cache, use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
 
-    def side(enabled):
-        def prepare():
-            bank.enabled = enabled
-        return prepare
+    def stock():
+        bank.enabled = False
 
-    sides = {"stock": side(False), "surfaces": side(True)}
+    def surfaces():  # the stock runs wrote the KV cache without the feature cache: one eager step refills it
+        bank.enabled = True
+        _rewind(cache, n0)
+        with torch.no_grad():
+            model(first, cache=cache, use_cache=True)
+
     try:
-        rec |= timed(sides, run, dev, repeats, ["stock", "surfaces"])
+        rec |= timed({"stock": stock, "surfaces": surfaces}, run, dev, repeats, ["stock", "surfaces"])
+        rec["feature_cache_live"] = all(c.live for c in bank._static_caches.values())  # the graphs used it
     finally:
         bank.enabled, bank.backend = True, None
         bank.clear_cache()

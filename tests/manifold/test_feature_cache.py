@@ -118,3 +118,28 @@ def test_left_padded_batch_decodes_as_with_the_dynamic_cache(tiny_model):
     ref = torch.stack(dynamic.logits)
     assert torch.equal(static.sequences, dynamic.sequences)
     assert (torch.stack(static.logits) - ref).abs().max().item() <= _tol(ref)
+
+
+def test_a_traced_call_uses_the_cache_only_while_it_is_complete():
+    """Only an eager call fills the buffer (its address then fixed); a traced call writes its rows in place
+    while the cache is complete, and returns None (features of every key) once a step went without it."""
+    from types import SimpleNamespace
+
+    from geosteer.manifold.feature_cache import StaticFeatureCache
+
+    g = torch.Generator().manual_seed(0)
+    k, v = torch.randn(1, 2, 8, 4, generator=g), torch.randn(1, 2, 8, 4, generator=g)
+    kv = SimpleNamespace(cumulative_length=torch.tensor(5), keys=k, values=v)
+
+    def compute(kk, vv):
+        return key_features(kk, vv, 4, -3.0, 3.0, compiled=False)
+
+    cache = StaticFeatureCache()
+    assert cache.get(kv, k, v, 5, None, compute, tracing=True) is None  # no eager step yet
+    f = cache.get(kv, k, v, 5, (-3.0, 3.0), compute, tracing=False)
+    assert torch.equal(f[:, :, :5], compute(k, v)[:, :, :5])
+    kv.cumulative_length += 1  # the KV cache wrote row 5
+    assert cache.get(kv, k, v, 1, None, compute, tracing=True) is f
+    assert torch.equal(f[:, :, 5], compute(k[:, :, 5:6], v[:, :, 5:6])[:, :, 0])
+    cache.forget()  # a step without the feature cache: a traced call no longer trusts the rows
+    assert cache.get(kv, k, v, 1, None, compute, tracing=True) is None

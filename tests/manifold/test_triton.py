@@ -382,6 +382,7 @@ def test_gpu_scale_dry_run(fused, tmp_path):
     assert {"stock_s", "triton_s", "torch_s"} <= set(tiny["forward"]["40"]) and tiny["train_step"]["grad_finite"]
     graphs = tiny["decode_graphs"]["batch2"]  # ok: the traced static-cache step gave the eager step's logits
     assert "first_step_max_abs" in graphs and graphs["surfaces_tok_s"] > 0 and graphs["stock_tok_s"] > 0
+    assert graphs["feature_cache_live"]  # the graphed surfaces steps decoded from the feature cache
 
 
 def test_cached_decoding_on_the_triton_backend(fused, tiny_cache):

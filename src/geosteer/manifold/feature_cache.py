@@ -81,44 +81,50 @@ class StaticFeatureCache:
     ``torch.compile(fullgraph=True)`` need. Rows not yet written hold zeros or features of earlier keys,
     finite and masked out as the KV rows are.
 
-    Outside a graph each call checks that the rows before it were all written through this cache (same KV
-    buffers, same grid range, no step skipped); otherwise it recomputes every row. While tracing there is no
-    such check: the KV cache must only be written by the model's forward while the surfaces are attached.
+    Only a call outside a graph allocates the buffer, checks that the rows before it were all written
+    through this cache (same KV buffers, same grid range, no step skipped) and otherwise recomputes every
+    row; it then marks the cache ``live``. A traced call uses the cache only while it is live (else it
+    returns None: the kernel computes the features of every key), and any call that writes the KV cache
+    without it (``forget``: surfaces off, another backend) ends that.
     """
 
     def __init__(self) -> None:
         self.f = None
         self.source = None  # (id of the KV layer, key buffer address, grid range) the rows were computed for
         self.end: int | None = None  # rows [0, end) hold valid features (None: unknown, after a traced call)
+        self.live = False  # the rows before the next call are valid (what a traced call relies on)
 
-    def get(self, kv_layer, key, value, n_new: int, rng, compute, tracing: bool) -> torch.Tensor:
-        T = key.shape[2]
+    def forget(self) -> None:
+        """The KV cache took a step without this cache: its rows are no longer complete."""
+        self.live = False
+
+    def get(self, kv_layer, key, value, n_new: int, rng, compute, tracing: bool):
+        """The features of all rows (b, Hkv, max_len, F), this call's written; None while tracing a cache
+        that is not live."""
         rows = kv_layer.cumulative_length - n_new + torch.arange(n_new, device=key.device)
         if tracing:
-            if self.f is None or self.f.shape[:3] != key.shape[:3]:
-                self._allocate(compute(key, value), tracing)   # first call traced: every row, once
-            else:
-                self.f.index_copy_(2, rows, compute(key.index_select(2, rows), value.index_select(2, rows)))
+            if not self.live or self.f is None or self.f.shape[:3] != key.shape[:3]:
+                return None
+            self.f.index_copy_(2, rows, compute(key.index_select(2, rows), value.index_select(2, rows)))
             self.end = None
             return self.f
         source = (id(kv_layer), key.data_ptr(), rng)
         end = int(kv_layer.cumulative_length)
         start = end - n_new
-        if (self.f is None or self.source != source or self.f.shape[:3] != key.shape[:3] or self.end is None
-                or start > self.end or start < 0 or end > T):
-            self._allocate(compute(key, value), tracing)
+        if (self.f is None or not self.live or self.source != source or self.f.shape[:3] != key.shape[:3]
+                or self.end is None or not 0 <= start <= self.end or end > key.shape[2]):
+            self._fill(compute(key, value))
         else:
             self.f.index_copy_(2, rows, compute(key[:, :, start:end], value[:, :, start:end]))
-        self.source, self.end = source, end
+        self.source, self.end, self.live = source, end, True
         return self.f
 
-    def _allocate(self, f: torch.Tensor, tracing: bool) -> None:
+    def _fill(self, f: torch.Tensor) -> None:
         if self.f is not None and self.f.shape == f.shape and self.f.dtype == f.dtype:
             self.f.copy_(f)  # keep the address (a graph captured it)
             return
         self.f = f.contiguous()
-        if not tracing:
-            torch._dynamo.mark_static_address(self.f)
+        torch._dynamo.mark_static_address(self.f)
 
 
 def static_kv_layer(kv_layer, key: torch.Tensor, value: torch.Tensor):

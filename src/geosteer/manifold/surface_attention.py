@@ -32,6 +32,7 @@ def surface_attention(bank, call, proceed, slot: int, handler):
     grad = torch.is_grad_enabled() and coeff.requires_grad
     tracing = torch.compiler.is_compiling()
     if not bank.enabled or (not grad and not tracing and not bank._layer_nonzero(slot)):
+        _forget_static(bank, slot)
         return proceed(call)  # zero surfaces: exactly the stock path
     kw = call.kwargs
     if kw.get("position_bias") is not None:
@@ -58,6 +59,8 @@ def surface_attention(bank, call, proceed, slot: int, handler):
                 and not (call.dropout and call.module.training))
     if not torch.is_grad_enabled() and L < T and not low_rank and not use_triton(name, q, lo_f, hi_f):
         features = _cached_features(bank, call, slot, L, lo_f, hi_f, bool(is_causal), tracing)
+    else:
+        _forget_static(bank, slot)
     attend = bank._low_rank_attention(slot, c) if low_rank else modulated_attention
     mask = call.attention_mask
     if tracing and mask is not None and mask.dtype == torch.bool:
@@ -89,8 +92,16 @@ def _cached_features(bank, call, slot: int, L: int, lo, hi, is_causal: bool, tra
         if cache is None:
             cache = bank._static_caches[slot] = StaticFeatureCache()
         return cache.get(static, k, v, L, (lo, hi) if not tracing else None, compute, tracing)
+    _forget_static(bank, slot)
     crop = is_causal and call.attention_mask is None and L > 1 and k.shape[2] > L
     if tracing or crop or is_static_kv(kv_layer):
         return None
     cache = bank._caches.setdefault(slot, FeatureCache())
     return cache.get(k, v, L, (lo, hi), compute)
+
+
+def _forget_static(bank, slot: int) -> None:
+    """This call writes the KV cache without the static feature cache (if there is one)."""
+    cache = bank._static_caches.get(slot)
+    if cache is not None:
+        cache.forget()
