@@ -176,9 +176,9 @@ def _run(a) -> dict:
         stock = _engine(a.model, None, 1, kw)
         steered = _engine(a.model, engine_recipes, gib, kw)
         channels = _engine(a.model, engine_recipes, gib, kw, True) if phase == 1 and a.with_channels else None
-        for llm in (stock, steered, channels):
-            if llm is not None:
-                _vllm_run(llm[0], prompts[batches[0]], 4, None)  # warm-up
+        for llm, recipe in ((stock, None), (steered, next(iter(engine_recipes))), (channels, "surfaces")):
+            if llm is not None:  # warm-up, with a recipe: its first call may build the compiled kernels
+                _vllm_run(llm[0], prompts[batches[0]], 4, recipe)
         for _ in range(a.repeats):
             for b in sorted({*batches, *(hf_batches if phase == 1 else [])}):
                 if b in batches:
