@@ -17,9 +17,10 @@ F_b = A·(v⊙B_b(k)) with the stock weights A, and a per-query epilogue adds Σ
 (``serve.walls``). The KV cache of such a layer is C times the stock one.
 
 Which path a surfaces layer takes: the shared-key path (``serve.shared_key``: stock KV cache, keys stored
-and multiplied once, Δo from geosteer's exact CPU kernel on the gathered keys) when vLLM runs on the CPU in
-float32 with a cache layout ``serve.shared_key`` reads and no recipe has exact walls on that layer; the
-channel layout above otherwise (GPU, half precision, walls), or everywhere with ``GEOSTEER_SERVE_CHANNELS=1``.
+and multiplied once, Δo from a compiled kernel that reads the paged cache) when vLLM runs on the CPU in
+float32 with a cache layout ``serve.shared_key`` reads, geosteer's compiled CPU kernels are built, and no
+recipe has exact walls on that layer; the channel layout above otherwise (GPU, half precision, walls, no
+compiler), or everywhere with ``GEOSTEER_SERVE_CHANNELS=1``.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def _surface_delta(attn, op: SurfaceOp, o, q) -> torch.Tensor:
 
 
 def _shared_key_delta(attn, op: SurfaceOp, q, rows, n: int) -> torch.Tensor:
-    """Δo (rows, H, d) of the surfaces from the stock paged KV cache (``serve.shared_key``)."""
+    """Δo (len(rows), H, d) of the surfaces from the stock paged KV cache (``serve.shared_key``)."""
     meta = get_forward_context().attn_metadata
     meta = meta[attn.layer_name] if isinstance(meta, dict) else meta
     if getattr(attn, "isa", None) not in shared_key.LAYOUTS:
@@ -181,7 +182,7 @@ def _shared_key_layer(attn: Attention, ops: list[LayerOps | None]) -> bool:
     config = get_current_vllm_config()
     dtype, cache = config.model_config.dtype, config.cache_config
     isa = _get_attn_isa(dtype, cache.block_size or 128, attn.head_size, cache.cache_dtype)  # 128: the CPU default
-    return shared_key.supported(True, dtype, cache.cache_dtype, isa)
+    return shared_key.supported(True, dtype, cache.cache_dtype, isa) and shared_key.compiled_available()
 
 
 def _value_scale(op: ValueScaleOp, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -1,19 +1,19 @@
 """Served surfaces with shared keys: the surfaces' Δo from vLLM's own paged KV cache, keys stored once.
 
 The layer keeps vLLM's stock attention (stock KV cache, written by vLLM's own cache update; stock output
-for every row). For the rows of a recipe with surfaces, the keys and values of each sequence are gathered
-from the paged cache (``block_table``, ``seq_lens``, ``query_start_loc`` of the forward context's attention
-metadata) and geosteer's exact CPU kernel (``manifold.kernel.modulated_attention``, ``with_value=False``)
-returns Δo = Σ_j a_ij v_j S(q_i, k_j) for those rows: q·k once per (query head, key), keys once in memory.
-With the compiled kernel (``serve.paged_kernel``) every row reads its sequence's keys straight from the
-paged cache and accumulates only the 4 bases non-zero at each key, then ``manifold.kernel``'s epilogue
-contracts with B(q) and the surfaces. Without it (PyTorch ops): decoding sequences (one new token) share one
-padded call of ``kernel.modulated_attention`` on gathered keys with a key mask, and each prefill (or prefill
-chunk) runs alone with its causal mask. Sliding windows and soft-capping follow the stock layer's settings.
+for every row). For the rows of a recipe with surfaces, Δo = Σ_j a_ij v_j S(q_i, k_j) comes from each
+sequence's keys and values in the paged cache (``block_table``, ``seq_lens``, ``query_start_loc`` of the
+forward context's attention metadata): q·k once per (query head, key), keys once in memory. The compiled
+kernel (``serve.paged_kernel``) reads them straight from the cache and accumulates only the 4 bases non-zero
+at each key, then ``manifold.kernel``'s epilogue contracts with B(q) and the surfaces. The PyTorch form
+(``COMPILED = False``; the tests compare both) gathers the keys and calls ``kernel.modulated_attention``:
+decoding sequences (one new token) in one padded call with a key mask, each prefill (or prefill chunk) alone
+with its causal mask. Sliding windows and soft-capping follow the stock layer's settings.
 
 The cache layout read here is vLLM's CPU one for float32 (``isa`` ``vec``/``vec16``): per (block, KV head)
 the keys as (head_dim, block_size) and the values as (block_size, head_dim). :func:`supported` names the
-rule; elsewhere the layer falls back to the channel layout of ``serve.layers``. Nothing here imports vLLM.
+rule (with :func:`compiled_available`); elsewhere the layer falls back to the channel layout of
+``serve.layers``. Nothing here imports vLLM.
 """
 
 from __future__ import annotations
@@ -30,6 +30,14 @@ LAYOUTS = ("vec", "vec16")  # vLLM CPU attention ISAs whose float32 key/value la
 def supported(on_cpu: bool, dtype: torch.dtype, kv_cache_dtype: str, isa: str | None) -> bool:
     """The rule for the shared-key path: vLLM's CPU backend, float32 model and cache, a known cache layout."""
     return on_cpu and dtype == torch.float32 and kv_cache_dtype in ("auto", "float32") and isa in LAYOUTS
+
+
+def compiled_available() -> bool:
+    """Whether the compiled kernels of this path (``serve.paged_kernel`` and geosteer's epilogue) are built;
+    without them the channel layout is faster than this path's PyTorch ops."""
+    from geosteer.manifold import _ext
+
+    return paged_kernel.get() is not None and _ext.get() is not None
 
 
 def gather(kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor, T: int):
