@@ -50,7 +50,7 @@ def test_inductor_compiled_surfaces_equal_eager(tiny_cache):
     assert (ours - eager).abs().max().item() <= 1e-4 * max(1.0, eager.abs().max().item())
 
 
-def _compiled_generate_vs_eager(model, backend: str):
+def _compiled_generate_vs_eager(model, backend: str, mode: str | None = None):
     """Static-cache greedy generation with surfaces, eager and with transformers' own compiled decode step
     (``CompileConfig(fullgraph=True, dynamic=False)``, the step that ``mode="reduce-overhead"`` captures as a
     CUDA graph on a GPU; forced on the CPU), -> (compiled, eager) outputs and Dynamo's counters."""
@@ -65,7 +65,7 @@ def _compiled_generate_vs_eager(model, backend: str):
     manifold.install(model, bank=bank)
     kw = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, output_logits=True,
               return_dict_in_generate=True, pad_token_id=0, cache_implementation="static")
-    config = CompileConfig(fullgraph=True, dynamic=False, backend=backend, mode=None)
+    config = CompileConfig(fullgraph=True, dynamic=False, backend=backend, mode=mode)
     config._compile_all_devices = True  # transformers compiles on accelerators only, unless told
     try:
         with torch.no_grad():
@@ -95,5 +95,7 @@ def test_static_cache_decode_step_traces_into_one_graph(tiny_cache):
 @pytest.mark.skipif(os.environ.get("GEOSTEER_SLOW_TESTS", "") in ("", "0"),
                     reason="inductor compiles C++ for a minute or more: GEOSTEER_SLOW_TESTS=1 runs it")
 def test_inductor_static_cache_decode_equals_eager(tiny_cache):
-    ours, eager = _compiled_generate_vs_eager(tiny_cache("llama")[0], "inductor")
+    """transformers' default compiled decode (inductor, mode="reduce-overhead": CUDA graphs on a GPU, the same
+    inductor graph on the CPU)."""
+    ours, eager = _compiled_generate_vs_eager(tiny_cache("llama")[0], "inductor", "reduce-overhead")
     assert (ours - eager).abs().max().item() <= 1e-4 * max(1.0, eager.abs().max().item())
