@@ -229,7 +229,7 @@ def _parse_args(argv):
     ap.add_argument("--dtype", default="float32",
                     help=f"comma list of model dtypes, each measured in turn ({', '.join(DTYPES)})")
     ap.add_argument("--rank", type=int, default=None,
-                    help="rank-r surfaces on the r+1-slice path (low_rank(r, narrow=True))")
+                    help="rank-r surfaces (low_rank(r): the r+1-slice path, compiled on the CPU in fp32)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall time (default) or this process's CPU time (robust on a loaded machine; "
                          "meaningful with --threads 1)")
@@ -252,7 +252,7 @@ def _run_dtype(a, dtype: str, only: list[str], say) -> dict:
     model, _ = load_model(a.model, dtype=dtype)
     bank = _bank(model, a.surfaces)
     if a.rank:
-        bank = bank.low_rank(a.rank, narrow=True)
+        bank = bank.low_rank(a.rank)
     if "forward" in only:
         out["forward"] = []
         for n in (int(x) for x in a.tokens.split(",")):
