@@ -84,3 +84,8 @@ def command_leaves(root=None, *, hidden: bool = True) -> dict:
 
     walk(root, ())
     return leaves
+
+
+def run_argv(argv, monkeypatch, capsys) -> tuple[int, str, str]:
+    """:func:`run_cli` with the argument list first (the dynamics tests' call shape)."""
+    return run_cli(monkeypatch, capsys, *argv)

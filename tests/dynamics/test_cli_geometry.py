@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.dynamics.test_cli import run
+from tests.cli_helpers import run_argv as run
 
 DYN = ("study", "dynamics")  # the paper studies' spelling
 

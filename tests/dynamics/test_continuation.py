@@ -135,7 +135,7 @@ def test_bad_input(call, message):
     ([*DYN, "phase", "-m", "tiny-llama", "--layer", "5"], "out of range"),
 ])
 def test_cli_bad_input_exits_2(argv, message, monkeypatch, capsys, tmp_path):
-    from tests.dynamics.test_cli import run
+    from tests.cli_helpers import run_argv as run
 
     out = tmp_path / "x.json"
     code, _, err = run([*argv, "--out", str(out)], monkeypatch, capsys)
@@ -147,7 +147,7 @@ def test_cli_bad_input_exits_2(argv, message, monkeypatch, capsys, tmp_path):
 def test_cli_continuation_and_basins_write_tidy_records(tmp_path, monkeypatch, capsys):
     import json
 
-    from tests.dynamics.test_cli import run
+    from tests.cli_helpers import run_argv as run
 
     out = tmp_path / "c.json"
     code, _, err = run([*DYN, "continuation", "-m", "tiny-llama", "--layer", "1", "--tracks", "2",
@@ -232,7 +232,7 @@ def test_cli_phase_on_real_updates(tmp_path, monkeypatch, capsys):
     import json
 
     from geosteer.dynamics.continuation import real_updates
-    from tests.dynamics.test_cli import run
+    from tests.cli_helpers import run_argv as run
 
     out = tmp_path / "p.json"
     code, _, err = run([*DYN, "phase", "-m", "tiny-llama", "--layer", "1", "--dims", "2,3", "--samples", "40",

@@ -73,7 +73,7 @@ def _write_results(folder, diag: dict[str, list[float]], comm: dict[str, list[fl
 def test_significance_study_reads_files_and_refuses_missing(tmp_path, monkeypatch, capsys):
     import json
 
-    from tests.dynamics.test_cli import run
+    from tests.cli_helpers import run_argv as run
 
     DIAGNOSE = ("deficit", "ffn_tangential_frac", "defect", "ddiv_attn", "ddiv_ffn")
     COMMUTATOR = ("commutator", "ffn_half", "attn_half", "reorder_angle_deg", "cos_pred_vs_measured")

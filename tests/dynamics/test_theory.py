@@ -161,7 +161,7 @@ def test_region_bound_is_tight_on_two_points_and_refuses_one_set():
     (["--residuals", "1"], "--residuals"),
 ])
 def test_theory_study_bad_input_exits_2_before_loading(argv, message, monkeypatch, capsys):
-    from tests.dynamics.test_cli import run
+    from tests.cli_helpers import run_argv as run
 
     code, _, err = run(["study", "dynamics", "theory", "-m", "tiny-llama", "--layers", "0", *argv], monkeypatch, capsys)
     assert code == 2 and err.strip().startswith("error:") and message in err and "Traceback" not in err
