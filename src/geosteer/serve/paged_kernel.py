@@ -19,6 +19,7 @@ import threading
 import torch
 
 SOURCE = r"""
+
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <algorithm>
@@ -48,8 +49,10 @@ torch::Tensor paged_features(torch::Tensor q, torch::Tensor kv, torch::Tensor ta
     const float cap = (float)softcap;
     at::parallel_for(0, N * HKV, 1, [&](int64_t b0, int64_t b1) {
         const int64_t KP = K + 7;
-        std::vector<float> p, F(R * D * KP), V(R * D), Wt(4 * D);
-        std::vector<int32_t> At(D);
+        std::vector<float> p, F(R * D * KP), V(R * D), Kt(BS * D), W0(D), W1(D), W2(D), W3(D), pjs(R);
+        std::vector<int32_t> A(D);
+        float* __restrict__ kt_ = Kt.data(); float* __restrict__ w0_ = W0.data(); float* __restrict__ w1_ = W1.data();
+        float* __restrict__ w2_ = W2.data(); float* __restrict__ w3_ = W3.data(); int32_t* __restrict__ a_ = A.data();
         for (int64_t ng = b0; ng < b1; ++ng) {
             const int64_t n = ng / HKV, gk = ng % HKV, s = sp[n], pos = pp[n];
             const int64_t j0 = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, T = pos + 1 - j0;
@@ -60,9 +63,10 @@ torch::Tensor paged_features(torch::Tensor q, torch::Tensor kv, torch::Tensor ta
                 const float* kb = kvp + blk * sb + gk * sh;
                 for (int64_t r = 0; r < R; ++r) {
                     const float* qr = qp + (n * H + gk * R + r) * D;
-                    float* pr = p.data() + r * T + (j - j0) - o0;
+                    float* __restrict__ pr = p.data() + r * T + (j - j0) - o0;
                     for (int64_t d = 0; d < D; ++d) {
                         const float qd = qr[d]; const float* kd = kb + d * BS;
+#pragma omp simd
                         for (int64_t o = o0; o < o1; ++o) pr[o] += qd * kd[o];
                     }
                 }
@@ -83,35 +87,44 @@ torch::Tensor paged_features(torch::Tensor q, torch::Tensor kv, torch::Tensor ta
             // accumulate into F (R, D, KP): basis a at a + 3, guard rows around it, so no branch per basis
             std::fill(F.begin(), F.end(), 0.0f);
             std::fill(V.begin(), V.end(), 0.0f);
-            for (int64_t j = j0; j <= pos; ++j) {
-                const int64_t blk = tp[s * M + j / BS], o = j % BS;
+            for (int64_t j = j0; j <= pos;) {  // block by block
+                const int64_t blk = tp[s * M + j / BS], o0 = j % BS, o1 = std::min(BS, o0 + pos + 1 - j);
                 const float* kb = kvp + blk * sb + gk * sh;
-                const float* vb = kb + BS * D + o * D;
-                for (int64_t d = 0; d < D; ++d) {  // positions of this key on the knot grid, every dim
-                    float u = kb[d * BS + o] * fsc + foff;
-                    u = u < 0.0f ? 0.0f : (u > hi ? hi : u);
-                    if (u != u) u = 0.0f;
-                    const float fl = std::floor(u), t = u - fl;
-                    const float t2 = t * t, t3 = t2 * t, m = 1.0f - t;
-                    float* w = Wt.data() + 4 * d;
-                    w[0] = m * m * m * (1.0f / 6.0f);
-                    w[3] = t3 * (1.0f / 6.0f);
-                    w[1] = t3 * 0.5f - t2 + (2.0f / 3.0f);
-                    w[2] = 1.0f - w[0] - w[1] - w[3];
-                    At[d] = (int32_t)fl;
-                }
-                for (int64_t r = 0; r < R; ++r) {
-                    const float pj = p[r * T + (j - j0)];
-                    float* Fr = F.data() + r * D * KP;
-                    float* Vr = V.data() + r * D;
+                for (int64_t d = 0; d < D; ++d)  // the block's keys as (key, dim)
+#pragma omp simd
+                    for (int64_t o = o0; o < o1; ++o) kt_[o * D + d] = kb[d * BS + o];
+                for (int64_t o = o0; o < o1; ++o) {
+                    const float* __restrict__ vb = kb + BS * D + o * D;
+                    const float* __restrict__ kt = kt_ + o * D;
+                    const int64_t t = j - j0 + o - o0;
+#pragma omp simd
+                    for (int64_t d = 0; d < D; ++d) {  // this key's knot positions; u >= 0, so int() floors
+                        float u = kt[d] * fsc + foff;
+                        u = u > 0.0f ? u : 0.0f;  // NaN -> 0
+                        u = u < hi ? u : hi;
+                        const int32_t i = (int32_t)u;
+                        const float x = u - (float)i, x2 = x * x, x3 = x2 * x, m = 1.0f - x;
+                        const float a0 = m * m * m * (1.0f / 6.0f), a3 = x3 * (1.0f / 6.0f);
+                        const float a1 = x3 * 0.5f - x2 + (2.0f / 3.0f);
+                        w0_[d] = a0; w1_[d] = a1; w2_[d] = 1.0f - a0 - a1 - a3; w3_[d] = a3; a_[d] = i;
+                    }
+                    for (int64_t r = 0; r < R; ++r) {  // the stock output, contiguous over d
+                        const float pj = p[r * T + t];
+                        pjs[r] = pj;
+                        float* __restrict__ Vr = V.data() + r * D;
+#pragma omp simd
+                        for (int64_t d = 0; d < D; ++d) Vr[d] += pj * vb[d];
+                    }
                     for (int64_t d = 0; d < D; ++d) {
-                        const float pv = pj * vb[d];
-                        Vr[d] += pv;
-                        float* f = Fr + d * KP + At[d];
-                        const float* w = Wt.data() + 4 * d;
-                        f[0] += w[0] * pv; f[1] += w[1] * pv; f[2] += w[2] * pv; f[3] += w[3] * pv;
+                        const float vd = vb[d], c0 = w0_[d], c1 = w1_[d], c2 = w2_[d], c3 = w3_[d];
+                        float* f = F.data() + d * KP + a_[d];
+                        for (int64_t r = 0; r < R; ++r, f += D * KP) {
+                            const float pv = pjs[r] * vd;
+                            f[0] += c0 * pv; f[1] += c1 * pv; f[2] += c2 * pv; f[3] += c3 * pv;
+                        }
                     }
                 }
+                j += o1 - o0;
             }
             for (int64_t r = 0; r < R; ++r)
                 for (int64_t d = 0; d < D; ++d) {
@@ -148,9 +161,9 @@ def get():
             bindir = os.path.dirname(sys.executable)  # where the ninja wheel puts ninja
             if bindir not in os.environ.get("PATH", "").split(os.pathsep):
                 os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-            build = cache_dir() / "torch_extensions" / f"serve_paged_v3-{_build_tag()}"
+            build = cache_dir() / "torch_extensions" / f"serve_paged_v8-{_build_tag()}"
             build.mkdir(parents=True, exist_ok=True)
-            _state["mod"] = load_inline(name="geosteer_serve_paged_v3", cpp_sources=[SOURCE],
+            _state["mod"] = load_inline(name="geosteer_serve_paged_v8", cpp_sources=[SOURCE],
                                         functions=["paged_features"], extra_cflags=["-O3", "-march=native",
                                                                                     "-fopenmp"],
                                         extra_ldflags=["-fopenmp"], build_directory=str(build), verbose=False)
