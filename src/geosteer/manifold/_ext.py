@@ -37,17 +37,32 @@ def _build_tag() -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
-def _build(cache, name: str, omp: list[str]):
+def build_inline(name: str, sources: list[str], functions: list[str] | None, omp: list[str], *,
+                 cache: Path | None = None, announce: str | None = None):
+    """Compile (or reuse) the C++ ``sources`` as module ``geosteer_<name>`` under ``cache`` (geosteer's cache
+    folder by default), one build per interpreter and torch (:func:`_build_tag`); ``announce`` is printed
+    before a first build."""
     from torch.utils.cpp_extension import load_inline
 
-    build = cache / "torch_extensions" / f"{name}-{_build_tag()}"
+    from geosteer.models.loading import cache_dir
+
+    # torch looks for `ninja` on PATH; the `ninja` wheel puts it beside this interpreter, which
+    # is not on PATH when .venv/bin/python is run without activating the venv.
+    bindir = os.path.dirname(sys.executable)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    build = (cache or cache_dir()) / "torch_extensions" / f"{name}-{_build_tag()}"
     build.mkdir(parents=True, exist_ok=True)
-    if not (build / "build.ninja").exists():
-        print("[geosteer] compiling the attention-surface CPU kernels (one time, ~1 min)...",
-              file=sys.stderr, flush=True)
-    return load_inline(name=f"geosteer_{name}", cpp_sources=_sources(), functions=None,
+    if announce and not (build / "build.ninja").exists():
+        print(announce, file=sys.stderr, flush=True)
+    return load_inline(name=f"geosteer_{name}", cpp_sources=sources, functions=functions,
                        extra_cflags=["-O3", "-march=native", *omp], extra_ldflags=omp,
                        build_directory=str(build), verbose=False)
+
+
+def _build(cache: Path, name: str, omp: list[str]):
+    return build_inline(name, _sources(), None, omp, cache=cache,
+                        announce="[geosteer] compiling the attention-surface CPU kernels (one time, ~1 min)...")
 
 
 def get():
@@ -64,11 +79,6 @@ def get():
         try:
             from geosteer.models.loading import cache_dir
 
-            # torch looks for `ninja` on PATH; the `ninja` wheel puts it beside this interpreter, which
-            # is not on PATH when .venv/bin/python is run without activating the venv.
-            bindir = os.path.dirname(sys.executable)
-            if bindir not in os.environ.get("PATH", "").split(os.pathsep):
-                os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
             try:
                 # -fopenmp: at::parallel_for runs on torch's OpenMP pool (the same libgomp.so.1 that torch
                 # loaded); without it the pragma is ignored and these loops run on one thread.

@@ -13,7 +13,6 @@ B(q) and the surfaces. Queries of one KV head share each key's basis position. B
 from __future__ import annotations
 
 import os
-import sys
 import threading
 
 import torch
@@ -145,6 +144,8 @@ _state: dict = {"tried": False, "mod": None, "error": None}
 
 def get():
     """The compiled module, or None (not buildable here, or disabled with GEOSTEER_NO_EXT=1)."""
+    if _state["tried"]:
+        return _state["mod"]
     with _lock:
         if _state["tried"]:
             return _state["mod"]
@@ -153,20 +154,9 @@ def get():
             _state["error"] = "disabled by GEOSTEER_NO_EXT"
             return None
         try:
-            from torch.utils.cpp_extension import load_inline
+            from geosteer.manifold._ext import build_inline
 
-            from geosteer.manifold._ext import _build_tag
-            from geosteer.models.loading import cache_dir
-
-            bindir = os.path.dirname(sys.executable)  # where the ninja wheel puts ninja
-            if bindir not in os.environ.get("PATH", "").split(os.pathsep):
-                os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-            build = cache_dir() / "torch_extensions" / f"serve_paged_v8-{_build_tag()}"
-            build.mkdir(parents=True, exist_ok=True)
-            _state["mod"] = load_inline(name="geosteer_serve_paged_v8", cpp_sources=[SOURCE],
-                                        functions=["paged_features"], extra_cflags=["-O3", "-march=native",
-                                                                                    "-fopenmp"],
-                                        extra_ldflags=["-fopenmp"], build_directory=str(build), verbose=False)
+            _state["mod"] = build_inline("serve_paged_v8", [SOURCE], ["paged_features"], ["-fopenmp"])
         except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
             _state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         return _state["mod"]
