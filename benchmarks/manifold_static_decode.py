@@ -39,7 +39,7 @@ def decode_run(model, cache, rewind, first, n_new: int) -> float:
     return (time.perf_counter() - t0) / (n_new - 1)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--surfaces", required=True, help="surfaces artifact folder")
@@ -48,7 +48,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    for name, value, least in (("--repeats", a.repeats, 1), ("--new-tokens", a.new_tokens, 2),
+                               ("--prompt-tokens", a.prompt_tokens, 1), ("--threads", a.threads, 1)):
+        if value < least:
+            ap.error(f"{name} must be an integer >= {least} (got {value})")
     torch.set_num_threads(a.threads)
     model, _ = load_model(a.model)
     bank = manifold.load(a.surfaces, model=model)

@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="also time the surfaces on the channel layout (phase 1)")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
+    if a.repeats < 1:
+        p.error(f"--repeats must be a positive integer (got {a.repeats})")
     from geosteer.errors import one_line_errors
 
     with one_line_errors():

@@ -143,3 +143,26 @@ def test_a_traced_call_uses_the_cache_only_while_it_is_complete():
     assert torch.equal(f[:, :, 5], compute(k[:, :, 5:6], v[:, :, 5:6])[:, :, 0])
     cache.forget()  # a step without the feature cache: a traced call no longer trusts the rows
     assert cache.get(kv, k, v, 1, None, compute, tracing=True) is None
+
+
+@pytest.mark.parametrize("argv, named", [(["--repeats", "0"], "--repeats"), (["--new-tokens", "1"], "--new-tokens"),
+                                         (["--threads", "0"], "--threads")])
+def test_static_decode_benchmark_refuses_bad_counts_before_loading(argv, named, capsys, monkeypatch):
+    """benchmarks/manifold_static_decode.py: a count out of range exits 2 naming the option, no model built."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("manifold_static_decode", bench / "manifold_static_decode.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(sys, "argv", ["manifold_static_decode.py"])
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--surfaces", "x", *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"error: {named} must be an integer >= {2 if named == '--new-tokens' else 1} "
+                        f"(got {argv[1]})")

@@ -117,3 +117,19 @@ def test_vllm_cache_writer_uses_the_layout_read_here(isa):
         gk, gv = shared_key.gather(cache, table[i:i + 1], torch.tensor([pos + 1]), pos + 1)
         torch.testing.assert_close(gk[0, :, pos], k[i], rtol=0, atol=0)
         torch.testing.assert_close(gv[0, :, pos], v[i], rtol=0, atol=0)
+
+
+def test_throughput_benchmark_refuses_zero_repeats(capsys):
+    """benchmarks/serve_throughput.py --repeats 0 exits 2 naming the option, before any engine starts."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_throughput.py"
+    spec = importlib.util.spec_from_file_location("serve_throughput", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--repeats", "0"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: --repeats must be a positive integer (got 0)")
