@@ -84,6 +84,38 @@ def test_low_rank_attention_matches_per_pair_reference(kind, shape, softcap, blo
     assert (again - out).abs().max().item() <= 1e-6
 
 
+FLASH_CASES = [  # (b, H, Hkv, L, T, d), causal, softcap, (query rows, key columns) of the tiles
+    ((2, 6, 2, 45, 45, 8), True, None, (7, 12)),  # many tiles, odd tails, the diagonal in every block
+    ((1, 4, 1, 45, 45, 8), True, 5.0, (64, 256)),  # one tile
+    ((1, 6, 3, 3, 50, 8), False, None, (2, 16)),  # decoding without a mask: a few queries over all keys
+    ((1, 4, 2, 20, 33, 8), False, 20.0, (8, 8)),
+]
+
+
+@pytest.mark.parametrize("shape,causal,softcap,tiles", FLASH_CASES)
+def test_flash_kernel_matches_per_pair_reference(shape, causal, softcap, tiles, monkeypatch):
+    """The compiled flash-style kernel (no mask: causal or none) on tiles that do not divide the lengths."""
+    from geosteer.manifold import _ext, low_rank_kernel
+
+    if _ext.get() is None or not hasattr(_ext.get(), "low_rank_flash"):
+        pytest.skip(f"compiled kernels unavailable: {_ext.status()}")
+    monkeypatch.setattr(low_rank_kernel, "FLASH_BLOCKS", tiles)
+    b, H, Hkv, L, T, d = shape
+    g = torch.Generator().manual_seed(L)
+    q = torch.randn(b, L, H, d, generator=g).transpose(1, 2) * 2
+    k, v = torch.randn(b, Hkv, T, d, generator=g) * 2, torch.randn(b, Hkv, T, d, generator=g)
+    U, W = factors(torch.randn(H, d, 11, 11, generator=g) * 0.5, 2)
+    visible = torch.ones(L, T, dtype=torch.bool).tril() if causal else torch.ones(L, T, dtype=torch.bool)
+    w = _reference_weights(q, k, visible, softcap, 0.3)
+    ref = naive_modulated_attention(w.float(), q, k, v, U @ W.transpose(-1, -2), 8, -4.0, 4.0)
+    out = low_rank_attention(q, k, v, U, W, 8, -4.0, 4.0, is_causal=causal, scaling=0.3, softcap=softcap)
+    assert (out - ref).abs().max().item() <= 1e-5
+    delta = low_rank_attention(q, k, v, U, W, 8, -4.0, 4.0, is_causal=causal, scaling=0.3, softcap=softcap,
+                               with_value=False)
+    stock = torch.einsum("bhij,bhjd->bihd", w.float(), v.repeat_interleave(H // Hkv, 1))
+    assert (delta - (ref - stock)).abs().max().item() <= 1e-5
+
+
 def test_compiled_features_equal_the_pytorch_ones():
     from geosteer.manifold import _ext
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("manifold_kernels.cpp",)  # package data (pyproject), read at build time
+SOURCES = ("manifold_kernels.cpp", "low_rank_flash.cpp", "bindings.cpp")  # package data, joined in this order
 
 
 def _sources() -> list[str]:
@@ -82,9 +82,9 @@ def get():
             try:
                 # -fopenmp: at::parallel_for runs on torch's OpenMP pool (the same libgomp.so.1 that torch
                 # loaded); without it the pragma is ignored and these loops run on one thread.
-                _state["mod"] = _build(cache_dir(), "manifold_v8", ["-fopenmp"])
+                _state["mod"] = _build(cache_dir(), "manifold_v9", ["-fopenmp"])
             except Exception as e:  # noqa: BLE001 - e.g. a compiler without OpenMP (Apple clang)
-                _state["mod"] = _build(cache_dir(), "manifold_v8_serial", [])
+                _state["mod"] = _build(cache_dir(), "manifold_v9_serial", [])
                 _state["serial"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
             _state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

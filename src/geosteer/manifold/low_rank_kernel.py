@@ -11,8 +11,11 @@ again from the 4 non-zero bases. The attention weights are those of
 :func:`geosteer.manifold.kernel.modulated_attention` (its private helpers: same scaling, masks, soft-capping,
 GQA, empty-cache crop).
 
-On the CPU in float32 the key side and the epilogue are compiled kernels (``geosteer.manifold._ext``); with
-``compiled=False``, ``GEOSTEER_NO_EXT=1`` or no compiler, PyTorch ops compute the same values.
+On the CPU in float32 the key side and the epilogue are compiled kernels (``geosteer.manifold._ext``); so is,
+without a mask (causal or none) and for 16 queries or more, the attention of the features itself, flash style
+(``csrc/low_rank_flash.cpp``: the scores of one tile of queries and keys, an online softmax, one product with
+the tile's features; no attention matrix in memory). With ``compiled=False``, ``GEOSTEER_NO_EXT=1`` or no
+compiler, PyTorch ops compute the same values.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import torch
 from geosteer.manifold.kernel import _affine, _ext_for, _prepare, _query_blocks, _weights_block
 
 _HALF = (torch.float16, torch.bfloat16)
+FLASH_BLOCKS = (128, 256)  # query rows, key columns of the compiled flash kernel's tiles
+FLASH_MIN_QUERIES = 16  # fewer queries (decoding): one batched product per query block is faster
 
 
 def _rank_ext(x: torch.Tensor, lo, hi, compiled: bool):
@@ -108,6 +113,10 @@ def low_rank_attention(query, key, value, U, W, grid_size: int, lo, hi, *, attn_
     b, H, L, d = query.shape
     U = U.to(query.dtype)
     ext = _rank_ext(query, lo, hi, compiled)
+    if ext is not None and hasattr(ext, "low_rank_flash") and common["attn_mask"] is None and L >= FLASH_MIN_QUERIES:
+        o = ext.low_rank_flash(query, key, features, common["scaling"], common["softcap"] or 0.0, common["causal"],
+                               FLASH_BLOCKS[0], FLASH_BLOCKS[1])
+        return _epilogue(ext, o, query, U, grid_size, lo, hi, with_value).contiguous().to(dtype)
     outs = []
     for s0, e0, rng in _query_blocks(L, block, common):
         if rng is None:
