@@ -3,11 +3,11 @@
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
+
+from tests.cli_helpers import run_cli
 
 
 def test_pretrain_variants_train_and_differ():
@@ -80,24 +80,28 @@ def test_pretrain_val_loss_is_next_byte_cross_entropy():
     assert last["val_loss"] < first["val_loss"] < math.log(256) and last["val_loss"] < 0.5
 
 
-def test_pretrain_verb_writes_curves_and_finals(tmp_path):
+def test_pretrain_verb_writes_curves_and_finals(tmp_path, monkeypatch, capsys):
     out = tmp_path / "p"
     args = ["study", "directional", "pretrain", "--variants", "baseline,value_par", "--seed-list", "0", "--steps", "2",
             "--batch", "2", "--ctx", "16", "--d-model", "32", "--n-layers", "1", "--eval-every", "2",
             "--val-batches", "1", "--out-dir", str(out), "--threads", "1"]
-    p = subprocess.run([sys.executable, "-m", "geosteer.cli", *args], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    doc = json.loads((out / "pretrain_final.json").read_text())
-    assert [(r["variant"], r["seed"]) for r in doc["rows"]] == [("baseline", 0), ("value_par", 0)]
-    assert doc["meta"]["model"] == {"d_model": 32, "layers": 1, "heads": 1, "ffn": 96}
-    curves = (out / "pretrain_curves.csv").read_text().splitlines()
-    assert curves[0].startswith("variant,seed,step") and len(curves) == 3
-    assert "note:" not in p.stderr
-    old_names = {"--n-layers": "--layers", "--seed-list": "--seeds"}
-    old_args = [old_names.get(a, a) for a in args]  # the old spellings: the same run, and a note each
-    old = subprocess.run([sys.executable, "-m", "geosteer.cli", *old_args], capture_output=True, text=True)
-    assert old.returncode == 0, old.stderr
+    threads = torch.get_num_threads()
+    try:
+        code, _, err = run_cli(monkeypatch, capsys, *args)
+        assert code == 0, err
+        doc = json.loads((out / "pretrain_final.json").read_text())
+        assert [(r["variant"], r["seed"]) for r in doc["rows"]] == [("baseline", 0), ("value_par", 0)]
+        assert doc["meta"]["model"] == {"d_model": 32, "layers": 1, "heads": 1, "ffn": 96}
+        curves = (out / "pretrain_curves.csv").read_text().splitlines()
+        assert curves[0].startswith("variant,seed,step") and len(curves) == 3
+        assert "note:" not in err
+        old_names = {"--n-layers": "--layers", "--seed-list": "--seeds"}
+        old_args = [old_names.get(a, a) for a in args]  # the old spellings: the same run, and a note each
+        code, _, old_err = run_cli(monkeypatch, capsys, *old_args)
+    finally:
+        torch.set_num_threads(threads)  # --threads 1 set this process' torch threads
+    assert code == 0, old_err
     assert json.loads((out / "pretrain_final.json").read_text())["rows"][0]["final_val_loss"] == \
         doc["rows"][0]["final_val_loss"]
-    assert "note: '--layers' (the depth) is deprecated here; use '--n-layers'" in old.stderr
-    assert "note: '--seeds' (a list) is deprecated here; use '--seed-list'" in old.stderr
+    assert "note: '--layers' (the depth) is deprecated here; use '--n-layers'" in old_err
+    assert "note: '--seeds' (a list) is deprecated here; use '--seed-list'" in old_err

@@ -1,16 +1,14 @@
 """`geosteer report` on what geosteer and lm-eval write: settings are axes (never metrics), lm-eval's
 ``results_*.json`` becomes one row per task, and the studio lists only files the reader can open.
 
-The lm-eval file comes from the real ``geosteer eval`` console script in a subprocess (lm-eval's own CLI
-with ``--model geosteer`` registered), on a tiny model and a local task.
+The lm-eval file comes from ``geosteer eval`` (lm-eval's own CLI with ``--model geosteer`` registered), run
+in this process on a tiny model and a local task, with lm-eval's task index kept to that task's folder (its
+default index parses every built-in task's YAML, about half a minute of CPU, for nothing the test reads).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ import torch
 
 from geosteer.io_utils import write_records
 from geosteer.viz.results import auto_figures, is_result_file, load_tidy
+from tests.cli_helpers import run_cli
 
 TASKS = Path(__file__).resolve().parents[1] / "data" / "lm_eval"
 
@@ -81,17 +80,25 @@ def test_declared_axes_win(tmp_path):
     assert all(t.name.startswith("layer=") for t in figs[0].data)
 
 
-def test_geosteer_eval_cli_then_report_and_studio_list(tmp_path):
-    exe = Path(sys.executable).parent / "geosteer"
-    if not exe.is_file():
-        pytest.skip("the geosteer console script is not installed in this environment")
+def test_geosteer_eval_cli_then_report_and_studio_list(tmp_path, monkeypatch, capsys):
     pytest.importorskip("lm_eval")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    from lm_eval.tasks import TaskManager
+
+    stock_init = TaskManager.__init__
+
+    def local_tasks_only(self, *args, **kwargs):
+        stock_init(self, *args, **{**kwargs, "include_defaults": False})
+
+    monkeypatch.setattr(TaskManager, "__init__", local_tasks_only)
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setenv(name, "1")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "lmeval"
-    cmd = [str(exe), "eval", "--model", "geosteer", "--model_args", "pretrained=tiny-llama,scale_par=0.5",
-           "--tasks", "geosteer_test_mc", "--include_path", str(TASKS), "--limit", "4", "--output_path", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    code, _, err = run_cli(monkeypatch, capsys, "eval", "--model", "geosteer", "--model_args",
+                           "pretrained=tiny-llama,scale_par=0.5", "--tasks", "geosteer_test_mc", "--include_path",
+                           str(TASKS), "--limit", "4", "--output_path", str(out))
+    assert code == 0, err[-2000:]
     files = list(out.rglob("results_*.json"))
     assert len(files) == 1
     raw = json.loads(files[0].read_text())
