@@ -10,13 +10,8 @@ import random
 import time
 
 import pytest
-import torch
-from starlette.testclient import TestClient
 
-import geosteer
-import geosteer.manifold as M
-from geosteer.studio.server import create_app
-from geosteer.studio.session import Session, coeff_digest
+from geosteer.studio.session import coeff_digest
 
 N_REQUESTS = 400
 MAX_SECONDS = 25.0
@@ -49,20 +44,8 @@ def rand_body(rnd: random.Random, depth: int = 0) -> dict:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    torch.manual_seed(0)
-    model, tok = geosteer.load_model("tiny-llama")
-    bank = M.install(model, grid_size=4, grid_range=(-3.0, 3.0))
-    with torch.no_grad():
-        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(1))
-                                * 0.3)
-    ws = tmp_path_factory.mktemp("fuzz") / "ws"
-    session = Session(model, tok, bank, ws, model_name="tiny-llama", max_new_tokens_cap=4)
-    app = create_app(session, [], allowed_hosts=["testserver"])
-    client = TestClient(app, raise_server_exceptions=False, headers={"X-Geosteer-Token": app.state.token})
-    assert client.post("/api/save", json={"name": "kept"}).status_code == 200
-    yield dict(session=session, client=client, ws=ws)
-    M.uninstall(model)
+def env(studio_env):
+    return studio_env("fuzz", seed=1, scale=0.3, max_new_tokens_cap=4)
 
 
 def snapshot(env) -> tuple:

@@ -14,10 +14,8 @@ import pytest
 import torch
 from starlette.testclient import TestClient
 
-import geosteer
-import geosteer.manifold as M
 from geosteer.studio.server import create_app
-from geosteer.studio.session import Session, coeff_digest
+from geosteer.studio.session import coeff_digest
 from geosteer.studio.worker import ModelWorker, QueueFull
 
 PROMPT = "The theory of relativity states that"
@@ -30,21 +28,9 @@ VALID = {"/api/edit": {"op": "zero", "scope": "layer", "layer": 1},
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    torch.manual_seed(0)
-    model, tok = geosteer.load_model("tiny-llama")
-    bank = M.attach(model, grid_size=4, grid_range=(-3.0, 3.0))
-    with torch.no_grad():
-        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(0))
-                                * 0.5)
-    ws = tmp_path_factory.mktemp("hard") / "ws"
-    session = Session(model, tok, bank, ws, model_name="tiny-llama", max_new_tokens_cap=8, max_queue=2)
-    app = create_app(session, [], allowed_hosts=["testserver", "127.0.0.1", "localhost"])
-    token = app.state.token
-    client = TestClient(app, raise_server_exceptions=False, headers={"X-Geosteer-Token": token})
-    assert client.post("/api/save", json={"name": "kept"}).status_code == 200
-    yield dict(session=session, app=app, client=client, token=token, ws=ws, model=model)
-    M.detach(model)
+def env(studio_env):
+    return studio_env("hard", seed=0, max_new_tokens_cap=8, max_queue=2,
+                      hosts=("testserver", "127.0.0.1", "localhost"))
 
 
 def snapshot(env) -> tuple:

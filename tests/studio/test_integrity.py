@@ -8,25 +8,13 @@ import json
 import shutil
 
 import pytest
-from starlette.testclient import TestClient
 
-import geosteer
-import geosteer.manifold as M
-from geosteer.studio.server import create_app
-from geosteer.studio.session import Session, coeff_digest
+from geosteer.studio.session import coeff_digest
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    model, tok = geosteer.load_model("tiny-llama")
-    bank = M.install(model, grid_size=4, grid_range=(-3.0, 3.0))
-    ws = tmp_path_factory.mktemp("integrity") / "ws"
-    session = Session(model, tok, bank, ws, model_name="tiny-llama", max_new_tokens_cap=4, max_queue=2)
-    app = create_app(session, [], allowed_hosts=["testserver"])
-    client = TestClient(app, raise_server_exceptions=False, headers={"X-Geosteer-Token": app.state.token})
-    assert client.post("/api/save", json={"name": "kept"}).status_code == 200
-    yield dict(session=session, client=client, ws=ws)
-    M.uninstall(model)
+def env(studio_env):
+    return studio_env("integrity", max_new_tokens_cap=4, max_queue=2)
 
 
 def _state(env) -> tuple:

@@ -8,23 +8,13 @@ import shutil
 
 import pytest
 import torch
-from starlette.testclient import TestClient
 
 import geosteer.manifold as M
-from geosteer.studio.server import create_app
-from geosteer.studio.session import Session
 
 
 @pytest.fixture(scope="module")
-def env(tiny_cache, tmp_path_factory):
-    model, tok = tiny_cache("llama")
-    bank = M.install(model, grid_size=4, grid_range=(-3.0, 3.0))
-    ws = tmp_path_factory.mktemp("saves") / "ws"
-    session = Session(model, tok, bank, ws, model_name="tiny-llama", max_new_tokens_cap=4)
-    app = create_app(session, [], allowed_hosts=["testserver"])
-    client = TestClient(app, raise_server_exceptions=False, headers={"X-Geosteer-Token": app.state.token})
-    yield dict(session=session, client=client, ws=ws)
-    M.uninstall(model)
+def env(tiny_cache, studio_env):
+    return studio_env("saves", model=tiny_cache("llama"), keep=False, max_new_tokens_cap=4)
 
 
 def _tree(folder):

@@ -11,42 +11,26 @@ import numpy as np
 import pytest
 import torch
 from scipy.special import rel_entr
-from starlette.testclient import TestClient
 
-import geosteer
 import geosteer.manifold as M
 from geosteer.eval.generation import generate
 from geosteer.io_utils import write_records
 from geosteer.manifold.bspline import bspline_basis_reference
-from geosteer.studio.server import create_app
-from geosteer.studio.session import Session, coeff_digest
+from geosteer.studio.session import coeff_digest
+from tests.studio.conftest import installed_bank
 
 PROMPT = "The theory of relativity states that"
 
 
-def random_bank(model, scale=0.5, seed=0):
-    bank = M.install(model, grid_size=4, grid_range=(-3.0, 3.0))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * scale)
-    return bank
-
-
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    torch.manual_seed(0)
-    model, tok = geosteer.load_model("tiny-llama")
-    bank = random_bank(model)
-    root = tmp_path_factory.mktemp("studio")
-    ws = root / "ws"
-    results = root / "results"
-    write_records(results / "decomp.json", [{"layer": i, "parallel_ratio": 0.1 * i} for i in range(3)],
+def env(studio_env):
+    env = studio_env("studio", seed=0, results=("results",), keep=False, max_new_tokens_cap=32,
+                     hosts=("testserver", "127.0.0.1", "localhost"))
+    root = env["root"]
+    write_records(root / "results" / "decomp.json", [{"layer": i, "parallel_ratio": 0.1 * i} for i in range(3)],
                   {"study": "decomposition"})
     (root / "secret.json").write_text(json.dumps({"rows": [{"layer": 1, "x": 2}, {"layer": 2, "x": 3}]}))
-    session = Session(model, tok, bank, ws, model_name="tiny-llama", max_new_tokens_cap=32)
-    app = create_app(session, [results], allowed_hosts=["testserver", "127.0.0.1", "localhost"])
-    client = TestClient(app, raise_server_exceptions=False, headers={"X-Geosteer-Token": app.state.token})
-    return dict(model=model, tok=tok, session=session, client=client, root=root, ws=ws)
+    return env
 
 
 def _arr(v):
@@ -245,7 +229,7 @@ def test_sensitivity_is_the_first_order_zeroing_effect(env):
     from geosteer.studio.bankio import sensitivity
 
     model, tok = env["model"], env["tok"]
-    bank = random_bank(model, scale=0.02, seed=1)  # replaces the session's bank on the model for now
+    bank = installed_bank(model, seed=1, scale=0.02)  # replaces the session's bank on the model for now
     scores = sensitivity(model, tok, bank, PROMPT)
     base = _logp(model, tok, PROMPT)
     top = int(base.argmax())
