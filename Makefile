@@ -37,11 +37,12 @@ demo: $(STAMP)
 	$(BIN)/geosteer demo
 
 # The suite in TEST_WORKERS pytest-xdist processes (one torch thread each on 2 cores), a test file per worker
-# at a time (module fixtures built once), then the few `serial` tests (timing-sensitive, or a long child
-# process) alone; `make test TEST_WORKERS=0` runs the first part in this one process.
+# at a time (module fixtures built once; the long files of tests/conftest.py LONG_FILES first, the rest in
+# collection order), then the few `serial` tests (timing-sensitive, or a long child process) alone;
+# `make test TEST_WORKERS=0` runs the first part in this one process.
 TEST_WORKERS ?= 2
 test: $(DEVSTAMP)
-	$(BIN)/python -m pytest -q -x --durations=15 -n $(TEST_WORKERS) --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -q -x --durations=15 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(BIN)/python -m pytest -q -x --durations=5 -m serial
 
 lint: $(DEVSTAMP)

@@ -12,6 +12,22 @@ if _WORKERS > 1:
 
 TINY_FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gemma3", "gpt2", "gpt_neox"]
 
+# Files that keep a worker busy for 15 s or more (child processes, notebook kernels, a browser, the real
+# model), longest first. Under xdist they are handed out first (make test passes --no-loadscope-reorder, which
+# otherwise sends files out by test count, so these few-test files came last while the other worker idled);
+# every other file follows in collection order. A missing name is ignored.
+LONG_FILES = ("docs/test_notebooks.py", "e2e/test_studio_browser.py", "vectors/test_frontier.py",
+              "docs/test_packaging.py", "integrations/test_distributed.py", "dynamics/test_critical.py",
+              "integrations/test_lm_eval.py", "studies/test_scripts.py", "manifold/test_real.py",
+              "vectors/test_cli.py", "core/test_methods_load.py", "docs/test_site.py", "tasks/test_tasks.py",
+              "dynamics/test_cli.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order the files go out to the workers in
+        rank = {f"tests/{name}": i for i, name in enumerate(LONG_FILES)}
+        items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
 
 @pytest.fixture(scope="session")
 def tiny_model():
