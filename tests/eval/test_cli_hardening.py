@@ -102,11 +102,14 @@ def test_generate_temperature_zero_is_greedy(monkeypatch, capsys):
 
 
 def test_generate_caps_max_new_tokens_at_the_context(monkeypatch, capsys, tiny_cache):
-    model, tok = tiny_cache("llama")
     from geosteer.eval.generation import prompt_ids
+    from geosteer.models import tiny
 
+    _, tok = tiny_cache("llama")
+    limit = 24  # a context of 24 positions for the tiny Llama the command builds: the cap, not 512 decode steps
+    cls_name, kwargs = tiny.TINY_FAMILIES["llama"]
+    monkeypatch.setitem(tiny.TINY_FAMILIES, "llama", (cls_name, {**kwargs, "max_position_embeddings": limit}))
     n_prompt = prompt_ids(tok, "The cat").shape[1]
-    limit = model.config.max_position_embeddings
     code, out, err = run_cli(monkeypatch, capsys, "generate", "--model", "tiny-llama", "-p", "The cat",
                              "--max-new-tokens", "100000000", "--json")
     assert code == 0, err
