@@ -4,32 +4,43 @@ eager model's logits: through Dynamo's graph alone (fast), and through inductor'
 inductor's C++ code generation takes minutes on two cores). The same for transformers' compiled decode step
 beside a static KV cache (what CUDA graphs capture): one graph for every step, eager tokens and logits."""
 
+import contextlib
 import os
 
 import pytest
 import torch
 
 from geosteer import manifold
+from tests.conftest import random_bank, random_ids
+
+slow_inductor = pytest.mark.skipif(os.environ.get("GEOSTEER_SLOW_TESTS", "") in ("", "0"),
+                                   reason="inductor compiles C++ for a minute or more: GEOSTEER_SLOW_TESTS=1 runs it")
 
 
-def _compiled_vs_eager(model, backend: str):
+@contextlib.contextmanager
+def _random_surfaces(model, seed: int):
+    """Random surfaces (grid range ±3) installed on ``model`` and Dynamo's caches cleared; both undone after."""
     import torch._dynamo as dynamo
-    from torch._dynamo.testing import CompileCounterWithBackend
 
-    ids = torch.randint(5, 900, (2, 12), generator=torch.Generator().manual_seed(0))
-    bank = manifold.install(model, grid_range=(-3.0, 3.0))
+    bank = manifold.install(model, bank=random_bank(model, seed=seed, grid_range=(-3.0, 3.0)))
+    dynamo.reset()
     try:
-        with torch.no_grad():
-            stock = model(input_ids=ids, use_cache=False).logits
-            g = torch.Generator().manual_seed(1)
-            bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g) * 0.5)
-            eager = model(input_ids=ids, use_cache=False).logits
-            dynamo.reset()
-            counter = CompileCounterWithBackend(backend)
-            ours = torch.compile(model, backend=counter, fullgraph=True)(input_ids=ids, use_cache=False).logits
+        yield bank
     finally:
         manifold.uninstall(model)
         dynamo.reset()
+
+
+def _compiled_vs_eager(model, backend: str):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    ids = random_ids(2, 12)
+    with torch.no_grad():
+        stock = model(input_ids=ids, use_cache=False).logits
+        with _random_surfaces(model, seed=1):
+            eager = model(input_ids=ids, use_cache=False).logits
+            counter = CompileCounterWithBackend(backend)
+            ours = torch.compile(model, backend=counter, fullgraph=True)(input_ids=ids, use_cache=False).logits
     assert counter.frame_count == 1 and counter.op_count > 0  # one graph, no breaks
     assert (eager - stock).abs().max().item() > 1e-3  # the surfaces change the logits
     return ours, eager
@@ -42,8 +53,7 @@ def test_surfaces_trace_into_one_graph(tiny_cache):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("GEOSTEER_SLOW_TESTS", "") in ("", "0"),
-                    reason="inductor compiles C++ for a minute or more: GEOSTEER_SLOW_TESTS=1 runs it")
+@slow_inductor
 def test_inductor_compiled_surfaces_equal_eager(tiny_cache):
     ours, eager = _compiled_vs_eager(tiny_cache("llama")[0], "inductor")
     # inductor reorders fp32 sums: a tolerance above the rounding of logits of magnitude ~|eager|
@@ -58,26 +68,18 @@ def _compiled_generate_vs_eager(model, backend: str, mode: str | None = None):
     from torch._dynamo.utils import counters
     from transformers import CompileConfig
 
-    from tests.conftest import random_bank, random_ids
-
     ids = random_ids(2, 9)
-    bank = random_bank(model, grid_range=(-3.0, 3.0))
-    manifold.install(model, bank=bank)
     kw = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, output_logits=True,
               return_dict_in_generate=True, pad_token_id=0, cache_implementation="static")
     config = CompileConfig(fullgraph=True, dynamic=False, backend=backend, mode=mode)
     config._compile_all_devices = True  # transformers compiles on accelerators only, unless told
-    try:
-        with torch.no_grad():
-            eager = model.generate(ids, **kw)
-            dynamo.reset()
-            counters.clear()
-            ours = model.generate(ids, compile_config=config, **kw)
+    with torch.no_grad(), _random_surfaces(model, seed=0) as bank:
+        eager = model.generate(ids, **kw)
+        dynamo.reset()
+        counters.clear()
+        ours = model.generate(ids, compile_config=config, **kw)
         traced = {i: c.end for i, c in bank._static_caches.items()}
         stats = {k: dict(v) for k, v in counters.items()}
-    finally:
-        manifold.uninstall(model)
-        dynamo.reset()
     # every surface layer decoded through the preallocated feature cache inside the graph (end unknown)
     assert traced == {i: None for i in range(len(bank.layers))}
     # 4 decode steps, one graph (fullgraph: a break raises), no recompile
@@ -92,8 +94,7 @@ def test_static_cache_decode_step_traces_into_one_graph(tiny_cache):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("GEOSTEER_SLOW_TESTS", "") in ("", "0"),
-                    reason="inductor compiles C++ for a minute or more: GEOSTEER_SLOW_TESTS=1 runs it")
+@slow_inductor
 def test_inductor_static_cache_decode_equals_eager(tiny_cache):
     """transformers' default compiled decode (inductor, mode="reduce-overhead": CUDA graphs on a GPU, the same
     inductor graph on the CPU)."""
