@@ -97,7 +97,7 @@ def test_flash_kernel_matches_per_pair_reference(shape, causal, softcap, tiles, 
     """The compiled flash-style kernel (no mask: causal or none) on tiles that do not divide the lengths."""
     from geosteer.manifold import _ext, low_rank_kernel
 
-    if _ext.get() is None or not hasattr(_ext.get(), "low_rank_flash"):
+    if _ext.get() is None or not hasattr(_ext.get(), "feature_flash"):
         pytest.skip(f"compiled kernels unavailable: {_ext.status()}")
     monkeypatch.setattr(low_rank_kernel, "FLASH_BLOCKS", tiles)
     b, H, Hkv, L, T, d = shape
@@ -114,6 +114,23 @@ def test_flash_kernel_matches_per_pair_reference(shape, causal, softcap, tiles, 
                                with_value=False)
     stock = torch.einsum("bhij,bhjd->bihd", w.float(), v.repeat_interleave(H // Hkv, 1))
     assert (delta - (ref - stock)).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("per_kv_head", [False, True])
+def test_flash_kernel_is_softmax_times_features(per_kv_head):
+    """ext.feature_flash = softmax(s·q kᵀ) f for any features f, per query head or per KV head (GQA rows stacked)."""
+    from geosteer.manifold import _ext
+
+    if _ext.get() is None or not hasattr(_ext.get(), "feature_flash"):
+        pytest.skip(f"compiled kernels unavailable: {_ext.status()}")
+    g = torch.Generator().manual_seed(7)
+    b, H, Hkv, L, T, d, W = 2, 6, 2, 19, 19, 8, 13
+    q, k = torch.randn(b, H, L, d, generator=g), torch.randn(b, Hkv, T, d, generator=g)
+    f = torch.randn(b, Hkv if per_kv_head else H, T, W, generator=g)
+    w = _reference_weights(q, k, torch.ones(L, T, dtype=torch.bool).tril(), None, 0.4)
+    ref = w @ f.double().repeat_interleave(H // f.shape[1], 1)
+    out = _ext.get().feature_flash(q, k, f, 0.4, 0.0, True, 4, 5)
+    assert (out - ref).abs().max().item() <= 1e-5
 
 
 def test_compiled_features_equal_the_pytorch_ones():

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("manifold_kernels.cpp", "low_rank_flash.cpp", "bindings.cpp")  # package data, joined in this order
+SOURCES = ("manifold_kernels.cpp", "feature_flash.cpp", "bindings.cpp")  # package data, joined in this order
 
 
 def _sources() -> list[str]:

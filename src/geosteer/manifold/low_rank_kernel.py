@@ -13,7 +13,7 @@ GQA, empty-cache crop).
 
 On the CPU in float32 the key side and the epilogue are compiled kernels (``geosteer.manifold._ext``); so is,
 without a mask (causal or none) and for 16 queries or more, the attention of the features itself, flash style
-(``csrc/low_rank_flash.cpp``: the scores of one tile of queries and keys, an online softmax, one product with
+(``csrc/feature_flash.cpp``: the scores of one tile of queries and keys, an online softmax, one product with
 the tile's features; no attention matrix in memory). With ``compiled=False``, ``GEOSTEER_NO_EXT=1`` or no
 compiler, PyTorch ops compute the same values.
 """
@@ -25,7 +25,7 @@ import torch
 from geosteer.manifold.kernel import _affine, _ext_for, _prepare, _query_blocks, _weights_block
 
 _HALF = (torch.float16, torch.bfloat16)
-FLASH_BLOCKS = (128, 256)  # query rows, key columns of the compiled flash kernel's tiles
+FLASH_BLOCKS = (128, 256)  # queries, keys per tile of the compiled flash kernel
 FLASH_MIN_QUERIES = 16  # fewer queries (decoding): one batched product per query block is faster
 
 
@@ -33,6 +33,20 @@ def _rank_ext(x: torch.Tensor, lo, hi, compiled: bool):
     """The compiled module when it applies here and has the rank-r kernels (an older build has not)."""
     ext = _ext_for(x, lo, hi) if compiled else None
     return ext if ext is not None and hasattr(ext, "low_rank_epilogue") else None
+
+
+def flash(ext, query, key, features, common: dict, blocks: tuple[int, int], *params) -> torch.Tensor | None:
+    """softmax(scores)·features (b, H, L, W) by the compiled flash-style kernel (``csrc/feature_flash.cpp``: no
+    attention matrix in memory); None where it does not apply: a mask, dropout, fewer than
+    ``FLASH_MIN_QUERIES`` queries, autograd through any input or ``params``, an older build."""
+    if ext is None or not hasattr(ext, "feature_flash") or common["attn_mask"] is not None or common["dropout"]:
+        return None
+    if common["L"] < FLASH_MIN_QUERIES or (torch.is_grad_enabled() and any(
+            t.requires_grad for t in (query, key, features, *params))):
+        return None
+    b, hf, T = features.shape[:3]
+    return ext.feature_flash(query, key, features.reshape(b, hf, T, -1), common["scaling"], common["softcap"] or 0.0,
+                             common["causal"], blocks[0], blocks[1])
 
 
 def projected(x: torch.Tensor, F: torch.Tensor, grid_size: int, lo, hi) -> torch.Tensor:
@@ -113,9 +127,8 @@ def low_rank_attention(query, key, value, U, W, grid_size: int, lo, hi, *, attn_
     b, H, L, d = query.shape
     U = U.to(query.dtype)
     ext = _rank_ext(query, lo, hi, compiled)
-    if ext is not None and hasattr(ext, "low_rank_flash") and common["attn_mask"] is None and L >= FLASH_MIN_QUERIES:
-        o = ext.low_rank_flash(query, key, features, common["scaling"], common["softcap"] or 0.0, common["causal"],
-                               FLASH_BLOCKS[0], FLASH_BLOCKS[1])
+    o = flash(ext, query, key, features, common, FLASH_BLOCKS, U)
+    if o is not None:
         return _epilogue(ext, o, query, U, grid_size, lo, hi, with_value).contiguous().to(dtype)
     outs = []
     for s0, e0, rng in _query_blocks(L, block, common):

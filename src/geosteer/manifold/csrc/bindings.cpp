@@ -6,5 +6,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("epilogue_backward", &epilogue_backward, "gradients of epilogue");
     m.def("low_rank_key_features", &low_rank_key_features, "rank-r key-side features");
     m.def("low_rank_epilogue", &low_rank_epilogue, "rank-r query-side epilogue");
-    m.def("low_rank_flash", &low_rank_flash, "rank-r attention of the narrow features, flash style");
+    m.def("feature_flash", &feature_flash, "attention of key-side features, flash style");
 }
