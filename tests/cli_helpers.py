@@ -85,15 +85,9 @@ def refused_before_load(monkeypatch, capsys, *args: str) -> str:
 
 def command_leaves(root=None, *, hidden: bool = True) -> dict:
     """``"verb sub"`` -> click command of every leaf of the ``geosteer`` tree, in registration order.
-    ``root``: a built tree (default: ``geosteer.cli.app`` with every method's CLI registered);
+    ``root``: a built tree (default: :func:`geosteer_command`, every method's CLI registered);
     ``hidden=False`` leaves out hidden commands and everything under a hidden group."""
-    if root is None:
-        from typer.main import get_command
-
-        from geosteer.cli import app, register_clis
-
-        register_clis()
-        root = get_command(app)
+    root = geosteer_command() if root is None else root
     leaves: dict = {}
 
     def walk(cmd, path: tuple[str, ...]) -> None:
