@@ -244,8 +244,8 @@ class SurfaceBank(nn.Module):
 
     def low_rank(self, rank: int, narrow: bool = True) -> SurfaceBank:
         """A copy with each C_d truncated to its ``rank`` largest singular values (``meta["low_rank"]``: the
-        discarded energy per layer). ``narrow`` (default): inference runs the r + 1-slice path (Triton: the
-        exact kernels); ``narrow=False``: the exact kernels on the truncated coefficients everywhere; see
+        discarded energy per layer). ``narrow`` (default): inference runs the r + 1-slice path (also on the
+        Triton backend); ``narrow=False``: the exact kernels on the truncated coefficients everywhere; see
         :mod:`geosteer.manifold.low_rank`."""
         from geosteer.manifold.low_rank import low_rank_bank
 
@@ -254,7 +254,8 @@ class SurfaceBank(nn.Module):
     def _low_rank_attention(self, slot: int, c: torch.Tensor):
         """modulated_attention's signature on the rank-r path (factors of this layer cached per version;
         decoding reuses the narrow key features of the past keys, in ``_caches`` under ``("low_rank", slot)``).
-        Where the fused Triton kernels apply, they run on the truncated coefficients instead."""
+        Where the fused Triton kernels apply, the rank-r Triton forward runs (no feature cache; with autograd,
+        the exact fused kernels on the truncated coefficients)."""
         from geosteer.manifold.kernel import modulated_attention, use_triton
         from geosteer.manifold.low_rank import factors
         from geosteer.manifold.low_rank_kernel import cached_features, low_rank_attention
@@ -265,13 +266,19 @@ class SurfaceBank(nn.Module):
             self._factors = {k: f for k, f in self._factors.items() if k[0] != slot}
             uw = self._factors[key] = factors(c, self.rank)
 
-        def attend(q, k, v, _c, grid_size, lo, hi, *, dropout, features, backend, **kw):
+        def attend(q, k, v, _c, grid_size, lo, hi, *, dropout, features, backend, block, **kw):
             if use_triton(backend, q, lo, hi, dropout):
-                return modulated_attention(q, k, v, _c, grid_size, lo, hi, dropout=dropout, backend=backend, **kw)
+                if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, _c)):
+                    return modulated_attention(q, k, v, _c, grid_size, lo, hi, dropout=dropout, backend=backend,
+                                               **kw)
+                from geosteer.manifold.triton_low_rank import low_rank_attention_triton
+
+                return low_rank_attention_triton(q, k, v, *uw, grid_size, lo, hi, **kw)
             compiled = backend != "torch"
             cache = self._caches.setdefault(("low_rank", slot), FeatureCache())
             features = cached_features(cache, q, k, v, uw[1], grid_size, lo, hi, key, compiled=compiled, **kw)
-            return low_rank_attention(q, k, v, *uw, grid_size, lo, hi, features=features, compiled=compiled, **kw)
+            return low_rank_attention(q, k, v, *uw, grid_size, lo, hi, features=features, compiled=compiled,
+                                      block=block, **kw)
 
         return attend
 

@@ -55,8 +55,7 @@ def surface_attention(bank, call, proceed, slot: int, handler):
     fused = bank.fused and last
     features = None
     name = "torch" if tracing else backend_choice(bank.backend)
-    low_rank = (bank.rank is not None and not grad and name != "triton" and not tracing
-                and not (call.dropout and call.module.training))
+    low_rank = (bank.rank is not None and not grad and not tracing and not (call.dropout and call.module.training))
     if not torch.is_grad_enabled() and L < T and not low_rank and not use_triton(name, q, lo_f, hi_f):
         features = _cached_features(bank, call, slot, L, lo_f, hi_f, bool(is_causal), tracing)
     else:

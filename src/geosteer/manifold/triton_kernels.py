@@ -61,6 +61,37 @@ def _widened(kc, vc, sc, off, G: tl.constexpr, K: tl.constexpr, KB: tl.constexpr
 
 
 @triton.jit
+def _masked_scores(q_full, kt, Mk, b, h, i, j, jin, L, offset, scale, softcap, window, smb, smh, smi, smj,
+                   CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
+    """Scaled (soft-capped) scores of queries i against keys j, −inf where masked (causal, window, padding,
+    boolean keep-mask) or outside the lengths; an additive mask is added."""
+    s = tl.dot(q_full, tl.trans(kt), input_precision="ieee") * scale
+    if SOFTCAP:
+        s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap
+    ok = jin[None, :] & (i[:, None] < L)
+    if CAUSAL:
+        ok = ok & (j[None, :] <= i[:, None] + offset)
+        if WINDOW:
+            ok = ok & (j[None, :] > i[:, None] + offset - window)
+    if MASK_KIND == 1:
+        mk = tl.load(Mk + b * smb + h * smh + i[:, None] * smi + j[None, :] * smj, mask=ok, other=0)
+        ok = ok & (mk != 0)
+    if MASK_KIND == 2:
+        s += tl.load(Mk + b * smb + h * smh + i[:, None] * smi + j[None, :] * smj, mask=ok, other=0.0).to(tl.float32)
+    return tl.where(ok, s, float("-inf"))
+
+
+@triton.jit
+def _online_softmax(s, m_i, l_i):
+    """One online-softmax step: (new running max, rescale of the old accumulators, p, new running sum)."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_safe)
+    p = tl.exp(s - m_safe[:, None])
+    return m_new, alpha, p, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
 def _attend(Q, Kp, V, Mk, b, h, hk, i, dv, q_full, j0, j1, L, T, offset, scale, softcap, sc, off, window,
             sqb, sqh, sqi, skb, skh, skj, svb, svh, svj, smb, smh, smi, smj,
             G: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, HAS_SURF: tl.constexpr,
@@ -78,27 +109,9 @@ def _attend(Q, Kp, V, Mk, b, h, hk, i, dv, q_full, j0, j1, L, T, offset, scale, 
         jin = j < j1
         kt = tl.load(Kp + b * skb + hk * skh + j[:, None] * skj + dfull[None, :],
                      mask=jin[:, None] & (dfull[None, :] < D), other=0.0).to(tl.float32)
-        s = tl.dot(q_full, tl.trans(kt), input_precision="ieee") * scale
-        if SOFTCAP:
-            s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap
-        ok = jin[None, :] & (i[:, None] < L)
-        if CAUSAL:
-            ok = ok & (j[None, :] <= i[:, None] + offset)
-            if WINDOW:
-                ok = ok & (j[None, :] > i[:, None] + offset - window)
-        if MASK_KIND == 1:
-            mk = tl.load(Mk + b * smb + h * smh + i[:, None] * smi + j[None, :] * smj,
-                         mask=ok, other=0)
-            ok = ok & (mk != 0)
-        if MASK_KIND == 2:
-            s += tl.load(Mk + b * smb + h * smh + i[:, None] * smi + j[None, :] * smj,
-                         mask=ok, other=0.0).to(tl.float32)
-        s = tl.where(ok, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        s = _masked_scores(q_full, kt, Mk, b, h, i, j, jin, L, offset, scale, softcap, window, smb, smh, smi, smj,
+                           CAUSAL, MASK_KIND, SOFTCAP, WINDOW)
+        m_new, alpha, p, l_i = _online_softmax(s, m_i, l_i)
         dmask = jin[:, None] & (dv[None, :] < D)
         vc = tl.load(V + b * svb + hk * svh + j[:, None] * svj + dv[None, :], mask=dmask, other=0.0).to(tl.float32)
         acc_v = acc_v * alpha[:, None] + tl.dot(p, vc, input_precision="ieee")

@@ -1,0 +1,68 @@
+"""Rank-r surfaces on GPUs (Triton): the r + 1-slice forward, fused (inference only).
+
+    out = low_rank_attention_triton(q, k, v, U, W, grid_size, lo, hi, is_causal=True)
+
+C_d = U_d W_dᵀ with U, W (H, d, K, r) (:func:`geosteer.manifold.low_rank.factors`). Same contract as
+:func:`geosteer.manifold.low_rank_kernel.low_rank_attention` and the exact Triton forward
+(:func:`geosteer.manifold.triton.modulated_attention_triton`): SDPA's masks and scaling, soft-capping, GQA
+with K/V read per KV head, the empty-cache crop of a purely causal call, an optional ``sliding_window``,
+fp32/bf16/fp16 inputs with fp32 accumulation, ``with_value=False`` for Δo only. The kernel
+(``triton_low_rank_kernels``) builds the narrow value tile [v⊙(B(k)·w_1), …, v⊙(B(k)·w_r)] on chip, so
+nothing of size q × k or k × d·(r+1) reaches global memory and the KV cache is the stock one.
+
+No backward: with autograd the bank runs the exact fused kernels on the truncated coefficients (same
+values). Decoding runs the same forward with a small query tile (no split of the keys over programs).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from geosteer.errors import GeosteerError
+from geosteer.manifold.triton import _blocks, _kernels, _launch, triton_cdiv
+
+
+def _narrow_kernels():
+    _kernels()  # the missing-package error, once
+    from geosteer.manifold import triton_low_rank_kernels
+
+    return triton_low_rank_kernels
+
+
+def _factor(x: torch.Tensor, name: str, shape: tuple, device) -> torch.Tensor:
+    if tuple(x.shape) != shape:
+        raise GeosteerError(f"{name} must have shape (heads, head_dim, K, rank) = {shape}, got {tuple(x.shape)}")
+    return x.detach().to(device=device, dtype=torch.float32).contiguous()
+
+
+def low_rank_attention_triton(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, U: torch.Tensor,
+                              W: torch.Tensor, grid_size: int, lo, hi, *, attn_mask: torch.Tensor | None = None,
+                              is_causal: bool = False, scaling: float | None = None, softcap: float | None = None,
+                              sliding_window: int | None = None, with_value: bool = True,
+                              block_m: int | None = None, block_n: int | None = None,
+                              dv: int | None = None) -> torch.Tensor:
+    """Rank-r modulated attention output (b, L, H, d) in the query's dtype.
+
+    ``U``, ``W`` (H, d, K, r); ``block_m``/``block_n``/``dv``: tile sizes (queries, keys, value dims per
+    program). Inference only: refuses inputs that need gradients."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, U, W)):
+        raise GeosteerError("the rank-r Triton kernel has no backward; for gradients use "
+                            "modulated_attention_triton on the coefficients U Wᵀ")
+    b, H, L, D = query.shape
+    K, r = int(grid_size) + 3, U.shape[-1]
+    uf = _factor(U, "U", (H, D, K, r), query.device)
+    wf = _factor(W, "W", (H, D, K, r), query.device)
+    a = _launch(query, key, value, None, grid_size, lo, hi, attn_mask, is_causal, scaling, softcap, sliding_window)
+    q, k, v, mk, T = a["q"], a["k"], a["v"], a["mk"], a["T"]
+    rb = 1 << (r - 1).bit_length()
+    if dv is None and query.device.type == "cuda":
+        dv = 64 if rb <= 2 else 32  # the accumulators are (BLOCK_M, (rb + 1)·DV) per program
+    bm, bn, bd, DV = _blocks(query, L, D, block_m, block_n, dv)
+    n_dv = triton_cdiv(D, DV)
+    out = torch.empty(b, L, H, D, device=query.device, dtype=torch.float32)
+    flags = {n: a["flags"][n] for n in ("CAUSAL", "MASK_KIND", "SOFTCAP", "WINDOW", "D")}
+    _narrow_kernels()._fwd_narrow[(triton_cdiv(L, bm), b * H, n_dv)](
+        q, k, v, uf, wf, mk, out, L, T, H, H // k.shape[1], *a["scalars"].values(), *a["strides"],
+        out.stride(0), out.stride(1), out.stride(2), G=int(grid_size), K=K, R=r, RB=rb, WITH_VALUE=with_value,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, DV=DV, **flags)
+    return out.to(query.dtype)
