@@ -53,11 +53,33 @@ def build_inline(name: str, sources: list[str], functions: list[str] | None, omp
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     build = (cache or cache_dir()) / "torch_extensions" / f"{name}-{_build_tag()}"
     build.mkdir(parents=True, exist_ok=True)
+    _clear_stale_lock(build / "lock")
     if announce and not (build / "build.ninja").exists():
         print(announce, file=sys.stderr, flush=True)
     return load_inline(name=f"geosteer_{name}", cpp_sources=sources, functions=functions,
                        extra_cflags=["-O3", "-march=native", *omp], extra_ldflags=omp,
                        build_directory=str(build), verbose=False)
+
+
+STALE_LOCK_S = 600.0  # a build takes about a minute (a few on a loaded machine); an older lock is orphaned
+
+
+def _clear_stale_lock(lock: Path, stale_s: float = STALE_LOCK_S, poll_s: float = 1.0) -> None:
+    """Wait for another process's build (torch's lock file in the build folder) and remove the lock if it is
+    older than ``stale_s``: an interrupted build leaves it behind, and torch would then wait forever."""
+    import time
+
+    while lock.exists():
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if age > stale_s:
+            lock.unlink(missing_ok=True)
+            print(f"[geosteer] removed the lock of an interrupted kernel build ({age / 60:.0f} min old): {lock}",
+                  file=sys.stderr, flush=True)
+            return
+        time.sleep(poll_s)
 
 
 def _build(cache: Path, name: str, omp: list[str]):
