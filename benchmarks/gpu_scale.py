@@ -11,9 +11,12 @@ carries random non-zero surfaces (grid 8). In this order, failing fast (exit 1, 
 4. one training step at 2k tokens (surfaces: coefficients trainable + Adam; stock: backward through the
    input embeddings), with peak memory per side;
 5. decoding under CUDA graphs (``gpu_graphs.py``): a 4k static cache, ``torch.compile(mode="reduce-overhead",
-   fullgraph=True)``, stock vs surfaces, both graphed, tokens/s at batch 1 and 32.
+   fullgraph=True)``, stock vs surfaces, both graphed, tokens/s at batch 1 and 32;
+6. rank 2 (``gpu_low_rank.py``): the bank truncated to rank 2, forward at 512 and 2k tokens, stock vs the exact
+   Triton kernel on the truncated coefficients vs the narrow rank-2 Triton kernel (its exactness against the
+   PyTorch path of the same rank-2 math is checked with the others in step 1, and on whole-model logits).
 
-``--parts`` picks among forward, decode, train, graphs (the exactness checks always run):
+``--parts`` picks among forward, decode, train, graphs, rank2 (the exactness checks always run):
 
     python benchmarks/gpu_smoke.py --scale --shapes 1b --parts graphs --out gpu_graphs.json
 
@@ -40,6 +43,9 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_low_rank  # noqa: E402
+
 SHAPES = {
     "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
                num_key_value_heads=8, head_dim=64, vocab_size=128256, rope_theta=500000.0,
@@ -52,13 +58,15 @@ SHAPES = {
 }
 # per shape: forward lengths, PyTorch path up to, decode (batches, cache, new tokens), train length
 PLANS = {
-    "1b": dict(lengths=[512, 2048, 8192, 32768], torch_max=8192, batches=[1, 32], cache=4096, new=16, train=2048),
-    "8b": dict(lengths=[512, 2048, 8192], torch_max=2048, batches=[1, 32], cache=4096, new=8, train=2048),
-    "tiny": dict(lengths=[40], torch_max=40, batches=[2], cache=24, new=2, train=16),
+    "1b": dict(lengths=[512, 2048, 8192, 32768], torch_max=8192, batches=[1, 32], cache=4096, new=16, train=2048,
+               rank2=[512, 2048]),
+    "8b": dict(lengths=[512, 2048, 8192], torch_max=2048, batches=[1, 32], cache=4096, new=8, train=2048,
+               rank2=[512, 2048]),
+    "tiny": dict(lengths=[40], torch_max=40, batches=[2], cache=24, new=2, train=16, rank2=[16]),
 }
 
 
-PARTS = ("forward", "decode", "train", "graphs")
+PARTS = ("forward", "decode", "train", "graphs", "rank2")
 
 
 class Budget(Exception):
@@ -136,7 +144,7 @@ def peak_gib(sides, fn, dev, names) -> dict:
     return out
 
 
-def check_kernel(shape: str, dev) -> dict:
+def check_kernel(shape: str, dev, parts=()) -> dict:
     """Triton vs the PyTorch path on one layer's shapes (fp32 and bf16 inputs); raises on a mismatch."""
     from geosteer.manifold.kernel import modulated_attention
 
@@ -166,6 +174,8 @@ def check_kernel(shape: str, dev) -> dict:
             res[f"{name}_{str(dt)[6:]}_max_abs"] = err
             if not err <= tol:
                 raise AssertionError(f"triton vs torch path, {name} {dt}: max |Δ| {err} > {tol}")
+    if "rank2" in parts:
+        res.update(gpu_low_rank.check_kernel(s, dev))
     return res
 
 
@@ -200,7 +210,7 @@ def run_shape(shape: str, a, dev, dtype, t_start: float) -> dict:
         if time.perf_counter() - t_start > a.budget_s:
             raise Budget
 
-    rec["kernel_checks"] = check_kernel(shape, dev)
+    rec["kernel_checks"] = check_kernel(shape, dev, a.parts)
     model, bank = build(shape, dev, dtype, a.seed)
     sides = _sides(bank)
     vocab = SHAPES[shape]["vocab_size"]
@@ -220,6 +230,9 @@ def run_shape(shape: str, a, dev, dtype, t_start: float) -> dict:
                 model(ids, use_cache=False, logits_to_keep=1)
         fw[str(L)] = timed(sides, fwd, dev, a.repeats, names) | peak_gib(sides, fwd, dev, names)
         print(shape, "forward", L, fw[str(L)], flush=True)
+    if "rank2" in a.parts:
+        rec["rank2"] = gpu_low_rank.rank2_part(model, bank, dev, plan, vocab, a.repeats,
+                                               lambda: time.perf_counter() - t_start > a.budget_s, timed)
     rec["decode"] = {}
     for B in plan["batches"] if "decode" in a.parts else []:
         try:

@@ -380,6 +380,10 @@ def test_gpu_scale_dry_run(fused, tmp_path):
     assert max(v for k, v in tiny["kernel_checks"].items() if "float32" in k) <= 1e-4
     assert tiny["model_checks"]["surfaces_effect_max_abs"] > 0
     assert {"stock_s", "triton_s", "torch_s"} <= set(tiny["forward"]["40"]) and tiny["train_step"]["grad_finite"]
+    rank2 = tiny["rank2"]  # the narrow rank-2 kernel: checked against the PyTorch path, then timed
+    assert any(k.startswith("rank2_") for k in tiny["kernel_checks"])
+    assert rank2["model_checks"]["rank2_effect_max_abs"] > 0
+    assert {"stock_s", "exact_s", "rank2_s"} <= set(rank2["forward"]["16"])
     graphs = tiny["decode_graphs"]["batch2"]  # ok: the traced static-cache step gave the eager step's logits
     assert "first_step_max_abs" in graphs and graphs["surfaces_tok_s"] > 0 and graphs["stock_tok_s"] > 0
     assert graphs["feature_cache_live"]  # the graphed surfaces steps decoded from the feature cache

@@ -6,9 +6,11 @@ instead of K + 1 (the FLOP floor of ``benchmarks/manifold_speed.py`` with K repl
 truncation is computed and measured (discarded singular-value energy, next-token KL against the exact bank
 on held-out text). The inference forwards of a bank from :func:`low_rank_bank` (``narrow=True``, the default)
 run :func:`geosteer.manifold.low_rank_kernel.low_rank_attention` (r + 1 slices; compiled key side and epilogue
-on the CPU in fp32, PyTorch ops elsewhere), and decoding reuses its key features of the past keys; with
-autograd, where the fused Triton kernels apply, and with ``narrow=False`` the exact kernels run on the
-truncated coefficients (same values; on the CPU the narrow path is the faster, docs/manifold-speed.md).
+on the CPU in fp32, PyTorch ops elsewhere), and decoding reuses its key features of the past keys; where the
+fused Triton kernels apply, :func:`geosteer.manifold.triton_low_rank.low_rank_attention_triton` (the same
+r + 1 slices, built on chip). With autograd on the Triton backend and with ``narrow=False`` the exact kernels
+run on the truncated coefficients (same values; on the CPU the narrow path is the faster,
+docs/manifold-speed.md).
 """
 
 from __future__ import annotations
