@@ -3,12 +3,13 @@
 Triton's interpreter (the CPU tests) does not enforce what the compiler does (tile shapes of products,
 types across branches, register allocation): this runs the real compiler down to a cubin for the given
 architecture (default sm_90, H100/H200) with the bundled ptxas, for the forward (each mask kind, with and
-without surfaces), the split-K decode part and its merge, and the training step's backward (dq/dC and
-dk/dv, at the tile sizes the wrapper uses on CUDA). About a minute of CPU per kernel.
+without surfaces), the split-K decode part and its merge, the training step's backward (dq/dC and
+dk/dv, at the tile sizes the wrapper uses on CUDA) and the rank-r forward. About a minute of CPU per kernel.
 
     .venv/bin/python benchmarks/triton_compile_check.py            # sm_90, head_dim 64
     .venv/bin/python benchmarks/triton_compile_check.py --arch 80 --head-dim 128
     .venv/bin/python benchmarks/triton_compile_check.py --only backward   # the training step's kernels
+    .venv/bin/python benchmarks/triton_compile_check.py --only rank       # the rank-r forward
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def main(argv=None) -> None:
 
     from geosteer.manifold import triton_backward as tb
     from geosteer.manifold import triton_kernels as tk
+    from geosteer.manifold import triton_low_rank_kernels as tlk
 
     target = GPUTarget("cuda", a.arch, 32)
     bd = max(16, 1 << (a.head_dim - 1).bit_length())
@@ -68,6 +70,15 @@ def main(argv=None) -> None:
         ("backward dk + dv, causal + window", tb._bwd_dkdv, dict(bwd_io, OutK=f32, OutV=f32), dict(bwd, WINDOW=True)),
         ("backward dq + dC, boolean mask, softcap", tb._bwd_dq, dict(bwd_io, OutQ=f32, OutC=f32),
          dict(bwd, CAUSAL=False, MASK_KIND=1, SOFTCAP=True)),
+    ]
+    narrow_io = dict(Q=x, Kp=x, V=x, Uf=f32, Wf=f32, Out=f32)
+    narrow = dict(G=8, K=11, R=2, RB=2, CAUSAL=True, MASK_KIND=0, SOFTCAP=False, WINDOW=False, WITH_VALUE=True,
+                  BLOCK_M=32, BLOCK_N=32, BLOCK_D=bd, DV=min(bd, 64), D=a.head_dim)
+    cases += [
+        ("rank-2 forward causal + window", tlk._fwd_narrow, dict(narrow_io, Mk="*u8"), dict(narrow, WINDOW=True)),
+        ("rank-3 forward, decode tile, boolean mask, softcap, delta only", tlk._fwd_narrow,
+         dict(narrow_io, Mk="*u8"), dict(narrow, R=3, RB=4, DV=min(bd, 32), BLOCK_M=16, CAUSAL=False, MASK_KIND=1,
+                                         SOFTCAP=True, WITH_VALUE=False)),
     ]
     if a.only:
         cases = [c for c in cases if a.only in c[0]]
