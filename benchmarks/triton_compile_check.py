@@ -4,7 +4,7 @@ Triton's interpreter (the CPU tests) does not enforce what the compiler does (ti
 types across branches, register allocation): this runs the real compiler down to a cubin for the given
 architecture (default sm_90, H100/H200) with the bundled ptxas, for the forward (each mask kind, with and
 without surfaces), the split-K decode part and its merge, the training step's backward (dq/dC and
-dk/dv, at the tile sizes the wrapper uses on CUDA) and the rank-r forward. About a minute of CPU per kernel.
+dk/dv, at the tile sizes the wrapper uses on CUDA) and the rank-r forward and decode. About a minute of CPU per kernel.
 
     .venv/bin/python benchmarks/triton_compile_check.py            # sm_90, head_dim 64
     .venv/bin/python benchmarks/triton_compile_check.py --arch 80 --head-dim 128
@@ -79,6 +79,12 @@ def main(argv=None) -> None:
         ("rank-3 forward, decode tile, boolean mask, softcap, delta only", tlk._fwd_narrow,
          dict(narrow_io, Mk="*u8"), dict(narrow, R=3, RB=4, DV=min(bd, 32), BLOCK_M=16, CAUSAL=False, MASK_KIND=1,
                                          SOFTCAP=True, WITH_VALUE=False)),
+        ("rank-2 decode partial", tlk._partial_narrow,
+         dict(Q=x, Kp=x, V=x, Wf=f32, Mk="*u8", Pm=f32, Pl=f32, Pv=f32, Ps=f32),
+         {n: v for n, v in dict(narrow, CAUSAL=False, MASK_KIND=1, BLOCK_M=16).items() if n != "WITH_VALUE"}),
+        ("rank-2 decode combine", tlk._combine_narrow,
+         dict(Q=x, Uf=f32, Pm=f32, Pl=f32, Pv=f32, Ps=f32, Out=f32),
+         dict(G=8, K=11, R=2, RB=2, WITH_VALUE=True, BLOCK_M=16, BLOCK_D=bd, DV=min(bd, 64), D=a.head_dim)),
     ]
     if a.only:
         cases = [c for c in cases if a.only in c[0]]

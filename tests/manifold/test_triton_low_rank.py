@@ -1,6 +1,6 @@
 """The rank-r Triton forward (manifold.triton_low_rank), run on the CPU in Triton's interpreter: against the
 per-pair reference on C = U Wᵀ (causal, padding, sliding window, soft-capping, additive mask, GQA, head_dim
-not a power of two, odd lengths over several tiles, decoding, ranks 1 to 3, fp32 and bf16), and a rank-2 bank
+not a power of two, odd lengths over several tiles, split-K decoding, ranks 1 to 3, fp32 and bf16), and a rank-2 bank
 on the Triton backend against the narrow path in PyTorch ops on a tiny model (with a KV-cache decode step).
 
 As in test_triton.py, the cases need TRITON_INTERPRET=1 from the process start: unless this process has it,
@@ -77,7 +77,7 @@ CASES = [  # kind, (b, H, Hkv, L, T, d), rank
     ("causal", (1, 3, 1, 19, 19, 12), 1),  # GQA 3, head_dim 12 (not a power of two), 16-wide tiles
     ("padding", (2, 2, 1, 13, 13, 8), 3),  # left padding, a fully masked query row, Δo only
     ("window", (1, 2, 2, 21, 21, 8), 2),  # sliding_window argument (key tiles skipped), soft-capping
-    ("decode", (2, 4, 2, 2, 37, 16), 3),  # 2 new queries over a padded 37-key cache, one query tile
+    ("decode", (2, 4, 2, 2, 37, 16), 3),  # 2 new queries over a padded 37-key cache, keys split over 3 programs
 ]
 
 
@@ -95,9 +95,9 @@ def test_forward_matches_per_pair_reference(narrow, kind, shape, rank):
     elif kind == "window":
         kw.update(is_causal=True, sliding_window=5, softcap=3.0, block_m=8, block_n=8)
         keep, softcap = keep_mask(b, L, T, [0], window=5), 3.0
-    else:
+    else:  # split-K: 3 key chunks, merged
         keep = keep_mask(b, L, T, [0, 7])
-        kw["attn_mask"] = keep
+        kw.update(attn_mask=keep, split=3)
     out = narrow.low_rank_attention_triton(q, k, v, U, W, 8, -4.0, 4.0, with_value=with_value, **kw)
     assert out.shape == (b, L, H, d) and out.dtype == torch.float32
     ref = _ref(q, k, v, U, W, keep, softcap, with_value)

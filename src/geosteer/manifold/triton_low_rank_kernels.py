@@ -9,7 +9,9 @@ W[h, d, :, s]) and keeps, with the online softmax of ``triton_kernels`` (same sc
     acc_s[i, s, d]   = Σ_j p_ij v_jd (B(k_jd)·w_ds)           (s < r)
 
 The epilogue adds the query side: o_id = (acc_v + Σ_s (B(q_id)·u_ds) acc_s[i, s, d]) / l_i. The accumulators
-are r + 1 slices wide instead of the exact kernel's K + 1. All arithmetic is fp32 (``input_precision="ieee"``).
+are r + 1 slices wide instead of the exact kernel's K + 1. Decoding (few queries, long cache) splits the keys
+over ``n_split`` programs (``_partial_narrow``) and merges the partial accumulators (``_combine_narrow``), as
+the exact kernel does. All arithmetic is fp32 (``input_precision="ieee"``).
 """
 
 from __future__ import annotations
@@ -70,7 +72,22 @@ def _attend_narrow(Kp, V, Wh, Mk, b, h, hk, i, dv, q_full, j0, j1, L, offset, sc
         f = tl.reshape(_project(Wh, kc, dv, sc, off, G, K, R, RB, D) * vc[:, None, :], (BLOCK_N, RB * DV))
         acc_s = acc_s * alpha[:, None] + tl.dot(p, f, input_precision="ieee")
         m_i = m_new
-    return l_i, acc_v, acc_s
+    return m_i, l_i, acc_v, acc_s
+
+
+@triton.jit
+def _finish_narrow(Uf, Out, b, h, i, dv, l_i, acc_v, acc_s, qc, sc, off, L, sob, soi, soh, G: tl.constexpr,
+                   K: tl.constexpr, R: tl.constexpr, RB: tl.constexpr, WITH_VALUE: tl.constexpr,
+                   BLOCK_M: tl.constexpr, DV: tl.constexpr, D: tl.constexpr):
+    """Epilogue: add Σ_s (B(q)·u_s) acc_s (4 non-zero query bases), normalise by l, store."""
+    uq = _project(Uf + h * (D * K * R), qc, dv, sc, off, G, K, R, RB, D)  # (BLOCK_M, RB, DV)
+    out = tl.sum(uq * tl.reshape(acc_s, (BLOCK_M, RB, DV)), 1)
+    if WITH_VALUE:
+        out += acc_v
+    seen = l_i > 0
+    out = tl.where(seen[:, None], out / tl.where(seen, l_i, 1.0)[:, None], 0.0)
+    tl.store(Out + b * sob + i[:, None] * soi + h * soh + dv[None, :], out,
+             mask=(i[:, None] < L) & (dv[None, :] < D))
 
 
 @triton.jit
@@ -89,15 +106,73 @@ def _fwd_narrow(Q, Kp, V, Uf, Wf, Mk, Out, L, T, H, REP, offset, scale, softcap,
     hk = h // REP
     i, dv, q_full, qc = _block_setup(Q, b, h, pid_m, dvc, sqb, sqh, sqi, L, BLOCK_M, BLOCK_D, DV, D)
     j0, j1 = _key_band(pid_m, L, T, offset, window, CAUSAL, WINDOW, BLOCK_M, BLOCK_N)
-    l_i, acc_v, acc_s = _attend_narrow(Kp, V, Wf + h * (D * K * R), Mk, b, h, hk, i, dv, q_full, j0, j1, L, offset,
-                                       scale, softcap, sc, off, window, skb, skh, skj, svb, svh, svj,
-                                       smb, smh, smi, smj, G, K, R, RB, CAUSAL, MASK_KIND, SOFTCAP, WINDOW,
-                                       BLOCK_M, BLOCK_N, BLOCK_D, DV, D)
-    uq = _project(Uf + h * (D * K * R), qc, dv, sc, off, G, K, R, RB, D)  # (BLOCK_M, RB, DV)
-    out = tl.sum(uq * tl.reshape(acc_s, (BLOCK_M, RB, DV)), 1)
-    if WITH_VALUE:
-        out += acc_v
-    seen = l_i > 0
-    out = tl.where(seen[:, None], out / tl.where(seen, l_i, 1.0)[:, None], 0.0)
-    tl.store(Out + b * sob + i[:, None] * soi + h * soh + dv[None, :], out,
-             mask=(i[:, None] < L) & (dv[None, :] < D))
+    m_i, l_i, acc_v, acc_s = _attend_narrow(Kp, V, Wf + h * (D * K * R), Mk, b, h, hk, i, dv, q_full, j0, j1, L,
+                                            offset, scale, softcap, sc, off, window, skb, skh, skj, svb, svh, svj,
+                                            smb, smh, smi, smj, G, K, R, RB, CAUSAL, MASK_KIND, SOFTCAP, WINDOW,
+                                            BLOCK_M, BLOCK_N, BLOCK_D, DV, D)
+    _finish_narrow(Uf, Out, b, h, i, dv, l_i, acc_v, acc_s, qc, sc, off, L, sob, soi, soh, G, K, R, RB, WITH_VALUE,
+                   BLOCK_M, DV, D)
+
+
+@triton.jit
+def _partial_narrow(Q, Kp, V, Wf, Mk, Pm, Pl, Pv, Ps, L, T, H, REP, N_DV, CHUNK, LP, offset, scale, softcap, sc,
+                    off, window, sqb, sqh, sqi, skb, skh, skj, svb, svh, svj, smb, smh, smi, smj,
+                    G: tl.constexpr, K: tl.constexpr, R: tl.constexpr, RB: tl.constexpr, CAUSAL: tl.constexpr,
+                    MASK_KIND: tl.constexpr, SOFTCAP: tl.constexpr, WINDOW: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DV: tl.constexpr, D: tl.constexpr):
+    """Split-K decode, part 1: accumulators of one key chunk. Grid (query blocks, b·H, splits·chunks)."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    split = tl.program_id(2) // N_DV
+    dvc = tl.program_id(2) % N_DV
+    b = bh // H
+    h = bh % H
+    i, dv, q_full, qc = _block_setup(Q, b, h, pid_m, dvc, sqb, sqh, sqi, L, BLOCK_M, BLOCK_D, DV, D)
+    j0, j1 = _key_band(pid_m, L, T, offset, window, CAUSAL, WINDOW, BLOCK_M, BLOCK_N)
+    j0 = tl.maximum(j0, split * CHUNK)
+    j1 = tl.minimum(j1, (split + 1) * CHUNK)
+    m_i, l_i, acc_v, acc_s = _attend_narrow(Kp, V, Wf + h * (D * K * R), Mk, b, h, h // REP, i, dv, q_full, j0, j1,
+                                            L, offset, scale, softcap, sc, off, window, skb, skh, skj, svb, svh,
+                                            svj, smb, smh, smi, smj, G, K, R, RB, CAUSAL, MASK_KIND, SOFTCAP,
+                                            WINDOW, BLOCK_M, BLOCK_N, BLOCK_D, DV, D)
+    row = (split * tl.num_programs(1) + bh) * LP + i  # (split, bh, i) in a (S, BH, LP) layout
+    tl.store(Pm + row, m_i)
+    tl.store(Pl + row, l_i)
+    DP = N_DV * DV
+    tl.store(Pv + row[:, None] * DP + dv[None, :], acc_v)
+    sb = tl.arange(0, RB)[None, :, None]
+    tl.store(Ps + row[:, None, None] * (RB * DP) + sb * DP + dv[None, None, :], tl.reshape(acc_s, (BLOCK_M, RB, DV)))
+
+
+@triton.jit
+def _combine_narrow(Q, Uf, Pm, Pl, Pv, Ps, Out, L, H, N_SPLIT, N_DV, LP, sc, off, sqb, sqh, sqi, sob, soi, soh,
+                    G: tl.constexpr, K: tl.constexpr, R: tl.constexpr, RB: tl.constexpr, WITH_VALUE: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, DV: tl.constexpr, D: tl.constexpr):
+    """Split-K decode, part 2: merge the chunks' accumulators, then the epilogue. Grid (blocks, b·H, chunks)."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    dvc = tl.program_id(2)
+    b = bh // H
+    h = bh % H
+    i, dv, q_full, qc = _block_setup(Q, b, h, pid_m, dvc, sqb, sqh, sqi, L, BLOCK_M, BLOCK_D, DV, D)
+    BH = tl.num_programs(1)
+    DP = N_DV * DV
+    sb = tl.arange(0, RB)[None, :, None]
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc_v = tl.zeros((BLOCK_M, DV), tl.float32)
+    acc_s = tl.zeros((BLOCK_M, RB, DV), tl.float32)
+    for s in range(0, N_SPLIT):
+        row = (s * BH + bh) * LP + i
+        ms = tl.load(Pm + row)
+        m_new = tl.maximum(m_i, ms)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        a_old = tl.exp(m_i - m_safe)
+        a_new = tl.exp(ms - m_safe)
+        l_i = l_i * a_old + tl.load(Pl + row) * a_new
+        acc_v = acc_v * a_old[:, None] + tl.load(Pv + row[:, None] * DP + dv[None, :]) * a_new[:, None]
+        part = tl.load(Ps + row[:, None, None] * (RB * DP) + sb * DP + dv[None, None, :])
+        acc_s = acc_s * a_old[:, None, None] + part * a_new[:, None, None]
+        m_i = m_new
+    _finish_narrow(Uf, Out, b, h, i, dv, l_i, acc_v, tl.reshape(acc_s, (BLOCK_M, RB * DV)), qc, sc, off, L, sob, soi,
+                   soh, G, K, R, RB, WITH_VALUE, BLOCK_M, DV, D)
