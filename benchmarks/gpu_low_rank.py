@@ -14,18 +14,19 @@ import torch
 
 
 def check_kernel(s: dict, dev) -> dict:
-    """Narrow Triton vs the narrow PyTorch path on one layer's shapes (causal, padding, decode; fp32, bf16)."""
+    """Narrow Triton vs the narrow PyTorch path on one layer's shapes (causal fp32, padding and decode bf16)."""
     from geosteer.manifold.low_rank import factors
     from geosteer.manifold.low_rank_kernel import low_rank_attention
     from geosteer.manifold.triton_low_rank import low_rank_attention_triton
 
     H, hk, d = s["num_attention_heads"], s["num_key_value_heads"], s["head_dim"]
     g = torch.Generator(device=dev).manual_seed(1)
-    gpu = dev.type == "cuda"  # the CPU dry run: the interpreter is slow, the same cases smaller (bf16 once)
+    gpu = dev.type == "cuda"  # the CPU dry run: the interpreter is slow, the same cases smaller
     res = {}
-    for name, L, T in (("causal", 301 if gpu else 19, 301 if gpu else 19), ("padding", 77 if gpu else 13,
-                                                                             77 if gpu else 13),
-                       ("decode", 1, 3000 if gpu else 40)):
+    # one dtype per case: every dtype/mask variant is one more Triton compile on the GPU (tens of seconds each)
+    for name, L, T, dt in (("causal", 301 if gpu else 19, 301 if gpu else 19, torch.float32),
+                           ("padding", 77 if gpu else 13, 77 if gpu else 13, torch.bfloat16),
+                           ("decode", 1, 3000 if gpu else 40, torch.bfloat16)):  # 3000 keys: split-K on CUDA
         q = torch.randn(2, H, L, d, device=dev, generator=g) * 2
         k = torch.randn(2, hk, T, d, device=dev, generator=g) * 2
         v = torch.randn(2, hk, T, d, device=dev, generator=g)
@@ -35,16 +36,15 @@ def check_kernel(s: dict, dev) -> dict:
             m = torch.ones(2, 1, L, T, dtype=torch.bool, device=dev).tril(T - L)
             m[1, :, :, :9] = False
             kw = dict(attn_mask=m)
-        for dt in (torch.float32, torch.bfloat16) if gpu or name == "decode" else (torch.float32,):
-            x = [t.to(dt) for t in (q, k, v)]
-            with torch.no_grad():
-                a = low_rank_attention_triton(*x, U, W, 8, -4.0, 4.0, **kw).float()
-                b = low_rank_attention(*x, U, W, 8, -4.0, 4.0, compiled=False, **kw).float()
-            err = float((a - b).abs().max())
-            tol = 1e-4 if dt == torch.float32 else 2 ** -7 * max(1.0, float(b.abs().max()))
-            res[f"rank2_{name}_{str(dt)[6:]}_max_abs"] = err
-            if not err <= tol:
-                raise AssertionError(f"rank-2 triton vs torch path, {name} {dt}: max |Δ| {err} > {tol}")
+        x = [t.to(dt) for t in (q, k, v)]
+        with torch.no_grad():
+            a = low_rank_attention_triton(*x, U, W, 8, -4.0, 4.0, **kw).float()
+            b = low_rank_attention(*x, U, W, 8, -4.0, 4.0, compiled=False, **kw).float()
+        err = float((a - b).abs().max())
+        tol = 1e-4 if dt == torch.float32 else 2 ** -7 * max(1.0, float(b.abs().max()))
+        res[f"rank2_{name}_{str(dt)[6:]}_max_abs"] = err
+        if not err <= tol:
+            raise AssertionError(f"rank-2 triton vs torch path, {name} {dt}: max |Δ| {err} > {tol}")
     return res
 
 
