@@ -1,7 +1,8 @@
 """GPU smoke test of geosteer on any model: load, neutral check, surfaces forward / decode / train step, ratios.
 
 ``--scale``: the prepared scale run instead (Llama-3.2-1B- and Llama-3-8B-shaped random-weight models,
-Triton vs PyTorch surfaces vs stock at 512–32k tokens, decode, training, memory; ``benchmarks/gpu_scale.py``):
+Triton vs PyTorch surfaces vs stock at 512–32k tokens, decode, training, memory, rank-2 surfaces on the
+narrow Triton kernel; ``benchmarks/gpu_scale.py``):
 
     python benchmarks/gpu_smoke.py --scale --out gpu_scale.json     # one GPU, about 5 minutes
     python benchmarks/gpu_smoke.py --scale --dry-run                # CPU, tiny shape, Triton interpreter
