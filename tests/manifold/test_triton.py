@@ -4,7 +4,8 @@ tiny family through ``manifold.install(backend="triton")``. Shapes are tiny: the
 
 Triton decides interpreted vs compiled when it is first imported (its own ``tl.zeros`` etc. are jitted
 then), and a model forward imports it. So unless this process started with TRITON_INTERPRET=1, the cases
-are skipped here and ``test_interpreter_cases_in_a_subprocess`` runs this file in a child process that does.
+are skipped here and ``test_interpreter_cases_in_a_subprocess`` runs this file (and test_triton_low_rank.py)
+in a child process that does.
 """
 
 import os
@@ -33,7 +34,8 @@ def test_interpreter_cases_in_a_subprocess():
         pytest.skip("this process runs the cases itself")
     env = dict(os.environ, TRITON_INTERPRET="1")
     root = Path(__file__).resolve().parents[2]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__], cwd=root,
+    files = [__file__, str(Path(__file__).with_name("test_triton_low_rank.py"))]  # one child: one start-up
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *files], cwd=root,
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
     assert " passed" in r.stdout and " failed" not in r.stdout

@@ -3,14 +3,11 @@ per-pair reference on C = U Wᵀ (causal, padding, sliding window, soft-capping,
 not a power of two, odd lengths over several tiles, split-K decoding, ranks 1 to 3, fp32 and bf16), and a rank-2 bank
 on the Triton backend against the narrow path in PyTorch ops on a tiny model (with a KV-cache decode step).
 
-As in test_triton.py, the cases need TRITON_INTERPRET=1 from the process start: unless this process has it,
-``test_interpreter_cases_in_a_subprocess`` runs this file in a child process that does.
+As in test_triton.py, the cases need TRITON_INTERPRET=1 from the process start: unless this process has it they
+are skipped, and test_triton.py's ``test_interpreter_cases_in_a_subprocess`` runs this file in its child process.
 """
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,18 +21,6 @@ from tests.conftest import random_bank
 
 pytest.importorskip("triton")
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
-
-
-@pytest.mark.serial
-def test_interpreter_cases_in_a_subprocess():
-    if INTERPRETING:
-        pytest.skip("this process runs the cases itself")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    root = Path(__file__).resolve().parents[2]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__], cwd=root,
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout and " failed" not in r.stdout
 
 
 @pytest.fixture(scope="module")
