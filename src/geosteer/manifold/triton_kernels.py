@@ -211,6 +211,44 @@ def _fwd(Q, Kp, V, Cf, Mk, Out, Lse, L, T, H, REP, N_DV, offset, scale, softcap,
 
 
 @triton.jit
+def _store_partials(Pm, Pl, Pv, Pf, row, dv, m_i, l_i, acc_v, acc_f, N_DV, NS: tl.constexpr, BLOCK_M: tl.constexpr,
+                    DV: tl.constexpr):
+    """Split-K decode: one chunk's accumulators (``acc_f``: NS slices of DV) at ``row`` of the partial buffers."""
+    tl.store(Pm + row, m_i)
+    tl.store(Pl + row, l_i)
+    DP = N_DV * DV
+    tl.store(Pv + row[:, None] * DP + dv[None, :], acc_v)
+    cb = tl.arange(0, NS)[None, :, None]
+    tl.store(Pf + row[:, None, None] * (NS * DP) + cb * DP + dv[None, None, :], tl.reshape(acc_f, (BLOCK_M, NS, DV)))
+
+
+@triton.jit
+def _merge_partials(Pm, Pl, Pv, Pf, bh, i, dv, N_SPLIT, N_DV, LP, NS: tl.constexpr, BLOCK_M: tl.constexpr,
+                    DV: tl.constexpr):
+    """Split-K decode: the chunks' accumulators merged -> (m, l, acc_v, acc_f (BLOCK_M, NS·DV))."""
+    BH = tl.num_programs(1)
+    DP = N_DV * DV
+    cb = tl.arange(0, NS)[None, :, None]
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc_v = tl.zeros((BLOCK_M, DV), tl.float32)
+    acc_f = tl.zeros((BLOCK_M, NS, DV), tl.float32)
+    for s in range(0, N_SPLIT):
+        row = (s * BH + bh) * LP + i
+        ms = tl.load(Pm + row)
+        m_new = tl.maximum(m_i, ms)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        a_old = tl.exp(m_i - m_safe)
+        a_new = tl.exp(ms - m_safe)
+        l_i = l_i * a_old + tl.load(Pl + row) * a_new
+        acc_v = acc_v * a_old[:, None] + tl.load(Pv + row[:, None] * DP + dv[None, :]) * a_new[:, None]
+        fs = tl.load(Pf + row[:, None, None] * (NS * DP) + cb * DP + dv[None, None, :])
+        acc_f = acc_f * a_old[:, None, None] + fs * a_new[:, None, None]
+        m_i = m_new
+    return m_i, l_i, acc_v, tl.reshape(acc_f, (BLOCK_M, NS * DV))
+
+
+@triton.jit
 def _partial(Q, Kp, V, Mk, Pm, Pl, Pv, Pf, L, T, H, REP, N_DV, CHUNK, LP, offset, scale, softcap, sc, off,
              window, sqb, sqh, sqi, skb, skh, skj, svb, svh, svj, smb, smh, smi, smj,
              G: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, HAS_SURF: tl.constexpr, CAUSAL: tl.constexpr,
@@ -233,13 +271,7 @@ def _partial(Q, Kp, V, Mk, Pm, Pl, Pv, Pf, L, T, H, REP, N_DV, CHUNK, LP, offset
                                      smb, smh, smi, smj, G, K, KB, HAS_SURF, CAUSAL, MASK_KIND, SOFTCAP,
                                      WINDOW, BLOCK_M, BLOCK_N, BLOCK_D, DV, D)
     row = (split * tl.num_programs(1) + bh) * LP + i  # (split, bh, i) in a (S, BH, LP) layout
-    tl.store(Pm + row, m_i)
-    tl.store(Pl + row, l_i)
-    DP = N_DV * DV
-    tl.store(Pv + row[:, None] * DP + dv[None, :], acc_v)
-    f = tl.reshape(acc_f, (BLOCK_M, KB, DV))
-    cb = tl.arange(0, KB)[None, :, None]
-    tl.store(Pf + row[:, None, None] * (KB * DP) + cb * DP + dv[None, None, :], f)
+    _store_partials(Pm, Pl, Pv, Pf, row, dv, m_i, l_i, acc_v, acc_f, N_DV, KB, BLOCK_M, DV)
 
 
 @triton.jit
@@ -254,24 +286,6 @@ def _combine(Q, Cf, Pm, Pl, Pv, Pf, Out, Lse, L, H, N_SPLIT, N_DV, LP, sc, off, 
     b = bh // H
     h = bh % H
     i, dv, q_full, qc = _block_setup(Q, b, h, pid_m, dvc, sqb, sqh, sqi, L, BLOCK_M, BLOCK_D, DV, D)
-    BH = tl.num_programs(1)
-    DP = N_DV * DV
-    cb = tl.arange(0, KB)[None, :, None]
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc_v = tl.zeros((BLOCK_M, DV), tl.float32)
-    acc_f = tl.zeros((BLOCK_M, KB, DV), tl.float32)
-    for s in range(0, N_SPLIT):
-        row = (s * BH + bh) * LP + i
-        ms = tl.load(Pm + row)
-        m_new = tl.maximum(m_i, ms)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        a_old = tl.exp(m_i - m_safe)
-        a_new = tl.exp(ms - m_safe)
-        l_i = l_i * a_old + tl.load(Pl + row) * a_new
-        acc_v = acc_v * a_old[:, None] + tl.load(Pv + row[:, None] * DP + dv[None, :]) * a_new[:, None]
-        fs = tl.load(Pf + row[:, None, None] * (KB * DP) + cb * DP + dv[None, None, :])
-        acc_f = acc_f * a_old[:, None, None] + fs * a_new[:, None, None]
-        m_i = m_new
-    _finish(Cf, Out, Lse, b, h, dvc, i, dv, m_i, l_i, acc_v, tl.reshape(acc_f, (BLOCK_M, KB * DV)), qc, sc, off, L, H,
+    m_i, l_i, acc_v, acc_f = _merge_partials(Pm, Pl, Pv, Pf, bh, i, dv, N_SPLIT, N_DV, LP, KB, BLOCK_M, DV)
+    _finish(Cf, Out, Lse, b, h, dvc, i, dv, m_i, l_i, acc_v, acc_f, qc, sc, off, L, H,
             sob, soi, soh, G, K, KB, HAS_SURF, WITH_VALUE, STORE_LSE, BLOCK_M, DV, D)

@@ -19,7 +19,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from geosteer.manifold.triton_kernels import _block_setup, _key_band, _masked_scores, _online_softmax, _spline
+from geosteer.manifold.triton_kernels import (
+    _block_setup,
+    _key_band,
+    _masked_scores,
+    _merge_partials,
+    _online_softmax,
+    _spline,
+    _store_partials,
+)
 
 
 @triton.jit
@@ -136,12 +144,7 @@ def _partial_narrow(Q, Kp, V, Wf, Mk, Pm, Pl, Pv, Ps, L, T, H, REP, N_DV, CHUNK,
                                             svj, smb, smh, smi, smj, G, K, R, RB, CAUSAL, MASK_KIND, SOFTCAP,
                                             WINDOW, BLOCK_M, BLOCK_N, BLOCK_D, DV, D)
     row = (split * tl.num_programs(1) + bh) * LP + i  # (split, bh, i) in a (S, BH, LP) layout
-    tl.store(Pm + row, m_i)
-    tl.store(Pl + row, l_i)
-    DP = N_DV * DV
-    tl.store(Pv + row[:, None] * DP + dv[None, :], acc_v)
-    sb = tl.arange(0, RB)[None, :, None]
-    tl.store(Ps + row[:, None, None] * (RB * DP) + sb * DP + dv[None, None, :], tl.reshape(acc_s, (BLOCK_M, RB, DV)))
+    _store_partials(Pm, Pl, Pv, Ps, row, dv, m_i, l_i, acc_v, acc_s, N_DV, RB, BLOCK_M, DV)
 
 
 @triton.jit
@@ -155,24 +158,6 @@ def _combine_narrow(Q, Uf, Pm, Pl, Pv, Ps, Out, L, H, N_SPLIT, N_DV, LP, sc, off
     b = bh // H
     h = bh % H
     i, dv, q_full, qc = _block_setup(Q, b, h, pid_m, dvc, sqb, sqh, sqi, L, BLOCK_M, BLOCK_D, DV, D)
-    BH = tl.num_programs(1)
-    DP = N_DV * DV
-    sb = tl.arange(0, RB)[None, :, None]
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc_v = tl.zeros((BLOCK_M, DV), tl.float32)
-    acc_s = tl.zeros((BLOCK_M, RB, DV), tl.float32)
-    for s in range(0, N_SPLIT):
-        row = (s * BH + bh) * LP + i
-        ms = tl.load(Pm + row)
-        m_new = tl.maximum(m_i, ms)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        a_old = tl.exp(m_i - m_safe)
-        a_new = tl.exp(ms - m_safe)
-        l_i = l_i * a_old + tl.load(Pl + row) * a_new
-        acc_v = acc_v * a_old[:, None] + tl.load(Pv + row[:, None] * DP + dv[None, :]) * a_new[:, None]
-        part = tl.load(Ps + row[:, None, None] * (RB * DP) + sb * DP + dv[None, None, :])
-        acc_s = acc_s * a_old[:, None, None] + part * a_new[:, None, None]
-        m_i = m_new
-    _finish_narrow(Uf, Out, b, h, i, dv, l_i, acc_v, tl.reshape(acc_s, (BLOCK_M, RB * DV)), qc, sc, off, L, sob, soi,
-                   soh, G, K, R, RB, WITH_VALUE, BLOCK_M, DV, D)
+    _, l_i, acc_v, acc_s = _merge_partials(Pm, Pl, Pv, Ps, bh, i, dv, N_SPLIT, N_DV, LP, RB, BLOCK_M, DV)
+    _finish_narrow(Uf, Out, b, h, i, dv, l_i, acc_v, acc_s, qc, sc, off, L, sob, soi, soh, G, K, R, RB, WITH_VALUE,
+                   BLOCK_M, DV, D)
