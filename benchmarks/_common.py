@@ -113,3 +113,29 @@ def reset_peak_rss() -> float:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     return status_mb("VmRSS")
+
+
+def check_close(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, label: str) -> float:
+    """max |a − b|; AssertionError (fail fast) past 1e-4 in fp32, or past the bf16/fp16 rounding of |b|."""
+    err = float((a - b).abs().max())
+    tol = 1e-4 if dtype == torch.float32 else 2 ** -7 * max(1.0, float(b.abs().max()))
+    if not err <= tol:
+        raise AssertionError(f"{label}: max |Δ| {err} > {tol}")
+    return err
+
+
+def padded_batch(dev: torch.device, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random ids (2 × 256 on CUDA, 2 × 24 elsewhere) and an attention mask left-padding the second row by a sixth."""
+    n = 256 if dev.type == "cuda" else 24
+    ids = torch.randint(10, vocab, (2, n), device=dev)
+    mask = torch.ones_like(ids)
+    mask[1, : n // 6] = 0
+    return ids, mask
+
+
+def logits_agreement(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> tuple[float, float, float]:
+    """(max |a − b|, its tolerance 0.05·max(1, max|b|/10), share of equal argmaxes) over the kept positions."""
+    d = float((a - b)[keep].abs().max())
+    tol = 0.05 * max(1.0, float(b.abs().max()) / 10)
+    agree = float((a.argmax(-1) == b.argmax(-1))[keep].float().mean())
+    return d, tol, agree

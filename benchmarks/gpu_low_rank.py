@@ -11,6 +11,7 @@ checks) or in whole-model logits.
 from __future__ import annotations
 
 import torch
+from _common import check_close, logits_agreement, padded_batch  # benchmarks/ is on sys.path (gpu_scale)
 
 
 def check_kernel(s: dict, dev) -> dict:
@@ -40,20 +41,13 @@ def check_kernel(s: dict, dev) -> dict:
         with torch.no_grad():
             a = low_rank_attention_triton(*x, U, W, 8, -4.0, 4.0, **kw).float()
             b = low_rank_attention(*x, U, W, 8, -4.0, 4.0, compiled=False, **kw).float()
-        err = float((a - b).abs().max())
-        tol = 1e-4 if dt == torch.float32 else 2 ** -7 * max(1.0, float(b.abs().max()))
-        res[f"rank2_{name}_{str(dt)[6:]}_max_abs"] = err
-        if not err <= tol:
-            raise AssertionError(f"rank-2 triton vs torch path, {name} {dt}: max |Δ| {err} > {tol}")
+        res[f"rank2_{name}_{str(dt)[6:]}_max_abs"] = check_close(a, b, dt, f"rank-2 triton vs torch path, {name} {dt}")
     return res
 
 
 def _model_check(model, low, dev, vocab: int) -> dict:
     """Whole-model logits of the rank-2 bank, narrow Triton vs the narrow PyTorch path (bf16, padded 2 × n)."""
-    n = 256 if dev.type == "cuda" else 24
-    ids = torch.randint(10, vocab, (2, n), device=dev)
-    mask = torch.ones_like(ids)
-    mask[1, : n // 6] = 0
+    ids, mask = padded_batch(dev, vocab)
     logits = {}
     with torch.no_grad():
         for backend in ("triton", "torch"):
@@ -63,9 +57,7 @@ def _model_check(model, low, dev, vocab: int) -> dict:
         logits["stock"] = model(ids, attention_mask=mask).logits.float()
         low.enabled = True
     keep = mask.bool()
-    d = float((logits["triton"] - logits["torch"])[keep].abs().max())
-    tol = 0.05 * max(1.0, float(logits["torch"].abs().max()) / 10)
-    agree = float((logits["triton"].argmax(-1) == logits["torch"].argmax(-1))[keep].float().mean())
+    d, tol, agree = logits_agreement(logits["triton"], logits["torch"], keep)
     effect = float((logits["torch"] - logits["stock"])[keep].abs().max())
     if not (d <= tol and agree >= 0.98 and effect > 0):
         raise AssertionError(f"rank-2 model logits: triton vs torch max |Δ| {d} (tol {tol}), argmax agree {agree}, "

@@ -45,6 +45,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_low_rank  # noqa: E402
+from _common import check_close, logits_agreement, padded_batch  # noqa: E402
 
 SHAPES = {
     "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
@@ -169,11 +170,7 @@ def check_kernel(shape: str, dev, parts=()) -> dict:
             with torch.no_grad():
                 a = modulated_attention(*x, c, 8, -4.0, 4.0, backend="triton", **kw).float()
                 b = modulated_attention(*x, c, 8, -4.0, 4.0, backend="torch", **kw).float()
-            err = float((a - b).abs().max())
-            tol = 1e-4 if dt == torch.float32 else 2 ** -7 * max(1.0, float(b.abs().max()))
-            res[f"{name}_{str(dt)[6:]}_max_abs"] = err
-            if not err <= tol:
-                raise AssertionError(f"triton vs torch path, {name} {dt}: max |Δ| {err} > {tol}")
+            res[f"{name}_{str(dt)[6:]}_max_abs"] = check_close(a, b, dt, f"triton vs torch path, {name} {dt}")
     if "rank2" in parts:
         res.update(gpu_low_rank.check_kernel(s, dev))
     return res
@@ -181,10 +178,7 @@ def check_kernel(shape: str, dev, parts=()) -> dict:
 
 def check_model(model, bank, dev, vocab: int) -> dict:
     """Whole-model logits, Triton vs PyTorch path (bf16, a left-padded batch of 2 × 256; 2 × 24 on the CPU)."""
-    n = 256 if dev.type == "cuda" else 24
-    ids = torch.randint(10, vocab, (2, n), device=dev)
-    mask = torch.ones_like(ids)
-    mask[1, : n // 6] = 0
+    ids, mask = padded_batch(dev, vocab)
     out = {}
     with torch.no_grad():
         logits = {}
@@ -192,9 +186,7 @@ def check_model(model, bank, dev, vocab: int) -> dict:
             prep()
             logits[n] = model(ids, attention_mask=mask).logits.float()
     keep = mask.bool()
-    d = float((logits["triton"] - logits["torch"])[keep].abs().max())
-    tol = 0.05 * max(1.0, float(logits["torch"].abs().max()) / 10)
-    agree = float((logits["triton"].argmax(-1) == logits["torch"].argmax(-1))[keep].float().mean())
+    d, tol, agree = logits_agreement(logits["triton"], logits["torch"], keep)
     out.update(model_triton_vs_torch_max_abs=d, model_argmax_agree=agree,
                surfaces_effect_max_abs=float((logits["torch"] - logits["stock"])[keep].abs().max()))
     if not (d <= tol and agree >= 0.98 and out["surfaces_effect_max_abs"] > 0):
