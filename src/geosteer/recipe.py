@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
+import os
 import shutil
 import tempfile
 import warnings
@@ -58,10 +60,16 @@ def registered_keys() -> list[str]:
 
 
 def _num(name: str, v: Any) -> float:
+    """``v`` as a finite float; booleans (``true`` in a JSON recipe) and non-finite values are refused."""
+    if isinstance(v, bool):
+        raise GeosteerError(f"{name} must be a number, not a boolean (got {v!r})")
     try:
-        return float(v)
-    except (TypeError, ValueError):
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
         raise GeosteerError(f"{name} must be a number (got {v!r})") from None
+    if not math.isfinite(x):
+        raise GeosteerError(f"{name} must be a finite number (got {v!r})")
+    return x
 
 
 def _check_value(name: str, key: RecipeKey, v: Any) -> Any:
@@ -156,6 +164,7 @@ class InterventionSpec:
         """A copy with ``values`` set on top (validated)."""
         spec = InterventionSpec(**{**self.values, **values})
         spec.validate()
+        spec._recipe = getattr(self, "_recipe", None)  # the recipe folder it came from, and its base model
         return spec
 
     def to_dict(self) -> dict:
@@ -182,7 +191,14 @@ class InterventionSpec:
     def build(self, model: nn.Module, *, force: bool = False) -> list:
         """The interventions, method by method in registration order (manifold, directional, dynamics,
         then plugins), each in its own fixed order. Not attached yet. ``force`` goes to builders that take
-        it (artifacts recorded for another base model)."""
+        it (artifacts recorded for another base model); a spec read from a recipe folder is refused on
+        another base model than the recipe's unless ``force``."""
+        origin = getattr(self, "_recipe", None)
+        if origin is not None:
+            from geosteer.artifacts import check_base_model
+            from geosteer.models.loading import model_id
+
+            check_base_model(origin[1], model_id(model), what=f"recipe {origin[0]}", force=force)
         out: list = []
         for method in methods().values():
             if method.build is None:
@@ -257,9 +273,14 @@ def save_recipe(folder: str | Path, spec: InterventionSpec, *, base_model: str, 
     return write_folder_atomic(folder, fill, kind=RECIPE.name)
 
 
-def load_recipe(folder: str | Path) -> tuple[InterventionSpec, dict]:
-    """``(spec, config)`` of a recipe folder (or Hub repo id ``org/name[@revision]``); relative artifact
-    paths resolve inside the folder."""
+def load_recipe(folder: str | Path, *, allow_outside: bool = False) -> tuple[InterventionSpec, dict]:
+    """``(spec, config)`` of a recipe folder (or Hub repo id ``org/name[@revision]``).
+
+    A recipe is self-contained: its folder keys (``surfaces``, ``vectors``, ...) name folders inside it,
+    and a path that leaves it (``../x``, an absolute path, a symlink out, also a symlinked file inside the
+    named folder) is refused unless ``allow_outside=True``. The spec remembers the recipe's base model:
+    :meth:`InterventionSpec.build` refuses another model as artifacts do (``force=True`` overrides)."""
+    local = not is_repo_id(folder)
     folder = locate(folder)
     doc = RECIPE.read(folder)
     inter = doc.get("interventions") or {}
@@ -270,10 +291,46 @@ def load_recipe(folder: str | Path) -> tuple[InterventionSpec, dict]:
     for k in sorted(set(inter) - known):  # keys of a newer recipe: warned by check_config's convention
         warnings.warn(f"{folder}: ignoring unknown intervention key '{k}'", ArtifactWarning, stacklevel=2)
         inter.pop(k)
+    # a Hub snapshot's files are links into the repo's cache folder (its blobs): that folder is the bound
+    root = folder if local else folder.parent.parent
     for key in _folder_keys():
-        if inter.get(key) is not None and not Path(inter[key]).is_absolute():
-            inter[key] = str(folder / inter[key])
+        if inter.get(key) is not None:
+            inter[key] = str(_inner_folder(folder, root, key, inter[key], allow_outside))
     try:
-        return InterventionSpec.from_dict(inter), doc
+        spec = InterventionSpec.from_dict(inter)
     except GeosteerError as e:
         raise ArtifactError(f"{folder}: {e}") from None
+    spec._recipe = (str(folder), doc.get("base_model"))
+    return spec, doc
+
+
+_MAX_WALK = 100_000  # entries of a recipe's nested folder looked at for links that leave it
+
+
+def _inner_folder(folder: Path, root: Path, key: str, value: Any, allow_outside: bool) -> Path:
+    """The folder that a recipe's folder key ``value`` names, checked to lie inside ``root``."""
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        raise ArtifactError(f"{folder}: {key} must name a folder inside the recipe (got {value!r})")
+    p = Path(value)
+    target = p if p.is_absolute() else folder / p
+    if allow_outside:
+        return target
+    hint = (f"a recipe's folders lie inside it; give an outside folder on the command line (--set {key}=PATH) "
+            "or load_recipe(..., allow_outside=True)")
+    if p.is_absolute() or ".." in p.parts:
+        raise ArtifactError(f"{folder}: {key}={value} lies outside the recipe folder; {hint}")
+    bound = root.resolve()
+    if not target.resolve().is_relative_to(bound):
+        raise ArtifactError(f"{folder}: {key}={value} is a link to {target.resolve()}, outside the recipe "
+                            f"folder; {hint}")
+    seen = 0
+    for base, dirs, files in os.walk(target):
+        for name in dirs + files:
+            seen += 1
+            q = Path(base) / name
+            if seen > _MAX_WALK:
+                raise ArtifactError(f"{folder}: {key} holds more than {_MAX_WALK} files; not a recipe's folder")
+            if q.is_symlink() and not q.resolve().is_relative_to(bound):
+                raise ArtifactError(f"{folder}: {q.relative_to(folder)} is a link to {q.resolve()}, outside "
+                                    f"the recipe folder; {hint}")
+    return target
