@@ -54,3 +54,15 @@ def out_artifact(kind: str) -> Callable:
     """An artifact folder of ``kind`` (e.g. ``geosteer-surfaces``): written where missing or empty, or
     over an artifact of the same kind; a folder with anything else in it is refused."""
     return _callback(lambda p, flag: check_output_folder(p, kind, what=flag))
+
+
+def out_trained_artifact(kind: str) -> Callable:
+    """:func:`out_artifact` for a verb that keeps its run state in ``<out>.train/``: that name must be a
+    folder or nothing (a file there is refused now, not after training)."""
+    def check(p: Path, flag: str) -> None:
+        from geosteer.train.checkpoint import check_state_folder
+
+        check_output_folder(p, kind, what=flag)
+        check_state_folder(Path(str(p) + ".train"))
+
+    return _callback(check)

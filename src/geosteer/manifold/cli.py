@@ -20,7 +20,7 @@ from geosteer.cli.common import (
     set_threads,
 )
 from geosteer.cli.common import load as load_model  # `load` below is geosteer.manifold.load (surfaces)
-from geosteer.cli.outputs import out_artifact, out_file, out_records
+from geosteer.cli.outputs import out_artifact, out_file, out_records, out_trained_artifact
 from geosteer.viz.cli import QK_PROMPT
 
 man = typer.Typer(no_args_is_help=True,
@@ -251,7 +251,7 @@ def explore_cmd(
 @man.command("train")
 def train_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (state in <out>.train/)",
-                              callback=out_artifact("geosteer-surfaces")),
+                              callback=out_trained_artifact("geosteer-surfaces")),
     model: str = MODEL_OPT,
     grid: int = typer.Option(8, "--grid", max=MAX_GRID,
                              help="grid intervals g (K = g + 3 basis functions)"),

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, THREADS_OPT, emit, load
-from geosteer.cli.outputs import out_artifact
+from geosteer.cli.outputs import out_trained_artifact
 
 
 def steer_learn_cmd(
@@ -18,7 +18,7 @@ def steer_learn_cmd(
                                      help='JSON list of {"prompt", "target"}: the continuations to promote'),
     control_file: Path = typer.Option(..., "--control-file", help="JSON list of control prompt strings"),
     out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (state in <out>.train/)",
-                              callback=out_artifact("geosteer-surfaces")),
+                              callback=out_trained_artifact("geosteer-surfaces")),
     negative_file: Path = typer.Option(None, "--negative-file",
                                        help='JSON list of {"prompt", "target"}: continuations to push down'),
     model: str = typer.Option(None, "--model", "-m", help="base model (default: the artifact's)"),

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, THREADS_OPT, check_layers, emit, load
-from geosteer.cli.outputs import out_artifact
+from geosteer.cli.outputs import out_trained_artifact
 
 
 def wall_learn_cmd(
@@ -17,7 +17,7 @@ def wall_learn_cmd(
     target_file: Path = typer.Option(..., "--target-file", help='JSON list of {"prompt", "target"}'),
     control_file: Path = typer.Option(..., "--control-file", help="JSON list of control prompt strings"),
     out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (state in <out>.train/)",
-                              callback=out_artifact("geosteer-surfaces")),
+                              callback=out_trained_artifact("geosteer-surfaces")),
     model: str = typer.Option(None, "--model", "-m", help="base model (default: the artifact's)"),
     layers: str = typer.Option(None, "--layers", help="candidate layers, e.g. 8-15 (default: the surfaces' layers)"),
     candidates: int = typer.Option(256, "--candidates", help="channels kept after contrastive scoring"),

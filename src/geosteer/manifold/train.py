@@ -153,7 +153,7 @@ def train_surfaces(
            "calibrate_quantile": float(calibrate_quantile) if calibrate else None}
     if rank is not None:  # absent for full-rank runs: their checkpoints' records stay as they were
         run["rank"] = int(rank)
-    ckpt = find_checkpoint(state_dir) if state_dir.is_dir() else None
+    ckpt = find_checkpoint(state_dir)  # a state "folder" that is a file is refused here, before any pass
     if resume and ckpt is not None:
         state = load_checkpoint(ckpt)
         check_run(state, run_record(model, **run), ckpt)

@@ -77,9 +77,21 @@ def resume_signature(cfg: TrainConfig) -> dict:
             for v in [getattr(cfg, k)]}
 
 
-def find_checkpoint(folder: str | Path) -> Path | None:
-    """The checkpoint file in ``folder`` (the current format first, then a legacy ``checkpoint.pt``)."""
+def check_state_folder(folder: str | Path) -> Path:
+    """Refuse, before any training, a run-state folder (``<out>.train``) that exists as something other than
+    a folder (a file, a dangling link): the checkpoint and history could not be written into it."""
     folder = Path(folder)
+    if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
+        what = "a link to nothing" if not folder.exists() else "a file"
+        raise GeosteerError(f"the training state folder {folder} is {what}, not a folder; move it away or "
+                            "choose another --out")
+    return folder
+
+
+def find_checkpoint(folder: str | Path) -> Path | None:
+    """The checkpoint file in ``folder`` (the current format first, then a legacy ``checkpoint.pt``); a
+    ``folder`` that is a file is refused (:func:`check_state_folder`)."""
+    folder = check_state_folder(folder)
     for name in (CHECKPOINT_NAME, LEGACY_NAME):
         if (folder / name).exists():
             return folder / name
@@ -308,6 +320,7 @@ def restore_state(state: dict, params: dict[str, torch.Tensor], opt, sched, path
             if isinstance(t, torch.Tensor) and t.dim() > 0 and tuple(t.shape) != shapes[idx]:
                 raise GeosteerError(f"cannot resume {path}: optimizer state {key} of parameter {idx} has "
                                     f"shape {tuple(t.shape)}, expected {shapes[idx]}")
+    _check_optimizer_entries(state["optimizer"], opt, path)
     try:
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -318,3 +331,32 @@ def restore_state(state: dict, params: dict[str, torch.Tensor], opt, sched, path
     with torch.no_grad():
         for k, p in params.items():
             p.copy_(state["params"][k].to(p.device, p.dtype))
+
+
+def _required_state(opt, group: dict) -> set[str]:
+    """The per-parameter state an optimizer's step reads once it has stepped (torch's Adam family), else
+    nothing known."""
+    if isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)):
+        return {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if group.get("amsgrad") else set())
+    return set()
+
+
+def _check_optimizer_entries(saved: dict, opt, path: Path) -> None:
+    """Every saved per-parameter entry is empty (started fresh) or complete (each moment a tensor of the
+    parameter's shape): a partial entry would end the first step in a ``KeyError``."""
+    params = [p for g in opt.param_groups for p in g["params"]]
+    group_of = [g for g in opt.param_groups for _ in g["params"]]
+    for idx, st in saved["state"].items():
+        if not st or not 0 <= idx < len(params):
+            continue
+        need = _required_state(opt, group_of[idx])
+        missing = sorted(need - set(st))
+        if missing:
+            raise GeosteerError(f"cannot resume {path}: the optimizer state of parameter {idx} lacks "
+                                f"{', '.join(missing)}; start again with --overwrite")
+        for key in need - {"step"}:
+            t = st[key]
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(params[idx].shape):
+                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise GeosteerError(f"cannot resume {path}: optimizer state {key} of parameter {idx} is "
+                                    f"{shape}, expected a tensor of shape {tuple(params[idx].shape)}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, check_layers, emit, load
-from geosteer.cli.outputs import out_artifact
+from geosteer.cli.outputs import out_trained_artifact
 
 
 def steer_learn_cmd(
@@ -17,7 +17,7 @@ def steer_learn_cmd(
                                      help='JSON list of {"prompt", "target"}: the continuations to promote'),
     control_file: Path = typer.Option(..., "--control-file", help="JSON list of control prompt strings"),
     out: Path = typer.Option(..., "--out", "-o", help="recipe folder to write (state in <out>.train/)",
-                              callback=out_artifact("geosteer-recipe")),
+                              callback=out_trained_artifact("geosteer-recipe")),
     negative_file: Path = typer.Option(None, "--negative-file",
                                        help='JSON list of {"prompt", "target"}: continuations to push down'),
     model: str = MODEL_OPT,
