@@ -29,6 +29,7 @@ from geosteer.models.identity import (  # noqa: F401 - re-exported (model names 
     model_key,
     same_model,
 )
+from geosteer.models.positions import guard_positions
 from geosteer.models.tiny import TINY_FAMILIES, tiny_model
 from geosteer.models.tokenizers import gpt2_tokenizer, smollm2_tokenizer  # noqa: F401 - re-exported
 
@@ -394,6 +395,7 @@ def load_model(
         declare_base(model.config._geosteer_name, base_model)
         model.config.geosteer_base_model = str(base_model)
     use_geosteer_attention(model)
+    guard_positions(model)
     return model, tok
 
 
