@@ -56,7 +56,7 @@ def test_check_item_status_from_the_checks_file(tmp_path):
 def test_check_item_takes_no_results_file():
     with pytest.raises(ValueError, match="a check item takes its status from the checks file"):
         Item(id="1.2", name="n", claim="c", reading="r", check=True, results_file="docs/results/x.json",
-             ours={"x": {"path": "a"}}, criteria=[{"kind": "below", "value": "x", "threshold": 1}])
+             ours={"x": {"path": "a"}}, criteria=[{"kind": "below", "value": "x", "threshold": 1, "claim": "q"}])
 
 
 def test_a_wrong_formula_fails_its_check(monkeypatch):

@@ -10,7 +10,7 @@ import pytest
 
 from geosteer.errors import GeosteerError
 from geosteer.reproduction import evaluate_item, load_items, load_paper
-from geosteer.reproduction.evaluate import check
+from geosteer.reproduction.evaluate import STATUSES, check
 from geosteer.reproduction.items import Criterion, Item
 from tests.cli_helpers import one_line_exit_2, run_cli
 
@@ -22,6 +22,9 @@ def _item(**over) -> dict:
             "ours": {"x": {"path": "a.b"}}, "criteria": [{"kind": "below", "value": "x", "threshold": 2.0}],
             "reading": "r"}
     base.update(over)
+    if isinstance(base.get("criteria"), list):  # every criterion quotes the paper's sentence it tests
+        base["criteria"] = [c if "claim" in c or not isinstance(c, dict) else {**c, "claim": "the paper says"}
+                            for c in base["criteria"]]
     return {k: v for k, v in base.items() if v is not None}
 
 
@@ -41,6 +44,8 @@ def _paper_text(*items: dict) -> str:
     (_item(results_file="../outside.json"), "(item)"),
     (_item(id="one"), "(item)"),
     (_item(ours={"x": {"path": "a", "code": "__import__('os')"}}), "ours.x.code"),
+    (_item(criteria=[{"kind": "below", "value": "x", "threshold": 1, "claim": ""}]), "criteria.0.claim"),
+    (_item(criteria=[{"kind": "below", "value": "x", "threshold": 1, "role": "magnitude", "claim": "q"}]), "(item)"),
 ])
 def test_malformed_item_refused_in_one_line_naming_item_and_field(item, field):
     with pytest.raises(GeosteerError) as e:
@@ -107,7 +112,9 @@ def test_queries_read_json_csv_and_text(tmp_path):
     assert value("r.csv", {"where": {"group": "safe"}, "field": "kl"}) == 0.125
     assert value("r.csv", {"field": "changed", "pick": "sum"}) == 5.0
     assert value("r.txt", {"regex": r"decode_ratio: ([0-9.]+)"}) == 1.24
-    assert value("r.json", {"path": "meta.flag"}) == 1.0
+    above = [{"kind": "above", "value": "x", "threshold": 0}]
+    flag = _eval(tmp_path, ours={"x": {"path": "meta.flag"}}, criteria=above)
+    assert flag.status == "not run" and "true/false flag, not a number" in flag.why  # a verdict is not a value
 
 
 def test_results_root_may_be_the_results_folder_itself(tmp_path):
@@ -131,9 +138,11 @@ def test_results_root_may_be_the_results_folder_itself(tmp_path):
     ({"kind": "order", "values": ["a", "b"]}, {"a": 1.0, "b": 1.0}, False),  # strict
     ({"kind": "close", "values": ["a", "b"], "band": 0.05}, {"a": 0.8125, "b": 0.1875}, False),
     ({"kind": "close", "values": ["a", "b"], "band": 0.05}, {"a": 0.8125, "b": 0.79}, True),
+    ({"kind": "difference", "values": ["a", "b"], "lo": -2.49, "hi": -1.99}, {"a": 12.92, "b": 11.58}, False),
+    ({"kind": "difference", "values": ["a", "b"], "lo": -2.49, "hi": -1.99}, {"a": 12.92, "b": 10.7}, True),
 ])
 def test_criteria_against_hand_computed_cases(crit, values, holds):
-    assert check(Criterion.model_validate(crit), values)[0] is holds
+    assert check(Criterion.model_validate({**crit, "claim": "q"}), values)[0] is holds
 
 
 def test_shipped_items_load_and_every_path_and_command_is_well_formed():
@@ -158,7 +167,7 @@ def test_report_json_schema_and_no_wired_item_is_unreadable(monkeypatch, capsys,
     assert set(data) == {"command", "counts", "items"} and len(data["items"]) == 117
     need = {"paper", "item", "claim", "paper_value", "ours", "status", "command", "results_file"}
     for rec in data["items"]:
-        assert need <= set(rec) and rec["status"] in ("reproduces", "diverges", "not run")
+        assert need <= set(rec) and rec["status"] in STATUSES
         if rec["results_file"] is None:
             assert rec["status"] == "not run" and rec["ours"] is None
         else:  # every wired query reads a number from the shipped results
@@ -166,7 +175,7 @@ def test_report_json_schema_and_no_wired_item_is_unreadable(monkeypatch, capsys,
             assert all(isinstance(v, float) for v in rec["ours"].values())
     total = data["counts"][-1]
     assert total["paper"] == "all" and total["items"] == 117
-    assert sum(total[s] for s in ("reproduces", "diverges", "not run")) == 117
+    assert sum(total[s] for s in STATUSES) == 117
 
 
 def test_markdown_and_html_reports(monkeypatch, capsys, tmp_path):

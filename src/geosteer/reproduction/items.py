@@ -1,6 +1,9 @@
 """Item data: one file per paper (``items/<paper>.json``), validated into :class:`Item` records.
 
-A malformed file is refused with one line naming the file, the item and the field."""
+Each criterion quotes the paper's sentence it tests (``claim``) and says what part of it it tests (``role``):
+the headline claim, a number the paper states (``magnitude``; its bounds come from the item's
+``paper_numbers``), or another part of the claim. A malformed file is refused with one line naming the file,
+the item and the field."""
 
 from __future__ import annotations
 
@@ -15,7 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from geosteer.errors import GeosteerError
 
 AGGREGATES = ("first", "last", "min", "max", "mean", "sum", "count")
-CRITERIA = ("below", "above", "between", "within_rel", "within_abs", "sign", "equals", "order", "close")
+CRITERIA = ("below", "above", "between", "within_rel", "within_abs", "sign", "equals", "order", "close",
+            "difference")
+ROLES = ("claim", "magnitude", "part")
+CLAIM_KINDS = ("finding", "formula", "procedure", "future work", "limitation", "extension")
+ENCODINGS = ("tokenizer", "bos-first", "none")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ID = re.compile(r"^[1-9][0-9]?\.[1-9][0-9]?$")
 
@@ -55,33 +62,45 @@ class Query(_Strict):
 class Criterion(_Strict):
     """A declared test on the item's named values; all of an item's criteria must hold to reproduce."""
 
-    kind: Literal["below", "above", "between", "within_rel", "within_abs", "sign", "equals", "order", "close"]
+    kind: Literal["below", "above", "between", "within_rel", "within_abs", "sign", "equals", "order", "close",
+                  "difference"]
     value: str | None = None  # a name from the item's ``ours``
-    values: list[str] | None = None  # order: names whose values rise strictly; close: two names within band
+    values: list[str] | None = None  # order: names whose values rise strictly; close: two names within band;
+    # difference: two names a, b with lo <= b - a <= hi
     threshold: float | None = None  # below / above
     lo: float | None = None
     hi: float | None = None
     ref: float | None = None  # within_rel / within_abs / equals
     band: float | None = None  # within_rel: relative; within_abs: absolute
     sign: Literal[1, -1] | None = None
+    claim: str = Field(min_length=1)  # the paper's sentence this criterion tests, quoted
+    role: Literal["claim", "magnitude", "part"] = "claim"
+    se: list[str] | None = None  # names of standard errors (combined in quadrature): undecided within 2 s.e.
+    p: str | None = None  # name of a p-value: undecided above 0.05
 
     @model_validator(mode="after")
     def _fields(self) -> Criterion:
         need = {"below": ("value", "threshold"), "above": ("value", "threshold"), "between": ("value", "lo", "hi"),
                 "within_rel": ("value", "ref", "band"), "within_abs": ("value", "ref", "band"),
                 "sign": ("value", "sign"), "equals": ("value", "ref"), "order": ("values",),
-                "close": ("values", "band")}[self.kind]
+                "close": ("values", "band"), "difference": ("values", "lo", "hi")}[self.kind]
         missing = [f for f in need if getattr(self, f) is None]
         if missing:
             raise ValueError(f"criterion '{self.kind}' needs {', '.join(missing)}")
         if self.kind == "order" and len(self.values or []) < 2:
             raise ValueError("criterion 'order' needs at least two values")
-        if self.kind == "close" and len(self.values or []) != 2:
-            raise ValueError("criterion 'close' needs exactly two values")
+        if self.kind in ("close", "difference") and len(self.values or []) != 2:
+            raise ValueError(f"criterion '{self.kind}' needs exactly two values")
         return self
 
     def names(self) -> list[str]:
-        return list(self.values or []) + ([self.value] if self.value else [])
+        return (list(self.values or []) + ([self.value] if self.value else []) + list(self.se or [])
+                + ([self.p] if self.p else []))
+
+    def bounds(self) -> list[float]:
+        """The numbers the criterion compares against (its threshold, band edges or reference)."""
+        band = [self.band] if self.kind == "close" else []
+        return [x for x in (self.threshold, self.lo, self.hi, self.ref, *band) if x is not None]
 
 
 class Item(_Strict):
@@ -99,6 +118,18 @@ class Item(_Strict):
     command: str | None = None
     model: str | None = None
     check: bool = False
+    claim_kind: Literal["finding", "formula", "procedure", "future work", "limitation", "extension"] = "finding"
+    paper_numbers: list[float] = Field(default_factory=list)  # the numbers the paper states for this claim
+    untested: list[str] = Field(default_factory=list)  # parts of the paper's claim no criterion tests, and why
+    paper_code: str | None = None  # where the paper's own code differs from its text
+    encoding: Literal["tokenizer", "bos-first", "none"] | None = None  # how the measured texts were encoded
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_is_formula(cls, data):
+        if isinstance(data, dict) and data.get("check") and "claim_kind" not in data:
+            data = {**data, "claim_kind": "formula"}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Item:
@@ -116,10 +147,22 @@ class Item(_Strict):
             raise ValueError("ours / criteria given without a results_file")
         if self.results_file is not None and not (self.ours and self.criteria):
             raise ValueError("a results_file needs ours and criteria")
+        if self.check and self.claim_kind != "formula":
+            raise ValueError("a check item is a formula: claim_kind 'formula'")
+        for c in self.criteria:
+            if c.role == "magnitude" and not c.bounds():
+                raise ValueError(f"magnitude criterion '{c.kind}' compares against no number")
+            stray = [b for b in c.bounds() if c.role == "magnitude" and not _among(b, self.paper_numbers)]
+            if stray:
+                raise ValueError(f"magnitude criterion bound {stray[0]:g} is not one of paper_numbers")
         for p in [self.results_file] + [q.file for q in self.ours.values()]:
             if p is not None and (Path(p).is_absolute() or ".." in Path(p).parts):
                 raise ValueError(f"results path '{p}' must be relative and stay under the results root")
         return self
+
+
+def _among(x: float, numbers: list[float]) -> bool:
+    return any(abs(x - n) <= 1e-9 * max(1.0, abs(n)) for n in numbers)
 
 
 class PaperItems(_Strict):

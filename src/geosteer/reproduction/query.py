@@ -63,8 +63,8 @@ def _matches(row, where: dict) -> bool:
 
 
 def _number(v, what: str) -> float:
-    if isinstance(v, bool):
-        return float(v)
+    if isinstance(v, bool):  # a verdict written into the file, not a measurement
+        raise NotReadable(f"{what} is a true/false flag, not a number: statuses are computed from numbers")
     if isinstance(v, (int, float)) and math.isfinite(v):
         return float(v)
     raise NotReadable(f"{what} is not a finite number (got {str(v)[:40]!r})")

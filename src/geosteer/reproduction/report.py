@@ -8,7 +8,37 @@ import json
 from geosteer.reproduction.checks import COMMAND
 from geosteer.reproduction.evaluate import STATUSES, ItemResult, counts
 
-_MARK = {"reproduces": "✔ reproduces", "diverges": "✘ diverges", "not run": "· not run"}
+_MARK = {"reproduces": "✔ reproduces", "partial": "◐ partial", "diverges": "✘ diverges",
+         "inconclusive": "? inconclusive", "goes beyond": "→ goes beyond", "definition": "= definition",
+         "not run": "· not run"}
+_ENCODING = {"bos-first": "measured with texts encoded BOS-first (geosteer's encoding at the time; `--bos` "
+                          "reproduces it)",
+             "tokenizer": "measured with texts encoded as the model's tokenizer encodes them",
+             "none": "no text encoding involved"}
+_LEGEND = ("Statuses are computed from the numbers, never chosen and never read from a verdict a results file "
+           "carries. **reproduces**: every criterion holds, and every number the paper states is tested "
+           "against the paper's own band; **partial**: the headline claim holds, but a number the paper states "
+           "is missed or untested, or another part of the claim fails or is not assessed; **diverges**: a "
+           "criterion on the headline claim fails; **inconclusive**: none fails, but one lies within two "
+           "standard errors of its bound (or names a p-value above 0.05); **goes beyond**: the paper's sentence "
+           "is future work, a limitation or an extension, so there is nothing to reproduce; **definition**: the "
+           "sentence states a procedure, not a finding; **not run**: no results file. Each criterion quotes "
+           "the paper's sentence it tests.")
+
+
+def _claim_text(r: ItemResult) -> str:
+    quotes = list(dict.fromkeys(c.claim for c in r.item.criteria))
+    return r.item.claim + "".join(f" “{q}”" for q in quotes)
+
+
+def _reading(r: ItemResult) -> str:
+    it = r.item
+    text = it.reading
+    if it.encoding is not None and it.encoding != "none":
+        text += f" Encoding: {_ENCODING[it.encoding]}."
+    if it.paper_code:
+        text += f" The paper's code: {it.paper_code}"
+    return text
 
 
 def _ours_text(r: ItemResult) -> str:
@@ -32,7 +62,7 @@ def report_markdown(results: list[ItemResult], command: str, titles: dict[str, s
              "(`src/geosteer/reproduction/items/`). An item without a results file is *not run*, "
              "never a number. A formula item is checked against an independent reference on the tiny model "
              f"families by `{COMMAND}`; it reproduces when every error is within its check's tolerance.",
-             "", f"Built with `{command}`.", "",
+             "", _LEGEND, "", f"Built with `{command}`.", "",
              "| paper | items | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
     for row in counts(results):
         lines.append(f"| {titles.get(row['paper'], row['paper'])} | {row['items']} | "
@@ -48,8 +78,8 @@ def report_markdown(results: list[ItemResult], command: str, titles: dict[str, s
                 src += f"<br>`{_cell(r.command)}`"
             model = f" ({it.model})" if it.model and r.ours else ""
             lines.append("| " + " | ".join(_cell(x) for x in [
-                f"{it.id} {it.name}", it.claim, _paper_value(r), _ours_text(r) + model, _MARK[r.status],
-                r.why, it.reading, src]) + " |")
+                f"{it.id} {it.name}", _claim_text(r), _paper_value(r), _ours_text(r) + model, _MARK[r.status],
+                r.why, _reading(r), src]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -61,9 +91,12 @@ def report_json(results: list[ItemResult], command: str) -> str:
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:110em}table{border-collapse:collapse;
 margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .5em;vertical-align:top;font-size:.9em}th{background:#f3f3f3}
-.reproduces{background:#e6f4e6}.diverges{background:#fbe4e4}.notrun{background:#f1f1f1;color:#555}
+.reproduces{background:#e6f4e6}.partial{background:#f4f1dc}.diverges{background:#fbe4e4}
+.inconclusive{background:#e8eef8}.goesbeyond{background:#f3ecf7}.definition{background:#f6f6f0}
+.notrun{background:#f1f1f1;color:#555}
 .bar{display:flex;height:1.2em;width:30em}.bar div{height:100%}code{font-size:.85em}"""
-_COLOURS = {"reproduces": "#5cb85c", "diverges": "#d9534f", "not run": "#bbb"}
+_COLOURS = {"reproduces": "#5cb85c", "partial": "#d8c25a", "diverges": "#d9534f", "inconclusive": "#7a9bd0",
+            "goes beyond": "#a883c0", "definition": "#c9c9a0", "not run": "#bbb"}
 
 
 def _bar(row: dict) -> str:
@@ -76,8 +109,8 @@ def report_html(results: list[ItemResult], command: str, titles: dict[str, str])
     """A self-contained page (no external assets): the counts with a status bar per paper, then the tables."""
     e = html.escape
     out = [f"<!doctype html><meta charset='utf-8'><title>Reproduction report</title><style>{_CSS}</style>",
-           "<h1>Reproduction report</h1>", f"<p>Built with <code>{e(command)}</code>. Statuses are computed "
-           "from the results files by the criteria declared beside each item.</p>",
+           "<h1>Reproduction report</h1>", f"<p>Built with <code>{e(command)}</code>. "
+           f"{e(_LEGEND.replace('**', ''))}</p>",
            "<table><tr><th>paper</th><th>items</th>" + "".join(f"<th>{s}</th>" for s in STATUSES)
            + "<th></th></tr>"]
     for row in counts(results):
@@ -93,8 +126,8 @@ def report_html(results: list[ItemResult], command: str, titles: dict[str, str])
             if r.command:
                 src += f"<br><code>{e(r.command)}</code>"
             cls = r.status.replace(" ", "")
-            out.append(f"<tr class='{cls}'><td>{e(it.id)} {e(it.name)}</td><td>{e(it.claim)}</td>"
+            out.append(f"<tr class='{cls}'><td>{e(it.id)} {e(it.name)}</td><td>{e(_claim_text(r))}</td>"
                        f"<td>{e(_paper_value(r))}</td><td>{e(_ours_text(r))}</td><td>{e(r.status)}</td>"
-                       f"<td>{e(r.why)}</td><td>{e(it.reading)}</td><td>{src}</td></tr>")
+                       f"<td>{e(r.why)}</td><td>{e(_reading(r))}</td><td>{src}</td></tr>")
         out.append("</table>")
     return "\n".join(out) + "\n"
