@@ -19,7 +19,10 @@ from geosteer.errors import GeosteerError
 
 MODEL_HELP = "smollm2 | gemma3-270m | tiny-<family> | .gguf file | folder | hub id"
 MODEL_OPT = typer.Option("smollm2", "--model", "-m", help=MODEL_HELP)
-THREADS_OPT = typer.Option(0, "--threads", help="torch CPU threads (0: torch's default)")
+THREADS_OPT = typer.Option(0, "--threads", help="torch CPU threads (0: the cores the 1-minute load average "
+                           "leaves free, at least 1, at most torch's default; OMP_NUM_THREADS wins when set). Idle "
+                           "threads sleep instead of spinning on cores other work holds (OMP_WAIT_POLICY=PASSIVE "
+                           "unless you set it)")
 
 
 def _known_device(value: str) -> str:
@@ -61,14 +64,28 @@ BASE_MODEL_OPT = typer.Option(None, "--base-model", help="what a fine-tuned --mo
 MAX_SEEDS = 1000  # seeded samples per prompt at most (each one is a full generation)
 
 
-def set_threads(threads: int | None) -> None:
-    """``torch.set_num_threads(threads)`` when given (0 or None keeps torch's default)."""
-    if threads:
-        if threads < 0:
-            raise GeosteerError(f"--threads must be >= 0 (got {threads})")
-        import torch
+@lru_cache(maxsize=1)
+def _torch_default_threads() -> int:
+    import torch
 
+    return torch.get_num_threads()
+
+
+def set_threads(threads: int | None) -> None:
+    """``torch.set_num_threads(threads)`` when given; 0 or None: the cores the machine's load leaves free
+    (:func:`geosteer.threads.threads_for_load`), unless ``OMP_NUM_THREADS`` is set (then torch's default)."""
+    import os
+
+    if threads is not None and threads < 0:
+        raise GeosteerError(f"--threads must be >= 0 (got {threads})")
+    import torch
+
+    if threads:
         torch.set_num_threads(threads)
+    elif not os.environ.get("OMP_NUM_THREADS"):
+        from geosteer.threads import threads_for_load
+
+        torch.set_num_threads(threads_for_load(_torch_default_threads()))
 
 
 def load(model: str, *, threads: int | None = None, device: str = "cpu", dtype: str = "float32",
