@@ -159,3 +159,69 @@ def test_cli_value_space_errors_are_one_line(args, msg, tmp_path, monkeypatch, c
                                                           else []))
     assert code == 2 and msg in err and "Traceback" not in err, err
     assert not (tmp_path / "s.json").exists()
+
+
+def _first_visible(mask: torch.Tensor) -> set[tuple[int, int]]:
+    """(row, position) of each row's first unpadded token: it sees only itself under a causal mask."""
+    return {(b, int(mask[b].nonzero()[0])) for b in range(mask.shape[0])}
+
+
+@pytest.mark.parametrize("space,padded", [("concat", True), ("concat", False), ("head", True)])
+def test_c_direction_leaves_out_tokens_that_see_only_themselves(tiny_cache, space, padded):
+    """c_t = o_t − A_tt v_t is zero for a token that sees only itself: its ratio and |cos| are left out
+    (counted n − 2 here), and the c ratio mean equals a float64 loop over the other tokens."""
+    m, _ = tiny_cache("llama")
+    an = anatomy(m)
+    ids, mask = _ids()
+    if not padded:
+        mask = torch.ones_like(mask)
+    calls = []
+    rm = add_attention_handler(an.blocks[1].attn, lambda c, p: (calls.append(c), p(c))[1])
+    meas = DirectionalMeasure(layers=[1], residual=False, value_space=space)
+    try:
+        with steer(m, meas), torch.no_grad():
+            m(input_ids=ids, attention_mask=mask)
+    finally:
+        rm()
+    w = attention_weights(calls[0]).double()
+    v = repeat_kv(calls[0].value, calls[0].n_rep).double()
+    alone = _first_visible(mask)
+    heads = [list(range(an.n_heads))] if space == "concat" else [[h] for h in range(an.n_heads)]
+    rows = meas.rows()
+    assert len(rows) == len(heads)
+    for row, hs in zip(rows, heads, strict=True):
+        ratios = []
+        for b in range(ids.shape[0]):
+            for t in range(ids.shape[1]):
+                if not mask[b, t] or (b, t) in alone:
+                    continue
+                o = torch.cat([w[b, h, t] @ v[b, h] for h in hs])
+                vt = torch.cat([v[b, h, t] for h in hs])
+                c = o - torch.cat([w[b, h, t, t] * v[b, h, t] for h in hs])
+                par = (c @ vt) / (vt @ vt) * vt
+                ratios.append((par.norm() / (c - par).norm()).item())
+        assert row["c_ratio_n"] == row["n_tokens"] - len(alone) == len(ratios)
+        assert row["c_ratio_mean"] == pytest.approx(np.mean(ratios), rel=1e-4)
+
+
+def test_rounding_in_the_self_weight_does_not_make_a_zero_c_count(tiny_cache, monkeypatch):
+    """A_tt a few ulps below 1, differently per head (as a fused kernel's log-sum-exp gives it), leaves a
+    c_t = (1 − A_tt) v_t on a token that sees only itself that is not parallel to the concatenated v_t; it
+    is still zero by construction and left out."""
+    import geosteer.directional.measure as measure
+
+    real = measure.self_weight
+
+    def rounded(call, *a, **k):
+        w = real(call, *a, **k)
+        h = torch.arange(1, w.shape[1] * w.shape[2] + 1, dtype=w.dtype).reshape(1, w.shape[1], w.shape[2], 1)
+        return w * (1 - 1e-5 * h)
+
+    monkeypatch.setattr(measure, "self_weight", rounded)
+    m, _ = tiny_cache("llama")
+    ids, mask = _ids()
+    meas = DirectionalMeasure(layers=[1], residual=False, value_space="concat")
+    with steer(m, meas), torch.no_grad():
+        m(input_ids=ids, attention_mask=mask)
+    (row,) = meas.rows()
+    assert row["c_ratio_n"] == row["c_abs_cos_n"] == row["n_tokens"] - 2

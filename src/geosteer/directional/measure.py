@@ -30,7 +30,13 @@ from torch import nn
 from geosteer.attention import attach_handlers, stock_attention_with_lse
 from geosteer.directional.config import DEFAULT_VALUE_SPACE, check_value_space
 from geosteer.directional.decompose import PAIR_STATS, RunningStats, pair_stats
-from geosteer.directional.value import grouped_output, own_values, self_weight, self_weight_from_lse
+from geosteer.directional.value import (
+    grouped_output,
+    own_values,
+    sees_only_itself,
+    self_weight,
+    self_weight_from_lse,
+)
 from geosteer.hooks import HookSet, attach_hooks
 from geosteer.models.anatomy import anatomy
 from geosteer.models.loading import input_device
@@ -95,11 +101,13 @@ class DirectionalMeasure:
                 o = grouped_output(out, call).float()
                 v = own_values(call).float()
                 a = self_weight(call) if fused is None else self_weight_from_lse(call, fused[1])
+                alone = sees_only_itself(call)  # (b|1, q): c_t is zero there, its direction undefined
                 if self.value_space == "concat":
-                    self._add_concat(layer, o, v.expand(o.shape), a)
+                    self._add_concat(layer, o, v.expand(o.shape), a, alone)
                     return out, w
                 c = o - a[..., None] * v
-                so, sc = pair_stats(o, v), pair_stats(c, v, scale=o.norm(dim=-1))
+                so, sc = pair_stats(o, v), _undefined_where(pair_stats(c, v, scale=o.norm(dim=-1)),
+                                                            alone[:, None, None])
                 cols = [so[k] for k in PAIR_STATS] + [sc[k] for k in PAIR_STATS]
                 cols += [a, a * v.norm(dim=-1)]
                 b, hkv, r, q = a.shape
@@ -110,8 +118,10 @@ class DirectionalMeasure:
 
         return handler
 
-    def _add_concat(self, layer: int, o: torch.Tensor, v: torch.Tensor, a: torch.Tensor) -> None:
-        """Statistics of the concatenated heads: o, v (b, Hkv, r, q, dv) and A_tt (b, Hkv, r, q)."""
+    def _add_concat(self, layer: int, o: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
+                    alone: torch.Tensor) -> None:
+        """Statistics of the concatenated heads: o, v (b, Hkv, r, q, dv), A_tt (b, Hkv, r, q) and the queries
+        that see only themselves (b|1, q), whose c_t is zero by construction."""
         b, q = o.shape[0], o.shape[3]
 
         def cat(t: torch.Tensor) -> torch.Tensor:  # (b, Hkv, r, q, dv) → (b, q, H·dv)
@@ -120,7 +130,7 @@ class DirectionalMeasure:
         d = a[..., None] * v
         oc, vc, dc = cat(o), cat(v), cat(d)
         cc = oc - dc
-        so, sc = pair_stats(oc, vc), pair_stats(cc, vc, scale=oc.norm(dim=-1))
+        so, sc = pair_stats(oc, vc), _undefined_where(pair_stats(cc, vc, scale=oc.norm(dim=-1)), alone)
         vv = (vc * vc).sum(-1)
         a_eff = torch.where(vv > 0, (dc * vc).sum(-1) / vv.clamp_min(1e-30), torch.zeros_like(vv))
         cols = [so[k] for k in PAIR_STATS] + [sc[k] for k in PAIR_STATS] + [a_eff, dc.norm(dim=-1)]
@@ -197,6 +207,14 @@ class DirectionalMeasure:
             out += [{"step": step, **r} for r in rows]
         return out
 
+
+
+def _undefined_where(stats: dict[str, torch.Tensor], zero: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``stats`` with the direction statistics (ratio, |cos|) NaN (left out) where ``zero`` (broadcast)."""
+    out = dict(stats)
+    for k in _PARTIAL:
+        out[k] = torch.where(zero.to(out[k].device), torch.full_like(out[k], float("nan")), out[k])
+    return out
 
 
 def _layer_list(model: nn.Module, layers) -> list[int] | None:

@@ -136,6 +136,25 @@ def _diag_visible(call: AttentionCall, q_len: int, k_len: int) -> torch.Tensor |
     return diag.reshape(b, call.key.shape[1], hm // call.key.shape[1], q_len)
 
 
+def sees_only_itself(call: AttentionCall) -> torch.Tensor:
+    """Whether query t's only visible key is its own (b|1, q): then o_t = v_t, A_tt = 1 and the cross-token
+    aggregate c_t = o_t − A_tt v_t is zero by construction (e.g. the first token of a window), so its
+    direction (∥/⊥ ratio, |cos|) is undefined whatever rounding leaves in the float values."""
+    q_len, k_len = call.query.shape[2], call.key.shape[2]
+    dev = call.query.device
+    m = call.attention_mask
+    if m is None:
+        causal = q_len > 1 and getattr(call.module, "is_causal", True)
+        first = torch.arange(q_len, device=dev) + (k_len - q_len) == 0
+        return (first if causal or k_len == 1 else torch.full((q_len,), k_len == 1, device=dev))[None]
+    keep = m[..., :q_len, :k_len]
+    if keep.dtype != torch.bool:
+        keep = keep > torch.finfo(keep.dtype).min / 2
+    idx = torch.arange(q_len, device=dev)
+    alone = (keep.sum(-1) == 1) & keep[..., idx, idx + (k_len - q_len)]  # (b|1, h|1, q)
+    return alone.all(dim=1)
+
+
 def without_diagonal_mask(call: AttentionCall) -> torch.Tensor:
     """The call's boolean keep-mask (b|1, 1|H, q, k) without each query's own key (diag-removal control)."""
     from geosteer.attention import additive_mask
