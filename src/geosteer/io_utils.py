@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -80,16 +81,72 @@ def check_records_path(path: str | Path, what: str = "--out") -> Path:
     return check_output_path(path, what=what, suffixes=_RECORD_SUFFIXES)
 
 
+def free_bytes(path: str | Path) -> int | None:
+    """Free bytes on the disk that holds ``path`` (its nearest existing folder); None if unknown."""
+    for p in (Path(path).absolute(), *Path(path).absolute().parents):
+        if p.is_dir():
+            try:
+                return shutil.disk_usage(p).free
+            except OSError:
+                return None
+    return None
+
+
+def human_bytes(n: int) -> str:
+    """``n`` bytes as a short text (``1.5 MB``)."""
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover - unreachable
+
+
+def tree_bytes(path: str | Path) -> int:
+    """Bytes of the regular files at or under ``path`` (links not followed); 0 when there is nothing."""
+    p = Path(path)
+    try:
+        if p.is_file() and not p.is_symlink():
+            return p.stat().st_size
+        return sum(q.stat().st_size for q in p.rglob("*") if q.is_file() and not q.is_symlink())
+    except OSError:
+        return 0
+
+
+def raise_if_disk_full(e: BaseException, path: str | Path, *, needed: int | None = None,
+                       written: int | None = None) -> None:
+    """Inside a writer's ``except`` (after its temporary files are removed): turn a full disk (``e``,
+    :func:`geosteer.errors.is_disk_full`) into :class:`geosteer.errors.DiskFull` naming ``path`` and the
+    space: ``needed`` bytes (known in advance) or more than ``written`` (what went in before it filled)."""
+    from geosteer.errors import DiskFull, is_disk_full
+
+    if isinstance(e, DiskFull) or not is_disk_full(e):
+        return
+    free = free_bytes(path)
+    have = f"{human_bytes(free)} free there" if free is not None else "the free space is unknown"
+    if needed is not None:
+        need = f"it needs {human_bytes(needed)}, {have}"
+    elif written:
+        need = f"it needs more than the {human_bytes(written)} written before the disk filled, {have}"
+    else:
+        need = have
+    raise DiskFull(f"no space left on device writing {path}: {need}; nothing half-written was left and what "
+                   "was there is kept: free some space (or write somewhere else) and run again") from None
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary sibling + fsync + rename. The file gets the mode a plain
     ``open`` would give it (0644 under umask 022), or keeps the mode of the file it replaces."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise_if_disk_full(e, path, needed=len(data))
+        raise
     try:
         mode = path.stat().st_mode & 0o7777
     except OSError:
         mode = default_mode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -97,8 +154,9 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        raise_if_disk_full(e, path, needed=len(data))
         raise
     return path
 

@@ -287,6 +287,11 @@ def run_command(command, args: list[str] | None = None) -> None:
         typer.echo("interrupted", err=True)
         sys.exit(130)
     except Exception as e:  # click (vendored by typer) usage errors arrive here in non-standalone mode
+        from geosteer.errors import disk_full_line, is_disk_full
+
+        if is_disk_full(e):  # a write no writer named (they raise DiskFull with the path and the space)
+            typer.echo(f"error: {disk_full_line(e)}", err=True)
+            sys.exit(2)
         name = type(e).__name__
         if name == "Exit":
             sys.exit(getattr(e, "exit_code", 0))

@@ -23,6 +23,7 @@ the per-step records to experiment trackers through accelerate (:mod:`geosteer.t
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -34,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from geosteer.errors import GeosteerError
+from geosteer.errors import DiskFull, GeosteerError
 from geosteer.models.limits import check_positions
 from geosteer.progress import counter
 from geosteer.progress import enabled as bars_enabled
@@ -209,9 +210,16 @@ def evaluate(run: Run, step: int) -> None:
 def checkpoint(run: Run, step: int) -> None:
     """Write the run's state at ``step`` (main process; atomic) and wait for every process."""
     if run.ckpt_path is not None and run.main:
-        save_checkpoint(run.ckpt_path, step=step, params=run.params, optimizer=run.opt, scheduler=run.sched,
-                        cfg=run.cfg, history=run.history, data_fingerprint=run.data.fingerprint,
-                        extra={"evals": run.evals, **(run.options.checkpoint_extra or {})}, run=run.record)
+        try:
+            save_checkpoint(run.ckpt_path, step=step, params=run.params, optimizer=run.opt, scheduler=run.sched,
+                            cfg=run.cfg, history=run.history, data_fingerprint=run.data.fingerprint,
+                            extra={"evals": run.evals, **(run.options.checkpoint_extra or {})}, run=run.record)
+        except DiskFull as e:
+            with contextlib.suppress(OSError):
+                run.ckpt_path.parent.rmdir()  # the state folder this write created, if nothing else is in it
+            kept = (f"; the checkpoint of step {run.last_good} is kept (--resume continues from it)"
+                    if run.last_good is not None else "")
+            raise DiskFull(f"checkpoint of step {step}: {e}{kept}") from None
         run.last_good = step
     run.acc.wait_for_everyone()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from geosteer.errors import GeosteerError
-from geosteer.io_utils import check_output_path, default_mode
+from geosteer.io_utils import check_output_path, default_mode, raise_if_disk_full, tree_bytes
 
 GGUF_ARCH = "controlvector"
 
@@ -41,7 +41,9 @@ def export_gguf(sv: Any, path: str | Path) -> Path:
         writer.close()
         os.chmod(tmp, default_mode())  # mkstemp's file is owner-only; the user's umask decides instead
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        written = tree_bytes(tmp)
         Path(tmp).unlink(missing_ok=True)
+        raise_if_disk_full(e, path, written=written)
         raise
     return path
