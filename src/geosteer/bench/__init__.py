@@ -1,0 +1,15 @@
+"""The steering benchmark: levers (prompting, CAA, a preference-trained vector, LoRA, LoReFT, geosteer's
+learned steering surfaces, walls, ∥/⊥ scales, FFN gates) on a user's model and concepts, each at its own
+operating point chosen by one rule, scored by a judge that is not the model (``geosteer bench steering``)."""
+
+from geosteer.bench.budget import BUDGETS, Budget
+from geosteer.bench.concepts import Splits, read_concepts, split_concept
+from geosteer.bench.judge import Judge
+from geosteer.bench.levers import DEFAULT_LEVERS, Lever, Point, levers, register_lever
+from geosteer.bench.modules import LearnedVector, LoReFT
+from geosteer.bench.operating import choose_operating_point
+from geosteer.bench.run import BenchConfig, run_bench
+
+__all__ = ["BUDGETS", "DEFAULT_LEVERS", "BenchConfig", "Budget", "Judge", "LearnedVector", "Lever", "LoReFT", "Point",
+           "Splits", "choose_operating_point", "levers", "read_concepts", "register_lever", "run_bench",
+           "split_concept"]

@@ -1,0 +1,100 @@
+"""``geosteer bench steering``: the steering benchmark on your model and your concepts."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import typer
+
+from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, MODEL_OPT, THREADS_OPT, emit, load
+from geosteer.cli.outputs import out_dir
+from geosteer.errors import GeosteerError
+
+
+def _check_out(out: Path) -> None:
+    """An output folder is new, empty, or an earlier run's (which it resumes): nothing else is written over."""
+    from geosteer.bench.run import STATE_FILE
+
+    if out.is_dir() and any(out.iterdir()) and not (out / STATE_FILE).is_file():
+        raise GeosteerError(f"--out {out} holds files of its own and no {STATE_FILE}: give a new or empty "
+                            "folder, or an earlier benchmark run's folder to resume it")
+
+
+def _check_options(kl_budget: float, train_tau: float, levers: list[str], surfaces: str | None) -> None:
+    if not (math.isfinite(kl_budget) and kl_budget > 0):
+        raise GeosteerError(f"--kl-budget must be a positive number of nats (got {kl_budget})")
+    if not (math.isfinite(train_tau) and train_tau > 0):
+        raise GeosteerError(f"--train-tau must be a positive number of nats (got {train_tau})")
+    if "surfaces-shipped" in levers and not surfaces:
+        raise GeosteerError("the surfaces-shipped lever needs --surfaces DIR (the surfaces it starts from)")
+
+
+def steering_cmd(
+    concepts: Path = typer.Option(..., "--concepts", help="concept file: a JSON list of {name, direction "
+                                  "(promote|suppress), positive, negative, prompts} (docs/steering-benchmark.md)"),
+    out: Path = typer.Option(..., "--out", callback=out_dir(), help="output folder: results.json, figures/, "
+                             "and cache/ (a rerun with the same settings resumes from it)"),
+    model: str = MODEL_OPT,
+    lever_spec: str | None = typer.Option(None, "--levers", help="comma-separated levers (default: prompting, "
+                                          "caa, vector, lora, loreft, surfaces, walls, scales, ffn-gates; also "
+                                          "surfaces-shipped with --surfaces)"),
+    budget: str = typer.Option("small", "--budget", help="small (everyday) | full"),
+    seed: int = typer.Option(0, "--seed", help="seed of the splits, the judge and every training run"),
+    kl_budget: float = typer.Option(0.5, "--kl-budget", help="operating-point rule: the largest mean control "
+                                    "next-token KL (nats) a lever's chosen point may have"),
+    train_tau: float = typer.Option(0.1, "--train-tau", help="control-KL hinge τ of every learned lever's "
+                                    "training objective (nats)"),
+    chat: bool | None = typer.Option(None, "--chat/--no-chat", help="format every prompt with the tokenizer's "
+                                     "chat template (default: when the tokenizer has one)"),
+    surfaces: str | None = typer.Option(None, "--surfaces", help="shipped surfaces the surfaces-shipped lever "
+                                        "starts from"),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="one HTML figure per concept (viz extra)"),
+    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT, threads: int = THREADS_OPT,
+) -> None:
+    """Every lever on every concept, each at its own operating point chosen on validation prompts by one rule;
+    scored on test prompts by a judge that is not the model (reference: the stock model)."""
+    from geosteer.bench.budget import get_budget
+    from geosteer.bench.concepts import read_concepts
+    from geosteer.bench.levers import parse_levers
+
+    chosen = parse_levers(lever_spec)
+    b = get_budget(budget)
+    _check_options(kl_budget, train_tau, chosen, surfaces)
+    items = read_concepts(concepts)  # refused in one line before any model loads
+    _check_out(out)
+    _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surfaces, figures, device, dtype, threads)
+
+
+def _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surfaces, figures, device, dtype,
+         threads) -> None:
+    from geosteer.bench.results import markdown_table, write_figures, write_results
+    from geosteer.bench.run import BenchConfig, run_bench
+    from geosteer.eval.chat import has_chat_template
+
+    m, tok = load(model, threads=threads, device=device, dtype=dtype)
+    use_chat = has_chat_template(tok) if chat is None else chat
+    if use_chat and not has_chat_template(tok):
+        raise GeosteerError("--chat needs a tokenizer with a chat template; this model's tokenizer has none")
+    cfg = BenchConfig(model=model, levers=chosen, budget=b, seed=seed, kl_budget=kl_budget, chat=use_chat,
+                      train_tau=train_tau, surfaces=surfaces, command="geosteer " + " ".join(sys.argv[1:]))
+
+    def log(line: str) -> None:
+        typer.echo(line, err=True)
+
+    doc = run_bench(m, tok, items, cfg, out, log=log)
+    path = write_results(doc, out)
+    if figures:
+        try:
+            write_figures(doc, out)
+        except ImportError as e:  # the viz extra is optional
+            typer.echo(f"note: no figures ({e})", err=True)
+    emit(markdown_table(doc["rows"]), False)
+    emit(f"results: {path}", False)
+
+
+def register(app: typer.Typer) -> None:
+    bench = typer.Typer(no_args_is_help=True, help="Benchmarks a user runs on their own model.")
+    bench.command("steering")(steering_cmd)
+    app.add_typer(bench, name="bench")

@@ -1,0 +1,132 @@
+"""The concept file of the steering benchmark and its deterministic splits.
+
+A concept file is a JSON list; each concept is ``{"name", "direction": "promote"|"suppress", "positive":
+[texts that show the concept], "negative": [texts that do not], "prompts": [prompts to continue]}``, with an
+optional ``"description"`` (the words the prompting lever's instruction uses; default: the name).
+
+Splits are hash-based, so they depend only on the texts, the concept's name and the seed, never on the order
+of the file: the items of a list are sorted by SHA-256 of (seed, name, part, text) and dealt alternately, so
+the two sides differ in size by at most one. Positive and negative texts go to the levers (what they learn
+from) and the judge (what it is trained on); prompts to validation (choosing each lever's operating point)
+and test (the reported numbers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from geosteer.errors import GeosteerError
+
+MIN_TEXTS = 4  # per side: two for the levers, two for the judge
+MIN_PROMPTS = 2  # one validation, one test
+MAX_FILE_BYTES = 32 * 1024 * 1024
+
+
+def _schema():
+    from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+    class Concept(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+        name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+        direction: Literal["promote", "suppress"]
+        positive: list[str] = Field(min_length=MIN_TEXTS)
+        negative: list[str] = Field(min_length=MIN_TEXTS)
+        prompts: list[str] = Field(min_length=MIN_PROMPTS)
+        description: str | None = None
+
+        @field_validator("positive", "negative", "prompts")
+        @classmethod
+        def _non_empty(cls, v: list[str]) -> list[str]:
+            if any(not s.strip() for s in v):
+                raise ValueError("holds an empty string")
+            if len(set(v)) != len(v):
+                raise ValueError("holds the same text twice")
+            return v
+
+    return Concept, TypeAdapter(list[Concept])
+
+
+SHAPE = ('a JSON list of {"name", "direction": "promote"|"suppress", "positive": [>= 4 texts], '
+         '"negative": [>= 4 texts], "prompts": [>= 2 prompts], optional "description"}')
+
+
+def _first_error(e) -> str:
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{where}: {err.get('msg', 'invalid')}" if where else err.get("msg", "invalid")
+
+
+def read_concepts(path: str | Path) -> list:
+    """The concepts of ``path`` (pydantic models), or a one-line :class:`GeosteerError` naming what is wrong."""
+    from pydantic import ValidationError
+
+    p = Path(path)
+    if not p.is_file():
+        raise GeosteerError(f"--concepts {p}: no such file; expected {SHAPE}")
+    if p.stat().st_size > MAX_FILE_BYTES:
+        raise GeosteerError(f"--concepts {p}: larger than {MAX_FILE_BYTES >> 20} MiB")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise GeosteerError(f"--concepts {p} is not valid JSON ({e}); expected {SHAPE}") from None
+    _, adapter = _schema()
+    if not isinstance(doc, list) or not doc:
+        raise GeosteerError(f"--concepts {p}: expected a non-empty list; {SHAPE}")
+    try:
+        concepts = adapter.validate_python(doc)
+    except ValidationError as e:
+        raise GeosteerError(f"--concepts {p}: concept {_first_error(e)}; expected {SHAPE}") from None
+    names = [c.name for c in concepts]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise GeosteerError(f"--concepts {p}: the name {dup!r} is used twice; names must be unique")
+    return concepts
+
+
+def _key(seed: int, name: str, part: str, text: str) -> str:
+    return hashlib.sha256(f"{seed}\0{name}\0{part}\0{text}".encode()).hexdigest()
+
+
+def deal(items: list[str], seed: int, name: str, part: str) -> tuple[list[str], list[str]]:
+    """``items`` sorted by their hash and dealt alternately into two lists (first, second)."""
+    ordered = sorted(items, key=lambda t: _key(seed, name, part, t))
+    return ordered[0::2], ordered[1::2]
+
+
+@dataclass(frozen=True)
+class Splits:
+    """One concept's splits: texts for the levers and for the judge, prompts for validation and test."""
+
+    lever_positive: list[str]
+    lever_negative: list[str]
+    judge_positive: list[str]
+    judge_negative: list[str]
+    validation: list[str]
+    test: list[str]
+
+
+def split_concept(concept, seed: int = 0, max_validation: int | None = None,
+                  max_test: int | None = None) -> Splits:
+    """The deterministic splits of ``concept`` (module docstring); prompts capped per side when asked."""
+    lp, jp = deal(list(concept.positive), seed, concept.name, "positive")
+    ln, jn = deal(list(concept.negative), seed, concept.name, "negative")
+    val, test = deal(list(concept.prompts), seed, concept.name, "prompts")
+    return Splits(lp, ln, jp, jn, val[:max_validation] if max_validation else val,
+                  test[:max_test] if max_test else test)
+
+
+def toward_away(concept, splits: Splits) -> tuple[list[str], list[str]]:
+    """(texts to move towards, texts to move away from): positive/negative for a promoted concept, the
+    other way round for a suppressed one."""
+    if concept.direction == "promote":
+        return splits.lever_positive, splits.lever_negative
+    return splits.lever_negative, splits.lever_positive
+
+
+def describe(concept) -> str:
+    """The words an instruction uses for the concept."""
+    return concept.description or concept.name.replace("_", " ").replace("-", " ")

@@ -1,0 +1,170 @@
+"""What the steering benchmark measures for one point (a lever at one setting) on a set of prompts.
+
+Per prompt, the greedy continuation of ``new_tokens`` tokens (stopping at an end-of-sequence token) is scored:
+
+- **concept score** c: the judge's P(concept | continuation) for a promoted concept, 1 − P for a suppressed
+  one (:mod:`geosteer.bench.judge`);
+- **fluency**: the stock model's mean log-prob per token of the continuation read on its own (BOS first,
+  no prompt: how likely the text is as text, whatever it is about), and the share of repeated 4-grams of
+  its tokens (4-grams that occurred earlier in the same continuation);
+- **fluency score** f = min(1, exp(ℓ − ℓ₀)) · (1 − repeated-4-gram share), where ℓ₀ is the same log-prob of the
+  stock model's own continuation of that prompt; an empty continuation scores f = 0;
+- **score** = 2cf / (c + f), the harmonic mean (0 when both are 0), in the spirit of AxBench's harmonic
+  mean of its concept, instruction and fluency ratings.
+
+**Control KL** is measured on neutral prompts: the next-token KL(P_stock ‖ P_point) after each prompt (the
+point's instruction, for the prompting lever, applied to them as to every prompt). Every mean comes with a
+95 % percentile bootstrap interval over prompts (seeded).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from geosteer.interventions import steer
+
+
+def bootstrap(x, n_boot: int = 2000, seed: int = 0) -> dict:
+    """{mean, lo, hi}: the mean of ``x`` and its 95 % percentile bootstrap interval (resampling items)."""
+    a = np.asarray(x, dtype=float)
+    if a.size == 0:
+        return {"mean": math.nan, "lo": math.nan, "hi": math.nan}
+    if a.size == 1:
+        return {"mean": float(a[0]), "lo": math.nan, "hi": math.nan}
+    rng = np.random.default_rng(seed)
+    means = a[rng.integers(0, a.size, size=(n_boot, a.size))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"mean": float(a.mean()), "lo": float(lo), "hi": float(hi)}
+
+
+def repeated_ngram_share(ids: list[int], n: int = 4) -> float:
+    """Share of the n-grams of ``ids`` that occurred earlier in ``ids`` (0 with fewer than n + 1 tokens)."""
+    grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
+    if len(grams) < 2:
+        return 0.0
+    seen, rep = set(), 0
+    for g in grams:
+        rep += g in seen
+        seen.add(g)
+    return rep / len(grams)
+
+
+def harmonic(c: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """2cf / (c + f), 0 where c + f = 0."""
+    s = c + f
+    return np.where(s > 0, 2 * c * f / np.where(s > 0, s, 1), 0.0)
+
+
+@dataclass
+class Continuations:
+    texts: list[str]
+    ids: list[list[int]]
+
+
+def continue_prompts(model, tok, prompts: list[str], new_tokens: int) -> Continuations:
+    """Greedy continuations of formatted prompts (BOS first), with whatever is attached to ``model``."""
+    from geosteer.eval.generation import generate
+
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    eos = {tok.eos_token_id} | ({eos} if isinstance(eos, int) else set(eos or []))
+    texts, ids = [], []
+    for p in prompts:
+        r = generate(model, tok, p, max_new_tokens=new_tokens, greedy=True, add_bos=True)
+        toks = [t for t in r.token_ids if t not in eos and t != tok.pad_token_id]
+        texts.append(r.text.strip())
+        ids.append(toks)
+    return Continuations(texts, ids)
+
+
+@torch.no_grad()
+def text_logprob(model, tok, ids: list[list[int]]) -> np.ndarray:
+    """Mean log-prob per token of each id list read on its own (BOS first), by ``model`` as it is; nan for
+    an empty list."""
+    from geosteer.models.loading import input_device
+
+    bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    out = np.full(len(ids), np.nan)
+    for i, seq in enumerate(ids):
+        if not seq:
+            continue
+        x = torch.tensor([[bos, *seq]], device=input_device(model))
+        logp = torch.log_softmax(model(input_ids=x, use_cache=False).logits[0, :-1].float(), -1)
+        out[i] = float(logp.gather(-1, x[0, 1:, None]).mean())
+    return out
+
+
+@torch.no_grad()
+def next_token_logprobs(model, tok, prompts: list[str]) -> torch.Tensor:
+    """(n, V) next-token log-probs after each formatted prompt (BOS first, each prompt alone)."""
+    from geosteer.eval.generation import prompt_ids
+    from geosteer.models.loading import input_device
+
+    rows = []
+    for p in prompts:
+        x = prompt_ids(tok, p, True).to(input_device(model))
+        rows.append(torch.log_softmax(model(input_ids=x, use_cache=False).logits[0, -1].float(), -1).cpu())
+    return torch.stack(rows)
+
+
+def kl_rows(ref: torch.Tensor, other: torch.Tensor) -> np.ndarray:
+    """KL(P_ref ‖ P_other) per row of two (n, V) log-prob tensors."""
+    return (ref.exp() * (ref - other)).sum(-1).clamp_min(0).double().numpy()
+
+
+@dataclass
+class Measured:
+    """Per-prompt values of one point on one prompt set (and its control KL per neutral prompt)."""
+
+    texts: list[str]
+    concept: np.ndarray
+    logprob: np.ndarray
+    repeated: np.ndarray
+    kl: np.ndarray
+
+    def to_dict(self) -> dict:
+        return {"texts": self.texts, "concept": self.concept.tolist(), "logprob": self.logprob.tolist(),
+                "repeated": self.repeated.tolist(), "kl": self.kl.tolist()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Measured:
+        return cls(list(d["texts"]), *(np.asarray(d[k], dtype=float) for k in ("concept", "logprob",
+                                                                                 "repeated", "kl")))
+
+
+def measure(model, tok, point, prompts: list[str], controls: list[str], judge, promote: bool,
+            new_tokens: int, control_ref: torch.Tensor, fmt) -> Measured:
+    """Generate and score ``point`` on ``prompts`` (raw) and ``controls`` (raw); ``fmt(prompt, instruction)``
+    formats a prompt; ``control_ref``: the stock model's next-token log-probs on the controls."""
+    with point.interventions() as ivs, steer(model, *ivs):
+        cont = continue_prompts(model, tok, [fmt(p, point.instruction) for p in prompts], new_tokens)
+        lp_controls = next_token_logprobs(model, tok, [fmt(c, point.instruction) for c in controls])
+    p = judge.prob(cont.texts)
+    concept = p if promote else 1.0 - p
+    logprob = text_logprob(model, tok, cont.ids)  # nothing attached: the stock model reads the text
+    rep = np.array([repeated_ngram_share(x) for x in cont.ids])
+    return Measured(cont.texts, np.asarray(concept, dtype=float), logprob, rep, kl_rows(control_ref, lp_controls))
+
+
+def fluency_score(m: Measured, ref: Measured) -> np.ndarray:
+    """f per prompt (module docstring) against the stock model's continuations ``ref``."""
+    ref_lp = np.where(np.isnan(ref.logprob), m.logprob, ref.logprob)  # stock said nothing: no penalty
+    gap = np.nan_to_num(m.logprob - ref_lp, nan=0.0)
+    f = np.minimum(1.0, np.exp(np.minimum(gap, 0.0))) * (1.0 - m.repeated)
+    return np.where(np.isnan(m.logprob), 0.0, f)
+
+
+def summarize(m: Measured, ref: Measured, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Means and 95 % intervals of one point's measurements (against the stock model's ``ref``)."""
+    f = fluency_score(m, ref)
+    score = harmonic(m.concept, f)
+    return {"concept_score": bootstrap(m.concept, n_boot, seed),
+            "fluency": {"logprob": bootstrap(m.logprob[~np.isnan(m.logprob)], n_boot, seed),
+                        "repeated_4gram_share": bootstrap(m.repeated, n_boot, seed),
+                        "score": bootstrap(f, n_boot, seed)},
+            "control_kl": bootstrap(m.kl, n_boot, seed),
+            "score": bootstrap(score, n_boot, seed), "n_prompts": int(len(m.texts)),
+            "n_controls": int(len(m.kl))}
