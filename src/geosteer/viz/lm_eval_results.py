@@ -28,7 +28,8 @@ def lm_eval_rows(obj: dict) -> tuple[dict, list[dict]]:
             "model_args": args if isinstance(args, str) else json.dumps(args, sort_keys=True),
             "limit": cfg.get("limit"), "lm_eval_version": obj.get("lm_eval_version"),
             "title": f"lm-eval: {cfg.get('model')} ({obj.get('model_name') or ''})"}
-    samples = obj.get("n-samples") or {}
+    samples = obj.get("n-samples")
+    samples = samples if isinstance(samples, dict) else {}  # lm-eval writes {task: {"effective": n, ...}}
     rows: list[dict] = []
     for task, scores in obj["results"].items():
         by_filter: dict[str, dict] = {}
@@ -39,9 +40,10 @@ def lm_eval_rows(obj: dict) -> tuple[dict, list[dict]]:
                 continue
             row = by_filter.setdefault(filt, {"task": task, "filter": filt})
             row[metric] = v
-        n = (samples.get(task) or {}).get("effective")
+        entry = samples.get(task)
+        n = entry.get("effective") if isinstance(entry, dict) else None
         for row in by_filter.values():
-            if isinstance(n, int):
+            if isinstance(n, int) and not isinstance(n, bool):
                 row["n"] = n
             rows.append(row)
     return meta, rows
