@@ -34,10 +34,15 @@ def prefer_passive_wait(environ=None) -> bool:
     return True
 
 
-def is_geosteer_command(argv0: str | None = None) -> bool:
-    """Whether this process is the ``geosteer`` console script."""
-    name = os.path.basename(sys.argv[0] if argv0 is None else argv0).lower()
-    return name in ("geosteer", "geosteer.exe", "geosteer-script.py")
+def is_geosteer_command(argv0: str | None = None, orig_argv: list[str] | None = None) -> bool:
+    """Whether this process is the ``geosteer`` command: its console script, or ``python -m geosteer.cli``
+    (while that module is located, ``sys.argv[0]`` is ``-m``; ``sys.orig_argv`` names the module)."""
+    argv0 = sys.argv[0] if argv0 is None and sys.argv else (argv0 or "")
+    if argv0 == "-m":
+        orig = list(getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv)
+        after = orig[orig.index("-m") + 1:] if "-m" in orig else []
+        return bool(after) and after[0] == "geosteer.cli"
+    return os.path.basename(argv0).lower() in ("geosteer", "geosteer.exe", "geosteer-script.py")
 
 
 def threads_for_load(default: int, cpus: int | None = None, load: float | None = None) -> int:

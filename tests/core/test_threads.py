@@ -61,6 +61,15 @@ def test_the_geosteer_command_sets_the_wait_before_torch_loads():
     assert out.stdout.split() == ["ACTIVE", "ACTIVE"]
 
 
+@pytest.mark.parametrize("argv0,orig,want", [
+    ("/venv/bin/geosteer", None, True), ("geosteer.exe", None, True), ("-m", ["python", "-m", "geosteer.cli"], True),
+    ("-m", ["python", "-m", "pytest"], False), ("-m", ["python", "-m", "geosteer.cli.tasks"], False),
+    ("script.py", None, False), ("/venv/bin/geosteer-serve", None, False), ("", None, False),
+])
+def test_which_processes_are_the_geosteer_command(argv0, orig, want):
+    assert threads.is_geosteer_command(argv0, orig or []) is want
+
+
 def test_set_threads_without_a_count_follows_the_load(monkeypatch):
     from geosteer.cli import common
 
