@@ -42,7 +42,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from geosteer.manifold import _ext
-    from geosteer.manifold.kernel import _affine
+    from geosteer.manifold.kernel import grid_affine
 
     print(f"threads: {a.threads}\ncompiled_kernels: {(_ext.get(), _ext.status())[1]}")
     mod = _ext.get()
@@ -51,7 +51,7 @@ def main() -> None:
         o = torch.randn(1, 9, 64, 64, 12, generator=g)
         q = torch.randn(1, 9, 64, 64, generator=g) * 2
         c = torch.randn(9, 64, 11, 11, generator=g)
-        sc, off = _affine(8, -4.0, 4.0)
+        sc, off = grid_affine(8, -4.0, 4.0)
         t = _median_s(lambda: [mod.epilogue(o, q, c, 8, sc, off, True) for _ in range(20)], a.repeats) / 20
         print(f"epilogue_us_per_block: {t * 1e6:.0f}")
 

@@ -6,20 +6,21 @@ Needs the serving environment (``make serve``). Per batch size: tokens/s of gree
 tokens / wall time), time to first token (a generate of one token: the prefill of the whole batch), and
 the KV-cache bytes per token of each engine (its KV cache size over its token capacity, as vLLM sized it).
 Prompts: held-out corpus openings, ``--prompt-tokens`` tokens each (the same ids on both paths). All runs
-are eager (the steered layers pick each request's rows in Python), fp32, on the CPU build here. The
-recipes: the shipped surfaces, ``BUILT_IN`` (a directional and an FFN recipe on every layer), and any
-``--recipe NAME=DIR``.
+are eager (the steered layers pick each request's rows in Python; ``--stock-compiled`` runs vLLM stock with
+its compiled graphs instead), fp32, on the CPU build here. The recipes: the shipped surfaces, a random
+steering vector on every layer (``vector_all``), the same vector as inline recipes at four scales mixed
+in one batch (``inline_mixed``: request i takes scale ``INLINE_SCALES[i % 4]``), ``BUILT_IN`` (a
+directional and an FFN recipe on every layer), and any ``--recipe NAME=DIR``.
 
-Runs are interleaved so that a ratio compares runs made under the same machine load: two phases, each
-with its engines alive at once and, per batch size, one run of each engine in turn — (1) vLLM stock,
-vLLM + surfaces and the HF path; (2) vLLM stock again and the engine of the other recipes (one engine
-per kind, so that a recipe's time is not the cost of another's extra value channels). Each ratio uses the
-stock run of its own phase. ``--new-at B=N`` gives batch B its own number of new tokens (a shorter run
-where a full one would take too long); ``--hf-batches`` limits the (slow) HF path to some batch sizes.
-Each row records the one-minute load average when it finished. ``--repeats N`` runs each interleaved round
-N times; the ratios use the medians. ``--with-channels`` adds, in phase 1, an engine serving the same
-surfaces on the channel layout (``GEOSTEER_SERVE_CHANNELS=1``: every KV head carried as 1 + K channels)
-beside the default shared-key path (``geosteer.serve.shared_key``).
+Runs are interleaved so that a ratio compares runs made under the same machine load: two phases, each with its
+engines alive at once and, per batch size, one run of each engine in turn — (1) vLLM stock, vLLM + surfaces, +
+the vector, + the inline mix (one steered engine) and the HF path; (2) vLLM stock again and the engine of the
+other recipes. Each ratio uses the stock run of its own phase. ``--new-at B=N`` gives batch B its own number
+of new tokens (a shorter run where a full one would take too long); ``--hf-batches`` limits the (slow) HF path
+to some batch sizes. Each row records the one-minute load average when it finished. ``--repeats N`` runs each
+interleaved round N times; the ratios use the medians. ``--with-channels`` adds, in phase 1, an engine serving
+the same surfaces on the channel layout (``GEOSTEER_SERVE_CHANNELS=1``: every KV head carried as 1 + K
+channels) beside the default shared-key path (``geosteer.serve.shared_key``).
 """
 
 from __future__ import annotations
@@ -40,8 +41,25 @@ sys.path.insert(0, str(ROOT))
 
 
 # the directional and FFN recipes timed beside the surfaces (recipe keys as on the geosteer command line)
-BUILT_IN = {"directional": dict(scale_site="resid_attn", scale_par=1.3, scale_perp=0.9, scale_layers="all"),
+BUILT_IN = {"directional": dict(scale_site="attn_out", scale_par=1.3, scale_perp=0.9, scale_layers="all"),
             "ffn": dict(mlp_variant="tangential", mlp_layers="all", alpha_mlp=1.1)}
+INLINE_SCALES = (1.0, 2.0, 3.0, 4.0)  # the inline recipes of the mixed batch: the vector at these scales
+
+
+def _vector_all(model, folder: Path) -> str:
+    """A random steering vector on every layer (resid_post, norm 1, seed 0), saved as an artifact."""
+    import torch
+
+    from geosteer.models.anatomy import anatomy
+    from geosteer.models.loading import model_id
+    from geosteer.vectors.apply import SteeringVectors
+
+    an = anatomy(model)
+    gen = torch.Generator().manual_seed(0)
+    vecs = {i: torch.nn.functional.normalize(torch.randn(an.d_model, generator=gen), dim=0)
+            for i in range(an.n_layers)}
+    return str(SteeringVectors(vecs, base_model=model_id(model), d_model=an.d_model, n_layers=an.n_layers)
+               .save(folder))
 
 
 def _prompts(tok, n: int, length: int) -> list[list[int]]:
@@ -51,16 +69,22 @@ def _prompts(tok, n: int, length: int) -> list[list[int]]:
     return [base[i % len(base)] for i in range(n)]
 
 
-def _vllm_run(llm, prompts, new: int, recipe: str | None) -> tuple[float, float]:
-    """(seconds for ``new`` greedy tokens per prompt, seconds for the first token) of one batch."""
+def _vllm_run(llm, prompts, new: int, recipe) -> tuple[float, float]:
+    """(seconds for ``new`` greedy tokens per prompt, seconds for the first token) of one batch. ``recipe``:
+    a name, an inline recipe (a dict), None (stock), or a list of those, one per request in turn (a mixed batch)."""
     from geosteer.serve import sampling
 
     reqs = [{"prompt_token_ids": p} for p in prompts]
+    mixed = recipe if isinstance(recipe, list) else [recipe]
+
+    def params(**kw):
+        return [sampling(mixed[i % len(mixed)], **kw) for i in range(len(reqs))]
+
     t = time.perf_counter()
-    llm.generate(reqs, sampling(recipe, max_tokens=1, temperature=0.0), use_tqdm=False)
+    llm.generate(reqs, params(max_tokens=1, temperature=0.0), use_tqdm=False)
     ttft = time.perf_counter() - t
     t = time.perf_counter()
-    llm.generate(reqs, sampling(recipe, max_tokens=new, temperature=0.0, ignore_eos=True), use_tqdm=False)
+    llm.generate(reqs, params(max_tokens=new, temperature=0.0, ignore_eos=True), use_tqdm=False)
     return time.perf_counter() - t, ttft
 
 
@@ -106,6 +130,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds per batch size (ratios: medians)")
     p.add_argument("--with-channels", action="store_true",
                    help="also time the surfaces on the channel layout (phase 1)")
+    p.add_argument("--stock-compiled", action="store_true",
+                   help="run vLLM stock with its compiled graphs (default: eager, as the steered engine runs)")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     if a.repeats < 1:
@@ -116,16 +142,16 @@ def main(argv: list[str] | None = None) -> dict:
         return _run(a)
 
 
-def _engine(model: str, recipes: dict | None, kv_gib: int, kw: dict, channels: bool = False):
+def _engine(model: str, recipes: dict | None, kv_gib: int, kw: dict, channels: bool = False, inline=None):
     """A vLLM engine with its own KV-cache space (GiB), warmed up; (llm, KV bytes per token). ``channels``:
-    its surfaces layers take the channel layout."""
+    its surfaces layers take the channel layout; ``inline``: it also takes inline recipes under that policy."""
     from geosteer.serve import steered_llm
 
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_gib))
     if channels:
         os.environ["GEOSTEER_SERVE_CHANNELS"] = "1"
     try:
-        llm = steered_llm(model, recipes, **kw)
+        llm = steered_llm(model, recipes, inline, **kw)
     finally:
         os.environ.pop("GEOSTEER_SERVE_CHANNELS", None)
     cfg = llm.llm_engine.vllm_config.cache_config
@@ -136,6 +162,7 @@ def _engine(model: str, recipes: dict | None, kv_gib: int, kw: dict, channels: b
 
 def _run(a) -> dict:
     from geosteer.models.loading import load_model
+    from geosteer.serve.inline import Policy
     from geosteer.serve.plan import parse_recipe_args, spec_of
 
     batches = [int(b) for b in a.batches.split(",")]
@@ -151,6 +178,10 @@ def _run(a) -> dict:
                for name, keys in ({} if a.no_built_in else BUILT_IN).items()}
     recipes.update(parse_recipe_args(a.recipe))
     model, tok = load_model(a.model)
+    vec = _vector_all(model, Path(tmp.name) / "vector-all")
+    recipes["vector_all"] = str(save_recipe(Path(tmp.name) / "vector_all", InterventionSpec(vectors=vec),
+                                            base_model=a.model))
+    inline = [{"vectors": "all", "vector_scale": s} for s in INLINE_SCALES]
     prompts = {b: _prompts(tok, b, a.prompt_tokens) for b in new_of}
     kw = dict(gpu_memory_utilization=0.15, max_model_len=a.prompt_tokens + max(new_of.values()) + 8,
               max_num_seqs=max(new_of), enforce_eager=True, seed=0)
@@ -171,22 +202,26 @@ def _run(a) -> dict:
     kv_tokens = max(b * (a.prompt_tokens + new_of[b] + 16) for b in batches)
     steered_gib = max(1, math.ceil(kv_tokens * 600_000 / 2**30))
     hf_inter = spec_of(a.surfaces)[0].build(model) if hf_batches else []
-    others = {k: v for k, v in recipes.items() if k != "surfaces"}
-    phases = [(1, {"surfaces": a.surfaces}, steered_gib), (2, others, 1)] if others else \
-        [(1, {"surfaces": a.surfaces}, steered_gib)]
+    others = {k: v for k, v in recipes.items() if k not in ("surfaces", "vector_all")}
+    first = {"surfaces": a.surfaces, "vector_all": recipes["vector_all"]}
+    phases = [(1, first, steered_gib), (2, others, 1)] if others else [(1, first, steered_gib)]
+    policy = Policy({"all": vec})
     for phase, engine_recipes, gib in phases:
-        stock = _engine(a.model, None, 1, kw)
-        steered = _engine(a.model, engine_recipes, gib, kw)
+        stock = _engine(a.model, None, 1, {**kw, "enforce_eager": not a.stock_compiled})
+        steered = _engine(a.model, engine_recipes, gib, kw, inline=policy if phase == 1 else None)
         channels = _engine(a.model, engine_recipes, gib, kw, True) if phase == 1 and a.with_channels else None
-        for llm, recipe in ((stock, None), (steered, next(iter(engine_recipes))), (channels, "surfaces")):
-            if llm is not None:  # warm-up, with a recipe: its first call may build the compiled kernels
-                _vllm_run(llm[0], prompts[batches[0]], 4, recipe)
+        runs = {name: name for name in engine_recipes}
+        if phase == 1:
+            runs["inline_mixed"] = inline
+        for llm, recipe in ((stock, None), (steered, list(runs.values())), (channels, "surfaces")):
+            if llm is not None:  # warm-up, with every recipe: a first call may build kernels or plans
+                _vllm_run(llm[0], prompts[batches[0]] * max(1, len(runs) + 3), 4, recipe)
         for _ in range(a.repeats):
             for b in sorted({*batches, *(hf_batches if phase == 1 else [])}):
                 if b in batches:
                     record(phase, "vllm", "stock", b, *_vllm_run(stock[0], prompts[b], new_of[b], None), stock[1])
-                    for name in engine_recipes:
-                        record(phase, "vllm", name, b, *_vllm_run(steered[0], prompts[b], new_of[b], name),
+                    for name, recipe in runs.items():
+                        record(phase, "vllm", name, b, *_vllm_run(steered[0], prompts[b], new_of[b], recipe),
                                steered[1])
                     if channels is not None:
                         record(phase, "vllm", "surfaces_channels", b,

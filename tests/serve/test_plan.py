@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from geosteer.errors import GeosteerError
+from geosteer.methods import RecipeKey
 from geosteer.recipe import InterventionSpec, save_recipe
 from geosteer.serve.plan import meta_model, parse_recipe_args, plan_recipe
 
@@ -47,7 +48,7 @@ def test_neutral_recipe_has_no_ops(tmp_path, meta):
 @pytest.mark.parametrize("site", ["value_exclude_self", "diag_removal"])
 def test_settings_that_need_the_self_weight_are_refused(tmp_path, meta, site):
     folder = _recipe(tmp_path, scale_site=site, scale_par=0.5)
-    with pytest.raises(GeosteerError, match=f"scale_site={site} cannot be exact on vLLM"):
+    with pytest.raises(GeosteerError, match=f"scale_site={site} cannot be served exactly"):
         plan_recipe("r", folder, meta[1])
 
 
@@ -77,6 +78,34 @@ def test_recipe_arguments(tmp_path):
                      ([f"x/y={tmp_path}"], "not a plain name"), (["a=/nonexistent-dir"], "folder not found")):
         with pytest.raises(GeosteerError, match=msg):
             parse_recipe_args(bad)
+    with pytest.raises(GeosteerError, match="recipe name 'smollm2' is the base model's id"):
+        parse_recipe_args([f"smollm2={tmp_path}"], "smollm2")
+
+
+def test_an_intervention_without_served_ops_is_refused_in_one_line(meta):
+    from geosteer.methods import Method, register_method, unregister_method
+    from geosteer.recipe import InterventionSpec
+    from geosteer.serve.plan import plan_spec
+
+    class Toy:
+        def attach(self, model):
+            return lambda: None
+
+    class ToyServed(Toy):
+        def served_ops(self, ops):
+            ops.edit(2, "mlp_out", lambda t, st, tok: 2 * t)
+
+    register_method(Method("toy_served", keys=(RecipeKey("toy_mode", None, kind="text"),),
+                           build=lambda model, v, force=False: [] if v["toy_mode"] is None else
+                           [ToyServed() if v["toy_mode"] == "served" else Toy()]))
+    try:
+        with pytest.raises(GeosteerError, match="^Toy cannot be served \\(it declares no served_ops\\)"):
+            plan_spec("t", InterventionSpec(toy_mode="plain"), meta[1], "t", key="t")
+        plan = plan_spec("t", InterventionSpec(toy_mode="served"), meta[1], "t", key="t")
+        (fn,) = plan.layers[2].mlp_out
+        assert list(plan.layers) == [2] and torch.equal(fn(torch.ones(2, 3), {}, None), 2 * torch.ones(2, 3))
+    finally:
+        unregister_method("toy_served")
 
 
 @pytest.fixture(scope="module")
@@ -129,13 +158,13 @@ def test_tensor_parallel_size_among_the_vllm_arguments():
 
 def test_walls_are_read_after_the_surfaces_and_also_on_layers_without_them(tmp_path, meta):
     from geosteer.manifold.walls import Wall
-    from geosteer.serve.plan import SurfaceOp
     from geosteer.serve.walls import WallOp
+    from geosteer.served import Surface
 
     model, m = meta
     folder = _surfaces(model, tmp_path / "w", walls=[Wall(layer=1, heads=(0,), q=(0.0, 1.0), k=(0.0, 1.0)),
                                                      Wall(layer=2, heads=(3,), dims=(5,))])
     plan = plan_recipe("w", folder, m)
-    assert [type(op) for op in plan.layers[1].attention] == [WallOp, SurfaceOp]  # walls outermost
+    assert [type(op) for op in plan.layers[1].attention] == [WallOp, Surface]  # walls outermost
     (op,) = plan.layers[2].attention
     assert isinstance(op, WallOp) and op.coeff is None and op.heads.tolist() == [3] and op.dims.tolist() == [5]

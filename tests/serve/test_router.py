@@ -7,6 +7,7 @@ import json
 
 import httpx
 import pytest
+import torch
 
 from geosteer.serve.router import RecipeRouter
 
@@ -80,3 +81,119 @@ def test_models_lists_the_base_model_and_every_recipe():
 
     ids = [m["id"] for m in asyncio.run(go()).json()["data"]]
     assert ids == ["smollm2", "calm", "bold"]
+
+
+@pytest.mark.parametrize("doc,status,words", [
+    # a null recipe field beside an unknown recipe in vllm_xargs once slipped through to the engine
+    ({"model": "smollm2", "geosteer_recipe": None, "vllm_xargs": {"geosteer_recipe": "nope"}}, 404,
+     "unknown recipe 'nope'; valid: calm, bold"),
+    ({"model": "smollm2", "geosteer_recipe": "calm", "vllm_xargs": {"geosteer_recipe": "bold"}}, 400, "differ"),
+    ({"model": "smollm2", "vllm_xargs": {"geosteer_spec": "{}"}}, 400, "geosteer_spec is set by the server"),
+    ({"model": "smollm2", "geosteer_recipe": {"scale_par": 2}}, 400, "recipes by name only"),
+])
+def test_every_route_into_the_engine_is_checked(doc, status, words):
+    for path in ("/v1/completions", "/v1/chat/completions", "/v1/responses"):
+        r, seen = _post(doc, path)
+        assert r.status_code == status and not seen, r.text
+        assert words in r.json()["error"]["message"]
+
+
+def test_what_reaches_vllm_holds_only_the_checked_recipe():
+    r, seen = _post({"model": "smollm2", "geosteer_recipe": None, "vllm_xargs": {"geosteer_recipe": "calm"}})
+    assert r.status_code == 200 and seen[0]["vllm_xargs"] == {"geosteer_recipe": "calm"}
+    r, seen = _post({"model": "smollm2", "geosteer_recipe": "", "vllm_xargs": {"k": 2}})
+    assert r.status_code == 200 and seen[0]["vllm_xargs"] == {"k": 2}
+
+
+# ---- inline recipes and run-time recipes (serve.admission configured on tiny-llama's weightless copy) ----
+
+@pytest.fixture()
+def inline(tmp_path):
+    from geosteer.models.loading import load_model
+    from geosteer.serve import admission
+    from geosteer.serve.inline import Policy
+    from geosteer.serve.plan import meta_model
+    from geosteer.vectors.apply import SteeringVectors
+
+    model, _ = load_model("tiny-llama")
+    meta = meta_model(model.config)
+    meta.config._geosteer_name = "tiny-llama"
+    root = tmp_path / "root"
+    vec = SteeringVectors({1: torch.randn(model.config.hidden_size)}, base_model="tiny-llama",
+                          d_model=model.config.hidden_size, n_layers=model.config.num_hidden_layers)
+    calm = vec.save(root / "calm")
+    outside = vec.save(tmp_path / "outside")
+    (root / "link").symlink_to(outside)
+    admission.configure({}, meta, Policy({"calm": str(calm)}, [str(root)]))
+    yield {"root": root, "calm": str(calm), "outside": str(outside)}
+    admission.configure({})
+
+
+def test_inline_recipes_reach_vllm_as_their_canonical_text(inline):
+    from geosteer.serve import admission
+
+    for vectors in ("calm", "calm/", inline["calm"]):
+        doc = {"model": "smollm2", "geosteer_recipe": {"vectors": vectors.rstrip("/") if vectors == "calm/" else
+                                                       vectors, "vector_scale": 4, "scale_site": "attn_out",
+                                                       "scale_par": 0.5}}
+        r, seen = _post(doc)
+        assert r.status_code == 200, r.text
+        canon = seen[0]["vllm_xargs"]["geosteer_spec"]
+        assert json.loads(canon) == {"scale_par": 0.5, "scale_site": "attn_out", "vector_scale": 4.0,
+                                     "vectors": inline["calm"]}
+        assert admission.check(seen[0]["vllm_xargs"]).layers  # admitted: the input processor lets it in
+
+
+@pytest.mark.parametrize("recipe,words", [
+    ({"vectors": "../outside"}, "not an artifact this server may load"),
+    ({"vectors": "link"}, "not an artifact this server may load"),
+    ({"vectors": "/etc"}, "not an artifact this server may load"),
+    ({"vectors": "org/name"}, "not an artifact this server may load"),
+    ({"surfacez": "calm"}, "unknown recipe key 'surfacez'; valid keys:"),
+    ({"scale_par": [1]}, "a recipe value is a string or a number"),
+    ({"scale_par": "x"}, "scale_par must be a number"),
+    ({"scale_par": 0.5, "scale_site": "value_full"}, "served from recipes named at start"),
+    ({f"k{i}": 1 for i in range(100)}, "at most 64 keys"),
+    (["vectors"], "must be a recipe name or an object"),
+])
+def test_bad_inline_recipes_are_400_and_load_nothing(inline, recipe, words):
+    from geosteer.serve import admission
+
+    before = dict(admission._ADMITTED)
+    r, seen = _post({"model": "smollm2", "geosteer_recipe": recipe})
+    assert r.status_code == 400 and not seen, r.text
+    assert words in r.json()["error"]["message"]
+    assert admission._ADMITTED == before
+
+
+def _admin(method, path="/v1/geosteer/recipes", doc=None, token="s3cret", app_token="s3cret"):
+    async def go():
+        app = RecipeRouter(lambda *a: None, routes=ROUTES, admin_token=app_token)
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        async with client:
+            out = [await client.request(method, path, json=doc, headers=headers)]
+            if method == "POST" and out[0].status_code == 201:  # the recipe serves at once
+                out.append(await client.get("/v1/models"))
+                out.append(await client.request("DELETE", f"{path}/{doc['name']}", headers=headers))
+                out.append(await client.get("/v1/models"))
+        return out
+
+    return asyncio.run(go())
+
+
+def test_run_time_recipes_behind_the_token(inline):
+    r, models, deleted, after = _admin("POST", doc={"name": "soft", "recipe": {"vectors": "calm",
+                                                                                "vector_scale": 2}})
+    assert r.status_code == 201 and deleted.status_code == 200
+    assert [m["id"] for m in models.json()["data"]] == ["smollm2", "calm", "bold", "soft"]
+    assert [m["id"] for m in after.json()["data"]] == ["smollm2", "calm", "bold"]
+    for kw, status in ((dict(token=None), 401), (dict(token="wrong"), 401), (dict(app_token=None), 404)):
+        (r,) = _admin("POST", doc={"name": "x", "recipe": {"scale_par": 2}}, **kw)
+        assert r.status_code == status
+    for doc, status in (({"name": "calm", "recipe": {"scale_par": 2}}, 409),
+                        ({"name": "x", "recipe": {"vectors": "../outside"}}, 400), ({"name": "a/b"}, 400)):
+        (r,) = _admin("POST", doc=doc)
+        assert r.status_code == status, r.text
+    (r,) = _admin("DELETE", path="/v1/geosteer/recipes/none")
+    assert r.status_code == 404

@@ -12,7 +12,7 @@ import torch
 
 from geosteer.manifold import _ext, kernel
 from geosteer.serve import paged_kernel, shared_key
-from geosteer.serve.plan import SurfaceOp
+from geosteer.served import Surface
 
 HKV, REP, D, BS, BLOCKS = 2, 3, 8, 4, 16
 GRID = (4, -2.0, 2.0)
@@ -75,7 +75,7 @@ def test_shared_key_delta_matches_the_per_pair_formula(backend, window, softcap)
     cache, table, kv = _paged()
     g = torch.Generator().manual_seed(1)
     coeff = torch.randn(HKV * REP, D, GRID[0] + 3, GRID[0] + 3, generator=g) * 0.3
-    op = SurfaceOp(coeff, *GRID)
+    op = Surface(coeff, *GRID)
     qsl = torch.tensor([0, *torch.tensor(Q_LENS).cumsum(0).tolist()], dtype=torch.int32)
     q = torch.randn(int(qsl[-1]), HKV * REP, D, generator=g) * 1.5
     rows = torch.cat([torch.arange(int(qsl[s]), int(qsl[s + 1])) for s in STEERED])

@@ -28,7 +28,7 @@ from torch import nn
 
 from geosteer.attention import attach_handlers
 from geosteer.directional.config import canonical_site
-from geosteer.directional.sites import _scaled_delta
+from geosteer.directional.sites import scaled_delta
 from geosteer.directional.value import self_weight
 from geosteer.errors import GeosteerError
 from geosteer.hooks import _hidden_from_args, attach_hooks
@@ -95,7 +95,7 @@ class GatedParallelScale(nn.Module):
             if self.site == "attn_out":
                 def fn(a, ctx):
                     s = self.gate(ctx.layer, self._x[ctx.layer])  # (b, q, 1)
-                    return a + _scaled_delta(a, ctx.state["resid_pre"], s.squeeze(-1).to(a.dtype), 1.0)
+                    return a + scaled_delta(a, ctx.state["resid_pre"], s.squeeze(-1).to(a.dtype), 1.0)
                 removers.append(attach_hooks(model, "attn_out", self.layers, fn))
             else:
                 removers.append(attach_handlers(model, self.layers, self._value_handler))
@@ -116,7 +116,7 @@ class GatedParallelScale(nn.Module):
                 y = o - self_weight(call).permute(0, 3, 1, 2).unsqueeze(-1) * v
             s = self.gate(layer, self._x[layer][:, -q:]).float()  # (b, q, 1|H)
             s = s.reshape(b, q, 1, 1) if s.shape[-1] == 1 else s.reshape(b, q, hkv, h // hkv)
-            new = o + _scaled_delta(y, v, s, 1.0)
+            new = o + scaled_delta(y, v, s, 1.0)
             return new.reshape(b, q, h, dv).to(out.dtype), w
 
         return handler

@@ -22,11 +22,13 @@ from geosteer.directional.value import (
     self_weight_from_lse,
     without_diagonal_mask,
 )
+from geosteer.errors import GeosteerError
 from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy
+from geosteer.served import ValueScale
 
 
-def _scaled_delta(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: float) -> torch.Tensor:
+def scaled_delta(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: float) -> torch.Tensor:
     """(s∥−1)·y∥ + (s⊥−1)·y⊥ = (s⊥−1)·y + (s∥−s⊥)·α·ref: what Eq. 11 adds to y.
 
     Same convention as ``decompose`` (α = 0 for a zero reference), in as few tensor passes as possible:
@@ -73,6 +75,28 @@ class ComponentScale:
         handler = self._value_handler()
         return attach_handlers(model, layers, lambda layer: handler)
 
+    def served_ops(self, ops) -> None:
+        """The same scaling on each served layer (``geosteer.served``); the sites that need the
+        self-attention weight A_tt are refused (paged attention does not expose it)."""
+        c = self.config
+        if c.site in ("value_exclude_self", "diag_removal"):
+            raise GeosteerError(f"scale_site={c.site} cannot be served exactly (it needs the self-attention weight "
+                                "A_tt, which paged attention does not expose); use value_full or a residual site "
+                                "(attn_out, mlp_out, resid_post)")
+        if c.is_neutral:
+            return
+        sp, sq = c.s_par, c.s_perp
+        for layer in ops.chosen(c.layers):
+            if c.site == "value_full":
+                ops.attention(layer, ValueScale(sp, sq, c.heads, c.value_space == "concat"))
+            elif c.site == "attn_out":
+                ops.edit(layer, "attn_out", lambda a, st, tok: a + scaled_delta(a, st["resid_pre"], sp, sq))
+            elif c.site == "mlp_out":
+                ops.edit(layer, "mlp_out", lambda f, st, tok: f + scaled_delta(f, st["mlp_in"], sp, sq))
+            else:  # resid_post
+                ops.edit(layer, "resid_post",
+                         lambda y, st, tok: y + scaled_delta(y - st["resid_pre"], st["resid_pre"], sp, sq))
+
     # -- residual space -------------------------------------------------------------------------
     def _attach_residual(self, model: nn.Module, layers: list[int]) -> Callable[[], None]:
         sp, sq = self.config.s_par, self.config.s_perp
@@ -82,18 +106,18 @@ class ComponentScale:
             point = "attn_out"
 
             def fn(a, ctx):
-                return a + _scaled_delta(a, ctx.state["resid_pre"], sp, sq)
+                return a + scaled_delta(a, ctx.state["resid_pre"], sp, sq)
         elif site == "mlp_out":
             point = "mlp_out"
 
             def fn(phi, ctx):
-                return phi + _scaled_delta(phi, ctx.state["mlp_in"], sp, sq)
+                return phi + scaled_delta(phi, ctx.state["mlp_in"], sp, sq)
         else:  # resid_post
             point = "resid_post"
 
             def fn(x_out, ctx):
                 x = ctx.state["resid_pre"]
-                return x_out + _scaled_delta(x_out - x, x, sp, sq)
+                return x_out + scaled_delta(x_out - x, x, sp, sq)
 
         return attach_hooks(model, point, layers, fn)
 
@@ -154,9 +178,9 @@ class ComponentScale:
                 y = o - a_tt.permute(0, 3, 1, 2).unsqueeze(-1) * v
             if concat:  # one decomposition of the concatenated heads against the concatenated v_t
                 vc = v.expand(o.shape).reshape(b, q, h * dv)
-                d = _scaled_delta(y.reshape(b, q, h * dv), vc, sp, sq).reshape(o.shape)
+                d = scaled_delta(y.reshape(b, q, h * dv), vc, sp, sq).reshape(o.shape)
             else:
-                d = _scaled_delta(y, v, sp, sq)
+                d = scaled_delta(y, v, sp, sq)
             new = o + d
             sel = self._head_mask(h, hkv, o.device)
             if sel is not None:  # (1, Hkv, n_rep, 1, 1) → (1, 1, Hkv, n_rep, 1)

@@ -83,6 +83,26 @@ class FFNVariant:
             return attach_hooks(model, "attn_out" if self.variant == "attn_zero" else "mlp_out", layers, fn)
         return attach_hooks(model, "mlp_out", layers, _split(self.variant, self.reference, self.skip_first))
 
+    def served_ops(self, ops) -> None:
+        """The same edit on each served layer (``geosteer.served``): Φ (or A) replaced, rows at a time."""
+        if self.variant == "full":
+            return
+        key = REFERENCES[self.reference]
+        part = self.variant
+
+        def fn(t, st, tokens):
+            if part in ("zero", "attn_zero"):
+                out = torch.zeros_like(t)
+            else:
+                u = sphere.unit(st[key].to(t.dtype))
+                out = sphere.radial(u, t) if part == "radial" else sphere.tangential(u, t)
+            if self.skip_first:  # position 0 (BOS) keeps its stock update
+                out = torch.where((tokens.positions == 0).unsqueeze(-1), t, out)
+            return out
+
+        for layer in ops.chosen(self.layers):
+            ops.edit(layer, "attn_out" if part == "attn_zero" else "mlp_out", fn)
+
 
 @dataclass
 class Gains:
@@ -105,6 +125,12 @@ class Gains:
 
         return remove
 
+    def served_ops(self, ops) -> None:
+        for point, g in (("attn_out", float(self.beta_attn)), ("mlp_out", float(self.alpha_ffn))):
+            if g != 1.0:
+                for layer in ops.chosen(self.layers):
+                    ops.edit(layer, point, lambda t, st, tokens, g=g: t * g)
+
 
 @dataclass
 class Parallelize:
@@ -121,3 +147,7 @@ class Parallelize:
             return lambda: None
         layers = _layers(model, list(self.layers))
         return attach_hooks(model, "mlp_in", layers, lambda x, ctx: ctx.state["resid_pre"])
+
+    def served_ops(self, ops) -> None:
+        for layer in list(self.layers):
+            ops.edit(layer, "mlp_in", lambda t, st, tokens: st["resid_pre"])

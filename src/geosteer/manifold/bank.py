@@ -289,8 +289,15 @@ class SurfaceBank(nn.Module):
         self._views = None
         self._last_slot = -1
 
+    def served_ops(self, ops) -> None:
+        """Its surfaces and exact walls for a serving engine (``geosteer.served``)."""
+        from geosteer.manifold.served import bank_ops
+
+        bank_ops(self, ops)
+
     # ----------------------------------------------------------------- the handler
-    def _layer_nonzero(self, slot: int) -> bool:
+    def layer_nonzero(self, slot: int) -> bool:
+        """Whether slot ``slot`` has a non-zero surface (an all-zero one is the stock layer)."""
         c = self.coefficients
         if parametrize.is_parametrized(self, "coefficients"):  # factors (rank-r training): a new tensor
             return bool(c[slot].ne(0).any())                    # on every access, nothing to cache on

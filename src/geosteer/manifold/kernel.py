@@ -81,7 +81,7 @@ def key_features(key: torch.Tensor, value: torch.Tensor, grid_size: int, lo, hi,
         key, value = key.to(torch.float32), value.to(torch.float32)
     ext = _ext_for(key, lo, hi) if compiled else None
     if ext is not None:
-        sc, off = _affine(grid_size, lo, hi)
+        sc, off = grid_affine(grid_size, lo, hi)
         b, hk, T, d = key.shape
         if torch.is_grad_enabled() and (key.requires_grad or value.requires_grad):
             from geosteer.manifold._ext import KeyFeatures
@@ -328,7 +328,7 @@ def _small(ext, query, query_g, key, features, coeff, grid_size, lo, hi, with_va
     o = torch.matmul(p.reshape(b, hkv, rep * L, k1 - k0), features[:, :, k0:k1])
     o = o.view(b, H, L, d, K + 1)
     if ext is not None:
-        sc, off = _affine(grid_size, lo, hi)
+        sc, off = grid_affine(grid_size, lo, hi)
         return _epilogue(ext, o, query, coeff, grid_size, sc, off, with_value).transpose(1, 2).contiguous()
     qf = torch.einsum("bhlda,hdac->bhldc", bspline_basis(query, grid_size, lo, hi), coeff)
     delta = (o[..., :K] * qf).sum(-1)
@@ -393,9 +393,24 @@ def _batched_mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _affine(grid_size: int, lo, hi) -> tuple[float, float]:
+def grid_affine(grid_size: int, lo, hi) -> tuple[float, float]:
+    """(scale, offset) mapping a coordinate on [lo, hi] to the cubic B-spline grid's index space."""
     sc = grid_size / (float(hi) - float(lo))
     return sc, 3.0 - float(lo) * sc
+
+
+def compiled_kernels():
+    """geosteer's compiled CPU surface kernels (key features, epilogue), or None when they are not built."""
+    from geosteer.manifold import _ext
+
+    return _ext.get()
+
+
+def build_extension(name: str, sources: list[str], functions: list[str] | None, omp: list[str]):
+    """Compile (or reuse) C++ ``sources`` as a torch extension, cached and locked as geosteer's own kernels."""
+    from geosteer.manifold._ext import build_inline
+
+    return build_inline(name, sources, functions, omp)
 
 
 USE_EXT = True  # set False to force the PyTorch path (tests compare both)
@@ -425,7 +440,7 @@ def _blocked_ext(ext, query, query_g, key, features, coeff, grid_size, lo, hi, w
     b, H, L, d = query.shape
     hkv, rep = query_g.shape[1], query_g.shape[2]
     K = grid_size + 3
-    sc, off = _affine(grid_size, lo, hi)
+    sc, off = grid_affine(grid_size, lo, hi)
     outs = []
     for s0, e0, rng in _query_blocks(L, block, common):
         n_q = e0 - s0

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from geosteer.manifold.kernel import _affine, _ext_for, _prepare, _query_blocks, _weights_block
+from geosteer.manifold.kernel import _ext_for, _prepare, _query_blocks, _weights_block, grid_affine
 
 _HALF = (torch.float16, torch.bfloat16)
 FLASH_BLOCKS = (128, 256)  # queries, keys per tile of the compiled flash kernel
@@ -80,7 +80,7 @@ def narrow_key_features(key: torch.Tensor, value: torch.Tensor, W: torch.Tensor,
     W = W.to(key.dtype)
     ext = _rank_ext(key, lo, hi, compiled)
     if ext is not None:
-        sc, off = _affine(grid_size, lo, hi)
+        sc, off = grid_affine(grid_size, lo, hi)
         return ext.low_rank_key_features(key, value, W, grid_size, sc, off)
     b, hkv, T, d = key.shape
     H, r = W.shape[0], W.shape[-1]
@@ -94,7 +94,7 @@ def narrow_key_features(key: torch.Tensor, value: torch.Tensor, W: torch.Tensor,
 def _epilogue(ext, o, query, U, grid_size, lo, hi, with_value) -> torch.Tensor:
     """(b, n, H, d) from attended features o (b, H, n, (r+1)·d) and queries (b, H, n, d)."""
     if ext is not None:
-        sc, off = _affine(grid_size, lo, hi)
+        sc, off = grid_affine(grid_size, lo, hi)
         return ext.low_rank_epilogue(o, query, U, grid_size, sc, off, with_value)
     b, H, n, d = query.shape
     r = U.shape[-1]

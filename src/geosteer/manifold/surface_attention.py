@@ -31,7 +31,7 @@ def surface_attention(bank, call, proceed, slot: int, handler):
     coeff = bank.coefficients
     grad = torch.is_grad_enabled() and coeff.requires_grad
     tracing = torch.compiler.is_compiling()
-    if not bank.enabled or (not grad and not tracing and not bank._layer_nonzero(slot)):
+    if not bank.enabled or (not grad and not tracing and not bank.layer_nonzero(slot)):
         _forget_static(bank, slot)
         return proceed(call)  # zero surfaces: exactly the stock path
     kw = call.kwargs

@@ -4,9 +4,10 @@
     llm.generate([{"prompt_token_ids": ids}], sampling("calm", max_tokens=32))
 
 Every recipe is built and checked in the calling process first (one-line errors before vLLM starts).
-Prefix caching is off: a recipe changes the keys and values of later layers, so two requests with the
-same prefix but different recipes must not share cached blocks. Eager mode: the steered layers pick each
-request's rows in Python. Run it under ``if __name__ == "__main__":`` (vLLM spawns its workers).
+Prefix caching stays on: a recipe changes the keys and values of later layers, so each recipe's cached
+blocks carry its own salt (``serve.admission``) and are never reused by a request under another recipe.
+Eager mode: the steered layers pick each request's rows in Python. Run it under
+``if __name__ == "__main__":`` (vLLM spawns its workers).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from geosteer.errors import GeosteerError
+from geosteer.serve.batch import RECIPE_FIELD, SPEC_FIELD
 from geosteer.serve.families import check_served_config, served_family
-
-RECIPE_FIELD = "geosteer_recipe"  # the SamplingParams.extra_args / OpenAI vllm_xargs key
+from geosteer.serve.inline import Policy
 
 
 def resolve_model(model: str) -> tuple[str, str]:
@@ -34,47 +35,57 @@ def resolve_model(model: str) -> tuple[str, str]:
     return str(Path(model).resolve()), str(Path(model).resolve())
 
 
-def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parallel_size: int = 1) -> None:
-    """Build every recipe on a weightless copy of the model: what vLLM's workers will do, but here. Recipes
-    with attention operations (surfaces, ``value_full``) are refused with ``tensor_parallel_size`` > 1."""
+def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parallel_size: int = 1,
+                  inline: Policy | None = None) -> None:
+    """Build every recipe on a weightless copy of the model: what vLLM's workers will do, but here; then
+    admit requests for them (``serve.admission``; with ``inline``, inline recipes under that policy too).
+    Recipes with attention operations (surfaces, ``value_full``) are refused with ``tensor_parallel_size`` > 1."""
     from transformers import AutoConfig
 
+    from geosteer.serve import admission
     from geosteer.serve.plan import meta_model, plan_recipe
 
     meta = meta_model(AutoConfig.from_pretrained(folder))
     meta.config._geosteer_name = name
+    plans = {}
     for rname, rfolder in recipes.items():
-        plan = plan_recipe(rname, rfolder, meta)
-        if tensor_parallel_size > 1 and any(ops.attention for ops in plan.layers.values()):
+        plan = plans[rname] = plan_recipe(rname, rfolder, meta)
+        if tensor_parallel_size > 1 and plan.attention_layers:
             raise GeosteerError(f"recipe '{rname}' steers inside attention (surfaces, walls or scale_site=value_full), "
                                 f"which is served with tensor_parallel_size=1 only (got {tensor_parallel_size}: "
                                 "the per-head surfaces and scales are not split across ranks)")
+    admission.configure(plans, meta if inline is not None else None, inline)
 
 
-def engine_args(model: str, recipes: dict[str, str] | None = None,
-                tensor_parallel_size: int = 1) -> dict[str, Any]:
-    """The ``vllm.LLM`` / engine keyword arguments that load ``model`` with ``recipes`` ({name: folder})."""
+def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parallel_size: int = 1,
+                inline: Policy | None = None) -> dict[str, Any]:
+    """The ``vllm.LLM`` / engine keyword arguments that load ``model`` with ``recipes`` ({name: folder});
+    ``inline``: also take inline recipes (objects of recipe keys) under that policy."""
     from transformers import AutoConfig
 
     folder, name = resolve_model(model)
     config = AutoConfig.from_pretrained(folder)
     check_served_config(config, f"'{model}'")
     kw: dict[str, Any] = {"model": folder, "dtype": "float32"}
-    if recipes:
+    if recipes or inline is not None:
         family = served_family(config.model_type, f"'{model}'")
-        check_recipes(folder, name, recipes, tensor_parallel_size)
-        kw.update(enforce_eager=True, enable_prefix_caching=False, hf_overrides={
-            "architectures": [family.architecture], "geosteer_recipes": dict(recipes),
-            "geosteer_model_name": name})
+        check_recipes(folder, name, dict(recipes or {}), tensor_parallel_size, inline)
+        # eager: each steered layer picks its requests' rows in Python from a per-step table, which a graph
+        # captured once per batch shape would freeze. Prefix caching stays on: each recipe's cached blocks
+        # carry its own salt (serve.admission.salt)
+        kw.update(enforce_eager=True, hf_overrides={
+            "architectures": [family.architecture], "geosteer_recipes": dict(recipes or {}),
+            "geosteer_model_name": name, "geosteer_inline": inline is not None})
     return kw
 
 
-def steered_llm(model: str, recipes: dict[str, str] | None = None, **llm_kwargs):
-    """A ``vllm.LLM`` serving ``model`` and the named ``recipes``; ``llm_kwargs`` go to ``LLM`` unchanged."""
+def steered_llm(model: str, recipes: dict[str, str] | None = None, inline: Policy | None = None, **llm_kwargs):
+    """A ``vllm.LLM`` serving ``model`` and the named ``recipes`` (and inline recipes under ``inline``);
+    ``llm_kwargs`` go to ``LLM`` unchanged."""
     from vllm import LLM
 
     tp = int(llm_kwargs.get("tensor_parallel_size") or 1)
-    return LLM(**{**engine_args(model, recipes, tp), **llm_kwargs})
+    return LLM(**{**engine_args(model, recipes, tp, inline), **llm_kwargs})
 
 
 def tensor_parallel_size(extra: list[str]) -> int:
@@ -89,11 +100,16 @@ def tensor_parallel_size(extra: list[str]) -> int:
     return int(value)
 
 
-def sampling(recipe: str | None = None, **kwargs):
-    """``vllm.SamplingParams(**kwargs)`` for requests steered by ``recipe`` (None: the stock model)."""
+def sampling(recipe: str | dict | None = None, **kwargs):
+    """``vllm.SamplingParams(**kwargs)`` for requests steered by ``recipe``: a recipe's name, an object of
+    recipe keys (an inline recipe, admitted here), or None (the stock model)."""
     from vllm import SamplingParams
 
+    from geosteer.serve import admission
+
     extra = dict(kwargs.pop("extra_args", None) or {})
-    if recipe:
+    if isinstance(recipe, dict):
+        extra[SPEC_FIELD] = admission.admit(recipe)
+    elif recipe:
         extra[RECIPE_FIELD] = recipe
     return SamplingParams(extra_args=extra or None, **kwargs)

@@ -33,19 +33,20 @@ from vllm.config import get_current_vllm_config
 from vllm.forward_context import get_forward_context
 from vllm.model_executor.layers.attention import Attention
 
-from geosteer.directional.sites import _scaled_delta
+from geosteer.directional.sites import scaled_delta
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import FAMILIES
 from geosteer.serve import batch, shared_key, surface_ops
-from geosteer.serve.plan import LayerOps, RecipePlan, SurfaceOp, ValueScaleOp
+from geosteer.serve.plan import RecipePlan, surface_of, walls_of
 from geosteer.serve.walls import WallOp, apply_walls, wall_values
+from geosteer.served import LayerOps, Surface, ValueScale
 
 
 def _grids(ops: list[LayerOps | None]) -> list[tuple[int, float, float]]:
     """The distinct surface grids (grid_size, lo, hi) of one layer over the recipes, in first-seen order."""
     out: list[tuple[int, float, float]] = []
     for o in ops:
-        s = o.surface() if o is not None else None
+        s = surface_of(o)
         if s is not None and (s.grid_size, s.lo, s.hi) not in out:
             out.append((s.grid_size, s.lo, s.hi))
     return out
@@ -55,8 +56,9 @@ class ChannelAttention(Attention):
     """vLLM's attention layer with the recipes' attention operations; with surfaces, its KV heads carry the
     channels of ``grids`` (module docstring). Built in place of the stock layer ``stock``, same name."""
 
-    def __init__(self, stock: Attention, ops: list[LayerOps | None], shared: bool = False) -> None:
-        self.ops = ops
+    def __init__(self, stock: Attention, ops: list[LayerOps | None], layer: int, shared: bool = False) -> None:
+        self.ops = ops  # the start recipes' operations on this layer (they decide the channels)
+        self.layer_index = layer
         self.shared_key = shared  # surfaces through serve.shared_key: no surface channels
         self.grids = [] if shared else _grids(ops)
         self.offsets = []
@@ -65,7 +67,7 @@ class ChannelAttention(Attention):
             self.offsets.append(c)
             c += g + 3
         self.heads, self.kv_heads, self.head_dim = stock.num_heads, stock.num_kv_heads, stock.head_size
-        self.walls = [w for o in ops if o is not None for w in o.walls()]  # each recipe's own channels
+        self.walls = [w for o in ops for w in walls_of(o)]  # each recipe's own channels
         self.wall_offsets = []
         for w in self.walls:
             self.wall_offsets.append(c)
@@ -116,8 +118,7 @@ class ChannelAttention(Attention):
     def _feature_rows(self, n: int) -> torch.Tensor | None:
         """The token rows whose recipe has surfaces or walls on this layer (None: every row)."""
         need = [rows for r, rows in batch.groups(n).items()
-                if r < len(self.ops) and self.ops[r] is not None
-                and (self.ops[r].surface() is not None or self.ops[r].walls())]
+                if surface_of(batch.ops(r, self.layer_index)) is not None or walls_of(batch.ops(r, self.layer_index))]
         if any(rows is None for rows in need):
             return None
         return torch.cat(need) if need else torch.empty(0, dtype=torch.long)
@@ -126,15 +127,15 @@ class ChannelAttention(Attention):
 def _attention_ops(attn, out, o, q, v) -> torch.Tensor:
     """Each recipe's attention operations on its rows, innermost (last attached) first."""
     for r, rows in batch.groups(out.shape[0]).items():
-        ops = attn.ops[r] if r < len(attn.ops) else None
+        ops = batch.ops(r, attn.layer_index)
         if ops is None or not ops.attention:
             continue
         sel = slice(None) if rows is None else rows
         y = out[sel]
         for op in reversed(ops.attention):
-            if isinstance(op, SurfaceOp) and attn.shared_key:
+            if isinstance(op, Surface) and attn.shared_key:
                 y = y + _shared_key_delta(attn, op, q[sel], rows, out.shape[0])
-            elif isinstance(op, SurfaceOp):
+            elif isinstance(op, Surface):
                 y = y + _surface_delta(attn, op, o[sel], q[sel])
             elif isinstance(op, WallOp):
                 off = attn.wall_offsets[next(i for i, w in enumerate(attn.walls) if w is op)]
@@ -148,13 +149,13 @@ def _attention_ops(attn, out, o, q, v) -> torch.Tensor:
     return out
 
 
-def _surface_delta(attn, op: SurfaceOp, o, q) -> torch.Tensor:
+def _surface_delta(attn, op: Surface, o, q) -> torch.Tensor:
     """Δo (n, H, d) = Σ_a B_a(q) Σ_b C_dab F_b from this grid's channels of the attention output."""
     off = attn.offsets[attn.grids.index((op.grid_size, op.lo, op.hi))]
     return surface_ops.surface_delta(o[:, :, off:off + op.K], q, op.coeff, (op.grid_size, op.lo, op.hi))
 
 
-def _shared_key_delta(attn, op: SurfaceOp, q, rows, n: int) -> torch.Tensor:
+def _shared_key_delta(attn, op: Surface, q, rows, n: int) -> torch.Tensor:
     """Δo (len(rows), H, d) of the surfaces from the stock paged KV cache (``serve.shared_key``)."""
     meta = get_forward_context().attn_metadata
     meta = meta[attn.layer_name] if isinstance(meta, dict) else meta
@@ -169,9 +170,9 @@ def _shared_key_delta(attn, op: SurfaceOp, q, rows, n: int) -> torch.Tensor:
 
 def _shared_key_layer(attn: Attention, ops: list[LayerOps | None]) -> bool:
     """Whether this surfaces layer takes the shared-key path (module docstring)."""
-    if os.environ.get("GEOSTEER_SERVE_CHANNELS") == "1" or any(o is not None and o.walls() for o in ops):
+    if os.environ.get("GEOSTEER_SERVE_CHANNELS") == "1" or any(walls_of(o) for o in ops):
         return False
-    if not any(o is not None and o.surface() is not None for o in ops):
+    if not any(surface_of(o) is not None for o in ops):
         return False
     from vllm.platforms import current_platform
 
@@ -185,17 +186,17 @@ def _shared_key_layer(attn: Attention, ops: list[LayerOps | None]) -> bool:
     return shared_key.supported(True, dtype, cache.cache_dtype, isa) and shared_key.compiled_available()
 
 
-def _value_scale(op: ValueScaleOp, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _value_scale(op: ValueScale, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """``value_full``: o_t scaled ∥/⊥ against the token's own value v_t (per head, or concatenated)."""
     n, h, d = y.shape
     hkv = v.shape[1]
     o = y.float().view(n, hkv, h // hkv, d)
     ref = v.float().unsqueeze(2)
     if op.concat:
-        new = o + _scaled_delta(o.reshape(n, h * d), ref.expand(o.shape).reshape(n, h * d), op.s_par,
+        new = o + scaled_delta(o.reshape(n, h * d), ref.expand(o.shape).reshape(n, h * d), op.s_par,
                                 op.s_perp).view(o.shape)
     else:
-        new = o + _scaled_delta(o, ref, op.s_par, op.s_perp)
+        new = o + scaled_delta(o, ref, op.s_par, op.s_perp)
     if op.heads is not None:
         keep = torch.ones(h, dtype=torch.bool, device=y.device)
         keep[op.heads] = False
@@ -203,20 +204,21 @@ def _value_scale(op: ValueScaleOp, y: torch.Tensor, v: torch.Tensor) -> torch.Te
     return new.reshape(n, h, d).to(y.dtype)
 
 
-def _apply(fns_of, t: torch.Tensor, state: dict, positions: torch.Tensor, ops: list, groups: dict) -> torch.Tensor:
-    """Run each recipe's hooks at one point on its own rows."""
-    for r, rows in groups.items():
-        fns = fns_of(ops[r]) if ops[r] is not None else []
+def _apply(point: str, t: torch.Tensor, state: dict, tokens, ops: dict) -> torch.Tensor:
+    """Run each recipe's edits at ``point`` on its own rows (``ops``: {group: (rows, LayerOps)})."""
+    for rows, o in ops.values():
+        fns = getattr(o, point)
         if not fns:
             continue
         if rows is None:
             for fn in fns:
-                t = fn(t, state, positions)
+                t = fn(t, state, tokens)
             continue
         sub = t[rows]
         st = {k: x[rows] for k, x in state.items()}
+        tok = tokens[rows]
         for fn in fns:
-            sub = fn(sub, st, positions[rows])
+            sub = fn(sub, st, tok)
         t = t.index_copy(0, rows, sub)
     return t
 
@@ -229,53 +231,56 @@ def _part(layer, path: str):
 
 def steered_forward(layer, positions, hidden_states, residual, **kwargs):
     """A steered decoder layer's forward (module docstring); bound to the layer by :func:`install`."""
-    groups = batch.groups(hidden_states.shape[0])
-    ops, spec = layer.recipe_ops, layer.block_spec
-    groups = {r: rows for r, rows in groups.items() if ops[r] is not None}
-    if not groups and not layer.channel_attention:
+    i, spec = layer.layer_index, layer.block_spec
+    ops = {r: (rows, o) for r, rows in batch.groups(hidden_states.shape[0]).items()
+           if (o := batch.ops(r, i)) is not None}
+    if not ops and not layer.channel_attention:
         return type(layer).forward(layer, positions, hidden_states, residual, **kwargs)
+    tokens = batch.tokens(positions)
     x = hidden_states if residual is None else hidden_states + residual
+    x = _apply("resid_pre", x, {}, tokens, ops)
     attn = _part(layer, spec.attn)
     kwargs.pop("t_cond", None)  # Mistral's time conditioning (absent: None; present: refused by install)
     a = attn(positions=positions, hidden_states=_part(layer, spec.attn_norm)(x), **kwargs)
     if spec.attn_update != spec.attn:
         a = _part(layer, spec.attn_update)(a)
     state = {"resid_pre": x}
-    a = _apply(lambda o: o.attn_out, a, state, positions, ops, groups)
+    a = _apply("attn_out", a, state, tokens, ops)
     state["attn_out"] = a
     h = x + a
-    m = _apply(lambda o: o.mlp_in, h, {**state, "mlp_in": h}, positions, ops, groups)
+    m = _apply("mlp_in", h, {**state, "mlp_in": h}, tokens, ops)
     state["mlp_in"] = m
     phi = _part(layer, spec.mlp)(_part(layer, spec.mlp_norm)(m))
     if spec.mlp_update != spec.mlp:
         phi = _part(layer, spec.mlp_update)(phi)
-    phi = _apply(lambda o: o.mlp_out, phi, state, positions, ops, groups)
-    if not any(ops[r] is not None and ops[r].resid_post for r in groups):
+    phi = _apply("mlp_out", phi, state, tokens, ops)
+    if not any(o.resid_post for _, o in ops.values()):
         return phi, h
     state["mlp_out"] = phi
-    y = _apply(lambda o: o.resid_post, h + phi, state, positions, ops, groups)
+    y = _apply("resid_post", h + phi, state, tokens, ops)
     return y, torch.zeros_like(y)
 
 
-def install(model, model_type: str, plans: list[RecipePlan]) -> None:
-    """Steer the decoder layers of the built vLLM model ``model`` with ``plans`` (one per loaded recipe)."""
+def install(model, model_type: str, plans: list[RecipePlan], every_layer: bool = False) -> None:
+    """Steer the decoder layers of the built vLLM model ``model`` with ``plans`` (the recipes loaded at start;
+    ``batch.set_recipes`` holds them). ``every_layer``: every layer can be steered by recipes that arrive
+    later (inline recipes: residual operations only), not just those the loaded recipes touch."""
     spec = FAMILIES[model_type]
     inner = _part(model, spec.layers.rsplit(".", 1)[0])
-    batch.set_recipes([p.name for p in plans])
     for i in range(inner.start_layer, inner.end_layer):
         layer = inner.layers[i]
         ops = [p.layers.get(i) for p in plans]
-        if all(o is None for o in ops):
+        if all(o is None for o in ops) and not every_layer:
             continue
         if getattr(layer, "ada_rms_norm_t_cond", None) is not None:
             raise GeosteerError("time-conditioned norms (ada_rms_norm_t_cond) cannot be steered on vLLM; serve "
                                 "this model without recipes")
-        layer.recipe_ops, layer.block_spec = ops, spec
+        layer.layer_index, layer.block_spec = i, spec
         layer.channel_attention = any(o is not None and o.attention for o in ops)
         if layer.channel_attention:
             attn = _part(layer, spec.attn)
             if attn.num_heads != attn.total_num_heads:
                 raise GeosteerError("surfaces and value_full on vLLM need tensor_parallel_size=1 (their per-head "
                                     "parameters are not split across ranks yet)")
-            attn.attn = ChannelAttention(attn.attn, ops, shared=_shared_key_layer(attn.attn, ops))
+            attn.attn = ChannelAttention(attn.attn, ops, i, shared=_shared_key_layer(attn.attn, ops))
         layer.forward = types.MethodType(steered_forward, layer)

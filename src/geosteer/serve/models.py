@@ -13,13 +13,15 @@ from vllm.model_executor.models.mistral import MistralForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
+from geosteer.serve import batch
+from geosteer.serve.inline import plan_inline
 from geosteer.serve.layers import install
 from geosteer.serve.plan import meta_model, plan_recipe
 
 
 class SteeredCausalLM:
     """Mixin before a vLLM causal-LM class: the recipes are planned first (one-line errors), then
-    installed on the built model."""
+    installed on the built model; with ``geosteer_inline`` every layer can take inline recipes."""
 
     def __init__(self, *, vllm_config, prefix: str = "") -> None:
         cfg = vllm_config.model_config.hf_config
@@ -27,8 +29,10 @@ class SteeredCausalLM:
         meta = meta_model(cfg)
         meta.config._geosteer_name = getattr(cfg, "geosteer_model_name", None)
         plans = [plan_recipe(name, folder, meta) for name, folder in recipes.items()]
+        inline = bool(getattr(cfg, "geosteer_inline", False))
         super().__init__(vllm_config=vllm_config, prefix=prefix)
-        install(self, cfg.model_type, plans)
+        batch.set_recipes(plans, (lambda canon: plan_inline(canon, meta)) if inline else None)
+        install(self, cfg.model_type, plans, every_layer=inline)
 
 
 class GeosteerLlamaForCausalLM(SteeredCausalLM, LlamaForCausalLM):

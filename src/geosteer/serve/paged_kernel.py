@@ -6,8 +6,9 @@ as (block_size, head_dim)), computes the stock attention weights a_j (causal, op
 soft-cap) once, and accumulates o[n, h, d, b] = Σ_j a_j v_jd B_b(k_jd) for the 4 bases non-zero at k_jd,
 with o[..., K] = Σ_j a_j v_jd: the layout of ``manifold.kernel``'s epilogue, which then contracts it with
 B(q) and the surfaces. Queries of one KV head share each key's basis position. Built on first use with
-``torch.utils.cpp_extension.load_inline`` like ``geosteer.manifold._ext`` (cached under
-``$GEOSTEER_CACHE/torch_extensions``); None when it cannot be built or with ``GEOSTEER_NO_EXT=1``.
+``torch.utils.cpp_extension.load_inline`` like geosteer's own surface kernels
+(``geosteer.manifold.kernel.build_extension``, cached under ``$GEOSTEER_CACHE/torch_extensions``); None
+when it cannot be built or with ``GEOSTEER_NO_EXT=1``.
 """
 
 from __future__ import annotations
@@ -154,9 +155,9 @@ def get():
             _state["error"] = "disabled by GEOSTEER_NO_EXT"
             return None
         try:
-            from geosteer.manifold._ext import build_inline
+            from geosteer.manifold.kernel import build_extension
 
-            _state["mod"] = build_inline("serve_paged_v8", [SOURCE], ["paged_features"], ["-fopenmp"])
+            _state["mod"] = build_extension("serve_paged_v8", [SOURCE], ["paged_features"], ["-fopenmp"])
         except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
             _state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         return _state["mod"]
@@ -166,9 +167,9 @@ def attended_features(mod, q: torch.Tensor, kv_cache: torch.Tensor, block_table:
                       row_seq: torch.Tensor, row_pos: torch.Tensor, *, scale: float, softcap: float | None,
                       window: int, grid: tuple[int, float, float]) -> torch.Tensor:
     """(N, H, d, K+1) for the rows' queries ``q`` (N, H, d), sequences ``row_seq`` and positions ``row_pos``."""
-    from geosteer.manifold.kernel import _affine
+    from geosteer.manifold.kernel import grid_affine
 
     g, lo, hi = grid
-    sc, off = _affine(g, lo, hi)
+    sc, off = grid_affine(g, lo, hi)
     return mod.paged_features(q, kv_cache, block_table, row_seq, row_pos, float(scale), float(softcap or 0.0),
                               int(window), int(g), sc, off)

@@ -2,8 +2,10 @@
 
 vLLM calls :func:`register` in every process it starts. It adds one architecture per served family
 (``GeosteerLlamaForCausalLM``, ``GeosteerQwen3ForCausalLM``, …: ``serve.families``; chosen per engine
-through ``hf_overrides``, so stock models are untouched) and wraps the model runner's input preparation so
-each forward knows which recipe each token uses (:mod:`geosteer.serve.batch`). Safe to call more than once.
+through ``hf_overrides``, so stock models are untouched), wraps the input processor so every request,
+whatever route it came by, passes :func:`geosteer.serve.admission.check` and gets its recipe's prefix-cache
+salt, and wraps the model runner's input preparation so each forward knows which recipe each token uses
+(:mod:`geosteer.serve.batch`). Safe to call more than once.
 """
 
 from __future__ import annotations
@@ -20,7 +22,40 @@ def register() -> None:
     for fam in SERVED_FAMILIES.values():
         if fam.architecture not in known:
             ModelRegistry.register_model(fam.architecture, f"geosteer.serve.models:{fam.architecture}")
+    guard_requests()
     track_recipes()
+
+
+def guard_requests() -> None:
+    """Wrap ``InputProcessor.process_inputs``: the recipe check (a 400 for the OpenAI server, a ValueError
+    offline) before the request is made, and the recipe's cache salt on the request made."""
+    from vllm.v1.engine.input_processor import InputProcessor
+
+    orig = InputProcessor.process_inputs
+    if getattr(orig, "_geosteer", False):
+        return
+
+    @functools.wraps(orig)
+    def process_inputs(self, request_id, prompt, params, *args, **kwargs):
+        from geosteer.errors import GeosteerError
+        from geosteer.serve import admission
+
+        extra = getattr(params, "extra_args", None)
+        if not extra or not any(k.startswith("geosteer_") for k in extra):
+            return orig(self, request_id, prompt, params, *args, **kwargs)
+        names = list(getattr(self.model_config.hf_config, "geosteer_recipes", None) or {})
+        try:
+            plan = admission.check(extra, names)
+        except GeosteerError as e:
+            from vllm.exceptions import VLLMValidationError
+
+            raise VLLMValidationError(str(e), parameter="geosteer_recipe") from None
+        req = orig(self, request_id, prompt, params, *args, **kwargs)
+        req.cache_salt = admission.salt(plan, len(req.prompt_token_ids or ()), req.cache_salt)
+        return req
+
+    process_inputs._geosteer = True
+    InputProcessor.process_inputs = process_inputs
 
 
 def track_recipes() -> None:
@@ -39,8 +74,8 @@ def track_recipes() -> None:
         per_request = []
         for req_id, n in zip(self.input_batch.req_ids, num_scheduled_tokens.tolist(), strict=False):
             state = self.requests.get(req_id)
-            extra = getattr(getattr(state, "sampling_params", None), "extra_args", None) or {}
-            per_request.append((batch.recipe_index(extra.get("geosteer_recipe")), int(n)))
+            extra = getattr(getattr(state, "sampling_params", None), "extra_args", None)
+            per_request.append((batch.plan_for(extra), int(n), int(getattr(state, "num_prompt_tokens", 0) or 0)))
         batch.set_rows(per_request)
         return out
 

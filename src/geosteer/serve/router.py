@@ -2,60 +2,101 @@
 
 A request names its recipe by the OpenAI ``model`` field (the recipe's name, as vLLM does for LoRA
 adapters) or, with the base model's name, by a ``geosteer_recipe`` field (``extra_body``; also read from
-``vllm_xargs``). The body goes on to vLLM with ``model`` = the base model and the recipe in ``vllm_xargs``
-(vLLM copies those into ``SamplingParams.extra_args``, where the steered layers read it). Unknown names,
-a recipe field that is not a string and a ``model`` that contradicts it are answered 4xx with one JSON
-error naming the valid ids, before anything reaches the engine. ``GET /v1/models`` lists the base model and
-every recipe. The routes come from the ``GEOSTEER_SERVE_ROUTES`` environment variable (set by
-``geosteer serve``): ``{"base": name, "recipes": [names]}``.
+``vllm_xargs``): a recipe's name or an object of recipe keys (an inline recipe, ``serve.inline``). The body
+goes on to vLLM with ``model`` = the base model and the recipe in ``vllm_xargs`` (vLLM copies those into
+``SamplingParams.extra_args``, where the steered layers read it). Unknown names, malformed recipes and a
+``model`` that contradicts the recipe field are answered 4xx with one JSON error naming what is valid,
+before anything reaches the engine (and vLLM's input processor checks every request again, whatever its
+route: ``serve.admission``). ``GET /v1/models`` lists the base model and every recipe;
+``GET/POST/DELETE /v1/geosteer/recipes`` adds and removes recipes while the server runs, behind the
+operator's bearer token (``GEOSTEER_ADMIN_TOKEN``; unset: those endpoints are off). The routes come from the
+``GEOSTEER_SERVE_ROUTES`` environment variable (set by ``geosteer serve``): ``{"base": name, "recipes": [names]}``.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import time
 
+from geosteer.errors import GeosteerError
+from geosteer.serve import admission
+from geosteer.serve.batch import RECIPE_FIELD, SPEC_FIELD
+
 ROUTES_ENV = "GEOSTEER_SERVE_ROUTES"
-FIELD = "geosteer_recipe"
-GENERATE = ("/v1/completions", "/v1/chat/completions")
+ADMIN_TOKEN_ENV = "GEOSTEER_ADMIN_TOKEN"
+FIELD = RECIPE_FIELD
+GENERATE = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
+ADMIN = "/v1/geosteer/recipes"
+MAX_BODY = 8 << 20  # bytes of a request body the router reads
 
 
 class RouteError(Exception):
-    def __init__(self, status: int, message: str, param: str) -> None:
+    def __init__(self, status: int, message: str, param: str | None) -> None:
         super().__init__(message)
         self.status, self.param = status, param
 
 
-def route(doc: dict, base: str, recipes: list[str]) -> dict:
-    """The request body vLLM gets: ``model`` = base, the recipe (if any) in ``vllm_xargs``. Raises RouteError."""
-    valid = ", ".join([base, *recipes])
-    model = doc.get("model")
-    xargs = doc.get("vllm_xargs")
+def _given(doc: dict, xargs: dict | None) -> object:
+    """The recipe a request gives: its ``geosteer_recipe`` field or the one in ``vllm_xargs`` (null = absent)."""
+    top, inner = doc.get(FIELD), (xargs or {}).get(FIELD)
+    if top is not None and inner is not None and top != inner:
+        raise RouteError(400, f"{FIELD} and vllm_xargs.{FIELD} differ; give one of them", FIELD)
+    return top if top is not None else inner
+
+
+def route(doc: dict, base: str, recipes: list[str], runtime: dict | None = None) -> dict:
+    """The request body vLLM gets: ``model`` = base, the recipe (if any) in ``vllm_xargs`` as a start recipe's
+    name or an admitted recipe's canonical text (``serve.admission``); everything else a client put under the
+    geosteer keys is dropped. ``runtime``: recipes added while the server runs ({name: recipe object}).
+    Raises RouteError."""
+    runtime = runtime or {}
+    names = [*recipes, *runtime]
+    valid = ", ".join([base, *names])
+    model, xargs = doc.get("model"), doc.get("vllm_xargs")
     if xargs is not None and not isinstance(xargs, dict):
         raise RouteError(400, "vllm_xargs must be an object", "vllm_xargs")
-    named = doc.get(FIELD, (xargs or {}).get(FIELD))
-    if named is not None and not isinstance(named, str):
-        raise RouteError(400, f"{FIELD} must be a recipe name (a string); valid: {', '.join(recipes) or 'none'}",
-                         FIELD)
+    if SPEC_FIELD in (xargs or {}) or SPEC_FIELD in doc:
+        raise RouteError(400, f"{SPEC_FIELD} is set by the server; give {FIELD} (a recipe name or an object of "
+                         "recipe keys)", SPEC_FIELD)
+    given = _given(doc, xargs)
     if model is not None and not isinstance(model, str):
         raise RouteError(400, f"model must be a string; valid: {valid}", "model")
-    if model in recipes:
-        if named not in (None, model):
-            raise RouteError(400, f"model '{model}' is a recipe but {FIELD} says '{named}'; give one of them",
-                             FIELD)
-        recipe = model
-    elif model in (None, base):
-        recipe = named or None
-        if recipe is not None and recipe not in recipes:
-            raise RouteError(404, f"unknown recipe '{recipe}'; valid: {', '.join(recipes) or 'none'}", FIELD)
-    else:
-        raise RouteError(404, f"unknown model '{model}'; valid: {valid}", "model")
-    out = {k: v for k, v in doc.items() if k != FIELD}
+    if model in names:
+        if given is not None and given != model:
+            raise RouteError(400, f"model '{model}' is a recipe but {FIELD} says {str(given)[:80]!r}; give one "
+                             "of them", FIELD)
+        given = model
+    elif model not in (None, base):
+        raise RouteError(404, f"unknown model {model[:80]!r}; valid: {valid}", "model")
+    extra = {k: v for k, v in (xargs or {}).items() if k not in (FIELD, SPEC_FIELD)}
+    extra.update(_recipe_args(given, recipes, runtime))
+    out = {k: v for k, v in doc.items() if k not in (FIELD, "vllm_xargs")}
     out["model"] = base
-    if recipe is not None:
-        out["vllm_xargs"] = {**(xargs or {}), FIELD: recipe}
+    if extra:
+        out["vllm_xargs"] = extra
     return out
+
+
+def _recipe_args(given: object, recipes: list[str], runtime: dict) -> dict:
+    """The ``extra_args`` entries for ``given`` (a name, an object of recipe keys, or None)."""
+    if given is None or given == "":
+        return {}
+    try:
+        if isinstance(given, str):
+            if given in recipes:
+                return {FIELD: given}
+            if given in runtime:
+                return {SPEC_FIELD: admission.admit(runtime[given])}
+            raise RouteError(404, f"unknown recipe {given[:80]!r}; valid: "
+                             f"{', '.join([*recipes, *runtime]) or 'none'}", FIELD)
+        if isinstance(given, dict):
+            return {SPEC_FIELD: admission.admit(given)}
+    except GeosteerError as e:
+        raise RouteError(400, str(e), FIELD) from None
+    raise RouteError(400, f"{FIELD} must be a recipe name or an object of recipe keys; valid names: "
+                     f"{', '.join([*recipes, *runtime]) or 'none'}", FIELD)
 
 
 def models_list(base: str, recipes: list[str]) -> dict:
@@ -68,29 +109,28 @@ def models_list(base: str, recipes: list[str]) -> dict:
 class RecipeRouter:
     """The middleware (``app.add_middleware(RecipeRouter)``); see the module docstring."""
 
-    def __init__(self, app, routes: dict | None = None) -> None:
+    def __init__(self, app, routes: dict | None = None, admin_token: str | None = None) -> None:
         self.app = app
         routes = routes if routes is not None else json.loads(os.environ.get(ROUTES_ENV) or "{}")
         self.base = routes.get("base") or ""
         self.recipes = list(routes.get("recipes") or [])
+        self.runtime: dict[str, dict] = {}
+        self.token = admin_token if admin_token is not None else os.environ.get(ADMIN_TOKEN_ENV) or None
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path, method = scope["path"].rstrip("/"), scope["method"]
         if path == "/v1/models" and method == "GET":
-            return await _json(send, 200, models_list(self.base, self.recipes))
+            return await _json(send, 200, models_list(self.base, [*self.recipes, *self.runtime]))
+        if path == ADMIN or path.startswith(ADMIN + "/"):
+            status, doc = await self._admin(scope, receive, path, method)
+            return await _json(send, status, doc)
         if path not in GENERATE or method != "POST":
             return await self.app(scope, receive, send)
-        body = await _body(receive)
         try:
-            doc = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            doc = None
-        if not isinstance(doc, dict):
-            return await _json(send, 400, _error(400, "the request body must be a JSON object", None))
-        try:
-            body = json.dumps(route(doc, self.base, self.recipes)).encode()
+            doc = _parse(await _body(receive))
+            body = json.dumps(route(doc, self.base, self.recipes, self.runtime)).encode()
         except RouteError as e:
             return await _json(send, e.status, _error(e.status, str(e), e.param))
         headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
@@ -106,17 +146,68 @@ class RecipeRouter:
 
         return await self.app({**scope, "headers": headers}, replay, send)
 
+    async def _admin(self, scope, receive, path: str, method: str) -> tuple[int, dict]:
+        """``GET``/``POST``/``DELETE`` of run-time recipes, behind the operator's bearer token."""
+        if self.token is None:
+            return 404, _error(404, "run-time recipes are off (start the server with --admin-token)", None)
+        auth = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        if not hmac.compare_digest(auth.encode(), f"Bearer {self.token}".encode()):
+            return 401, _error(401, "run-time recipes need the operator's token (Authorization: Bearer ...)", None)
+        try:
+            if method == "GET" and path == ADMIN:
+                return 200, {"recipes": self.recipes, "runtime": self.runtime}
+            if method == "DELETE" and path != ADMIN:
+                name = path[len(ADMIN) + 1:]
+                if name not in self.runtime:
+                    raise RouteError(404, f"no run-time recipe {name[:80]!r}; valid: "
+                                     f"{', '.join(self.runtime) or 'none'}", "name")
+                del self.runtime[name]
+                return 200, {"deleted": name}
+            if method == "POST" and path == ADMIN:
+                return 201, self._add(_parse(await _body(receive)))
+        except RouteError as e:
+            return e.status, _error(e.status, str(e), e.param)
+        return 405, _error(405, f"{method} {path}: valid: GET/POST {ADMIN}, DELETE {ADMIN}/NAME", None)
+
+    def _add(self, doc: dict) -> dict:
+        name, recipe = doc.get("name"), doc.get("recipe")
+        if not isinstance(name, str) or not name or "/" in name or len(name) > 128:
+            raise RouteError(400, "name must be a plain recipe name (no '/', at most 128 characters)", "name")
+        if name == self.base or name in self.recipes:
+            raise RouteError(409, f"'{name}' names the base model or a recipe loaded at start; valid new names: "
+                             f"anything but {', '.join([self.base, *self.recipes])}", "name")
+        try:
+            admission.admit(recipe)
+        except GeosteerError as e:
+            raise RouteError(400, str(e), "recipe") from None
+        self.runtime[name] = recipe
+        return {"name": name, "recipe": recipe}
+
+
+def _parse(body: bytes) -> dict:
+    try:
+        doc = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise RouteError(400, "the request body must be a JSON object", None)
+    return doc
+
 
 def _error(status: int, message: str, param: str | None) -> dict:
-    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "Error")
+    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
+            409: "ConflictError", 413: "RequestTooLargeError"}.get(status, "Error")
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
 async def _body(receive) -> bytes:
-    chunks = []
+    chunks, size = [], 0
     while True:
         msg = await receive()
         chunks.append(msg.get("body", b""))
+        size += len(chunks[-1])
+        if size > MAX_BODY:
+            raise RouteError(413, f"request body over {MAX_BODY} bytes", None)
         if not msg.get("more_body"):
             return b"".join(chunks)
 

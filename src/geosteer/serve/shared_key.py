@@ -35,9 +35,9 @@ def supported(on_cpu: bool, dtype: torch.dtype, kv_cache_dtype: str, isa: str | 
 def compiled_available() -> bool:
     """Whether the compiled kernels of this path (``serve.paged_kernel`` and geosteer's epilogue) are built;
     without them the channel layout is faster than this path's PyTorch ops."""
-    from geosteer.manifold import _ext
+    from geosteer.manifold.kernel import compiled_kernels
 
-    return paged_kernel.get() is not None and _ext.get() is not None
+    return paged_kernel.get() is not None and compiled_kernels() is not None
 
 
 def gather(kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor, T: int):
@@ -84,7 +84,7 @@ def surface_delta(op, q: torch.Tensor, rows: torch.Tensor, meta, kv_cache: torch
         o = paged_kernel.attended_features(mod, q, kv_cache, meta.block_table, seq, pos, scale=scale,
                                            softcap=softcap, window=window, grid=(op.grid_size, op.lo, op.hi))
         m, H, d = q.shape
-        sc, off = kernel._affine(op.grid_size, op.lo, op.hi)
+        sc, off = kernel.grid_affine(op.grid_size, op.lo, op.hi)
         delta = kernel._epilogue(ext, o.view(m, H, 1, d, op.K + 1), q.contiguous().view(m, H, 1, d),
                                  op.coeff.to(q.dtype), op.grid_size, sc, off, False)
         return delta.view(m, H, d)

@@ -59,6 +59,6 @@ def surface_delta(f: torch.Tensor, q: torch.Tensor, coeff: torch.Tensor, grid: G
     buf = qf.new_empty(n, hkv, rep, d, K + 1)
     buf[..., :K] = f.permute(0, 1, 3, 4, 2)
     buf[..., K] = 0.0
-    sc, off = kernel._affine(g, lo, hi)
+    sc, off = kernel.grid_affine(g, lo, hi)
     delta = kernel._epilogue(ext, buf.view(n, H, 1, d, K + 1), qf.view(n, H, 1, d), coeff, g, sc, off, False)
     return delta.view(n, H, d).to(q.dtype)

@@ -122,6 +122,11 @@ class SteeringVectors:
 
     def _check_model(self, model: nn.Module) -> None:
         an = anatomy(model)
+        got = str(getattr(getattr(model, "config", None), "model_type", "") or "")
+        if self.base_model is None and self.model_type and got and self.model_type != got:
+            raise ArtifactError(f"these steering vectors are for a '{self.model_type}' model (a GGUF model_hint), "
+                                f"not for this '{got}' model; import them with import_gguf(path, model, "
+                                "force=True) to use them anyway")
         if self.d_model is not None and an.d_model != self.d_model:
             raise ArtifactError(f"steering vectors of size {self.d_model} do not fit this model "
                                 f"(d_model {an.d_model})")
@@ -163,6 +168,29 @@ class SteeringVectors:
             post.remove()
 
         return remove
+
+    def served_ops(self, ops) -> None:
+        """The same steering on each served layer (``geosteer.served``): a token is steered when its
+        position is >= ``from_token`` and it lies in the phase (``prompt``: the prompt's tokens, what the
+        Hugging Face path runs with an empty KV cache; ``generation``: the tokens after them)."""
+        s = self.settings
+        if s.scale == 0:
+            return
+        if ops.d_model is not None and self.d_model is not None and ops.d_model != self.d_model:
+            raise ArtifactError(f"steering vectors of size {self.d_model} do not fit this model "
+                                f"(d_model {ops.d_model})")
+        ops.prompt_dependent = ops.prompt_dependent or s.phase != "all"
+        for layer in self.active_layers:
+            v = self.vectors[layer].float().clone()
+
+            def fn(t, st, tokens, v=v):
+                y = steer_tensor(t, v.to(device=t.device, dtype=t.dtype), s.scale, s.mode)
+                keep = tokens.positions >= s.from_token
+                if s.phase != "all":
+                    keep = keep & (tokens.in_prompt if s.phase == "prompt" else ~tokens.in_prompt)
+                return torch.where(keep.unsqueeze(-1), y, t)
+
+            ops.edit(layer, self.point, fn)
 
     # -- the artifact (geosteer.vectors.artifact) ------------------------------------------------------------
     # (through the registry: geosteer.vectors.artifact imports this module, so this one never imports it back)

@@ -1,0 +1,94 @@
+"""The one check every request passes before it reaches a steered engine, whatever route it came by.
+
+The OpenAI routes (``serve.router``), vLLM's other routes (``/v1/responses``, …) and offline ``generate``
+all end in vLLM's input processor, which the plugin wraps (``plugin.guard_requests``) to call :func:`check`
+on a request's ``extra_args``: ``geosteer_recipe`` must name a recipe the engine loaded at start, and
+``geosteer_spec`` (an inline or run-time recipe's canonical text) must have been admitted in this process
+by :func:`admit`, which validates it exactly as at start (built on a weightless model). Anything else is
+refused with one line (a 400), so no request reaches the engine with a recipe it does not hold.
+
+:func:`salt` gives the prefix-cache salt of a steered request: each recipe's cached blocks are its own
+(a recipe changes the keys and values of the layers after the ones it steers), and a recipe that treats
+prompt and generated tokens apart also keys them by the prompt's length.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+
+from geosteer.errors import GeosteerError
+from geosteer.serve.batch import RECIPE_FIELD, SPEC_FIELD
+from geosteer.serve.inline import Policy, canonical, plan_inline
+
+MAX_ADMITTED = 1024  # inline recipes kept admitted (least recently used dropped first)
+
+_STATE: dict = {"named": {}, "meta": None, "policy": None}
+_ADMITTED: OrderedDict = OrderedDict()  # canonical text -> RecipePlan
+
+
+def configure(named: dict, meta=None, policy: Policy | None = None) -> None:
+    """The recipes loaded at start ({name: RecipePlan}); with ``meta`` (a weightless model of the served
+    one) inline recipes are admitted under ``policy``."""
+    _STATE.update(named=dict(named), meta=meta, policy=policy)
+    _ADMITTED.clear()
+
+
+def inline_enabled() -> bool:
+    return _STATE["meta"] is not None
+
+
+def named() -> dict:
+    return dict(_STATE["named"])
+
+
+def admit(doc: object) -> str:
+    """Validate an inline recipe object and admit it; its canonical text (the engine's ``geosteer_spec``)."""
+    if not inline_enabled():
+        raise GeosteerError("this server takes recipes by name only; valid: "
+                            f"{', '.join(_STATE['named']) or 'none'}")
+    canon = canonical(doc, _STATE["policy"] or Policy())
+    if canon not in _ADMITTED:
+        plan = plan_inline(canon, _STATE["meta"])
+        if plan.attention_layers:
+            raise GeosteerError("surfaces, walls and scale_site=value_full are served from recipes named at start "
+                                "(geosteer serve --recipe NAME=DIR), not inline")
+        _ADMITTED[canon] = plan
+        while len(_ADMITTED) > MAX_ADMITTED:
+            _ADMITTED.popitem(last=False)
+    _ADMITTED.move_to_end(canon)
+    return canon
+
+
+def check(extra: dict | None, names: list[str] | None = None):
+    """The plan a request's ``extra_args`` ask for (None: stock); one line when the engine does not hold it.
+    ``names``: the recipes the engine loaded (default: those :func:`configure` was given)."""
+    extra = extra or {}
+    name, canon = extra.get(RECIPE_FIELD), extra.get(SPEC_FIELD)
+    known = list(_STATE["named"]) if names is None else list(names)
+    if name is not None and canon is not None:
+        raise GeosteerError(f"give {RECIPE_FIELD} or {SPEC_FIELD}, not both")
+    if canon is not None:
+        if not isinstance(canon, str) or canon not in _ADMITTED:
+            raise GeosteerError(f"{SPEC_FIELD} is set by the server; give {RECIPE_FIELD} as a recipe name "
+                                f"({', '.join(known) or 'none loaded'}) or an object of recipe keys")
+        return _ADMITTED[canon]
+    if name is None or name == "":
+        return None
+    if not isinstance(name, str) or name not in known:
+        raise GeosteerError(f"unknown recipe {str(name)[:80]!r}; valid: {', '.join(known) or 'none loaded'}")
+    return _STATE["named"].get(name, name)
+
+
+def salt(plan, prompt_len: int, user_salt: str | None) -> str | None:
+    """The prefix-cache salt of a request under ``plan`` (a RecipePlan, or a bare name)."""
+    if plan is None:
+        return user_salt
+    if isinstance(plan, str):
+        key, extra = f"named:{plan}", ""
+    else:
+        if plan.neutral:
+            return user_salt
+        key, extra = plan.key, (f":prompt={prompt_len}" if plan.prompt_dependent else "")
+    digest = hashlib.sha256(f"{key}{extra}:{user_salt or ''}".encode()).hexdigest()[:32]
+    return f"geosteer-{digest}"

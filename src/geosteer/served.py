@@ -1,0 +1,139 @@
+"""What an intervention asks a serving engine to do, layer by layer: the served-operations protocol.
+
+An intervention that can be served (``geosteer serve``, :mod:`geosteer.serve`) implements
+``served_ops(ops: ServedOps) -> None`` and declares there, per layer, what it does:
+
+- :meth:`ServedOps.edit`: a function at a residual point of a layer (``resid_pre``, ``attn_out``,
+  ``mlp_in``, ``mlp_out``, ``resid_post``: the hook points of :mod:`geosteer.hooks`), called as
+  ``fn(t, state, tokens) -> t`` on the (rows, d) slice of a flat token batch that uses the recipe;
+  ``state`` holds the same rows of this layer's ``resid_pre``, ``attn_out`` and ``mlp_in`` once computed,
+  ``tokens`` is a :class:`Tokens` (each row's position in its sequence and its sequence's prompt length);
+- :meth:`ServedOps.attention`: an operation inside attention (:class:`Surface`, :class:`Walls`,
+  :class:`ValueScale`), applied by the engine exactly, as the Hugging Face path does.
+
+Operations on one layer run in the order they were declared, which is the order geosteer attaches the
+interventions. An intervention that cannot be served exactly raises :class:`~geosteer.errors.GeosteerError`
+with one line; one without ``served_ops`` is refused by the engine. Nothing here imports a serving engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from geosteer.errors import GeosteerError
+
+POINTS = ("resid_pre", "attn_out", "mlp_in", "mlp_out", "resid_post")
+
+
+@dataclass
+class Tokens:
+    """Where the rows of a flat token batch sit: position in their sequence, their sequence's prompt length."""
+
+    positions: torch.Tensor  # (n,) long
+    prompt_len: torch.Tensor  # (n,) long
+
+    def __getitem__(self, rows: torch.Tensor) -> Tokens:
+        return Tokens(self.positions[rows], self.prompt_len[rows])
+
+    @property
+    def in_prompt(self) -> torch.Tensor:
+        """(n,) bool: the row is a prompt token (what the Hugging Face path runs with an empty KV cache)."""
+        return self.positions < self.prompt_len
+
+
+EditFn = Callable[[torch.Tensor, dict, Tokens], torch.Tensor]
+
+
+@dataclass
+class Surface:
+    """One layer's attention surfaces: coefficients (H, d, K, K) on a grid of ``grid_size`` cells on [lo, hi]."""
+
+    coeff: torch.Tensor
+    grid_size: int
+    lo: float
+    hi: float
+
+    @property
+    def K(self) -> int:  # noqa: N802 - the paper's symbol
+        return self.grid_size + 3
+
+
+@dataclass
+class Walls:
+    """One layer's exact walls (``manifold.walls.LayerWalls``), applied after that layer's surfaces
+    (``coeff`` (H, d, K, K), None when the layer has none) on the grid (grid_size, lo, hi)."""
+
+    layer_walls: Any
+    coeff: torch.Tensor | None
+    grid_size: int
+    lo: float
+    hi: float
+
+
+@dataclass
+class ValueScale:
+    """``value_full`` ∥/⊥ scaling of each head's attention output against the token's own value."""
+
+    s_par: float
+    s_perp: float
+    heads: list[int] | None
+    concat: bool
+
+
+@dataclass
+class LayerOps:
+    """What one intervention (or a whole recipe) does on one layer, in declaration order per point."""
+
+    attention: list = field(default_factory=list)  # Surface | Walls | ValueScale (engine forms), outermost first
+    resid_pre: list[EditFn] = field(default_factory=list)
+    attn_out: list[EditFn] = field(default_factory=list)
+    mlp_in: list[EditFn] = field(default_factory=list)
+    mlp_out: list[EditFn] = field(default_factory=list)
+    resid_post: list[EditFn] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not (self.attention or any(getattr(self, p) for p in POINTS))
+
+
+class ServedOps:
+    """The per-layer operations being declared for one model (``n_layers`` layers, ``n_rep`` query heads per
+    KV head, residual width ``d_model``). :attr:`layers` maps a layer to its :class:`LayerOps`."""
+
+    def __init__(self, n_layers: int, n_rep: int = 1, d_model: int | None = None) -> None:
+        self.n_layers, self.n_rep, self.d_model = n_layers, n_rep, d_model
+        self.layers: dict[int, LayerOps] = {i: LayerOps() for i in range(n_layers)}
+        self.prompt_dependent = False  # set by an operation that treats prompt and generated tokens apart
+
+    def chosen(self, layers: Iterable[int] | None) -> list[int]:
+        """``layers`` as ints (None: every layer)."""
+        return list(range(self.n_layers)) if layers is None else [int(x) for x in layers]
+
+    def edit(self, layer: int, point: str, fn: EditFn) -> None:
+        if point not in POINTS:
+            raise GeosteerError(f"hook point '{point}' cannot be served; valid: {', '.join(POINTS)}")
+        getattr(self._layer(layer), point).append(fn)
+
+    def attention(self, layer: int, op: Surface | Walls | ValueScale) -> None:
+        self._layer(layer).attention.append(op)
+
+    def _layer(self, layer: int) -> LayerOps:
+        if int(layer) not in self.layers:
+            raise GeosteerError(f"layer {layer} is out of range; this model has layers 0-{self.n_layers - 1}")
+        return self.layers[int(layer)]
+
+
+@runtime_checkable
+class Servable(Protocol):
+    def served_ops(self, ops: ServedOps) -> None: ...
+
+
+def declare(intervention: Any, ops: ServedOps) -> None:
+    """Add ``intervention``'s operations to ``ops``; one line if it does not declare any."""
+    if not isinstance(intervention, Servable):
+        raise GeosteerError(f"{type(intervention).__name__} cannot be served (it declares no served_ops); "
+                            "apply it on the Hugging Face path (geosteer generate, geosteer eval)")
+    intervention.served_ops(ops)
