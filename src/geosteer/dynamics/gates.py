@@ -73,6 +73,12 @@ class FFNGates(nn.Module):
 
         return attach_hooks(model, "mlp_out", self.layers, fn)
 
+    def served_ops(self, ops) -> None:
+        """Φ times its layer's gate on each served layer (``geosteer.served``)."""
+        alpha = self.alpha.detach().float().clone()
+        for i, layer in enumerate(self.layers):
+            ops.edit(layer, "mlp_out", lambda t, st, tokens, a=alpha[i]: t * a.to(device=t.device, dtype=t.dtype))
+
     def table(self) -> list[dict]:
         alpha = self.alpha.detach()
         return [{"layer": layer, "alpha": float(a)} for layer, a in zip(self.layers, alpha, strict=True)]
