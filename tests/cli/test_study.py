@@ -14,14 +14,14 @@ from geosteer.cli import app, register_clis
 from geosteer.methods import methods
 from tests.cli_helpers import command_leaves, run_cli
 
-MAX_TOOL_VERBS = 25
+MAX_TOOL_VERBS = 26
 # What a user runs on their own model; a new verb outside `geosteer study` is added here on purpose.
 TOOL_VERBS = {
     "push", "info", "ppl", "generate", "compare", "report", "studio", "demo", "eval", "serve",
     "decompose", "tasks build", "recipe show", "recipe save",
     "manifold train", "manifold edit", "manifold show", "manifold explore", "manifold wall-learn",
     "manifold steer-learn", "manifold import", "dynamics diagnose", "dynamics gates", "vectors train",
-    "vectors show",
+    "vectors show", "bench steering",
 }
 # old spelling -> new: hidden, and they warn
 MOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "vectors show --gguf",

@@ -23,9 +23,13 @@ class Judge:
         self._pipe = None
 
     def fit(self, positive: Sequence[str], negative: Sequence[str]) -> Judge:
-        from geosteer.extras import require
+        try:
+            import sklearn  # noqa: F401
+        except ModuleNotFoundError:
+            from geosteer.extras import MissingDependency
 
-        require("sklearn")
+            raise MissingDependency("the judge needs scikit-learn, which is not installed: "
+                                    "pip install 'geosteer[steering-bench]'") from None
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import FeatureUnion, make_pipeline

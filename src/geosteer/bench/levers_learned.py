@@ -215,11 +215,23 @@ def build_surfaces(s: Setup) -> Prepared:
 
 
 def build_walls(s: Setup) -> Prepared:
+    """Walls on zero surfaces; strength 0 is those zero surfaces with the walls taken off."""
     bank, report = _learn_dense(s, _zero_bank(s.model), "walls", mode="walls")
-    n = len(bank.walls)
-    pts = [Point("walls", 1.0, {"walls": n}, fixed([bank]))] if n else []
-    return Prepared(pts, 5 * len(report.get("candidates") or []), {"walls": n,
-                                                                   "train_eval": report.get("train_eval")})
+    walls = list(bank.walls)
+
+    def make(on: bool):
+        @contextlib.contextmanager
+        def ctx() -> Iterator[list]:
+            bank.set_walls(walls if on else [])
+            try:
+                yield [bank]
+            finally:
+                bank.set_walls(walls)
+        return ctx
+    pts = [Point("walls", 0.0, {"walls": 0}, make(False))] if 0.0 in s.budget.strengths else []
+    pts += [Point("walls", 1.0, {"walls": len(walls)}, make(True))] if walls else []
+    return Prepared(pts, 5 * len(report.get("candidates") or []),
+                    {"walls": len(walls), "train_eval": report.get("train_eval")})
 
 
 def build_shipped(s: Setup) -> Prepared:

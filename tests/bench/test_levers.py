@@ -1,0 +1,110 @@
+"""Every lever: neutral at strength 0 (stock logits), it moves the model at strength 1, and the one
+operating-point rule is applied to each of them; LoReFT against an independent computation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from geosteer.bench.concepts import read_concepts, split_concept, toward_away
+from geosteer.bench.levers import DEFAULT_LEVERS, Setup, levers
+from geosteer.bench.modules import LoReFT
+from geosteer.bench.prompts import format_prompt, neutral_prompts, train_prompts
+from geosteer.interventions import steer
+from tests.bench.conftest import TINY
+
+IDS = torch.tensor([[1, 45, 230, 87, 12, 600, 33, 9]])
+
+
+def _logits(model, ivs=()):
+    with torch.no_grad(), steer(model, *ivs):
+        return model(input_ids=IDS).logits
+
+
+def _setup(model, tok, concept_file, tmp_path):
+    c = read_concepts(concept_file)[0]
+    toward, away = toward_away(c, split_concept(c))
+    return Setup(model=model, tok=tok, concept=c, toward=toward, away=away,
+                 train_prompts=[format_prompt(tok, p, False) for p in train_prompts()[:2]],
+                 train_controls=list(neutral_prompts()[0][:2]), budget=TINY, chat=False, seed=0, work=tmp_path)
+
+
+def test_every_lever_is_neutral_at_strength_0_and_acts_at_1(tiny_model, concept_file, tmp_path):
+    model, tok = tiny_model("llama")
+    stock = _logits(model)
+    s = _setup(model, tok, concept_file, tmp_path)
+    assert set(DEFAULT_LEVERS) <= set(levers())
+    for name in DEFAULT_LEVERS:
+        prepared = levers()[name].build(s)
+        try:
+            for p in prepared.points:
+                with p.interventions() as ivs:
+                    got = _logits(model, ivs)
+                if p.strength == 0.0:
+                    torch.testing.assert_close(got, stock, atol=2e-5, rtol=0, msg=f"{name} at strength 0")
+            moved = [p for p in prepared.points if p.strength > 0]
+            assert moved, name
+            if name not in ("prompting", "walls"):  # prompting acts on the prompt, walls may find none
+                with moved[0].interventions() as ivs:
+                    assert (_logits(model, ivs) - stock).abs().max() > 1e-4, name
+        finally:
+            prepared.cleanup()
+        torch.testing.assert_close(_logits(model), stock, atol=0, rtol=0, msg=f"{name} left the model changed")
+
+
+def test_loreft_matches_a_plain_hook_with_an_independent_formula(tiny_model):
+    model, _ = tiny_model("llama")
+    d, layer = model.config.hidden_size, 1
+    reft = LoReFT(d, 3, layer, seed=1)
+    with torch.no_grad():
+        reft.proj.weight.normal_(0, 0.2)
+        reft.proj.bias.normal_(0, 0.2)
+    R = reft.R.detach().double().numpy()
+    W, b = reft.proj.weight.detach().double().numpy(), reft.proj.bias.detach().double().numpy()
+    np.testing.assert_allclose(R @ R.T, np.eye(3), atol=1e-5)
+
+    def plain(module, args, output):
+        h = output[0] if isinstance(output, tuple) else output
+        x = h.detach().double().numpy()
+        y = x.copy()
+        for i in range(x.shape[0]):
+            for t in range(x.shape[1]):
+                y[i, t] = x[i, t] + R.T @ (W @ x[i, t] + b - R @ x[i, t])
+        y = torch.from_numpy(y).to(h.dtype)
+        return (y, *output[1:]) if isinstance(output, tuple) else y
+
+    handle = model.model.layers[layer].register_forward_hook(plain)
+    try:
+        want = _logits(model)
+    finally:
+        handle.remove()
+    torch.testing.assert_close(_logits(model, [reft]), want, atol=1e-4, rtol=1e-4)
+    reft.strength = 0.0
+    torch.testing.assert_close(_logits(model, [reft]), _logits(model), atol=1e-6, rtol=0)
+
+
+def test_one_rule_chooses_every_levers_operating_point(tiny_model, concept_file, tmp_path, monkeypatch):
+    import geosteer.bench.run as run
+    from geosteer.bench.operating import choose_operating_point
+
+    calls = []
+
+    def spy(summaries, kl_budget):
+        calls.append((len(summaries), kl_budget))
+        return choose_operating_point(summaries, kl_budget)
+
+    monkeypatch.setattr(run, "choose_operating_point", spy)
+    model, tok = tiny_model("llama")
+    names = ["prompting", "caa", "vector", "ffn-gates"]
+    cfg = run.BenchConfig(model="tiny-llama", levers=names, budget=TINY, kl_budget=0.3)
+    doc = run.run_bench(model, tok, read_concepts(concept_file), cfg, tmp_path / "out")
+    assert len(calls) == len(names) and {k for _, k in calls} == {0.3}
+    assert [r["lever"] for r in doc["rows"]] == ["stock", *names]
+    assert all(r["control_kl"]["mean"] <= 0.3 for r in doc["rows"])
+    # a second run reads every (concept, lever) back from its checkpoint: nothing is built again
+    monkeypatch.setattr(run, "prepare_concept", lambda *a, **k: pytest.fail("rebuilt"))
+    again = run.run_bench(model, tok, read_concepts(concept_file), cfg, tmp_path / "out")
+    assert json.dumps(again["rows"]) == json.dumps(doc["rows"])  # (NaN intervals of one prompt compare as text)
