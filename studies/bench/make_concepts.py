@@ -152,7 +152,9 @@ def concepts() -> list[dict]:
                 "positive": FORMAL, "negative": CASUAL, "prompts": GENERIC})
     out.append({"name": "refusal", "direction": "promote", "description": "politely refusing to help",
                 "positive": REFUSAL, "negative": HELPFUL, "prompts": GENERIC})
-    return out
+    first = ["geography", "positive-sentiment", "no-history", "refusal", "formal", "negative-sentiment",
+             "no-health"]  # a varied set first: a run cut short still covers each kind
+    return sorted(out, key=lambda c: first.index(c["name"]) if c["name"] in first else len(first))
 
 
 def main() -> None:
