@@ -7,7 +7,6 @@ the item and the field."""
 
 from __future__ import annotations
 
-import json
 import re
 from importlib import resources
 from pathlib import Path
@@ -22,7 +21,7 @@ CRITERIA = ("below", "above", "between", "within_rel", "within_abs", "sign", "eq
             "difference")
 ROLES = ("claim", "magnitude", "part")
 CLAIM_KINDS = ("finding", "formula", "procedure", "future work", "limitation", "extension")
-ENCODINGS = ("tokenizer", "bos-first", "none")
+ENCODINGS = ("tokenizer", "bos-first", "bos-window", "none")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ID = re.compile(r"^[1-9][0-9]?\.[1-9][0-9]?$")
 
@@ -47,11 +46,10 @@ class Query(_Strict):
         if self.regex is not None:
             if self.path or self.where or self.field:
                 raise ValueError("regex cannot be combined with path / where / field")
-            try:
-                if re.compile(self.regex).groups < 1:
-                    raise ValueError("regex needs one capturing group")
-            except re.error as e:
-                raise ValueError(f"regex does not compile: {e}") from None
+            from geosteer.readers import safe_regex
+
+            if safe_regex(self.regex).groups < 1:  # ValueError for a pattern that could backtrack for ever
+                raise ValueError("regex needs one capturing group")
         elif self.field is None and self.pick != "count" and self.where is None and self.path is None:
             raise ValueError("give path, field, where or regex")
         if self.where is not None and self.field is None and self.pick != "count":
@@ -122,7 +120,9 @@ class Item(_Strict):
     paper_numbers: list[float] = Field(default_factory=list)  # the numbers the paper states for this claim
     untested: list[str] = Field(default_factory=list)  # parts of the paper's claim no criterion tests, and why
     paper_code: str | None = None  # where the paper's own code differs from its text
-    encoding: Literal["tokenizer", "bos-first", "none"] | None = None  # how the measured texts were encoded
+    # how the measured texts were encoded: as the tokenizer does, BOS-first (geosteer's former default), or in
+    # BOS-first windows (the protocol of the dynamics verbs)
+    encoding: Literal["tokenizer", "bos-first", "bos-window", "none"] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -194,9 +194,11 @@ def _first_error(e: ValidationError, data) -> str:
 def load_paper(source: str | Path, text: str | None = None) -> PaperItems:
     """Validate one paper's item file; :class:`GeosteerError` with one line naming item and field."""
     name = Path(str(source)).name
+    from geosteer.readers import ReadRefused, parse_json, read_json
+
     try:
-        data = json.loads(text if text is not None else Path(source).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = parse_json(text, name) if text is not None else read_json(source, what="item file")
+    except ReadRefused as e:
         raise GeosteerError(f"item file {name}: cannot read it as JSON ({e})") from None
     if not isinstance(data, dict):
         raise GeosteerError(f"item file {name}: expected an object with paper, title, items")

@@ -3,9 +3,6 @@ filter, field, aggregate) or text (a regular expression). No code from the data 
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import re
 from pathlib import Path
@@ -18,22 +15,24 @@ class NotReadable(Exception):
 
 
 def read_results(path: Path):
-    """The parsed file: JSON object/list, CSV rows (dicts), or text."""
-    if not path.is_file():
+    """The parsed file: JSON object/list, CSV rows (dicts), or text; bounded (:mod:`geosteer.readers`: regular
+    files only, size and nesting caps), so a FIFO, a device or a hostile file is "not run", never a hang."""
+    from geosteer.readers import ReadRefused, read_csv_rows, read_json, read_text
+
+    if not path.exists() and not path.is_symlink():
         raise NotReadable(f"results file {path.name} is missing")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise NotReadable(f"results file {path.name} is unreadable ({e.__class__.__name__})") from None
     suffix = path.suffix.lower()
-    if suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise NotReadable(f"results file {path.name} is not valid JSON ({e.msg}, line {e.lineno})") from None
-    if suffix == ".csv":
-        return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
-    return text
+    try:
+        if suffix == ".json":
+            return read_json(path, what="results file")
+        if suffix == ".csv":
+            return [{k: _cell(v) for k, v in row.items()} for row in read_csv_rows(path, what="results file")]
+        return read_text(path, what="results file", limit=MAX_TEXT_BYTES)
+    except ReadRefused as e:
+        raise NotReadable(str(e).replace(str(path), path.name)) from None
+
+
+MAX_TEXT_BYTES = 1 << 20  # a text results file that a pattern is searched in
 
 
 def _cell(v: str | None):
@@ -86,7 +85,12 @@ def evaluate_query(data, q: Query) -> float:
     if q.regex is not None:
         if not isinstance(data, str):
             raise NotReadable("a regex query needs a text results file")
-        found = re.findall(q.regex, data)
+        from geosteer.readers import ReadRefused, safe_regex, search_lines
+
+        try:
+            found = search_lines(safe_regex(q.regex), data, source="the results file")
+        except (ReadRefused, ValueError) as e:
+            raise NotReadable(str(e)) from None
         found = [f[0] if isinstance(f, tuple) else f for f in found]
         try:
             return _aggregate([float(f) for f in found], q, f"regex {q.regex!r}")

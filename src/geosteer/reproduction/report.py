@@ -14,6 +14,8 @@ _MARK = {"reproduces": "✔ reproduces", "partial": "◐ partial", "diverges": "
 _ENCODING = {"bos-first": "measured with texts encoded BOS-first (geosteer's encoding at the time; `--bos` "
                           "reproduces it)",
              "tokenizer": "measured with texts encoded as the model's tokenizer encodes them",
+             "bos-window": "measured on held-out windows that each start with the BOS token (the dynamics verbs' "
+                           "protocol, unchanged)",
              "none": "no text encoding involved"}
 _LEGEND = ("Statuses are computed from the numbers, never chosen and never read from a verdict a results file "
            "carries. **reproduces**: every criterion holds, and every number the paper states is tested "
