@@ -32,7 +32,7 @@ except ModuleNotFoundError as _e:  # without the optional extra: one line naming
 
     raise missing(_e) from None
 
-from geosteer.errors import GeosteerError
+from geosteer.errors import DiskFull, GeosteerError, disk_full_line, is_disk_full
 from geosteer.studio import routes
 from geosteer.studio.http import BadRequest, error_response, one_line, read_json  # noqa: F401 - re-exported
 from geosteer.studio.http import query_int as _int  # noqa: F401 - re-exported (its old name)
@@ -46,8 +46,8 @@ log = logging.getLogger("geosteer.studio")
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    """User errors 400/404/409 ``{"error": ...}``, a full queue 503 + Retry-After, anything else a 500
-    without a traceback (logged)."""
+    """User errors 400/404/409 ``{"error": ...}``, a full queue 503 + Retry-After, a full disk 507 (one line;
+    the atomic writers keep what was there), anything else a 500 without a traceback (logged)."""
     err = error_response
 
     @app.exception_handler(BadRequest)
@@ -64,7 +64,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(GeosteerError)
     async def _user(request, e):
-        return err(400, e)
+        return err(507 if isinstance(e, DiskFull) else 400, e)
 
     @app.exception_handler(ValueError)  # includes UnicodeError
     async def _value(request, e):
@@ -80,6 +80,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(request, e):
+        if is_disk_full(e):  # a save on a full disk: what was there is kept (the writer is atomic)
+            log.warning("studio: %s", disk_full_line(e))
+            return err(507, disk_full_line(e))
         log.exception("studio: unexpected error on %s", request.url.path)
         return err(500, f"internal error ({type(e).__name__}); see the server log")
 

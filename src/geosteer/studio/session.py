@@ -33,6 +33,7 @@ from geosteer.models.loading import input_device
 from geosteer.outputs import check_output_folder
 from geosteer.overflow import NonFiniteLogits
 from geosteer.studio import bankio
+from geosteer.studio import workspace as folder
 from geosteer.studio.bodies import EffectBody, parse
 from geosteer.studio.edits import EditSpec, UndoRecord, apply_edit, parse_edit, undo_edit
 from geosteer.studio.views import SurfaceViews
@@ -354,26 +355,11 @@ class Session(SurfaceViews):
 
     # ---- artifacts ---------------------------------------------------------------------------------------
     def list_broken(self) -> list[dict]:
-        """Workspace folders with a config the studio cannot read: name and the one-line reason (cached per
-        config file version, so polling ``/api/info`` reads each changed config once)."""
-        out = []
-        for p in sorted(self.workspace.iterdir()):
-            cfg = p / bankio.CONFIG_NAME
-            if p.name.startswith(".") or not cfg.is_file():
-                continue
-            st = cfg.stat()
-            key = (p.name, st.st_mtime_ns, st.st_size)
-            if key not in self._problems:
-                if len(self._problems) > 256:
-                    self._problems.clear()
-                self._problems[key] = bankio.config_problem(p)
-            if self._problems[key] is not None:
-                out.append({"name": p.name, "error": self._problems[key]})
-        return out
+        """Workspace folders with a config the studio cannot read, with the reason (:mod:`.workspace`)."""
+        return folder.list_broken(self.workspace, self._problems)
 
     def list_artifacts(self) -> list[str]:
-        return sorted(p.name for p in self.workspace.iterdir()
-                      if p.is_dir() and not p.name.startswith(".") and bankio.is_artifact(p))
+        return folder.list_artifacts(self.workspace)
 
     def save(self, name: str, overwrite: bool = False) -> dict:
         """Save the current surfaces as workspace/<name> (atomic: a complete artifact or none). The state is

@@ -1,0 +1,63 @@
+"""What the studio sees in its workspace folder: the surfaces artifacts it can open and the folders whose
+config it cannot read (with the one-line reason).
+
+Only regular files are read, non-blocking and size-capped (:func:`geosteer.formats.read_regular`): a config
+that is a FIFO, a device such as ``/dev/zero`` or too large is listed as broken, never read. A workspace
+moved away or removed while the studio runs lists nothing (a later save creates it again).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from geosteer.formats import CONFIG_NAME, MAX_CONFIG_BYTES
+from geosteer.studio import bankio
+
+
+def entries(workspace: Path) -> list[Path]:
+    """The workspace's entries, sorted; none when it is gone (moved, removed, replaced by a file)."""
+    try:
+        return sorted(p for p in workspace.iterdir() if not p.name.startswith("."))
+    except OSError:
+        return []
+
+
+def config_kind_problem(folder: Path) -> str | None:
+    """Why ``folder``'s config must not be read at all (not a regular file, too large), or None."""
+    try:
+        st = os.stat(folder / CONFIG_NAME)
+    except OSError:
+        return f"{CONFIG_NAME} cannot be read"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{CONFIG_NAME} is not a regular file"
+    if st.st_size > MAX_CONFIG_BYTES:
+        return f"{CONFIG_NAME} is larger than {MAX_CONFIG_BYTES >> 20} MiB; a geosteer config is not"
+    return None
+
+
+def list_artifacts(workspace: Path) -> list[str]:
+    """Names of the surfaces artifacts in the workspace (what ``/api/load`` opens)."""
+    return [p.name for p in entries(workspace) if p.is_dir() and bankio.is_artifact(p)]
+
+
+def list_broken(workspace: Path, cache: dict) -> list[dict]:
+    """Workspace folders with a config the studio cannot read: ``{"name", "error"}`` with the one-line
+    reason. ``cache`` maps (name, mtime, size) to the reason, so polling reads each changed config once."""
+    out = []
+    for p in entries(workspace):
+        if not os.path.lexists(p / CONFIG_NAME):
+            continue
+        problem = config_kind_problem(p)
+        if problem is None:
+            st = (p / CONFIG_NAME).stat()
+            key = (p.name, st.st_mtime_ns, st.st_size)
+            if key not in cache:
+                if len(cache) > 256:
+                    cache.clear()
+                cache[key] = bankio.config_problem(p)
+            problem = cache[key]
+        if problem is not None:
+            out.append({"name": p.name, "error": problem})
+    return out
