@@ -95,11 +95,30 @@ def _independent_windows(m, tok, interventions: list, split: str, context: int, 
             "windows": int(ids.shape[0]), "protocol": "independent"}
 
 
+def _check_chat(chat: bool, system: str | None) -> None:
+    if system is not None and not chat:
+        raise GeosteerError("--system is the chat template's system prompt: give --chat with it")
+    if system is not None and not system.strip():
+        raise GeosteerError("--system is empty; give the system prompt's text or leave it out")
+
+
+def _chat_format(tok, prompt: str, chat: bool, system: str | None) -> str:
+    """``prompt`` through the tokenizer's chat template (``--chat``), else unchanged."""
+    if not chat:
+        return prompt
+    from geosteer.eval.chat import chat_prompt
+
+    return chat_prompt(tok, prompt, system)
+
+
 def register(app: typer.Typer) -> None:
     from geosteer.cli.recipe import RECIPE_OPT, SET_OPT, spec_from_options
 
     surfaces_opt = typer.Option(None, "--surfaces", help="attention-manifold artifact to attach: a folder or "
                                                           "a Hub repo id org/name[@revision]")
+    chat_opt = typer.Option(False, "--chat", help="format the prompt with the tokenizer's chat template (a "
+                            "user message; the continuation is the assistant's reply)")
+    system_opt = typer.Option(None, "--system", help="system prompt of the chat template (with --chat)")
     bos_opt = typer.Option(False, "--bos", help="put the BOS token first (default: encode as the model's "
                                                 "tokenizer does, with its own BOS convention)")
 
@@ -176,6 +195,8 @@ def register(app: typer.Typer) -> None:
         top_k: int = typer.Option(50),
         seed: int = typer.Option(0),
         bos: bool = bos_opt,
+        chat: bool = chat_opt,
+        system: str | None = system_opt,
         surfaces: Path | None = surfaces_opt,
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
@@ -200,9 +221,11 @@ def register(app: typer.Typer) -> None:
             greedy = temperature == 0  # T = 0 is the limit of sampling: greedy decoding
         elif top_k < 0:
             _check_sampling(1.0, top_k)
+        _check_chat(chat, system)
         spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
         add_bos = True if bos else None
+        shown, prompt = prompt, _chat_format(tok, prompt, chat, system)
         max_new_tokens, note = cap_new_tokens(m, prompt_ids(tok, prompt, add_bos).shape[1], max_new_tokens)
         if note:
             typer.echo(f"note: {note}", err=True)
@@ -210,7 +233,7 @@ def register(app: typer.Typer) -> None:
             res = generate(m, tok, prompt, max_new_tokens, greedy=greedy,
                            temperature=1.0 if temperature is None or greedy else temperature,
                            top_k=top_k, seed=seed, add_bos=add_bos)
-        emit(res.to_dict() if as_json else {"prompt": prompt, "continuation": res.text}, as_json)
+        emit(res.to_dict() if as_json else {"prompt": shown, "continuation": res.text}, as_json)
 
     @app.command()
     def compare(
@@ -223,6 +246,8 @@ def register(app: typer.Typer) -> None:
         temperature: float = typer.Option(0.8),
         top_k: int = typer.Option(50),
         bos: bool = bos_opt,
+        chat: bool = chat_opt,
+        system: str | None = system_opt,
         surfaces: Path | None = surfaces_opt,
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
@@ -249,9 +274,11 @@ def register(app: typer.Typer) -> None:
             raise GeosteerError("--temperature 0 with --seeds: seeded samples at T = 0 are the greedy "
                                 "continuation, which compare always reports; give T > 0 or --seeds 0")
         prompts = _read_prompts(prompt, prompts_file)
+        _check_chat(chat, system)
         spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
         add_bos = True if bos else None
+        shown, prompts = prompts, [_chat_format(tok, p, chat, system) for p in prompts]
         longest = max(prompt_ids(tok, p, add_bos).shape[1] for p in prompts)
         max_new_tokens, note = cap_new_tokens(m, longest, max_new_tokens)
         if note:
@@ -261,6 +288,8 @@ def register(app: typer.Typer) -> None:
             typer.echo("note: no intervention given; both states are the stock model", err=True)
         rows = compare_states(m, tok, prompts, [], b, max_new_tokens=max_new_tokens,
                               sample_seeds=range(seeds), temperature=temperature, top_k=top_k, add_bos=add_bos)
+        for r, p in zip(rows, shown, strict=True):
+            r["prompt"] = p  # as given (the model saw it through the chat template with --chat)
         summary = summarize(rows)
         if out is not None:
             write_records(out, rows, meta={"model": model, "surfaces": str(surfaces) if surfaces else None,
