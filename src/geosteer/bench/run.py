@@ -66,8 +66,9 @@ def _fmt(tok, chat: bool):
     return lambda p, instruction=None: format_prompt(tok, p, chat, instruction)
 
 
-def prepare_concept(model, tok, concept, cfg: BenchConfig) -> ConceptContext:
-    """Splits, judge, controls and the stock model's measurements of one concept."""
+def prepare_concept(model, tok, concept, cfg: BenchConfig, stock: dict | None = None) -> ConceptContext:
+    """Splits, judge, controls and the stock model's measurements of one concept (``stock``: measurements
+    of an earlier run with the same settings, split -> :class:`Measured`)."""
     from geosteer.bench.concepts import split_concept
     from geosteer.bench.judge import Judge
     from geosteer.bench.prompts import neutral_prompts
@@ -79,8 +80,8 @@ def prepare_concept(model, tok, concept, cfg: BenchConfig) -> ConceptContext:
     controls = list(neutral_prompts()[1][: b.control_prompts])
     control_ref = next_token_logprobs(model, tok, [fmt(c) for c in controls])
     promote = concept.direction == "promote"
-    stock = {split: measure(model, tok, stock_point(), getattr(splits, split), controls, judge, promote,
-                            b.new_tokens, control_ref, fmt) for split in ("validation", "test")}
+    stock = stock or {split: measure(model, tok, stock_point(), getattr(splits, split), controls, judge, promote,
+                                     b.new_tokens, control_ref, fmt) for split in ("validation", "test")}
     return ConceptContext(concept, splits, judge, controls, control_ref, stock, fmt)
 
 
@@ -160,8 +161,11 @@ def run_concept(model, tok, concept, cfg: BenchConfig, out: Path, log=None) -> t
     stock_doc = read_cached(_cache_path(out, concept.name, "stock"), stock_fp)
     ctx = None
     if todo or stock_doc is None:
-        ctx = prepare_concept(model, tok, concept, cfg)
-        stock_doc = {"fingerprint": stock_fp, "row": stock_row(ctx, cfg), "concept": _concept_record(ctx)}
+        measured = ({k: Measured.from_dict(v) for k, v in stock_doc["measured"].items()}
+                    if stock_doc is not None and "measured" in stock_doc else None)
+        ctx = prepare_concept(model, tok, concept, cfg, measured)
+        stock_doc = {"fingerprint": stock_fp, "row": stock_row(ctx, cfg), "concept": _concept_record(ctx),
+                     "measured": {k: m.to_dict() for k, m in ctx.stock.items()}}
         _write(_cache_path(out, concept.name, "stock"), stock_doc)
     rows, curves = [stock_doc["row"]], []
     for name in cfg.levers:
