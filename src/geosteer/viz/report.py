@@ -55,7 +55,7 @@ def expand_inputs(paths: list[str | Path]) -> list[Path]:
     for p in map(Path, paths):
         if not p.exists():
             raise GeosteerError(f"not found: {p}")
-        if is_artifact(p) or p.is_file():
+        if is_artifact(p) or not p.is_dir():  # a FIFO or device too: its reader refuses it in one line
             out.append(p)
             continue
         arts = sorted(a.parent for a in p.rglob(CONFIG_NAME))

@@ -22,7 +22,6 @@ the rows and picks plots from the column names:
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections import defaultdict
@@ -94,20 +93,18 @@ def _num(v):
 
 def load_tidy(path: str | Path) -> TidyResult:
     """Read a tidy ``.json`` (``{"meta", "rows"}`` or a bare list of rows) or ``.csv`` result file."""
+    from geosteer.readers import read_csv_rows, read_json
+
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise GeosteerError(f"result file not found: {path}")
     suffix = path.suffix.lower()
-    if suffix == ".csv":
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = [{k: _num(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    if suffix == ".csv":  # bounded readers: regular files only, size/nesting/cell caps, one-line errors
+        rows = [{k: _num(v) for k, v in r.items()} for r in read_csv_rows(path, what="result file")]
         return TidyResult(path, {}, rows)
     if suffix != ".json":
         raise GeosteerError(f"{path}: unsupported result file type '{suffix}' (valid: .json, .csv)")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise GeosteerError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    obj = read_json(path, what="result file")
     from geosteer.viz.lm_eval_results import is_lm_eval_results, lm_eval_rows
 
     if isinstance(obj, list):
@@ -122,14 +119,18 @@ def load_tidy(path: str | Path) -> TidyResult:
     if not all(isinstance(r, dict) for r in rows):
         raise GeosteerError(f"{path}: every row must be a JSON object")
     flat = [{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()} for r in rows]
-    return TidyResult(path, meta if isinstance(meta, dict) else {"meta": meta}, flat)
+    meta = dict(meta) if isinstance(meta, dict) else {"meta": meta}
+    for key in ("title", "study"):  # typed: names are text (a number or object becomes its JSON text)
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            meta[key] = json.dumps(meta[key])
+    return TidyResult(path, meta, flat)
 
 
 def is_result_file(path: str | Path) -> bool:
     """True when :func:`load_tidy` can read ``path`` (what the studio lists)."""
     try:
         load_tidy(path)
-    except (GeosteerError, OSError, UnicodeDecodeError, csv.Error):
+    except (GeosteerError, OSError, UnicodeDecodeError):
         return False
     return True
 
