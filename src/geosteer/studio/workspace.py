@@ -1,7 +1,7 @@
 """What the studio sees in its workspace folder: the surfaces artifacts it can open and the folders whose
 config it cannot read (with the one-line reason).
 
-Only regular files are read, non-blocking and size-capped (:func:`geosteer.formats.read_regular`): a config
+Only regular files are read, non-blocking and size-capped (:func:`geosteer.readers.read_bytes`): a config
 that is a FIFO, a device such as ``/dev/zero`` or too large is listed as broken, never read. A workspace
 moved away or removed while the studio runs lists nothing (a later save creates it again).
 """
