@@ -43,7 +43,7 @@ class BenchConfig:
     def fingerprint(self, concept, lever: str) -> str:
         doc = {"model": self.model, "budget": self.budget.to_dict(), "seed": self.seed, "kl": self.kl_budget,
                "chat": self.chat, "tau": self.train_tau, "surfaces": self.surfaces, "lever": lever,
-               "concept": concept.model_dump(), "version": 1}
+               "concept": concept.model_dump(), "version": 2}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -110,7 +110,7 @@ def _summary(m: Measured, ref: Measured, point: Point, cfg: BenchConfig) -> dict
 
 def run_lever(model, tok, ctx: ConceptContext, name: str, cfg: BenchConfig, work: Path, log=None) -> dict:
     """Build one lever, choose its operating point on validation, measure it on test; the cache record."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     prepared = levers()[name].build(_setup(model, tok, ctx, cfg, work, log))
     try:
         candidates = [stock_point(name), *prepared.points]
@@ -126,6 +126,7 @@ def run_lever(model, tok, ctx: ConceptContext, name: str, cfg: BenchConfig, work
            "operating_point": {"index": i, "label": point.label, **point.params},
            **{k: v for k, v in summarize(test, ctx.stock["test"], cfg.budget.bootstrap, cfg.seed).items()},
            "params": prepared.params, "info": prepared.info, "seconds": round(time.perf_counter() - t0, 1),
+           "cpu_seconds": round(time.process_time() - c0, 1),
            "examples": test.texts[:2]}
     return {"row": row, "curve": [{"concept": ctx.concept.name, "lever": name, **c} for c in curve]}
 

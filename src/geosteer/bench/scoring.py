@@ -65,49 +65,78 @@ class Continuations:
     ids: list[list[int]]
 
 
+def _bos_rows(tok, prompts: list[str]) -> list[list[int]]:
+    from geosteer.eval.generation import prompt_ids
+
+    return [prompt_ids(tok, p, True)[0].tolist() for p in prompts]
+
+
+def _pad_id(tok) -> int:
+    return int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
+
+
+@torch.no_grad()
 def continue_prompts(model, tok, prompts: list[str], new_tokens: int) -> Continuations:
-    """Greedy continuations of formatted prompts (BOS first), with whatever is attached to ``model``."""
-    from geosteer.eval.generation import generate
+    """Greedy continuations of formatted prompts (BOS first), with whatever is attached to ``model``: one
+    left-padded batch (with its attention mask, HF ``generate``), each row cut at its first end token."""
+    from transformers import LogitsProcessorList
+
+    from geosteer.models.loading import input_device
+    from geosteer.overflow import FiniteLogits
 
     eos = getattr(model.generation_config, "eos_token_id", None)
     eos = {tok.eos_token_id} | ({eos} if isinstance(eos, int) else set(eos or []))
-    texts, ids = [], []
-    for p in prompts:
-        r = generate(model, tok, p, max_new_tokens=new_tokens, greedy=True, add_bos=True)
-        toks = [t for t in r.token_ids if t not in eos and t != tok.pad_token_id]
-        texts.append(r.text.strip())
-        ids.append(toks)
-    return Continuations(texts, ids)
+    rows, pad = _bos_rows(tok, prompts), _pad_id(tok)
+    L = max(len(r) for r in rows)
+    ids = torch.tensor([[pad] * (L - len(r)) + r for r in rows], device=input_device(model))
+    mask = torch.tensor([[0] * (L - len(r)) + [1] * len(r) for r in rows], device=ids.device)
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, temperature=None,
+                         top_p=None, top_k=None, pad_token_id=pad, use_cache=True,
+                         logits_processor=LogitsProcessorList([FiniteLogits()]))
+    texts, kept = [], []
+    for row in out[:, L:].tolist():
+        cut = next((i for i, t in enumerate(row) if t in eos), len(row))
+        kept.append(row[:cut])
+        texts.append(tok.decode(row[:cut], skip_special_tokens=True).strip())
+    return Continuations(texts, kept)
+
+
+def _right_padded(rows: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    L = max(len(r) for r in rows)
+    ids = torch.tensor([r + [pad] * (L - len(r)) for r in rows], device=device)
+    return ids, torch.tensor([len(r) for r in rows], device=device)
 
 
 @torch.no_grad()
 def text_logprob(model, tok, ids: list[list[int]]) -> np.ndarray:
     """Mean log-prob per token of each id list read on its own (BOS first), by ``model`` as it is; nan for
-    an empty list."""
+    an empty list. One right-padded batch (causal: the real positions never see the pads)."""
     from geosteer.models.loading import input_device
 
     bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     out = np.full(len(ids), np.nan)
-    for i, seq in enumerate(ids):
-        if not seq:
-            continue
-        x = torch.tensor([[bos, *seq]], device=input_device(model))
-        logp = torch.log_softmax(model(input_ids=x, use_cache=False).logits[0, :-1].float(), -1)
-        out[i] = float(logp.gather(-1, x[0, 1:, None]).mean())
+    todo = [i for i, seq in enumerate(ids) if seq]
+    if not todo:
+        return out
+    x, lengths = _right_padded([[bos, *ids[i]] for i in todo], _pad_id(tok), input_device(model))
+    logp = torch.log_softmax(model(input_ids=x, use_cache=False).logits[:, :-1].float(), -1)
+    tok_lp = logp.gather(-1, x[:, 1:, None])[..., 0]
+    valid = torch.arange(x.shape[1] - 1, device=x.device)[None] < (lengths - 1)[:, None]
+    means = (tok_lp * valid).sum(-1) / valid.sum(-1)
+    out[todo] = means.double().cpu().numpy()
     return out
 
 
 @torch.no_grad()
 def next_token_logprobs(model, tok, prompts: list[str]) -> torch.Tensor:
-    """(n, V) next-token log-probs after each formatted prompt (BOS first, each prompt alone)."""
-    from geosteer.eval.generation import prompt_ids
+    """(n, V) next-token log-probs after each formatted prompt (BOS first; one right-padded batch, each row
+    read at its last real position)."""
     from geosteer.models.loading import input_device
 
-    rows = []
-    for p in prompts:
-        x = prompt_ids(tok, p, True).to(input_device(model))
-        rows.append(torch.log_softmax(model(input_ids=x, use_cache=False).logits[0, -1].float(), -1).cpu())
-    return torch.stack(rows)
+    x, lengths = _right_padded(_bos_rows(tok, prompts), _pad_id(tok), input_device(model))
+    logits = model(input_ids=x, use_cache=False).logits
+    last = logits[torch.arange(x.shape[0], device=x.device), lengths - 1].float()
+    return torch.log_softmax(last, -1).cpu()
 
 
 def kl_rows(ref: torch.Tensor, other: torch.Tensor) -> np.ndarray:
