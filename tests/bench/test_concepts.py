@@ -80,3 +80,11 @@ def test_cli_refuses_unknown_levers_and_foreign_folders(tmp_path, monkeypatch, c
     line = refused_before_load(monkeypatch, capsys, "bench", "steering", "--concepts", str(concept_file),
                                "--out", str(mine))
     assert "bench_state.json" in line and (mine / "notes.txt").read_text() == "keep"
+
+
+def test_cli_reads_the_bundled_concepts_by_name(tmp_path, monkeypatch, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    line = refused_before_load(monkeypatch, capsys, "bench", "steering", "--concepts", "bundled", "--out", str(mine))
+    assert "bench_state.json" in line  # the concepts were read; the folder is what is refused

@@ -22,6 +22,14 @@ def _check_out(out: Path) -> None:
                             "folder, or an earlier benchmark run's folder to resume it")
 
 
+def _concept_path(path: Path):
+    if str(path) == "bundled" and not path.exists():
+        from importlib import resources
+
+        return resources.files("geosteer.data").joinpath("bench_concepts.json")
+    return path
+
+
 def _check_options(kl_budget: float, train_tau: float, levers: list[str], surfaces: str | None) -> None:
     if not (math.isfinite(kl_budget) and kl_budget > 0):
         raise GeosteerError(f"--kl-budget must be a positive number of nats (got {kl_budget})")
@@ -33,7 +41,8 @@ def _check_options(kl_budget: float, train_tau: float, levers: list[str], surfac
 
 def steering_cmd(
     concepts: Path = typer.Option(..., "--concepts", help="concept file: a JSON list of {name, direction "
-                                  "(promote|suppress), positive, negative, prompts} (docs/steering-benchmark.md)"),
+                                  "(promote|suppress), positive, negative, prompts}; 'bundled': the twelve "
+                                  "concepts that ship with geosteer"),
     out: Path = typer.Option(..., "--out", callback=out_dir(), help="output folder: results.json, figures/, "
                              "and cache/ (a rerun with the same settings resumes from it)"),
     model: str = MODEL_OPT,
@@ -62,7 +71,7 @@ def steering_cmd(
     chosen = parse_levers(lever_spec)
     b = get_budget(budget)
     _check_options(kl_budget, train_tau, chosen, surfaces)
-    items = read_concepts(concepts)  # refused in one line before any model loads
+    items = read_concepts(_concept_path(concepts))  # refused in one line before any model loads
     _check_out(out)
     _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surfaces, figures, device, dtype, threads)
 

@@ -64,13 +64,14 @@ def read_concepts(path: str | Path) -> list:
     """The concepts of ``path`` (pydantic models), or a one-line :class:`GeosteerError` naming what is wrong."""
     from pydantic import ValidationError
 
-    p = Path(path)
+    p = path if hasattr(path, "read_text") and not isinstance(path, str) else Path(path)
     if not p.is_file():
         raise GeosteerError(f"--concepts {p}: no such file; expected {SHAPE}")
-    if p.stat().st_size > MAX_FILE_BYTES:
-        raise GeosteerError(f"--concepts {p}: larger than {MAX_FILE_BYTES >> 20} MiB")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        if len(text) > MAX_FILE_BYTES:
+            raise GeosteerError(f"--concepts {p}: larger than {MAX_FILE_BYTES >> 20} MiB")
+        doc = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise GeosteerError(f"--concepts {p} is not valid JSON ({e}); expected {SHAPE}") from None
     _, adapter = _schema()
