@@ -1,5 +1,6 @@
 """The reproduction report: every item of the three papers, its paper value, geosteer's value read from a
-results file, and a status computed from a declared criterion (reproduces / diverges / not run)."""
+results file, and a status computed from its criteria (reproduces / partial / diverges / inconclusive / goes
+beyond / definition / not run)."""
 
 from geosteer.reproduction.evaluate import ItemResult, evaluate_item, evaluate_items
 from geosteer.reproduction.items import Criterion, Item, PaperItems, Query, load_items, load_paper
