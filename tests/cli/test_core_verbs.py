@@ -73,6 +73,21 @@ def test_compare_writes_tidy_rows(monkeypatch, capsys, tmp_path):
     assert [r["prompt"] for r in rows] == ["One", "Two"] and not any(r["greedy_changed"] for r in rows)
 
 
+def test_compare_prints_the_texts_without_json(monkeypatch, capsys):
+    """The table, then each prompt's two greedy continuations (the same texts --json gives), then the summary."""
+    args = ("compare", "--model", "tiny-llama", "-p", "One", "-p", "Two", "--max-new-tokens", "4",
+            "--set", "scale_site=attn_out", "--set", "scale_par=0.3")
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    code, js, err = run_cli(monkeypatch, capsys, *args, "--json")
+    assert code == 0, err
+    rows = json.loads(js)["rows"]
+    for r in rows:
+        block = f"prompt: {r['prompt']}\n  stock:      {r['text_a']!r}\n  intervened: {r['text_b']!r}"
+        assert block in out
+    assert out.index("stock vs intervened") < out.index("prompt: One") < out.index("greedy_change_rate")
+
+
 def test_every_verb_has_help(monkeypatch, capsys):
     for verb in ["ppl", "generate", "compare", "info"]:
         code, out, _ = run_cli(monkeypatch, capsys, verb, "--help")

@@ -300,4 +300,7 @@ def register(app: typer.Typer) -> None:
         else:
             emit([{k: r[k] for k in ("prompt", "greedy_changed", "first_divergence", "kl")} for r in rows],
                  False, table_title="stock vs intervened")
+            for r in rows:  # the continuations themselves (greedy), stock then intervened
+                typer.echo(f"\nprompt: {r['prompt']}\n  stock:      {r['text_a']!r}\n  intervened: {r['text_b']!r}")
+            typer.echo("")
             emit(summary, False)
