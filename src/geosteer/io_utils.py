@@ -13,18 +13,23 @@ from pathlib import Path
 
 
 def read_json(path: str | Path, what: str, error: type[Exception] | None = None):
-    """The JSON document at ``path``; a missing file or bad JSON raises ``error`` (default
-    :class:`geosteer.errors.GeosteerError`) with one line that names ``what`` / the file."""
+    """The JSON document at ``path``, read by the bounded reader (:func:`geosteer.readers.read_json`: a
+    regular file, size and nesting caps, no lone surrogates); a missing file or anything it refuses raises
+    ``error`` (default :class:`geosteer.errors.GeosteerError`) with one line that names ``what`` / the file."""
     from geosteer.errors import GeosteerError
+    from geosteer.readers import ReadRefused
+    from geosteer.readers import read_json as bounded
 
     error = error or GeosteerError
     p = Path(path)
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         raise error(f"{what} not found: {p}")
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise error(f"{p} is not valid JSON ({e})") from None
+        return bounded(p, what=what)
+    except ReadRefused as e:
+        if error is GeosteerError:
+            raise
+        raise error(str(e)) from None
 
 
 def current_umask() -> int:

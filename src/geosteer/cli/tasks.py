@@ -40,16 +40,13 @@ def register(app: typer.Typer) -> None:
         """Generate the tasks (deterministic: same seed, same bytes); run them with
         ``geosteer eval --model geosteer --include_path OUT --tasks geosteer_ruler_1024,geosteer_proxy ...``
         (lm-eval's command line with the geosteer model registered; docs/tasks.md)."""
-        from geosteer.tasks.build import build
+        from geosteer.tasks.build import build, check_counts
 
-        if ruler_n < 1 or proxy_n < 1:
-            raise GeosteerError(f"--ruler-n and --proxy-n must be >= 1 (got {ruler_n}, {proxy_n})")
         try:
             lens = [int(x) for x in lengths.split(",") if x.strip()]
         except ValueError:
             raise GeosteerError(f"--lengths takes integers separated by commas (got {lengths!r})") from None
-        if not lens:
-            raise GeosteerError("--lengths is empty; give e.g. 1024,2048")
+        check_counts(ruler_n, proxy_n, lens)  # before the tokenizer loads
         m = build(out, model=model, lengths=lens, ruler_tasks=_names(ruler_tasks), ruler_n=ruler_n,
                   proxy_tasks=_names(proxy_tasks), proxy_n=proxy_n, seed=seed)
         emit({"out": str(out), "tasks": m["tasks"]} if as_json else

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -41,11 +40,12 @@ def _read_prompts(prompts: list[str] | None, prompts_file: Path | None) -> list[
     if prompts_file is not None:
         text = _read_text_file(prompts_file)
         if prompts_file.suffix == ".json":
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise GeosteerError(f"prompts file {prompts_file} is not valid JSON ({e.msg} at line {e.lineno}"
-                                    f" column {e.colno}); expected {_PROMPTS_SHAPE}") from None
+            from geosteer.readers import ReadRefused, parse_json
+
+            try:  # nesting-capped, no lone surrogates
+                data = parse_json(text, prompts_file, what="prompts file")
+            except ReadRefused as e:
+                raise GeosteerError(f"{e}; expected {_PROMPTS_SHAPE}") from None
             items = data.get("prompts") if isinstance(data, dict) else data
             if not isinstance(items, list):
                 raise GeosteerError(f"prompts file {prompts_file} holds no list of prompts; expected "

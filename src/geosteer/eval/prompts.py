@@ -12,7 +12,6 @@ that shape can be loaded with :func:`load_prompts` too.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,8 +41,10 @@ def load_prompts(name_or_path: str | Path, categories: list[str] | None = None) 
             raise GeosteerError(f"unknown prompt set '{name_or_path}'; bundled: {', '.join(prompt_sets())}")
     if not p.is_file():
         raise GeosteerError(f"prompt file not found: {p}")
+    from geosteer.readers import read_json
+
+    doc = read_json(p, what="prompt file")  # bounded: a regular file, size/nesting caps, valid Unicode
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
         items = doc["prompts"] if isinstance(doc, dict) else doc
         out = []
         for it in items:
@@ -52,7 +53,7 @@ def load_prompts(name_or_path: str | Path, categories: list[str] | None = None) 
             else:
                 extra = {k: v for k, v in it.items() if k not in ("text", "category")}
                 out.append(Prompt(str(it["text"]), str(it.get("category", "")), extra))
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except (KeyError, TypeError, AttributeError) as e:
         raise GeosteerError(f"{p} is not a prompt set (expected {{'prompts': [{{'category', 'text'}}]}}): "
                             f"{type(e).__name__}: {e}") from None
     if categories is not None:

@@ -95,6 +95,24 @@ def _jsonl(rows: list[dict]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows).encode("utf-8")
 
 
+MAX_EXAMPLES = 10_000  # --ruler-n / --proxy-n: examples per task (and length); RULER itself uses 500
+MAX_LENGTHS = 16  # context lengths in one build
+
+
+def check_counts(ruler_n: int, proxy_n: int, lengths: Sequence[int]) -> None:
+    """Refuse, in one line and before any work, counts a build could not finish: examples per task outside
+    1..:data:`MAX_EXAMPLES`, no lengths, more than :data:`MAX_LENGTHS`, or a length given twice."""
+    for flag, n in (("--ruler-n", ruler_n), ("--proxy-n", proxy_n)):
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_EXAMPLES:
+            raise GeosteerError(f"{flag} must be >= 1 and at most {MAX_EXAMPLES} (got {n!r})")
+    if not lengths:
+        raise GeosteerError("--lengths is empty; give e.g. 1024,2048")
+    if len(lengths) > MAX_LENGTHS:
+        raise GeosteerError(f"--lengths names {len(lengths)} lengths; at most {MAX_LENGTHS} per build")
+    if len(set(lengths)) != len(lengths):
+        raise GeosteerError(f"--lengths names a length twice ({', '.join(map(str, lengths))})")
+
+
 def build(out: str | Path, *, model: str = "smollm2", lengths: Sequence[int] = (1024, 2048),
           ruler_tasks: Sequence[str] | None = None, ruler_n: int = 20, proxy_tasks: Sequence[str] | None = None,
           proxy_n: int = 200, seed: int = 0) -> dict:
@@ -102,6 +120,7 @@ def build(out: str | Path, *, model: str = "smollm2", lengths: Sequence[int] = (
     from geosteer.artifacts import check_output_folder, write_folder_atomic
 
     check_output_folder(out, KIND)  # before any work: a folder of the user's files is never replaced
+    check_counts(ruler_n, proxy_n, list(lengths))
     ruler_tasks = list(ruler.TASKS if ruler_tasks is None else ruler_tasks)
     proxy_tasks = list(proxies.PROXIES if proxy_tasks is None else proxy_tasks)
     for t in ruler_tasks:

@@ -5,7 +5,6 @@ Every input is checked before the model loads; a bad one is one line ``error: ..
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -21,13 +20,9 @@ vec = typer.Typer(no_args_is_help=True, help="Steering vectors: CAA / DiffMean, 
 
 def _read_json(path: Path, what: str, check) -> list:
     from geosteer.errors import GeosteerError
+    from geosteer.io_utils import read_json
 
-    if not path.is_file():
-        raise GeosteerError(f"{what} file not found: {path}")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise GeosteerError(f"{what} file {path} is not valid JSON ({e})") from None
+    doc = read_json(path, f"{what} file")  # bounded: a regular file, size/nesting caps, valid Unicode
     try:
         check(doc)
     except GeosteerError as e:
