@@ -213,9 +213,10 @@ def _run(a) -> dict:
         runs = {name: name for name in engine_recipes}
         if phase == 1:
             runs["inline_mixed"] = inline
-        for llm, recipe in ((stock, None), (steered, list(runs.values())), (channels, "surfaces")):
+        every = [r for v in runs.values() for r in (v if isinstance(v, list) else [v])]
+        for llm, recipe in ((stock, None), (steered, every), (channels, "surfaces")):
             if llm is not None:  # warm-up, with every recipe: a first call may build kernels or plans
-                _vllm_run(llm[0], prompts[batches[0]] * max(1, len(runs) + 3), 4, recipe)
+                _vllm_run(llm[0], prompts[batches[0]] * len(every), 4, recipe)
         for _ in range(a.repeats):
             for b in sorted({*batches, *(hf_batches if phase == 1 else [])}):
                 if b in batches:

@@ -197,3 +197,44 @@ def test_run_time_recipes_behind_the_token(inline):
         assert r.status_code == status, r.text
     (r,) = _admin("DELETE", path="/v1/geosteer/recipes/none")
     assert r.status_code == 404
+
+
+def test_a_capture_comes_back_in_the_response_and_bad_ones_are_400(tmp_path):
+    from geosteer.serve import admission, capture
+
+    admission.set_capture(str(tmp_path), 3, 4)
+
+    async def engine(scope, receive, send):  # stands in for vLLM: writes the capture as the steered layers do
+        doc = json.loads((await receive())["body"])
+        cap = doc["vllm_xargs"]["geosteer_capture"]
+        for layer in cap["layers"]:
+            for pos in range(5):  # 3 prompt tokens, 2 generated: 4 run, and a position past them
+                capture.record(str(tmp_path), cap["token"], layer, torch.tensor([pos]), torch.full((1, 4), pos + 0.5))
+        body = json.dumps({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1")]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def go(doc):
+        app = RecipeRouter(engine, routes=ROUTES)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as client:
+            return await client.post("/v1/completions", json=doc)
+
+    try:
+        for positions, n in (("prompt", 3), ("all", 4)):
+            r = asyncio.run(go({"prompt": "x", "geosteer_capture": {"point": "mlp_out", "layers": [2, 0],
+                                                                     "positions": positions}}))
+            acts = r.json()["geosteer_activations"]
+            assert r.status_code == 200 and sorted(acts) == ["0", "2"]
+            assert acts["2"] == [[p + 0.5] * 4 for p in range(n)]
+        assert not list(tmp_path.iterdir())  # the files are removed once read
+        for cap, words in (({"point": "nope", "layers": [0]}, "unknown point"), ({"layers": [3]}, "0-2"),
+                           ({"layers": [0, 0]}, "distinct"), ({"layers": [0], "positions": "some"}, "positions"),
+                           ({"layers": [True]}, "layers"), ([0], "must be an object")):
+            r = asyncio.run(go({"prompt": "x", "geosteer_capture": cap}))
+            assert r.status_code == 400 and words in r.json()["error"]["message"], r.text
+        r = asyncio.run(go({"prompt": "x", "stream": True, "geosteer_capture": {"layers": [0]}}))
+        assert r.status_code == 400 and "non-streamed" in r.json()["error"]["message"]
+        r = asyncio.run(go({"prompt": "x", "vllm_xargs": {"geosteer_capture": {"layers": [0], "token": "a" * 32}}}))
+        assert r.status_code == 400 and "not in vllm_xargs" in r.json()["error"]["message"]
+    finally:
+        admission._STATE["capture"] = None

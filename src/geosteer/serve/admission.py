@@ -23,7 +23,7 @@ from geosteer.serve.inline import Policy, canonical, plan_inline
 
 MAX_ADMITTED = 1024  # inline recipes kept admitted (least recently used dropped first)
 
-_STATE: dict = {"named": {}, "meta": None, "policy": None}
+_STATE: dict = {"named": {}, "meta": None, "policy": None, "capture": None}
 _ADMITTED: OrderedDict = OrderedDict()  # canonical text -> RecipePlan
 
 
@@ -32,6 +32,41 @@ def configure(named: dict, meta=None, policy: Policy | None = None) -> None:
     one) inline recipes are admitted under ``policy``."""
     _STATE.update(named=dict(named), meta=meta, policy=policy)
     _ADMITTED.clear()
+
+
+def set_capture(folder: str, n_layers: int, width: int) -> None:
+    """Captures on: the engine's capture folder, its layers and residual width."""
+    _STATE["capture"] = (folder, n_layers, width)
+
+
+def capture_config() -> tuple | None:
+    """(capture folder, layers, width), or None when this engine does not capture."""
+    return _STATE["capture"]
+
+
+def issue_capture(doc: object) -> dict:
+    """A checked ``geosteer_capture`` object with the token the input processor will admit."""
+    from geosteer.serve import capture
+
+    if _STATE["capture"] is None:
+        raise GeosteerError("this server does not capture activations (start it with --max-capture)")
+    return capture.issue(capture.parse(doc, _STATE["capture"][1]))
+
+
+def collect_capture(cap: dict, n_positions: int) -> dict:
+    from geosteer.serve import capture
+
+    folder, _, width = _STATE["capture"]
+    return capture.collect(folder, cap, width, n_positions)
+
+
+def collect_capture_quietly(cap: dict) -> None:
+    """Drop a failed request's capture file."""
+    from geosteer.serve import capture
+
+    if _STATE["capture"] is not None:
+        capture.path_of(_STATE["capture"][0], cap["token"]).unlink(missing_ok=True)
+        capture.forget(cap["token"])
 
 
 def inline_enabled() -> bool:

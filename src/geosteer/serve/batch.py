@@ -30,6 +30,8 @@ _PLANS: list = []  # this step's distinct plans; a group index points here
 _ROWS: torch.Tensor | None = None  # (tokens,) group index per token, -1 = stock
 _PROMPT_LEN: torch.Tensor | None = None  # (tokens,) prompt length of each token's sequence
 _GROUPS: dict[int, torch.Tensor | None] = {}
+_CAPTURES: list[tuple] = []  # this step's captures: (token, point, layers, positions, first row, end row)
+_CAPTURE_DIR: list[str] = []
 
 
 def set_recipes(plans: list, build: Callable | None = None) -> None:
@@ -63,17 +65,34 @@ def plan_for(extra: dict | None):
     return None if plan.neutral else plan
 
 
-def set_rows(per_request: list[tuple[object, int, int]]) -> None:
-    """``[(plan or None, n tokens, prompt length), ...]`` in batch order."""
+def set_capture_dir(folder: str | None) -> None:
+    """Where the steered layers write captured activations (``serve.capture``); None: captures are off."""
+    _CAPTURE_DIR[:] = [folder] if folder else []
+
+
+def capture_dir() -> str | None:
+    return _CAPTURE_DIR[0] if _CAPTURE_DIR else None
+
+
+def set_rows(per_request: list[tuple]) -> None:
+    """``[(plan or None, n tokens, prompt length[, capture or None]), ...]`` in batch order."""
     global _ROWS, _PROMPT_LEN
     _PLANS.clear()
     _GROUPS.clear()
+    _CAPTURES.clear()
     if not per_request:
         _ROWS = _PROMPT_LEN = None
         return
+    start = 0
+    for item in per_request:
+        cap = item[3] if len(item) > 3 else None
+        if cap is not None and _CAPTURE_DIR:
+            _CAPTURES.append((cap["token"], cap["point"], set(cap["layers"]), cap["positions"], start,
+                              start + item[1]))
+        start += item[1]
     index: dict[int, int] = {}
     idx = []
-    for plan, _, _ in per_request:
+    for plan, *_ in per_request:
         if plan is None:
             idx.append(-1)
             continue
@@ -81,9 +100,9 @@ def set_rows(per_request: list[tuple[object, int, int]]) -> None:
             index[id(plan)] = len(_PLANS)
             _PLANS.append(plan)
         idx.append(index[id(plan)])
-    counts = torch.tensor([n for _, n, _ in per_request], dtype=torch.long)
+    counts = torch.tensor([item[1] for item in per_request], dtype=torch.long)
     _ROWS = torch.repeat_interleave(torch.tensor(idx, dtype=torch.long), counts)
-    _PROMPT_LEN = torch.repeat_interleave(torch.tensor([p for _, _, p in per_request], dtype=torch.long), counts)
+    _PROMPT_LEN = torch.repeat_interleave(torch.tensor([item[2] for item in per_request], dtype=torch.long), counts)
     for r in range(len(_PLANS)):
         rows = torch.nonzero(_ROWS == r).flatten()
         _GROUPS[r] = None if rows.numel() == _ROWS.numel() else rows
@@ -99,6 +118,12 @@ def groups(n_tokens: int) -> dict[int, torch.Tensor | None]:
     if _ROWS.numel() == n_tokens:
         return dict(_GROUPS)
     return {r: torch.nonzero(_ROWS == r).flatten() for r in _GROUPS}
+
+
+def captures(layer: int, point: str | None = None) -> list[tuple]:
+    """This step's captures on ``layer`` (at ``point``): (token, positions, first row, end row)."""
+    return [(tok, pos, a, b) for tok, pt, layers, pos, a, b in _CAPTURES
+            if layer in layers and (point is None or pt == point)]
 
 
 def plan(r: int):

@@ -23,11 +23,12 @@ Arguments after `--` go to vLLM unchanged (e.g. -- --max-model-len 2048)."""
 
 
 def vllm_argv(model: str, recipes: dict[str, str], host: str, port: int, memory: float,
-              extra: list[str], inline: Policy | None = None) -> tuple[list[str], dict]:
-    """(vLLM server arguments, routes for the recipe router) for ``model``, ``recipes`` and ``inline``."""
+              extra: list[str], inline: Policy | None = None, max_capture: int | None = None) -> tuple[list[str], dict]:
+    """(vLLM server arguments, routes for the recipe router) for ``model``, ``recipes``, ``inline`` and
+    ``max_capture``."""
     from geosteer.serve.engine import engine_args, tensor_parallel_size
 
-    kw = engine_args(model, recipes, tensor_parallel_size(extra), inline)  # every recipe checked, before vLLM
+    kw = engine_args(model, recipes, tensor_parallel_size(extra), inline, max_capture)  # checked before vLLM
     served = served_name(model)
     argv = ["--model", kw["model"], "--dtype", kw["dtype"], "--served-model-name", served, "--host", host,
             "--port", str(port), "--gpu-memory-utilization", str(memory),
@@ -65,6 +66,9 @@ def register(app: typer.Typer) -> None:
         admin_token: str = typer.Option("", "--admin-token", envvar="GEOSTEER_ADMIN_TOKEN", show_default=False,
                                         help="bearer token of POST/GET/DELETE /v1/geosteer/recipes (recipes added "
                                         "while the server runs); unset: those endpoints are off"),
+        max_capture: int = typer.Option(0, "--max-capture", min=0, help="return activations a request asks for "
+                                        "(geosteer_capture), at most this many values per request (layers x "
+                                        "tokens x width); 0: captures off"),
         host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
         port: int = typer.Option(8000, "--port", min=1, max=65535, help="port to listen on"),
         memory: float = typer.Option(0.15, "--gpu-memory-utilization", min=0.01, max=1.0,
@@ -81,7 +85,8 @@ def register(app: typer.Typer) -> None:
             raise GeosteerError("--admin-token adds recipes as inline ones; drop it or --no-inline")
         if importlib.util.find_spec("vllm") is None:
             raise GeosteerError(SETUP)
-        argv, routes = vllm_argv(model, recipes, host, port, memory, ctx.args, policy if inline else None)
+        argv, routes = vllm_argv(model, recipes, host, port, memory, ctx.args, policy if inline else None,
+                                 max_capture or None)
         os.environ["GEOSTEER_SERVE_ROUTES"] = json.dumps(routes)
         if admin_token:
             os.environ["GEOSTEER_ADMIN_TOKEN"] = admin_token

@@ -58,16 +58,19 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
 
 
 def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parallel_size: int = 1,
-                inline: Policy | None = None) -> dict[str, Any]:
+                inline: Policy | None = None, max_capture: int | None = None) -> dict[str, Any]:
     """The ``vllm.LLM`` / engine keyword arguments that load ``model`` with ``recipes`` ({name: folder});
-    ``inline``: also take inline recipes (objects of recipe keys) under that policy."""
+    ``inline``: also take inline recipes (objects of recipe keys) under that policy; ``max_capture``: return
+    activations (``serve.capture``), at most that many values per request."""
     from transformers import AutoConfig
 
     folder, name = resolve_model(model)
     config = AutoConfig.from_pretrained(folder)
     check_served_config(config, f"'{model}'")
     kw: dict[str, Any] = {"model": folder, "dtype": "float32"}
-    if recipes or inline is not None:
+    if max_capture is not None and max_capture < 1:
+        raise GeosteerError(f"--max-capture must be a positive number of values (got {max_capture})")
+    if recipes or inline is not None or max_capture:
         family = served_family(config.model_type, f"'{model}'")
         check_recipes(folder, name, dict(recipes or {}), tensor_parallel_size, inline)
         # eager: each steered layer picks its requests' rows in Python from a per-step table, which a graph
@@ -76,16 +79,24 @@ def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parall
         kw.update(enforce_eager=True, hf_overrides={
             "architectures": [family.architecture], "geosteer_recipes": dict(recipes or {}),
             "geosteer_model_name": name, "geosteer_inline": inline is not None})
+        if max_capture:
+            from geosteer.serve import admission
+            from geosteer.serve.capture import capture_dir
+
+            kw["hf_overrides"].update(geosteer_capture_dir=capture_dir(), geosteer_capture_limit=int(max_capture))
+            admission.set_capture(kw["hf_overrides"]["geosteer_capture_dir"], config.num_hidden_layers,
+                                  config.hidden_size)
     return kw
 
 
-def steered_llm(model: str, recipes: dict[str, str] | None = None, inline: Policy | None = None, **llm_kwargs):
-    """A ``vllm.LLM`` serving ``model`` and the named ``recipes`` (and inline recipes under ``inline``);
-    ``llm_kwargs`` go to ``LLM`` unchanged."""
+def steered_llm(model: str, recipes: dict[str, str] | None = None, inline: Policy | None = None,
+                max_capture: int | None = None, **llm_kwargs):
+    """A ``vllm.LLM`` serving ``model`` and the named ``recipes`` (and inline recipes under ``inline``,
+    activations of at most ``max_capture`` values per request); ``llm_kwargs`` go to ``LLM`` unchanged."""
     from vllm import LLM
 
     tp = int(llm_kwargs.get("tensor_parallel_size") or 1)
-    return LLM(**{**engine_args(model, recipes, tp, inline), **llm_kwargs})
+    return LLM(**{**engine_args(model, recipes, tp, inline, max_capture), **llm_kwargs})
 
 
 def tensor_parallel_size(extra: list[str]) -> int:
@@ -100,16 +111,29 @@ def tensor_parallel_size(extra: list[str]) -> int:
     return int(value)
 
 
-def sampling(recipe: str | dict | None = None, **kwargs):
+def sampling(recipe: str | dict | None = None, capture: dict | None = None, **kwargs):
     """``vllm.SamplingParams(**kwargs)`` for requests steered by ``recipe``: a recipe's name, an object of
-    recipe keys (an inline recipe, admitted here), or None (the stock model)."""
+    recipe keys (an inline recipe, admitted here), or None (the stock model). ``capture``: a
+    ``geosteer_capture`` object (``serve.capture``; read the result with :func:`activations`)."""
     from vllm import SamplingParams
 
     from geosteer.serve import admission
 
     extra = dict(kwargs.pop("extra_args", None) or {})
+    if capture is not None:
+        extra["geosteer_capture"] = admission.issue_capture(capture)
     if isinstance(recipe, dict):
         extra[SPEC_FIELD] = admission.admit(recipe)
     elif recipe:
         extra[RECIPE_FIELD] = recipe
     return SamplingParams(extra_args=extra or None, **kwargs)
+
+
+def activations(params, output) -> dict[str, list[list[float]]]:
+    """The captured activations of a finished request (``params`` from :func:`sampling` with ``capture``,
+    ``output`` the ``RequestOutput``): {"L": [[values] per token]} (``serve.capture``)."""
+    from geosteer.serve import admission
+
+    cap = params.extra_args["geosteer_capture"]
+    n = len(output.prompt_token_ids) + (len(output.outputs[0].token_ids) - 1 if cap["positions"] == "all" else 0)
+    return admission.collect_capture(cap, n)

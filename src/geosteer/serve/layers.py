@@ -36,7 +36,7 @@ from vllm.model_executor.layers.attention import Attention
 from geosteer.directional.sites import scaled_delta
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import FAMILIES
-from geosteer.serve import batch, shared_key, surface_ops
+from geosteer.serve import batch, capture, shared_key, surface_ops
 from geosteer.serve.plan import RecipePlan, surface_of, walls_of
 from geosteer.serve.walls import WallOp, apply_walls, wall_values
 from geosteer.served import LayerOps, Surface, ValueScale
@@ -234,31 +234,53 @@ def steered_forward(layer, positions, hidden_states, residual, **kwargs):
     i, spec = layer.layer_index, layer.block_spec
     ops = {r: (rows, o) for r, rows in batch.groups(hidden_states.shape[0]).items()
            if (o := batch.ops(r, i)) is not None}
-    if not ops and not layer.channel_attention:
+    captured = bool(batch.captures(i))
+    if not ops and not layer.channel_attention and not captured:
         return type(layer).forward(layer, positions, hidden_states, residual, **kwargs)
     tokens = batch.tokens(positions)
     x = hidden_states if residual is None else hidden_states + residual
-    x = _apply("resid_pre", x, {}, tokens, ops)
+    x = _point("resid_pre", i, x, {}, tokens, ops, captured)
     attn = _part(layer, spec.attn)
     kwargs.pop("t_cond", None)  # Mistral's time conditioning (absent: None; present: refused by install)
     a = attn(positions=positions, hidden_states=_part(layer, spec.attn_norm)(x), **kwargs)
     if spec.attn_update != spec.attn:
         a = _part(layer, spec.attn_update)(a)
     state = {"resid_pre": x}
-    a = _apply("attn_out", a, state, tokens, ops)
+    a = _point("attn_out", i, a, state, tokens, ops, captured)
     state["attn_out"] = a
     h = x + a
-    m = _apply("mlp_in", h, {**state, "mlp_in": h}, tokens, ops)
+    m = _point("mlp_in", i, h, {**state, "mlp_in": h}, tokens, ops, captured)
     state["mlp_in"] = m
     phi = _part(layer, spec.mlp)(_part(layer, spec.mlp_norm)(m))
     if spec.mlp_update != spec.mlp:
         phi = _part(layer, spec.mlp_update)(phi)
-    phi = _apply("mlp_out", phi, state, tokens, ops)
+    phi = _point("mlp_out", i, phi, state, tokens, ops, captured)
     if not any(o.resid_post for _, o in ops.values()):
+        if captured and batch.captures(i, "resid_post"):
+            _capture(i, "resid_post", h + phi, tokens)
         return phi, h
     state["mlp_out"] = phi
-    y = _apply("resid_post", h + phi, state, tokens, ops)
+    y = _point("resid_post", i, h + phi, state, tokens, ops, captured)
     return y, torch.zeros_like(y)
+
+
+def _point(point: str, i: int, t, state: dict, tokens, ops: dict, captured: bool):
+    """The recipes' edits at ``point`` of layer ``i``, then this step's captures of it."""
+    t = _apply(point, t, state, tokens, ops)
+    if captured:
+        _capture(i, point, t, tokens)
+    return t
+
+
+def _capture(i: int, point: str, t, tokens) -> None:
+    """Write the captured rows of ``t`` (``serve.capture``): a request's rows, its prompt's only if asked."""
+    for token, which, a, b in batch.captures(i, point):
+        pos, vals = tokens.positions[a:b], t[a:b]
+        if which == "prompt":
+            keep = tokens.in_prompt[a:b]
+            pos, vals = pos[keep], vals[keep]
+        if pos.numel():
+            capture.record(batch.capture_dir(), token, i, pos, vals)
 
 
 def install(model, model_type: str, plans: list[RecipePlan], every_layer: bool = False) -> None:

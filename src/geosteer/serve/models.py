@@ -21,7 +21,8 @@ from geosteer.serve.plan import meta_model, plan_recipe
 
 class SteeredCausalLM:
     """Mixin before a vLLM causal-LM class: the recipes are planned first (one-line errors), then
-    installed on the built model; with ``geosteer_inline`` every layer can take inline recipes."""
+    installed on the built model; with ``geosteer_inline`` every layer can take inline recipes, with
+    ``geosteer_capture_dir`` every layer can write captured activations there (``serve.capture``)."""
 
     def __init__(self, *, vllm_config, prefix: str = "") -> None:
         cfg = vllm_config.model_config.hf_config
@@ -30,9 +31,11 @@ class SteeredCausalLM:
         meta.config._geosteer_name = getattr(cfg, "geosteer_model_name", None)
         plans = [plan_recipe(name, folder, meta) for name, folder in recipes.items()]
         inline = bool(getattr(cfg, "geosteer_inline", False))
+        captures = getattr(cfg, "geosteer_capture_dir", None)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         batch.set_recipes(plans, (lambda canon: plan_inline(canon, meta)) if inline else None)
-        install(self, cfg.model_type, plans, every_layer=inline)
+        batch.set_capture_dir(captures)
+        install(self, cfg.model_type, plans, every_layer=inline or bool(captures))
 
 
 class GeosteerLlamaForCausalLM(SteeredCausalLM, LlamaForCausalLM):

@@ -27,8 +27,8 @@ def register() -> None:
 
 
 def guard_requests() -> None:
-    """Wrap ``InputProcessor.process_inputs``: the recipe check (a 400 for the OpenAI server, a ValueError
-    offline) before the request is made, and the recipe's cache salt on the request made."""
+    """Wrap ``InputProcessor.process_inputs``: the recipe and capture checks (``VLLMValidationError``: a 400
+    from the OpenAI server) before the request is made, and the recipe's cache salt on the request made."""
     from vllm.v1.engine.input_processor import InputProcessor
 
     orig = InputProcessor.process_inputs
@@ -38,12 +38,13 @@ def guard_requests() -> None:
     @functools.wraps(orig)
     def process_inputs(self, request_id, prompt, params, *args, **kwargs):
         from geosteer.errors import GeosteerError
-        from geosteer.serve import admission
+        from geosteer.serve import admission, capture
 
         extra = getattr(params, "extra_args", None)
         if not extra or not any(k.startswith("geosteer_") for k in extra):
             return orig(self, request_id, prompt, params, *args, **kwargs)
-        names = list(getattr(self.model_config.hf_config, "geosteer_recipes", None) or {})
+        cfg = self.model_config.hf_config
+        names = list(getattr(cfg, "geosteer_recipes", None) or {})
         try:
             plan = admission.check(extra, names)
         except GeosteerError as e:
@@ -51,7 +52,20 @@ def guard_requests() -> None:
 
             raise VLLMValidationError(str(e), parameter="geosteer_recipe") from None
         req = orig(self, request_id, prompt, params, *args, **kwargs)
-        req.cache_salt = admission.salt(plan, len(req.prompt_token_ids or ()), req.cache_salt)
+        n = len(req.prompt_token_ids or ())
+        req.cache_salt = admission.salt(plan, n, req.cache_salt)
+        if capture.FIELD in extra:
+            try:
+                if not getattr(cfg, "geosteer_capture_dir", None):
+                    raise GeosteerError("this server does not capture activations (start it with --max-capture)")
+                limit = int(getattr(cfg, "geosteer_capture_limit", 0) or 0)
+                max_tokens = params.max_tokens or max(self.model_config.max_model_len - n, 0)
+                token = capture.admit(extra[capture.FIELD], n, max_tokens, cfg.hidden_size, limit)
+            except GeosteerError as e:
+                from vllm.exceptions import VLLMValidationError
+
+                raise VLLMValidationError(str(e), parameter=capture.FIELD) from None
+            req.cache_salt = f"geosteer-capture-{token}"  # its prefix is computed, never read from the cache
         return req
 
     process_inputs._geosteer = True
@@ -74,8 +88,9 @@ def track_recipes() -> None:
         per_request = []
         for req_id, n in zip(self.input_batch.req_ids, num_scheduled_tokens.tolist(), strict=False):
             state = self.requests.get(req_id)
-            extra = getattr(getattr(state, "sampling_params", None), "extra_args", None)
-            per_request.append((batch.plan_for(extra), int(n), int(getattr(state, "num_prompt_tokens", 0) or 0)))
+            extra = getattr(getattr(state, "sampling_params", None), "extra_args", None) or {}
+            per_request.append((batch.plan_for(extra), int(n), int(getattr(state, "num_prompt_tokens", 0) or 0),
+                                extra.get("geosteer_capture")))
         batch.set_rows(per_request)
         return out
 

@@ -21,7 +21,7 @@ import os
 import time
 
 from geosteer.errors import GeosteerError
-from geosteer.serve import admission
+from geosteer.serve import admission, capture
 from geosteer.serve.batch import RECIPE_FIELD, SPEC_FIELD
 
 ROUTES_ENV = "GEOSTEER_SERVE_ROUTES"
@@ -60,6 +60,8 @@ def route(doc: dict, base: str, recipes: list[str], runtime: dict | None = None)
     if SPEC_FIELD in (xargs or {}) or SPEC_FIELD in doc:
         raise RouteError(400, f"{SPEC_FIELD} is set by the server; give {FIELD} (a recipe name or an object of "
                          "recipe keys)", SPEC_FIELD)
+    if capture.FIELD in (xargs or {}):
+        raise RouteError(400, f"give {capture.FIELD} as a request field, not in vllm_xargs", capture.FIELD)
     given = _given(doc, xargs)
     if model is not None and not isinstance(model, str):
         raise RouteError(400, f"model must be a string; valid: {valid}", "model")
@@ -72,7 +74,9 @@ def route(doc: dict, base: str, recipes: list[str], runtime: dict | None = None)
         raise RouteError(404, f"unknown model {model[:80]!r}; valid: {valid}", "model")
     extra = {k: v for k, v in (xargs or {}).items() if k not in (FIELD, SPEC_FIELD)}
     extra.update(_recipe_args(given, recipes, runtime))
-    out = {k: v for k, v in doc.items() if k not in (FIELD, "vllm_xargs")}
+    if doc.get(capture.FIELD) is not None:
+        extra[capture.FIELD] = _capture_args(doc)
+    out = {k: v for k, v in doc.items() if k not in (FIELD, "vllm_xargs", capture.FIELD)}
     out["model"] = base
     if extra:
         out["vllm_xargs"] = extra
@@ -97,6 +101,33 @@ def _recipe_args(given: object, recipes: list[str], runtime: dict) -> dict:
         raise RouteError(400, str(e), FIELD) from None
     raise RouteError(400, f"{FIELD} must be a recipe name or an object of recipe keys; valid names: "
                      f"{', '.join([*recipes, *runtime]) or 'none'}", FIELD)
+
+
+def _capture_args(doc: dict) -> dict:
+    """The checked capture of a request, with its token (``serve.capture``)."""
+    if doc.get("stream"):
+        raise RouteError(400, f"{capture.FIELD} needs a non-streamed request (stream: false)", capture.FIELD)
+    if doc.get("n") not in (None, 1) or doc.get("best_of") not in (None, 1):
+        raise RouteError(400, f"{capture.FIELD} needs one sequence per request (n: 1)", capture.FIELD)
+    try:
+        return admission.issue_capture(doc[capture.FIELD])
+    except GeosteerError as e:
+        raise RouteError(400, str(e), capture.FIELD) from None
+
+
+def with_activations(body: bytes, cap: dict) -> bytes:
+    """A completion response with the request's captured activations added (``geosteer_activations``)."""
+    doc = json.loads(body)
+    usage = doc.get("usage") or {}
+    n = int(usage.get("prompt_tokens") or 0)
+    if cap["positions"] == "all":
+        n += max(int(usage.get("completion_tokens") or 0) - 1, 0)
+    try:
+        doc[capture.RESULT] = admission.collect_capture(cap, n)
+    except GeosteerError as e:
+        doc[capture.RESULT] = None
+        doc["geosteer_capture_error"] = str(e)
+    return json.dumps(doc).encode()
 
 
 def models_list(base: str, recipes: list[str]) -> dict:
@@ -130,9 +161,16 @@ class RecipeRouter:
             return await self.app(scope, receive, send)
         try:
             doc = _parse(await _body(receive))
-            body = json.dumps(route(doc, self.base, self.recipes, self.runtime)).encode()
+            if doc.get(capture.FIELD) is not None and path == "/v1/responses":
+                raise RouteError(400, f"{capture.FIELD} is served on /v1/completions and /v1/chat/completions",
+                                 capture.FIELD)
+            routed = route(doc, self.base, self.recipes, self.runtime)
+            body = json.dumps(routed).encode()
         except RouteError as e:
             return await _json(send, e.status, _error(e.status, str(e), e.param))
+        cap = (routed.get("vllm_xargs") or {}).get(capture.FIELD)
+        if cap is not None:
+            send = _Collect(send, cap)
         headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
         sent = False
@@ -182,6 +220,32 @@ class RecipeRouter:
             raise RouteError(400, str(e), "recipe") from None
         self.runtime[name] = recipe
         return {"name": name, "recipe": recipe}
+
+
+class _Collect:
+    """An ASGI ``send`` that holds a captured request's response and adds its activations."""
+
+    def __init__(self, send, cap: dict) -> None:
+        self.send, self.cap, self.start, self.chunks = send, cap, None, []
+
+    async def __call__(self, msg: dict) -> None:
+        if msg["type"] == "http.response.start":
+            self.start = msg
+            return
+        if msg["type"] != "http.response.body":
+            return await self.send(msg)
+        self.chunks.append(msg.get("body", b""))
+        if msg.get("more_body"):
+            return
+        body = b"".join(self.chunks)
+        if self.start is not None and self.start["status"] == 200:
+            body = with_activations(body, self.cap)
+        else:
+            admission.collect_capture_quietly(self.cap)
+        headers = [(k, v) for k, v in (self.start or {}).get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await self.send({**(self.start or {"type": "http.response.start", "status": 200}), "headers": headers})
+        await self.send({"type": "http.response.body", "body": body})
 
 
 def _parse(body: bytes) -> dict:
