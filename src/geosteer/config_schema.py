@@ -146,7 +146,7 @@ class SurfacesConfig(Header):
 
 
 class GatesConfig(_Open):
-    """FFN gates (``format: geosteer-gates``, or the first unversioned ``method: dynamics.gates``)."""
+    """FFN gates (``format: geosteer-gates``)."""
 
     base_model: Name
     n_layers: Count
@@ -162,13 +162,47 @@ class GatesConfig(_Open):
         return self
 
 
+class VectorsConfig(Header):
+    """Steering vectors (``format: geosteer-vectors``): one vector of ``d_model`` values per layer."""
+
+    base_model: Name
+    model_type: StrictStr | None = None
+    point: Name
+    layers: Layers
+    d_model: Count
+    n_layers: Count | None = None
+    extraction: dict[str, Any] = {}
+    settings: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _layers(self) -> VectorsConfig:
+        _check_layers(self.layers, self.n_layers)
+        return self
+
+
+class ScalesConfig(Header):
+    """Learned ∥/⊥ scales (``format: geosteer-directional-scales``)."""
+
+    base_model: Name
+    site: Name
+    layers: Layers
+    n_layers: Count | None = None
+    meta: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _layers(self) -> ScalesConfig:
+        _check_layers(sorted(self.layers), self.n_layers)  # the scales' order is the tensors' order
+        return self
+
+
 class RecipeConfig(Header):
     base_model: Name
     interventions: dict[str, Any]
 
 
 SCHEMAS: dict[str, type[BaseModel]] = {"geosteer-surfaces": SurfacesConfig, "geosteer-gates": GatesConfig,
-                                       "dynamics.gates": GatesConfig, "geosteer-recipe": RecipeConfig}
+                                       "geosteer-recipe": RecipeConfig, "geosteer-vectors": VectorsConfig,
+                                       "geosteer-directional-scales": ScalesConfig}
 
 
 def _depth_ok(doc: Any, limit: int) -> bool:

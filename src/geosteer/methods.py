@@ -8,7 +8,8 @@ values into interventions, its CLI (a module or function with ``register(app)``)
 Built-in packages are listed in :data:`BUILTIN`; installed packages can add themselves through the
 ``geosteer.methods`` entry-point group (the entry point names a module to import).
 
-The format table lives here too: every method's ``artifacts``, the core formats of :data:`CORE_FORMATS`
+The format table lives here too (:class:`~geosteer.artifacts.ArtifactFormat`, re-exported): every method's
+``artifacts``, the core formats of :data:`CORE_FORMATS`
 (the recipe) and any :func:`register_format` adds. :func:`load_artifact` fills the registry before it
 looks a format up, so loading never depends on what a user happened to import first.
 """
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from geosteer.artifacts import base_fields, locate, push, read_config, render_model_card
+from geosteer.artifacts import ArtifactFormat, check_not_interrupted, locate, push
 from geosteer.errors import ArtifactError
 from geosteer.formats import CONFIG_NAME, format_of
 
@@ -54,37 +55,7 @@ class RecipeKey:
             raise ValueError(f"recipe key {self.name}: unknown kind '{self.kind}'; valid: {', '.join(KINDS)}")
 
 
-Builder = Callable[[Any, dict], list]
-
-
-@dataclass(frozen=True)
-class ArtifactFormat:
-    """One artifact format: name, version, the tensor files it must hold, its known config keys, a loader.
-
-    The skeleton every method's artifact uses: :meth:`header` (the common config fields), :meth:`read`
-    (version gate, unknown keys warned), :meth:`card` (the model card), and ``load(folder, model)``,
-    which :func:`load_artifact` dispatches to by the ``format`` a folder's config names. ``saves`` (a class)
-    and ``save(obj, folder, **kw) -> folder``: the writer :func:`save_artifact` dispatches to by the object's
-    class (what ``obj.save(folder)`` and ``obj.push_to_hub(repo)`` of an artifact-bearing object call).
-    """
-
-    name: str
-    version: int
-    tensors: tuple[str, ...] = ()
-    known_keys: tuple[str, ...] = ()
-    load: Callable[[Path, Any], Any] | None = None
-    method: str = ""
-    saves: type | None = None
-    save: Callable[..., Path] | None = None
-
-    def header(self) -> dict:
-        return base_fields(self.name, self.version)
-
-    def read(self, folder: str | Path) -> dict:
-        return read_config(folder, fmt=self.name, reader_version=self.version, known_keys=self.known_keys)
-
-    def card(self, **card: Any) -> str:
-        return render_model_card(method=self.method or self.name, **card)
+Builder = Callable[..., list]  # build(model, values, *, force=False) -> interventions
 
 
 @dataclass(frozen=True)
@@ -120,13 +91,16 @@ class Check:
 
 @dataclass(frozen=True)
 class Method:
-    """What one method package adds (see the module docstring). ``build(model, values)`` returns the
-    interventions for the values of its keys (``[]`` at the defaults); it may also take ``force=False``
-    (use artifacts recorded for another base model), which ``InterventionSpec.build(force=True)`` passes.
+    """What one method package adds (see the module docstring). ``build(model, values, *, force)`` returns
+    the interventions for the values of its keys (``[]`` at the defaults); ``force`` (use artifacts recorded
+    for another base model) is what ``InterventionSpec.build(force=...)`` passes.
     ``validate(values)`` checks its keys' values without a model and may return the values it renamed
     (a deprecated spelling mapped to the current one), which the recipe then stores.
     ``studies``: its paper experiments (:class:`Study`), apart from the tool verbs of its ``cli``;
-    ``checks``: its formula checks (:class:`Check`)."""
+    ``checks``: its formula checks (:class:`Check`). ``examples``: ``"module:function"`` (or the function),
+    ``examples(model, folder) -> {"neutral": values, "active": values}``: recipe values that attach something
+    but give the stock logits, and values that change them (artifacts saved under ``folder`` through the
+    format's writer); the contract suite (``tests/core/test_method_contract.py``) runs every method on them."""
 
     name: str
     summary: str = ""
@@ -138,6 +112,7 @@ class Method:
     meta: Mapping[str, Any] = field(default_factory=dict)
     studies: tuple[Study, ...] = ()
     checks: tuple[Check, ...] = ()
+    examples: str | Callable[[Any, Path], dict] | None = None
 
     def defaults(self) -> dict:
         return {k.name: k.default for k in self.keys}
@@ -231,6 +206,7 @@ def is_artifact(folder: str | Path, fmt: str | None = None) -> bool:
 
 def load_artifact(folder: str | Path, model: Any = None) -> Any:
     """Load any registered artifact by the format its config names (checked against ``model`` if given)."""
+    check_not_interrupted(folder)
     name = format_of(folder)
     if name is None:
         raise ArtifactError(f"{folder} is not a geosteer artifact (missing or unreadable {CONFIG_NAME})")

@@ -1,14 +1,17 @@
 """Output folders: written whole or not at all, and never over a folder geosteer did not write.
 
-:func:`write_folder_atomic` builds a folder in a temporary sibling and renames it into place;
-:func:`recover_folder` repairs what a killed save left beside it. The one rule for replacing an existing
-folder lives in :func:`check_output_folder` (run before any work by the CLI verbs, and again by the writer):
+:func:`write_folder_atomic` builds a folder in a temporary sibling, records the names of the entries it
+wrote in the config (``files``) and renames it into place; :func:`recover_folder` repairs what a killed
+save left beside it (the writer runs it; a reader only refuses, :func:`check_not_interrupted`). The one
+rule for replacing an existing folder lives in :func:`check_output_folder` (run before any work by the CLI
+verbs, and again by the writer):
 
 - a missing or empty folder may be written;
 - an existing folder may be replaced only when it is a geosteer output of the *same kind* (the
   ``format`` its ``geosteer_config.json`` names, or a task folder's ``manifest.json``) and holds nothing
-  geosteer would not have written there (config, model card, ``*.safetensors``, nested artifacts, a task
-  folder's task files), and, where the caller asks for it, only with ``overwrite``;
+  but the entries geosteer recorded writing there (by exact name: the ``files`` list the writer puts into
+  the config; a nested folder in that list must itself hold only its own recorded files; a task folder's
+  task files by the names its manifest lists), and, where the caller asks for it, only with ``overwrite``;
 - anything else (a folder with the user's own files, another kind of artifact, a file) is refused with
   one line (:class:`geosteer.errors.OutputRefused`: exit 2 in the CLI, 409 in the studio), and nothing in
   it is touched.
@@ -24,7 +27,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from geosteer.errors import OutputRefused
@@ -59,9 +62,21 @@ def folder_kind(folder: str | Path) -> str | None:
     return None
 
 
-def _own_names(folder: Path, also: Iterable[str] = ()) -> set[str]:
-    """Entry names a geosteer writer puts into an output folder (see the module docstring)."""
-    own = {CONFIG_NAME, CARD_NAME, *also}
+FILES_KEY = "files"  # the config key listing the entries a geosteer writer put into the folder
+
+
+def recorded_files(folder: str | Path) -> set[str] | None:
+    """The entry names the writer recorded in ``folder``'s config (``files``); None when none is recorded."""
+    doc = _read_doc(Path(folder) / CONFIG_NAME)
+    files = doc.get(FILES_KEY) if doc is not None else None
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return None
+    return {f for f in files if f and "/" not in f and f not in (".", "..")}
+
+
+def _own_names(folder: Path) -> set[str]:
+    """Entry names a geosteer writer recorded putting into an output folder (see the module docstring)."""
+    own = {CONFIG_NAME} | (recorded_files(folder) or set())
     doc = _read_doc(folder / MANIFEST_NAME)
     if doc is not None and isinstance(doc.get("tasks"), dict):
         own |= {MANIFEST_NAME, "utils.py", "__pycache__"}
@@ -69,23 +84,38 @@ def _own_names(folder: Path, also: Iterable[str] = ()) -> set[str]:
     return own
 
 
-def foreign_entries(folder: str | Path, also: Iterable[str] = ()) -> list[str]:
-    """The entries of an existing output folder that no geosteer writer of its kind would have written
-    (the user's own files): what replacing the folder would delete. ``also``: names the new folder has."""
+def foreign_entries(folder: str | Path) -> list[str]:
+    """The entries of an existing output folder that geosteer did not record writing (the user's own files,
+    a nested folder of theirs): what replacing the folder would delete. Only exact recorded names count;
+    a recorded nested folder counts only when it holds nothing but its own recorded files."""
     folder = Path(folder)
-    own = _own_names(folder, also)
+    own = _own_names(folder)
     out = []
     for p in sorted(folder.iterdir()):
-        if p.name in own or (p.suffix == ".safetensors" and p.is_file() and not p.is_symlink()):
-            continue
-        if p.is_dir() and not p.is_symlink() and folder_kind(p) is not None and not foreign_entries(p):
-            continue  # a nested artifact (a recipe's copied surfaces/gates)
+        if p.name in own and not p.is_symlink():
+            if p.is_file() or (p.is_dir() and (p.name == "__pycache__" or not foreign_entries(p))):
+                continue
         out.append(p.name)
     return out
 
 
-def check_output_folder(folder: str | Path, kind: str | None, *, overwrite: bool = True, what: str = "--out",
-                        new_names: Iterable[str] = ()) -> Path:
+def record_files(folder: Path) -> None:
+    """Write the names of ``folder``'s entries into its config's ``files`` (what a later save may replace),
+    and the same into each nested artifact folder it holds (a recipe's copied surfaces)."""
+    path = folder / CONFIG_NAME
+    doc = _read_doc(path)
+    if doc is None:
+        return
+    entries = sorted(folder.iterdir())
+    for p in entries:
+        if p.is_dir() and not p.is_symlink():
+            record_files(p)
+    doc[FILES_KEY] = [p.name for p in entries]
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+
+
+def check_output_folder(folder: str | Path, kind: str | None, *, overwrite: bool = True,
+                        what: str = "--out") -> Path:
     """Refuse, with one line, to write the output folder ``folder`` of ``kind`` where it would lose files.
 
     The rule of the module docstring: ``overwrite=False`` refuses any existing non-empty folder; ``kind``
@@ -110,10 +140,11 @@ def check_output_folder(folder: str | Path, kind: str | None, *, overwrite: bool
         want = f"a {kind} artifact" if kind else "a new folder"
         raise OutputRefused(f"{what} {folder} already exists and is {label} (it holds {held}, ...); geosteer "
                             f"replaces only its own folders of the same kind and writes {want} here: {advice}")
-    foreign = foreign_entries(folder, new_names)
+    foreign = foreign_entries(folder)
     if foreign:
         raise OutputRefused(f"{what} {folder} is a {kind} artifact but also holds files geosteer did not write "
-                            f"({', '.join(foreign[:5])}); replacing it would delete them: {advice}")
+                            f"({', '.join(foreign[:5])}; geosteer replaces only the files its config records "
+                            f"writing); replacing it would delete them: {advice}")
     if not overwrite:
         raise OutputRefused(f"{what} {folder} already exists (a {kind} artifact); pass overwrite to replace it, "
                             "or choose another folder")
@@ -179,6 +210,26 @@ def recover_folder(folder: str | Path) -> list[str]:
     return done
 
 
+def check_not_interrupted(folder: str | Path) -> None:
+    """For readers, which never write: refuse with one line when ``folder`` is missing because a save was
+    killed between its two renames (its previous copy is hidden beside it as ``.NAME.old-PID``)."""
+    from geosteer.errors import ArtifactError
+
+    folder = Path(folder)
+    if folder.exists() or not folder.name or not folder.parent.is_dir():
+        return
+    prefix = f".{folder.name}.old-"
+    try:
+        olds = [p for p in folder.parent.iterdir() if p.name.startswith(prefix) and p.name[len(prefix):].isdigit()
+                and p.is_dir() and not _pid_alive(int(p.name[len(prefix):]))]
+    except OSError:
+        return
+    if olds:
+        newest = max(olds, key=lambda p: p.stat().st_mtime)
+        raise ArtifactError(f"{folder} is missing: a save of it was killed, and its previous copy is in "
+                            f"{newest}; rename that folder to {folder.name} to restore it (or save again)")
+
+
 def _settle(tmp: Path) -> None:
     """fsync the filled folder's files and give everything in it the umask's modes (some writers, e.g.
     safetensors, create owner-only 0600 files; a colleague or a web server could not read them)."""
@@ -204,7 +255,8 @@ def write_folder_atomic(folder: str | Path, fill: Callable[[Path], None], overwr
     before ``fill`` runs and again before the rename); otherwise :class:`geosteer.errors.OutputRefused`
     is raised and the folder is left as it was. A crash inside ``fill`` leaves the previous folder (if any)
     untouched and no partial one; what a kill between the two renames leaves is repaired by
-    :func:`recover_folder` (run first here and by loaders). The folder and its files get the modes a plain
+    :func:`recover_folder` (run first here; a reader never repairs, it refuses: :func:`check_not_interrupted`).
+    The folder and its files get the modes a plain
     ``mkdir``/``open`` would give them (the user's umask).
     """
     folder = Path(folder)
@@ -219,9 +271,9 @@ def write_folder_atomic(folder: str | Path, fill: Callable[[Path], None], overwr
     try:
         os.chmod(tmp, default_mode(folder=True))
         fill(tmp)
+        record_files(tmp)
         _settle(tmp)
-        check_output_folder(folder, kind or folder_kind(tmp), overwrite=overwrite, what="output folder",
-                            new_names=[p.name for p in tmp.iterdir()])
+        check_output_folder(folder, kind or folder_kind(tmp), overwrite=overwrite, what="output folder")
         if folder.exists():
             old = folder.parent / f".{folder.name}.old-{os.getpid()}"
             shutil.rmtree(old, ignore_errors=True)

@@ -17,8 +17,6 @@ between parts (``0-5;9``) because model_args split on ``,``. Edits are separated
 
 from __future__ import annotations
 
-import inspect
-import json
 import math
 import os
 import shutil
@@ -30,9 +28,9 @@ from typing import Any
 
 from torch import nn
 
-from geosteer.artifacts import CARD_NAME, CONFIG_NAME, ArtifactWarning, is_repo_id, locate, write_folder_atomic
+from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, ArtifactWarning, is_repo_id, locate, write_artifact
 from geosteer.errors import ArtifactError, GeosteerError
-from geosteer.methods import ArtifactFormat, Method, RecipeKey, methods, old_recipe_keys, recipe_keys, register_method
+from geosteer.methods import Method, RecipeKey, methods, old_recipe_keys, recipe_keys, register_method
 from geosteer.models.anatomy import parse_layers
 
 __all__ = ["FORMAT", "RECIPE", "InterventionSpec", "load_recipe", "parse_settings", "save_recipe"]
@@ -48,7 +46,7 @@ Builder = Callable[[nn.Module, dict], list]
 def register_builder(name: str, keys: Sequence[str], build: Builder) -> None:
     """Shorthand for :func:`geosteer.methods.register_method` with plain keys (default None): ``build``
     gets the model and the keys that were given, and is not called when none was."""
-    def only_given(model: nn.Module, values: dict) -> list:
+    def only_given(model: nn.Module, values: dict, *, force: bool = False) -> list:
         given = {k: v for k, v in values.items() if v is not None}
         return build(model, given) if given else []
 
@@ -201,12 +199,27 @@ class InterventionSpec:
             check_base_model(origin[1], model_id(model), what=f"recipe {origin[0]}", force=force)
         out: list = []
         for method in methods().values():
-            if method.build is None:
-                continue
-            takes_force = "force" in inspect.signature(method.build).parameters
-            kw = {"force": force} if force and takes_force else {}
-            out.extend(method.build(model, self.section(method), **kw))
+            if method.build is not None:
+                out.extend(method.build(model, self.section(method), force=force))
         return out
+
+    def attach(self, model: nn.Module, *, force: bool = False) -> Callable[[], None]:
+        """Build the interventions and attach them in order (the :class:`~geosteer.interventions.Intervention`
+        protocol, so ``geosteer.steer(model, geosteer.load(recipe_folder, model=model))`` runs a recipe);
+        the returned ``remove`` detaches them in reverse order. A failure part-way detaches what was attached."""
+        removers: list[Callable[[], None]] = []
+
+        def remove() -> None:
+            while removers:
+                removers.pop()()
+
+        try:
+            for iv in self.build(model, force=force):
+                removers.append(iv.attach(model))
+        except BaseException:
+            remove()
+            raise
+        return remove
 
     def save(self, folder: str | Path, *, base_model: str, **card: Any) -> Path:
         """Write this recipe as a self-contained folder (see :func:`save_recipe`)."""
@@ -255,22 +268,23 @@ def save_recipe(folder: str | Path, spec: InterventionSpec, *, base_model: str, 
         if key.inline is not None and d[name] is not None:
             d[name] = key.inline(d[name])
 
-    def fill(tmp: Path) -> None:
-        files = [CONFIG_NAME]
+    files = [CONFIG_NAME]
+
+    def copy_folders(tmp: Path, config: dict) -> None:
         for key in _folder_keys():
             if d[key] is not None:
                 shutil.copytree(locate(d[key]), tmp / key)
-                files += [f"{key}/{p.name}" for p in sorted((tmp / key).iterdir())]
+                files.extend(f"{key}/{p.name}" for p in sorted((tmp / key).iterdir()))
                 d[key] = key
-        doc = {**RECIPE.header(), "base_model": base_model, "interventions": d}
-        (tmp / CONFIG_NAME).write_text(json.dumps(doc, indent=2) + "\n")
-        defaults = {k: key.default for k, (_, key) in recipe_keys().items()}
-        (tmp / CARD_NAME).write_text(RECIPE.card(
-            base_model=base_model, summary=summary or "A geosteer intervention recipe.",
-            ppl_before=ppl_before, ppl_after=ppl_after, command=command, files=files,
-            extra={k: v for k, v in d.items() if v != defaults[k]}))
 
-    return write_folder_atomic(folder, fill, kind=RECIPE.name)
+    def card(config: dict) -> str:
+        defaults = {k: key.default for k, (_, key) in recipe_keys().items()}
+        return RECIPE.card(base_model=base_model, summary=summary or "A geosteer intervention recipe.",
+                           ppl_before=ppl_before, ppl_after=ppl_after, command=command, files=files,
+                           extra={k: v for k, v in d.items() if v != defaults[k]})
+
+    return write_artifact(RECIPE, folder, {"base_model": base_model, "interventions": d}, {}, card=card,
+                          fill_more=copy_folders)
 
 
 def load_recipe(folder: str | Path, *, allow_outside: bool = False) -> tuple[InterventionSpec, dict]:

@@ -18,12 +18,12 @@ for folder in sys.argv[1:]:
     print(type(obj).__module__ + "." + type(obj).__name__, len(getattr(obj, "walls", ())))
 """
 
-# the recipe through geosteer.artifacts first: before the format table moved into the registry this failed
-# with "no loader for format 'geosteer-recipe'" unless geosteer.integrations.recipe had been imported
+# the recipe through the registry's dispatch first, in a process that imported nothing else: the format
+# table is filled before a format is looked up
 FRESH_RECIPE = """
 import sys
-import geosteer.artifacts as A
-print(type(A.load_artifact(sys.argv[1])).__name__)
+from geosteer.methods import load_artifact
+print(type(load_artifact(sys.argv[1])).__name__)
 import geosteer
 print(geosteer.load(sys.argv[1]).scale_site)
 """

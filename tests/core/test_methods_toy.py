@@ -1,6 +1,6 @@
-"""The "how to add a method" walkthrough of docs/ARCHITECTURE.md, followed step by step (issue 12).
+"""The "how to add a method" walkthrough of docs/ARCHITECTURE.md, followed step by step.
 
-A toy method — scale the residual stream after layer 0 — registers itself from this test file, without
+A toy method (tests/core/toy_method: scale the residual stream after some layers) registers itself without
 touching any central file, and appears in the recipe keys, the ``geosteer`` command and the artifacts.
 """
 
@@ -12,68 +12,31 @@ from pathlib import Path
 
 import pytest
 import torch
-import typer
 
 import geosteer
-from geosteer.artifacts import ArtifactFormat, is_artifact, load_artifact, write_folder_atomic
 from geosteer.interventions import HookIntervention, steer
-from geosteer.methods import Method, RecipeKey, methods, register_method, unregister_method
+from geosteer.methods import Method, RecipeKey, is_artifact, load_artifact, methods, register_method, unregister_method
 from geosteer.recipe import InterventionSpec, load_recipe, save_recipe
 
 
-# -- step 1: the intervention (anything with attach(model) -> remove) -----------------------------------
 def toy_scale(factor: float, layers=(0,)) -> HookIntervention:
+    """The toy's formula by hand (the independent reference)."""
     return HookIntervention("resid_post", lambda x, ctx: x * factor, list(layers))
-
-
-# -- step 2: the artifact format ------------------------------------------------------------------------
-def save_toy(folder: Path, factor: float) -> Path:
-    from safetensors.torch import save_file
-
-    def fill(tmp: Path) -> None:
-        (tmp / "geosteer_config.json").write_text(json.dumps({**TOY_FORMAT.header(), "note": "toy"}))
-        save_file({"factor": torch.tensor([factor])}, str(tmp / "toy.safetensors"))
-        (tmp / "README.md").write_text(TOY_FORMAT.card(base_model="tiny-llama", summary="A toy."))
-
-    return write_folder_atomic(folder, fill)
-
-
-def load_toy(folder: Path, model=None) -> HookIntervention:
-    from safetensors.torch import load_file
-
-    TOY_FORMAT.read(folder)  # version gate, unknown keys warned
-    return toy_scale(float(load_file(str(folder / "toy.safetensors"))["factor"]))
-
-
-TOY_FORMAT = ArtifactFormat("geosteer-toy", 1, tensors=("toy.safetensors",), known_keys=("note",),
-                            load=load_toy, method="toy")
-
-
-# -- step 3: the CLI ----------------------------------------------------------------------------------------
-def register_cli(app: typer.Typer) -> None:
-    from geosteer.cli.common import JSON_OPT, emit
-
-    @app.command("toy")
-    def toy_cmd(factor: float = typer.Option(2.0, "--factor"), as_json: bool = JSON_OPT) -> None:
-        """Toy method: scale the residual stream after layer 0."""
-        if factor <= 0:
-            raise ValueError(f"--factor must be > 0 (got {factor})")
-        emit({"factor": factor}, as_json)
-
-
-# -- step 4: register (what the package's method.py does on import) ---------------------------------------
-def build(model, values: dict) -> list:
-    return [] if values["toy_factor"] == 1.0 else [toy_scale(values["toy_factor"])]
 
 
 @pytest.fixture
 def toy():
-    method = register_method(Method(
-        name="toy", summary="scale the residual stream after layer 0",
-        keys=(RecipeKey("toy_factor", 1.0, "factor on layer 0's output", kind="number"),),
-        build=build, cli=register_cli, artifacts=(TOY_FORMAT,)))
-    yield method
+    """The toy method of tests/core/toy_method (steps 1-4 of the walkthrough), registered for one test."""
+    from tests.core import toy_method
+
+    yield toy_method.register()
     unregister_method("toy")
+
+
+def save_toy(folder: Path, factor: float) -> Path:
+    from tests.core.toy_method import ToyScale
+
+    return ToyScale(factor, [0], "tiny-llama").save(folder)
 
 
 def _logits(model, *ivs):
@@ -88,7 +51,7 @@ def test_toy_method_in_the_registry_and_recipes(toy, tmp_path):
     spec = InterventionSpec.from_dict({"toy_factor": "0.5", "mlp_variant": "radial", "mlp_layers": 1})
     assert spec.toy_factor == 0.5  # number keys are validated as floats
     ivs = spec.build(model)
-    assert [type(iv).__name__ for iv in ivs] == ["FFNVariant", "HookIntervention"]  # built-ins first
+    assert [type(iv).__name__ for iv in ivs] == ["FFNVariant", "ToyScale"]  # built-ins first
     # independent reference: the same two interventions made by hand
     from geosteer.dynamics import FFNVariant
 
@@ -114,6 +77,12 @@ def test_toy_method_artifacts(toy, tmp_path):
     (folder / "moved").rename(folder / "toy.safetensors")
     iv = load_artifact(folder, model)
     torch.testing.assert_close(_logits(model, iv), _logits(model, toy_scale(3.0)))
+    doc = json.loads((folder / "geosteer_config.json").read_text())
+    for bad, field in (({"base_model": ""}, "base_model"), ({"layers": [-1]}, "layers")):
+        (folder / "geosteer_config.json").write_text(json.dumps({**doc, **bad}))
+        with pytest.raises(geosteer.errors.ArtifactError, match=field):  # the format's own schema
+            load_artifact(folder, model)
+    (folder / "geosteer_config.json").write_text(json.dumps(doc))
     # the built-in formats go through the same dispatch
     from geosteer.manifold import install, save
 

@@ -172,9 +172,9 @@ def test_gates_save_load_and_training(tiny_cache, tmp_path):
     loaded = load_gates(tmp_path / "g", model)
     assert torch.equal(loaded.alpha, gates.alpha) and loaded.layers == [0, 2]
     other, _ = tiny_cache("llama")
-    with pytest.raises(ArtifactError, match="trained on 'tiny-gpt2'"):
+    with pytest.raises(ArtifactError, match="made for base model 'tiny-gpt2'"):
         load_gates(tmp_path / "g", other)
-    with pytest.raises(ArtifactError, match="not a gate artifact"):
+    with pytest.raises(ArtifactError, match="not a geosteer-gates artifact"):
         load_gates(tmp_path, model)
     trained, info = train_gates(model, tok, TrainConfig(lr=5e-2, steps=3, batch_size=2, seq_len=16,
                                                         eval_before_after=False, checkpoint_every=0),

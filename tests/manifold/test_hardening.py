@@ -14,11 +14,13 @@ import sys
 import pytest
 import torch
 
+import geosteer
 from geosteer import manifold
 from geosteer.artifacts import recover_folder, write_folder_atomic
-from geosteer.errors import GeosteerError
+from geosteer.artifacts import sha256_file as _sha256
+from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.manifold import edit as E
-from geosteer.manifold.artifact import TENSORS_NAME, _sha256
+from geosteer.manifold.artifact import TENSORS_NAME
 from tests.cli_helpers import one_line_exit_2 as _one_line_exit_2
 from tests.cli_helpers import run_cli
 from tests.conftest import random_bank
@@ -173,7 +175,7 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def test_save_killed_between_renames_is_repaired_on_load(tiny_cache, saved, caplog):
+def test_a_load_after_a_killed_save_refuses_and_writes_nothing(tiny_cache, saved):
     model, _ = tiny_cache("llama")
     good = _files(saved)
     pid = _dead_pid()
@@ -182,12 +184,15 @@ def test_save_killed_between_renames_is_repaired_on_load(tiny_cache, saved, capl
     tmp = saved.parent / f".{saved.name}.tmp-{pid}-abc123"
     tmp.mkdir()
     (tmp / "half.bin").write_bytes(b"x")
-    with caplog.at_level(logging.WARNING, logger="geosteer.artifacts"):
-        bank = manifold.load(saved, model=model)
-    assert bank.n_parameters() > 0 and _files(saved) == good
-    assert not old.exists() and not tmp.exists()
-    msgs = " ".join(r.getMessage() for r in caplog.records)
-    assert "restored" in msgs and old.name in msgs and tmp.name in msgs
+    before = sorted(p.name for p in saved.parent.iterdir())
+    for load in (lambda: manifold.load(saved, model=model), lambda: geosteer.load(saved, model=model)):
+        with pytest.raises(ArtifactError, match=f"is missing: a save of it was killed.*{old.name}.*rename") as e:
+            load()
+        assert "\n" not in str(e.value)
+    assert sorted(p.name for p in saved.parent.iterdir()) == before  # loading never renames or deletes
+    assert recover_folder(saved)[0].startswith(f"restored {saved}")  # the explicit repair
+    assert _files(saved) == good and not old.exists() and not tmp.exists()
+    assert manifold.load(saved, model=model).n_parameters() > 0
 
 
 def test_next_save_repairs_and_keeps_live_processes_folders(tiny_cache, tmp_path, caplog):

@@ -28,7 +28,8 @@ def _plant(env, name: str, edit=None, text: str | None = None, coef: float | Non
     if coef is not None:
         from safetensors.torch import load_file, save_file
 
-        from geosteer.manifold.artifact import TENSORS_NAME, _sha256
+        from geosteer.artifacts import sha256_file as _sha256
+        from geosteer.manifold.artifact import TENSORS_NAME
 
         t = load_file(str(folder / TENSORS_NAME))
         t["coefficients"].fill_(coef)

@@ -115,7 +115,7 @@ def test_bad_input_is_one_line_before_the_model_loads(monkeypatch, capsys, tmp_p
     one_line_exit_2(code, err)
     assert "not a geosteer output folder" in err and (user / "notes.txt").read_text() == "keep me"
     assert not (tmp_path / "o").exists()
-    for args, msg in ((["show", str(tmp_path / "none")], "not a steering-vectors artifact"),
+    for args, msg in ((["show", str(tmp_path / "none")], "no geosteer-vectors artifact"),
                       (["show", str(user), "--gguf", str(tmp_path / "x.txt")], "valid extensions: .gguf"),
                       (["export-gguf", str(user), str(tmp_path / "x.txt")], "must be a .gguf file")):
         code, _, err = run_cli(monkeypatch, capsys, "vectors", *args)

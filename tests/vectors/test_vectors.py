@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import geosteer
-from geosteer.artifacts import is_artifact, load_artifact
 from geosteer.errors import ArtifactError, GeosteerError
+from geosteer.methods import is_artifact, load_artifact
 from geosteer.models.anatomy import anatomy
 from geosteer.vectors import MODES, POINTS, SteeringVectors, extract, load_vectors
 from geosteer.vectors.extract import collect_activations

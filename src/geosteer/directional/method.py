@@ -31,7 +31,7 @@ def _build(model, v: dict) -> list:
     return [ComponentScale(v["scale_site"], v["scale_par"], v["scale_perp"], layers, value_space=space)]
 
 
-def _build_with_learned(model, v: dict, force: bool = False) -> list:
+def _build_with_learned(model, v: dict, *, force: bool = False) -> list:
     """Learned per-layer scales (``scale_learned``, an artifact folder) first, then the fixed scaling."""
     out = []
     if v["scale_learned"] is not None:
@@ -39,6 +39,21 @@ def _build_with_learned(model, v: dict, force: bool = False) -> list:
 
         out.append(load_scales(v["scale_learned"], model, force=force))
     return out + _build(model, v)
+
+
+def _examples(model, folder) -> dict:
+    """For the contract suite: s∥ = s⊥ = 1 (fixed and learned: the stock model), then other scales."""
+    from geosteer.directional.learned import LearnedScales
+    from geosteer.directional.scales_artifact import save_scales
+    from geosteer.models.anatomy import anatomy
+    from geosteer.models.loading import model_id
+
+    n = anatomy(model).n_layers
+    ones = save_scales(LearnedScales("resid_post", [0, n - 1]), folder / "scales-neutral", base_model=model_id(model))
+    learned = save_scales(LearnedScales("resid_post", [0, n - 1], [0.5, 1.5], [1.2, 0.7]), folder / "scales",
+                          base_model=model_id(model))
+    return {"neutral": {"scale_learned": str(ones), "scale_site": "attn_out", "scale_par": 1.0, "scale_perp": 1.0},
+            "active": {"scale_learned": str(learned), "scale_site": "attn_out", "scale_par": 0.5}}
 
 
 def _study(name: str, module: str, function: str, paper: str) -> Study:
@@ -88,6 +103,7 @@ METHOD = register_method(Method(
                   kind="text"),
     ),
     build=_build_with_learned,
+    examples=_examples,
     validate=_validate,
     cli="geosteer.directional.cli",
     artifacts=(SCALES,),

@@ -8,13 +8,11 @@ recipe key ``scale_learned=FOLDER`` applies it on every verb that takes ``--reci
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from geosteer.artifacts import CARD_NAME, CONFIG_NAME, check_base_model, locate, write_folder_atomic
+from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_base_model, load_state, write_state
 from geosteer.directional.learned import LearnedScales
 from geosteer.errors import ArtifactError, GeosteerError
-from geosteer.methods import ArtifactFormat
 
 WEIGHTS_NAME = "scales.safetensors"
 _KNOWN = ("base_model", "site", "layers", "n_layers", "meta")
@@ -35,52 +33,54 @@ def _card(sc: LearnedScales, base_model: str, meta: dict, command: str | None) -
         tags=["steering", "directional"])
 
 
-def save_scales(sc: LearnedScales, folder: str | Path, *, base_model: str, n_layers: int | None = None,
-                meta: dict | None = None, command: str | None = None, overwrite: bool = True) -> Path:
-    """Write the artifact folder atomically (config, ``scales.safetensors``, model card)."""
-    from safetensors.torch import save_file
-
-    tensors = {"s_par": sc.s_par.detach().float().cpu().contiguous(),
-               "s_perp": sc.s_perp.detach().float().cpu().contiguous()}
-    doc = {**SCALES.header(), "base_model": base_model, "site": sc.site, "layers": sc.layers,
-           "n_layers": n_layers, "meta": {**(meta or {}), **({"command": command} if command else {})}}
-
-    def fill(tmp: Path) -> None:
-        (tmp / CONFIG_NAME).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": SCALES.name, "site": sc.site})
-        (tmp / CARD_NAME).write_text(_card(sc, base_model, meta or {}, command), encoding="utf-8")
-
-    return write_folder_atomic(folder, fill, overwrite=overwrite, kind=SCALES.name)
+def to_state(sc: LearnedScales) -> tuple[dict, dict]:
+    """Site, layers, base model, training record; ``s_par`` and ``s_perp`` (one value per layer)."""
+    base = getattr(sc, "base_model", None)
+    if not isinstance(base, str) or not base:
+        raise ArtifactError("these learned scales record no base model; pass base_model= to save them")
+    cfg = {"base_model": base, "site": sc.site, "layers": sc.layers, "n_layers": getattr(sc, "n_layers", None),
+           "meta": dict(getattr(sc, "meta", None) or {})}
+    return cfg, {"s_par": sc.s_par.detach().float(), "s_perp": sc.s_perp.detach().float()}
 
 
-def load_scales(folder: str | Path, model=None, *, force: bool = False) -> LearnedScales:
-    """Read a learned-scales artifact; with ``model``, check it was made for it (base model, layer range)."""
-    from safetensors.torch import load_file
-
-    path = locate(folder)
-    if not (path / WEIGHTS_NAME).is_file():
-        raise ArtifactError(f"{path} is not a learned-scales artifact (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
-    cfg = SCALES.read(path)
-    raw = load_file(str(path / WEIGHTS_NAME))
-    if set(raw) != {"s_par", "s_perp"}:
-        raise ArtifactError(f"{path / WEIGHTS_NAME}: expected the tensors s_par and s_perp, got "
-                            f"{', '.join(sorted(raw))}")
-    layers = cfg.get("layers")
-    if not isinstance(layers, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
-        raise ArtifactError(f"{path}: layers must be a list of layer indices")
+def from_state(cfg: dict, tensors: dict, model=None, *, force: bool = False,
+               source: str = "learned scales") -> LearnedScales:
+    """The scales of a checked config and its tensors; with ``model``: base model and layer range checked."""
+    n = len(cfg["layers"])
+    if set(tensors) != {"s_par", "s_perp"} or any(t.shape != (n,) for t in tensors.values()):
+        raise ArtifactError(f"{source}: expected the tensors s_par and s_perp of {n} values each (one per layer), "
+                            f"got {', '.join(f'{k} {tuple(t.shape)}' for k, t in sorted(tensors.items()))}")
     try:
-        sc = LearnedScales(cfg.get("site", ""), layers, raw["s_par"], raw["s_perp"])
+        sc = LearnedScales(cfg["site"], cfg["layers"], tensors["s_par"], tensors["s_perp"])
     except GeosteerError as e:
-        raise ArtifactError(f"{path}: {e}") from None
+        raise ArtifactError(f"{source}: {e}") from None
+    sc.base_model, sc.n_layers, sc.meta = cfg["base_model"], cfg.get("n_layers"), dict(cfg.get("meta") or {})
     if model is not None:
         from geosteer.models.anatomy import anatomy
         from geosteer.models.loading import model_id
 
-        check_base_model(cfg.get("base_model"), model_id(model), what=f"learned scales at {path}", force=force)
+        check_base_model(sc.base_model, model_id(model), what=f"learned scales at {source}", force=force)
         anatomy(model).check_layers(sc.layers)
     return sc
 
 
+def save_scales(sc: LearnedScales, folder: str | Path, *, base_model: str | None = None,
+                n_layers: int | None = None, meta: dict | None = None, command: str | None = None,
+                overwrite: bool = True) -> Path:
+    """Write the artifact folder atomically (config, ``scales.safetensors``, model card). ``base_model``,
+    ``n_layers``, ``meta``: default to what the scales carry (those loaded from an artifact do)."""
+    base_model = base_model or getattr(sc, "base_model", None)
+    meta = meta if meta is not None else getattr(sc, "meta", None)
+    sc.base_model, sc.n_layers = base_model, n_layers if n_layers is not None else getattr(sc, "n_layers", None)
+    sc.meta = {**(meta or {}), **({"command": command} if command else {})}
+    return write_state(SCALES, sc, folder, overwrite=overwrite, card=_card(sc, base_model, meta or {}, command))
+
+
+def load_scales(folder: str | Path, model=None, *, force: bool = False) -> LearnedScales:
+    """Read a learned-scales artifact; with ``model``, check it was made for it (base model, layer range)."""
+    return load_state(SCALES, folder, model, force=force)
+
+
 SCALES = ArtifactFormat("geosteer-directional-scales", 1, tensors=(WEIGHTS_NAME,), known_keys=_KNOWN,
-                        load=lambda folder, model: load_scales(folder, model), method="directional",
-                        saves=LearnedScales, save=lambda sc, folder, **kw: save_scales(sc, folder, **kw))
+                        method="directional", saves=LearnedScales, to_state=to_state, from_state=from_state,
+                        save=lambda sc, folder, **kw: save_scales(sc, folder, **kw))

@@ -9,7 +9,6 @@ atomically. Gates equal to one give the stock logits exactly (x · 1.0 is exact 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,17 +16,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from geosteer.artifacts import (
-    CARD_NAME,
-    CONFIG_NAME,
-    check_config,
-    render_model_card,
-    write_folder_atomic,
-)
+from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_base_model, load_state, render_model_card
 from geosteer.dynamics.config import GateConfig
 from geosteer.errors import ArtifactError
 from geosteer.hooks import attach_hooks
-from geosteer.methods import ArtifactFormat
 from geosteer.models.anatomy import anatomy
 
 WEIGHTS_NAME = "gates.safetensors"
@@ -51,6 +43,7 @@ class FFNGates(nn.Module):
         self.layers = chosen
         self.base_model = base_model
         self.alpha = nn.Parameter(torch.full((len(chosen),), float(init)))
+        self.extra: dict = {}  # the training record a save puts into the config
 
     @classmethod
     def for_model(cls, model: nn.Module, layers: Sequence[int] | None = None, init: float = 1.0) -> FFNGates:
@@ -89,25 +82,58 @@ class FFNGates(nn.Module):
 
     def config(self) -> dict:
         cfg = GateConfig(layers=self.layers, init=1.0)
-        return {**GATES.header(), **cfg.to_dict(), "n_layers": self.n_layers,
-                "base_model": self.base_model}
+        return {**GATES.header(), **cfg.to_dict(), "n_layers": self.n_layers, "base_model": self.base_model}
+
+    # -- the artifact state (geosteer.artifacts.state) -------------------------------------------------------
+    def to_state(self) -> tuple[dict, dict]:
+        """``(config, tensors)``: the gated layers, their count, the base model; ``alpha``."""
+        if not self.base_model:
+            raise ArtifactError("these gates record no base model; make them with FFNGates.for_model(model) "
+                                "or pass base_model=")
+        cfg = {**GateConfig(layers=self.layers, init=1.0).to_dict(), "n_layers": self.n_layers,
+               "base_model": self.base_model}
+        if self.extra:
+            cfg["extra"] = self.extra
+        return cfg, {"alpha": self.alpha.detach().float()}
+
+    @classmethod
+    def from_state(cls, config: dict, tensors: dict, model: nn.Module | None = None, *, force: bool = False,
+                   source: str = "gates") -> FFNGates:
+        """The gates of a checked config and its tensors; with ``model``: layer count and base model checked."""
+        alpha = tensors.get("alpha")
+        if alpha is None or set(tensors) != {"alpha"} or not alpha.is_floating_point() \
+                or alpha.shape != (len(config["layers"]),):
+            raise ArtifactError(f"{source}: expected one float tensor 'alpha' of shape ({len(config['layers'])},), "
+                                f"one gate per layer (got {', '.join(sorted(tensors))})")
+        if not bool(torch.isfinite(alpha).all()):
+            raise ArtifactError(f"{source}: the gates hold NaN or infinite values")
+        gates = cls(config["n_layers"], config["layers"], base_model=config["base_model"])
+        gates.extra = dict(config.get("extra") or {})
+        with torch.no_grad():
+            gates.alpha.copy_(alpha)
+        if model is not None:
+            from geosteer.models.loading import model_id
+            from geosteer.overflow import check_forward_finite
+
+            an = anatomy(model)
+            if an.n_layers != gates.n_layers:
+                raise ArtifactError(f"gates at {source} were trained for {gates.n_layers} layers "
+                                    f"({gates.base_model}); this model has {an.n_layers} ({model_id(model)})")
+            check_base_model(gates.base_model, model_id(model), what=f"gates at {source}", force=force)
+            check_forward_finite(model, gates, f"gates {source}")
+        return gates
+
+    def model_card(self, config: dict) -> str:
+        return self._card(self.extra)
 
     def save(self, path: str | Path, extra: dict | None = None, overwrite: bool = True) -> Path:
-        """Write the artifact folder (config, ``gates.safetensors``, model card) atomically."""
-        from safetensors.torch import save_file
+        """Write the artifact folder (config, ``gates.safetensors``, model card) atomically; ``extra``
+        (the training record) goes into the config."""
+        from geosteer.artifacts import write_state
 
-        cfg = self.config()
-        if extra:
-            cfg["extra"] = extra
-
-        def fill(tmp: Path) -> None:
-            save_file({"alpha": self.alpha.detach().cpu().contiguous()}, str(tmp / WEIGHTS_NAME),
-                      metadata={"format": FORMAT, "version": str(VERSION)})
-            cfg["sha256"] = _file_sha256(tmp / WEIGHTS_NAME)
-            (tmp / CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n")
-            (tmp / CARD_NAME).write_text(self._card(extra or {}))
-
-        return write_folder_atomic(path, fill, overwrite=overwrite, kind=FORMAT)
+        if extra is not None:
+            self.extra = dict(extra)
+        return write_state(GATES, self, path, overwrite=overwrite)
 
     def push_to_hub(self, repo_id: str, *, private: bool = True, token: str | None = None,
                     revision: str | None = None, commit_message: str | None = None, **kw) -> str:
@@ -136,73 +162,17 @@ class FFNGates(nn.Module):
             tags=["ffn-gates"])
 
 
-_KNOWN = {"layers", "init", "method", "extra", "n_layers", "base_model", "sha256"}
+_KNOWN = ("base_model", "extra", "init", "layers", "method", "n_layers")
 
 
-def _file_sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def load_gates(path: str | Path, model: nn.Module | None = None) -> FFNGates:
-    """Load a gate artifact; with ``model``, check that it fits (layer count, base model id).
-
-    Reads the versioned format (``format: geosteer-gates``) and the first, unversioned one (``method`` only).
-    """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    from geosteer.artifacts import locate
-    from geosteer.config_schema import GatesConfig, read_config_json, validate_config
-    from geosteer.overflow import check_forward_finite
-
-    path = locate(path)  # a folder, or a Hub repo id org/name[@revision]
-    cfg_file, w_file = path / CONFIG_NAME, path / WEIGHTS_NAME
-    if not cfg_file.is_file() or not w_file.is_file():
-        raise ArtifactError(f"{path} is not a gate artifact (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
-    cfg = read_config_json(cfg_file)
-    if isinstance(cfg, dict) and "format" in cfg:
-        check_config(cfg, fmt=FORMAT, reader_version=VERSION, known_keys=_KNOWN, source=path)
-    elif not isinstance(cfg, dict) or cfg.get("method") != "dynamics.gates":
-        got = cfg.get("method") if isinstance(cfg, dict) else None
-        raise ArtifactError(f"{path} holds a '{str(got)[:80]}' artifact, not dynamics.gates")
-    else:
-        validate_config(cfg, GatesConfig, path)  # the first, unversioned format: the same field checks
-    if cfg.get("sha256") is not None and _file_sha256(w_file) != cfg["sha256"]:
-        raise ArtifactError(f"{w_file} does not match its config (checksum differs): the artifact was "
-                            "modified or only partly copied")
-    try:
-        alpha = load_file(str(w_file)).get("alpha")
-    except (SafetensorError, OSError, ValueError) as e:
-        raise ArtifactError(f"{w_file} is not a readable safetensors file ({e})") from None
-    if alpha is None or not alpha.is_floating_point() or alpha.shape != (len(cfg["layers"]),):
-        raise ArtifactError(f"{w_file}: expected a float tensor 'alpha' of shape ({len(cfg['layers'])},), one "
-                            "gate per layer")
-    if not bool(torch.isfinite(alpha).all()):
-        raise ArtifactError(f"{w_file}: the gates hold NaN or infinite values")
-    gates = FFNGates(cfg["n_layers"], cfg["layers"], base_model=cfg.get("base_model"))
-    with torch.no_grad():
-        gates.alpha.copy_(alpha)
-    if model is not None:
-        from geosteer.models.loading import model_id
-
-        an = anatomy(model)
-        if an.n_layers != gates.n_layers:
-            raise ArtifactError(f"gates at {path} were trained for {gates.n_layers} layers "
-                                f"({gates.base_model}); this model has {an.n_layers} ({model_id(model)})")
-        if gates.base_model != model_id(model):
-            raise ArtifactError(f"gates at {path} were trained on '{gates.base_model}', "
-                                f"not on '{model_id(model)}'")
-        check_forward_finite(model, gates, f"gates {path}")
-    return gates
+def load_gates(path: str | Path, model: nn.Module | None = None, *, force: bool = False) -> FFNGates:
+    """Load a gate artifact (a folder or Hub repo id); with ``model``, check that it fits (layer count, base
+    model; ``force`` skips the base-model check)."""
+    return load_state(GATES, path, model, force=force)
 
 
-GATES = ArtifactFormat(FORMAT, VERSION, tensors=(WEIGHTS_NAME,), known_keys=tuple(sorted(_KNOWN)),
-                       load=lambda folder, model: load_gates(folder, model), method="dynamics.gates",
-                       saves=FFNGates, save=lambda gates, folder, **kw: gates.save(folder, **kw))
-GATES_V0 = ArtifactFormat("dynamics.gates", 0, tensors=(WEIGHTS_NAME,), load=GATES.load,
-                          method="dynamics.gates")  # the first, unversioned gate artifacts
+GATES = ArtifactFormat(FORMAT, VERSION, tensors=(WEIGHTS_NAME,), known_keys=_KNOWN, method="dynamics.gates",
+                       saves=FFNGates)
 
 
 def train_gates(model: nn.Module, tok, cfg, *, layers: Sequence[int] | None = None,

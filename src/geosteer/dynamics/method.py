@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from geosteer.dynamics.gates import GATES, GATES_V0
+from geosteer.dynamics.gates import GATES
 from geosteer.methods import Check, Method, RecipeKey, Study, register_method
 from geosteer.models.tiny import TINY_FAMILIES
 
@@ -13,8 +13,9 @@ def _validate(v: dict) -> None:
     check_variant(v["mlp_variant"])
 
 
-def _build(model, v: dict) -> list:
-    """FFN variant, gates, gains, parallel layers: in this order."""
+def _build(model, v: dict, *, force: bool = False) -> list:
+    """FFN variant, gates, gains, parallel layers: in this order. ``force``: gates recorded for another
+    base model are used anyway."""
     from geosteer.models.anatomy import anatomy, parse_layers
 
     n = anatomy(model).n_layers
@@ -26,7 +27,7 @@ def _build(model, v: dict) -> list:
     if v["gates"] is not None:
         from geosteer.dynamics.gates import load_gates
 
-        out.append(load_gates(v["gates"], model))
+        out.append(load_gates(v["gates"], model, force=force))
     if v["beta_attn"] != 1.0 or v["alpha_mlp"] != 1.0:
         from geosteer.dynamics.variants import Gains
 
@@ -76,6 +77,20 @@ CHECKS = (
 )
 
 
+def _examples(model, folder) -> dict:
+    """For the contract suite: gates of 1 and unit gains (the stock model), then gates and gains that differ."""
+    import torch
+
+    from geosteer.dynamics.gates import FFNGates
+
+    neutral = FFNGates.for_model(model).save(folder / "gates-neutral")
+    gates = FFNGates.for_model(model)
+    with torch.no_grad():
+        gates.alpha.copy_(torch.linspace(0.5, 1.5, gates.alpha.numel()))
+    return {"neutral": {"gates": str(neutral), "beta_attn": 1.0, "alpha_mlp": 1.0},
+            "active": {"gates": str(gates.save(folder / "gates")), "beta_attn": 0.8}}
+
+
 METHOD = register_method(Method(
     name="dynamics",
     summary="FFN steering field: residual dynamics on the sphere",
@@ -90,9 +105,10 @@ METHOD = register_method(Method(
         RecipeKey("parallel_layers", None, "layers replaced by the parallel surrogate (Eq. 22)", kind="layers"),
     ),
     build=_build,
+    examples=_examples,
     validate=_validate,
     cli="geosteer.dynamics.cli_register",
-    artifacts=(GATES, GATES_V0),
+    artifacts=(GATES,),
     studies=STUDIES,
     checks=CHECKS,
 ))

@@ -9,18 +9,23 @@ mismatched artifact. Loading checks everything and names what does not fit.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import torch
 
-from geosteer.artifacts import CONFIG_NAME, check_config, check_output_folder, write_folder_atomic
+from geosteer.artifacts import (
+    CONFIG_NAME,
+    ArtifactFormat,
+    check_config,
+    check_output_folder,
+    load_state,
+    write_state,
+)
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.manifold.bank import SurfaceBank
 from geosteer.manifold.config import ManifoldConfig
 from geosteer.manifold.surface_checks import check_surfaces
-from geosteer.methods import ArtifactFormat
 
 FORMAT = "geosteer-surfaces"
 VERSION = 2  # 2: exact region walls ("walls"); written only when the bank has walls, else 1
@@ -42,66 +47,59 @@ def _commit() -> str | None:
         return None
 
 
+def to_state(bank: SurfaceBank) -> tuple[dict, dict]:
+    """The surfaces' config (shapes, grid, ranges, walls, meta, history; version 2 only with walls) and the
+    tensors ``coefficients`` (in ``bank.storage_dtype``, float32 unless a save asks for less), ``lo``, ``hi``."""
+    dtype = getattr(bank, "storage_dtype", "float32")
+    check_surfaces(bank.coefficients, bank.lo, bank.hi, bank.layers, source="cannot save the surfaces")
+    coef = bank.coefficients.detach().to("cpu", _STORE[dtype])
+    if dtype != "float32":
+        check_surfaces(coef, bank.lo, bank.hi, bank.layers,
+                       source=f"cannot save the surfaces as {dtype} (a value is out of its range)")
+    cfg = bank.config
+    walls = [w.to_dict() for w in getattr(bank, "walls", [])]
+    doc = {
+        "version": VERSION if walls else 1,  # readers of version 1 keep reading wall-less artifacts
+        "commit": _commit(),
+        "base_model": cfg.base_model,
+        "model": {"model_type": cfg.model_type, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+                  "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim},
+        "grid_size": cfg.grid_size, "K": cfg.K, "grid_range": list(cfg.grid_range), "layers": list(bank.layers),
+        "lo": [float(x) for x in bank.lo], "hi": [float(x) for x in bank.hi], "shape": list(coef.shape),
+        "storage_dtype": dtype, "n_parameters": bank.n_parameters(), "config": cfg.to_dict(),
+        "meta": _jsonable(bank.meta), "history": _jsonable(bank.history),
+    }
+    if walls:
+        doc["walls"] = walls
+    return doc, {"coefficients": coef, "lo": bank.lo.detach().float(), "hi": bank.hi.detach().float()}
+
+
 def save(bank: SurfaceBank, path: str | Path, *, dtype: str = "float32", **meta) -> Path:
     """Write ``bank`` to the folder ``path`` atomically; ``meta`` goes into the config (e.g. training=...).
 
     ``dtype``: storage dtype of the coefficients (``float16`` halves the size; loading gives float32).
     Returns the folder.
     """
-    from safetensors.torch import save_file
-
-
     if dtype not in _STORE:
         raise ValueError(f"storage dtype must be one of {', '.join(_STORE)} (got {dtype})")
     folder = Path(path)
-    if folder.suffix == ".safetensors" or folder.name == CONFIG_NAME:
-        raise ArtifactError(f"{folder}: an artifact is a folder; pass the folder name (e.g. "
-                            f"{folder.parent / folder.stem})")
-    check_output_folder(folder, FORMAT, what="output folder")  # before any work: never over the user's files
-    check_surfaces(bank.coefficients, bank.lo, bank.hi, bank.layers, source=f"cannot save {folder}")
-    coef = bank.coefficients.detach().to("cpu", _STORE[dtype]).contiguous()
-    if dtype != "float32":
-        check_surfaces(coef, bank.lo, bank.hi, bank.layers,
-                       source=f"cannot save {folder} as {dtype} (a value is out of its range)")
-    tensors = {"coefficients": coef, "lo": bank.lo.detach().cpu().float().contiguous(),
-               "hi": bank.hi.detach().cpu().float().contiguous()}
+    if folder.suffix != ".safetensors" and folder.name != CONFIG_NAME:
+        check_output_folder(folder, FORMAT, what="output folder")  # before any check: never over the user's files
     bank.meta.update(meta)
-    cfg = bank.config
-    walls = [w.to_dict() for w in getattr(bank, "walls", [])]
-    version = VERSION if walls else 1  # readers of version 1 keep reading wall-less artifacts
-    doc = {
-        **SURFACES.header(),
-        "version": version,
-        "commit": _commit(),
-        "base_model": cfg.base_model,
-        "model": {"model_type": cfg.model_type, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
-                  "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim},
-        "grid_size": cfg.grid_size,
-        "K": cfg.K,
-        "grid_range": list(cfg.grid_range),
-        "layers": list(bank.layers),
-        "lo": [float(x) for x in bank.lo],
-        "hi": [float(x) for x in bank.hi],
-        "shape": list(coef.shape),
-        "storage_dtype": dtype,
-        "n_parameters": bank.n_parameters(),
-        "config": cfg.to_dict(),
-        "meta": _jsonable(bank.meta),
-        "history": _jsonable(bank.history),
-    }
-    if walls:
-        doc["walls"] = walls
-    def fill(tmp: Path) -> None:
-        save_file(tensors, str(tmp / TENSORS_NAME), metadata={"format": FORMAT, "version": str(version)})
-        doc["sha256"] = _sha256(tmp / TENSORS_NAME)
-        (tmp / CONFIG_NAME).write_text(json.dumps(doc, indent=2) + "\n")
-        _model_card(tmp, doc, bank)
-
-    return write_folder_atomic(folder, fill, kind=FORMAT)
+    bank.storage_dtype = dtype
+    try:
+        config, _ = to_state(bank)
+        return write_state(SURFACES, bank, folder, card=_model_card(config, bank))
+    except GeosteerError as e:
+        if str(e).startswith("cannot save the surfaces"):
+            raise type(e)(str(e).replace("cannot save the surfaces", f"cannot save {folder}", 1)) from None
+        raise
+    finally:
+        bank.storage_dtype = "float32"
 
 
-def _model_card(folder: Path, doc: dict, bank: SurfaceBank) -> None:
-    """README.md with Hub metadata (geosteer.artifacts conventions); best effort, never fails a save."""
+def _model_card(doc: dict, bank: SurfaceBank) -> str | None:
+    """README.md with Hub metadata (geosteer.artifacts conventions); best effort (None: the generic card)."""
     try:
         from geosteer.artifacts import render_model_card
 
@@ -123,17 +121,16 @@ def _model_card(folder: Path, doc: dict, bank: SurfaceBank) -> None:
             extra["held-out perplexity at training, before the edits"] = (
                 f"{_num(held.get('ppl_before'))} → {_num(held.get('ppl_after'))} (not re-measured after the edits)")
             extra["edits (after training)"] = "; ".join(edits)
-        (folder / "README.md").write_text(
-            render_model_card(
+        return render_model_card(
                 method="manifold.surfaces", base_model=str(doc.get("base_model")),
                 title=f"Attention-manifold surfaces for {doc.get('base_model')}",
                 summary="Learned B-spline value-modulation surfaces (geosteer attention manifolds). Load with "
                         "`geosteer.manifold.load(folder, model=model)`.",
                 training=training, **ppl,
                 command=meta.get("command"), n_parameters=bank.n_parameters(),
-                files=[CONFIG_NAME, TENSORS_NAME], extra=extra, tags=["attention-manifolds"]))
+                files=[CONFIG_NAME, TENSORS_NAME], extra=extra, tags=["attention-manifolds"])
     except Exception:  # noqa: BLE001 - the card is documentation only
-        pass
+        return None
 
 
 def _num(x) -> str:
@@ -150,14 +147,6 @@ def _measured_on(held: dict) -> str:
     return ", ".join(parts) + ", when the surfaces were trained"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _jsonable(obj):
     return json.loads(json.dumps(obj, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
 
@@ -165,12 +154,12 @@ def _jsonable(obj):
 def resolve(path: str | Path) -> Path:
     """The artifact folder for ``path`` (the folder itself, or one of its two files, or a Hub repo id
     ``org/name[@revision]``: its snapshot in the huggingface_hub cache, see ``geosteer.artifacts.locate``)."""
-    from geosteer.artifacts import locate, recover_folder
+    from geosteer.artifacts import check_not_interrupted, locate
 
     p = locate(path)
     if p.is_file() and p.name in (CONFIG_NAME, TENSORS_NAME):
         p = p.parent
-    recover_folder(p)
+    check_not_interrupted(p)  # a reader never repairs (renames, deletes): it refuses
     if not p.exists():
         raise ArtifactError(f"no surfaces artifact at {p} (no such file or folder)")
     if not p.is_dir():
@@ -193,47 +182,29 @@ def read_config(path: str | Path) -> dict:
     return doc
 
 
-def load(path: str | Path, model=None, *, verify: bool = True, force: bool = False,
-         revision: str | None = None) -> SurfaceBank:
-    """Read an artifact into a :class:`SurfaceBank` (float32). With ``model``: check that it fits the
-    model's shapes and that the artifact's recorded base model is this model (errors name both; ``force``
-    skips the name check, never the shape check) and move it to the model's device. Non-finite
-    coefficients and ranges without finite lo < hi are refused. It is not attached: use
-    ``geosteer.steer(model, bank)`` or ``geosteer.manifold.install(model, bank=bank)``.
-    """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    folder = resolve(path if revision is None else f"{path}@{revision}")  # revision: of a Hub repo id
-    doc = read_config(folder)
-    tfile = folder / TENSORS_NAME
-    if verify and _sha256(tfile) != doc["sha256"]:
-        raise ArtifactError(f"{tfile} does not match its config (checksum differs): the artifact was "
-                            "modified or only partly copied")
-    try:
-        tensors = load_file(str(tfile))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise ArtifactError(f"{tfile} is not a readable safetensors file ({e})") from None
+def from_state(doc: dict, tensors: dict, model=None, *, force: bool = False, source: str = "surfaces") -> SurfaceBank:
+    """A :class:`SurfaceBank` (float32) from a checked config and its tensors; with ``model``: shapes and the
+    recorded base model (unless ``force``) checked, moved to the model's device, a probe forward finite."""
     for name in ("coefficients", "lo", "hi"):
         if name not in tensors:
-            raise ArtifactError(f"{tfile} lacks the '{name}' tensor (has {sorted(tensors)})")
+            raise ArtifactError(f"{source}/{TENSORS_NAME} lacks the '{name}' tensor (has {sorted(tensors)})")
     coef = tensors["coefficients"]
     try:
         cfg = ManifoldConfig.from_dict(doc["config"])
         cfg.base_model = doc["base_model"]  # the one the schema requires (config.base_model, if any, agrees)
         layers = list(doc["layers"]) if doc.get("layers") is not None else cfg.resolved_layers()
     except (TypeError, ValueError) as e:
-        raise ArtifactError(f"{folder / CONFIG_NAME}: invalid surfaces config ({e})") from None
+        raise ArtifactError(f"{source}/{CONFIG_NAME}: invalid surfaces config ({e})") from None
     K = cfg.K
     expect = (len(layers), cfg.n_heads, cfg.head_dim, K, K)
     if tuple(coef.shape) != expect:
-        raise ArtifactError(f"{tfile}: coefficients have shape {tuple(coef.shape)} but the config says "
-                            f"{expect} (layers, heads, head_dim, K, K)")
+        raise ArtifactError(f"{source}/{TENSORS_NAME}: coefficients have shape {tuple(coef.shape)} but the config "
+                            f"says {expect} (layers, heads, head_dim, K, K)")
     lo, hi = tensors["lo"].float(), tensors["hi"].float()
     if lo.shape != (len(layers),) or hi.shape != (len(layers),):
-        raise ArtifactError(f"{tfile}: lo/hi have shapes {tuple(lo.shape)}/{tuple(hi.shape)}, expected "
-                            f"({len(layers)},)")
-    check_surfaces(coef.float(), lo, hi, layers, source=str(folder))
+        raise ArtifactError(f"{source}/{TENSORS_NAME}: lo/hi have shapes {tuple(lo.shape)}/{tuple(hi.shape)}, "
+                            f"expected ({len(layers)},)")
+    check_surfaces(coef.float(), lo, hi, layers, source=source)
     cfg.layers = layers
     cfg.ranges = [(float(a), float(b)) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
     cfg.dtype = "float32"
@@ -244,32 +215,45 @@ def load(path: str | Path, model=None, *, verify: bool = True, force: bool = Fal
         bank.hi.copy_(hi)
     walls = doc.get("walls") or []
     if not isinstance(walls, list):
-        raise ArtifactError(f"{folder / CONFIG_NAME}: walls must be a list (got {type(walls).__name__})")
+        raise ArtifactError(f"{source}/{CONFIG_NAME}: walls must be a list (got {type(walls).__name__})")
     try:
         bank.set_walls(walls)
     except GeosteerError as e:
-        raise ArtifactError(f"{folder / CONFIG_NAME}: invalid wall ({e})") from None
+        raise ArtifactError(f"{source}/{CONFIG_NAME}: invalid wall ({e})") from None
     bank.history = list(doc.get("history") or [])
     bank.meta = dict(doc.get("meta") or {})
-    bank.source = str(folder)
+    bank.source = source
     if model is not None:
-        from geosteer.artifacts import check_base_model
-        from geosteer.models.loading import model_id
-
-        bank.check_model(model)
-        check_base_model(cfg.base_model, model_id(model), what=f"surfaces {folder}", force=force)
-        from geosteer.manifold.surface_checks import layers_device
-        from geosteer.models.anatomy import anatomy
-
-        dev = layers_device(anatomy(model), bank.layers)  # None: split or offloaded (moved per layer)
-        if dev is not None:
-            bank.to(dev)
-        from geosteer.overflow import check_forward_finite
-
-        check_forward_finite(model, bank, f"surfaces {folder}")
+        _check_on(bank, model, force=force, source=source)
     return bank
 
 
+def _check_on(bank: SurfaceBank, model, *, force: bool, source: str) -> None:
+    from geosteer.artifacts import check_base_model
+    from geosteer.manifold.surface_checks import layers_device
+    from geosteer.models.anatomy import anatomy
+    from geosteer.models.loading import model_id
+    from geosteer.overflow import check_forward_finite
+
+    bank.check_model(model)
+    check_base_model(bank.config.base_model, model_id(model), what=f"surfaces {source}", force=force)
+    dev = layers_device(anatomy(model), bank.layers)  # None: split or offloaded (moved per layer)
+    if dev is not None:
+        bank.to(dev)
+    check_forward_finite(model, bank, f"surfaces {source}")
+
+
+def load(path: str | Path, model=None, *, force: bool = False, revision: str | None = None) -> SurfaceBank:
+    """Read an artifact into a :class:`SurfaceBank` (float32). With ``model``: check that it fits the
+    model's shapes and that the artifact's recorded base model is this model (errors name both; ``force``
+    skips the name check, never the shape check) and move it to the model's device. A changed or truncated
+    tensor file, non-finite coefficients and ranges without finite lo < hi are refused. It is not attached:
+    use ``geosteer.steer(model, bank)`` or ``geosteer.manifold.install(model, bank=bank)``. Reads only.
+    """
+    folder = resolve(path if revision is None else f"{path}@{revision}")  # revision: of a Hub repo id
+    return load_state(SURFACES, folder, model, force=force)
+
+
 SURFACES = ArtifactFormat(FORMAT, VERSION, tensors=(TENSORS_NAME,), known_keys=tuple(sorted(_KNOWN)),
-                          load=lambda folder, model: load(folder, model=model), method="manifold",
-                          saves=SurfaceBank, save=lambda bank, folder, **meta: save(bank, folder, **meta))
+                          method="manifold", saves=SurfaceBank, to_state=to_state, from_state=from_state,
+                          save=lambda bank, folder, **meta: save(bank, folder, **meta))

@@ -35,11 +35,9 @@ def write_card(folder: str | Path) -> Path:
     folder = resolve(folder)
     doc = read_config(folder)
     bank = load(folder)
-    with tempfile.TemporaryDirectory(prefix="geosteer-card-") as tmp:
-        _model_card(Path(tmp), doc, bank)
-        card = Path(tmp) / "README.md"
-        if not card.is_file():
-            from geosteer.errors import ArtifactError
+    text = _model_card(doc, bank)
+    if text is None:
+        from geosteer.errors import ArtifactError
 
-            raise ArtifactError(f"could not render a model card for {folder}")
-        return atomic_write_text(folder / "README.md", card.read_text())
+        raise ArtifactError(f"could not render a model card for {folder}")
+    return atomic_write_text(folder / "README.md", text)

@@ -40,7 +40,7 @@ def _validate(v: dict) -> None:
         raise GeosteerError("edits= needs surfaces= (the edits change a surfaces artifact)")
 
 
-def _build(model, v: dict, force: bool = False) -> list:
+def _build(model, v: dict, *, force: bool = False) -> list:
     """The surfaces (edited if ``edits`` is given); ``force``: also when recorded for another base model."""
     if v["surfaces"] is None:
         return []
@@ -55,6 +55,21 @@ def _build(model, v: dict, force: bool = False) -> list:
         except (ValueError, TypeError) as e:
             raise GeosteerError(f"bad surface edit in edits={v['edits']!r}: {e}") from None
     return [bank]
+
+
+def _examples(model, folder) -> dict:
+    """For the contract suite: zero surfaces (the stock model) and random ones, saved under ``folder``."""
+    import torch
+
+    from geosteer.manifold.artifact import save
+    from geosteer.manifold.bank import install, uninstall
+
+    bank = install(model, grid_size=4)
+    uninstall(model)
+    neutral = save(bank, folder / "surfaces-neutral")
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=torch.Generator().manual_seed(0)) * 0.5)
+    return {"neutral": {"surfaces": str(neutral)}, "active": {"surfaces": str(save(bank, folder / "surfaces"))}}
 
 
 STUDIES = (
@@ -84,6 +99,7 @@ METHOD = register_method(Method(
                   inline=lambda e: edit_list(e) or None),
     ),
     build=_build,
+    examples=_examples,
     validate=_validate,
     cli="geosteer.manifold.cli",
     artifacts=(SURFACES,),

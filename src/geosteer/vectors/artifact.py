@@ -3,7 +3,7 @@
 A folder: ``geosteer_config.json`` (format ``geosteer-vectors``: hook point, layers, base model, how the
 vectors were extracted and the default apply settings), ``vectors.safetensors`` (one float32 tensor per
 layer, named by the layer index: ``"3"``, ``"5"``) and a model card. :func:`load_vectors` reads it (also
-through :func:`geosteer.artifacts.load_artifact` and ``org/name[@rev]`` Hub ids).
+through :func:`geosteer.load` and ``org/name[@rev]`` Hub ids).
 
 :func:`export_gguf` writes repeng's control-vector file (``general.architecture = controlvector``,
 ``controlvector.model_hint``, ``controlvector.layer_count``, one ``direction.<layer>`` tensor per layer),
@@ -12,22 +12,13 @@ the format llama.cpp's ``--control-vector`` reads; :func:`import_gguf` reads one
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 import torch
 
-from geosteer.artifacts import (
-    CARD_NAME,
-    CONFIG_NAME,
-    check_base_model,
-    locate,
-    push,
-    write_folder_atomic,
-)
+from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_base_model, load_state, push, write_state
 from geosteer.errors import ArtifactError, GeosteerError
-from geosteer.methods import ArtifactFormat
 from geosteer.vectors.apply import SteeringVectors
 from geosteer.vectors.config import ApplyConfig
 from geosteer.vectors.gguf import GGUF_ARCH, export_gguf  # noqa: F401 - export_gguf re-exported
@@ -36,10 +27,57 @@ WEIGHTS_NAME = "vectors.safetensors"
 _KNOWN = ("base_model", "model_type", "point", "layers", "d_model", "n_layers", "extraction", "settings")
 
 
-def _config(sv: SteeringVectors) -> dict:
-    return {**VECTORS.header(), "base_model": sv.base_model, "model_type": sv.model_type, "point": sv.point,
-            "layers": list(sv.vectors), "d_model": sv.d_model, "n_layers": sv.n_layers,
-            "extraction": sv.extraction, "settings": sv.settings.to_dict()}
+def to_state(sv: SteeringVectors) -> tuple[dict, dict]:
+    """The vectors' config (point, layers, width, base model, extraction, apply settings) and one float32
+    tensor per layer, named by the layer index."""
+    if not isinstance(sv.base_model, str) or not sv.base_model:
+        raise ArtifactError("these steering vectors record no base model (e.g. imported from GGUF); set "
+                            "base_model= to the model they were made for before saving them")
+    width = next(iter(sv.vectors.values())).numel()
+    if sv.d_model is not None and sv.d_model != width:
+        raise ArtifactError(f"the vectors hold {width} values each but d_model says {sv.d_model}")
+    cfg = {"base_model": sv.base_model, "model_type": sv.model_type, "point": sv.point,
+           "layers": list(sv.vectors), "d_model": width, "n_layers": sv.n_layers,
+           "extraction": sv.extraction, "settings": sv.settings.to_dict()}
+    return cfg, {str(layer): v.detach().float() for layer, v in sv.vectors.items()}
+
+
+def from_state(cfg: dict, tensors: dict, model=None, *, force: bool = False,
+               source: str = "vectors") -> SteeringVectors:
+    """Steering vectors from a checked config and its tensors: one tensor per recorded layer, named by the
+    layer index as written (``3``, never ``03`` or ``-1``), each of ``d_model`` values; with ``model``: the
+    recorded base model (unless ``force``), the width and the layers checked against it."""
+    names = {str(layer) for layer in cfg["layers"]}
+    if set(tensors) != names:
+        extra = sorted(set(tensors) - names)[:3]
+        missing = sorted(names - set(tensors), key=int)[:3]
+        raise ArtifactError(f"{source}: {WEIGHTS_NAME} must hold one tensor per layer of the config, named by "
+                            f"its index ({', '.join(sorted(names, key=int)[:8])}); "
+                            + (f"unexpected {', '.join(extra)}" if extra else f"missing {', '.join(missing)}"))
+    width = cfg["d_model"]
+    for name, t in tensors.items():
+        if not t.is_floating_point() or t.dim() != 1 or t.numel() != width:
+            raise ArtifactError(f"{source}: the vector of layer {name} has shape {tuple(t.shape)} ({t.dtype}); "
+                                f"the config says d_model {width} (one float vector of {width} values per layer)")
+    try:
+        settings = ApplyConfig(**(cfg.get("settings") or {}))
+    except (TypeError, GeosteerError) as e:
+        raise ArtifactError(f"{source}: bad apply settings ({e})") from None
+    try:
+        sv = SteeringVectors({int(k): t.float() for k, t in tensors.items()}, point=cfg["point"],
+                             base_model=cfg["base_model"], model_type=cfg.get("model_type") or "",
+                             d_model=width, n_layers=cfg.get("n_layers"), extraction=cfg.get("extraction") or {},
+                             settings=settings)
+    except GeosteerError as e:
+        raise ArtifactError(f"{source}: {e}") from None
+    if model is not None:
+        from geosteer.models.loading import model_id
+        from geosteer.overflow import check_forward_finite
+
+        check_base_model(sv.base_model, model_id(model), what=f"steering vectors at {source}", force=force)
+        sv._check_model(model)
+        check_forward_finite(model, sv, f"steering vectors {source}")  # finite but huge vectors overflow
+    return sv
 
 
 def _card(sv: SteeringVectors, command: str | None) -> str:
@@ -63,47 +101,13 @@ def _card(sv: SteeringVectors, command: str | None) -> str:
 def save_vectors(sv: SteeringVectors, folder: str | Path, *, overwrite: bool = True,
                  command: str | None = None) -> Path:
     """Write the artifact folder atomically (config, ``vectors.safetensors``, model card)."""
-    from safetensors.torch import save_file
-
-    tensors = {str(layer): v.detach().float().cpu().contiguous() for layer, v in sv.vectors.items()}
-
-    def fill(tmp: Path) -> None:
-        (tmp / CONFIG_NAME).write_text(json.dumps(_config(sv), indent=2) + "\n", encoding="utf-8")
-        save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": VECTORS.name, "point": sv.point})
-        (tmp / CARD_NAME).write_text(_card(sv, command), encoding="utf-8")
-
-    return write_folder_atomic(folder, fill, overwrite=overwrite, kind="geosteer-vectors")
+    return write_state(VECTORS, sv, folder, overwrite=overwrite, card=_card(sv, command))
 
 
 def load_vectors(folder: str | Path, model=None, *, force: bool = False) -> SteeringVectors:
-    """Read a vectors artifact (a folder or a Hub id); with ``model``, check that it was made for it."""
-    from safetensors.torch import load_file
-
-    path = locate(folder)
-    if not (path / WEIGHTS_NAME).is_file():
-        raise ArtifactError(f"{path} is not a steering-vectors artifact (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
-    cfg = VECTORS.read(path)
-    raw = load_file(str(path / WEIGHTS_NAME))
-    try:
-        vectors = {int(name): t for name, t in raw.items()}
-    except ValueError:
-        raise ArtifactError(f"{path / WEIGHTS_NAME}: tensors must be named by layer index, got "
-                            f"{', '.join(sorted(raw))}") from None
-    try:
-        settings = ApplyConfig(**(cfg.get("settings") or {}))
-    except (TypeError, GeosteerError) as e:
-        raise ArtifactError(f"{path}: bad apply settings in {CONFIG_NAME} ({e})") from None
-    sv = SteeringVectors(vectors, point=cfg.get("point", "resid_post"), base_model=cfg.get("base_model"),
-                         model_type=cfg.get("model_type") or "", d_model=cfg.get("d_model"),
-                         n_layers=cfg.get("n_layers"), extraction=cfg.get("extraction") or {}, settings=settings)
-    if model is not None:
-        from geosteer.models.loading import model_id
-        from geosteer.overflow import check_forward_finite
-
-        check_base_model(sv.base_model, model_id(model), what=f"steering vectors at {path}", force=force)
-        sv._check_model(model)
-        check_forward_finite(model, sv, f"steering vectors {path}")  # finite but huge vectors overflow
-    return sv
+    """Read a vectors artifact (a folder or a Hub id), checked; with ``model``, check that it was made for it
+    (``force``: use vectors recorded for another base model anyway)."""
+    return load_state(VECTORS, folder, model, force=force)
 
 
 def push_vectors(sv: SteeringVectors, repo_id: str, *, folder: str | Path | None = None, private: bool = True,
@@ -115,8 +119,10 @@ def push_vectors(sv: SteeringVectors, repo_id: str, *, folder: str | Path | None
         return push(save_vectors(sv, Path(tmp) / "vectors"), repo_id, private=private, token=token)
 
 
-def import_gguf(path: str | Path) -> SteeringVectors:
-    """Read a GGUF control-vector file (repeng's format) as resid_post steering vectors."""
+def import_gguf(path: str | Path, model=None, *, force: bool = False) -> SteeringVectors:
+    """Read a GGUF control-vector file (repeng's format) as resid_post steering vectors. With ``model``:
+    a ``model_hint`` naming another architecture than the model's is refused (``force``: use them anyway),
+    and the width and layers are checked."""
     from geosteer.extras import require
 
     gguf = require("gguf")
@@ -127,17 +133,32 @@ def import_gguf(path: str | Path) -> SteeringVectors:
     arch = reader.get_field("general.architecture")
     if arch is None or bytes(arch.parts[-1]).decode("utf-8", "replace") != GGUF_ARCH:
         raise ArtifactError(f"{path} is not a GGUF control-vector file (architecture is not '{GGUF_ARCH}')")
-    hint = reader.get_field(f"{GGUF_ARCH}.model_hint")
+    field = reader.get_field(f"{GGUF_ARCH}.model_hint")
+    hint = bytes(field.parts[-1]).decode("utf-8", "replace") if field else ""
     vectors = {}
     for t in reader.tensors:
         if t.name.startswith("direction."):
-            vectors[int(t.name.split(".", 1)[1])] = torch.tensor(t.data.copy()).float().reshape(-1)
+            index = t.name.split(".", 1)[1]
+            if not index.isdigit() or str(int(index)) != index or int(index) in vectors:
+                raise ArtifactError(f"{path}: tensor {t.name} does not name a layer (direction.<index>, once each)")
+            vectors[int(index)] = torch.tensor(t.data.copy()).float().reshape(-1)
     if not vectors:
         raise ArtifactError(f"{path} holds no direction.<layer> tensors")
-    return SteeringVectors(vectors, point="resid_post", model_type=bytes(hint.parts[-1]).decode() if hint else "",
-                           d_model=next(iter(vectors.values())).numel())
+    try:
+        sv = SteeringVectors(vectors, point="resid_post", model_type=hint,
+                             d_model=next(iter(vectors.values())).numel(), extraction={"gguf_model_hint": hint})
+    except GeosteerError as e:
+        raise ArtifactError(f"{path}: {e}") from None
+    if model is not None:
+        got = str(getattr(getattr(model, "config", None), "model_type", "") or "")
+        if hint and got and hint != got and not force:
+            raise ArtifactError(f"{path} is a control vector for a '{hint}' model (its model_hint), not for this "
+                                f"'{got}' model; pass force=True (CLI: --force) to use it anyway")
+        sv.model_type = got or hint
+        sv._check_model(model)
+    return sv
 
 
-VECTORS = ArtifactFormat("geosteer-vectors", 1, tensors=(WEIGHTS_NAME,), known_keys=_KNOWN,
-                         load=lambda folder, model: load_vectors(folder, model), method="vectors",
-                         saves=SteeringVectors, save=lambda sv, folder, **kw: save_vectors(sv, folder, **kw))
+VECTORS = ArtifactFormat("geosteer-vectors", 1, tensors=(WEIGHTS_NAME,), known_keys=_KNOWN, method="vectors",
+                         saves=SteeringVectors, to_state=to_state, from_state=from_state,
+                         save=lambda sv, folder, **kw: save_vectors(sv, folder, **kw))

@@ -150,7 +150,10 @@ def _check_prompts(pairs, positive, negative) -> tuple[list[str], list[str], boo
             raise GeosteerError("pairs must be a non-empty list of [positive, negative] prompt pairs")
         for i, p in enumerate(pairs):
             if not (isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(s, str) for s in p)):
-                raise GeosteerError(f"pair {i} must be [positive, negative] (two strings), got {p!r}")
+                raise GeosteerError(f"pair {i} must be [positive, negative] (two strings), got {p!r:.80}")
+        if all(p[0] == p[1] for p in pairs):
+            raise GeosteerError("every pair's positive and negative prompts are the same text: their difference "
+                                "(the steering vector) would be zero; each pair must contrast two prompts")
         return [p[0] for p in pairs], [p[1] for p in pairs], True
     for name, s in (("positive", positive), ("negative", negative)):
         if not isinstance(s, (list, tuple)) or not s or not all(isinstance(t, str) for t in s):
@@ -184,6 +187,9 @@ def extract(model: nn.Module, tok, pairs: Sequence[Sequence[str]] | None = None,
         args = (pos_acts[layer], neg_acts[layer])
         vec = agg(*args, paired=paired) if cfg.method == "probe" else agg(*args)
         vectors[layer] = vec.float()
+        if not bool(vectors[layer].any()):
+            raise GeosteerError(f"the steering vector of layer {layer} is zero: the positive and negative prompts "
+                                f"give the same activations at {cfg.point}; use prompts that differ in the behaviour")
     return SteeringVectors(vectors, point=cfg.point, base_model=model_id(model),
                            model_type=str(getattr(model.config, "model_type", "")), d_model=an.d_model,
                            n_layers=an.n_layers, extraction={**cfg.to_dict(), "n_positive": len(pos_prompts),

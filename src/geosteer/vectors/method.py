@@ -15,7 +15,7 @@ def _validate(v: dict) -> None:
         raise GeosteerError("vector_layers= needs vectors= (a steering-vectors artifact folder)")
 
 
-def _build(model, v: dict, force: bool = False) -> list:
+def _build(model, v: dict, *, force: bool = False) -> list:
     """The vectors with the recipe's apply settings; ``force``: also when recorded for another base model."""
     if v["vectors"] is None or float(v["vector_scale"]) == 0:
         return []
@@ -26,6 +26,26 @@ def _build(model, v: dict, force: bool = False) -> list:
     layers = parse_layers(v["vector_layers"], anatomy(model).n_layers)
     return [sv.with_(scale=v["vector_scale"], mode=v["vector_mode"], from_token=v["vector_from"],
                      phase=v["vector_phase"], layers=layers)]
+
+
+def _examples(model, folder) -> dict:
+    """For the contract suite: zero vectors added (the stock model), then random ones."""
+    import torch
+
+    from geosteer.models.anatomy import anatomy
+    from geosteer.models.loading import model_id
+    from geosteer.vectors.apply import SteeringVectors
+
+    an = anatomy(model)
+    g = torch.Generator().manual_seed(0)
+
+    def vectors(scale: float, name: str) -> str:
+        sv = SteeringVectors({0: torch.randn(an.d_model, generator=g) * scale, 1: torch.randn(an.d_model, generator=g)
+                              * scale}, base_model=model_id(model), d_model=an.d_model, n_layers=an.n_layers)
+        return str(sv.save(folder / name))
+
+    return {"neutral": {"vectors": vectors(0.0, "vectors-neutral")},
+            "active": {"vectors": vectors(1.0, "vectors"), "vector_scale": 2.0}}
 
 
 METHOD = register_method(Method(
@@ -40,6 +60,7 @@ METHOD = register_method(Method(
         RecipeKey("vector_layers", None, "which of the artifact's layers (default: all it holds)", kind="layers"),
     ),
     build=_build,
+    examples=_examples,
     validate=_validate,
     cli="geosteer.vectors.cli",
     artifacts=(VECTORS,),
