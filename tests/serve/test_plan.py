@@ -168,3 +168,28 @@ def test_walls_are_read_after_the_surfaces_and_also_on_layers_without_them(tmp_p
     assert [type(op) for op in plan.layers[1].attention] == [WallOp, Surface]  # walls outermost
     (op,) = plan.layers[2].attention
     assert isinstance(op, WallOp) and op.coeff is None and op.heads.tolist() == [3] and op.dims.tolist() == [5]
+
+
+@pytest.mark.parametrize("mode,phase,start", [("add", "all", 0), ("ablate_add", "prompt", 2),
+                                              ("norm_match", "generation", 0), ("ablate", "all", 3)])
+def test_steering_vectors_are_served_per_token_by_position_and_phase(tmp_path, meta, mode, phase, start):
+    from geosteer.served import Tokens
+    from geosteer.vectors.apply import SteeringVectors
+
+    model, m = meta
+    d = model.config.hidden_size
+    v = torch.randn(d, generator=torch.Generator().manual_seed(0))
+    folder = SteeringVectors({1: v}, point="mlp_out", base_model="tiny-llama", d_model=d,
+                             n_layers=model.config.num_hidden_layers).save(tmp_path / "v")
+    plan = plan_recipe("v", _recipe(tmp_path, "r", vectors=str(folder), vector_scale=2.5, vector_mode=mode,
+                                    vector_phase=phase, vector_from=start), m)
+    (fn,) = plan.layers[1].mlp_out
+    assert list(plan.layers) == [1] and plan.prompt_dependent == (phase != "all")
+    x = torch.randn(6, d)
+    tokens = Tokens(torch.tensor([0, 1, 2, 3, 4, 5]), torch.tensor([4, 4, 4, 4, 4, 4]))  # prompt: 0-3
+    u = v / v.norm()  # by hand, per mode
+    steered = {"add": x + 2.5 * v, "ablate": x - (x @ u)[:, None] * u, "ablate_add": x - (x @ u)[:, None] * u + 2.5 * v,
+               "norm_match": (x + 2.5 * v) * (x.norm(dim=-1) / (x + 2.5 * v).norm(dim=-1))[:, None]}[mode]
+    on = (tokens.positions >= start) & {"all": torch.ones(6, dtype=torch.bool), "prompt": tokens.positions < 4,
+                                        "generation": tokens.positions >= 4}[phase]
+    torch.testing.assert_close(fn(x, {}, tokens), torch.where(on[:, None], steered, x))
