@@ -133,3 +133,21 @@ def test_vectors_train_overwrite_keeps_the_users_files(tiny_model, tmp_path, mon
                            "--layers", "0", "--out", str(folder), "--overwrite")
     one_line_exit_2(code, err)
     assert "finetune.safetensors" in err and _tree(folder) == before
+
+
+@pytest.mark.parametrize("verb", ["train", "import"])
+def test_manifold_train_and_import_refuse_before_any_work(verb, tiny_model, tmp_path, monkeypatch, capsys):
+    from tests.cli_helpers import forbid_model_builds
+
+    model, _ = tiny_model("llama")
+    folder = _surfaces(model, tmp_path / "A")
+    (folder / "finetune.safetensors").write_bytes(b"mine")
+    before = _tree(folder)
+    forbid_model_builds(monkeypatch)  # refused while the command line is read, before a model is built
+    ckpt = tmp_path / "surfaces_grid8.pt"
+    ckpt.write_bytes(b"not read")
+    args = (["manifold", "train", "--model", "tiny-llama", "--out", str(folder)] if verb == "train" else
+            ["manifold", "import", str(ckpt), "--model", "tiny-llama", "--out", str(folder)])
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    one_line_exit_2(code, err)
+    assert "finetune.safetensors" in err and _tree(folder) == before
