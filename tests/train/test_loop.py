@@ -162,3 +162,28 @@ def test_config_validation():
         TrainConfig(lr=-1, steps=1)
     assert TrainConfig(tokens=1000, batch_size=2, seq_len=100).total_steps == 5
     assert TrainConfig.from_dict(TrainConfig(steps=3).to_dict()) == TrainConfig(steps=3)
+
+
+@pytest.mark.parametrize("first,left,want", [(1.5, 3, "about 4 s"), (2.0, 100, "about 3.3 min"),
+                                             (10.0, 1000, "about 2.8 h"), (0.0, 5, "about 0 s")])
+def test_expected_duration_is_the_first_step_times_the_steps(first, left, want):
+    from geosteer.train.loop import expected_duration
+
+    assert expected_duration(first, left) == want
+
+
+def test_the_expected_duration_is_said_once_after_the_first_step(tiny, stream, tmp_path):
+    model, tok = tiny
+    lines: list[str] = []
+    bias = LearnedBias(model.config.hidden_size)
+    train(model, bias, train_config(steps=4, log_every=1), tok=tok, train_ids=stream, interventions=[bias],
+          progress=False, log=lines.append)
+    said = [i for i, ln in enumerate(lines) if ln.startswith("expected duration: about ")]
+    assert len(said) == 1 and "for 4 steps" in lines[said[0]] and "an estimate" in lines[said[0]]
+    assert lines[said[0] + 1].startswith("step 1/4")  # before the first step's log line, after the step
+    resumed: list[str] = []  # a resumed run estimates the steps it has left
+    for kw in (dict(stop_at=1), dict(resume=True)):
+        b = LearnedBias(model.config.hidden_size)
+        train(model, b, train_config(steps=4, checkpoint_every=1), tok=tok, train_ids=stream, interventions=[b],
+              progress=False, log=resumed.append, out_dir=tmp_path, **kw)
+    assert sum("for 3 steps" in ln for ln in resumed) == 1, resumed

@@ -308,6 +308,22 @@ def _after_step(run: Run, step: int, rec: dict, t_run: float, bar, do_eval: bool
         run.options.callback(done, rec)
 
 
+def expected_duration(first_step_s: float, steps_left: int) -> str:
+    """``"about 4.2 min"``: ``steps_left`` steps at the first step's time (an estimate)."""
+    left = max(0.0, first_step_s) * max(0, steps_left)
+    return f"about {left:.0f} s" if left < 120 else (f"about {left / 60:.1f} min" if left < 7200
+                                                      else f"about {left / 3600:.1f} h")
+
+
+def _say_expected(run: Run, first_step_s: float) -> None:
+    """After the first step of a run: how long the whole run should take (an estimate, said once)."""
+    steps = run.total - run.start
+    if run.main and steps > 1:
+        run.options.say(f"expected duration: {expected_duration(first_step_s, steps)} for {steps} steps "
+                        f"(an estimate: the first step took {first_step_s:.2f} s; evaluations and checkpoints "
+                        "add to it)")
+
+
 def _progress_bar(run: Run):
     if not (run.options.progress and run.main and bars_enabled()):  # the one progress policy
         return None
@@ -348,7 +364,11 @@ def fit(model: nn.Module, trainable: nn.Module, cfg: TrainConfig, data, *, loss:
                 if o.stop_at is not None and step >= o.stop_at:
                     stopped = True
                     break
-                _after_step(run, step, train_step(run, step), t_run, bar, do_eval)
+                t_step = time.perf_counter()
+                rec = train_step(run, step)
+                if step == run.start:
+                    _say_expected(run, time.perf_counter() - t_step)
+                _after_step(run, step, rec, t_run, bar, do_eval)
         finally:
             if bar is not None:
                 bar.close()
