@@ -23,7 +23,7 @@ def test_judge_separates_unseen_texts_and_reads_only_text():
 
 def test_scores_of_the_same_texts_do_not_depend_on_the_steered_model(tiny_model):
     """The concept score is the judge's output on the generated text: two models, same texts, same scores."""
-    from geosteer.bench.levers import stock_point
+    from geosteer.bench.registry import stock_point
     from geosteer.bench.scoring import measure
 
     j = Judge().fit(CATS["positive"], CATS["negative"])

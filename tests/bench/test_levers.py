@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from geosteer.bench.catalog import DEFAULT_LEVERS, levers
 from geosteer.bench.concepts import read_concepts, split_concept, toward_away
-from geosteer.bench.levers import DEFAULT_LEVERS, Setup, levers
 from geosteer.bench.modules import LoReFT
 from geosteer.bench.prompts import format_prompt, neutral_prompts, train_prompts
+from geosteer.bench.registry import Setup
 from geosteer.interventions import steer
 from tests.bench.conftest import TINY
 

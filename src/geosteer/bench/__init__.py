@@ -3,11 +3,12 @@ learned steering surfaces, walls, ∥/⊥ scales, FFN gates) on a user's model a
 operating point chosen by one rule, scored by a judge that is not the model (``geosteer bench steering``)."""
 
 from geosteer.bench.budget import BUDGETS, Budget
+from geosteer.bench.catalog import DEFAULT_LEVERS, levers
 from geosteer.bench.concepts import Splits, read_concepts, split_concept
 from geosteer.bench.judge import Judge
-from geosteer.bench.levers import DEFAULT_LEVERS, Lever, Point, levers, register_lever
 from geosteer.bench.modules import LearnedVector, LoReFT
 from geosteer.bench.operating import choose_operating_point
+from geosteer.bench.registry import Lever, Point, register_lever
 from geosteer.bench.run import BenchConfig, run_bench
 
 __all__ = ["BUDGETS", "DEFAULT_LEVERS", "BenchConfig", "Budget", "Judge", "LearnedVector", "Lever", "LoReFT", "Point",

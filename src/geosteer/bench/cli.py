@@ -65,8 +65,8 @@ def steering_cmd(
     """Every lever on every concept, each at its own operating point chosen on validation prompts by one rule;
     scored on test prompts by a judge that is not the model (reference: the stock model)."""
     from geosteer.bench.budget import get_budget
+    from geosteer.bench.catalog import parse_levers
     from geosteer.bench.concepts import read_concepts
-    from geosteer.bench.levers import parse_levers
 
     chosen = parse_levers(lever_spec)
     b = get_budget(budget)

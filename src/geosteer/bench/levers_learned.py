@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import torch
 
-from geosteer.bench.levers import Lever, Point, Prepared, Setup, fixed, register_lever
+from geosteer.bench.registry import Lever, Point, Prepared, Setup, fixed, register_lever
 
 LORA_RANK = 4
 REFT_RANK = 4

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geosteer.bench.budget import Budget
-from geosteer.bench.levers import Point, Setup, levers, stock_point
+from geosteer.bench.catalog import levers
 from geosteer.bench.operating import choose_operating_point
+from geosteer.bench.registry import Point, Setup, stock_point
 from geosteer.bench.scoring import Measured, measure, next_token_logprobs, summarize
 from geosteer.io_utils import atomic_write_text
 
