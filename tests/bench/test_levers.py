@@ -109,3 +109,19 @@ def test_one_rule_chooses_every_levers_operating_point(tiny_model, concept_file,
     monkeypatch.setattr(run, "prepare_concept", lambda *a, **k: pytest.fail("rebuilt"))
     again = run.run_bench(model, tok, read_concepts(concept_file), cfg, tmp_path / "out")
     assert json.dumps(again["rows"]) == json.dumps(doc["rows"])  # (NaN intervals of one prompt compare as text)
+
+
+def test_a_failing_lever_is_recorded_and_the_others_go_on(tiny_model, concept_file, tmp_path, monkeypatch):
+    import geosteer.bench.registry as registry
+    import geosteer.bench.run as run
+
+    def boom(setup):
+        raise RuntimeError("no luck")
+
+    monkeypatch.setitem(registry._LEVERS, "boom", registry.Lever("boom", boom, "fails"))
+    model, tok = tiny_model("llama")
+    cfg = run.BenchConfig(model="tiny-llama", levers=["boom", "prompting"], budget=TINY)
+    doc = run.run_bench(model, tok, read_concepts(concept_file), cfg, tmp_path / "out")
+    assert [r["lever"] for r in doc["rows"]] == ["stock", "prompting"]
+    assert doc["failed"] == [{"concept": "cats", "lever": "boom", "error": "RuntimeError: no luck"}]
+    assert not (tmp_path / "out" / "cache" / "cats" / "boom.json").exists()

@@ -101,6 +101,9 @@ def _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surface
             typer.echo(f"note: no figures ({e})", err=True)
     emit(markdown_table(doc["rows"]), False)
     emit(f"results: {path}", False)
+    if doc["failed"]:
+        raise GeosteerError(f"{len(doc['failed'])} (concept, lever) runs failed (listed in {path} under 'failed'; "
+                            "the others are measured); run the same command again to retry them")
 
 
 def register(app: typer.Typer) -> None:

@@ -154,8 +154,11 @@ def stock_row(ctx: ConceptContext, cfg: BenchConfig) -> dict:
             "params": 0, "info": {}, "examples": ctx.stock["test"].texts[:2]}
 
 
-def run_concept(model, tok, concept, cfg: BenchConfig, out: Path, log=None) -> tuple[list[dict], list[dict], dict]:
-    """Every lever on one concept (cached ones read back): (rows, curves, concept record)."""
+def run_concept(model, tok, concept, cfg: BenchConfig, out: Path, log=None,
+                failed: list | None = None) -> tuple[list[dict], list[dict], dict]:
+    """Every lever on one concept (cached ones read back): (rows, curves, concept record). A lever that
+    raises is logged and added to ``failed``; the others go on."""
+    failed = failed if failed is not None else []
     say = log or (lambda s: None)
     todo = [n for n in cfg.levers if read_cached(_cache_path(out, concept.name, n),
                                                  cfg.fingerprint(concept, n)) is None]
@@ -176,8 +179,14 @@ def run_concept(model, tok, concept, cfg: BenchConfig, out: Path, log=None) -> t
         if doc is None:
             say(f"{concept.name}: {name} ...")
             work = out / "work" / concept.name / name
-            doc = {"fingerprint": fp, **run_lever(model, tok, ctx, name, cfg, work, log)}
-            shutil.rmtree(work, ignore_errors=True)
+            try:
+                doc = {"fingerprint": fp, **run_lever(model, tok, ctx, name, cfg, work, log)}
+            except Exception as e:  # noqa: BLE001 - one lever's failure leaves the others measured
+                failed.append({"concept": concept.name, "lever": name, "error": f"{type(e).__name__}: {e}"})
+                say(f"{concept.name}: {name} failed ({type(e).__name__}: {e}); a rerun tries it again")
+                continue
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
             _write(path, doc)
             r = doc["row"]
             say(f"{concept.name}: {name} score {r['score']['mean']:.3f} concept {r['concept_score']['mean']:.3f} "
@@ -205,9 +214,9 @@ def run_bench(model, tok, concepts: list, cfg: BenchConfig, out: Path, log=None)
     """Every concept; the results document (``reference``, ``meta``, ``concepts``, ``rows``, ``curves``)."""
     out.mkdir(parents=True, exist_ok=True)
     _write(out / STATE_FILE, {"format": "geosteer-bench-state", "model": cfg.model})
-    rows, curves, recs = [], [], []
+    rows, curves, recs, failed = [], [], [], []
     for c in concepts:
-        r, cv, rec = run_concept(model, tok, c, cfg, out, log)
+        r, cv, rec = run_concept(model, tok, c, cfg, out, log, failed)
         rows += r
         curves += cv
         recs.append(rec)
@@ -215,4 +224,4 @@ def run_bench(model, tok, concepts: list, cfg: BenchConfig, out: Path, log=None)
             "meta": {"command": cfg.command, "model": cfg.model, "budget": cfg.budget.to_dict(), "seed": cfg.seed,
                      "kl_budget": cfg.kl_budget, "chat": cfg.chat, "train_tau": cfg.train_tau,
                      "levers": cfg.levers, **cfg.extra},
-            "concepts": recs, "rows": rows, "curves": curves}
+            "concepts": recs, "rows": rows, "curves": curves, "failed": failed}
