@@ -80,6 +80,7 @@ def set_rows(per_request: list[tuple]) -> None:
     _PLANS.clear()
     _GROUPS.clear()
     _CAPTURES.clear()
+    _TOKENS.clear()
     if not per_request:
         _ROWS = _PROMPT_LEN = None
         return
@@ -136,11 +137,17 @@ def ops(r: int, layer: int) -> LayerOps | None:
     return _PLANS[r].layers.get(layer)
 
 
+_TOKENS: list = []  # (positions tensor, Tokens) of this step, made once for all its layers
+
+
 def tokens(positions: torch.Tensor) -> Tokens:
     """Where every row of this step's batch sits: ``positions`` (from vLLM) and each row's prompt length."""
+    if _TOKENS and _TOKENS[0][0] is positions:
+        return _TOKENS[0][1]
     pos = positions if positions.dim() == 1 else positions[0]  # (3, n) multimodal positions: the text row
     n = pos.shape[0]
     plen = torch.zeros(n, dtype=torch.long, device=positions.device)
     if _PROMPT_LEN is not None and _PROMPT_LEN.numel() <= n:
         plen[:_PROMPT_LEN.numel()] = _PROMPT_LEN.to(positions.device)
-    return Tokens(pos, plen)
+    _TOKENS[:] = [(positions, Tokens(pos, plen))]
+    return _TOKENS[0][1]

@@ -180,11 +180,17 @@ class SteeringVectors:
             raise ArtifactError(f"steering vectors of size {self.d_model} do not fit this model "
                                 f"(d_model {ops.d_model})")
         ops.prompt_dependent = ops.prompt_dependent or s.phase != "all"
+        every = s.phase == "all" and s.from_token == 0
         for layer in self.active_layers:
-            v = self.vectors[layer].float().clone()
+            cast = {(torch.device("cpu"), torch.float32): self.vectors[layer].float().clone()}
 
-            def fn(t, st, tokens, v=v):
-                y = steer_tensor(t, v.to(device=t.device, dtype=t.dtype), s.scale, s.mode)
+            def fn(t, st, tokens, cast=cast):
+                key = (t.device, t.dtype)
+                if key not in cast:
+                    cast[key] = next(iter(cast.values())).to(device=t.device, dtype=t.dtype)
+                y = steer_tensor(t, cast[key], s.scale, s.mode)
+                if every:
+                    return y
                 keep = tokens.positions >= s.from_token
                 if s.phase != "all":
                     keep = keep & (tokens.in_prompt if s.phase == "prompt" else ~tokens.in_prompt)
