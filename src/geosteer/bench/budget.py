@@ -31,7 +31,7 @@ class Budget:
 
 BUDGETS = {
     "small": Budget("small", validation_prompts=3, test_prompts=6, new_tokens=24, control_prompts=16,
-                    train_controls=8, train_texts=8, train_words=24, steps=12, strengths=(0.5, 1.0, 2.0),
+                    train_controls=8, train_texts=6, train_words=20, steps=8, strengths=(0.5, 1.0, 2.0),
                     caa_layers=(0.25, 0.5), caa_multipliers=(1.0, 2.0, 4.0)),
     "full": Budget("full", validation_prompts=8, test_prompts=16, new_tokens=48, control_prompts=32,
                    train_controls=16, train_texts=32, train_words=48, steps=40,
