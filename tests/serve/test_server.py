@@ -89,3 +89,30 @@ def test_each_request_gets_its_recipe(server):
     assert complete(model="bold") == bold[0]
     assert complete(model="smollm2", geosteer_recipe="bold") == bold[0]
     assert complete(model="smollm2") == stock[0]
+
+
+def test_hostile_requests_are_4xx_and_the_server_stays_up(server):
+    url, _ = server
+    bad = [
+        ("/v1/completions", {"model": "smollm2", "prompt": "Hi", "max_tokens": 2, "geosteer_recipe": None,
+                             "vllm_xargs": {"geosteer_recipe": "nope"}}, 404),
+        ("/v1/responses", {"model": "smollm2", "input": "Hi", "max_output_tokens": 2,
+                           "vllm_xargs": {"geosteer_recipe": "nope"}}, 404),
+        ("/v1/completions", {"model": "smollm2", "prompt": "Hi", "max_tokens": 2,
+                             "vllm_xargs": {"geosteer_spec": '{"scale_par": 2.0}'}}, 400),
+        ("/v1/completions", {"model": "smollm2", "prompt": "Hi", "max_tokens": 2,
+                             "geosteer_recipe": {"vectors": "../../etc"}}, 400),
+        ("/v1/completions", {"model": "smollm2", "prompt": "Hi", "max_tokens": 2,
+                             "geosteer_recipe": {"scale_par": {"x": 1}}}, 400),
+        ("/v1/completions", {"model": "smollm2", "prompt": "Hi", "max_tokens": 2,
+                             "geosteer_capture": {"layers": [0]}}, 400),  # captures are off here
+    ]
+    for path, body, status in bad:
+        r = httpx.post(f"{url}{path}", json=body, timeout=60)
+        assert r.status_code == status, (path, body, r.text)
+    r = httpx.post(f"{url}/v1/geosteer/recipes", json={"name": "x", "recipe": {}}, timeout=60)
+    assert r.status_code == 404  # no --admin-token: run-time recipes are off
+    time.sleep(6)  # an engine failure took the server down within 5 s
+    assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+    r = httpx.post(f"{url}/v1/completions", json={"model": "bold", "prompt": "Hi", "max_tokens": 2}, timeout=300)
+    assert r.status_code == 200, r.text
