@@ -131,18 +131,54 @@ def _surfaces(model, folder, walls=()):
     return str(bank.save(folder))
 
 
-def test_attention_recipes_are_refused_with_tensor_parallel_before_the_engine(tmp_path, meta, tiny_folder):
+def test_what_cannot_be_split_over_tensor_parallel_ranks_is_refused_before_the_engine(tmp_path, meta, tiny_folder):
+    from geosteer.manifold.walls import Wall
     from geosteer.serve.engine import engine_args
 
     model, _ = meta
-    attention = {"s": _surfaces(model, tmp_path / "s"), "v": str(_recipe(tmp_path, "v", scale_site="value_full",
-                                                                         scale_par=0.5))}
-    for name, folder in attention.items():
+    split = {"s": _surfaces(model, tmp_path / "s"),
+             "v": str(_recipe(tmp_path, "v", scale_site="value_full", scale_par=0.5)),
+             "a": str(_recipe(tmp_path, "a", scale_site="attn_out", scale_par=0.5, alpha_mlp=1.2))}
+    for name, folder in split.items():
+        assert engine_args(tiny_folder, {name: folder}, tensor_parallel_size=2)["hf_overrides"][
+            "geosteer_recipes"] == {name: folder}
+    whole = {"w": (_surfaces(model, tmp_path / "w", walls=[Wall(layer=1, heads=(0,))]), "exact walls"),
+             "c": (str(_recipe(tmp_path, "c", scale_site="value_full", scale_par=0.5, scale_value_space="concat")),
+                   "concatenated heads")}
+    for name, (folder, words) in whole.items():
         assert engine_args(tiny_folder, {name: folder})["hf_overrides"]["geosteer_recipes"] == {name: folder}
-        with pytest.raises(GeosteerError, match=f"recipe '{name}' steers inside attention.*got 2"):
+        with pytest.raises(GeosteerError, match=f"recipe '{name}': .*{words}.*tensor_parallel_size=1 only \\(got 2\\)"):
             engine_args(tiny_folder, {name: folder}, tensor_parallel_size=2)
-    residual = str(_recipe(tmp_path, "a", scale_site="attn_out", scale_par=0.5, alpha_mlp=1.2))
-    assert engine_args(tiny_folder, {"a": residual}, tensor_parallel_size=2)["model"] == tiny_folder
+
+
+def test_surfaces_and_value_scales_split_by_heads_as_attention_does(tmp_path, meta):
+    """Each rank's part, computed on its heads alone (and the KV heads they read, replicated when there are
+    fewer KV heads than ranks, as vLLM does), is that rank's slice of the whole layer's result."""
+    from geosteer.serve import surface_ops
+    from geosteer.serve.tensor_parallel import shard_layer, shard_plan
+    from geosteer.served import LayerOps, ValueScale
+
+    model, m = meta
+    surf = plan_recipe("s", _surfaces(model, tmp_path / "s"), m)
+    (op,) = surf.layers[1].attention
+    H, hkv = model.config.num_attention_heads, model.config.num_key_value_heads
+    n, d, rep, grid = 5, model.config.hidden_size // H, H // hkv, (op.grid_size, op.lo, op.hi)
+    gen = torch.Generator().manual_seed(0)
+    f, q = torch.randn(n, hkv, op.K, rep, d, generator=gen), torch.randn(n, H, d, generator=gen)
+    whole = surface_ops.surface_delta(f, q, op.coeff, grid)
+    for tp in (2, 4):
+        per, parts = H // tp, []
+        for rank in range(tp):
+            (mine,) = shard_plan(surf, rank, tp, H).layers[1].attention
+            heads = torch.arange(rank * per, (rank + 1) * per)
+            kv = heads[::rep] // rep if per >= rep else heads[:1] // rep  # the rank's KV heads
+            fr = f[:, kv] if per >= rep else f[:, kv][:, :, :, heads % rep]
+            parts.append(surface_ops.surface_delta(fr, q[:, heads], mine.coeff, grid))
+        torch.testing.assert_close(torch.cat(parts, dim=1), whole)
+    value = LayerOps(attention=[ValueScale(0.5, 1.0, [1, 3], False), ValueScale(0.7, 1.2, None, False)])
+    assert [o.heads for o in shard_layer(value, 0, 2, H).attention] == [[1], None]
+    assert [o.heads for o in shard_layer(value, 1, 2, H).attention] == [[1], None]  # head 3 is its second
+    assert [o.heads for o in shard_layer(value, 0, 4, H).attention] == [None]  # head 0 is not selected
 
 
 def test_tensor_parallel_size_among_the_vllm_arguments():

@@ -39,21 +39,18 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
                   inline: Policy | None = None) -> None:
     """Build every recipe on a weightless copy of the model: what vLLM's workers will do, but here; then
     admit requests for them (``serve.admission``; with ``inline``, inline recipes under that policy too).
-    Recipes with attention operations (surfaces, ``value_full``) are refused with ``tensor_parallel_size`` > 1."""
+    What cannot be split over ``tensor_parallel_size`` ranks is refused (``serve.tensor_parallel``)."""
     from transformers import AutoConfig
 
-    from geosteer.serve import admission
+    from geosteer.serve import admission, tensor_parallel
     from geosteer.serve.plan import meta_model, plan_recipe
 
     meta = meta_model(AutoConfig.from_pretrained(folder))
     meta.config._geosteer_name = name
     plans = {}
     for rname, rfolder in recipes.items():
-        plan = plans[rname] = plan_recipe(rname, rfolder, meta)
-        if tensor_parallel_size > 1 and plan.attention_layers:
-            raise GeosteerError(f"recipe '{rname}' steers inside attention (surfaces, walls or scale_site=value_full), "
-                                f"which is served with tensor_parallel_size=1 only (got {tensor_parallel_size}: "
-                                "the per-head surfaces and scales are not split across ranks)")
+        plans[rname] = plan_recipe(rname, rfolder, meta)
+        tensor_parallel.check(rname, plans[rname], tensor_parallel_size)
     admission.configure(plans, meta if inline is not None else None, inline)
 
 

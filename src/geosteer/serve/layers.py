@@ -301,8 +301,7 @@ def install(model, model_type: str, plans: list[RecipePlan], every_layer: bool =
         layer.channel_attention = any(o is not None and o.attention for o in ops)
         if layer.channel_attention:
             attn = _part(layer, spec.attn)
-            if attn.num_heads != attn.total_num_heads:
-                raise GeosteerError("surfaces and value_full on vLLM need tensor_parallel_size=1 (their per-head "
-                                    "parameters are not split across ranks yet)")
+            if attn.num_heads != attn.total_num_heads and any(walls_of(o) for o in ops):
+                raise GeosteerError("exact walls on vLLM need tensor_parallel_size=1")
             attn.attn = ChannelAttention(attn.attn, ops, i, shared=_shared_key_layer(attn.attn, ops))
         layer.forward = types.MethodType(steered_forward, layer)

@@ -13,7 +13,7 @@ from vllm.model_executor.models.mistral import MistralForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
-from geosteer.serve import batch
+from geosteer.serve import batch, tensor_parallel
 from geosteer.serve.inline import plan_inline
 from geosteer.serve.layers import install
 from geosteer.serve.plan import meta_model, plan_recipe
@@ -33,6 +33,12 @@ class SteeredCausalLM:
         inline = bool(getattr(cfg, "geosteer_inline", False))
         captures = getattr(cfg, "geosteer_capture_dir", None)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
+        tp = vllm_config.parallel_config.tensor_parallel_size
+        if tp > 1:  # this rank's heads of the surfaces and value scales
+            from vllm.distributed import get_tensor_model_parallel_rank
+
+            rank = get_tensor_model_parallel_rank()
+            plans = [tensor_parallel.shard_plan(p, rank, tp, cfg.num_attention_heads) for p in plans]
         batch.set_recipes(plans, (lambda canon: plan_inline(canon, meta)) if inline else None)
         batch.set_capture_dir(captures)
         install(self, cfg.model_type, plans, every_layer=inline or bool(captures))
