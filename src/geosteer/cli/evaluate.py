@@ -24,8 +24,46 @@ def register(app: typer.Typer) -> None:
         from geosteer.integrations.lm_eval import main
 
         args = list(ctx.args)
+        _check_geosteer_model_args(args)  # before lm-eval reads its task index or any model loads
         if not args or args in (["-h"], ["--help"]):
             typer.echo("geosteer eval = lm-eval's command line with `--model geosteer` registered; "
                        "lm-eval's own help (`run`, its default subcommand) follows.\n")
             args = ["run", "--help"]
         main(args)
+
+
+def _option_values(args: list[str], names: tuple[str, ...]) -> list[str] | None:
+    """The values given to an lm-eval option (``--opt a b``, ``--opt=a``); None when it is absent."""
+    out: list[str] | None = None
+    i = 0
+    while i < len(args):
+        name, eq, value = args[i].partition("=")
+        if name in names:
+            out = [] if out is None else out
+            if eq:
+                out.append(value)
+            else:
+                while i + 1 < len(args) and not args[i + 1].startswith("-"):
+                    i += 1
+                    out.append(args[i])
+        i += 1
+    return out
+
+
+def _check_geosteer_model_args(args: list[str]) -> None:
+    """With ``--model geosteer``, check its ``--model_args`` (keys, pretrained, dtype, recipe values) first."""
+    model = _option_values(args, ("--model",))
+    if not model or model[-1] != "geosteer":
+        return
+    from lm_eval.utils import simple_parse_args_string
+
+    from geosteer.integrations.lm_eval import check_model_args
+    from geosteer.recipe import InterventionSpec
+
+    given: dict = {}
+    for chunk in _option_values(args, ("--model_args", "-a")) or []:
+        if chunk.lstrip().startswith("{"):
+            return  # a JSON object: lm-eval parses it; the model checks it before loading
+        given.update(simple_parse_args_string(chunk))
+    check_model_args(given)
+    InterventionSpec.pop_from(dict(given))  # recipe values in their kinds (one line each)

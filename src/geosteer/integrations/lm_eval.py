@@ -24,6 +24,7 @@ object (one process).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from geosteer.models.loading import input_device
@@ -38,6 +39,58 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from geosteer.recipe import InterventionSpec, load_recipe
 
 MODEL_NAME = "geosteer"
+_OWN_ARGS = ("pretrained", "recipe", "dtype")
+
+
+def valid_model_args() -> list[str]:
+    """Every ``--model_args`` key ``--model geosteer`` takes: its own, the recipe keys, lm-eval's ``hf`` ones."""
+    import inspect
+
+    from geosteer.methods import recipe_keys
+
+    hf = [p for p in inspect.signature(HFLM.__init__).parameters if p not in ("self", "kwargs", *_OWN_ARGS)]
+    return [*_OWN_ARGS, *recipe_keys(), *hf]
+
+
+def check_model_args(args: Mapping[str, Any]) -> None:
+    """Refuse, in one line and before any model loads, ``--model_args`` that ``--model geosteer`` would not use:
+    an unknown key (naming the valid ones, and the closest), an empty ``pretrained``, an unknown ``dtype``."""
+    import difflib
+
+    from geosteer import methods
+    from geosteer.errors import GeosteerError
+    from geosteer.models.devices import resolve_dtype
+
+    valid = valid_model_args()
+    former = getattr(methods, "old_recipe_keys", dict)()  # former key names, where still accepted
+    unknown = sorted(set(args) - set(valid) - set(former))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise GeosteerError(f"unknown --model_args key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for "
+                            f"--model {MODEL_NAME}{hint}; valid: {', '.join(valid)}")
+    pretrained = args.get("pretrained", "smollm2")
+    if not isinstance(pretrained, str) or not pretrained.strip():
+        raise GeosteerError(f"--model_args pretrained={pretrained!r}: give a model name, folder or Hub id "
+                            "(e.g. pretrained=smollm2)")
+    dtype = args.get("dtype", "float32")
+    if not isinstance(dtype, str) and dtype is not None and not hasattr(dtype, "is_floating_point"):
+        raise GeosteerError(f"--model_args dtype={dtype!r}: give a dtype name")
+    if isinstance(dtype, str):
+        try:
+            resolve_dtype(dtype)
+        except GeosteerError as e:
+            raise GeosteerError(f"--model_args dtype={dtype}: {e}") from None
+
+
+def _dtype_name(dtype: Any) -> Any:
+    """A dtype name as torch spells it (lm-eval's ``hf`` reads ``getattr(torch, name)``): ``bf16`` → ``bfloat16``."""
+    if not isinstance(dtype, str):
+        return dtype
+    from geosteer.models.devices import resolve_dtype
+
+    resolved = resolve_dtype(dtype)
+    return resolved if isinstance(resolved, str) else str(resolved).removeprefix("torch.")
 
 
 def _resolve_pretrained(pretrained: str, dtype: Any):
@@ -65,6 +118,9 @@ class GeosteerLM(HFLM):
 
     def __init__(self, pretrained: str = "smollm2", recipe: str | None = None, dtype: Any = "float32",
                  **kwargs: Any) -> None:
+        check_model_args({"pretrained": pretrained, "dtype": dtype, **({"recipe": recipe} if recipe else {}),
+                          **kwargs})
+        dtype = _dtype_name(dtype)
         spec = InterventionSpec.pop_from(kwargs)
         if recipe is not None:
             if any(v != getattr(InterventionSpec(), k) for k, v in spec.to_dict().items()):

@@ -51,32 +51,111 @@ class Released:
     notes: list[str] = field(default_factory=list)
 
 
+MAX_ELEMENTS = 128 << 20  # numbers in a surfaces file (a 70B-class model's grid-8 surfaces: about 80M)
+MAX_LEGACY_BYTES = 512 << 20  # an old-format (non-zip) torch file cannot be read lazily: its size is the cap
+_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+              "BOOL": torch.bool}
+
+
 def _load(path: Path):
+    """The file's contents with tensors that are not read yet (memory-mapped): shapes and sizes can be checked
+    from the header before any tensor's numbers are loaded."""
     if not path.is_file():
         raise GeosteerError(f"{path}: no such file (the released surfaces checkpoint, e.g. surfaces_grid8.pt)")
     if path.stat().st_size > MAX_FILE_BYTES:
         raise GeosteerError(f"{path}: {path.stat().st_size:,} bytes is more than a surfaces checkpoint can be "
                             f"(at most {MAX_FILE_BYTES:,})")
     if path.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        return _load_safetensors(path)
+    import zipfile
 
-        try:
-            return load_file(str(path))
-        except (SafetensorError, OSError, ValueError) as e:
-            raise GeosteerError(f"{path}: not a readable safetensors file ({e})") from None
+    lazy = zipfile.is_zipfile(path)
+    if not lazy and path.stat().st_size > MAX_LEGACY_BYTES:
+        raise GeosteerError(f"{path}: an old-format (non-zip) torch file of {path.stat().st_size:,} bytes; at most "
+                            f"{MAX_LEGACY_BYTES:,} (save it again with torch.save to read it lazily)")
     try:
-        return torch.load(str(path), map_location="cpu", weights_only=True)
+        return torch.load(str(path), map_location="cpu", weights_only=True, mmap=lazy)
     except Exception as e:  # noqa: BLE001 - pickle, zip and weights-only refusals all mean "not readable here"
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise GeosteerError(f"{path}: not a PyTorch checkpoint that loads with weights_only=True "
                             f"({first[:200]})") from None
 
 
-def _settings(doc: dict, found: dict) -> None:
+def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file as memory-mapped tensors, its header checked first (dtypes, shapes, offsets)."""
+    import mmap
+
+    from geosteer.readers import ReadRefused, parse_json
+
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little") if size >= 8 else -1
+        if not 2 <= n <= min(size - 8, 16 << 20):
+            raise GeosteerError(f"{path}: not a readable safetensors file (no valid header)")
+        try:
+            header = parse_json(f.read(n).decode("utf-8", errors="strict"), path, what="safetensors header")
+        except (ReadRefused, UnicodeDecodeError) as e:
+            raise GeosteerError(f"{path}: not a readable safetensors file ({e})") from None
+        if not isinstance(header, dict):
+            raise GeosteerError(f"{path}: not a readable safetensors file (its header is not an object)")
+        entries = {k: v for k, v in header.items() if k != "__metadata__"}
+        specs = {k: _st_spec(path, k, v, size - 8 - n) for k, v in entries.items()}
+        total = sum(math.prod(shape) for _, shape, _ in specs.values())
+        if total > MAX_ELEMENTS:
+            raise GeosteerError(f"{path}: holds {total:,} numbers; a surfaces file has at most {MAX_ELEMENTS:,}")
+        if not specs:
+            return {}
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # copy-on-write: nothing is read until used
+    out = {}
+    for k, (dtype, shape, begin) in specs.items():
+        numel = math.prod(shape)
+        out[k] = (torch.frombuffer(mm, dtype=dtype, count=numel, offset=8 + n + begin).reshape(shape) if numel
+                  else torch.empty(shape, dtype=dtype))
+    return out
+
+
+def _st_spec(path: Path, name: str, info, data_bytes: int) -> tuple[torch.dtype, tuple[int, ...], int]:
+    """(dtype, shape, start) of one header entry, checked against the bytes the file holds."""
+    bad = f"{path}: not a readable safetensors file (entry {name[:60]!r}"
+    if not isinstance(info, dict):
+        raise GeosteerError(f"{bad} is not an object)")
+    dtype = _ST_DTYPES.get(info.get("dtype"))
+    shape, offs = info.get("shape"), info.get("data_offsets")
+    if dtype is None:
+        raise GeosteerError(f"{bad} has dtype {info.get('dtype')!r}; valid: {', '.join(_ST_DTYPES)})")
+    if not _uints(shape) or not _uints(offs, 2) or not offs[0] <= offs[1] <= data_bytes:
+        raise GeosteerError(f"{bad} has a malformed shape or data offsets)")
+    if offs[1] - offs[0] != math.prod(shape) * dtype.itemsize:
+        raise GeosteerError(f"{bad}: shape {tuple(shape)} does not fit its {offs[1] - offs[0]} bytes)")
+    return dtype, tuple(shape), offs[0]
+
+
+def _uints(xs, n: int | None = None) -> bool:
+    """A JSON list of at most 8 non-negative integers (``n`` of them when given)."""
+    return (isinstance(xs, list) and (n is None or len(xs) == n) and len(xs) <= 8
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs))
+
+
+def _check_tensors(path: Path, named) -> None:
+    """Before any number is read: every tensor dense and real, and not more numbers than a surfaces file holds."""
+    total = 0
+    for key, t in named:
+        if t.layout != torch.strided:
+            raise GeosteerError(f"{path}: {key or 'the tensor'} is a {str(t.layout).removeprefix('torch.')} "
+                                "tensor; surfaces are dense tensors")
+        if t.is_complex() or t.is_quantized:
+            raise GeosteerError(f"{path}: {key or 'the tensor'} holds {t.dtype} numbers; surfaces are real floats")
+        total += t.numel()
+        if total > MAX_ELEMENTS:
+            raise GeosteerError(f"{path}: holds more than {MAX_ELEMENTS:,} numbers (at {key or 'the tensor'}, shape "
+                                f"{tuple(t.shape)}); a surfaces file holds fewer")
+
+
+def _settings(doc: dict, found: dict, depth: int = 0) -> None:
     for name in ("config", "settings", "args", "hparams"):
-        if isinstance(doc.get(name), dict):
-            _settings(doc[name], found)
+        if isinstance(doc.get(name), dict) and depth < 6:  # deeper nesting is not a settings block
+            _settings(doc[name], found, depth + 1)
     for k in _GRID_KEYS:
         if k in doc and not torch.is_tensor(doc[k]):
             found.setdefault("grid", doc[k])
@@ -147,6 +226,7 @@ def read_released(path: str | Path) -> Released:
     if found.get("range") is not None:
         rel.grid_range = _range_setting(found["range"], path)
     if torch.is_tensor(doc):
+        _check_tensors(path, [("", doc)])
         if doc.dim() not in (4, 5):
             raise GeosteerError(f"{path}: holds one tensor of shape {tuple(doc.shape)}; expected (layers, heads, "
                                 "head_dim, K, K) or (layers, heads·head_dim, K, K)")
@@ -158,6 +238,7 @@ def read_released(path: str | Path) -> Released:
         bad = [i for i, t in enumerate(doc) if not torch.is_tensor(t)]
         if not doc or bad:
             raise GeosteerError(f"{path}: holds a list of {len(doc)} entries, not one tensor per layer")
+        _check_tensors(path, [(f"[{i}]", t) for i, t in enumerate(doc)])
         rel.layout, rel.stacked_layers = "list", len(doc)
         for i, t in enumerate(doc):
             rel.tensors[i], rel.keys[i] = t, f"[{i}]"
@@ -166,6 +247,7 @@ def read_released(path: str | Path) -> Released:
         raise GeosteerError(f"{path}: holds a {type(doc).__name__}; expected surface tensors (a tensor, a list of "
                             "them, or a mapping from layers to them)")
     flat = _flatten(doc)
+    _check_tensors(path, [(k, v) for k, v in flat.items() if torch.is_tensor(v)])
     tensors = {k: v for k, v in flat.items() if torch.is_tensor(v) and v.is_floating_point()}
     for key, t in tensors.items():
         layer = _layer_of(key)
