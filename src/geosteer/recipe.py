@@ -196,7 +196,13 @@ class InterventionSpec:
             from geosteer.artifacts import check_base_model
             from geosteer.models.loading import model_id
 
-            check_base_model(origin[1], model_id(model), what=f"recipe {origin[0]}", force=force)
+            try:
+                check_base_model(origin[1], model_id(model), what=f"recipe {origin[0]}", force=force)
+            except ArtifactError:  # a recipe recorded with the model's folder: the folder it was loaded from
+                path = getattr(model.config, "_name_or_path", None)
+                if not path or not Path(str(origin[1])).is_dir():
+                    raise
+                check_base_model(origin[1], str(path), what=f"recipe {origin[0]}", force=force)
         out: list = []
         for method in methods().values():
             if method.build is not None:
