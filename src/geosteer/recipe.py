@@ -30,8 +30,11 @@ from torch import nn
 
 from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, ArtifactWarning, is_repo_id, locate, write_artifact
 from geosteer.errors import ArtifactError, GeosteerError
+from geosteer.formats import format_of
 from geosteer.methods import Method, RecipeKey, methods, old_recipe_keys, recipe_keys, register_method
 from geosteer.models.anatomy import parse_layers
+from geosteer.shipped import names as shipped_names
+from geosteer.shipped import shipped
 
 __all__ = ["FORMAT", "RECIPE", "InterventionSpec", "load_recipe", "parse_settings", "save_recipe"]
 
@@ -81,9 +84,10 @@ def _check_value(name: str, key: RecipeKey, v: Any) -> Any:
             parse_layers(v, 1 << 20)  # the syntax; the range is checked against the model when built
         except (GeosteerError, ValueError) as e:
             raise GeosteerError(f"{name}: {e}") from None
-    if key.kind == "folder" and isinstance(v, (str, Path)) and not (Path(v).is_dir() or is_repo_id(v)):
-        raise GeosteerError(f"{name}={v}: no such folder (give an artifact folder or a Hub repo id "
-                            "org/name[@revision])")
+    if key.kind == "folder" and isinstance(v, (str, Path)) and not (Path(v).is_dir() or is_repo_id(v)
+                                                                     or shipped(v) is not None):
+        raise GeosteerError(f"{name}={v}: no such folder (give an artifact folder, a Hub repo id "
+                            f"org/name[@revision] or a shipped artifact: {', '.join(shipped_names())})")
     return v
 
 
@@ -293,8 +297,23 @@ def save_recipe(folder: str | Path, spec: InterventionSpec, *, base_model: str, 
                           fill_more=copy_folders)
 
 
+def _artifact_key(fmt: str | None) -> str | None:
+    """The recipe key that takes an artifact of format ``fmt`` (``surfaces`` for surfaces, ``vectors`` for
+    steering vectors, ...): the one folder key of the method the format belongs to; None for a recipe or
+    anything else."""
+    if fmt is None or fmt == RECIPE.name:
+        return None
+    for m in methods().values():
+        if any(f.name == fmt for f in m.artifacts):
+            folder_keys = [k.name for k in m.keys if k.kind == "folder"]
+            return folder_keys[0] if len(folder_keys) == 1 else None
+    return None
+
+
 def load_recipe(folder: str | Path, *, allow_outside: bool = False) -> tuple[InterventionSpec, dict]:
-    """``(spec, config)`` of a recipe folder (or Hub repo id ``org/name[@revision]``).
+    """``(spec, config)`` of a recipe folder (or Hub repo id ``org/name[@revision]``, or a shipped name).
+    An artifact of one method (a surfaces or steering-vectors folder, ...) is read as the recipe of that
+    artifact alone (``surfaces=<folder>``).
 
     A recipe is self-contained: its folder keys (``surfaces``, ``vectors``, ...) name folders inside it,
     and a path that leaves it (``../x``, an absolute path, a symlink out, also a symlinked file inside the
@@ -302,6 +321,10 @@ def load_recipe(folder: str | Path, *, allow_outside: bool = False) -> tuple[Int
     :meth:`InterventionSpec.build` refuses another model as artifacts do (``force=True`` overrides)."""
     local = not is_repo_id(folder)
     folder = locate(folder)
+    key = _artifact_key(format_of(folder))
+    if key is not None:  # an artifact of one method (surfaces, vectors, ...): the recipe of that artifact
+        return InterventionSpec.from_dict({key: str(folder)}), {"format": RECIPE.name, "base_model": None,
+                                                               "interventions": {key: str(folder)}}
     doc = RECIPE.read(folder)
     inter = doc.get("interventions") or {}
     if not isinstance(inter, Mapping):

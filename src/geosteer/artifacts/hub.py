@@ -10,6 +10,7 @@ from pathlib import Path
 from geosteer.errors import ArtifactError
 from geosteer.formats import CONFIG_NAME
 from geosteer.outputs import check_not_interrupted
+from geosteer.shipped import expand
 
 CARD_NAME = "README.md"
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -40,7 +41,10 @@ def locate(ref: str | Path, *, revision: str | None = None, cache_dir: str | Pat
     """The local folder for ``ref``: an existing path as is; a Hub repo id (``org/name``, optionally
     ``org/name@revision``) as its snapshot in the huggingface_hub cache (downloaded when online; with
     ``HF_HUB_OFFLINE=1`` only the cache is read). Anything else comes back as ``Path(ref)`` for the caller's
-    own "no artifact here" error. Hub failures are one-line :class:`ArtifactError` messages."""
+    own "no artifact here" error. Hub failures are one-line :class:`ArtifactError` messages. A shipped
+    artifact's name (``smollm2-surfaces-all``, :mod:`geosteer.shipped`) is its folder inside the package,
+    unless a local path of that name exists."""
+    ref = expand(ref)
     if not is_repo_id(ref):
         return Path(ref)
     repo, rev_in_ref = split_repo_ref(str(ref))
@@ -77,6 +81,7 @@ def resolve(path: str | Path | None = None, *, repo_id: str | None = None, revis
     the hub repo ``repo_id``."""
     if (path is None) == (repo_id is None):
         raise ArtifactError("give exactly one of a local path or repo_id=")
+    path = expand(path) if path is not None else None  # a shipped artifact's name
     if path is not None and not is_repo_id(path):
         p = Path(path)
         check_not_interrupted(p)

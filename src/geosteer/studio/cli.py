@@ -118,8 +118,12 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"--port must be in 1–65535 (got {port})")
         if not 1 <= max_new_tokens <= 512:
             raise ValueError(f"--max-new-tokens must be in 1–512 (got {max_new_tokens})")
-        if surfaces is not None and not surfaces.is_dir():
-            raise FileNotFoundError(f"surface artifact folder not found: {surfaces}")
+        if surfaces is not None:
+            from geosteer.shipped import expand
+
+            surfaces = Path(expand(surfaces))  # a shipped artifact's name: its folder in the package
+            if not surfaces.is_dir():
+                raise FileNotFoundError(f"surface artifact folder not found: {surfaces}")
         spec = spec_from_options(recipe, settings, surfaces)  # a bad key or value: one line, before the load
         start = Path(spec.surfaces) if spec.surfaces is not None else None
         check_workspace(workspace)
