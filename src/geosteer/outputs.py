@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from geosteer.errors import OutputRefused
-from geosteer.io_utils import check_output_path, default_mode
+from geosteer.io_utils import check_output_path, default_mode, raise_if_disk_full, tree_bytes
 
 CONFIG_NAME = "geosteer_config.json"  # = geosteer.formats.CONFIG_NAME (not imported: formats reads artifacts)
 CARD_NAME = "README.md"
@@ -281,9 +281,11 @@ def write_folder_atomic(folder: str | Path, fill: Callable[[Path], None], overwr
         os.replace(tmp, folder)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as e:
         if old is not None and old.exists() and not folder.exists():
             os.replace(old, folder)  # the new folder could not be put in place: the old one goes back
+        written = tree_bytes(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+        raise_if_disk_full(e, folder, written=written)  # a full disk: one line naming the folder and the space
         raise
     return folder

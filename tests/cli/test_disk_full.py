@@ -110,10 +110,10 @@ def disk(tmp_path):
 
 
 @pytest.fixture
-def surfaces(tiny_cache, disk):
+def surfaces(tiny_model, disk):
     import geosteer.manifold as M
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))
     M.uninstall(model)
     return M.save(bank, disk / "A")
@@ -135,7 +135,7 @@ def _full_run(monkeypatch, capsys, disk, *args) -> str:
 def test_manifold_edit_over_itself(surfaces, disk, monkeypatch, capsys):
     err = _full_run(monkeypatch, capsys, disk, "manifold", "edit", "zero layer=0", "-s", str(surfaces),
                     "-o", str(surfaces))
-    assert "no space left on device" in err
+    assert str(surfaces) in err
 
 
 def test_manifold_train_checkpoint(disk, monkeypatch, capsys):
@@ -163,7 +163,7 @@ def test_vectors_train_over_an_artifact(vectors, disk, monkeypatch, capsys):
     out, pairs = vectors
     err = _full_run(monkeypatch, capsys, disk, "vectors", "train", "-m", "tiny-llama", "--pairs", str(pairs),
                     "--layers", "0", "--out", str(out), "--overwrite")
-    assert "no space left on device" in err
+    assert str(out) in err
 
 
 def test_vectors_show_gguf(vectors, disk, monkeypatch, capsys):
