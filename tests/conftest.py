@@ -49,12 +49,6 @@ def tiny_model():
 
 
 @pytest.fixture(scope="session")
-def tiny_cache(tiny_model):
-    """The former name of ``tiny_model``."""
-    return tiny_model
-
-
-@pytest.fixture(scope="session")
 def smollm2():
     from geosteer import load_model
 

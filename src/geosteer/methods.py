@@ -39,8 +39,7 @@ class RecipeKey:
     ``kind``: ``number`` (validated as a float), ``layers`` (a layer spec, parsed by the builder with
     :func:`geosteer.models.anatomy.parse_layers`), ``folder`` (an artifact folder: copied into a saved
     recipe and resolved inside it on load), ``text`` or ``any``. ``inline`` turns a value into a
-    self-contained one when a recipe is saved (e.g. a JSON file of edits → the list it holds). ``old``:
-    former names of the key, still accepted (warned) and stored under ``name``.
+    self-contained one when a recipe is saved (e.g. a JSON file of edits → the list it holds).
     """
 
     name: str
@@ -48,7 +47,6 @@ class RecipeKey:
     help: str = ""
     kind: str = "any"
     inline: Callable[[Any], Any] | None = None
-    old: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -63,14 +61,12 @@ class Study:
     """One paper experiment a method declares, run as ``geosteer study <method> <name>``.
 
     ``command``: ``"module:function"``, a typer command function (imported only when the CLI is built);
-    ``paper``: the paper item it reproduces (shown in its help and in ``geosteer study --list``);
-    ``old``: the spelling it had before (e.g. ``"dynamics critical"``), kept as a hidden alias that warns.
+    ``paper``: the paper item it reproduces (shown in its help and in ``geosteer study --list``).
     """
 
     name: str
     command: str
     paper: str = ""
-    old: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,11 +158,6 @@ def methods() -> dict[str, Method]:
 def recipe_keys() -> dict[str, tuple[Method, RecipeKey]]:
     """Every recipe key → (its method, its declaration)."""
     return {k.name: (m, k) for m in methods().values() for k in m.keys}
-
-
-def old_recipe_keys() -> dict[str, str]:
-    """Every former name of a recipe key (``RecipeKey.old``) → its current name."""
-    return {old: k.name for m in methods().values() for k in m.keys for old in k.old}
 
 
 _EXTRA_FORMATS: dict[str, ArtifactFormat] = {}

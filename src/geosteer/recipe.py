@@ -6,9 +6,8 @@ the lm-evaluation-harness model type (``--model_args``) and the recipe artifact 
 methods declare (:func:`geosteer.methods.recipe_keys`; each method package's ``method.py``):
 ``surfaces``/``edits`` (manifold), ``scale_site``/``scale_par``/``scale_perp``/``scale_layers``
 (directional), ``mlp_variant``/``mlp_layers``/``gates``/``beta_attn``/``alpha_mlp``/``gain_layers``/
-``parallel_layers`` (dynamics), and any a plugin registers. A key's former name (``RecipeKey.old``, e.g.
-``ffn_variant``) is still read, with a warning, and stored under the current one. Layer lists may use ``;``
-between parts (``0-5;9``) because model_args split on ``,``. Edits are separated by ``;``.
+``parallel_layers`` (dynamics), and any a plugin registers. Layer lists may use ``;`` between parts
+(``0-5;9``) because model_args split on ``,``. Edits are separated by ``;``.
 
     spec = InterventionSpec(scale_site="attn_out", scale_par=0.0)
     with geosteer.steer(model, *spec.build(model)): ...
@@ -31,7 +30,7 @@ from torch import nn
 from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, ArtifactWarning, is_repo_id, locate, write_artifact
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.formats import format_of
-from geosteer.methods import Method, RecipeKey, methods, old_recipe_keys, recipe_keys, register_method
+from geosteer.methods import Method, RecipeKey, methods, recipe_keys, register_method
 from geosteer.models.anatomy import parse_layers
 from geosteer.shipped import names as shipped_names
 from geosteer.shipped import shipped
@@ -91,25 +90,6 @@ def _check_value(name: str, key: RecipeKey, v: Any) -> Any:
     return v
 
 
-def canonical_key(name: str) -> str:
-    """``name`` with a former recipe-key name (``RecipeKey.old``) mapped to the current one (warned)."""
-    new = old_recipe_keys().get(name)
-    if new is None:
-        return name
-    warnings.warn(f"recipe key '{name}' is deprecated; use '{new}'", DeprecationWarning, stacklevel=2)
-    return new
-
-
-def _current_names(values: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in values.items():
-        key = canonical_key(name)
-        if key != name and key in values:
-            raise GeosteerError(f"recipe keys {name} and {key} are one setting; give {key}")
-        out[key] = value
-    return out
-
-
 def valid_keys_text() -> str:
     return ", ".join(f"{k} ({key.kind})" for k, (_, key) in recipe_keys().items())
 
@@ -119,23 +99,17 @@ class InterventionSpec:
     i.e. the stock model). Keys read as attributes: ``spec.scale_site``."""
 
     def __init__(self, extra: Mapping[str, Any] | None = None, **values: Any) -> None:
-        values = _current_names({**dict(extra or {}), **values})
+        values = {**dict(extra or {}), **values}
         keys = recipe_keys()
         unknown = sorted(set(values) - set(keys))
         if unknown:
             raise GeosteerError(f"unknown recipe keys: {', '.join(unknown)}; valid: {', '.join(keys)}")
         self.values = values
 
-    @property
-    def KEYS(self) -> tuple[str, ...]:  # noqa: N802 - the old class constant, now from the registry
-        return tuple(recipe_keys())
-
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "values":
             raise AttributeError(name)
         keys = recipe_keys()
-        if name not in keys and name in old_recipe_keys():
-            name = canonical_key(name)
         if name not in keys:
             raise AttributeError(f"InterventionSpec has no key '{name}'")
         return self.values.get(name, keys[name][1].default)
@@ -149,16 +123,13 @@ class InterventionSpec:
     @classmethod
     def pop_from(cls, args: dict) -> InterventionSpec:
         """Take the recipe keys out of ``args``; the rest stays for the caller."""
-        names = [*recipe_keys(), *old_recipe_keys()]
-        spec = cls(**{k: args.pop(k) for k in names if k in args})
+        spec = cls(**{k: args.pop(k) for k in recipe_keys() if k in args})
         spec.validate()
         return spec
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> InterventionSpec:
-        args = dict(d)
-        extra = dict(args.pop("extra", None) or {})  # recipes written before the method registry
-        spec = cls(**{**extra, **args})
+        spec = cls(**dict(d))
         spec.validate()
         return spec
 
@@ -255,7 +226,6 @@ def parse_settings(settings: Iterable[str], base: InterventionSpec | None = None
         name = name.strip()
         if not sep or not name:
             raise GeosteerError(f"--set {item!r}: expected key=value; valid keys: {valid_keys_text()}")
-        name = canonical_key(name)
         if name not in keys:
             raise GeosteerError(f"--set {name}: unknown recipe key; valid keys: {valid_keys_text()}")
         raw = raw.strip()
@@ -330,7 +300,7 @@ def load_recipe(folder: str | Path, *, allow_outside: bool = False) -> tuple[Int
     if not isinstance(inter, Mapping):
         raise ArtifactError(f"{folder}: interventions must be a JSON object of recipe keys")
     inter = dict(inter)
-    known = set(recipe_keys()) | set(old_recipe_keys()) | {"extra"}
+    known = set(recipe_keys())
     for k in sorted(set(inter) - known):  # keys of a newer recipe: warned by check_config's convention
         warnings.warn(f"{folder}: ignoring unknown intervention key '{k}'", ArtifactWarning, stacklevel=2)
         inter.pop(k)

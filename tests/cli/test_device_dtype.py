@@ -10,11 +10,9 @@ from geosteer.cli.common import run_app
 from tests.cli_helpers import command_leaves
 
 # verbs that load no model (artifacts, figures, the Hub, from-scratch byte models, a tokenizer only)
-NO_MODEL = {"push", "report", "study report", "manifold show", "manifold edit", "directional plot",
-            "directional pretrain", "study directional plot", "study directional pretrain", "tasks build",
-            "recipe keys", "recipe save", "recipe show", "vectors show", "vectors export-gguf",
-            "eval", "study manifold asymmetry", "study dynamics significance",
-            "dynamics significance", "study checks"}
+NO_MODEL = {"push", "report", "study report", "manifold show", "manifold edit", "study directional plot",
+            "study directional pretrain", "tasks build", "recipe save", "recipe show", "vectors show",
+            "eval", "study manifold asymmetry", "study dynamics significance", "study checks"}
 # eval: lm-eval's own arguments pass through (its --model names the lm-eval model type); asymmetry and
 # significance read artifacts / results files only; study checks runs on the tiny families it names itself
 
@@ -36,12 +34,11 @@ def test_every_model_loading_verb_has_device_and_dtype():
         assert dev is not None and dt is not None, f"geosteer {verb} lacks --device/--dtype"
         assert (dev.default, dt.default) == ("cpu", "float32"), verb  # the shared options, not look-alikes
         assert not dt.hidden and "weights" in dt.help, verb
-    for verb in NO_MODEL - {"manifold edit"}:  # manifold edit keeps --dtype as a hidden, deprecated alias
+    for verb in NO_MODEL:
         assert _option(leaves[verb], "--device") is None and _option(leaves[verb], "--dtype") is None, verb
     # the artifact storage dtype is --save-dtype on the two verbs that write surfaces
     for verb in ("manifold train", "manifold edit"):
         assert _option(leaves[verb], "--save-dtype") is not None, verb
-    assert _option(leaves["manifold edit"], "--dtype").hidden
 
 
 class _Loaded(Exception):
@@ -84,7 +81,7 @@ def test_device_and_dtype_reach_the_loader(recorder, tmp_path, args):
     (["dynamics", "diagnose", "--dtype", "int8"], "unknown dtype 'int8'"),
     (["study", "directional", "heads", "--device", "cuda:99"], "device 'cuda:99' is not available"),
     (["manifold", "train", "--out", "OUT", "--steps", "1", "--dtype", "int8"], "unknown dtype 'int8'"),
-    (["record-qk", "--surfaces", "OUT", "--device", "nonsense"], "invalid device 'nonsense'"),
+    (["manifold", "explore", "--surfaces", "OUT", "--device", "nonsense"], "invalid device 'nonsense'"),
 ])
 def test_bad_device_or_dtype_is_one_line_exit_2(capsys, tmp_path, args, needle):
     args = [str(tmp_path / "out") if a == "OUT" else a for a in args]

@@ -103,8 +103,8 @@ def victim(tmp_path):
 
 
 @pytest.fixture
-def surfaces(tiny_cache, tmp_path):
-    model, _ = tiny_cache("llama")
+def surfaces(tiny_model, tmp_path):
+    model, _ = tiny_model("llama")
     bank = manifold.install(model)
     manifold.uninstall(model)
     return manifold.save(bank, tmp_path / "s")

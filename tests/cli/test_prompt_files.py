@@ -32,10 +32,10 @@ def _bad(tmp_path, how: str, good) -> str:
 
 
 @pytest.fixture
-def files(tmp_path, tiny_cache):
+def files(tmp_path, tiny_model):
     import geosteer.manifold as M
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))
     M.uninstall(model)
     src = M.save(bank, tmp_path / "src")

@@ -21,10 +21,10 @@ CMP = ("compare", "-m", "tiny-llama", "-p", "The theory of relativity", "--max-n
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_cache):
+def tiny(tiny_model):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a 3-layer model: one thread is many times faster on a shared machine
-    yield tiny_cache("llama")
+    yield tiny_model("llama")
     torch.set_num_threads(threads)
 
 
@@ -187,7 +187,7 @@ def test_bad_settings_are_one_line_before_the_model_loads(verb, args, needle, mo
 def test_recipe_keys_lists_every_registered_key(monkeypatch, capsys):
     from geosteer.methods import recipe_keys
 
-    rows = _json(monkeypatch, capsys, "recipe", "keys", "--json")
+    rows = _json(monkeypatch, capsys, "recipe", "show", "--keys", "--json")
     assert [r["key"] for r in rows] == list(recipe_keys())
     assert {"key": "scale_par", "method": "directional", "kind": "number", "default": 1.0}.items() <= \
         next(r for r in rows if r["key"] == "scale_par").items()

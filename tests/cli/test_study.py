@@ -1,11 +1,10 @@
-"""The command tree: paper studies under `geosteer study <method> <name>`, tool verbs outside it, old spellings
-as hidden aliases that warn, and every leaf (hidden ones too) answering `--help`."""
+"""The command tree: paper studies under `geosteer study <method> <name>`, tool verbs outside it, no old
+spellings left, and every leaf (hidden ones too) answering `--help`."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
 import typer
 from typer.main import get_command
 from typer.testing import CliRunner
@@ -23,9 +22,10 @@ TOOL_VERBS = {
     "manifold steer-learn", "manifold import", "dynamics diagnose", "dynamics gates", "vectors train",
     "vectors show", "bench steering",
 }
-# old spelling -> new: hidden, and they warn
-MOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "vectors show --gguf",
-               "record-qk": "manifold explore --record-qk"}
+# former spellings, removed (each has one current spelling)
+REMOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "vectors show --gguf",
+                 "record-qk": "manifold explore --record-qk", "directional strength": "study directional strength",
+                 "dynamics critical": "study dynamics critical"}
 
 
 def _tool_verbs() -> set[str]:
@@ -40,21 +40,19 @@ def test_at_most_25_tool_verbs_outside_study():
     assert len(_tool_verbs()) <= MAX_TOOL_VERBS
 
 
-def test_moved_verbs_are_hidden_and_name_their_new_spelling():
+def test_removed_spellings_are_gone_and_their_current_ones_exist(monkeypatch, capsys):
     leaves = command_leaves()
-    for old, new in MOVED_VERBS.items():
-        assert leaves[old].hidden and f"old spelling of `geosteer {new}`" in leaves[old].help, old
+    for old, new in REMOVED_VERBS.items():
+        assert old not in leaves, old
         verb, _, option = new.rpartition(" ")
-        assert option in {o for p in leaves[verb].params for o in p.opts}, new
+        assert new in leaves or option in {o for p in leaves[verb].params for o in p.opts}, new
+    code, _, err = run_cli(monkeypatch, capsys, "recipe", "keys")
+    assert code == 2 and "Traceback" not in err
 
 
-def test_recipe_keys_is_recipe_show_keys_with_a_note(monkeypatch, capsys):
+def test_recipe_show_keys_lists_every_key(monkeypatch, capsys):
     code, new, new_err = run_cli(monkeypatch, capsys, "recipe", "show", "--keys", "--json")
     assert code == 0 and "note:" not in new_err
-    code, old, old_err = run_cli(monkeypatch, capsys, "recipe", "keys", "--json")
-    assert code == 0 and old == new
-    assert [ln for ln in old_err.splitlines() if ln.startswith("note:")] == [
-        "note: `geosteer recipe keys` is now `geosteer recipe show --keys`; the old spelling goes in the next release"]
     from geosteer.methods import recipe_keys
 
     assert [r["key"] for r in json.loads(new)] == list(recipe_keys())
@@ -70,9 +68,6 @@ def test_every_declared_study_is_under_geosteer_study_with_its_paper_item():
     for m, s in declared:
         cmd = leaves[f"study {m.name} {s.name}"]
         assert not cmd.hidden and s.paper and f"Paper item: {s.paper}." in cmd.help
-        if s.old:  # the old spelling: hidden, same options
-            old = leaves[s.old]
-            assert old.hidden and [p.name for p in old.params] == [p.name for p in cmd.params]
 
 
 def test_study_list_names_every_study_and_its_paper_item(monkeypatch, capsys):
@@ -94,25 +89,11 @@ def test_every_leaf_answers_help_without_loading_a_model(monkeypatch):
     leaves = list(command_leaves())
     tree = get_command(app)
     monkeypatch.setattr("typer.testing._get_command", lambda _app: tree)  # built once, not once per leaf
-    assert len(leaves) > 60
+    assert len(leaves) > 50
     for path in leaves:
         res = runner.invoke(app, [*path.split(), "--help"], prog_name="geosteer")
         assert res.exit_code == 0, (path, res.output)
         assert f"geosteer {path}" in " ".join(res.output.split()) and len(res.output.strip()) > 80, path
-
-
-def test_old_spelling_warns_once_and_gives_the_same_output(tmp_path, monkeypatch, capsys):
-    args = ["-m", "tiny-llama", "--tokens", "16", "--layers", "0", "--sites", "attn_out,value_full"]
-    new_out, old_out = tmp_path / "new.json", tmp_path / "old.json"
-    code, new, new_err = run_cli(monkeypatch, capsys, "study", "directional", "strength", *args, "--out",
-                                 str(new_out))
-    assert code == 0 and "note:" not in new_err
-    code, old, old_err = run_cli(monkeypatch, capsys, "directional", "strength", *args, "--out", str(old_out))
-    assert code == 0 and old == new and "perturbation norm" in new
-    notes = [ln for ln in old_err.splitlines() if ln.startswith("note:")]
-    assert notes == ["note: `geosteer directional strength` is now `geosteer study directional strength`; "
-                     "the old spelling goes in the next release"]
-    assert old_out.read_text() == new_out.read_text()
 
 
 def plug_echo(word: str = typer.Option("hi", "--word")) -> None:
@@ -126,14 +107,12 @@ def test_a_plugin_methods_study_runs_under_geosteer_study(monkeypatch):
     from geosteer.methods import Method, Study, register_method, unregister_method
 
     plug = register_method(Method(name="plug", summary="a plugin", cli=lambda app: None, studies=(
-        Study("echo", "tests.cli.test_study:plug_echo", paper="Fig. 0", old="plug-echo"),)))
+        Study("echo", "tests.cli.test_study:plug_echo", paper="Fig. 0"),)))
     target = typer.Typer()
     try:
         register_clis(target)
         runner = CliRunner()
         new = runner.invoke(target, ["study", "plug", "echo", "--word", "x"])
-        with pytest.warns(DeprecationWarning, match="`geosteer plug-echo` is now `geosteer study plug echo`"):
-            old = runner.invoke(target, ["plug-echo", "--word", "x"])  # the CLI prints it as a note: line
         listed = runner.invoke(target, ["study", "--list"], env={"COLUMNS": "200"})
         helped = runner.invoke(target, ["study", "plug", "echo", "--help"], env={"COLUMNS": "200"})
     finally:
@@ -141,7 +120,6 @@ def test_a_plugin_methods_study_runs_under_geosteer_study(monkeypatch):
         study_app.registered_groups[:] = [g for g in study_app.registered_groups if g.name != "plug"]
         study_methods._groups.pop("plug", None)
     assert new.exit_code == 0 and new.output == "plug: x\n"
-    assert old.exit_code == 0 and old.output == "plug: x\n"
     assert "plug echo" in listed.output and "Fig. 0" in listed.output
     assert "Paper item: Fig. 0." in helped.output
     assert "plug-echo" not in runner.invoke(target, ["--help"], env={"COLUMNS": "200"}).output

@@ -147,7 +147,7 @@ def test_the_cli_notes_an_old_site_name_and_uses_the_new_one(monkeypatch, capsys
     assert code == 0 and err == ""
     # on an error the note is dropped: the error stays one line
     code, _, err = run_cli(monkeypatch, capsys, "recipe", "show", "--set", "scale_site=resid_block",
-                           "--set", "ffn_variant=bogus")
+                           "--set", "mlp_variant=bogus")
     assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
 
 
@@ -197,71 +197,35 @@ def test_a_sweep_resumes_from_a_file_with_the_old_site_names(tmp_path):
     assert [r["site"] for r in rows] == ["none", "attn_out"]  # read back, not measured twice
 
 
-def test_manifold_explore_prompt_set_keeps_its_old_spelling(monkeypatch, capsys, tmp_path):
-    """``--prompt-set`` (a set name or file; ``--prompts`` is a count elsewhere): the old spelling gives the
-    same result and a note."""
-    import geosteer
-    from geosteer.manifold import install, save
-    from tests.cli_helpers import run_cli
+@pytest.mark.parametrize("argv", [
+    ["manifold", "explore", "-s", "S", "--prompts", "p.json"],
+    ["manifold", "edit", "zero layer=0", "-s", "S", "-o", "O", "--dtype", "float16"],
+    ["study", "directional", "pretrain", "--seeds", "0,1"],
+    ["study", "directional", "pretrain", "--layers", "2"],
+])
+def test_removed_option_spellings_are_refused(argv, monkeypatch, capsys, tmp_path):
+    from tests.cli_helpers import one_line_exit_2, run_cli
 
-    model, _ = geosteer.load_model("tiny-llama")
-    save(install(model, grid_size=4), tmp_path / "s")
-    (tmp_path / "p.json").write_text(json.dumps(["The cat sat on the", "One two three"]))
-    args = ["manifold", "explore", "-s", str(tmp_path / "s"), "--coverage-windows", "0", "--json"]
-    code, new, err = run_cli(monkeypatch, capsys, *args, "--prompt-set", str(tmp_path / "p.json"))
-    assert code == 0 and "note:" not in err, err
-    code, old, err = run_cli(monkeypatch, capsys, *args, "--prompts", str(tmp_path / "p.json"))
-    assert code == 0, err
-    assert json.loads(old) == json.loads(new) and json.loads(new)["prompts"] == 2
-    assert "note: '--prompts' is deprecated here; use '--prompt-set'" in err
+    argv = [str(tmp_path / a) if a in ("S", "O") else a for a in argv]
+    code, _, err = run_cli(monkeypatch, capsys, *argv)
+    one_line_exit_2(code, err)
+    assert "No such option" in err
 
 
-def test_recipe_keys_say_mlp_and_their_old_names_map_to_current_keys():
-    from geosteer.methods import old_recipe_keys, recipe_keys
+def test_recipe_keys_say_mlp_and_former_names_are_unknown(monkeypatch, capsys):
+    from geosteer.errors import GeosteerError
+    from geosteer.methods import recipe_keys
+    from geosteer.recipe import InterventionSpec
+    from tests.cli_helpers import one_line_exit_2, run_cli
 
     keys = recipe_keys()
     assert not [k for k in keys if "ffn" in k.lower()], "recipe keys say mlp (FFN in prose only)"
-    old = old_recipe_keys()
-    assert {"ffn_variant", "ffn_layers", "alpha_ffn"} <= set(old)
-    assert set(old.values()) <= set(keys) and not set(old) & set(keys)
-
-
-def test_an_old_recipe_key_warns_and_gives_the_same_model(tmp_path):
-    from geosteer import load_model, steer
-    from geosteer.dynamics.variants import FFNVariant, Gains
-    from geosteer.recipe import InterventionSpec, load_recipe
-
-    model, _ = load_model("tiny-llama")
-    ids = torch.randint(0, 200, (1, 10), generator=torch.Generator().manual_seed(2))
-    with pytest.warns(DeprecationWarning, match="recipe key 'ffn_variant' is deprecated; use 'mlp_variant'"):
-        old = InterventionSpec(ffn_variant="radial", ffn_layers="1", alpha_ffn=0.5)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the current names warn nothing
-        new = InterventionSpec(mlp_variant="radial", mlp_layers="1", alpha_mlp=0.5)
-    assert old == new and old.changed() == {"mlp_variant": "radial", "mlp_layers": "1", "alpha_mlp": 0.5}
-    with torch.no_grad():
-        stock = model(input_ids=ids).logits
-        with steer(model, *old.build(model)):
-            by_old = model(input_ids=ids).logits
-        with steer(model, FFNVariant("radial", [1]), Gains(1.0, 0.5, [0, 1, 2])):  # the interventions, by hand
-            by_hand = model(input_ids=ids).logits
-    assert torch.equal(by_old, by_hand) and (by_old - stock).abs().max() > 1e-4
-    new.save(tmp_path / "r", base_model="tiny-llama")
-    assert "ffn" not in (tmp_path / "r" / "geosteer_config.json").read_text()
-    config = tmp_path / "r" / "geosteer_config.json"  # a recipe written with the old names still loads
-    config.write_text(config.read_text().replace("mlp_variant", "ffn_variant"))
-    with pytest.warns(DeprecationWarning, match="'ffn_variant' is deprecated"):
-        assert load_recipe(tmp_path / "r")[0] == new
-    with pytest.raises(Exception, match="ffn_variant and mlp_variant are one setting"):
-        InterventionSpec(ffn_variant="zero", mlp_variant="radial")
-
-
-def test_the_cli_notes_an_old_recipe_key(monkeypatch, capsys):
-    from tests.cli_helpers import run_cli
-
-    code, out, err = run_cli(monkeypatch, capsys, "recipe", "show", "--set", "alpha_ffn=0.5", "--json")
-    assert code == 0 and json.loads(out) == {"alpha_mlp": 0.5}
-    assert err.strip() == "note: recipe key 'alpha_ffn' is deprecated; use 'alpha_mlp'"
+    for old in ("ffn_variant", "ffn_layers", "alpha_ffn"):
+        with pytest.raises(GeosteerError, match=f"unknown recipe keys: {old}"):
+            InterventionSpec(**{old: "1"})
+    code, _, err = run_cli(monkeypatch, capsys, "recipe", "show", "--set", "alpha_ffn=0.5")
+    one_line_exit_2(code, err)
+    assert "unknown recipe key" in err and "alpha_mlp" in err  # the valid keys are listed
 
 
 def test_help_texts_call_the_surfaces_object_surfaces():

@@ -88,11 +88,11 @@ def test_resolve_and_hub_errors(tmp_path, monkeypatch):
 
 
 @pytest.fixture()
-def tiny_with_artifacts(tiny_cache, tmp_path):
+def tiny_with_artifacts(tiny_model, tmp_path):
     import geosteer.manifold as M
     from geosteer.dynamics.gates import FFNGates
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))
     M.uninstall(model)
     M.save(bank, tmp_path / "surfaces")
@@ -153,10 +153,10 @@ def test_recipe_forward_compatible_and_versioned(tiny_with_artifacts):
         load_recipe(folder)
 
 
-def test_spec_errors_and_extension_point(tiny_cache):
+def test_spec_errors_and_extension_point(tiny_model):
     from geosteer.interventions import ScaleHook
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     with pytest.raises(GeosteerError, match="unknown recipe keys: bogus"):
         InterventionSpec.from_dict({"bogus": 1})
     with pytest.raises(GeosteerError, match="scale_par must be a number"):

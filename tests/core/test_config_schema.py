@@ -16,8 +16,8 @@ from tests.cli_helpers import one_line_exit_2, run_cli
 
 
 @pytest.fixture(scope="module")
-def llama(tiny_cache):
-    return tiny_cache("llama")
+def llama(tiny_model):
+    return tiny_model("llama")
 
 
 @pytest.fixture(scope="module")

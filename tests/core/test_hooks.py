@@ -14,8 +14,8 @@ def _first(o):
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_recorded_points_match_plain_hooks(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_recorded_points_match_plain_hooks(tiny_model, family):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok)
     spec = FAMILIES[model.config.model_type]
     layers = get_submodule(model, spec.layers)
@@ -44,8 +44,8 @@ def test_recorded_points_match_plain_hooks(tiny_cache, family):
         torch.testing.assert_close(rec["mlp_in", i][0], expected_mlp_in, rtol=1e-6, atol=1e-6)
 
 
-def test_attention_recorder_gives_post_rope_qkv(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_attention_recorder_gives_post_rope_qkv(tiny_model):
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok, 1)
     rec = AttentionRecorder(layers=[1])
     attn = model.model.layers[1].self_attn
@@ -74,12 +74,12 @@ def test_attention_recorder_gives_post_rope_qkv(tiny_cache):
     assert rec["value", 1][0].shape == (1, 2, s, hd)
 
 
-def test_mlp_hook_names_follow_transformerlens_and_the_old_name_warns(tiny_cache):
+def test_mlp_hook_names_follow_transformerlens_and_the_old_name_warns(tiny_model):
     """``mlp_in`` is the MLP branch's input before its norm (TransformerLens' hook_mlp_in), ``mlp_normed``
     after it; ``mlp_norm_in`` still works for one release, with a DeprecationWarning, as ``mlp_in``."""
     from geosteer.models.anatomy import anatomy
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok, 1)
     block = anatomy(model).blocks[1]
     seen = {}

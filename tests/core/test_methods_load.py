@@ -30,14 +30,14 @@ print(geosteer.load(sys.argv[1]).scale_site)
 
 
 @pytest.fixture(scope="module")
-def artifacts(tiny_cache, tmp_path_factory) -> dict[str, Path]:
+def artifacts(tiny_model, tmp_path_factory) -> dict[str, Path]:
     import geosteer.manifold as M
     from geosteer.dynamics.gates import FFNGates
     from geosteer.manifold.walls import Wall
     from geosteer.recipe import InterventionSpec
 
     d = tmp_path_factory.mktemp("kinds")
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))
     M.uninstall(model)
     out = {"surfaces": M.save(bank, d / "surfaces")}
@@ -76,11 +76,11 @@ def test_every_kind_in_a_fresh_process(artifacts):
                    "recipe": ["InterventionSpec", "attn_out"]}
 
 
-def test_load_returns_what_was_saved(artifacts, tiny_cache):
+def test_load_returns_what_was_saved(artifacts, tiny_model):
     import geosteer
     from geosteer.recipe import InterventionSpec
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     spec = geosteer.load(artifacts["recipe"], model=model)
     assert isinstance(spec, InterventionSpec) and spec.scale_par == 0.0 and spec.scale_site == "attn_out"
     assert Path(spec.gates) == artifacts["recipe"] / "gates"  # copied into the recipe, resolved inside it
@@ -107,7 +107,7 @@ def test_a_plugin_format_is_found_by_load(tmp_path):
         geosteer.load(tmp_path / "p")
 
 
-def test_every_artifact_object_saves_and_pushes(artifacts, tiny_cache, tmp_path, monkeypatch):
+def test_every_artifact_object_saves_and_pushes(artifacts, tiny_model, tmp_path, monkeypatch):
     """``obj.save(folder)`` and ``obj.push_to_hub(repo)`` on surfaces, gates and a recipe: the folder (and what
     would be uploaded) loads back through ``geosteer.load`` to the same numbers."""
     import huggingface_hub
@@ -115,7 +115,7 @@ def test_every_artifact_object_saves_and_pushes(artifacts, tiny_cache, tmp_path,
     import geosteer
     from tests.hub_helpers import fake_hf_api
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     objs = {k: geosteer.load(artifacts[k], model=model) for k in ("walls", "gates", "recipe")}
 
     def same(kind, a, b):

@@ -18,8 +18,8 @@ def _stock_logits(model, ids):
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_registered_attention_is_bit_identical(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_registered_attention_is_bit_identical(tiny_model, family):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok)
     assert model.config._attn_implementation == ATTN_NAME
     calls = []
@@ -40,8 +40,8 @@ def test_registered_attention_is_bit_identical(tiny_cache, family):
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_identity_branch_interventions_match(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_identity_branch_interventions_match(tiny_model, family):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok)
     with torch.no_grad():
         ref = model(ids).logits
@@ -52,8 +52,8 @@ def test_identity_branch_interventions_match(tiny_cache, family):
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox"])
-def test_interventions_removed_on_exit_and_on_error(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_interventions_removed_on_exit_and_on_error(tiny_model, family):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok)
     with torch.no_grad():
         ref = model(ids).logits
@@ -76,8 +76,8 @@ def _foreign(hooks) -> list:
     return [h for h in hooks.values() if "output_capturing" not in getattr(h, "__qualname__", "")]
 
 
-def test_interventions_compose_in_order(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_interventions_compose_in_order(tiny_model):
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok, 1)
     with torch.no_grad():
         with steer(model, ScaleHook("attn_out", 2.0, layers=[0]), ScaleHook("attn_out", 0.25, layers=[0])):
@@ -88,8 +88,8 @@ def test_interventions_compose_in_order(tiny_cache):
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3", "gpt_neox"])
-def test_identity_under_generate_with_kv_cache(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_identity_under_generate_with_kv_cache(tiny_model, family):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok, 1)[:, :12]
     kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id, use_cache=True)
     with torch.no_grad():
@@ -99,8 +99,8 @@ def test_identity_under_generate_with_kv_cache(tiny_cache, family):
     assert torch.equal(out, ref)
 
 
-def test_bad_intervention_objects_and_points(tiny_cache):
-    model, _ = tiny_cache("llama")
+def test_bad_intervention_objects_and_points(tiny_model):
+    model, _ = tiny_model("llama")
     with pytest.raises(TypeError, match="not an intervention"):
         with steer(model, object()):
             pass

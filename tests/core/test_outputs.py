@@ -186,8 +186,8 @@ def _mode(p):
 
 @pytest.mark.parametrize("mask,dir_mode,file_mode", [(0o022, 0o755, 0o644), (0o077, 0o700, 0o600),
                                                      (0o002, 0o775, 0o664)])
-def test_written_files_and_folders_follow_the_umask(tmp_path, tiny_cache, mask, dir_mode, file_mode):
-    model, _ = tiny_cache("llama")
+def test_written_files_and_folders_follow_the_umask(tmp_path, tiny_model, mask, dir_mode, file_mode):
+    model, _ = tiny_model("llama")
     bank = manifold.install(model)
     manifold.uninstall(model)
     old = os.umask(mask)
@@ -210,8 +210,8 @@ def test_replacing_a_file_keeps_its_mode(tmp_path):
     assert f.read_text() == "b" and _mode(f) == 0o640
 
 
-def test_surfaces_save_refuses_before_checking_or_writing(tmp_path, tiny_cache, victim):
-    model, _ = tiny_cache("llama")
+def test_surfaces_save_refuses_before_checking_or_writing(tmp_path, tiny_model, victim):
+    model, _ = tiny_model("llama")
     bank = manifold.install(model)
     manifold.uninstall(model)
     with torch.no_grad():
@@ -222,11 +222,11 @@ def test_surfaces_save_refuses_before_checking_or_writing(tmp_path, tiny_cache, 
     assert _tree(victim) == before
 
 
-def test_gates_and_recipe_savers_never_replace_a_folder_of_user_files(tmp_path, tiny_cache, victim):
+def test_gates_and_recipe_savers_never_replace_a_folder_of_user_files(tmp_path, tiny_model, victim):
     from geosteer.dynamics.gates import FFNGates
     from geosteer.recipe import InterventionSpec, save_recipe
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     before = _tree(victim)
     with pytest.raises(OutputRefused, match="thesis.txt"):
         FFNGates.for_model(model, [0]).save(victim)

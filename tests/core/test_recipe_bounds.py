@@ -21,10 +21,10 @@ PPL = ("ppl", "-m", "tiny-llama", "--corpus", "heldout", "--max-tokens", "32", "
 
 
 @pytest.fixture(scope="module")
-def surfaces(tiny_cache, tmp_path_factory):
+def surfaces(tiny_model, tmp_path_factory):
     import geosteer.manifold as M
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))
     M.uninstall(model)
     return M.save(bank, tmp_path_factory.mktemp("bounds") / "surfaces")
@@ -86,8 +86,8 @@ def test_folder_values_of_the_wrong_type_are_refused(recipe, value):
         load_recipe(recipe)
 
 
-def test_recipe_for_another_base_model_is_refused_unless_forced(recipe, tiny_cache):
-    model, _ = tiny_cache("qwen2")
+def test_recipe_for_another_base_model_is_refused_unless_forced(recipe, tiny_model):
+    model, _ = tiny_model("qwen2")
     spec, _ = load_recipe(recipe)
     with pytest.raises(ArtifactError, match="made for base model 'tiny-llama'"):
         spec.build(model)
@@ -95,10 +95,10 @@ def test_recipe_for_another_base_model_is_refused_unless_forced(recipe, tiny_cac
         parse_settings(["edits=scale 0.5"], spec).build(model)
 
 
-def test_recipe_for_another_base_model_cli(recipe, tiny_cache, monkeypatch, capsys):
+def test_recipe_for_another_base_model_cli(recipe, tiny_model, monkeypatch, capsys):
     import geosteer.cli.common as common
 
-    qwen = tiny_cache("qwen2")
+    qwen = tiny_model("qwen2")
     monkeypatch.setattr(common, "load", lambda name, **kw: qwen)
     monkeypatch.setattr("geosteer.eval.cli.load", lambda name, **kw: qwen)
     code, _, err = run_cli(monkeypatch, capsys, *PPL, "--recipe", str(recipe))
@@ -106,8 +106,8 @@ def test_recipe_for_another_base_model_cli(recipe, tiny_cache, monkeypatch, caps
     assert len(err.strip().splitlines()) == 1
 
 
-def test_recipe_on_its_own_base_model_builds(recipe, tiny_cache):
-    model, _ = tiny_cache("llama")
+def test_recipe_on_its_own_base_model_builds(recipe, tiny_model):
+    model, _ = tiny_model("llama")
     spec, _ = load_recipe(recipe)
     built = spec.build(model)
     assert len(built) == 1

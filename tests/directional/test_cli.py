@@ -58,11 +58,11 @@ def test_directional_verbs_refuse_before_any_weights_are_built(monkeypatch, caps
     assert list(tmp_path.iterdir()) == []
 
 
-def test_decompose_windows_past_the_positions_are_refused_by_the_library(tiny_cache):
+def test_decompose_windows_past_the_positions_are_refused_by_the_library(tiny_model):
     from geosteer.directional.measure import measure_text
     from geosteer.errors import GeosteerError
 
-    model, tok = tiny_cache("gpt2")
+    model, tok = tiny_model("gpt2")
     text = "word " * 2000
     with pytest.raises(GeosteerError, match="window .* 513 is longer than the model's 512 positions"):
         measure_text(model, tok, text, tokens=1000, chunk=513, value=False)

@@ -95,13 +95,5 @@ def test_pretrain_verb_writes_curves_and_finals(tmp_path, monkeypatch, capsys):
         curves = (out / "pretrain_curves.csv").read_text().splitlines()
         assert curves[0].startswith("variant,seed,step") and len(curves) == 3
         assert "note:" not in err
-        old_names = {"--n-layers": "--layers", "--seed-list": "--seeds"}
-        old_args = [old_names.get(a, a) for a in args]  # the old spellings: the same run, and a note each
-        code, _, old_err = run_cli(monkeypatch, capsys, *old_args)
     finally:
         torch.set_num_threads(threads)  # --threads 1 set this process' torch threads
-    assert code == 0, old_err
-    assert json.loads((out / "pretrain_final.json").read_text())["rows"][0]["final_val_loss"] == \
-        doc["rows"][0]["final_val_loss"]
-    assert "note: '--layers' (the depth) is deprecated here; use '--n-layers'" in old_err
-    assert "note: '--seeds' (a list) is deprecated here; use '--seed-list'" in old_err

@@ -61,8 +61,8 @@ def _learn(model, tok, out, **kw):
 
 
 @pytest.mark.parametrize("site", ["attn_out", "mlp_out", "resid_post"])
-def test_neutral_start_and_per_layer_scales_equal_component_scale(tiny_cache, site):
-    model, tok = tiny_cache("llama")
+def test_neutral_start_and_per_layer_scales_equal_component_scale(tiny_model, site):
+    model, tok = tiny_model("llama")
     ids = tok(["A sentence to compare the logits on"], return_tensors="pt").input_ids
     stock = _logits(model, ids)
     assert torch.equal(_logits(model, ids, LearnedScales(site, [0, 1, 2])), stock)
@@ -73,8 +73,8 @@ def test_neutral_start_and_per_layer_scales_equal_component_scale(tiny_cache, si
     assert not torch.allclose(learned, stock, atol=1e-3)
 
 
-def test_objective_and_the_learned_scales_against_naive_recomputation(tiny_cache, tmp_path):
-    model, tok = tiny_cache("llama")
+def test_objective_and_the_learned_scales_against_naive_recomputation(tiny_model, tmp_path):
+    model, tok = tiny_model("llama")
     stock_t, stock_n = _naive_logprob(model, tok, TARGETS), _naive_logprob(model, tok, NEGATIVES)
     scales, rep = _learn(model, tok, tmp_path / "r")
     first = rep["history"][0]  # step 1 runs at s = 1 (the stock model): KL 0 < τ, no penalty
@@ -98,8 +98,8 @@ def test_objective_and_the_learned_scales_against_naive_recomputation(tiny_cache
     assert torch.equal(loaded.s_par, scales.s_par.detach()) and loaded.layers == scales.layers
 
 
-def test_resume_after_stop_is_exact_and_checkpoints_refuse_other_runs(tiny_cache, tmp_path):
-    model, tok = tiny_cache("llama")
+def test_resume_after_stop_is_exact_and_checkpoints_refuse_other_runs(tiny_model, tmp_path):
+    model, tok = tiny_model("llama")
     full, rep = _learn(model, tok, tmp_path / "a")
     _, part = _learn(model, tok, tmp_path / "b", stop_at=2)
     assert part["stopped"] and not (tmp_path / "b").exists()
@@ -113,8 +113,8 @@ def test_resume_after_stop_is_exact_and_checkpoints_refuse_other_runs(tiny_cache
         _learn(model, tok, tmp_path / "c")
 
 
-def test_cli_writes_a_recipe_and_refuses_bad_input(tiny_cache, tmp_path, monkeypatch, capsys):
-    model, tok = tiny_cache("llama")
+def test_cli_writes_a_recipe_and_refuses_bad_input(tiny_model, tmp_path, monkeypatch, capsys):
+    model, tok = tiny_model("llama")
     t, n, c = tmp_path / "t.json", tmp_path / "n.json", tmp_path / "c.json"
     t.write_text(json.dumps(TARGETS))
     n.write_text(json.dumps(NEGATIVES))

@@ -16,7 +16,7 @@ def test_sweep_grid_is_the_papers():
     assert {c.site for c in s} == {"attn_out", "value_full", "diag_removal"}
 
 
-def test_run_sweep_rows_resume_and_delta(tiny_cache, tmp_path):
+def test_run_sweep_rows_resume_and_delta(tiny_model, tmp_path):
     """The baseline row is the stock model's strided PPL, each setting's ΔPPL is its PPL minus the baseline's
     (both recomputed directly), and a second call with resume adds only the settings not yet in the file."""
     from geosteer.directional.config import ComponentScaleConfig
@@ -25,7 +25,7 @@ def test_run_sweep_rows_resume_and_delta(tiny_cache, tmp_path):
     from geosteer.eval.perplexity import heldout_ids, strided_perplexity
     from geosteer.interventions import steer
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     ids = heldout_ids(tok, 48)
     out = tmp_path / "s.json"
     kw = dict(context=32, stride=16, batch_size=2, log=lambda s: None)

@@ -31,8 +31,8 @@ def _spec(*settings: str) -> InterventionSpec:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_recipe_neutral_is_stock_in_both_spaces(tiny_cache, family):
-    m, _ = tiny_cache(family)
+def test_recipe_neutral_is_stock_in_both_spaces(tiny_model, family):
+    m, _ = tiny_model(family)
     ids, mask = _ids()
     base = m(input_ids=ids, attention_mask=mask).logits
     for site in ("value_exclude_self", "value_full"):
@@ -42,10 +42,10 @@ def test_recipe_neutral_is_stock_in_both_spaces(tiny_cache, family):
                 assert torch.equal(m(input_ids=ids, attention_mask=mask).logits, base), (site, space)
 
 
-def test_recipe_key_reaches_the_edit(tiny_cache):
+def test_recipe_key_reaches_the_edit(tiny_model):
     """``scale_value_space=concat`` gives the logits of ``ComponentScale(..., value_space="concat")``, which
     differ from the per-head edit; residual sites ignore the key."""
-    m, _ = tiny_cache("llama")
+    m, _ = tiny_model("llama")
     ids, mask = _ids()
 
     def logits(*ivs):
@@ -78,14 +78,14 @@ def test_sweep_settings_per_space():
     assert len(s) == len(got)
 
 
-def test_run_sweep_keeps_spaces_apart_and_resumes_old_rows(tiny_cache, tmp_path):
+def test_run_sweep_keeps_spaces_apart_and_resumes_old_rows(tiny_model, tmp_path):
     """One baseline for both spaces; each row's ΔPPL is recomputed here; a row written before rows carried a
     space counts as per head on resume (only the concatenated setting runs)."""
     from geosteer.directional.config import ComponentScaleConfig
     from geosteer.directional.sweep import run_sweep
     from geosteer.eval.perplexity import heldout_ids, strided_perplexity
 
-    model, tok = tiny_cache("qwen2")
+    model, tok = tiny_model("qwen2")
     ids = heldout_ids(tok, 40)
     out = tmp_path / "s.json"
     kw = dict(context=20, stride=20, batch_size=2, log=lambda s: None)
@@ -105,8 +105,8 @@ def test_run_sweep_keeps_spaces_apart_and_resumes_old_rows(tiny_cache, tmp_path)
 
 
 @pytest.mark.parametrize("family,padded", [("llama", True), ("gemma3", False), ("qwen3", True)])
-def test_concat_measurement_matches_a_naive_loop(tiny_cache, family, padded):
-    m, _ = tiny_cache(family)
+def test_concat_measurement_matches_a_naive_loop(tiny_model, family, padded):
+    m, _ = tiny_model(family)
     an = anatomy(m)
     ids, mask = _ids()
     if not padded:
@@ -167,10 +167,10 @@ def _first_visible(mask: torch.Tensor) -> set[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("space,padded", [("concat", True), ("concat", False), ("head", True)])
-def test_c_direction_leaves_out_tokens_that_see_only_themselves(tiny_cache, space, padded):
+def test_c_direction_leaves_out_tokens_that_see_only_themselves(tiny_model, space, padded):
     """c_t = o_t − A_tt v_t is zero for a token that sees only itself: its ratio and |cos| are left out
     (counted n − 2 here), and the c ratio mean equals a float64 loop over the other tokens."""
-    m, _ = tiny_cache("llama")
+    m, _ = tiny_model("llama")
     an = anatomy(m)
     ids, mask = _ids()
     if not padded:
@@ -204,7 +204,7 @@ def test_c_direction_leaves_out_tokens_that_see_only_themselves(tiny_cache, spac
         assert row["c_ratio_mean"] == pytest.approx(np.mean(ratios), rel=1e-4)
 
 
-def test_rounding_in_the_self_weight_does_not_make_a_zero_c_count(tiny_cache, monkeypatch):
+def test_rounding_in_the_self_weight_does_not_make_a_zero_c_count(tiny_model, monkeypatch):
     """A_tt a few ulps below 1, differently per head (as a fused kernel's log-sum-exp gives it), leaves a
     c_t = (1 − A_tt) v_t on a token that sees only itself that is not parallel to the concatenated v_t; it
     is still zero by construction and left out."""
@@ -218,7 +218,7 @@ def test_rounding_in_the_self_weight_does_not_make_a_zero_c_count(tiny_cache, mo
         return w * (1 - 1e-5 * h)
 
     monkeypatch.setattr(measure, "self_weight", rounded)
-    m, _ = tiny_cache("llama")
+    m, _ = tiny_model("llama")
     ids, mask = _ids()
     meas = DirectionalMeasure(layers=[1], residual=False, value_space="concat")
     with steer(m, meas), torch.no_grad():

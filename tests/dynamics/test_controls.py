@@ -67,22 +67,22 @@ def test_normalised_commutator_is_scale_free():
     assert vals[0] == pytest.approx(vals[1], rel=1e-10)
 
 
-def test_reorder_study_runs_and_rejects_parallel_blocks(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_reorder_study_runs_and_rejects_parallel_blocks(tiny_model):
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok)
     rows, summ = reorder_study(model, ids, [0, 1, 2])
     assert [r["layer"] for r in rows] == [0, 1, 2]
     for r in rows:
         assert r["commutator"] >= 0 and r["reorder_angle_deg"] >= 0 and r["tokens"] == ids.numel() - 2
     assert "rho_layers" in summ[0]
-    neox, tok2 = tiny_cache("gpt_neox")
+    neox, tok2 = tiny_model("gpt_neox")
     with pytest.raises(GeosteerError, match="sequential"):
         reorder_study(neox, sample_ids(tok2), [0])
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_neutral_temperature_reproduces_stock_logits(family, tiny_cache):
-    model, tok = tiny_cache(family)
+def test_neutral_temperature_reproduces_stock_logits(family, tiny_model):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok)
     with torch.no_grad():
         stock = model(ids).logits
@@ -94,9 +94,9 @@ def test_neutral_temperature_reproduces_stock_logits(family, tiny_cache):
         assert torch.equal(model(ids).logits, stock)
 
 
-def test_temperature_equals_scaled_queries(tiny_cache):
+def test_temperature_equals_scaled_queries(tiny_model):
     """β_A on the logits == the query projection multiplied by β_A (RoPE is linear): an independent path."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok)
     beta = 3.0
     ref = copy.deepcopy(model)
@@ -114,8 +114,8 @@ def test_bad_beta(beta):
         AttentionTemperature(beta)
 
 
-def test_pressure_study_neutral_row_is_stock(tiny_cache):
-    model, tok = tiny_cache("qwen2")
+def test_pressure_study_neutral_row_is_stock(tiny_model):
+    model, tok = tiny_model("qwen2")
     ids = sample_ids(tok)
     rows, summ = pressure_study(model, ids, [1.0, 4.0], [1, 2], variants=("full", "zero"))
     stock = mean_loss(model, ids)
@@ -140,8 +140,8 @@ def test_pressure_study_neutral_row_is_stock(tiny_cache):
         pressure_study(model, ids, [1.0], [1], mode="volume")
 
 
-def test_gain_depth_sweep(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_gain_depth_sweep(tiny_model):
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok)
     assert depth_layers(3, [0, 0.5, 1]) == [0, 1, 2]
     with pytest.raises(GeosteerError):

@@ -116,8 +116,8 @@ def test_refinement_converges_and_keeps_label():
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3", "gpt2"])
-def test_tangent_jacobian_matches_finite_differences(family, tiny_cache):
-    model, _ = tiny_cache(family)
+def test_tangent_jacobian_matches_finite_differences(family, tiny_model):
+    model, _ = tiny_model(family)
     fields = layer_fields(model, 1, alpha=0.7)
     for kind, f in fields.items():
         u = random_seeds(1, f.d, seed=11)[0]
@@ -128,10 +128,10 @@ def test_tangent_jacobian_matches_finite_differences(family, tiny_cache):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3"])
-def test_effective_ov_equals_single_token_attention(family, tiny_cache):
+def test_effective_ov_equals_single_token_attention(family, tiny_model):
     """A one-token sequence attends only to itself, so its attention update is W_OV · attn_norm(u): with
     RMSNorm and no projection biases it must equal V u (Gemma-3's post-attention norm is outside V)."""
-    model, _ = tiny_cache(family)
+    model, _ = tiny_model(family)
     from geosteer import anatomy
 
     an = anatomy(model)
@@ -154,8 +154,8 @@ def test_effective_ov_equals_single_token_attention(family, tiny_cache):
     torch.testing.assert_close(got["a"][0, 0].double(), V @ u, atol=1e-4, rtol=1e-4)
 
 
-def test_study_on_tiny_model_runs_and_ov_candidates_are_eigenvectors(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_study_on_tiny_model_runs_and_ov_candidates_are_eigenvectors(tiny_model):
+    model, tok = tiny_model("llama")
     ids = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(0))
     cand, summ = critical_study(model, ids, [0], n_real=8, n_random=24, steps=300)
     V = layer_fields(model, 0, ("ov",))["ov"].V
@@ -177,25 +177,25 @@ def test_study_on_tiny_model_runs_and_ov_candidates_are_eigenvectors(tiny_cache)
 
 
 @pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan")])
-def test_bad_threshold_raises(bad, tiny_cache):
-    model, _ = tiny_cache("llama")
+def test_bad_threshold_raises(bad, tiny_model):
+    model, _ = tiny_model("llama")
     with pytest.raises(GeosteerError, match="threshold"):
         critical_study(model, None, [0], n_real=0, n_random=4, threshold=bad)
 
 
-def test_unknown_field_raises(tiny_cache):
-    model, _ = tiny_cache("llama")
+def test_unknown_field_raises(tiny_model):
+    model, _ = tiny_model("llama")
     with pytest.raises(GeosteerError, match="unknown field 'attn'"):
         layer_fields(model, 0, ("attn",))
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_direct_ov_read_matches_probe(family, tiny_cache):
+def test_direct_ov_read_matches_probe(family, tiny_model):
     from geosteer import anatomy
     from geosteer.dynamics.fields import _ov_sum_direct
     from geosteer.dynamics.ov import ov_weights
 
-    model, _ = tiny_cache(family)
+    model, _ = tiny_model(family)
     an = anatomy(model)
     w_v, w_o = ov_weights(model)[1]
     probe = sum((w_v[h // an.n_rep].double() @ w_o[h].double()) for h in range(an.n_heads)).T

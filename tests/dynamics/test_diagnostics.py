@@ -77,8 +77,8 @@ def naive_layer(cap, i, parallel):
 
 
 @pytest.mark.parametrize("family", list(PATHS))
-def test_diagnostics_match_naive_recomputation(family, tiny_cache):
-    model, tok = tiny_cache(family)
+def test_diagnostics_match_naive_recomputation(family, tiny_model):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok, n_batch=1)
     rows = wide(diagnose(model, ids))
     cap = naive_capture(model, ids, family)
@@ -92,8 +92,8 @@ def test_diagnostics_match_naive_recomputation(family, tiny_cache):
             assert r["defect"] == 0.0
 
 
-def test_padding_is_masked(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_padding_is_masked(tiny_model):
+    model, tok = tiny_model("llama")
     a = tok("The cat sat on the mat and looked at the bird outside.", return_tensors="pt").input_ids[0]
     b = tok("Rivers flow to the sea.", return_tensors="pt").input_ids[0]
     pad = torch.full((len(a) - len(b),), tok.pad_token_id)

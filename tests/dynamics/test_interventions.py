@@ -50,8 +50,8 @@ def _mlp_reference(model, family: str, ids, layer: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3", "gpt_neox"])
-def test_radial_and_tangential_variants_split_phi(family, tiny_cache):
-    model, tok = tiny_cache(family)
+def test_radial_and_tangential_variants_split_phi(family, tiny_model):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok)
     layer = 1
     stock, _ = _record(model, ids, layer)
@@ -72,8 +72,8 @@ def test_radial_and_tangential_variants_split_phi(family, tiny_cache):
     assert att0["attn_out"].abs().max() == 0
 
 
-def test_gains_scale_branches(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_gains_scale_branches(tiny_model):
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok)
     stock, _ = _record(model, ids, 0)
     g, _ = _record(model, ids, 0, Gains(beta_attn=0.5, alpha_ffn=2.0, layers=[0]))
@@ -83,8 +83,8 @@ def test_gains_scale_branches(tiny_cache):
     torch.testing.assert_close(x, ref, atol=1e-5, rtol=0)
 
 
-def test_parallel_block_matches_manual_surrogate(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_parallel_block_matches_manual_surrogate(tiny_model):
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok, n_batch=1)
     L = model.model.layers[1]
     got = {}
@@ -127,8 +127,8 @@ def test_topk_attention_against_naive_loops():
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_ov_probe_matches_weights(family, tiny_cache):
-    model, _ = tiny_cache(family)
+def test_ov_probe_matches_weights(family, tiny_model):
+    model, _ = tiny_model(family)
     an = anatomy(model)
     dv, d = an.head_dim, an.d_model
     probed = ov_weights(model)
@@ -153,11 +153,11 @@ def test_ov_probe_matches_weights(family, tiny_cache):
     assert rows[0]["skew_sym_ratio"] == pytest.approx(np.linalg.norm(skew) / np.linalg.norm(sym), rel=1e-6)
 
 
-def test_gates_save_load_and_training(tiny_cache, tmp_path):
+def test_gates_save_load_and_training(tiny_model, tmp_path):
     from geosteer.dynamics.gates import train_gates
     from geosteer.train import TrainConfig
 
-    model, tok = tiny_cache("gpt2")
+    model, tok = tiny_model("gpt2")
     ids = sample_ids(tok)
     gates = FFNGates.for_model(model, layers=[0, 2])
     with torch.no_grad():
@@ -171,7 +171,7 @@ def test_gates_save_load_and_training(tiny_cache, tmp_path):
     assert cfg["layers"] == [0, 2] and cfg["method"] == "dynamics.gates"
     loaded = load_gates(tmp_path / "g", model)
     assert torch.equal(loaded.alpha, gates.alpha) and loaded.layers == [0, 2]
-    other, _ = tiny_cache("llama")
+    other, _ = tiny_model("llama")
     with pytest.raises(ArtifactError, match="made for base model 'tiny-gpt2'"):
         load_gates(tmp_path / "g", other)
     with pytest.raises(ArtifactError, match="not a geosteer-gates artifact"):
@@ -202,8 +202,8 @@ def test_selection_orders_and_speedup_math():
     assert safe["high"]["max_layers"] == 0
 
 
-def test_bad_input_errors(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_bad_input_errors(tiny_model):
+    model, tok = tiny_model("llama")
     with pytest.raises(ValueError, match="unknown FFN variant 'sideways'; valid: full"):
         FFNVariant("sideways")
     with pytest.raises(ValueError, match="k >= 1"):

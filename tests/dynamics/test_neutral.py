@@ -14,8 +14,8 @@ from tests.conftest import TINY_FAMILIES, sample_ids
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_neutral_settings_give_stock_logits(family, tiny_cache):
-    model, tok = tiny_cache(family)
+def test_neutral_settings_give_stock_logits(family, tiny_model):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok)
     with torch.no_grad():
         stock = model(ids).logits

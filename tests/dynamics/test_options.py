@@ -21,9 +21,9 @@ def _unit(x):
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
 @pytest.mark.parametrize("reference", ["read", "input"])
 @pytest.mark.parametrize("skip_first", [False, True])
-def test_split_reference_and_bos_against_stock_records(family, reference, skip_first, tiny_cache):
+def test_split_reference_and_bos_against_stock_records(family, reference, skip_first, tiny_model):
     """Only layer 1 is modified, so its inputs are the stock ones: x' must be x + A + P_u Φ from stock records."""
-    model, tok = tiny_cache(family)
+    model, tok = tiny_model(family)
     ids = sample_ids(tok)
     layer = 1
     rec = Recorder(["resid_pre", "attn_out", "mlp_in", "mlp_out", "resid_post"], [layer])
@@ -51,15 +51,15 @@ def test_unknown_reference():
         FFNVariant("tangential", reference="output")
 
 
-def test_split_options_study_rows(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_split_options_study_rows(tiny_model):
+    model, tok = tiny_model("llama")
     rows = split_options_study(model, sample_ids(tok), [0, 1], variants=("tangential",))
     assert {(r["reference"], r["bos"]) for r in rows} == {("read", "ablated"), ("read", "kept stock"),
                                                           ("input", "ablated"), ("input", "kept stock")}
 
 
-def test_ov_dominant_by_modulus_and_by_real_part(tiny_cache):
-    model, _ = tiny_cache("qwen2")
+def test_ov_dominant_by_modulus_and_by_real_part(tiny_model):
+    model, _ = tiny_model("qwen2")
     an = anatomy(model)
     rows = ov_rows(model)
     weights = ov_weights(model)

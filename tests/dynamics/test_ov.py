@@ -78,10 +78,10 @@ def test_gain_reading_matches_numpy_on_hand_built_maps(family):
     assert changed > 0  # non-uniform gains change the maps the reading is taken on
 
 
-def test_unknown_ov_norm_is_refused(tiny_cache):
+def test_unknown_ov_norm_is_refused(tiny_model):
     from geosteer.errors import GeosteerError
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     with pytest.raises(GeosteerError, match="valid: gain, none"):
         ov_rows(model, "layer")
 

@@ -72,8 +72,8 @@ def test_bad_prompts_files_name_the_file(monkeypatch, capsys, tmp_path, no_model
     assert needle in err and str(f) in err
 
 
-def test_edit_values_get_clean_messages(monkeypatch, capsys, tiny_cache, tmp_path):
-    model, _ = tiny_cache("llama")
+def test_edit_values_get_clean_messages(monkeypatch, capsys, tiny_model, tmp_path):
+    model, _ = tiny_model("llama")
     bank = manifold.install(model)
     manifold.uninstall(model)
     src = manifold.save(bank, tmp_path / "s")
@@ -101,11 +101,11 @@ def test_generate_temperature_zero_is_greedy(monkeypatch, capsys):
     assert runs["t1"]["token_ids"] != runs["greedy"]["token_ids"]  # T = 1.5 really samples
 
 
-def test_generate_caps_max_new_tokens_at_the_context(monkeypatch, capsys, tiny_cache):
+def test_generate_caps_max_new_tokens_at_the_context(monkeypatch, capsys, tiny_model):
     from geosteer.eval.generation import prompt_ids
     from geosteer.models import tiny
 
-    _, tok = tiny_cache("llama")
+    _, tok = tiny_model("llama")
     limit = 24  # a context of 24 positions for the tiny Llama the command builds: the cap, not 512 decode steps
     cls_name, kwargs = tiny.TINY_FAMILIES["llama"]
     monkeypatch.setitem(tiny.TINY_FAMILIES, "llama", (cls_name, {**kwargs, "max_position_embeddings": limit}))
@@ -126,8 +126,8 @@ TRICKY = ("Line one ends here.\nSecond line\n\nafter a blank line  \n  indented 
 
 
 @pytest.mark.parametrize("chunk", [7, 64, 1000, 1 << 16])
-def test_encode_file_equals_whole_tokenisation(tmp_path, tiny_cache, chunk, monkeypatch):
-    _, tok = tiny_cache("llama")  # the bundled SmolLM2 tokenizer
+def test_encode_file_equals_whole_tokenisation(tmp_path, tiny_model, chunk, monkeypatch):
+    _, tok = tiny_model("llama")  # the bundled SmolLM2 tokenizer
     from geosteer.data.corpus import split_text
 
     text = (TRICKY * 3 + split_text("heldout")[:30000] + TRICKY).replace("\n\n\n", "\n\n")
@@ -142,8 +142,8 @@ def test_encode_file_equals_whole_tokenisation(tmp_path, tiny_cache, chunk, monk
         assert torch.equal(encode_file(tok, f, max_tokens=m, chunk_bytes=chunk), whole[:m])
 
 
-def test_encode_file_reads_only_what_max_tokens_needs(tmp_path, tiny_cache):
-    _, tok = tiny_cache("llama")
+def test_encode_file_reads_only_what_max_tokens_needs(tmp_path, tiny_model):
+    _, tok = tiny_model("llama")
     f = tmp_path / "t.txt"
     good = ("The river flows through the valley.\n" * 4000).encode()  # > 2 chunks
     f.write_bytes(good + b"\xff\xfe broken bytes far after the prefix\n")
@@ -156,8 +156,8 @@ def test_encode_file_reads_only_what_max_tokens_needs(tmp_path, tiny_cache):
         encode_file(tok, tmp_path / "blank.txt", max_tokens=10)
 
 
-def test_ppl_text_file_matches_in_memory_perplexity(monkeypatch, capsys, tmp_path, tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_ppl_text_file_matches_in_memory_perplexity(monkeypatch, capsys, tmp_path, tiny_model):
+    model, tok = tiny_model("llama")
     text = "The mill by the river grinds the grain.\nIn spring the river floods the fields.\n" * 60
     f = tmp_path / "t.txt"
     f.write_text(text)

@@ -23,8 +23,8 @@ def test_first_divergence():
     assert first_divergence([1, 2], [1, 2, 3]) == 2
 
 
-def test_compare_identical_states_and_changed_state(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_compare_identical_states_and_changed_state(tiny_model):
+    model, tok = tiny_model("llama")
     prompts = ["The theory of relativity", "She saw the man with"]
     same = compare_states(model, tok, prompts, [], [], max_new_tokens=6, sample_seeds=range(2))
     assert all(not r["greedy_changed"] and r["kl"] < 1e-10 and r["sampled_changed_frac"] == 0 for r in same)
@@ -34,16 +34,16 @@ def test_compare_identical_states_and_changed_state(tiny_cache):
     assert s["prompts"] == 2 and 0 <= s["greedy_change_rate"] <= 1
 
 
-def test_seeded_sampling_is_reproducible_and_seed_dependent(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_seeded_sampling_is_reproducible_and_seed_dependent(tiny_model):
+    model, tok = tiny_model("llama")
     a = generate(model, tok, "Once upon a time", 12, greedy=False, temperature=1.5, seed=1)
     b = generate(model, tok, "Once upon a time", 12, greedy=False, temperature=1.5, seed=1)
     c = generate(model, tok, "Once upon a time", 12, greedy=False, temperature=1.5, seed=2)
     assert a.token_ids == b.token_ids and a.token_ids != c.token_ids
 
 
-def test_greedy_generation_uses_interventions(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_greedy_generation_uses_interventions(tiny_model):
+    model, tok = tiny_model("llama")
     ref = generate(model, tok, "Once upon a time", 8)
     with steer(model, ScaleHook("mlp_out", -3.0)):
         alt = generate(model, tok, "Once upon a time", 8)
@@ -51,7 +51,7 @@ def test_greedy_generation_uses_interventions(tiny_cache):
     assert generate(model, tok, "Once upon a time", 8).token_ids == ref.token_ids
 
 
-def test_paired_comparison_rows_equal_an_independent_computation(tiny_cache):
+def test_paired_comparison_rows_equal_an_independent_computation(tiny_model):
     """Every field of a row recomputed directly: next-token KL of the two states, greedy generations under
     each, and the seeded samples of each (same seeds) compared one by one; the baseline is computed once and
     reused by every ``run``; ``Prompt`` categories are copied; ``sample=False`` skips the samples."""
@@ -59,7 +59,7 @@ def test_paired_comparison_rows_equal_an_independent_computation(tiny_cache):
     from geosteer.eval.generation import generate_seeds
     from geosteer.eval.prompts import Prompt
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     a, b = [ScaleHook("mlp_out", 0.5)], [ScaleHook("attn_out", -2.0)]
     prompts = [Prompt("The theory of relativity", "science"), "She saw the man with"]
     cmp = PairedComparison(model, tok, prompts, a, max_new_tokens=5, seeds=[0, 1, 2], temperature=1.5, top_k=20)

@@ -15,8 +15,8 @@ def _reference(model, ids, n):
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])
-def test_any_draft_gives_the_greedy_tokens(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_any_draft_gives_the_greedy_tokens(tiny_model, family):
+    model, tok = tiny_model(family)
     ids = prompt_ids(tok, "The river flows past the old mill and")
     n = 12
     bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))  # surfaces on: the feature cache is cropped too
@@ -36,8 +36,8 @@ def test_any_draft_gives_the_greedy_tokens(tiny_cache, family):
         M.uninstall(model)
 
 
-def test_stops_after_eos_like_generate(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_stops_after_eos_like_generate(tiny_model):
+    model, tok = tiny_model("llama")
     ids = prompt_ids(tok, "Once upon a time")
     ref, _ = _reference(model, ids, 8)
     eos = ref[2]  # pretend the third greedy token is EOS: generate stops right after it
@@ -69,10 +69,10 @@ def _naive_seeded(model, tok, prompt, seed, n, temperature, top_k):
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
-def test_batched_seeds_equal_one_seed_at_a_time_without_cache(tiny_cache, family):
+def test_batched_seeds_equal_one_seed_at_a_time_without_cache(tiny_model, family):
     from geosteer.eval.generation import generate_seeds
 
-    model, tok = tiny_cache(family)
+    model, tok = tiny_model(family)
     seeds = [0, 1, 2, 7]
     got = generate_seeds(model, tok, "Once upon a time", seeds, 10, temperature=1.3, top_k=20)
     assert [r.seed for r in got] == seeds and len({tuple(r.token_ids) for r in got}) > 1
@@ -82,13 +82,13 @@ def test_batched_seeds_equal_one_seed_at_a_time_without_cache(tiny_cache, family
     assert alone[0].token_ids == got[-1].token_ids
 
 
-def test_draft_greedy_is_capped_at_the_context(tiny_cache):
+def test_draft_greedy_is_capped_at_the_context(tiny_model):
     """Asking past the model's positions gives exactly what fits (a GenerationCapped warning), the same tokens
     as plain greedy decoding of that many; a prompt that fills the context is a one-line error."""
     from geosteer.errors import GeosteerError
     from geosteer.eval.generation import GenerationCapped
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     limit = model.config.max_position_embeddings
     ids = torch.randint(5, 100, (1, limit - 3), generator=torch.Generator().manual_seed(0))
     with pytest.warns(GenerationCapped, match="capped at 3"):

@@ -35,8 +35,8 @@ def hf_reference(model, ids, context, stride):
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 @pytest.mark.parametrize("context,stride", [(64, 32), (48, 48), (64, 17)])
-def test_matches_independent_hf_loop(tiny_cache, family, context, stride):
-    model, tok = tiny_cache(family)
+def test_matches_independent_hf_loop(tiny_model, family, context, stride):
+    model, tok = tiny_model(family)
     ids = encode(tok, TEXT)[None]
     ref_ppl, ref_n = hf_reference(model, ids, context, stride)
     res = strided_perplexity(model, tok, TEXT, context=context, stride=stride, batch_size=3)
@@ -46,15 +46,15 @@ def test_matches_independent_hf_loop(tiny_cache, family, context, stride):
     assert abs(res.ppl - ref_ppl) / ref_ppl < 1e-4
 
 
-def test_batching_does_not_change_result(tiny_cache):
-    model, tok = tiny_cache("qwen2")
+def test_batching_does_not_change_result(tiny_model):
+    model, tok = tiny_model("qwen2")
     a = strided_perplexity(model, tok, TEXT, context=64, stride=32, batch_size=1)
     b = strided_perplexity(model, tok, TEXT, context=64, stride=32, batch_size=8)
     assert abs(a.nll - b.nll) < 1e-5 and a.tokens == b.tokens
 
 
-def test_bits_per_byte_consistent(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_bits_per_byte_consistent(tiny_model):
+    model, tok = tiny_model("llama")
     r = strided_perplexity(model, tok, TEXT, context=64, stride=32)
     n_bytes = len(tok.decode(encode(tok, TEXT)[1:], skip_special_tokens=True).encode())
     assert r.bits_per_byte == pytest.approx(r.nll * r.tokens / math.log(2) / n_bytes)
@@ -71,25 +71,25 @@ def test_window_spans_score_every_token_once():
     (dict(context=16, stride=32), "must be >= stride"),
     (dict(context=32, stride=0), "stride must be > 0"),
 ])
-def test_bad_window_arguments(tiny_cache, kwargs, match):
-    model, tok = tiny_cache("llama")
+def test_bad_window_arguments(tiny_model, kwargs, match):
+    model, tok = tiny_model("llama")
     with pytest.raises(GeosteerError, match=match):
         strided_perplexity(model, tok, TEXT, **kwargs)
 
 
-def test_short_and_empty_text(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_short_and_empty_text(tiny_model):
+    model, tok = tiny_model("llama")
     with pytest.raises(GeosteerError, match="shorter than one window"):
         strided_perplexity(model, tok, "Hello there.", context=64, stride=32, require_full_window=True)
     with pytest.raises(GeosteerError, match="empty"):
         strided_perplexity(model, tok, "   ", context=64, stride=32)
 
 
-def test_heldout_ids_are_the_encoded_start_of_the_heldout_split(tiny_cache):
+def test_heldout_ids_are_the_encoded_start_of_the_heldout_split(tiny_model):
     from geosteer.data.corpus import split_text
     from geosteer.eval.perplexity import encode, heldout_ids
 
-    _, tok = tiny_cache("llama")
+    _, tok = tiny_model("llama")
     ids = heldout_ids(tok, 40)
     full = encode(tok, split_text("heldout", max_chars=4000))
     assert ids.shape == (40,) and torch.equal(ids, full[:40])
@@ -98,8 +98,8 @@ def test_heldout_ids_are_the_encoded_start_of_the_heldout_split(tiny_cache):
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])  # learned positions (IndexError before) and RoPE (silent)
-def test_windows_longer_than_the_model_positions_are_refused(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_windows_longer_than_the_model_positions_are_refused(tiny_model, family):
+    model, tok = tiny_model(family)
     limit = model.config.max_position_embeddings if family != "gpt2" else model.config.n_positions
     ids = torch.randint(0, 1000, (limit + 40,))
     with pytest.raises(GeosteerError, match=rf"context {limit + 1} is longer than the model's {limit} positions"):

@@ -165,7 +165,7 @@ def test_geosteer_names_load_through_geosteer():
 
 @pytest.mark.parametrize("bad,msg", [
     (dict(scale_site="nowhere"), "unknown site"),
-    (dict(ffn_variant="sideways"), "unknown FFN variant"),
+    (dict(mlp_variant="sideways"), "unknown FFN variant"),
     (dict(edits="x.json"), "edits= needs surfaces="),
     (dict(scale_site="attn_out", scale_layers="0-99"), "out of range"),
     (dict(recipe="some/folder", scale_site="attn_out"), "either recipe= or intervention keys"),

@@ -46,16 +46,16 @@ def _compiled_vs_eager(model, backend: str):
     return ours, eager
 
 
-def test_surfaces_trace_into_one_graph(tiny_cache):
-    ours, eager = _compiled_vs_eager(tiny_cache("llama")[0], "eager")
+def test_surfaces_trace_into_one_graph(tiny_model):
+    ours, eager = _compiled_vs_eager(tiny_model("llama")[0], "eager")
     # the traced graph takes the PyTorch path (the eager run: the compiled CPU kernels): fp32 rounding apart
     assert (ours - eager).abs().max().item() <= 1e-4 * max(1.0, eager.abs().max().item())
 
 
 @pytest.mark.slow
 @slow_inductor
-def test_inductor_compiled_surfaces_equal_eager(tiny_cache):
-    ours, eager = _compiled_vs_eager(tiny_cache("llama")[0], "inductor")
+def test_inductor_compiled_surfaces_equal_eager(tiny_model):
+    ours, eager = _compiled_vs_eager(tiny_model("llama")[0], "inductor")
     # inductor reorders fp32 sums: a tolerance above the rounding of logits of magnitude ~|eager|
     assert (ours - eager).abs().max().item() <= 1e-4 * max(1.0, eager.abs().max().item())
 
@@ -88,15 +88,15 @@ def _compiled_generate_vs_eager(model, backend: str, mode: str | None = None):
     return torch.stack(ours.logits), torch.stack(eager.logits)
 
 
-def test_static_cache_decode_step_traces_into_one_graph(tiny_cache):
-    ours, eager = _compiled_generate_vs_eager(tiny_cache("llama")[0], "eager")
+def test_static_cache_decode_step_traces_into_one_graph(tiny_model):
+    ours, eager = _compiled_generate_vs_eager(tiny_model("llama")[0], "eager")
     assert (ours - eager).abs().max().item() <= 1e-4 * max(1.0, eager.abs().max().item())
 
 
 @pytest.mark.slow
 @slow_inductor
-def test_inductor_static_cache_decode_equals_eager(tiny_cache):
+def test_inductor_static_cache_decode_equals_eager(tiny_model):
     """transformers' default compiled decode (inductor, mode="reduce-overhead": CUDA graphs on a GPU, the same
     inductor graph on the CPU)."""
-    ours, eager = _compiled_generate_vs_eager(tiny_cache("llama")[0], "inductor", "reduce-overhead")
+    ours, eager = _compiled_generate_vs_eager(tiny_model("llama")[0], "inductor", "reduce-overhead")
     assert (ours - eager).abs().max().item() <= 1e-4 * max(1.0, eager.abs().max().item())

@@ -74,9 +74,9 @@ def test_basis_gradient_matches_finite_differences():
 
 
 @pytest.mark.parametrize("bad", [(0, -1.0, 1.0), (8, 1.0, 1.0), (8, 2.0, -2.0), (2.5, -1.0, 1.0)])
-def test_bad_grid_refused(tiny_cache, bad):
+def test_bad_grid_refused(tiny_model, bad):
     g, lo, hi = bad
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     with pytest.raises(ValueError, match="grid"):
         manifold.install(model, grid_size=g, grid_range=(lo, hi))
     assert manifold.attached_bank(model) is None
@@ -199,8 +199,8 @@ def _random_bank(model, seed=0, scale=0.5, **kw):
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_zero_surfaces_equal_stock(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_zero_surfaces_equal_stock(tiny_model, family):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok)
     with torch.no_grad():
         ref = model(ids).logits
@@ -217,8 +217,8 @@ def test_zero_surfaces_equal_stock(tiny_cache, family):
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_model_with_surfaces_matches_per_pair_reference(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_model_with_surfaces_matches_per_pair_reference(tiny_model, family):
+    model, tok = tiny_model(family)
     texts = ["The theory of relativity states that the laws of physics are the same for all observers.",
              "She saw the man with the telescope."]
     enc = tok(texts, return_tensors="pt", padding=True)
@@ -240,8 +240,8 @@ def test_model_with_surfaces_matches_per_pair_reference(tiny_cache, family):
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "gemma3", "qwen2", "gpt2"])
-def test_kv_cache_generation_matches_full_recompute(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_kv_cache_generation_matches_full_recompute(tiny_model, family):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok, 1)[:, :10]
     bank = _random_bank(model, seed=1, scale=0.3)
     try:
@@ -263,8 +263,8 @@ def test_kv_cache_generation_matches_full_recompute(tiny_cache, family):
         manifold.uninstall(model)
 
 
-def test_kv_cache_batched_left_padding(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_kv_cache_batched_left_padding(tiny_model):
+    model, tok = tiny_model("llama")
     tok.padding_side = "left"
     enc = tok(["Hello there, my friend", "Hi"], return_tensors="pt", padding=True)
     _random_bank(model, seed=2, scale=0.3)
@@ -279,8 +279,8 @@ def test_kv_cache_batched_left_padding(tiny_cache):
         tok.padding_side = "right"
 
 
-def test_feature_cache_not_reused_for_a_different_prompt(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_feature_cache_not_reused_for_a_different_prompt(tiny_model):
+    model, tok = tiny_model("llama")
     _random_bank(model, seed=3, scale=0.3)
     try:
         with torch.no_grad():
@@ -298,8 +298,8 @@ def test_feature_cache_not_reused_for_a_different_prompt(tiny_cache):
 # ----------------------------------------------------------------------------- attach / detach
 
 
-def test_attach_rules(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_attach_rules(tiny_model):
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok, 1)
     with torch.no_grad():
         ref = model(ids).logits
@@ -327,35 +327,8 @@ def test_attach_rules(tiny_cache):
     assert manifold.attached_bank(model) is None
 
 
-def test_attach_detach_are_deprecated_aliases(tiny_cache):
-    """``manifold.attach/detach`` (pre-0.2 names) warn and do exactly what ``install/uninstall`` do."""
-    model, tok = tiny_cache("llama")
-    ids = sample_ids(tok, 1)
-    bank = _random_bank(model)
-    manifold.uninstall(model)
-    with torch.no_grad():
-        stock = model(ids).logits
-        with steer(model, bank):
-            want = model(ids).logits
-    assert not torch.equal(want, stock)  # the bank changes the logits, so the comparison below can fail
-    with pytest.warns(DeprecationWarning, match=r"manifold\.attach is deprecated; use geosteer\.manifold\.install"):
-        got_bank = manifold.attach(model, bank=bank)
-    assert got_bank is bank and manifold.attached_bank(model) is bank
-    with torch.no_grad():
-        assert torch.equal(model(ids).logits, want)
-    with pytest.warns(DeprecationWarning, match=r"manifold\.detach is deprecated; use geosteer\.manifold\.uninstall"):
-        assert manifold.detach(model) is bank
-    assert manifold.attached_bank(model) is None
-    with torch.no_grad():
-        assert torch.equal(model(ids).logits, stock)
-    with pytest.warns(DeprecationWarning):
-        fresh = manifold.attach(model, grid_size=4)  # keyword arguments pass through too
-    assert fresh.grid_size == 4 and manifold.uninstall(model) is fresh
-    assert "attach" not in manifold.__all__ and "install" in manifold.__all__
-
-
-def test_attach_subset_of_layers_and_surface(tiny_cache):
-    model, tok = tiny_cache("qwen3")
+def test_attach_subset_of_layers_and_surface(tiny_model):
+    model, tok = tiny_model("qwen3")
     bank = manifold.install(model, layers=[2], grid_size=4, grid_range=(-2.0, 2.0))
     try:
         assert bank.coefficients.shape == (1, 4, 16, 7, 7)
@@ -379,8 +352,8 @@ def test_attach_subset_of_layers_and_surface(tiny_cache):
 # ----------------------------------------------------------------------------- artifacts
 
 
-def test_save_load_roundtrip(tiny_cache, tmp_path):
-    model, tok = tiny_cache("llama")
+def test_save_load_roundtrip(tiny_model, tmp_path):
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok, 1)
     bank = _random_bank(model, layers=[0, 2], grid_range=(-3.0, 2.0))
     bank.history.append({"op": "scale", "alpha": 2.0})
@@ -409,9 +382,9 @@ def test_save_load_roundtrip(tiny_cache, tmp_path):
     assert not list(tmp_path.glob(".art*"))  # no temporary folders left behind
 
 
-def test_load_errors(tiny_cache, tmp_path):
-    model, _ = tiny_cache("llama")
-    other, _ = tiny_cache("gemma3")
+def test_load_errors(tiny_model, tmp_path):
+    model, _ = tiny_model("llama")
+    other, _ = tiny_model("gemma3")
     bank = manifold.install(model)
     manifold.uninstall(model)
     art = manifold.save(bank, tmp_path / "a")
@@ -440,9 +413,9 @@ def test_load_errors(tiny_cache, tmp_path):
         manifold.load(art)
 
 
-def test_bank_trains(tiny_cache):
+def test_bank_trains(tiny_model):
     """Only the coefficients get gradients; one step of SGD lowers the loss on the batch."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok, 2)
     bank = manifold.install(model)
     try:
@@ -461,12 +434,12 @@ def test_bank_trains(tiny_cache):
         manifold.uninstall(model)
 
 
-def test_handlers_after_the_bank_still_run(tiny_cache):
+def test_handlers_after_the_bank_still_run(tiny_model):
     """With another attention handler attached after the bank, the bank uses the stock path + Δo so that
     the later handler sees (and may change) the call; the result is the same."""
     from geosteer.record import AttentionRecorder
 
-    model, tok = tiny_cache("mistral")
+    model, tok = tiny_model("mistral")
     ids = sample_ids(tok, 2)
     bank = _random_bank(model, seed=4, scale=0.3)
     manifold.uninstall(model)

@@ -25,8 +25,8 @@ def _calls(model, tok, bank, layer):
     return [c for c, _ in cap.calls]
 
 
-def test_grid_coverage_matches_per_pair_loop(tiny_cache):
-    model, tok = tiny_cache("qwen2")
+def test_grid_coverage_matches_per_pair_loop(tiny_model):
+    model, tok = tiny_model("qwen2")
     bank = _bank(model, grid_range=(-0.4, 0.6))
     rows = {r["layer"]: r for r in grid_coverage(model, tok, bank, TEXTS)}
     for layer in (0, 1):
@@ -45,8 +45,8 @@ def test_grid_coverage_matches_per_pair_loop(tiny_cache):
         assert 0 < rows[layer]["outside"] < 1
 
 
-def test_wall_leakage_zero_for_exact_walls_and_measured_for_grid_walls(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_wall_leakage_zero_for_exact_walls_and_measured_for_grid_walls(tiny_model):
+    model, tok = tiny_model("llama")
     bank = _bank(model, grid_range=(-0.5, 0.5))
     E.apply_edits(bank, ["wall layer=1 head=0 q=0..inf", "grid-wall layer=1 head=1 dim=2"])
     rows = wall_leakage(model, tok, bank, TEXTS)
@@ -65,10 +65,10 @@ def test_wall_leakage_zero_for_exact_walls_and_measured_for_grid_walls(tiny_cach
     assert abs(rows[1]["passing"] - num / den) < 1e-6 and rows[1]["passing"] > 0.01
 
 
-def test_explore_cli_reports_coverage_and_leakage(monkeypatch, capsys, tiny_cache, tmp_path):
+def test_explore_cli_reports_coverage_and_leakage(monkeypatch, capsys, tiny_model, tmp_path):
     from tests.cli_helpers import run_cli
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = _bank(model)
     E.apply_edit(bank, "wall layer=1 head=0 q=0..inf")
     src = manifold.save(bank, tmp_path / "s")

@@ -30,8 +30,8 @@ def test_parse_edit_forms():
             E.parse_edit(bad)
 
 
-def test_edit_ops_exact(tiny_cache):
-    model, _ = tiny_cache("llama")
+def test_edit_ops_exact(tiny_model):
+    model, _ = tiny_model("llama")
     bank = random_bank(model)
     c0 = bank.coefficients.detach().clone()
     E.apply_edit(bank, "scale=2 layer=1 head=0 dim=3")
@@ -52,9 +52,9 @@ def test_edit_ops_exact(tiny_cache):
     assert bank.history[2]["coefficients"] == 6 * 11
 
 
-def test_wall_blocks_value_flow_inside_the_grid(tiny_cache):
+def test_wall_blocks_value_flow_inside_the_grid(tiny_model):
     """The legacy grid-wall (C = -1); exact region walls are tested in test_manifold_walls.py."""
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = random_bank(model)
     E.apply_edit(bank, E.grid_wall(layers=[1]))
     assert torch.all(bank.coefficients[1] == -1)
@@ -72,10 +72,10 @@ def test_wall_blocks_value_flow_inside_the_grid(tiny_cache):
     assert len(rec["selected"]) == 5 and all(s[0] == 2 for s in rec["selected"])
 
 
-def test_wall_on_the_model_zeroes_the_attention_output(tiny_cache):
+def test_wall_on_the_model_zeroes_the_attention_output(tiny_model):
     """With every key/query coordinate inside the range, a layer-wide wall makes that layer's attention
     output exactly zero (the gain 1 + S is 0 for every pair)."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok, 1)
     bank = random_bank(model, grid_range=(-1e3, 1e3))
     E.apply_edit(bank, E.wall(layers=[1]))
@@ -90,8 +90,8 @@ def test_wall_on_the_model_zeroes_the_attention_output(tiny_cache):
     assert (out - expect).abs().max() < 1e-4
 
 
-def test_edits_refused_out_of_range(tiny_cache):
-    model, _ = tiny_cache("llama")
+def test_edits_refused_out_of_range(tiny_model):
+    model, _ = tiny_model("llama")
     bank = random_bank(model, layers=[0, 2])
     before = bank.coefficients.detach().clone()
     cases = [("invert layer=1", "surfaces cover layers 0, 2"),
@@ -106,8 +106,8 @@ def test_edits_refused_out_of_range(tiny_cache):
     assert torch.equal(bank.coefficients, before) and bank.history == []
 
 
-def test_live_edit_restores(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_live_edit_restores(tiny_model):
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok, 1)
     bank = random_bank(model)
     with torch.no_grad(), steer(model, bank):
@@ -125,9 +125,9 @@ def test_live_edit_restores(tiny_cache):
     assert bank.coefficients.abs().sum() > 0 and bank.history == []
 
 
-def test_row_edit_changes_only_queries_that_reach_those_rows(tiny_cache):
+def test_row_edit_changes_only_queries_that_reach_those_rows(tiny_model):
     """Row a of the control net only matters for queries inside B_a's support [t_a, t_{a+4})."""
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = random_bank(model)
     before = bank.surface(0, 0, 0, torch.linspace(-6, 6, 50)[:, None], torch.linspace(-6, 6, 50)[None, :])
     E.apply_edit(bank, "invert layer=0 head=0 dim=0 rows=9-10")
@@ -147,8 +147,8 @@ def _last_logprobs(model, tok, bank, prompts):
                                               .float(), -1) for p in prompts])
 
 
-def test_explore_helpers(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_explore_helpers(tiny_model):
+    model, tok = tiny_model("llama")
     bank = random_bank(model)
     with torch.no_grad():
         bank.coefficients[1, 2, 3] *= 10
@@ -192,12 +192,12 @@ def test_explore_helpers(tiny_cache):
     assert len(net.splitlines()) == 12
 
 
-def test_cli_edit_show_explore(tiny_cache, tmp_path, monkeypatch):
+def test_cli_edit_show_explore(tiny_model, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from geosteer.cli import app
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = random_bank(model)
     src = manifold.save(bank, tmp_path / "in")
     r = CliRunner().invoke(app, ["manifold", "edit", "--surfaces", str(src), "--out", str(tmp_path / "out"),
@@ -222,10 +222,10 @@ def test_cli_edit_show_explore(tiny_cache, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("verb", ["show", "explore"])
-def test_negative_top_is_refused_not_sliced(tiny_cache, tmp_path, monkeypatch, capsys, verb):
+def test_negative_top_is_refused_not_sliced(tiny_model, tmp_path, monkeypatch, capsys, verb):
     from tests.cli_helpers import refused_before_load
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     src = manifold.save(random_bank(model), tmp_path / "in")
     model_opt = ["--model", "tiny-llama"] if verb == "explore" else []
     err = refused_before_load(monkeypatch, capsys, "manifold", verb, "--surfaces", str(src), "--top", "-1", *model_opt)

@@ -43,8 +43,8 @@ def _rewrite_tensors(folder, **changes):
 
 
 @pytest.fixture
-def saved(tiny_cache, tmp_path):
-    model, _ = tiny_cache("llama")
+def saved(tiny_model, tmp_path):
+    model, _ = tiny_model("llama")
     return manifold.save(random_bank(model), tmp_path / "s")
 
 
@@ -60,8 +60,8 @@ def test_cli_edit_refuses_non_finite_values(monkeypatch, capsys, saved, op):
     assert _files(saved) == before
 
 
-def test_scale_overflow_is_refused_and_changes_nothing(tiny_cache):
-    model, _ = tiny_cache("llama")
+def test_scale_overflow_is_refused_and_changes_nothing(tiny_model):
+    model, _ = tiny_model("llama")
     bank = random_bank(model)
     c0, h0 = bank.coefficients.detach().clone(), list(bank.history)
     with pytest.raises(ValueError, match="overflow"):
@@ -69,8 +69,8 @@ def test_scale_overflow_is_refused_and_changes_nothing(tiny_cache):
     assert torch.equal(bank.coefficients, c0) and bank.history == h0
 
 
-def test_save_refuses_nan_naming_layer_head_dim(tiny_cache, tmp_path):
-    model, _ = tiny_cache("llama")
+def test_save_refuses_nan_naming_layer_head_dim(tiny_model, tmp_path):
+    model, _ = tiny_model("llama")
     bank = random_bank(model)
     with torch.no_grad():
         bank.coefficients[2, 1, 5, 3, 3] = float("nan")
@@ -90,7 +90,7 @@ def test_save_refuses_nan_naming_layer_head_dim(tiny_cache, tmp_path):
 @pytest.mark.parametrize("what,match", [("nan_coef", "layer 1 head 0 dim 2"), ("inf_coef", "layer 0 head 3 dim 1"),
                                         ("nan_range", "layer 2 has grid range"), ("lo_gt_hi", "layer 0 has"),
                                         ("lo_eq_hi", "layer 1 has grid range")])
-def test_load_refuses_non_finite_and_degenerate(monkeypatch, capsys, tiny_cache, saved, what, match):
+def test_load_refuses_non_finite_and_degenerate(monkeypatch, capsys, tiny_model, saved, what, match):
     from safetensors.torch import load_file
 
     t = load_file(str(saved / TENSORS_NAME))
@@ -106,7 +106,7 @@ def test_load_refuses_non_finite_and_degenerate(monkeypatch, capsys, tiny_cache,
     else:
         lo[1] = hi[1] = 1.5
     _rewrite_tensors(saved, coefficients=c, lo=lo, hi=hi)
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     with pytest.raises(GeosteerError, match=match):
         manifold.load(saved, model=model)
     before = _files(saved)
@@ -120,11 +120,11 @@ def test_load_refuses_non_finite_and_degenerate(monkeypatch, capsys, tiny_cache,
     assert _files(saved) == before
 
 
-def test_non_finite_perplexity_is_an_error(tiny_cache):
+def test_non_finite_perplexity_is_an_error(tiny_model):
     from geosteer.eval.perplexity import strided_perplexity
     from geosteer.interventions import HookIntervention, steer
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     text = "The cat sat on the mat by the door. " * 20
     ok = strided_perplexity(model, tok, text, context=32, stride=16)
     assert math.isfinite(ok.ppl)
@@ -134,9 +134,9 @@ def test_non_finite_perplexity_is_an_error(tiny_cache):
 
 
 # ----------------------------------------------------------------------------- another base model
-def test_artifact_for_another_model_is_refused_unless_forced(monkeypatch, capsys, tiny_cache, saved):
-    qwen3, _ = tiny_cache("qwen3")
-    llama, _ = tiny_cache("llama")
+def test_artifact_for_another_model_is_refused_unless_forced(monkeypatch, capsys, tiny_model, saved):
+    qwen3, _ = tiny_model("qwen3")
+    llama, _ = tiny_model("llama")
     manifold.load(saved, model=llama)  # its own model: fine
     with pytest.raises(GeosteerError, match="made for base model 'tiny-llama', not for 'tiny-qwen3'"):
         manifold.load(saved, model=qwen3)
@@ -152,12 +152,12 @@ def test_artifact_for_another_model_is_refused_unless_forced(monkeypatch, capsys
     assert math.isfinite(json.loads(out)["ppl"])
 
 
-def test_studio_start_artifact_for_another_model_needs_force(tiny_cache, saved):
+def test_studio_start_artifact_for_another_model_needs_force(tiny_model, saved):
     """`geosteer studio --surfaces DIR` goes through bankio.open_bank: refused for another base model unless
     --force (the studio CLI passes it)."""
     from geosteer.studio import bankio
 
-    qwen3, _ = tiny_cache("qwen3")
+    qwen3, _ = tiny_model("qwen3")
     with pytest.raises(GeosteerError, match="not for 'tiny-qwen3'"):
         bankio.open_bank(qwen3, saved)
     assert manifold.attached_bank(qwen3) is None  # nothing attached by the refusal
@@ -175,8 +175,8 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def test_a_load_after_a_killed_save_refuses_and_writes_nothing(tiny_cache, saved):
-    model, _ = tiny_cache("llama")
+def test_a_load_after_a_killed_save_refuses_and_writes_nothing(tiny_model, saved):
+    model, _ = tiny_model("llama")
     good = _files(saved)
     pid = _dead_pid()
     old = saved.parent / f".{saved.name}.old-{pid}"
@@ -195,8 +195,8 @@ def test_a_load_after_a_killed_save_refuses_and_writes_nothing(tiny_cache, saved
     assert manifold.load(saved, model=model).n_parameters() > 0
 
 
-def test_next_save_repairs_and_keeps_live_processes_folders(tiny_cache, tmp_path, caplog):
-    model, _ = tiny_cache("llama")
+def test_next_save_repairs_and_keeps_live_processes_folders(tiny_model, tmp_path, caplog):
+    model, _ = tiny_model("llama")
     bank = random_bank(model)
     dest = tmp_path / "a"
     manifold.save(bank, dest)
@@ -241,10 +241,10 @@ def _random_dict(rng: random.Random) -> dict:
     return d
 
 
-def test_fuzz_edit_language(tiny_cache):
+def test_fuzz_edit_language(tiny_model):
     """Random edit strings and dicts: a valid edit, or a one-line ValueError/GeosteerError with the bank
     unchanged — never another exception, never a non-finite coefficient."""
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = random_bank(model)
     rng = random.Random(1234)
     n_ok = n_refused = 0

@@ -57,8 +57,8 @@ LAYOUTS = {
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_layouts_place_every_surface(tmp_path, tiny_cache, layout):
-    model, _ = tiny_cache("llama")
+def test_layouts_place_every_surface(tmp_path, tiny_model, layout):
+    model, _ = tiny_model("llama")
     coef = _coef()
     rel = read_released(_save(tmp_path / "s.pt", LAYOUTS[layout](coef)))
     bank = to_bank(rel, model)
@@ -69,8 +69,8 @@ def test_layouts_place_every_surface(tmp_path, tiny_cache, layout):
     assert torch.equal(bank.coefficients.detach(), coef)
 
 
-def test_imported_logits_equal_hand_set(tmp_path, tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_imported_logits_equal_hand_set(tmp_path, tiny_model):
+    model, tok = tiny_model("llama")
     coef = _coef(1)
     ids = torch.tensor([[1, 5, 9, 2, 7, 3, 8, 4]])
     bank = to_bank(read_released(_save(tmp_path / "s.pt", LAYOUTS["int keys, flat"](coef))), model,
@@ -86,7 +86,7 @@ def test_imported_logits_equal_hand_set(tmp_path, tiny_cache):
     assert float((got - stock).abs().max()) > 1e-3  # the surfaces do something
 
 
-def test_cli_writes_artifact_with_source(tmp_path, tiny_cache, monkeypatch, capsys):
+def test_cli_writes_artifact_with_source(tmp_path, tiny_model, monkeypatch, capsys):
     coef = _coef(2)
     f = _save(tmp_path / "surfaces_grid8.pt", LAYOUTS["nested with settings"](coef))
     out = tmp_path / "imported"
@@ -95,7 +95,7 @@ def test_cli_writes_artifact_with_source(tmp_path, tiny_cache, monkeypatch, caps
     assert code == 0, err
     summary = json.loads(stdout)
     assert summary["grid_range_from"] == "the file" and summary["parameters"] == coef.numel()
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = manifold.load(out, model=model)
     assert torch.equal(bank.coefficients.detach().cpu(), coef)
     meta = json.loads((out / "geosteer_config.json").read_text())["meta"]

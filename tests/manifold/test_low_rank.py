@@ -14,8 +14,8 @@ from tests.conftest import random_bank, sample_ids
 _bank = partial(random_bank, grid_size=4, grid_range=(-3.0, 3.0))
 
 
-def test_full_rank_reproduces_the_bank(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_full_rank_reproduces_the_bank(tiny_model):
+    model, tok = tiny_model("llama")
     bank = _bank(model)
     full = bank.low_rank(bank.K)
     assert (full.coefficients - bank.coefficients).abs().max().item() <= 1e-5
@@ -49,8 +49,8 @@ def test_truncation_matches_numpy_svd(rank):
         truncate(c, 8)
 
 
-def test_rank_report_kl_against_direct_computation(tiny_cache):
-    model, tok = tiny_cache("qwen3")
+def test_rank_report_kl_against_direct_computation(tiny_model):
+    model, tok = tiny_model("qwen3")
     bank = _bank(model, seed=2)
     ids = sample_ids(tok, 1)
     rows = rank_report(model, bank, [1, 2], ids)
@@ -96,8 +96,8 @@ def test_low_rank_attention_matches_per_pair_reference(kind):
     assert (truncate(C[None], 2)[0][0] - U @ W.transpose(-1, -2)).abs().max().item() <= 1e-5
 
 
-def test_low_rank_bank_runs_the_narrow_path_with_the_truncated_values(tiny_cache):
-    model, tok = tiny_cache("mistral")  # GQA 4, sliding window
+def test_low_rank_bank_runs_the_narrow_path_with_the_truncated_values(tiny_model):
+    model, tok = tiny_model("mistral")  # GQA 4, sliding window
     bank = _bank(model, seed=3)
     approx = bank.low_rank(2)  # the r + 1-slice path is the default
     assert approx.rank == 2 and bank.rank is None and bank.low_rank(2, narrow=False).rank is None

@@ -69,8 +69,8 @@ def _steer(model, tok, out, **kw):
                        negatives=NEGATIVES, stop_at=stop_at, resume=resume, log=None)
 
 
-def test_steer_learn_promotes_on_held_out_prompts_under_the_budget(tiny_cache, tmp_path):
-    model, tok = tiny_cache("llama")
+def test_steer_learn_promotes_on_held_out_prompts_under_the_budget(tiny_model, tmp_path):
+    model, tok = tiny_model("llama")
     stock_t = _naive_logprob(model, tok, TARGETS)
     stock_n = _naive_logprob(model, tok, NEGATIVES)
     _, rep = _steer(model, tok, tmp_path / "s")
@@ -94,10 +94,10 @@ def test_steer_learn_promotes_on_held_out_prompts_under_the_budget(tiny_cache, t
     assert "steer-learn: surfaces fine-tuned to promote" in (tmp_path / "s" / "README.md").read_text()
 
 
-def test_neutral_start_and_checkpoints_stay_with_their_verb(tiny_cache, tmp_path):
+def test_neutral_start_and_checkpoints_stay_with_their_verb(tiny_model, tmp_path):
     """Before any step the surfaces are the starting ones (identity: the stock logits); a steer-learn
     checkpoint does not resume as wall-learn, nor a wall-learn one as steer-learn (one line, file kept)."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     bank = _zero_bank(model)
     ids = tok(["A sentence to compare the logits on"], return_tensors="pt").input_ids
     with torch.no_grad():
@@ -125,10 +125,10 @@ def test_neutral_start_and_checkpoints_stay_with_their_verb(tiny_cache, tmp_path
         learn_walls(model, tok, bank, TARGETS, CONTROLS, cfg, tmp_path / "y", negatives=NEGATIVES, log=None)
 
 
-def test_cli_steer_learn_artifact_through_the_recipe_and_bad_input(tiny_cache, tmp_path, monkeypatch, capsys):
+def test_cli_steer_learn_artifact_through_the_recipe_and_bad_input(tiny_model, tmp_path, monkeypatch, capsys):
     from geosteer.recipe import InterventionSpec
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     src = tmp_path / "src"
     manifold.save(_zero_bank(model), src)
     t, n, c = tmp_path / "t.json", tmp_path / "n.json", tmp_path / "c.json"

@@ -24,8 +24,8 @@ def _bank(model, seed: int = 0, amp: float = 0.5):
     return bank
 
 
-def test_scale_zero_is_stock_and_scale_s_gives_s_times_S(tiny_cache):
-    model, _ = tiny_cache("llama")
+def test_scale_zero_is_stock_and_scale_s_gives_s_times_S(tiny_model):
+    model, _ = tiny_model("llama")
     bank = _bank(model)
     ids = torch.tensor([[1, 4, 9, 3, 7, 2]])
     with torch.no_grad():
@@ -49,8 +49,8 @@ def _hf_greedy(model, ids, n, *interventions):
         return model.generate(ids, max_new_tokens=n, do_sample=False, pad_token_id=0)[0, ids.shape[1]:].tolist()
 
 
-def test_sweep_flags_match_plain_greedy(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_sweep_flags_match_plain_greedy(tiny_model):
+    model, tok = tiny_model("llama")
     bank = _bank(model, seed=1, amp=2.0)
     prompts = ["The cat sat on", "Paris is the", "One two three"]
     rows, summary = strength_sweep(model, tok, bank, prompts, [0.05, 1.0], max_new_tokens=4)
@@ -76,8 +76,8 @@ def test_interpolate_scale():
     assert interpolate_scale(summary, 0.95) is None
 
 
-def test_asymmetry_against_naive_loops(tiny_cache):
-    model, _ = tiny_cache("llama")
+def test_asymmetry_against_naive_loops(tiny_model):
+    model, _ = tiny_model("llama")
     bank = _bank(model, seed=2)
     c = bank.coefficients.detach().double()
     with torch.no_grad():  # layer 0: symmetric nets, layer 1: antisymmetric, layer 2: as drawn
@@ -102,8 +102,8 @@ def test_asymmetry_against_naive_loops(tiny_cache):
     assert math.isclose(rows[2]["coef_mean"], float(m["coef"][2].mean()), rel_tol=1e-12)
 
 
-def test_cli_asymmetry_and_refusals(tmp_path, tiny_cache, monkeypatch, capsys):
-    model, _ = tiny_cache("llama")
+def test_cli_asymmetry_and_refusals(tmp_path, tiny_model, monkeypatch, capsys):
+    model, _ = tiny_model("llama")
     folder = manifold.save(_bank(model, seed=3), tmp_path / "surf")
     out = tmp_path / "asym.json"
     code, _, err = run_cli(monkeypatch, capsys, "study", "manifold", "asymmetry", "--surfaces", str(folder),

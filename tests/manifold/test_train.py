@@ -71,7 +71,7 @@ def test_kill_and_resume_gives_same_surfaces(tiny, text_file, tmp_path):
     uninstall(model)
 
 
-def test_resume_refuses_another_model_range_or_calibration(tiny, tiny_cache, text_file, tmp_path):
+def test_resume_refuses_another_model_range_or_calibration(tiny, tiny_model, text_file, tmp_path):
     """The checkpoint records its run: another base model (same shapes or not), another --range or --calibrate
     is refused naming the field, and the checkpoint's settings never replace this run's."""
     model, tok = tiny
@@ -81,7 +81,7 @@ def test_resume_refuses_another_model_range_or_calibration(tiny, tiny_cache, tex
     uninstall(model)
     ckpt = tmp_path / "cut.train" / "checkpoint.safetensors"
     before = ckpt.read_bytes()
-    other, other_tok = tiny_cache("qwen3")
+    other, other_tok = tiny_model("qwen3")
     cases = [((model, tok), {"grid_range": (-3, 3)}, r"grid_range: checkpoint \[-2.0, 2.0\], now \[-3.0, 3.0\]"),
              ((model, tok), {"calibrate": True}, "calibrate: checkpoint False, now True"),
              ((other, other_tok), {}, "base_model: checkpoint 'tiny-qwen2', now 'tiny-qwen3'")]
@@ -121,11 +121,11 @@ def test_parse_layers():
         parse_layers("x-2", 30)
 
 
-def test_train_surfaces_refuses_a_folder_of_user_files_before_training(tiny_cache, tmp_path):
+def test_train_surfaces_refuses_a_folder_of_user_files_before_training(tiny_model, tmp_path):
     from geosteer.errors import OutputRefused
     from geosteer.manifold.train import train_surfaces
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "thesis.txt").write_text("precious")

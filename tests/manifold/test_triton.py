@@ -247,7 +247,7 @@ def test_exclude_self_weight_from_the_kernels_lse(fused):
     assert (a_tt - self_weight(call)).abs().max().item() <= 1e-5
 
 
-def test_stock_lse_on_the_triton_path(fused, tiny_cache, monkeypatch, family="gemma3"):
+def test_stock_lse_on_the_triton_path(fused, tiny_model, monkeypatch, family="gemma3"):
     """Off the CPU's plain causal case, stock_attention_with_lse runs the Triton stock kernel (padding masks,
     sliding windows, head_dim ≠ d/h on gemma3; GQA and windows on qwen2 in the next test): its output is the
     stock output and A_tt from its log-sum-exp is the diagonal of the materialised attention weights."""
@@ -255,7 +255,7 @@ def test_stock_lse_on_the_triton_path(fused, tiny_cache, monkeypatch, family="ge
     from geosteer.directional.value import self_weight_from_lse
 
     monkeypatch.setenv("GEOSTEER_MANIFOLD_BACKEND", "triton")
-    model, tok = tiny_cache(family)
+    model, tok = tiny_model(family)
     enc = tok(["The laws of physics are the same for all.", "She saw the man."], return_tensors="pt",
               padding=True)
     seen = []
@@ -282,13 +282,13 @@ def test_stock_lse_on_the_triton_path(fused, tiny_cache, monkeypatch, family="ge
         assert (a_tt - diag)[rows].abs().max().item() <= 1e-5
 
 
-def test_exclude_self_measure_and_stock_gradients_on_the_triton_path(fused, tiny_cache, monkeypatch):
+def test_exclude_self_measure_and_stock_gradients_on_the_triton_path(fused, tiny_model, monkeypatch):
     """DirectionalMeasure's value statistics (A_tt, o/c ratios) are the same with the Triton log-sum-exp as with
     the blockwise fallback; the stock kernel's backward (no surfaces) = autograd of SDPA."""
     from geosteer import steer
     from geosteer.directional.measure import DirectionalMeasure
 
-    model, tok = tiny_cache("qwen2")  # GQA 2, sliding window on layer 1
+    model, tok = tiny_model("qwen2")  # GQA 2, sliding window on layer 1
     enc = tok(["The laws of physics are the same for all.", "She saw the man."], return_tensors="pt",
               padding=True)
     rows = {}
@@ -318,12 +318,12 @@ def test_exclude_self_measure_and_stock_gradients_on_the_triton_path(fused, tiny
         assert (a.double() - b).abs().max().item() <= 1e-5 * max(1.0, b.abs().max().item())
 
 
-def test_backend_switch(fused, monkeypatch, tiny_cache):
+def test_backend_switch(fused, monkeypatch, tiny_model):
     q, k, v, C = _case(1, 2, 2, 5, 5, 4)
     monkeypatch.setenv("GEOSTEER_MANIFOLD_BACKEND", "cuda")
     with pytest.raises(GeosteerError, match="valid: triton, torch, cpu, auto"):
         modulated_attention(q, k, v, C, 8, -4.0, 4.0, is_causal=True)
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     with pytest.raises(GeosteerError, match="not a surface backend"):
         manifold.install(model)
     assert manifold.attached_bank(model) is None  # refused before anything changed
@@ -340,8 +340,8 @@ def test_backend_switch(fused, monkeypatch, tiny_cache):
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_every_family_through_install(fused, tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_every_family_through_install(fused, tiny_model, family):
+    model, tok = tiny_model(family)
     enc = tok(["The laws of physics are the same for all.", "She saw the man."], return_tensors="pt",
               padding=True)
     # one layer (the second: sliding-window on qwen2, mistral and gemma3, whose head_dim is 32 ≠ d/h = 16)
@@ -391,10 +391,10 @@ def test_gpu_scale_dry_run(fused, tmp_path):
     assert graphs["feature_cache_live"]  # the graphed surfaces steps decoded from the feature cache
 
 
-def test_cached_decoding_on_the_triton_backend(fused, tiny_cache):
+def test_cached_decoding_on_the_triton_backend(fused, tiny_model):
     """KV-cache decoding through install(backend="triton") (no feature cache) gives the scores of the
     PyTorch path's cached decoding (which the core tests check against full recomputation)."""
-    model, tok = tiny_cache("qwen2")  # layer 1: sliding window
+    model, tok = tiny_model("qwen2")  # layer 1: sliding window
     enc = tok(["The laws of physics are", "She saw"], return_tensors="pt", padding=True)
     kw = dict(max_new_tokens=3, do_sample=False, output_scores=True, return_dict_in_generate=True)
     bank = manifold.install(model, grid_range=(-3.0, 3.0), layers=[1], backend="triton")

@@ -13,8 +13,8 @@ import manifold_speed  # noqa: E402
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3"])  # gemma3: head_dim 32 ≠ d/h
-def test_flop_floor_stock_count_matches_pytorch_flop_counter(tiny_cache, family):
-    model, _ = tiny_cache(family)
+def test_flop_floor_stock_count_matches_pytorch_flop_counter(tiny_model, family):
+    model, _ = tiny_model(family)
     K = 11
     # one token: one visible pair per head and layer. The counter sees the linear layers (aten.mm); the
     # fused CPU attention kernel is not in its table, so its 2·d per pair and head is added here.
@@ -31,8 +31,8 @@ def test_flop_floor_stock_count_matches_pytorch_flop_counter(tiny_cache, family)
     assert manifold_speed.flop_floor(model, 1, K) == pytest.approx((stock_macs + extra) / stock_macs, rel=1e-9)
 
 
-def test_flop_floor_grows_with_visible_keys(tiny_cache):
-    model, _ = tiny_cache("llama")
+def test_flop_floor_grows_with_visible_keys(tiny_model):
+    model, _ = tiny_model("llama")
     f = [manifold_speed.flop_floor(model, n, 11) for n in (64, 128, 256)]
     assert 1.0 < f[0] < f[1] < f[2]
     assert manifold_speed.flop_floor(model, 256, 2) < f[2]  # rank 2: narrower A·F

@@ -44,9 +44,9 @@ def _sig(x):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
-def test_soft_walls_match_naive_reference(tiny_cache, family):
+def test_soft_walls_match_naive_reference(tiny_model, family):
     """o_id = Σ_j a_ij v_jd (1 + S)(1 − g m_Q(q_id) m_K(k_jd)) on the candidate channels, float64 loops."""
-    model, tok = tiny_cache(family)
+    model, tok = tiny_model(family)
     bank = _bank(model)
     layer = bank.layers[1]
     soft = SoftWalls(_cands(layer), bank=bank, temperature=0.5)
@@ -84,9 +84,9 @@ def test_soft_walls_match_naive_reference(tiny_cache, family):
     assert torch.equal(out[:, :, other], ref_out[:, :, other])  # other channels untouched
 
 
-def test_hard_mode_equals_exact_walls(tiny_cache):
+def test_hard_mode_equals_exact_walls(tiny_model):
     """hard=True (indicator boxes, gates > 0.5) gives the logits of the bank with the hardened exact walls."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     bank = _bank(model)
     soft = SoftWalls(_cands(bank.layers[0]) + _cands(bank.layers[1])[:1], bank=bank)
     with torch.no_grad():
@@ -109,13 +109,13 @@ def test_hard_mode_equals_exact_walls(tiny_cache):
     assert not torch.allclose(got, unwalled, atol=1e-5)  # the wall does something here
 
 
-def test_attribution_matches_finite_difference(tiny_cache):
+def test_attribution_matches_finite_difference(tiny_model):
     """The candidate score's drop Σ_i g_id o_id equals −d/dε log p(target) when channel (h, d) is scaled by
     (1 − ε), by central differences."""
     from geosteer.attention import attach_handlers
     from geosteer.manifold.wall_learn_candidates import _attribution
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     bank = _bank(model)
     tb = encode_targets(tok, TARGETS)
     layer = bank.layers[0]
@@ -154,8 +154,8 @@ def _learn(model, tok, out, **kw):
     return learn_walls(model, tok, bank, TARGETS, CONTROLS, cfg, out, stop_at=stop_at, resume=resume, log=None)
 
 
-def test_learn_walls_end_to_end(tiny_cache, tmp_path):
-    model, tok = tiny_cache("llama")
+def test_learn_walls_end_to_end(tiny_model, tmp_path):
+    model, tok = tiny_model("llama")
     bank, rep = _learn(model, tok, tmp_path / "w", gate_init=3.0)
     assert len(rep["candidates"]) == 4 and len(rep["history"]) == 4
     assert rep["regions"], "gates start open: some region should survive"
@@ -176,15 +176,15 @@ def test_learn_walls_end_to_end(tiny_cache, tmp_path):
                         abs_tol=1e-5)
 
 
-def test_dense_mode_trains_the_surfaces(tiny_cache, tmp_path):
-    model, tok = tiny_cache("llama")
+def test_dense_mode_trains_the_surfaces(tiny_model, tmp_path):
+    model, tok = tiny_model("llama")
     bank, rep = _learn(model, tok, tmp_path / "d", mode="dense", steps=2, lr=0.05)
     assert rep["train_eval"]["target_drop"] > 0  # two steps of descent on the target log-prob
     assert not torch.equal(manifold.load(tmp_path / "d").coefficients, _bank(model).coefficients)
 
 
-def test_resume_after_kill_is_exact(tiny_cache, tmp_path):
-    model, tok = tiny_cache("llama")
+def test_resume_after_kill_is_exact(tiny_model, tmp_path):
+    model, tok = tiny_model("llama")
     _, full = _learn(model, tok, tmp_path / "a", gate_init=1.0)
     _, part = _learn(model, tok, tmp_path / "b", gate_init=1.0, stop_at=0)  # killed right after scoring
     assert part["stopped"]
@@ -197,10 +197,10 @@ def test_resume_after_kill_is_exact(tiny_cache, tmp_path):
         _learn(model, tok, tmp_path / "b")
 
 
-def test_resume_refuses_a_checkpoint_of_other_surfaces(tiny_cache, tmp_path):
+def test_resume_refuses_a_checkpoint_of_other_surfaces(tiny_model, tmp_path):
     """The checkpoint records the surfaces it learns walls on (a digest) and the base model: resuming on
     other surfaces is refused naming the field, before the checkpoint's candidates are used."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     _learn(model, tok, tmp_path / "w", gate_init=1.0, stop_at=0, layers=[0], candidates=2)
     ckpt = tmp_path / "w.train" / "checkpoint.safetensors"
     before = ckpt.read_bytes()
@@ -214,8 +214,8 @@ def test_resume_refuses_a_checkpoint_of_other_surfaces(tiny_cache, tmp_path):
     assert len(str(ei.value).splitlines()) == 1 and ckpt.read_bytes() == before
 
 
-def test_bad_input_api(tiny_cache, tmp_path):
-    model, tok = tiny_cache("llama")
+def test_bad_input_api(tiny_model, tmp_path):
+    model, tok = tiny_model("llama")
     for kw in ({"kl_threshold": 0.0}, {"kl_threshold": -1.0}, {"kl_threshold": math.nan}, {"mode": "x"},
                {"temp_start": 0.01, "temp_end": 0.1}, {"quantiles": (0.9, 0.1)}):
         with pytest.raises(GeosteerError):
@@ -240,8 +240,8 @@ def test_bad_input_api(tiny_cache, tmp_path):
             fn(p)
 
 
-def test_cli_wall_learn_and_bad_input(tiny_cache, tmp_path, monkeypatch, capsys):
-    model, tok = tiny_cache("llama")
+def test_cli_wall_learn_and_bad_input(tiny_model, tmp_path, monkeypatch, capsys):
+    model, tok = tiny_model("llama")
     src = tmp_path / "s"
     manifold.save(_bank(model), src)
     t, c = tmp_path / "t.json", tmp_path / "c.json"

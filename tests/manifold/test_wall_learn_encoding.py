@@ -59,8 +59,8 @@ def test_config_refuses_a_non_boolean():
         WallLearnConfig(add_bos="yes")
 
 
-def test_checkpoint_records_the_encoding_and_a_resume_with_another_is_refused(tiny_cache, tmp_path):
-    model, tok = tiny_cache("llama")
+def test_checkpoint_records_the_encoding_and_a_resume_with_another_is_refused(tiny_model, tmp_path):
+    model, tok = tiny_model("llama")
     assert not bos_first(tok, None)  # the tiny tokenizer (SmolLM2's) adds no BOS of its own
     kw = dict(candidates=2, steps=3, lr=0.2, checkpoint_every=1, kl_threshold=0.05, layers=[0])
     learn_walls(model, tok, _bank(model), TARGETS, CONTROLS, WallLearnConfig(**kw), tmp_path / "w", stop_at=0,
@@ -77,8 +77,8 @@ def test_checkpoint_records_the_encoding_and_a_resume_with_another_is_refused(ti
     assert len(rep["history"]) == 3
 
 
-def test_cli_bos_reaches_the_run(tiny_cache, tmp_path, monkeypatch, capsys):
-    model, _ = tiny_cache("llama")
+def test_cli_bos_reaches_the_run(tiny_model, tmp_path, monkeypatch, capsys):
+    model, _ = tiny_model("llama")
     src = tmp_path / "s"
     manifold.save(_bank(model), src)
     t, c = tmp_path / "t.json", tmp_path / "c.json"

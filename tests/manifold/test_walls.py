@@ -81,8 +81,8 @@ def _run(model, ids, bank, layer):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_walls_exact_on_every_family(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_walls_exact_on_every_family(tiny_model, family):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok, 2)[:, :24]
     bank = _bank(model)
     H, D = bank.n_heads, bank.head_dim
@@ -112,9 +112,9 @@ def test_walls_exact_on_every_family(tiny_cache, family):
     assert torch.equal(out[:, :, 0, 1][free], out0[:, :, 0, 1][free])
 
 
-def test_wall_blocks_value_flow_against_stock(tiny_cache):
+def test_wall_blocks_value_flow_against_stock(tiny_model):
     """Value flow through a walled (head, dim) ≤ 1e-6 of stock: the legacy grid-wall leaks there."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok, 2)
     bank = _bank(model, grid_range=(-0.5, 0.5))
     legacy = _bank(model, grid_range=(-0.5, 0.5))
@@ -130,8 +130,8 @@ def test_wall_blocks_value_flow_against_stock(tiny_cache):
     assert out_legacy[:, :, 0].abs().max() > 1e-2 * flow_stock  # q, k past ±0.5: the old wall passes value
 
 
-def test_walls_on_a_layer_without_surfaces_and_with_zero_surfaces(tiny_cache):
-    model, tok = tiny_cache("qwen2")
+def test_walls_on_a_layer_without_surfaces_and_with_zero_surfaces(tiny_model):
+    model, tok = tiny_model("qwen2")
     ids = sample_ids(tok, 1)
     bank = manifold.install(model, layers=[0])
     manifold.uninstall(model)
@@ -143,8 +143,8 @@ def test_walls_on_a_layer_without_surfaces_and_with_zero_surfaces(tiny_cache):
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3", "gpt2"])
-def test_kv_cache_decoding_with_walls_equals_full_forward(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_kv_cache_decoding_with_walls_equals_full_forward(tiny_model, family):
+    model, tok = tiny_model(family)
     ids = sample_ids(tok, 1)[:, :20]
     bank = _bank(model)
     E.apply_edits(bank, ["wall layer=1 head=0 dim=0-7 q=0.1..inf", "wall layer=0 top=5 k=-inf..-0.2"])
@@ -159,8 +159,8 @@ def test_kv_cache_decoding_with_walls_equals_full_forward(tiny_cache, family):
     assert torch.allclose(torch.cat(steps, 1), full, atol=1e-4)
 
 
-def test_walls_live_restore_and_artifact_roundtrip(tiny_cache, tmp_path):
-    model, tok = tiny_cache("llama")
+def test_walls_live_restore_and_artifact_roundtrip(tiny_model, tmp_path):
+    model, tok = tiny_model("llama")
     ids = sample_ids(tok, 1)
     bank = _bank(model)
     with torch.no_grad(), steer(model, bank):
@@ -194,8 +194,8 @@ def test_walls_live_restore_and_artifact_roundtrip(tiny_cache, tmp_path):
     ("wall layer=1 q=2", "not a range"), ("wall layer=1 q=a..3", "'a' is not a number"),
     ("wall layer=1 q=nan..3", "NaN"), ("wall layer=1 rows=1-2", "not control-point rows"),
     ("invert layer=1 q=0..1", "no q/k ranges")])
-def test_bad_walls_refused_with_one_line(tiny_cache, text, needle):
-    model, _ = tiny_cache("llama")
+def test_bad_walls_refused_with_one_line(tiny_model, text, needle):
+    model, _ = tiny_model("llama")
     bank = _bank(model)
     c0 = bank.coefficients.detach().clone()
     with pytest.raises((ValueError, GeosteerError), match=needle) as ei:
@@ -204,10 +204,10 @@ def test_bad_walls_refused_with_one_line(tiny_cache, text, needle):
     assert bank.walls == [] and bank.history == [] and torch.equal(bank.coefficients, c0)
 
 
-def test_bad_walls_in_an_artifact_refused(tiny_cache, tmp_path):
+def test_bad_walls_in_an_artifact_refused(tiny_model, tmp_path):
     from geosteer.errors import ArtifactError
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = _bank(model)
     E.apply_edit(bank, "wall layer=1 head=0")
     manifold.save(bank, tmp_path / "w")
@@ -219,10 +219,10 @@ def test_bad_walls_in_an_artifact_refused(tiny_cache, tmp_path):
         manifold.load(tmp_path / "w")
 
 
-def test_cli_edit_wall_exit_2(monkeypatch, capsys, tiny_cache, tmp_path):
+def test_cli_edit_wall_exit_2(monkeypatch, capsys, tiny_model, tmp_path):
     from tests.cli_helpers import run_cli
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     src = manifold.save(_bank(model), tmp_path / "s")
     for op in ["wall layer=1 q=3..2", "wall layer=7", "wall layer=1 head=9"]:
         code, _, err = run_cli(monkeypatch, capsys, "manifold", "edit", op, "--surfaces", str(src), "--out",

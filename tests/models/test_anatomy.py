@@ -8,8 +8,8 @@ from tests.conftest import TINY_FAMILIES
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_anatomy_matches_config_and_modules(tiny_cache, family):
-    model, _ = tiny_cache(family)
+def test_anatomy_matches_config_and_modules(tiny_model, family):
+    model, _ = tiny_model(family)
     an = anatomy(model)
     cfg = model.config
     assert an.n_layers == getattr(cfg, "num_hidden_layers", getattr(cfg, "n_layer", None))
@@ -27,11 +27,11 @@ def test_anatomy_matches_config_and_modules(tiny_cache, family):
         assert an.blocks[0].attn_update is an.blocks[0].attn
 
 
-def test_gqa_and_sliding_windows(tiny_cache):
-    an = anatomy(tiny_cache("llama")[0])
+def test_gqa_and_sliding_windows(tiny_model):
+    an = anatomy(tiny_model("llama")[0])
     assert (an.n_heads, an.n_kv_heads, an.n_rep) == (4, 2, 2)
     assert [an.kv_head_of(h) for h in range(4)] == [0, 0, 1, 1]
-    g = anatomy(tiny_cache("gemma3")[0])
+    g = anatomy(tiny_model("gemma3")[0])
     assert [b.sliding_window for b in g.blocks] == [8, 8, None]
 
 
@@ -48,8 +48,8 @@ def test_unsupported_architecture_names_it_and_lists_supported():
     assert "gemma3_text" in FAMILIES
 
 
-def test_layer_range_check(tiny_cache):
-    an = anatomy(tiny_cache("llama")[0])
+def test_layer_range_check(tiny_model):
+    an = anatomy(tiny_model("llama")[0])
     assert an.check_layers(None) == [0, 1, 2]
     with pytest.raises(ValueError, match=r"0\.\.2"):
         an.check_layers([3])

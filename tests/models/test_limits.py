@@ -13,8 +13,8 @@ from geosteer.models.tiny import TINY_FAMILIES
 
 
 @pytest.mark.parametrize("family", sorted(TINY_FAMILIES))
-def test_config_without_weights_matches_the_built_model(family, tiny_cache):
-    model, _ = tiny_cache(family)
+def test_config_without_weights_matches_the_built_model(family, tiny_model):
+    model, _ = tiny_model(family)
     cfg = config_of(f"tiny-{family}")
     built = model.config
     assert max_positions(cfg) == getattr(built, "max_position_embeddings", getattr(built, "n_positions", None))
@@ -23,8 +23,8 @@ def test_config_without_weights_matches_the_built_model(family, tiny_cache):
     assert vocab_size(model) == model.get_output_embeddings().weight.shape[0]
 
 
-def test_config_of_a_folder_and_of_what_needs_the_model(tmp_path, tiny_cache):
-    model, _ = tiny_cache("gpt2")
+def test_config_of_a_folder_and_of_what_needs_the_model(tmp_path, tiny_model):
+    model, _ = tiny_model("gpt2")
     model.config.save_pretrained(tmp_path / "m")
     assert max_positions(config_of(str(tmp_path / "m"))) == model.config.n_positions
     rows = model.get_output_embeddings().weight.shape[0]  # the token ids the built model scores
@@ -61,9 +61,9 @@ def _window_consumers():
 
 
 @pytest.mark.parametrize("name", sorted(_window_consumers()))
-def test_library_window_consumers_refuse_windows_past_the_positions(tiny_cache, name):
+def test_library_window_consumers_refuse_windows_past_the_positions(tiny_model, name):
     """GPT-2's learned positions gave IndexError tracebacks; RoPE models ran silently past them."""
-    model, _ = tiny_cache("gpt2")
+    model, _ = tiny_model("gpt2")
     limit = max_positions(model)
     ids = torch.zeros(1, limit + 1, dtype=torch.long)
     with pytest.raises(GeosteerError, match=rf"window length {limit + 1} is longer than the model's {limit}"):

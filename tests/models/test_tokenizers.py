@@ -53,8 +53,8 @@ def test_explicit_bos_puts_one_bos_first_and_false_puts_none(name):
     assert prompt_ids(tok, PROMPTS[0], add_bos=False)[0].tolist() == bare
 
 
-def test_generate_continues_the_tokenizers_encoding_as_hf_generate_does(tiny_cache):
-    model, tok = tiny_cache("llama")
+def test_generate_continues_the_tokenizers_encoding_as_hf_generate_does(tiny_model):
+    model, tok = tiny_model("llama")
     for p in PROMPTS:
         ids = tok(p, return_tensors="pt").input_ids
         with torch.no_grad():
@@ -79,10 +79,10 @@ def test_cli_bos_option_adds_one_token(tmp_path):
     assert json.loads(bos.stdout)["tokens"] == n
 
 
-def test_compare_encodes_prompts_as_asked(tiny_cache):
+def test_compare_encodes_prompts_as_asked(tiny_model):
     from geosteer.eval.compare import compare_states
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     for add_bos in (None, True):
         row = compare_states(model, tok, [PROMPTS[0]], max_new_tokens=4, add_bos=add_bos)[0]
         assert row["text_a"] == generate(model, tok, PROMPTS[0], 4, add_bos=add_bos).text

@@ -88,8 +88,8 @@ def test_cosine_check_equals_its_formula_and_an_independent_cosine():
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_cache):
-    return tiny_cache("llama")
+def tiny(tiny_model):
+    return tiny_model("llama")
 
 
 def _plain_capture(model, ids):

@@ -12,11 +12,11 @@ from tests.cli_helpers import one_line_exit_2, run_cli
 
 
 @pytest.fixture()
-def recipe(tiny_cache, tmp_path):
+def recipe(tiny_model, tmp_path):
     import geosteer.manifold as M
     from geosteer.recipe import InterventionSpec
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))
     M.uninstall(model)
     with torch.no_grad():
@@ -39,7 +39,7 @@ def _by_hand(model, folder):
     return [bank, ComponentScale("attn_out", 0.0, 1.0, None), Gains(0.8, 1.0, None)]
 
 
-def test_studio_starts_from_the_recipe(recipe, tiny_cache, monkeypatch, capsys):
+def test_studio_starts_from_the_recipe(recipe, tiny_model, monkeypatch, capsys):
     import uvicorn
 
     import geosteer.studio.server as server
@@ -71,7 +71,7 @@ def test_studio_starts_from_the_recipe(recipe, tiny_cache, monkeypatch, capsys):
     ids = torch.arange(1, 12)[None]
     with torch.no_grad():
         ours = model(ids).logits  # the studio's bank and the recipe's other settings, as the session has them
-    ref_model, _ = tiny_cache("llama")
+    ref_model, _ = tiny_model("llama")
     with torch.no_grad(), steer(ref_model, *_by_hand(ref_model, folder)):
         ref = ref_model(ids).logits
     torch.testing.assert_close(ours, ref)

@@ -13,8 +13,8 @@ import geosteer.manifold as M
 
 
 @pytest.fixture(scope="module")
-def env(tiny_cache, studio_env):
-    return studio_env("saves", model=tiny_cache("llama"), keep=False, max_new_tokens_cap=4)
+def env(tiny_model, studio_env):
+    return studio_env("saves", model=tiny_model("llama"), keep=False, max_new_tokens_cap=4)
 
 
 def _tree(folder):

@@ -57,10 +57,10 @@ def _targets(tmp_path):
 
 
 @pytest.fixture
-def surfaces(tiny_cache, tmp_path):
+def surfaces(tiny_model, tmp_path):
     import geosteer.manifold as M
 
-    model, _ = tiny_cache("llama")
+    model, _ = tiny_model("llama")
     bank = M.install(model, grid_size=4, grid_range=(-4.0, 4.0))
     M.uninstall(model)
     return M.save(bank, tmp_path / "src")

@@ -46,9 +46,6 @@ def test_train_show_export(monkeypatch, capsys, tmp_path, pairs_file):
     assert code == 0, err
     assert json.loads(stdout)["gguf"] == str(tmp_path / "h.gguf")
     assert torch.equal(import_gguf(tmp_path / "h.gguf").vectors[2], got.vectors[2])
-    code, _, err = run_cli(monkeypatch, capsys, "vectors", "export-gguf", str(out), str(tmp_path / "old.gguf"))
-    assert code == 0 and "`geosteer vectors show --gguf`" in err  # the old spelling: a note, the same file
-    assert (tmp_path / "old.gguf").read_bytes() == (tmp_path / "h.gguf").read_bytes()
     # an existing artifact is replaced only with --overwrite
     args = ["vectors", "train", "-m", "tiny-llama", "--pairs", str(pairs_file), "--layers", "0", "--out", str(out)]
     code, _, err = run_cli(monkeypatch, capsys, *args)
@@ -116,8 +113,7 @@ def test_bad_input_is_one_line_before_the_model_loads(monkeypatch, capsys, tmp_p
     assert "not a geosteer output folder" in err and (user / "notes.txt").read_text() == "keep me"
     assert not (tmp_path / "o").exists()
     for args, msg in ((["show", str(tmp_path / "none")], "no geosteer-vectors artifact"),
-                      (["show", str(user), "--gguf", str(tmp_path / "x.txt")], "valid extensions: .gguf"),
-                      (["export-gguf", str(user), str(tmp_path / "x.txt")], "must be a .gguf file")):
+                      (["show", str(user), "--gguf", str(tmp_path / "x.txt")], "valid extensions: .gguf")):
         code, _, err = run_cli(monkeypatch, capsys, "vectors", *args)
         one_line_exit_2(code, err)
         assert msg in err, err

@@ -28,8 +28,8 @@ PAIRS = [
 
 
 @pytest.fixture
-def llama(tiny_cache):
-    return tiny_cache("llama")
+def llama(tiny_model):
+    return tiny_model("llama")
 
 
 def _sv():

@@ -42,8 +42,8 @@ def _plain_add(model, vectors: dict, scale: float, positions=None, module: str =
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_scale_zero_is_stock_and_add_equals_a_plain_hook(tiny_cache, family):
-    model, tok = tiny_cache(family)
+def test_scale_zero_is_stock_and_add_equals_a_plain_hook(tiny_model, family):
+    model, tok = tiny_model(family)
     ids = tok(["The cat sat on the mat and looked"], return_tensors="pt").input_ids
     stock = _logits(model, ids)
     sv = extract(model, tok, PAIRS[:3], layers="all", point="resid_post")
@@ -69,9 +69,9 @@ def test_scale_zero_is_stock_and_add_equals_a_plain_hook(tiny_cache, family):
     torch.testing.assert_close(_logits(model, ids, at_mlp), ref, rtol=0, atol=1e-5)
 
 
-def test_extraction_equals_hidden_states(tiny_cache):
+def test_extraction_equals_hidden_states(tiny_model):
     """resid_pre / resid_post read at last / all / from-k positions = a naive loop over output_hidden_states."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     prompts = [p for p, _ in PAIRS]
     hs = []
     with torch.no_grad():
@@ -97,9 +97,9 @@ def test_extraction_equals_hidden_states(tiny_cache):
         collect_activations(model, tok, ["Hi"], [0], "resid_post", 40)
 
 
-def test_prompts_encoded_with_the_tokenizers_special_tokens(tiny_cache):
+def test_prompts_encoded_with_the_tokenizers_special_tokens(tiny_model):
     """``tok(prompt)`` as the tokenizer does by default: a tokenizer that adds a BOS gets it read too."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
 
     class WithBos:
         pad_token_id = tok.pad_token_id
@@ -118,9 +118,9 @@ def test_prompts_encoded_with_the_tokenizers_special_tokens(tiny_cache):
             torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
-def test_ablate_and_norm_match_formulas(tiny_cache):
+def test_ablate_and_norm_match_formulas(tiny_model):
     """What the next layer reads: the direction removed (ablate), the norm kept (norm_match)."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     ids = tok(["A long way from home, she"], return_tensors="pt").input_ids
     sv = extract(model, tok, PAIRS, layers=[1])
     u = sv.vectors[1] / sv.vectors[1].norm()
@@ -145,10 +145,10 @@ def test_ablate_and_norm_match_formulas(tiny_cache):
         h.remove()
 
 
-def test_from_token_counts_from_the_first_real_token(tiny_cache):
+def test_from_token_counts_from_the_first_real_token(tiny_model):
     """A left-padded row is steered exactly as the same prompt alone: padding never, from_token counted from
     the row's first real token."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     sv = extract(model, tok, PAIRS, layers="0-1").with_(scale=3.0, from_token=2)
     short, long_ = tok("Good morning").input_ids, tok("The weather is lovely today, isn't it").input_ids
     width, n = len(long_), len(short)
@@ -168,10 +168,10 @@ def test_from_token_counts_from_the_first_real_token(tiny_cache):
         torch.testing.assert_close(_logits(model, one, sv)[0], ref[0], rtol=0, atol=1e-5)
 
 
-def test_phase_generation_and_prompt_with_the_kv_cache(tiny_cache):
+def test_phase_generation_and_prompt_with_the_kv_cache(tiny_model):
     """generate() with the cache, steering only generated tokens = one full forward steered from the first
     generated position on; steering only the prompt = a plain hook on the prompt positions."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     sv = extract(model, tok, PAIRS, layers="0-1").with_(scale=6.0)
     ids = tok(["Once upon a time"], return_tensors="pt").input_ids
     p = ids.shape[1]
@@ -195,10 +195,10 @@ def test_phase_generation_and_prompt_with_the_kv_cache(tiny_cache):
     torch.testing.assert_close(_logits(model, ids, sv.with_(phase="generation")), _logits(model, ids), rtol=0, atol=0)
 
 
-def test_artifact_roundtrip_load_artifact_and_recipe(tiny_cache, tmp_path):
+def test_artifact_roundtrip_load_artifact_and_recipe(tiny_model, tmp_path):
     from geosteer.recipe import InterventionSpec, load_recipe, save_recipe
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     sv = extract(model, tok, PAIRS, layers="1-2", method="pca_diff")
     folder = sv.save(tmp_path / "v", command="geosteer vectors train ...")
     assert is_artifact(folder, "geosteer-vectors")
@@ -229,7 +229,7 @@ def test_artifact_roundtrip_load_artifact_and_recipe(tiny_cache, tmp_path):
             InterventionSpec.from_dict(bad)
     with pytest.raises(GeosteerError, match="no vector for layer 0"):
         InterventionSpec.from_dict({"vectors": str(folder), "vector_layers": "0"}).build(model)
-    other, _ = tiny_cache("qwen3")  # same sizes, another model: refused unless forced
+    other, _ = tiny_model("qwen3")  # same sizes, another model: refused unless forced
     with pytest.raises(ArtifactError, match="was made for base model 'tiny-llama'"):
         load_vectors(folder, other)
     assert load_vectors(folder, other, force=True).point == "resid_post"
@@ -239,9 +239,9 @@ def test_artifact_roundtrip_load_artifact_and_recipe(tiny_cache, tmp_path):
     assert len(spec.build(other, force=True)) == 1
 
 
-def test_geosteer_load_lm_eval_and_overflow(tiny_cache, tmp_path):
+def test_geosteer_load_lm_eval_and_overflow(tiny_model, tmp_path):
     """The other front doors: geosteer.load, lm-eval's model_args; vectors that overflow are refused at load."""
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     sv = extract(model, tok, PAIRS[:3], layers="0-1")
     folder = sv.save(tmp_path / "v")
     assert isinstance(geosteer.load(folder, model), SteeringVectors)
@@ -261,11 +261,11 @@ def test_geosteer_load_lm_eval_and_overflow(tiny_cache, tmp_path):
         SteeringVectors({0: torch.tensor([1.0, float("nan")])})
 
 
-def test_push_to_hub_uploads_the_artifact(tiny_cache, tmp_path, monkeypatch):
+def test_push_to_hub_uploads_the_artifact(tiny_model, tmp_path, monkeypatch):
     huggingface_hub = pytest.importorskip("huggingface_hub")
     from tests.hub_helpers import fake_hf_api
 
-    model, tok = tiny_cache("llama")
+    model, tok = tiny_model("llama")
     sv = extract(model, tok, PAIRS[:2], layers=[0])
     calls = {}
     monkeypatch.setattr(huggingface_hub, "HfApi", fake_hf_api(calls, tmp_path / "up"))

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.aliases import add_hidden_alias
 from geosteer.cli.common import JSON_OPT, emit
 from geosteer.cli.outputs import out_artifact
 from geosteer.errors import GeosteerError
@@ -53,11 +52,6 @@ def _key_rows(spec=None) -> list[dict]:
     return rows
 
 
-def keys_cmd(as_json: bool = JSON_OPT) -> None:
-    """Every recipe key the registered methods declare: method, kind, stock default, meaning."""
-    emit(_key_rows(), as_json, table_title="recipe keys")
-
-
 @recipe_app.command("show")
 def show_cmd(recipe: str | None = RECIPE_OPT, settings: list[str] | None = SET_OPT,
              every: bool = typer.Option(False, "--all", help="every key, also those at the stock default"),
@@ -96,8 +90,6 @@ def save_cmd(out: Path = typer.Argument(..., help="folder to write the recipe in
     folder = spec.save(out, base_model=base_model, summary=summary)
     emit({"saved": str(folder), **spec.changed()}, as_json)
 
-
-add_hidden_alias(recipe_app, "recipe keys", "recipe show --keys", keys_cmd)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,8 +1,7 @@
 """The paper studies that methods declare (``Method.studies``), run as ``geosteer study <method> <name>``.
 
 Each study's command function (``Study.command``, ``"module:function"``) is imported when the CLI is built
-and keeps its options. Its old spelling (``Study.old``, e.g. ``dynamics critical``) stays a hidden alias
-that runs the same command and then prints one ``note:`` line on stderr (none on an error).
+and keeps its options.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from collections.abc import Callable
 
 import typer
 
-from geosteer.cli.aliases import add_hidden_alias
 from geosteer.cli.study import study_app
 from geosteer.methods import Method, Study
 
@@ -43,33 +41,7 @@ def _method_group(method: Method) -> typer.Typer:
     return _groups[method.name]
 
 
-def _subgroup(app: typer.Typer, path: list[str]) -> typer.Typer | None:
-    for name in path:
-        found = [g.typer_instance for g in app.registered_groups if g.name == name]
-        if not found:
-            return None
-        app = found[-1]
-    return app
-
-
-def _command_name(info) -> str:
-    return info.name or info.callback.__name__.lower().replace("_", "-")
-
-
-def _add_alias(app: typer.Typer, study: Study, new: str) -> None:
-    *parents, name = study.old.split()
-    group = _subgroup(app, parents)
-    if group is None:
-        return
-    group.registered_commands[:] = [c for c in group.registered_commands if _command_name(c) != name]
-    add_hidden_alias(group, study.old, new, command_of(study))
-
-
 def add_studies(app: typer.Typer, method: Method) -> None:
-    """Put ``method``'s studies under ``geosteer study <method>`` and their old spellings, hidden, on ``app``."""
-    if not method.studies:
-        return
-    _method_group(method)
-    for study in method.studies:
-        if study.old:
-            _add_alias(app, study, f"study {method.name} {study.name}")
+    """Put ``method``'s studies under ``geosteer study <method>``."""
+    if method.studies:
+        _method_group(method)

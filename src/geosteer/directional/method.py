@@ -57,7 +57,7 @@ def _examples(model, folder) -> dict:
 
 
 def _study(name: str, module: str, function: str, paper: str) -> Study:
-    return Study(name, f"geosteer.directional.studies.{module}:{function}", paper, old=f"directional {name}")
+    return Study(name, f"geosteer.directional.studies.{module}:{function}", paper)
 
 
 STUDIES = (

@@ -1,4 +1,4 @@
-"""The component-scaling sweep (``geosteer directional sweep``; paper Figure 3 / Table 1 controls):
+"""The component-scaling sweep (``geosteer study directional sweep``; paper Figure 3 / Table 1 controls):
 held-out strided perplexity under each setting of a grid.
 
 Each row is one setting evaluated on the same token ids as the matched no-op (the baseline row), so

@@ -40,7 +40,7 @@ def _build(model, v: dict, *, force: bool = False) -> list:
 
 
 def _study(name: str, module: str, function: str, paper: str) -> Study:
-    return Study(name, f"geosteer.dynamics.studies.{module}:{function}", paper, old=f"dynamics {name}")
+    return Study(name, f"geosteer.dynamics.studies.{module}:{function}", paper)
 
 
 STUDIES = (
@@ -96,11 +96,11 @@ METHOD = register_method(Method(
     summary="FFN steering field: residual dynamics on the sphere",
     keys=(
         RecipeKey("mlp_variant", "full", "MLP (FFN) variant: full | zero | radial | tangential | attn_zero",
-                  kind="text", old=("ffn_variant",)),
-        RecipeKey("mlp_layers", None, "layers of the variant", kind="layers", old=("ffn_layers",)),
+                  kind="text"),
+        RecipeKey("mlp_layers", None, "layers of the variant", kind="layers"),
         RecipeKey("gates", None, "FFN gate artifact folder", kind="folder"),
         RecipeKey("beta_attn", 1.0, "attention branch gain (App. C.1 Eq. 24)", kind="number"),
-        RecipeKey("alpha_mlp", 1.0, "MLP (FFN) branch gain α_F", kind="number", old=("alpha_ffn",)),
+        RecipeKey("alpha_mlp", 1.0, "MLP (FFN) branch gain α_F", kind="number"),
         RecipeKey("gain_layers", None, "layers of the gains", kind="layers"),
         RecipeKey("parallel_layers", None, "layers replaced by the parallel surrogate (Eq. 22)", kind="layers"),
     ),

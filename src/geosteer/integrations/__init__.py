@@ -1,5 +1,4 @@
 """Integrations with the tools researchers already use.
 
-- :mod:`geosteer.integrations.recipe`: the old name of :mod:`geosteer.recipe` (deprecated).
 - :mod:`geosteer.integrations.lm_eval`: the lm-evaluation-harness model type ``geosteer`` (extra ``eval``).
 """

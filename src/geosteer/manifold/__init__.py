@@ -11,14 +11,7 @@ computed exactly in factored form (``geosteer.manifold.kernel``), with KV-cache 
 """
 
 from geosteer.manifold.artifact import load, read_config, save
-from geosteer.manifold.bank import (  # noqa: F401 - attach/detach: deprecated aliases, left out of __all__
-    SurfaceBank,
-    attach,
-    attached_bank,
-    detach,
-    install,
-    uninstall,
-)
+from geosteer.manifold.bank import SurfaceBank, attached_bank, install, uninstall
 from geosteer.manifold.bspline import bspline_basis, bspline_local
 from geosteer.manifold.config import ManifoldConfig
 from geosteer.manifold.method import METHOD, SURFACES

@@ -3,7 +3,7 @@
 ``coefficients`` (layers, heads, head_dim, K, K): rows index the query axis (a), columns the key axis (b).
 ``lo``/``hi`` (layers,) are the per-layer grid ranges. ``bank.attach(model) -> remove`` puts one attention
 handler on each covered layer (so ``geosteer.steer(model, bank)`` works, with generation and the KV cache);
-``geosteer.manifold.install/uninstall`` are the persistent forms (``attach``/``detach`` there: deprecated aliases).
+``geosteer.manifold.install/uninstall`` are the persistent forms.
 
 ``walls`` is a list of exact region walls (``geosteer.manifold.walls``: gain exactly 0 on a (layer, head,
 dim, q-range, k-range) region, on any layer of the model); the handler applies them after the surfaces.
@@ -14,7 +14,6 @@ A model carries at most one bank: attaching a second one (or the same one twice)
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -383,20 +382,3 @@ def uninstall(model: nn.Module) -> SurfaceBank | None:
     bank, remove = cur
     remove()
     return bank
-
-
-def _renamed(old: str, new: Callable) -> Callable:
-    """``new`` under its pre-0.2 name ``old``: same behaviour, a DeprecationWarning per call (one release)."""
-    def alias(*args, **kwargs):
-        warnings.warn(f"geosteer.manifold.{old} is deprecated; use geosteer.manifold.{new.__name__} (same "
-                      "behaviour; bank.attach(model) -> remove is the Intervention protocol)",
-                      DeprecationWarning, stacklevel=2)
-        return new(*args, **kwargs)
-
-    alias.__name__ = alias.__qualname__ = old
-    alias.__doc__ = f"Deprecated alias of :func:`{new.__name__}` (removed in the next release)."
-    return alias
-
-
-attach = _renamed("attach", install)
-detach = _renamed("detach", uninstall)

@@ -92,16 +92,6 @@ def _ppl(training: dict):
     return f"{h['ppl_before']:.4g} -> {h['ppl_after']:.4g}"
 
 
-def _save_dtype(save_dtype: str | None, old: str | None) -> str | None:
-    """``--save-dtype``, or ``manifold edit``'s pre-0.2 spelling ``--dtype`` (noted on stderr; both must agree)."""
-    if old is None:
-        return save_dtype
-    if save_dtype is not None and save_dtype != old:
-        raise ValueError(f"--dtype {old} and --save-dtype {save_dtype} disagree; give only --save-dtype")
-    typer.echo("note: manifold edit --dtype is deprecated; use --save-dtype (the artifact storage dtype)", err=True)
-    return old
-
-
 @man.command("edit")
 def edit_cmd(
     ops: list[str] = typer.Argument(..., help="edits, e.g. 'invert layer=8' 'scale=0.5 layer=8 head=3 "
@@ -111,18 +101,16 @@ def edit_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write (may equal --surfaces)",
                               callback=out_artifact("geosteer-surfaces")),
     save_dtype: str = typer.Option(None, "--save-dtype", help=SAVE_DTYPE_HELP + " (default: as the input)"),
-    old_dtype: str = typer.Option(None, "--dtype", hidden=True, help="deprecated spelling of --save-dtype"),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Edit surfaces (scale/invert/zero/set/wall on surfaces, heads, layers, rows/columns, top-N norms)."""
     from geosteer.manifold import load, read_config, save
     from geosteer.manifold.edit import apply_edits
 
-    dtype = _save_dtype(save_dtype, old_dtype)
     doc = read_config(surfaces)
     bank = load(surfaces)
     records = apply_edits(bank, ops)
-    save(bank, out, dtype=dtype or doc.get("storage_dtype") or "float32")
+    save(bank, out, dtype=save_dtype or doc.get("storage_dtype") or "float32")
     rows = [{"edit": r["edit"], "surfaces": r["surfaces"], "coefficients": r["coefficients"]}
             for r in records]
     if as_json:
@@ -137,7 +125,6 @@ def explore_cmd(
     model: str = typer.Option(None, "--model", "-m", help="base model (default: the artifact's)"),
     prompts: str = typer.Option("steering_prompts", "--prompt-set",
                                 help="bundled prompt set name or a JSON file (sensitivity prompts)"),
-    old_prompts: str = typer.Option(None, "--prompts", hidden=True, help="the old spelling of --prompt-set"),
     prompt: list[str] = typer.Option(None, "--prompt", help="a prompt (repeatable; replaces --prompt-set)"),
     layers: str = typer.Option(None, "--layers", help="layers to ablate, e.g. 5-10 (default: all)"),
     top: int = typer.Option(10, "--top", min=0, help="largest surfaces to list"),
@@ -170,11 +157,6 @@ def explore_cmd(
         raise ValueError("--prompt is empty; give the text of a prompt")
     if record_qk is not None and not qk_prompt:
         raise ValueError("--qk-prompt is empty; give the text --record-qk records")
-    if old_prompts is not None:  # --prompts is a count in the other verbs that have it
-        import warnings
-
-        warnings.warn("'--prompts' is deprecated here; use '--prompt-set'", DeprecationWarning, stacklevel=1)
-        prompts = old_prompts
     set_threads(threads)
     doc = read_config(surfaces)
     bank = load(surfaces)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.aliases import add_hidden_alias
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, check_layers, emit, load
 from geosteer.cli.outputs import out_artifact
 
@@ -115,17 +114,6 @@ def train_cmd(model: str = MODEL_OPT,
           "norms": {str(k): round(v, 6) for k, v in sv.norms().items()}}, as_json)
 
 
-def _check_gguf(out: Path | None) -> None:
-    from geosteer.errors import GeosteerError
-
-    if out is None:
-        return
-    if out.suffix != ".gguf":
-        raise GeosteerError(f"output must be a .gguf file (got {out})")
-    if out.exists():
-        raise GeosteerError(f"{out} exists; choose another file")
-
-
 def _gguf_opt(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
     """``--gguf``: a new ``.gguf`` file that can be written (checked before the artifact is read)."""
     from geosteer.errors import GeosteerError
@@ -159,21 +147,6 @@ def show_cmd(folder: str = typer.Argument(..., help="steering-vectors artifact f
         return
     emit(info, False)
     emit(rows, False, table_title="vector norms")
-
-
-def export_cmd(folder: str = typer.Argument(..., help="steering-vectors artifact folder (or Hub id)"),
-               out: Path = typer.Argument(..., help="the .gguf file to write"),
-               as_json: bool = JSON_OPT) -> None:
-    """Write the vectors as a GGUF control-vector file (repeng's format; llama.cpp --control-vector)."""
-    from geosteer.vectors.artifact import load_vectors
-
-    _check_gguf(out)
-    sv = load_vectors(folder)
-    path = sv.export_gguf(out)
-    emit({"out": str(path), "layers": list(sv.vectors), "model_hint": sv.model_type}, as_json)
-
-
-add_hidden_alias(vec, "vectors export-gguf", "vectors show --gguf", export_cmd)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.aliases import add_hidden_alias
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, emit, load
-from geosteer.cli.outputs import HTML, out_dir, out_file, out_records
+from geosteer.cli.common import JSON_OPT, emit
+from geosteer.cli.outputs import HTML, out_dir, out_file
 
 QK_PROMPT = "The theory of relativity states that"
 
@@ -35,7 +34,6 @@ def register(app: typer.Typer) -> None:
         if summary.get("png_problem"):
             typer.echo(f"note: {summary['png_problem']}", err=True)
 
-    add_hidden_alias(app, "record-qk", "manifold explore --record-qk", record_qk_cmd)
 
 
 def record_qk_points(model, tok, bank, surfaces: Path, model_name: str, prompt: str, top: int, out: Path) -> dict:
@@ -58,23 +56,3 @@ def record_qk_points(model, tok, bank, surfaces: Path, model_name: str, prompt: 
     return {"out": str(out), "rows": len(rows), "tokens": len(labels), "surfaces": len(picks)}
 
 
-def record_qk_cmd(
-    surfaces: Path = typer.Option(..., "--surfaces", help="surface artifact folder"),
-    prompt: str = typer.Option(QK_PROMPT, "--prompt"),
-    out: Path = typer.Option(Path("qk.json"), "--out", "-o", callback=out_records()),
-    top: int = typer.Option(8, "--top", help="surfaces per layer to record (largest ‖C‖)"),
-    model: str = MODEL_OPT,
-    device: str = DEVICE_OPT,
-    dtype: str = DTYPE_OPT,
-    as_json: bool = JSON_OPT,
-) -> None:
-    """Record the prompt's post-RoPE (q, k) self-pairs on the top surfaces (tidy JSON for `report`)."""
-    from geosteer.manifold import load as load_surfaces
-    from geosteer.manifold import read_config
-
-    if top < 1:
-        raise ValueError(f"--top must be >= 1 (got {top})")
-    read_config(surfaces)  # a missing or foreign artifact is refused before the model loads
-    m, tok = load(model, device=device, dtype=dtype)
-    bank = load_surfaces(surfaces, model=m)
-    emit(record_qk_points(m, tok, bank, surfaces, model, prompt, top, out), as_json)

@@ -14,7 +14,6 @@ from geosteer.cli.outputs import out_dir
 def pretrain_cmd(
     variants: str = typer.Option("baseline,attn_par,value_par", "--variants"),
     seeds: str = typer.Option("0,1", "--seed-list", help="comma-separated seeds, e.g. 0,1,2"),
-    old_seeds: str = typer.Option(None, "--seeds", hidden=True, help="the old spelling of --seed-list"),
     steps: int = typer.Option(300, "--steps", min=1),
     batch: int = typer.Option(16, "--batch", min=1, max=4096),
     ctx: int = typer.Option(128, "--ctx", min=1, max=1 << 16, help="context length in bytes"),
@@ -22,8 +21,6 @@ def pretrain_cmd(
     d_model: int = typer.Option(128, "--d-model", min=2, max=8192,
                                 help="model width; heads = max(1, d_model // 32), each an even size"),
     n_layers: int = typer.Option(4, "--n-layers", min=1, max=256, help="depth of the model trained (blocks)"),
-    old_layers: int | None = typer.Option(None, "--layers", min=1, max=256, hidden=True,
-                                          help="the old spelling of --n-layers"),
     eval_every: int = typer.Option(25, "--eval-every", min=1),
     val_batches: int = typer.Option(16, "--val-batches", min=1, max=4096,
                                     help="fixed held-out batches for the val loss"),
@@ -32,7 +29,6 @@ def pretrain_cmd(
 ) -> None:
     """From-scratch byte-level models trained with the edit active: baseline vs attention / value parallel
     removal (study 3 of docs/directional.md)."""
-    import warnings
 
     import torch
 
@@ -40,13 +36,6 @@ def pretrain_cmd(
     from geosteer.errors import GeosteerError
     from geosteer.io_utils import write_records
 
-    if old_layers is not None:  # --layers is a layer selection in every other verb
-        warnings.warn("'--layers' (the depth) is deprecated here; use '--n-layers'", DeprecationWarning,
-                      stacklevel=1)
-        n_layers = old_layers
-    if old_seeds is not None:  # --seeds is a count in every other verb
-        warnings.warn("'--seeds' (a list) is deprecated here; use '--seed-list'", DeprecationWarning, stacklevel=1)
-        seeds = old_seeds
     set_threads(threads)
     vs = [v.strip() for v in variants.split(",") if v.strip()]
     bad = [v for v in vs if v not in VARIANTS]
