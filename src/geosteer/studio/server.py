@@ -35,7 +35,6 @@ except ModuleNotFoundError as _e:  # without the optional extra: one line naming
 from geosteer.errors import DiskFull, GeosteerError, disk_full_line, is_disk_full
 from geosteer.studio import routes
 from geosteer.studio.http import BadRequest, error_response, one_line, read_json  # noqa: F401 - re-exported
-from geosteer.studio.http import query_int as _int  # noqa: F401 - re-exported (its old name)
 from geosteer.studio.security import Guard, HostCheck, new_token
 from geosteer.studio.session import Session
 from geosteer.studio.worker import QueueFull
