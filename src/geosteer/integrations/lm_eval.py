@@ -57,13 +57,11 @@ def check_model_args(args: Mapping[str, Any]) -> None:
     an unknown key (naming the valid ones, and the closest), an empty ``pretrained``, an unknown ``dtype``."""
     import difflib
 
-    from geosteer import methods
     from geosteer.errors import GeosteerError
     from geosteer.models.devices import resolve_dtype
 
     valid = valid_model_args()
-    former = getattr(methods, "old_recipe_keys", dict)()  # former key names, where still accepted
-    unknown = sorted(set(args) - set(valid) - set(former))
+    unknown = sorted(set(args) - set(valid))
     if unknown:
         close = difflib.get_close_matches(unknown[0], valid, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
