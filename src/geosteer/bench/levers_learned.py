@@ -87,7 +87,7 @@ def build_loreft(s: Setup) -> Prepared:
 
     layer = _middle(s.model)
     mod = LoReFT(anatomy(s.model).d_model, REFT_RANK, layer, seed=s.seed)
-    last = fit_module(s, mod, lr=0.01, name="loreft")
+    last = fit_module(s, mod, lr=0.002, name="loreft")
     return Prepared(_points("loreft", s, lambda x: _scaled_attr(mod, "strength", x),
                             {"layer": layer, "rank": REFT_RANK}), mod.n_parameters(), {"train": last})
 
@@ -258,7 +258,7 @@ def build_shipped(s: Setup) -> Prepared:
 
 
 register_lever(Lever("vector", build_vector, "preference-trained steering vector (BiPO/RePS style), one layer"))
-register_lever(Lever("loreft", build_loreft, f"LoReFT rank {REFT_RANK}, one layer", needs=None))
+register_lever(Lever("loreft", build_loreft, f"LoReFT rank {REFT_RANK}, one layer", version=2))
 register_lever(Lever("lora", build_lora, f"PEFT LoRA rank {LORA_RANK}, attention projections", needs="peft"))
 register_lever(Lever("ffn-gates", build_gates, "learned FFN gain per layer (FFN edit)"))
 register_lever(Lever("scales", build_scales, "learned ∥/⊥ scales per layer at attn_out"))

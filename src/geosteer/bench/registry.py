@@ -86,12 +86,14 @@ class Prepared:
 @dataclass(frozen=True)
 class Lever:
     """A registered lever: ``build(setup) -> Prepared``; ``needs``: a module it imports (an optional
-    extra); ``description``: one line for the docs and ``--help``."""
+    extra); ``description``: one line for the docs and ``--help``; ``version``: part of every checkpoint's
+    fingerprint."""
 
     name: str
     build: Callable[[Setup], Prepared]
     description: str
     needs: str | None = None
+    version: int = 1  # raised when what the lever computes changes (its checkpoints are then measured again)
 
 
 _LEVERS: dict[str, Lever] = {}

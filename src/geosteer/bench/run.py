@@ -45,6 +45,9 @@ class BenchConfig:
         doc = {"model": self.model, "budget": self.budget.to_dict(), "seed": self.seed, "kl": self.kl_budget,
                "chat": self.chat, "tau": self.train_tau, "surfaces": self.surfaces, "lever": lever,
                "concept": concept.model_dump(), "version": 2}
+        version = getattr(levers().get(lever), "version", 1)
+        if version != 1:
+            doc["lever_version"] = version
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
