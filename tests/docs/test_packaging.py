@@ -132,3 +132,7 @@ def test_wheel_installs_in_a_clean_venv(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "n_kv_heads" in r.stdout
+    # the shipped surfaces are found by name from the installed package, outside any clone
+    r = subprocess.run([str(py), "-c", "from geosteer.artifacts import locate; print(locate('smollm2-surfaces-all'))"],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().startswith(site), r.stderr[-2000:]
