@@ -125,3 +125,15 @@ def test_a_failing_lever_is_recorded_and_the_others_go_on(tiny_model, concept_fi
     assert [r["lever"] for r in doc["rows"]] == ["stock", "prompting"]
     assert doc["failed"] == [{"concept": "cats", "lever": "boom", "error": "RuntimeError: no luck"}]
     assert not (tmp_path / "out" / "cache" / "cats" / "boom.json").exists()
+
+
+def test_cached_only_assembles_what_the_checkpoints_hold(tiny_model, concept_file, tmp_path, monkeypatch):
+    import geosteer.bench.run as run
+
+    model, tok = tiny_model("llama")
+    cfg = run.BenchConfig(model="tiny-llama", levers=["prompting"], budget=TINY)
+    run.run_bench(model, tok, read_concepts(concept_file), cfg, tmp_path / "out")
+    monkeypatch.setattr(run, "prepare_concept", lambda *a, **k: pytest.fail("measured"))
+    more = run.BenchConfig(model="tiny-llama", levers=["prompting", "caa"], budget=TINY, cached_only=True)
+    doc = run.run_bench(model, tok, read_concepts(concept_file), more, tmp_path / "out")
+    assert [r["lever"] for r in doc["rows"]] == ["stock", "prompting"] and doc["meta"]["cached_only"]

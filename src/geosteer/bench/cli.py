@@ -60,6 +60,8 @@ def steering_cmd(
     surfaces: str | None = typer.Option(None, "--surfaces", help="shipped surfaces the surfaces-shipped lever "
                                         "starts from"),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="one HTML figure per concept (viz extra)"),
+    cached_only: bool = typer.Option(False, "--cached-only", help="write the results of what --out's checkpoints "
+                                     "hold (a run cut short) without measuring anything"),
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT, threads: int = THREADS_OPT,
 ) -> None:
     """Every lever on every concept, each at its own operating point chosen on validation prompts by one rule;
@@ -73,11 +75,12 @@ def steering_cmd(
     _check_options(kl_budget, train_tau, chosen, surfaces)
     items = read_concepts(_concept_path(concepts))  # refused in one line before any model loads
     _check_out(out)
-    _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surfaces, figures, device, dtype, threads)
+    _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surfaces, figures, device, dtype, threads,
+         cached_only)
 
 
 def _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surfaces, figures, device, dtype,
-         threads) -> None:
+         threads, cached_only) -> None:
     from geosteer.bench.results import markdown_table, write_figures, write_results
     from geosteer.bench.run import BenchConfig, run_bench
     from geosteer.eval.chat import has_chat_template
@@ -87,7 +90,8 @@ def _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surface
     if use_chat and not has_chat_template(tok):
         raise GeosteerError("--chat needs a tokenizer with a chat template; this model's tokenizer has none")
     cfg = BenchConfig(model=model, levers=chosen, budget=b, seed=seed, kl_budget=kl_budget, chat=use_chat,
-                      train_tau=train_tau, surfaces=surfaces, command="geosteer " + " ".join(sys.argv[1:]))
+                      train_tau=train_tau, surfaces=surfaces, command="geosteer " + " ".join(sys.argv[1:]),
+                      cached_only=cached_only)
 
     def log(line: str) -> None:
         typer.echo(line, err=True)

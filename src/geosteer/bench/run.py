@@ -40,6 +40,7 @@ class BenchConfig:
     surfaces: str | None = None
     command: str = ""
     extra: dict = field(default_factory=dict)
+    cached_only: bool = False  # assemble what the checkpoints hold; measure nothing
 
     def fingerprint(self, concept, lever: str) -> str:
         doc = {"model": self.model, "budget": self.budget.to_dict(), "seed": self.seed, "kl": self.kl_budget,
@@ -168,6 +169,10 @@ def run_concept(model, tok, concept, cfg: BenchConfig, out: Path, log=None,
     stock_fp = cfg.fingerprint(concept, "stock")
     stock_doc = read_cached(_cache_path(out, concept.name, "stock"), stock_fp)
     ctx = None
+    if cfg.cached_only:
+        if stock_doc is None:
+            return [], [], None
+        todo = []
     if todo or stock_doc is None:
         measured = ({k: Measured.from_dict(v) for k, v in stock_doc["measured"].items()}
                     if stock_doc is not None and "measured" in stock_doc else None)
@@ -179,6 +184,8 @@ def run_concept(model, tok, concept, cfg: BenchConfig, out: Path, log=None,
     for name in cfg.levers:
         path, fp = _cache_path(out, concept.name, name), cfg.fingerprint(concept, name)
         doc = read_cached(path, fp)
+        if doc is None and cfg.cached_only:
+            continue
         if doc is None:
             say(f"{concept.name}: {name} ...")
             work = out / "work" / concept.name / name
@@ -222,9 +229,10 @@ def run_bench(model, tok, concepts: list, cfg: BenchConfig, out: Path, log=None)
         r, cv, rec = run_concept(model, tok, c, cfg, out, log, failed)
         rows += r
         curves += cv
-        recs.append(rec)
+        recs += [rec] if rec is not None else []
     return {"reference": f"stock model ({cfg.model}): every lever's strength 0 and every control KL",
-            "meta": {"command": cfg.command, "model": cfg.model, "budget": cfg.budget.to_dict(), "seed": cfg.seed,
+            "meta": {"command": cfg.command, "cached_only": cfg.cached_only, "model": cfg.model,
+                     "budget": cfg.budget.to_dict(), "seed": cfg.seed,
                      "kl_budget": cfg.kl_budget, "chat": cfg.chat, "train_tau": cfg.train_tau,
                      "levers": cfg.levers, **cfg.extra},
             "concepts": recs, "rows": rows, "curves": curves, "failed": failed}
