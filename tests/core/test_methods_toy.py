@@ -26,11 +26,15 @@ def toy_scale(factor: float, layers=(0,)) -> HookIntervention:
 
 @pytest.fixture
 def toy():
-    """The toy method of tests/core/toy_method (steps 1-4 of the walkthrough), registered for one test."""
+    """The toy method of tests/core/toy_method (steps 1-4 of the walkthrough), registered for one test; its
+    verb is taken off the ``geosteer`` command again afterwards (the command tree is process-wide)."""
+    from geosteer import cli
     from tests.core import toy_method
 
     yield toy_method.register()
     unregister_method("toy")
+    cli.app.registered_commands[:] = [c for c in cli.app.registered_commands if c.name != "toy"]
+    cli._registered.discard("method:toy")
 
 
 def save_toy(folder: Path, factor: float) -> Path:
@@ -111,3 +115,9 @@ def test_toy_method_in_the_cli(toy, monkeypatch, capsys):
     assert code == 2 and out.err.strip() == "error: --factor must be > 0 (got -1.0)"
     code, out = run("--help")
     assert code == 0 and "toy" in out.out and "Toy method" in out.out
+
+
+def test_the_toy_verb_is_gone_after_the_toy_test():
+    from tests.cli_helpers import command_leaves
+
+    assert "toy" not in command_leaves()
