@@ -209,8 +209,7 @@ def status_of(item: Item, outcomes: list[tuple[Criterion, str]]) -> str:
 
 
 def _why(item: Item, outcomes: list[tuple[Criterion, str, str]], status: str) -> str:
-    mark = {"holds": "holds", "fails": "fails", "undecided": "undecided"}
-    parts = [f"{mark[o]}{'' if c.role == 'claim' else f' ({c.role})'}: {t}" for c, o, t in outcomes]
+    parts = [f"{o}{'' if c.role == 'claim' else f' ({c.role})'}: {t}" for c, o, t in outcomes]
     if item.paper_numbers and not any(c.role == "magnitude" for c, _, _ in outcomes):
         parts.append("the paper's numbers (" + ", ".join(_g(x) for x in item.paper_numbers)
                      + ") are tested by no criterion")
