@@ -10,7 +10,8 @@ Arms: `default` (no --threads: geosteer's choice), `threads1` (`--threads 1`), `
 <cpu count>`), `old` (`--threads <cpu count>` with the OpenMP wait policy left at libgomp's own default
 spin, GOMP_SPINCOUNT=300000: what geosteer did before it chose threads and a passive wait).
 
-    .venv/bin/python benchmarks/busy_threads.py --busy 2 --pairs 3 --tokens 24 --arms default threads1
+    .venv/bin/python benchmarks/busy_threads.py --busy 2 --pairs 3 --tokens 24 \
+        --surfaces smollm2-surfaces-all --arms default threads1
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def main() -> None:
     ref = "threads1" if "threads1" in times else next(iter(times))
     result = {"busy": a.busy, "load_before": load_before, "load_after": load_after, "command": base[1:], "arms": {}}
     for name, ts in times.items():
-        ratios = [t / r for t, r in zip(ts, times[ref])]
+        ratios = [t / r for t, r in zip(ts, times[ref], strict=True)]
         result["arms"][name] = {"seconds": ts, "ratio_to_" + ref: ratios}
         print(f"{name}: median {statistics.median(ts):.1f} s (min {min(ts):.1f}, max {max(ts):.1f}); "
               f"ratio to {ref}: median {statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})")
