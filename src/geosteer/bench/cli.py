@@ -57,7 +57,7 @@ def steering_cmd(
                                     "training objective (nats)"),
     chat: bool | None = typer.Option(None, "--chat/--no-chat", help="format every prompt with the tokenizer's "
                                      "chat template (default: when the tokenizer has one)"),
-    surfaces: str | None = typer.Option(None, "--surfaces", help="shipped surfaces the surfaces-shipped lever "
+    surfaces: Path | None = typer.Option(None, "--surfaces", help="shipped surfaces the surfaces-shipped lever "
                                         "starts from"),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="one HTML figure per concept (viz extra)"),
     cached_only: bool = typer.Option(False, "--cached-only", help="write the results of what --out's checkpoints "
@@ -90,8 +90,8 @@ def _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surface
     if use_chat and not has_chat_template(tok):
         raise GeosteerError("--chat needs a tokenizer with a chat template; this model's tokenizer has none")
     cfg = BenchConfig(model=model, levers=chosen, budget=b, seed=seed, kl_budget=kl_budget, chat=use_chat,
-                      train_tau=train_tau, surfaces=surfaces, command="geosteer " + " ".join(sys.argv[1:]),
-                      cached_only=cached_only)
+                      train_tau=train_tau, surfaces=str(surfaces) if surfaces else None,
+                      command="geosteer " + " ".join(sys.argv[1:]), cached_only=cached_only)
 
     def log(line: str) -> None:
         typer.echo(line, err=True)
