@@ -137,3 +137,19 @@ def test_cached_only_assembles_what_the_checkpoints_hold(tiny_model, concept_fil
     more = run.BenchConfig(model="tiny-llama", levers=["prompting", "caa"], budget=TINY, cached_only=True)
     doc = run.run_bench(model, tok, read_concepts(concept_file), more, tmp_path / "out")
     assert [r["lever"] for r in doc["rows"]] == ["stock", "prompting"] and doc["meta"]["cached_only"]
+
+
+def test_surfaces_shipped_starts_from_the_given_surfaces(tiny_model, concept_file, tmp_path):
+    from geosteer.manifold import load
+    from tests.conftest import random_bank
+
+    model, tok = tiny_model("llama")
+    random_bank(model, scale=0.2).save(tmp_path / "shipped")
+    shipped = _logits(model, [load(tmp_path / "shipped", model=model)])
+    s = _setup(model, tok, concept_file, tmp_path)
+    s.surfaces = str(tmp_path / "shipped")
+    prepared = levers()["surfaces-shipped"].build(s)
+    zero = [p for p in prepared.points if p.strength == 0.0]
+    assert len(zero) >= 1
+    with zero[0].interventions() as ivs:
+        torch.testing.assert_close(_logits(model, ivs), shipped, atol=2e-5, rtol=0)
