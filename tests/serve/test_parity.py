@@ -1,9 +1,9 @@
 """vLLM (CPU build, fp32) against geosteer's Hugging Face path on the default model, same token ids.
 
 Stock vLLM gives the HF greedy tokens; one steered engine serving the shipped surfaces, the shipped
-surfaces with exact walls, a directional recipe, a dynamics recipe, a value-space recipe and a neutral
-recipe, all in one mixed batch, gives each request its own recipe's HF tokens (>= 19/20 prompts),
-next-token log-probs within 1e-3 where both agree.
+surfaces with exact walls, a directional recipe, a dynamics recipe, a value-space recipe, steering vectors
+(two settings), a neutral recipe and an inline recipe, all in one mixed batch, gives each request its own
+recipe's HF tokens (>= 19/20 prompts), next-token log-probs within 1e-3 where both agree.
 """
 
 from __future__ import annotations
@@ -40,13 +40,34 @@ def hf():
     return model, prompt_ids(tok, N_PROMPTS)
 
 
+VECTOR_RECIPES = {  # on the random vectors of the `vectors` fixture
+    "vectors": dict(vector_scale=8.0),
+    "vectors_phase": dict(vector_mode="ablate_add", vector_scale=6.0, vector_phase="generation", vector_from=4),
+}
+INLINE = {"vectors": "v", "vector_scale": -6, "scale_site": "attn_out", "scale_par": 0.8}  # an inline recipe
+
+
 @pytest.fixture(scope="module")
-def recipe_dirs(tmp_path_factory):
+def vectors(hf, tmp_path_factory):
+    """Random unit steering vectors on layers 4-25 (resid_post, seed 0), saved for smollm2."""
+    import torch
+
+    from geosteer.vectors.apply import SteeringVectors
+
+    d = hf[0].config.hidden_size
+    gen = torch.Generator().manual_seed(0)
+    vecs = {i: torch.nn.functional.normalize(torch.randn(d, generator=gen), dim=0) for i in range(4, 26)}
+    return str(SteeringVectors(vecs, base_model="smollm2", d_model=d, n_layers=hf[0].config.num_hidden_layers)
+               .save(tmp_path_factory.mktemp("v") / "vectors"))
+
+
+@pytest.fixture(scope="module")
+def recipe_dirs(tmp_path_factory, vectors):
     from geosteer.recipe import InterventionSpec, save_recipe
 
     root = tmp_path_factory.mktemp("recipes")
     out = {"surfaces": str(SURFACES), "walls": str(WALLS)}
-    for name, keys in RECIPES.items():
+    for name, keys in {**RECIPES, **{n: {**k, "vectors": vectors} for n, k in VECTOR_RECIPES.items()}}.items():
         out[name] = str(save_recipe(root / name, InterventionSpec(**keys), base_model="smollm2"))
     return out
 
@@ -72,22 +93,29 @@ def test_stock_vllm_matches_hf(hf):
     assert worst < 1e-3, worst
 
 
-def test_recipes_in_one_mixed_batch_match_hf(hf, recipe_dirs):
+def test_recipes_in_one_mixed_batch_match_hf(hf, recipe_dirs, vectors):
+    from geosteer.recipe import InterventionSpec
     from geosteer.serve import steered_llm
+    from geosteer.serve.inline import Policy
 
     model, prompts = hf
-    names = list(recipe_dirs)
-    llm = steered_llm("smollm2", recipe_dirs, **LLM_KW)
+    names = [*recipe_dirs, "inline"]
+    llm = steered_llm("smollm2", recipe_dirs, Policy({"v": vectors}), **{**LLM_KW, "max_num_seqs": 256})
     # every prompt under every recipe and the stock model, interleaved in one generate call
     order = [(name, i) for i in range(len(prompts)) for name in [None, *names]]
-    got, got_lp = vllm_greedy(llm, [prompts[i] for _, i in order], NEW, [name for name, _ in order])
+    got, got_lp = vllm_greedy(llm, [prompts[i] for _, i in order], NEW,
+                              [INLINE if name == "inline" else name for name, _ in order])
     del llm
     gc.collect()
     results = {}
     for name in [None, *names]:
         rows = [k for k, (n, _) in enumerate(order) if n == name]
-        ref, ref_lp = (hf_greedy(model, prompts, NEW) if name is None
-                       else _hf_reference(model, prompts, recipe_dirs[name]))
+        if name == "inline":
+            spec = InterventionSpec(**{**INLINE, "vectors": vectors})
+            ref, ref_lp = hf_greedy(model, prompts, NEW, spec.build(model))
+        else:
+            ref, ref_lp = (hf_greedy(model, prompts, NEW) if name is None
+                           else _hf_reference(model, prompts, recipe_dirs[name]))
         results[name] = agreement(ref, [got[k] for k in rows], ref_lp, [got_lp[k] for k in rows])
     print(results)
     for name, (same, worst) in results.items():
