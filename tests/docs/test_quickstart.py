@@ -71,23 +71,26 @@ def test_the_quickstart_runs_on_a_model_folder_of_ones_own(tmp_path, monkeypatch
     tok_folder = tmp_path / "no-tokenizer"  # the offline tokenizer recipe fills a folder without one
     tok_folder.mkdir()
     offline = next(b for b in py if "smollm2_tokenizer" in b).replace(str(folder), str(tok_folder))
-    out = _run_python("\n".join([vector_code, surface_code, offline]), work)
+    readme = _readme_section("Quickstart").replace("path/to/my-model", str(folder))
+    out = _run_python("\n".join([vector_code, surface_code, offline, readme]), work)
     lines = out.splitlines()
-    assert [ln.split(":")[0] for ln in lines] == ["stock", "steered", "surfaces"], out
+    assert [ln.split(":")[0] for ln in lines[:3]] == ["stock", "steered", "surfaces"], out
+    assert len(lines) == 4 and lines[3].strip() == lines[1].split(":", 1)[1].strip(), out  # README = the doc's steered
     assert (work / "happy" / "geosteer_config.json").is_file()
     assert (tok_folder / "tokenizer_config.json").is_file()
 
 
-def _readme_python() -> str:
+def _readme_section(name: str) -> str:
+    """The first Python block of the README's section ``## name``."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Python\n", 1)[1].split("\n## ", 1)[0]
+    section = text.split(f"\n## {name}\n", 1)[1].split("\n## ", 1)[0]
     return blocks(section, "python")[0]
 
 
 def test_the_readme_python_example_runs_outside_a_clone(tmp_path):
     """The default model and the shipped surfaces by name, from an empty folder: nothing of the checkout
     (no ``artifacts/``) is needed. The recipe it saves is written there and reads back."""
-    code = _readme_python()
+    code = _readme_section("Python")
     assert "artifacts/" not in code
     out = _run_python(code, tmp_path)
     ppl = [float(x) for x in out.split()]
