@@ -1,14 +1,15 @@
 """The CI-sized serving check: a tiny Llama on vLLM (CPU build, fp32) against geosteer's Hugging Face path.
 
-One engine serves every recipe kind (surfaces, surfaces with exact walls, directional at a residual site
-and in value space, dynamics, a block-output edit, steering vectors at each hook point in every mode and
-phase, a neutral recipe), two inline recipes (objects of recipe keys) and the stock model; 4 prompts x 8
-greedy tokens under each, all interleaved in one ``generate`` call, then a stock batch and a surfaces batch
-alone. Each request must get its own recipe's HF tokens, with next-token log-probs within 1e-3 where both
-agree, and every non-neutral recipe must change the HF reference (so a recipe that is silently dropped
-fails; the walls also change their surfaces' reference). The same engine (prefix caching on) then checks
-that a steered prefix never reaches a stock request, and chat completions through the tokenizer's chat
-template. The full check on the default model is ``test_parity.py``, the other families ``test_models.py``.
+One engine serves every recipe kind (surfaces, surfaces with exact walls, directional at a residual site and
+in value space, learned per-layer scales, dynamics, a block-output edit, steering vectors at each hook point
+in every mode and phase, a neutral recipe), two inline recipes (objects of recipe keys) and the stock model; 4
+prompts x 8 greedy tokens under each, all interleaved in one ``generate`` call, then a stock batch and a
+surfaces batch alone. Each request must get its own recipe's HF tokens, with next-token log-probs within 1e-3
+where both agree, and every non-neutral recipe must change the HF reference (so a recipe that is silently
+dropped fails; the walls also change their surfaces' reference). The same engine (prefix caching on) then
+checks that a steered prefix never reaches a stock request, and chat completions through the tokenizer's chat
+template.
+The full check on the default model is ``test_parity.py``, the other families ``test_models.py``.
 """
 
 from __future__ import annotations
@@ -79,8 +80,15 @@ def vector_dirs(tiny, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def recipe_dirs(tiny, vector_dirs, tmp_path_factory):
+    from geosteer.directional.learned import LearnedScales
+    from geosteer.directional.scales_artifact import save_scales
+
     vec = {n: {**keys, "vectors": vector_dirs[keys["vectors"]]} for n, keys in VECTOR_RECIPES.items()}
-    return tiny_recipe_dirs(tiny[0], tmp_path_factory.mktemp("recipes"), "tiny-llama", {**RECIPES, **vec})
+    root = tmp_path_factory.mktemp("recipes")
+    learned = save_scales(LearnedScales("mlp_out", [0, 2], [1.6, 0.5], [0.7, 1.4]), root / "scales",
+                          base_model="tiny-llama")  # per-layer learned s_par / s_perp
+    return tiny_recipe_dirs(tiny[0], root, "tiny-llama",
+                            {**RECIPES, **vec, "learned": {"scale_learned": str(learned)}})
 
 
 @pytest.fixture(scope="module")

@@ -79,6 +79,19 @@ class LearnedScales(nn.Module):
 
         return attach_hooks(model, site, self.layers, fn)
 
+    def served_ops(self, ops) -> None:
+        """The same per-layer scaling on each served layer (``geosteer.served``)."""
+        site = self.site
+        for layer, sp, sq in zip(self.layers, self.s_par.detach().tolist(), self.s_perp.detach().tolist(),
+                                 strict=True):
+            if site == "attn_out":
+                ops.edit(layer, site, lambda y, st, tok, sp=sp, sq=sq: y + scaled_delta(y, st["resid_pre"], sp, sq))
+            elif site == "mlp_out":
+                ops.edit(layer, site, lambda y, st, tok, sp=sp, sq=sq: y + scaled_delta(y, st["mlp_in"], sp, sq))
+            else:  # resid_post: the block update against the block input
+                ops.edit(layer, site, lambda y, st, tok, sp=sp, sq=sq:
+                         y + scaled_delta(y - st["resid_pre"], st["resid_pre"], sp, sq))
+
     def save(self, folder, **kw):
         """Write the ``geosteer-directional-scales`` artifact (``geosteer.load`` reads it back)."""
         from geosteer.methods import save_artifact
