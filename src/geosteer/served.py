@@ -18,6 +18,7 @@ with one line; one without ``served_ops`` is refused by the engine. Nothing here
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -29,15 +30,25 @@ from geosteer.errors import GeosteerError
 POINTS = ("resid_pre", "attn_out", "mlp_in", "mlp_out", "resid_post")
 
 
-@dataclass
 class Tokens:
-    """Where the rows of a flat token batch sit: position in their sequence, their sequence's prompt length."""
+    """Where the rows of a flat token batch sit: position in their sequence, their sequence's prompt length.
+    ``tokens[rows]`` selects rows; the selection is made when a field is first read."""
 
-    positions: torch.Tensor  # (n,) long
-    prompt_len: torch.Tensor  # (n,) long
+    def __init__(self, positions: torch.Tensor, prompt_len: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        self._positions, self._prompt_len, self._rows = positions, prompt_len, rows
+
+    @functools.cached_property
+    def positions(self) -> torch.Tensor:
+        """(n,) long."""
+        return self._positions if self._rows is None else self._positions[self._rows]
+
+    @functools.cached_property
+    def prompt_len(self) -> torch.Tensor:
+        """(n,) long."""
+        return self._prompt_len if self._rows is None else self._prompt_len[self._rows]
 
     def __getitem__(self, rows: torch.Tensor) -> Tokens:
-        return Tokens(self.positions[rows], self.prompt_len[rows])
+        return Tokens(self.positions, self.prompt_len, rows)
 
     @property
     def in_prompt(self) -> torch.Tensor:

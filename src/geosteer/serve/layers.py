@@ -215,12 +215,27 @@ def _apply(point: str, t: torch.Tensor, state: dict, tokens, ops: dict) -> torch
                 t = fn(t, state, tokens)
             continue
         sub = t[rows]
-        st = {k: x[rows] for k, x in state.items()}
+        st = _Rows(state, rows)
         tok = tokens[rows]
         for fn in fns:
             sub = fn(sub, st, tok)
         t = t.index_copy(0, rows, sub)
     return t
+
+
+class _Rows(dict):
+    """``state`` restricted to ``rows``, each entry selected when first read."""
+
+    def __init__(self, state: dict, rows: torch.Tensor) -> None:
+        super().__init__()
+        self.state, self.rows = state, rows
+
+    def __missing__(self, key: str) -> torch.Tensor:
+        self[key] = self.state[key][self.rows]
+        return self[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.state
 
 
 def _part(layer, path: str):
