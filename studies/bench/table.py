@@ -1,4 +1,4 @@
-"""Print the markdown tables of a steering-benchmark results file (the summary per lever, then every row).
+"""Print the markdown tables of a steering-benchmark results file (summary per lever, score per concept, every row).
 
     python studies/bench/table.py docs/results/bench/smollm2-small/results.json
 """
@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from geosteer.bench.results import concept_table, markdown_table
+from geosteer.bench.results import concept_table, markdown_table, pivot_table
 
 
 def main() -> None:
@@ -17,6 +17,8 @@ def main() -> None:
     ap.add_argument("results", type=Path)
     doc = json.loads(ap.parse_args().results.read_text())
     print(markdown_table(doc["rows"]))
+    print()
+    print(pivot_table(doc["rows"]))
     print()
     print(concept_table(doc["rows"]))
 

@@ -64,3 +64,20 @@ def test_harmonic_bootstrap_and_repeats_against_hand_values():
     b = bootstrap([1.0, 2.0, 3.0, 4.0], n_boot=500, seed=0)
     assert b["mean"] == 2.5 and 1.0 <= b["lo"] < 2.5 < b["hi"] <= 4.0
     assert math.isnan(bootstrap([1.0])["lo"])
+
+
+def _row(concept, lever, score):
+    d = {"mean": score, "lo": score, "hi": score}
+    return {"concept": concept, "lever": lever, "score": d, "concept_score": d, "control_kl": d, "params": 0,
+            "fluency": {"score": d, "repeated_4gram_share": d}, "operating_point": {"label": lever}}
+
+
+def test_a_lever_wins_a_concept_only_above_the_stock_model():
+    from geosteer.bench.results import pivot_table, summary_table
+
+    rows = [_row("a", "stock", 0.5), _row("a", "x", 0.6), _row("a", "y", 0.55),
+            _row("b", "stock", 0.5), _row("b", "x", 0.5), _row("b", "y", 0.4)]
+    wins = {o["lever"]: o["wins"] for o in summary_table(rows)}
+    assert wins == {"x": 1, "y": 0, "stock": 0}
+    table = pivot_table(rows)
+    assert "**0.600**" in table and "**" not in table.splitlines()[-1]

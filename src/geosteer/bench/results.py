@@ -24,7 +24,8 @@ def _mean(xs: list[float]) -> float:
 
 def summary_table(rows: list[dict]) -> list[dict]:
     """Per lever (in order of first appearance): mean over concepts of the test score, concept score,
-    fluency score and control KL at each concept's operating point; trainable parameters (mean)."""
+    fluency score and control KL at each concept's operating point; trainable parameters (mean); ``wins``:
+    the concepts where it has the best test score and beats the stock model."""
     order = list(dict.fromkeys(r["lever"] for r in rows))
     out = []
     for lever in order:
@@ -39,11 +40,12 @@ def summary_table(rows: list[dict]) -> list[dict]:
                     "wins": 0})
     by_concept: dict = {}
     for r in rows:
-        if r["lever"] != "stock":
-            by_concept.setdefault(r["concept"], []).append(r)
-    for rs in by_concept.values():
-        best = max(rs, key=lambda r: r["score"]["mean"])
-        next(o for o in out if o["lever"] == best["lever"])["wins"] += 1
+        by_concept.setdefault(r["concept"], []).append(r)
+    for rs in by_concept.values():  # the best lever of a concept, when it beats the stock model
+        stock = next((r["score"]["mean"] for r in rs if r["lever"] == "stock"), -1.0)
+        best = max((r for r in rs if r["lever"] != "stock"), key=lambda r: r["score"]["mean"], default=None)
+        if best is not None and best["score"]["mean"] > stock:
+            next(o for o in out if o["lever"] == best["lever"])["wins"] += 1
     return sorted(out, key=lambda o: -o["score"] if o["score"] == o["score"] else 0.0)
 
 
@@ -55,6 +57,23 @@ def markdown_table(rows: list[dict]) -> str:
         lines.append(f"| {o['lever']} | {o['concepts']} | {o['score']:.3f} | {o['concept_score']:.3f} | "
                      f"{o['fluency_score']:.3f} | {o['repeated_4gram_share']:.3f} | {o['control_kl']:.3f} | "
                      f"{o['params']:.0f} | {o['wins']} |")
+    return "\n".join(lines)
+
+
+def pivot_table(rows: list[dict]) -> str:
+    """Test score per concept (rows) and lever (columns), markdown; the best lever of a concept in bold."""
+    levers = list(dict.fromkeys(r["lever"] for r in rows))
+    concepts = list(dict.fromkeys(r["concept"] for r in rows))
+    cell = {(r["concept"], r["lever"]): r["score"]["mean"] for r in rows}
+    lines = ["| concept | " + " | ".join(levers) + " |", "|---" * (len(levers) + 1) + "|"]
+    for c in concepts:
+        best = max((v for (cc, lv), v in cell.items() if cc == c and lv != "stock"), default=None)
+        if best is not None and best <= cell.get((c, "stock"), -1.0):
+            best = None  # no lever beats the stock model
+        vals = [cell.get((c, lv)) for lv in levers]
+        lines.append(f"| {c} | " + " | ".join(
+            "–" if v is None else (f"**{v:.3f}**" if v == best and lv != "stock" else f"{v:.3f}")
+            for v, lv in zip(vals, levers, strict=True)) + " |")
     return "\n".join(lines)
 
 
