@@ -13,7 +13,7 @@ needs only the packages in ``[project.dependencies]``; the rest comes with extra
 | ``eval`` | lm-eval | lm-evaluation-harness integration |
 | ``lora`` | peft | surfaces on LoRA-adapted models |
 | ``track`` | tensorboard | ``--log-with tensorboard`` (training metrics through accelerate's trackers) |
-| ``steering-bench`` | pydantic, scikit-learn, peft | ``geosteer bench steering`` (concept files, the judge, the LoRA lever) |
+| ``steering-bench`` | pydantic, scikit-learn, peft | ``geosteer bench steering`` (concepts, judge, LoRA lever) |
 | ``all`` | all of the above | |
 """
 
