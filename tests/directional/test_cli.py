@@ -20,9 +20,9 @@ def test_decompose_cli_json_and_csv(tmp_path):
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["directional", "sweep", "--sites", "resid_foo"], "unknown site 'resid_foo'; valid: attn_out"),
+    (["study", "directional", "sweep", "--sites", "resid_foo"], "unknown site 'resid_foo'; valid: attn_out"),
     (["directional", "ppl", "--site", "attn_out", "--s-par", "nan"], "--s-par must be a finite number"),
-    (["directional", "pretrain", "--variants", "baseline,foo"], "unknown variant 'foo'; valid: baseline, attn_par"),
+    (["study", "directional", "pretrain", "--variants", "baseline,foo"], "unknown variant 'foo'; valid: baseline, attn_par"),
 ])
 def test_cli_bad_input_one_line_error(args, msg, monkeypatch, capsys):
     from tests.cli_helpers import run_cli
@@ -32,22 +32,22 @@ def test_cli_bad_input_one_line_error(args, msg, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["directional", "pretrain", "--steps", "0"], "'--steps'"),
-    (["directional", "pretrain", "--ctx", "0"], "'--ctx'"),
-    (["directional", "pretrain", "--d-model", "3"], "--d-model 3 splits into 1 head(s) of odd or fractional size"),
-    (["directional", "pretrain", "--d-model", "100"], "--d-model 100 splits into 3 head(s)"),
-    (["directional", "pretrain", "--seed-list", ""], "bad --seed-list ''"),
-    (["directional", "pretrain", "--seeds", "0,0"], "different seeds"),
-    (["directional", "strength", "-m", "tiny-llama", "--sites", ""], "--sites is empty"),
-    (["directional", "sweep", "-m", "tiny-llama", "--sites", " , "], "--sites is empty"),
-    (["directional", "diagonal", "-m", "tiny-llama", "--tokens", "0"], "'--tokens'"),
-    (["directional", "heads", "-m", "tiny-gpt2", "--text-len", "600"], "--text-len 600 is longer than the model's 512"),
+    (["study", "directional", "pretrain", "--steps", "0"], "'--steps'"),
+    (["study", "directional", "pretrain", "--ctx", "0"], "'--ctx'"),
+    (["study", "directional", "pretrain", "--d-model", "3"], "--d-model 3 splits into 1 head(s) of odd or fractional size"),
+    (["study", "directional", "pretrain", "--d-model", "100"], "--d-model 100 splits into 3 head(s)"),
+    (["study", "directional", "pretrain", "--seed-list", ""], "bad --seed-list ''"),
+    (["study", "directional", "pretrain", "--seed-list", "0,0"], "different seeds"),
+    (["study", "directional", "strength", "-m", "tiny-llama", "--sites", ""], "--sites is empty"),
+    (["study", "directional", "sweep", "-m", "tiny-llama", "--sites", " , "], "--sites is empty"),
+    (["study", "directional", "diagonal", "-m", "tiny-llama", "--tokens", "0"], "'--tokens'"),
+    (["study", "directional", "heads", "-m", "tiny-gpt2", "--text-len", "600"], "--text-len 600 is longer than the model's 512"),
     (["directional", "ppl", "-m", "tiny-llama", "--site", "attn_out", "--layers", "7"], "layer 7 out of range"),
     (["decompose", "-m", "tiny-gpt2", "--tokens", "2000", "--chunk", "2000", "--no-value"],
      "--tokens/--chunk window 2000 is longer than the model's 512 positions"),
     (["decompose", "-m", "tiny-llama", "--chunk", "512", "--layers", "99"], "layer 99 out of range"),
-    (["directional", "diagonal", "-m", "tiny-llama", "--map-head", "99"], "--map-head: head 99 out of range"),
-    (["directional", "heads", "-m", "tiny-llama", "--heads", "99"], "--heads: head 99 out of range"),
+    (["study", "directional", "diagonal", "-m", "tiny-llama", "--map-head", "99"], "--map-head: head 99 out of range"),
+    (["study", "directional", "heads", "-m", "tiny-llama", "--heads", "99"], "--heads: head 99 out of range"),
     (["directional", "ppl", "-m", "tiny-llama", "--site", "value_full", "--heads", "4"], "head 4 out of range"),
 ])
 def test_directional_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
