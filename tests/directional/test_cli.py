@@ -22,7 +22,8 @@ def test_decompose_cli_json_and_csv(tmp_path):
 @pytest.mark.parametrize("args,msg", [
     (["study", "directional", "sweep", "--sites", "resid_foo"], "unknown site 'resid_foo'; valid: attn_out"),
     (["directional", "ppl", "--site", "attn_out", "--s-par", "nan"], "--s-par must be a finite number"),
-    (["study", "directional", "pretrain", "--variants", "baseline,foo"], "unknown variant 'foo'; valid: baseline, attn_par"),
+    (["study", "directional", "pretrain", "--variants", "baseline,foo"],
+     "unknown variant 'foo'; valid: baseline, attn_par"),
 ])
 def test_cli_bad_input_one_line_error(args, msg, monkeypatch, capsys):
     from tests.cli_helpers import run_cli
@@ -34,14 +35,16 @@ def test_cli_bad_input_one_line_error(args, msg, monkeypatch, capsys):
 @pytest.mark.parametrize("args,needle", [
     (["study", "directional", "pretrain", "--steps", "0"], "'--steps'"),
     (["study", "directional", "pretrain", "--ctx", "0"], "'--ctx'"),
-    (["study", "directional", "pretrain", "--d-model", "3"], "--d-model 3 splits into 1 head(s) of odd or fractional size"),
+    (["study", "directional", "pretrain", "--d-model", "3"],
+     "--d-model 3 splits into 1 head(s) of odd or fractional size"),
     (["study", "directional", "pretrain", "--d-model", "100"], "--d-model 100 splits into 3 head(s)"),
     (["study", "directional", "pretrain", "--seed-list", ""], "bad --seed-list ''"),
     (["study", "directional", "pretrain", "--seed-list", "0,0"], "different seeds"),
     (["study", "directional", "strength", "-m", "tiny-llama", "--sites", ""], "--sites is empty"),
     (["study", "directional", "sweep", "-m", "tiny-llama", "--sites", " , "], "--sites is empty"),
     (["study", "directional", "diagonal", "-m", "tiny-llama", "--tokens", "0"], "'--tokens'"),
-    (["study", "directional", "heads", "-m", "tiny-gpt2", "--text-len", "600"], "--text-len 600 is longer than the model's 512"),
+    (["study", "directional", "heads", "-m", "tiny-gpt2", "--text-len", "600"],
+     "--text-len 600 is longer than the model's 512"),
     (["directional", "ppl", "-m", "tiny-llama", "--site", "attn_out", "--layers", "7"], "layer 7 out of range"),
     (["decompose", "-m", "tiny-gpt2", "--tokens", "2000", "--chunk", "2000", "--no-value"],
      "--tokens/--chunk window 2000 is longer than the model's 512 positions"),

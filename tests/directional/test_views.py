@@ -141,9 +141,11 @@ def test_applied_strength_concat_differs(tiny_model):
 
 def test_cli_heads_and_plot(tmp_path):
     out = tmp_path / "h.json"
-    res = CliRunner().invoke(app, ["study", "directional", "heads", "-m", "tiny-llama", "--layers", "0-1", "--texts", "2",
-                                   "--text-len", "12", "--out", str(out), "--figure", str(tmp_path / "h.html")])
+    res = CliRunner().invoke(app, ["study", "directional", "heads", "-m", "tiny-llama", "--layers", "0-1",
+                                   "--texts", "2", "--text-len", "12", "--out", str(out),
+                                   "--figure", str(tmp_path / "h.html")])
     assert res.exit_code == 0, res.output
     assert out.is_file() and (tmp_path / "h.html").is_file()
-    res = CliRunner().invoke(app, ["study", "directional", "plot", "heads", str(out), "--out", str(tmp_path / "g.html")])
+    res = CliRunner().invoke(app, ["study", "directional", "plot", "heads", str(out),
+                                   "--out", str(tmp_path / "g.html")])
     assert res.exit_code == 0, res.output
