@@ -93,7 +93,7 @@ def test_cli_mlp_internal(tmp_path):
     from geosteer.cli import app
 
     out = tmp_path / "mi.json"
-    res = CliRunner().invoke(app, ["directional", "mlp-internal", "-m", "tiny-llama", "--texts", "2",
+    res = CliRunner().invoke(app, ["study", "directional", "mlp-internal", "-m", "tiny-llama", "--texts", "2",
                                    "--text-len", "12", "--out", str(out)])
     assert res.exit_code == 0, res.output
     import json

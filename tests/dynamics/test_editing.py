@@ -96,6 +96,6 @@ def test_down_col_locality_matches_a_hand_made_weight_edit(tiny):
     (["edit-locality", "--layers", "9"], "out of range"),
 ])
 def test_cli_bad_input_exits_2(monkeypatch, capsys, argv, message):
-    code, _, err = run_cli(monkeypatch, capsys, "dynamics", *argv, "-m", "tiny-llama")
+    code, _, err = run_cli(monkeypatch, capsys, "study", "dynamics", *argv, "-m", "tiny-llama")
     one_line_exit_2(code, err)
     assert message in err, err
