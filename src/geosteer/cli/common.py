@@ -61,6 +61,10 @@ FORCE_OPT = typer.Option(False, "--force", help="use artifacts recorded for anot
 BASE_MODEL_OPT = typer.Option(None, "--base-model", help="what a fine-tuned --model folder derives from (smollm2, "
                               "a Hub id): artifacts made for that base load on it without --force")
 
+CHAT_OPT = typer.Option(False, "--chat", help="format every prompt with the tokenizer's chat template (a user "
+                        "message; the continuation is the assistant's reply)")
+SYSTEM_OPT = typer.Option(None, "--system", help="system prompt of the chat template (with --chat)")
+
 MAX_SEEDS = 1000  # seeded samples per prompt at most (each one is a full generation)
 
 

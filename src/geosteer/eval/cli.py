@@ -9,12 +9,14 @@ import typer
 
 from geosteer.cli.common import (
     BASE_MODEL_OPT,
+    CHAT_OPT,
     DEVICE_OPT,
     DTYPE_OPT,
     FORCE_OPT,
     JSON_OPT,
     MAX_SEEDS,
     MODEL_OPT,
+    SYSTEM_OPT,
     THREADS_OPT,
     check_positions,
     emit,
@@ -22,6 +24,7 @@ from geosteer.cli.common import (
 )
 from geosteer.cli.outputs import out_records
 from geosteer.errors import GeosteerError
+from geosteer.eval.chat import check_chat_options, format_prompt, format_prompts
 
 
 def _read_text_file(path: Path) -> str:
@@ -95,30 +98,11 @@ def _independent_windows(m, tok, interventions: list, split: str, context: int, 
             "windows": int(ids.shape[0]), "protocol": "independent"}
 
 
-def _check_chat(chat: bool, system: str | None) -> None:
-    if system is not None and not chat:
-        raise GeosteerError("--system is the chat template's system prompt: give --chat with it")
-    if system is not None and not system.strip():
-        raise GeosteerError("--system is empty; give the system prompt's text or leave it out")
-
-
-def _chat_format(tok, prompt: str, chat: bool, system: str | None) -> str:
-    """``prompt`` through the tokenizer's chat template (``--chat``), else unchanged."""
-    if not chat:
-        return prompt
-    from geosteer.eval.chat import chat_prompt
-
-    return chat_prompt(tok, prompt, system)
-
-
 def register(app: typer.Typer) -> None:
     from geosteer.cli.recipe import RECIPE_OPT, SET_OPT, spec_from_options
 
     surfaces_opt = typer.Option(None, "--surfaces", help="attention-manifold artifact to attach: a folder or "
                                                           "a Hub repo id org/name[@revision]")
-    chat_opt = typer.Option(False, "--chat", help="format the prompt with the tokenizer's chat template (a "
-                            "user message; the continuation is the assistant's reply)")
-    system_opt = typer.Option(None, "--system", help="system prompt of the chat template (with --chat)")
     bos_opt = typer.Option(False, "--bos", help="put the BOS token first (default: encode as the model's "
                                                 "tokenizer does, with its own BOS convention)")
 
@@ -195,8 +179,8 @@ def register(app: typer.Typer) -> None:
         top_k: int = typer.Option(50),
         seed: int = typer.Option(0),
         bos: bool = bos_opt,
-        chat: bool = chat_opt,
-        system: str | None = system_opt,
+        chat: bool = CHAT_OPT,
+        system: str | None = SYSTEM_OPT,
         surfaces: Path | None = surfaces_opt,
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
@@ -221,11 +205,11 @@ def register(app: typer.Typer) -> None:
             greedy = temperature == 0  # T = 0 is the limit of sampling: greedy decoding
         elif top_k < 0:
             _check_sampling(1.0, top_k)
-        _check_chat(chat, system)
+        check_chat_options(chat, system)
         spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
         add_bos = True if bos else None
-        shown, prompt = prompt, _chat_format(tok, prompt, chat, system)
+        shown, prompt = prompt, format_prompt(tok, prompt, chat, system, add_bos)
         max_new_tokens, note = cap_new_tokens(m, prompt_ids(tok, prompt, add_bos).shape[1], max_new_tokens)
         if note:
             typer.echo(f"note: {note}", err=True)
@@ -246,8 +230,8 @@ def register(app: typer.Typer) -> None:
         temperature: float = typer.Option(0.8),
         top_k: int = typer.Option(50),
         bos: bool = bos_opt,
-        chat: bool = chat_opt,
-        system: str | None = system_opt,
+        chat: bool = CHAT_OPT,
+        system: str | None = SYSTEM_OPT,
         surfaces: Path | None = surfaces_opt,
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
@@ -274,11 +258,11 @@ def register(app: typer.Typer) -> None:
             raise GeosteerError("--temperature 0 with --seeds: seeded samples at T = 0 are the greedy "
                                 "continuation, which compare always reports; give T > 0 or --seeds 0")
         prompts = _read_prompts(prompt, prompts_file)
-        _check_chat(chat, system)
+        check_chat_options(chat, system)
         spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
         add_bos = True if bos else None
-        shown, prompts = prompts, [_chat_format(tok, p, chat, system) for p in prompts]
+        shown, prompts = prompts, format_prompts(tok, prompts, chat, system, add_bos)
         longest = max(prompt_ids(tok, p, add_bos).shape[1] for p in prompts)
         max_new_tokens, note = cap_new_tokens(m, longest, max_new_tokens)
         if note:
