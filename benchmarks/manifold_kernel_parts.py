@@ -41,11 +41,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    from geosteer.manifold import _ext
+    from geosteer.kernels import ext
     from geosteer.manifold.kernel import grid_affine
 
-    print(f"threads: {a.threads}\ncompiled_kernels: {(_ext.get(), _ext.status())[1]}")
-    mod = _ext.get()
+    print(f"threads: {a.threads}\ncompiled_kernels: {(ext.get(), ext.status())[1]}")
+    mod = ext.get()
     g = torch.Generator().manual_seed(0)
     if mod is not None:
         o = torch.randn(1, 9, 64, 64, 12, generator=g)

@@ -182,9 +182,9 @@ def _mem_child(kind: str, model_name: str, tokens: int, surfaces: str | None, th
     if kind == "surfaces":
         bank = _bank(model, surfaces)
         bank.attach(model)
-        from geosteer.manifold import _ext
+        from geosteer.kernels import ext
 
-        _ext.get()
+        ext.get()
     gc.collect()
     before = reset_peak_rss()  # loading has its own (higher) peak: only the forward counts
     with torch.no_grad():
@@ -298,11 +298,11 @@ def main(argv=None) -> None:
     for k, v in machine.items():
         say(k, v)
     if "forward" in only or "decode" in only:
-        from geosteer.manifold import _ext
+        from geosteer.kernels import ext
 
-        _ext.get()
-        machine["compiled_kernels"] = _ext.status()
-        say("compiled_kernels", _ext.status())
+        ext.get()
+        machine["compiled_kernels"] = ext.status()
+        say("compiled_kernels", ext.status())
     runs = [_run_dtype(a, dt, only, say) for dt in a.dtypes]
     machine["load_average_end"] = os.getloadavg()[0]
     say("load_average_end", machine["load_average_end"])

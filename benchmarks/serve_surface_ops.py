@@ -27,7 +27,7 @@ HKV, REP, D, GRID, LO, HI = 3, 3, 64, 8, -4.0, 4.0
 def _dense_channels(kh, vh):
     import torch
 
-    from geosteer.manifold.bspline import bspline_basis
+    from geosteer.kernels.bspline import bspline_basis
 
     return torch.cat([vh.unsqueeze(2), (vh.unsqueeze(-1) * bspline_basis(kh, GRID, LO, HI)).transpose(2, 3)], dim=2)
 
@@ -35,7 +35,7 @@ def _dense_channels(kh, vh):
 def _dense_delta(f, q, coeff):
     import torch
 
-    from geosteer.manifold.bspline import bspline_basis
+    from geosteer.kernels.bspline import bspline_basis
 
     n, K = f.shape[0], GRID + 3
     fo = f.permute(0, 1, 3, 4, 2).reshape(n, HKV * REP, D, K)
@@ -60,11 +60,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     a = p.parse_args(argv)
     import torch
 
-    from geosteer.manifold import _ext
+    from geosteer.kernels import ext
 
     torch.set_num_threads(a.threads)
-    if _ext.get() is None:
-        raise SystemExit(f"error: the compiled CPU kernels are not available here ({_ext.status()})")
+    if ext.get() is None:
+        raise SystemExit(f"error: the compiled CPU kernels are not available here ({ext.status()})")
     coeff = torch.randn(HKV * REP, D, GRID + 3, GRID + 3, generator=torch.Generator().manual_seed(0)) * 0.1
     rows = []
     for n in (int(x) for x in a.tokens.split(",")):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from geosteer.manifold import _ext, kernel
+from geosteer.kernels import ext
+from geosteer.manifold import kernel
 
 G, LO, HI = 6, -3.0, 3.0
 K = G + 3
@@ -42,8 +43,8 @@ def _assert_bf16_close(got: torch.Tensor, ref: torch.Tensor) -> None:
 @pytest.fixture
 def compiled_calls(monkeypatch):
     """Counts the calls of the compiled epilogue (skips where the kernels cannot be built)."""
-    if _ext.get() is None:
-        pytest.skip(f"compiled CPU kernels unavailable: {_ext.status()}")
+    if ext.get() is None:
+        pytest.skip(f"compiled CPU kernels unavailable: {ext.status()}")
     calls = []
     real = kernel._epilogue
 

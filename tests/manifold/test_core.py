@@ -11,7 +11,7 @@ from geosteer import manifold
 from geosteer.attention import AttentionCall, attention_weights
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.interventions import steer
-from geosteer.manifold.bspline import bspline_basis, bspline_basis_reference, bspline_local
+from geosteer.kernels.bspline import bspline_basis, bspline_basis_reference, bspline_local
 from geosteer.manifold.kernel import modulated_attention, naive_modulated_attention
 from geosteer.models.anatomy import anatomy
 from geosteer.reproduction.references import keep_mask, per_pair_handlers
@@ -106,11 +106,12 @@ def _ref(q, k, v, C, mask, lo=-4.0, hi=4.0):
 @pytest.fixture(params=["torch", "torch-nograd", "ext"])
 def path(request, monkeypatch):
     """Run a kernel test on the autograd PyTorch path, the inference PyTorch path and the compiled one."""
-    from geosteer.manifold import _ext, kernel
+    from geosteer.kernels import ext
+    from geosteer.manifold import kernel
 
     if request.param == "ext":
-        if _ext.get() is None:
-            pytest.skip(f"compiled kernels {_ext.status()}")
+        if ext.get() is None:
+            pytest.skip(f"compiled kernels {ext.status()}")
         with torch.no_grad():
             yield request.param
         return
@@ -455,10 +456,11 @@ def test_handlers_after_the_bank_still_run(tiny_model):
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_compiled_kernel_gradients_match_pytorch_path(monkeypatch, causal):
-    from geosteer.manifold import _ext, kernel
+    from geosteer.kernels import ext
+    from geosteer.manifold import kernel
 
-    if _ext.get() is None:
-        pytest.skip(f"compiled kernels {_ext.status()}")
+    if ext.get() is None:
+        pytest.skip(f"compiled kernels {ext.status()}")
     q, k, v, C = _case(2, 6, 2, 21 if causal else 3, 21, 8)
     q, k, v, C = (t.requires_grad_() for t in (q, k, v, C))
     gw = torch.randn(q.shape[0], q.shape[2], q.shape[1], q.shape[3])
@@ -490,7 +492,7 @@ def test_kernel_every_grid_size_matches_reference(grid, path):
 
 def test_compiled_kernels_fall_back_to_one_thread_then_to_pytorch(monkeypatch):
     """A compiler without OpenMP still gets the (serial) compiled kernels; no compiler gets the PyTorch path."""
-    from geosteer.manifold import _ext
+    from geosteer.kernels import ext
 
     calls = []
 
@@ -500,17 +502,17 @@ def test_compiled_kernels_fall_back_to_one_thread_then_to_pytorch(monkeypatch):
             raise RuntimeError("unsupported option '-fopenmp'")
         return "module"
 
-    monkeypatch.setattr(_ext, "_state", {"tried": False, "mod": None, "error": None, "serial": None})
-    monkeypatch.setattr(_ext, "_build", build)
+    monkeypatch.setattr(ext, "_state", {"tried": False, "mod": None, "error": None, "serial": None})
+    monkeypatch.setattr(ext, "_build", build)
     monkeypatch.delenv("GEOSTEER_NO_EXT", raising=False)
-    assert _ext.get() == "module"
+    assert ext.get() == "module"
     assert [c[1] for c in calls] == [("-fopenmp",), ()]
-    assert _ext.status().startswith("compiled, one thread (no OpenMP: RuntimeError: unsupported option")
+    assert ext.status().startswith("compiled, one thread (no OpenMP: RuntimeError: unsupported option")
 
     def no_compiler(cache, name, omp):
         raise OSError("no C++ compiler")
 
-    monkeypatch.setattr(_ext, "_state", {"tried": False, "mod": None, "error": None, "serial": None})
-    monkeypatch.setattr(_ext, "_build", no_compiler)
-    assert _ext.get() is None
-    assert _ext.status() == "unavailable (OSError: no C++ compiler)"
+    monkeypatch.setattr(ext, "_state", {"tried": False, "mod": None, "error": None, "serial": None})
+    monkeypatch.setattr(ext, "_build", no_compiler)
+    assert ext.get() is None
+    assert ext.status() == "unavailable (OSError: no C++ compiler)"

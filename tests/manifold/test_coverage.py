@@ -7,8 +7,8 @@ import torch
 from geosteer import manifold
 from geosteer.attention import attention_weights, repeat_kv
 from geosteer.interventions import steer
+from geosteer.kernels.bspline import bspline_basis
 from geosteer.manifold import edit as E
-from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.coverage import grid_coverage, wall_leakage
 from tests.manifold.test_walls import _bank, _Capture
 

@@ -8,8 +8,8 @@ import torch
 
 from geosteer import manifold
 from geosteer.interventions import steer
+from geosteer.kernels.bspline import bspline_basis
 from geosteer.manifold import edit as E
-from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.explore import layer_norms, layer_sensitivity, top_surfaces
 from tests.conftest import random_bank, sample_ids
 

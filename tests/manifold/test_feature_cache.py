@@ -125,7 +125,7 @@ def test_a_traced_call_uses_the_cache_only_while_it_is_complete():
     while the cache is complete, and returns None (features of every key) once a step went without it."""
     from types import SimpleNamespace
 
-    from geosteer.manifold.feature_cache import StaticFeatureCache
+    from geosteer.kernels.feature_cache import StaticFeatureCache
 
     g = torch.Generator().manual_seed(0)
     k, v = torch.randn(1, 2, 8, 4, generator=g), torch.randn(1, 2, 8, 4, generator=g)

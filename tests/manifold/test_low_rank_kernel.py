@@ -16,10 +16,10 @@ from tests.conftest import random_bank, random_ids
 @pytest.fixture(params=["compiled", "torch"])
 def compiled(request, monkeypatch):
     if request.param == "compiled":
-        from geosteer.manifold import _ext
+        from geosteer.kernels import ext
 
-        if _ext.get() is None:
-            pytest.skip(f"compiled kernels unavailable: {_ext.status()}")
+        if ext.get() is None:
+            pytest.skip(f"compiled kernels unavailable: {ext.status()}")
         return True
     monkeypatch.setattr(kernel, "USE_EXT", False)  # the PyTorch path even where the extension is built
     return False
@@ -95,10 +95,11 @@ FLASH_CASES = [  # (b, H, Hkv, L, T, d), causal, softcap, (query rows, key colum
 @pytest.mark.parametrize("shape,causal,softcap,tiles", FLASH_CASES)
 def test_flash_kernel_matches_per_pair_reference(shape, causal, softcap, tiles, monkeypatch):
     """The compiled flash-style kernel (no mask: causal or none) on tiles that do not divide the lengths."""
-    from geosteer.manifold import _ext, low_rank_kernel
+    from geosteer.kernels import ext
+    from geosteer.manifold import low_rank_kernel
 
-    if _ext.get() is None or not hasattr(_ext.get(), "feature_flash"):
-        pytest.skip(f"compiled kernels unavailable: {_ext.status()}")
+    if ext.get() is None or not hasattr(ext.get(), "feature_flash"):
+        pytest.skip(f"compiled kernels unavailable: {ext.status()}")
     monkeypatch.setattr(low_rank_kernel, "FLASH_BLOCKS", tiles)
     b, H, Hkv, L, T, d = shape
     g = torch.Generator().manual_seed(L)
@@ -119,25 +120,25 @@ def test_flash_kernel_matches_per_pair_reference(shape, causal, softcap, tiles, 
 @pytest.mark.parametrize("per_kv_head", [False, True])
 def test_flash_kernel_is_softmax_times_features(per_kv_head):
     """ext.feature_flash = softmax(s·q kᵀ) f for any features f, per query head or per KV head (GQA rows stacked)."""
-    from geosteer.manifold import _ext
+    from geosteer.kernels import ext
 
-    if _ext.get() is None or not hasattr(_ext.get(), "feature_flash"):
-        pytest.skip(f"compiled kernels unavailable: {_ext.status()}")
+    if ext.get() is None or not hasattr(ext.get(), "feature_flash"):
+        pytest.skip(f"compiled kernels unavailable: {ext.status()}")
     g = torch.Generator().manual_seed(7)
     b, H, Hkv, L, T, d, W = 2, 6, 2, 19, 19, 8, 13
     q, k = torch.randn(b, H, L, d, generator=g), torch.randn(b, Hkv, T, d, generator=g)
     f = torch.randn(b, Hkv if per_kv_head else H, T, W, generator=g)
     w = _reference_weights(q, k, torch.ones(L, T, dtype=torch.bool).tril(), None, 0.4)
     ref = w @ f.double().repeat_interleave(H // f.shape[1], 1)
-    out = _ext.get().feature_flash(q, k, f, 0.4, 0.0, True, 4, 5)
+    out = ext.get().feature_flash(q, k, f, 0.4, 0.0, True, 4, 5)
     assert (out - ref).abs().max().item() <= 1e-5
 
 
 def test_compiled_features_equal_the_pytorch_ones():
-    from geosteer.manifold import _ext
+    from geosteer.kernels import ext
 
-    if _ext.get() is None:
-        pytest.skip(f"compiled kernels unavailable: {_ext.status()}")
+    if ext.get() is None:
+        pytest.skip(f"compiled kernels unavailable: {ext.status()}")
     g = torch.Generator().manual_seed(5)
     k, v = torch.randn(2, 3, 11, 16, generator=g) * 3, torch.randn(2, 3, 11, 16, generator=g)
     k[0, 0, 0, :3] = torch.tensor([-4.0, 4.0, 100.0])  # the support's ends and far outside it

@@ -12,7 +12,7 @@ from geosteer import manifold
 from geosteer.attention import attention_weights, repeat_kv
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
-from geosteer.manifold.bspline import bspline_basis
+from geosteer.kernels.bspline import bspline_basis
 from geosteer.manifold.wall_learn import (
     SoftWalls,
     WallLearnConfig,

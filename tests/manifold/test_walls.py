@@ -12,8 +12,8 @@ from geosteer import manifold
 from geosteer.attention import attention_weights, repeat_kv
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
+from geosteer.kernels.bspline import bspline_basis
 from geosteer.manifold import edit as E
-from geosteer.manifold.bspline import bspline_basis
 from geosteer.manifold.walls import Wall
 from tests.conftest import random_bank, sample_ids
 

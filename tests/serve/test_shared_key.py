@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from geosteer.manifold import _ext, kernel
+from geosteer.kernels import ext
+from geosteer.manifold import kernel
 from geosteer.serve import paged_kernel, shared_key
 from geosteer.served import Surface
 
@@ -64,8 +65,8 @@ def _reference(q, k, v, coeff, S, L, window, softcap):
 def backend(request, monkeypatch):
     if request.param == "compiled":
         pytest.importorskip("vllm")  # built in the serving environment (the main suite would add a build)
-    if request.param == "compiled" and (paged_kernel.get() is None or _ext.get() is None):
-        pytest.skip(f"compiled CPU kernels: {paged_kernel._state['error'] or _ext.status()}")
+    if request.param == "compiled" and (paged_kernel.get() is None or ext.get() is None):
+        pytest.skip(f"compiled CPU kernels: {paged_kernel._state['error'] or ext.status()}")
     monkeypatch.setattr(shared_key, "COMPILED", request.param == "compiled")
     return request.param
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from geosteer.manifold import _ext, kernel
-from geosteer.manifold.bspline import bspline_basis_reference
+from geosteer.kernels import ext
+from geosteer.kernels.bspline import bspline_basis_reference
+from geosteer.manifold import kernel
 from geosteer.serve import surface_ops
 
 HKV, REP, D, T = 2, 3, 8, 7
@@ -16,8 +17,8 @@ GRIDS = [(4, -2.0, 2.0), (2, -1.5, 3.0)]  # two recipes' grids on one layer
 
 @pytest.fixture(params=["compiled", "torch"])
 def backend(request, monkeypatch):
-    if request.param == "compiled" and _ext.get() is None:
-        pytest.skip(f"compiled CPU kernels: {_ext.status()}")
+    if request.param == "compiled" and ext.get() is None:
+        pytest.skip(f"compiled CPU kernels: {ext.status()}")
     monkeypatch.setattr(kernel, "USE_EXT", request.param == "compiled")
     return request.param
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from geosteer.manifold.bspline import bspline_basis
+from geosteer.kernels.bspline import bspline_basis
 from geosteer.manifold.walls import Wall, compile_layer
 from geosteer.serve.walls import apply_walls, wall_op, wall_values
 

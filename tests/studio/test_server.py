@@ -15,7 +15,7 @@ from scipy.special import rel_entr
 import geosteer.manifold as M
 from geosteer.eval.generation import generate
 from geosteer.io_utils import write_records
-from geosteer.manifold.bspline import bspline_basis_reference
+from geosteer.kernels.bspline import bspline_basis_reference
 from geosteer.studio.session import coeff_digest
 from tests.studio.conftest import installed_bank
 

@@ -12,7 +12,7 @@ import torch
 
 import geosteer
 import geosteer.manifold as M
-from geosteer.manifold.bspline import bspline_basis_reference
+from geosteer.kernels.bspline import bspline_basis_reference
 from geosteer.viz import figures as F
 from geosteer.viz import surfaces as S
 from geosteer.viz.report import build_report

@@ -20,11 +20,10 @@ CONTROL_FILES = ("wall_learn/elements_control_train.json", "wall_learn/elements_
 def format_prompt(tok, prompt: str, chat: bool, instruction: str | None = None) -> str:
     """``prompt`` as the model sees it (module docstring)."""
     if chat:
-        from geosteer.eval.chat import chat_prompt
+        from geosteer.eval.chat import format_prompt as chat_format
 
-        text = chat_prompt(tok, prompt, system=instruction)
-    else:
-        text = f"{instruction}\n\n{prompt}" if instruction else prompt
+        return chat_format(tok, prompt, True, instruction, add_bos=True)  # every encoding puts BOS first
+    text = f"{instruction}\n\n{prompt}" if instruction else prompt
     bos = getattr(tok, "bos_token", None)
     if bos and text.startswith(bos):
         text = text[len(bos):]

@@ -12,9 +12,8 @@ computed exactly in factored form (``geosteer.manifold.kernel``), with KV-cache 
 
 from geosteer.manifold.artifact import load, read_config, save
 from geosteer.manifold.bank import SurfaceBank, attached_bank, install, uninstall
-from geosteer.manifold.bspline import bspline_basis, bspline_local
 from geosteer.manifold.config import ManifoldConfig
 from geosteer.manifold.method import METHOD, SURFACES
 
-__all__ = ["METHOD", "SURFACES", "ManifoldConfig", "SurfaceBank", "attached_bank", "bspline_basis", "bspline_local",
-           "install", "load", "read_config", "save", "uninstall"]
+__all__ = ["METHOD", "SURFACES", "ManifoldConfig", "SurfaceBank", "attached_bank", "install", "load", "read_config",
+           "save", "uninstall"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from geosteer.manifold.bspline import bspline_basis
+from geosteer.kernels.bspline import bspline_basis
 
 
 def _ratio(x: torch.Tensor) -> torch.Tensor:

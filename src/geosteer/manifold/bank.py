@@ -24,9 +24,9 @@ from torch.nn.utils import parametrize
 
 from geosteer.attention import attach_handlers
 from geosteer.errors import GeosteerError
-from geosteer.manifold.bspline import bspline_basis
+from geosteer.kernels.bspline import bspline_basis
+from geosteer.kernels.feature_cache import FeatureCache, StaticFeatureCache, watch_kv_layers
 from geosteer.manifold.config import ManifoldConfig
-from geosteer.manifold.feature_cache import FeatureCache, StaticFeatureCache, watch_kv_layers
 from geosteer.manifold.kernel import DEFAULT_BLOCK, backend_choice
 from geosteer.manifold.surface_attention import surface_attention
 from geosteer.manifold.surface_checks import check_surfaces, format_layers, layers_device  # noqa: F401 - public

@@ -24,7 +24,7 @@ def _random_bank(model, seed: int = 0, scale: float = 0.5, **kw):
 def basis_vs_scipy() -> float:
     """Cubic B-spline basis (App. A) against ``scipy.interpolate.BSpline.basis_element``, float64, on four
     grids including the knots and both support ends."""
-    from geosteer.manifold.bspline import bspline_basis, bspline_basis_reference
+    from geosteer.kernels.bspline import bspline_basis, bspline_basis_reference
 
     worst = 0.0
     for g, lo, hi in ((8, -4.0, 4.0), (1, -1.0, 2.0), (16, -3.0, 5.0), (5, 0.5, 0.75)):

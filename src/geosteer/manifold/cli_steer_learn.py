@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, THREADS_OPT, emit, load
+from geosteer.cli.common import CHAT_OPT, DEVICE_OPT, DTYPE_OPT, JSON_OPT, SYSTEM_OPT, THREADS_OPT, emit, load
 from geosteer.cli.outputs import out_trained_artifact
 
 
@@ -30,6 +30,8 @@ def steer_learn_cmd(
     checkpoint_every: int = typer.Option(5, "--checkpoint-every"),
     bos: bool = typer.Option(False, "--bos", help="put the BOS token first in every prompt (default: encode as "
                                                "the model's tokenizer does, with its own BOS convention)"),
+    chat: bool = CHAT_OPT,
+    system: str | None = SYSTEM_OPT,
     resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.safetensors"),
     overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
     force: bool = typer.Option(False, "--force", help="use the surfaces on --model even if made for another"),
@@ -41,11 +43,13 @@ def steer_learn_cmd(
     """Fine-tune the surfaces so that the target continuations' log-prob rises (minus the negatives' when
     --negative-file is given) while the control prompts' next-token KL stays under --kl-threshold.
     The output is a surfaces artifact: use it with --surfaces or --set surfaces=DIR."""
+    from geosteer.eval.chat import check_chat_options, format_prompts, format_targets
     from geosteer.manifold import load as load_surfaces
     from geosteer.manifold import read_config
     from geosteer.manifold.wall_learn import WallLearnConfig, read_controls, read_targets
     from geosteer.manifold.wall_learn_train import learn_walls
 
+    check_chat_options(chat, system)
     cfg = WallLearnConfig(steps=steps, lr=lr, kl_threshold=kl_threshold, kl_weight=kl_weight, mode="dense",
                           sparsity=0.0, seed=seed, checkpoint_every=checkpoint_every, add_bos=True if bos else None)
     targets, controls = read_targets(target_file), read_controls(control_file)
@@ -58,6 +62,9 @@ def steer_learn_cmd(
         raise ValueError("the artifact does not name its base model; pass --model")
     m, tok = load(name, threads=threads, device=device, dtype=dtype)
     bank = load_surfaces(surfaces, model=m, force=force)
+    targets, controls, negatives = (format_targets(tok, targets, chat, system, cfg.add_bos),
+                                    format_prompts(tok, controls, chat, system, cfg.add_bos),
+                                    format_targets(tok, negatives, chat, system, cfg.add_bos))
     args = sys.argv[1:]
     if "steer-learn" in args[:3]:
         args = args[args.index("steer-learn") + 1:]

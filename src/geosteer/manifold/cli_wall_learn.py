@@ -8,7 +8,17 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, THREADS_OPT, check_layers, emit, load
+from geosteer.cli.common import (
+    CHAT_OPT,
+    DEVICE_OPT,
+    DTYPE_OPT,
+    JSON_OPT,
+    SYSTEM_OPT,
+    THREADS_OPT,
+    check_layers,
+    emit,
+    load,
+)
 from geosteer.cli.outputs import out_trained_artifact
 
 
@@ -31,6 +41,8 @@ def wall_learn_cmd(
     checkpoint_every: int = typer.Option(5, "--checkpoint-every"),
     bos: bool = typer.Option(False, "--bos", help="put the BOS token first in every prompt (default: encode as "
                                                "the model's tokenizer does, with its own BOS convention)"),
+    chat: bool = CHAT_OPT,
+    system: str | None = SYSTEM_OPT,
     resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.safetensors"),
     overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
     force: bool = typer.Option(False, "--force", help="use the surfaces on --model even if made for another"),
@@ -41,12 +53,14 @@ def wall_learn_cmd(
 ) -> None:
     """Learn a short list of exact wall regions (layer, head, dim, q-box, k-box) that lower the target
     continuations' log-prob while keeping the control prompts' next-token KL under --kl-threshold."""
+    from geosteer.eval.chat import check_chat_options, format_prompts, format_targets
     from geosteer.manifold import load as load_surfaces
     from geosteer.manifold import read_config
     from geosteer.manifold.wall_learn import WallLearnConfig, read_controls, read_targets
     from geosteer.manifold.wall_learn_train import learn_walls
     from geosteer.models.anatomy import parse_layers
 
+    check_chat_options(chat, system)
     cfg = WallLearnConfig(candidates=candidates, steps=steps, lr=lr, kl_threshold=kl_threshold,
                           kl_weight=kl_weight, sparsity=sparsity, mode=mode, seed=seed,
                           checkpoint_every=checkpoint_every, add_bos=True if bos else None)
@@ -60,6 +74,8 @@ def wall_learn_cmd(
     check_layers(name, "--layers", layers)  # the syntax; the range too where the config names it
     m, tok = load(name, threads=threads, device=device, dtype=dtype)
     bank = load_surfaces(surfaces, model=m, force=force)
+    targets = format_targets(tok, targets, chat, system, cfg.add_bos)
+    controls = format_prompts(tok, controls, chat, system, cfg.add_bos)
     if layers is not None:
         from geosteer.models.anatomy import anatomy
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from geosteer.manifold.bspline import check_grid, n_basis
+from geosteer.kernels.bspline import check_grid, n_basis
 
 
 @dataclass

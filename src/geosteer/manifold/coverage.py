@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from geosteer.attention import add_attention_handler, attention_weights, repeat_kv, use_geosteer_attention
-from geosteer.manifold.bspline import bspline_basis
+from geosteer.kernels.bspline import bspline_basis
 from geosteer.manifold.walls import Wall, blocked_mask, compile_layer
 from geosteer.models.loading import input_device
 

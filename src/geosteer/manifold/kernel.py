@@ -32,7 +32,7 @@ import os
 import torch
 
 from geosteer.errors import GeosteerError
-from geosteer.manifold.bspline import bspline_basis
+from geosteer.kernels.bspline import bspline_basis
 
 DEFAULT_BLOCK = 128  # queries per block: measured best of 32–256 on the default model at 2 threads
 _HALF = (torch.float16, torch.bfloat16)
@@ -84,7 +84,7 @@ def key_features(key: torch.Tensor, value: torch.Tensor, grid_size: int, lo, hi,
         sc, off = grid_affine(grid_size, lo, hi)
         b, hk, T, d = key.shape
         if torch.is_grad_enabled() and (key.requires_grad or value.requires_grad):
-            from geosteer.manifold._ext import KeyFeatures
+            from geosteer.kernels.ext import KeyFeatures
 
             f = KeyFeatures.apply(ext, key, value, grid_size, sc, off)
         else:
@@ -401,14 +401,14 @@ def grid_affine(grid_size: int, lo, hi) -> tuple[float, float]:
 
 def compiled_kernels():
     """geosteer's compiled CPU surface kernels (key features, epilogue), or None when they are not built."""
-    from geosteer.manifold import _ext
+    from geosteer.kernels import ext
 
-    return _ext.get()
+    return ext.get()
 
 
 def build_extension(name: str, sources: list[str], functions: list[str] | None, omp: list[str]):
     """Compile (or reuse) C++ ``sources`` as a torch extension, cached and locked as geosteer's own kernels."""
-    from geosteer.manifold._ext import build_inline
+    from geosteer.kernels.ext import build_inline
 
     return build_inline(name, sources, functions, omp)
 
@@ -422,14 +422,14 @@ def _ext_for(query, lo, hi):
         return None
     if (torch.is_tensor(lo) and lo.numel() != 1) or (torch.is_tensor(hi) and hi.numel() != 1):
         return None
-    from geosteer.manifold import _ext
+    from geosteer.kernels import ext
 
-    return _ext.get()
+    return ext.get()
 
 
 def _epilogue(ext, o, q, coeff, grid_size, sc, off, with_value):
     if torch.is_grad_enabled() and (o.requires_grad or q.requires_grad or coeff.requires_grad):
-        from geosteer.manifold._ext import Epilogue
+        from geosteer.kernels.ext import Epilogue
 
         return Epilogue.apply(ext, o, q, coeff, grid_size, sc, off, with_value)
     return ext.epilogue(o, q, coeff, grid_size, sc, off, with_value)

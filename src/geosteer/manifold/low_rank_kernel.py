@@ -11,7 +11,7 @@ again from the 4 non-zero bases. The attention weights are those of
 :func:`geosteer.manifold.kernel.modulated_attention` (its private helpers: same scaling, masks, soft-capping,
 GQA, empty-cache crop).
 
-On the CPU in float32 the key side and the epilogue are compiled kernels (``geosteer.manifold._ext``); so is,
+On the CPU in float32 the key side and the epilogue are compiled kernels (``geosteer.kernels.ext``); so is,
 without a mask (causal or none) and for 16 queries or more, the attention of the features itself, flash style
 (``csrc/feature_flash.cpp``: the scores of one tile of queries and keys, an online softmax, one product with
 the tile's features; no attention matrix in memory). With ``compiled=False``, ``GEOSTEER_NO_EXT=1`` or no
@@ -53,7 +53,7 @@ def projected(x: torch.Tensor, F: torch.Tensor, grid_size: int, lo, hi) -> torch
     """B(x_d)·F[g, r, d, :, s] for x (b, hkv, rep|1, n, d) and F (hkv, rep, d, K, r): (b, hkv, rep, n, d, r).
 
     Uses the 4 non-zero bases: rows a0 … a0+3 of F (zero-padded by 3 on both sides) looked up per entry."""
-    from geosteer.manifold.bspline import bspline_local
+    from geosteer.kernels.bspline import bspline_local
 
     hkv, rep, d, K, r = F.shape
     a0, w = bspline_local(x, grid_size, lo, hi)  # (b, hkv, rep|1, n, d), (…, 4)

@@ -21,7 +21,7 @@ import torch
 
 from geosteer.attention import attention_handlers
 from geosteer.errors import GeosteerError
-from geosteer.manifold.feature_cache import FeatureCache, StaticFeatureCache, is_static_kv, static_kv_layer
+from geosteer.kernels.feature_cache import FeatureCache, StaticFeatureCache, is_static_kv, static_kv_layer
 from geosteer.manifold.kernel import backend_choice, key_features, modulated_attention, use_triton
 
 

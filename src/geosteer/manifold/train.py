@@ -89,7 +89,7 @@ def check_options(*, out: Path, grid_size: int, grid_range, calibrate: bool, qua
     """Validate every option of a surfaces run before any model is loaded or any step is taken, so a
     mistake (e.g. ``--dtype int8``) costs nothing instead of failing after training."""
     from geosteer.data.corpus import SPLITS
-    from geosteer.manifold.bspline import check_grid
+    from geosteer.kernels.bspline import check_grid
     from geosteer.manifold.low_rank_train import check_rank
 
     if storage_dtype not in STORAGE_DTYPES:

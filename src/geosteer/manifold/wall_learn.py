@@ -159,7 +159,7 @@ class SoftWalls(nn.Module):
         return handler
 
     def _correct(self, call, out, layer, idx, heads, dims):
-        from geosteer.manifold.bspline import bspline_basis
+        from geosteer.kernels.bspline import bspline_basis
         from geosteer.manifold.kernel import _prepare, _weights_block
 
         q = call.query

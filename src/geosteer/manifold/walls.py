@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from geosteer.errors import GeosteerError
-from geosteer.manifold.bspline import bspline_basis
+from geosteer.kernels.bspline import bspline_basis
 
 _INF = math.inf
 PAIR_CHUNK = 64  # walled (head, dim) pairs processed together (bounds memory: chunk × queries × keys)

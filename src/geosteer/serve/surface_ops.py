@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from geosteer.kernels.bspline import bspline_basis
 from geosteer.manifold import kernel
-from geosteer.manifold.bspline import bspline_basis
 
 Grid = tuple[int, float, float]  # (grid_size, lo, hi)
 

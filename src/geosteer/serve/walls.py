@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from geosteer.errors import GeosteerError
-from geosteer.manifold.bspline import bspline_basis
+from geosteer.kernels.bspline import bspline_basis
 
 MAX_OVERLAP = 12  # walls on one (head, dim): the slot table has 2**R rows per pair
 

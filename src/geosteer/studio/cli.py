@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, FORCE_OPT, MODEL_OPT, THREADS_OPT, load
+from geosteer.cli.common import CHAT_OPT, DEVICE_OPT, DTYPE_OPT, FORCE_OPT, MODEL_OPT, SYSTEM_OPT, THREADS_OPT, load
 from geosteer.cli.recipe import SET_OPT, spec_from_options
 
 
@@ -112,6 +112,8 @@ def register(app: typer.Typer) -> None:
         force: bool = FORCE_OPT,
         max_queue: int = typer.Option(32, "--max-queue", help="generations queued or running at most; "
                                       "more get 503 with Retry-After"),
+        chat: bool = CHAT_OPT,
+        system: str | None = SYSTEM_OPT,
     ) -> None:
         """Local web app to see and edit attention manifolds live (FastAPI + a static page)."""
         if not 1 <= port <= 65535:
@@ -124,6 +126,10 @@ def register(app: typer.Typer) -> None:
             surfaces = Path(expand(surfaces))  # a shipped artifact's name: its folder in the package
             if not surfaces.is_dir():
                 raise FileNotFoundError(f"surface artifact folder not found: {surfaces}")
+        from geosteer.errors import GeosteerError
+        from geosteer.eval.chat import check_chat_options, has_chat_template
+
+        check_chat_options(chat, system)
         spec = spec_from_options(recipe, settings, surfaces)  # a bad key or value: one line, before the load
         start = Path(spec.surfaces) if spec.surfaces is not None else None
         check_workspace(workspace)
@@ -144,6 +150,9 @@ def register(app: typer.Typer) -> None:
 
         try:
             m, tok = load(model, threads=threads, device=device, dtype=dtype)
+            if chat and not has_chat_template(tok):
+                raise GeosteerError("--chat needs a tokenizer with a chat template; this model's tokenizer has "
+                                    "none (leave out --chat to continue plain text)")
             bank = bankio.open_bank(m, start, force=force)
             apply_recipe_rest(m, bank, spec, force=force)
         except BaseException:
@@ -152,7 +161,7 @@ def register(app: typer.Typer) -> None:
         roots = list(results) or ([Path("docs/results")] if Path("docs/results").is_dir() else [])
         session = Session(m, tok, bank, workspace, model_name=model,
                           artifact_name=start.name if start else "zero surfaces",
-                          max_new_tokens_cap=max_new_tokens, max_queue=max_queue)
+                          max_new_tokens_cap=max_new_tokens, max_queue=max_queue, chat=chat, system=system)
         app_ = create_app(session, roots, allowed_hosts=allowed_hosts(host))
         shown = f"[{host}]" if ":" in host else host
         typer.echo(f"geosteer studio: http://{shown}:{port}/  (workspace {session.workspace})", err=True)

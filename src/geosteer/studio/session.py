@@ -76,8 +76,9 @@ class _State:
 class Session(SurfaceViews):
     def __init__(self, model, tok, bank, workspace: Path, *, model_name: str = "model",
                  artifact_name: str = "initial", max_new_tokens_cap: int = 64, default_prompt: str = "",
-                 max_queue: int = 32):
+                 max_queue: int = 32, chat: bool = False, system: str | None = None):
         self.model, self.tok = model, tok
+        self.chat, self.system = chat, system  # prompts through the chat template (as a user message)
         self.bank = clone_bank(bank)  # the state (never attached)
         self._runtime = bank  # attached to the model, used by the worker only
         self.workspace = Path(workspace).resolve()
@@ -106,9 +107,9 @@ class Session(SurfaceViews):
         self.saves = 0
         # Build (first time, ~1 min) or load the compiled surface kernels now, while the model is
         # loading anyway, so that the page's first request does not wait for a compiler.
-        from geosteer.manifold import _ext
+        from geosteer.kernels import ext
 
-        _ext.get()
+        ext.get()
 
     # ---- helpers -------------------------------------------------------------------------------------
     def _get(self, key):
@@ -173,6 +174,12 @@ class Session(SurfaceViews):
             raise overflow_error(f"artifact '{name}'")
 
     @torch.no_grad()
+    def model_text(self, prompt: str) -> str:
+        """``prompt`` as the model reads it: through the chat template when the session is a chat session."""
+        from geosteer.eval.chat import format_prompt
+
+        return format_prompt(self.tok, prompt, self.chat, self.system)
+
     def _run_state(self, prompt: str, n: int) -> dict:
         """Greedy continuation and the next-token log-probs of the runtime coefficients.
 
@@ -182,7 +189,7 @@ class Session(SurfaceViews):
         """
         from geosteer.eval.generation import greedy_with_draft, prompt_ids
 
-        ids = prompt_ids(self.tok, prompt).to(input_device(self.model))
+        ids = prompt_ids(self.tok, self.model_text(prompt)).to(input_device(self.model))
         new, first = greedy_with_draft(self.model, self.tok, ids, n, self._drafts.get((prompt, n)))
         if len(self._drafts) > 64:
             self._drafts.clear()
@@ -214,7 +221,8 @@ class Session(SurfaceViews):
                  "ranges": {str(lay): S.layer_range(self.bank, lay) for lay in layers},
                  "version": self.version, "history": [r.spec.describe() for r in self.history],
                  "walls": [w.describe() for w in getattr(self.bank, "walls", [])],  # exact region walls
-                 "max_new_tokens_cap": self.max_new_tokens_cap, "default_prompt": self.default_prompt}
+                 "max_new_tokens_cap": self.max_new_tokens_cap, "default_prompt": self.default_prompt,
+                 "chat": self.chat}
         d["queue"] = self.worker.depth()
         d["artifacts"] = self.list_artifacts()
         d["broken"] = self.list_broken()

@@ -19,7 +19,7 @@ from geosteer.viz import surfaces as S
 
 class SurfaceViews:
     """Needs from the session: ``lock``, ``bank``, ``_runtime``, ``version``, ``_cache``, ``_get``, ``_put``,
-    ``_use``, ``worker``, ``model``, ``tok``, ``check_prompt``."""
+    ``_use``, ``worker``, ``model``, ``tok``, ``check_prompt``, ``model_text``."""
 
     # ---- surfaces ------------------------------------------------------------------------------------------
     def _analysis(self, tag: str, prompt: str, fn) -> Future:
@@ -45,12 +45,12 @@ class SurfaceViews:
         """The prompt's post-RoPE q/k at the bank's layers in the current state (for the token dots)."""
         prompt = self.check_prompt(prompt)
         return self._analysis("qk", prompt, lambda rt, layers: S.record_qk_tensors(
-            self.model, self.tok, prompt, layers))
+            self.model, self.tok, self.model_text(prompt), layers))
 
     def submit_sensitivity(self, prompt: str | None) -> Future:
         prompt = self.check_prompt(prompt)
         return self._analysis("sens", prompt, lambda rt, layers: bankio.sensitivity(
-            self.model, self.tok, rt, prompt))
+            self.model, self.tok, rt, self.model_text(prompt)))
 
     def qk(self, prompt: str) -> tuple[list[str], dict, dict]:
         return self.submit_qk(prompt).result()

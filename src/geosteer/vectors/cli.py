@@ -11,7 +11,18 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, check_layers, emit, load
+from geosteer.cli.common import (
+    CHAT_OPT,
+    DEVICE_OPT,
+    DTYPE_OPT,
+    JSON_OPT,
+    MODEL_OPT,
+    SYSTEM_OPT,
+    THREADS_OPT,
+    check_layers,
+    emit,
+    load,
+)
 from geosteer.cli.outputs import out_artifact
 
 vec = typer.Typer(no_args_is_help=True, help="Steering vectors: CAA / DiffMean, PCA and probe directions.")
@@ -62,6 +73,21 @@ def _check_prompt_list(doc) -> None:
         raise GeosteerError("must hold a non-empty JSON list of prompts (strings)")
 
 
+def chat_formatted(tok, prompts: dict, chat: bool, system: str | None, special_tokens: bool) -> dict:
+    """The prompt sets of :func:`read_prompt_sets` with every prompt through the chat template (``--chat``;
+    encoded as ``--special-tokens`` says), else unchanged."""
+    from geosteer.eval.chat import format_prompt
+
+    if not chat:
+        return prompts
+    add_bos = None if special_tokens else False
+
+    def fmt(p: str) -> str:
+        return format_prompt(tok, p, True, system, add_bos)
+    return {k: [[fmt(x) for x in item] if isinstance(item, list) else fmt(item) for item in v]
+            for k, v in prompts.items()}
+
+
 def check_out(out: Path, overwrite: bool) -> None:
     """Refuse an output that would replace anything but a steering-vectors artifact (and that one without
     ``--overwrite``)."""
@@ -95,19 +121,22 @@ def train_cmd(model: str = MODEL_OPT,
                                                   help="encode prompts with the tokenizer's special tokens"),
               batch_size: int = typer.Option(8, "--batch-size"),
               overwrite: bool = typer.Option(False, "--overwrite", help="replace steering vectors in --out"),
+              chat: bool = CHAT_OPT, system: str | None = SYSTEM_OPT,
               as_json: bool = JSON_OPT, threads: int = THREADS_OPT, device: str = DEVICE_OPT,
               dtype: str = DTYPE_OPT) -> None:
     """Extract one steering vector per layer from prompt pairs (or two prompt sets) and save the artifact."""
+    from geosteer.eval.chat import check_chat_options
     from geosteer.vectors.config import ExtractConfig
     from geosteer.vectors.extract import extract
 
+    check_chat_options(chat, system)
     cfg = ExtractConfig(point=point, method=method, positions=positions, add_special_tokens=special_tokens,
                         batch_size=batch_size)
     check_layers(model, "--layers", layers)  # the syntax; the range too where the config names it
     prompts = read_prompt_sets(pairs, positive, negative, cfg.method)
     check_out(out, overwrite)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
-    sv = extract(m, tok, layers=layers, config=cfg, **prompts)
+    sv = extract(m, tok, layers=layers, config=cfg, **chat_formatted(tok, prompts, chat, system, special_tokens))
     sv.save(out, command="geosteer " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     counts = {k: len(v) for k, v in prompts.items()}
     emit({"out": str(out), "point": sv.point, "method": method, **counts, "layers": list(sv.vectors),

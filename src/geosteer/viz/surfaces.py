@@ -81,7 +81,7 @@ def surface_norms(bank) -> np.ndarray:
 @torch.no_grad()
 def surface_view(bank, layer: int, head: int, dim: int, n: int = 48, pad: float = 0.0) -> SurfaceView:
     """Sample S_d on an n×n grid over [lo − pad, hi + pad]² (rows = query values)."""
-    from geosteer.manifold.bspline import bspline_basis
+    from geosteer.kernels.bspline import bspline_basis
 
     c = coeffs(bank, layer, head, dim)
     lo, hi = layer_range(bank, layer)

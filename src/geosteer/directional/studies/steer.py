@@ -8,7 +8,18 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, check_layers, emit, load
+from geosteer.cli.common import (
+    CHAT_OPT,
+    DEVICE_OPT,
+    DTYPE_OPT,
+    JSON_OPT,
+    MODEL_OPT,
+    SYSTEM_OPT,
+    THREADS_OPT,
+    check_layers,
+    emit,
+    load,
+)
 from geosteer.cli.outputs import out_trained_artifact
 
 
@@ -29,6 +40,8 @@ def steer_learn_cmd(
     kl_weight: float = typer.Option(100.0, "--kl-weight"),
     seed: int = typer.Option(0, "--seed"),
     checkpoint_every: int = typer.Option(5, "--checkpoint-every"),
+    chat: bool = CHAT_OPT,
+    system: str | None = SYSTEM_OPT,
     resume: bool = typer.Option(False, "--resume", help="continue from <out>.train/checkpoint.safetensors"),
     overwrite: bool = typer.Option(False, "--overwrite", help="start over even if a checkpoint exists"),
     threads: int = THREADS_OPT,
@@ -40,9 +53,11 @@ def steer_learn_cmd(
     the negatives' when --negative-file is given) while the control prompts' next-token KL stays under
     --kl-threshold. The output is a recipe: geosteer ppl|generate|compare --recipe OUT applies it."""
     from geosteer.directional.steer_learn import ScaleLearnConfig, learn_scales
+    from geosteer.eval.chat import check_chat_options, format_prompts, format_targets
     from geosteer.models.anatomy import anatomy, parse_layers
     from geosteer.train.prompts import read_controls, read_targets
 
+    check_chat_options(chat, system)
     cfg = ScaleLearnConfig(site=site, steps=steps, lr=lr, kl_threshold=kl_threshold, kl_weight=kl_weight,
                            seed=seed, checkpoint_every=checkpoint_every)
     if resume and overwrite:
@@ -52,6 +67,9 @@ def steer_learn_cmd(
     negatives = read_targets(negative_file) if negative_file is not None else None
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
     cfg.layers = parse_layers(layers, anatomy(m).n_layers)
+    targets, controls, negatives = (format_targets(tok, targets, chat, system, True),  # encoded BOS first
+                                    format_prompts(tok, controls, chat, system, True),
+                                    format_targets(tok, negatives, chat, system, True))
     args = sys.argv[1:]
     if "steer-learn" in args[:4]:
         args = args[args.index("steer-learn") + 1:]

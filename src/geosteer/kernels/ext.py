@@ -169,6 +169,6 @@ def status() -> str:
     return "compiled" if _state["serial"] is None else f"compiled, one thread (no OpenMP: {_state['serial']})"
 
 
-if __name__ == "__main__":  # `python -m geosteer.manifold._ext`: build now (make setup does), report
+if __name__ == "__main__":  # `python -m geosteer.kernels.ext`: build now (make setup does), report
     get()
     print(f"[geosteer] attention-surface CPU kernels: {status()}")
