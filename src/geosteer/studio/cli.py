@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
         from geosteer.eval.chat import check_chat_options, has_chat_template
 
         check_chat_options(chat, system)
-        spec = spec_from_options(recipe, settings, surfaces)  # a bad key or value: one line, before the load
+        spec = spec_from_options(recipe, settings, surfaces, model=model)  # a bad value: one line, before the load
         start = Path(spec.surfaces) if spec.surfaces is not None else None
         check_workspace(workspace)
         if not 1 <= max_queue <= 1000:
