@@ -113,4 +113,7 @@ def _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surface
 def register(app: typer.Typer) -> None:
     bench = typer.Typer(no_args_is_help=True, help="Benchmarks a user runs on their own model.")
     bench.command("steering")(steering_cmd)
+    from geosteer.bench.cli_text import text_cmd
+
+    bench.command("text")(text_cmd)
     app.add_typer(bench, name="bench")
