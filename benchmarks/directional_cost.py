@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, set_attention  # noqa: E402
 
-SITES = ("resid_attn", "resid_mlp", "resid_block", "value_full", "value_exclude_self", "diag_removal")
+SITES = ("attn_out", "mlp_out", "resid_post", "value_full", "value_exclude_self", "diag_removal")
 
 
 def _decode(m, ids, steps: int) -> float:

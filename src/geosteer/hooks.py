@@ -11,15 +11,12 @@ Points per layer ℓ (TransformerLens names and meanings; all tensors are (batch
 - ``resid_post``  block output x'
 
 ``resid_mid`` (TransformerLens' name for the state between attention and MLP) is accepted for ``mlp_in``.
-Deprecated (warned, removed in the next release): ``mlp_norm_in`` = ``mlp_in`` (``mlp_in`` once named the
-tensor after the norm, now ``mlp_normed``); the directional sites' earlier names ``resid_attn`` =
-``attn_out``, ``resid_mlp`` = ``mlp_out``, ``resid_block`` = ``resid_post``.
 
 A hook is ``fn(tensor, ctx) -> tensor | None`` (None keeps the tensor). ``ctx.state`` is a per-layer dict
 that holds the block input (``ctx.state["resid_pre"]``) and, once computed, the attention update
-(``"attn_out"``) and the MLP branch's residual input (``"mlp_in"``; also under the deprecated key
-``"mlp_norm_in"``) of the *current* forward, so hooks can decompose an update against its incoming hidden
-state without extra passes. :func:`attach_hooks` registers one ``fn`` on many layers.
+(``"attn_out"``) and the MLP branch's residual input (``"mlp_in"``) of the *current* forward, so hooks can
+decompose an update against its incoming hidden state without extra passes. :func:`attach_hooks` registers
+one ``fn`` on many layers.
 """
 
 from __future__ import annotations
@@ -34,19 +31,10 @@ from geosteer.models.anatomy import anatomy, first_tensor, replace_first
 
 HOOK_POINTS = ("resid_pre", "attn_out", "mlp_in", "mlp_normed", "mlp_out", "resid_post")
 POINT_SYNONYMS = {"resid_mid": "mlp_in"}  # TransformerLens' name -> ours (accepted silently)
-DEPRECATED_POINTS = {"mlp_norm_in": "mlp_in",  # old name -> current name (one release)
-                     "resid_attn": "attn_out", "resid_mlp": "mlp_out", "resid_block": "resid_post"}
 
 
 def canonical_point(point: str) -> str:
-    """``point`` with deprecated names mapped to the current ones (warned); unknown names refused."""
-    if point in DEPRECATED_POINTS:
-        import warnings
-
-        new = DEPRECATED_POINTS[point]
-        warnings.warn(f"'{point}' is deprecated; use '{new}' (the hook point's name, as in TransformerLens)",
-                      DeprecationWarning, stacklevel=3)
-        return new
+    """``point`` with TransformerLens' synonyms mapped to ours; unknown names refused."""
     point = POINT_SYNONYMS.get(point, point)
     if point not in HOOK_POINTS:
         raise ValueError(f"unknown hook point '{point}'; valid: {', '.join(HOOK_POINTS)}")
@@ -138,7 +126,7 @@ def add_hook(model: nn.Module, point: str, layer: int, fn: HookFn, hooks: HookSe
             if y is None:
                 return None
             if point == "mlp_in":
-                state["mlp_in"] = state["mlp_norm_in"] = y
+                state["mlp_in"] = y
             if positional:
                 return (y, *args[1:]), kwargs
             key = "hidden_states" if "hidden_states" in kwargs else next(iter(kwargs))
@@ -192,7 +180,7 @@ def _ensure_state_tracking(model: nn.Module, layer: int, hooks: HookSet) -> None
             state["attn_out"] = first_tensor(out)
 
         def track_mlp_norm(mod, args, kwargs):
-            state["mlp_in"] = state["mlp_norm_in"] = args[0] if args else next(iter(kwargs.values()))
+            state["mlp_in"] = args[0] if args else next(iter(kwargs.values()))
 
         handles = [
             block.layer.register_forward_pre_hook(track_pre, with_kwargs=True, prepend=True),

@@ -90,8 +90,7 @@ class Method:
     """What one method package adds (see the module docstring). ``build(model, values, *, force)`` returns
     the interventions for the values of its keys (``[]`` at the defaults); ``force`` (use artifacts recorded
     for another base model) is what ``InterventionSpec.build(force=...)`` passes.
-    ``validate(values)`` checks its keys' values without a model and may return the values it renamed
-    (a deprecated spelling mapped to the current one), which the recipe then stores.
+    ``validate(values)`` checks its keys' values without a model (raises on a bad one).
     ``studies``: its paper experiments (:class:`Study`), apart from the tool verbs of its ``cli``;
     ``checks``: its formula checks (:class:`Check`). ``examples``: ``"module:function"`` (or the function),
     ``examples(model, folder) -> {"neutral": values, "active": values}``: recipe values that attach something
@@ -102,7 +101,7 @@ class Method:
     summary: str = ""
     keys: tuple[RecipeKey, ...] = ()
     build: Builder | None = None
-    validate: Callable[[dict], dict | None] | None = None
+    validate: Callable[[dict], None] | None = None
     cli: str | Callable | None = None
     artifacts: tuple = ()
     meta: Mapping[str, Any] = field(default_factory=dict)

@@ -158,8 +158,7 @@ class InterventionSpec:
                 self.values[name] = _check_value(name, key, self.values[name])
         for method in methods().values():
             if method.validate is not None:
-                renamed = method.validate(self.section(method)) or {}
-                self.values.update({k: v for k, v in renamed.items() if k in self.values})
+                method.validate(self.section(method))
 
     def build(self, model: nn.Module, *, force: bool = False) -> list:
         """The interventions, method by method in registration order (manifold, directional, dynamics,

@@ -39,7 +39,7 @@ class Recorder:
         self.records.clear()
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        def make(point: str):  # keyed by the name asked for (a deprecated alias keeps its name)
+        def make(point: str):  # keyed by the name asked for (a synonym keeps its name)
             def fn(x, ctx):
                 t = x.detach()
                 self.records[(point, ctx.layer)].append(t.cpu() if self.to_cpu else t.clone())

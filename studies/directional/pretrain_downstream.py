@@ -45,7 +45,7 @@ def make_interventions(variant: str, model) -> list:
     if variant == "baseline":
         return []
     if variant == "attn_par":
-        return [ComponentScale("resid_attn", s_par=0.0)]
+        return [ComponentScale("attn_out", s_par=0.0)]
     if variant == "value_par":
         return [ComponentScale("value_full", s_par=0.0)]
     if variant == "value_gated":

@@ -61,7 +61,7 @@ def recorder(monkeypatch):
 
 # one verb per CLI module (and a few more), with the options each needs to reach the model load
 PASS_THROUGH = [
-    ["info"], ["decompose"], ["directional", "ppl", "--site", "value_full"], ["study", "directional", "sweep"],
+    ["info"], ["decompose"], ["study", "dynamics", "ablate"], ["study", "directional", "sweep"],
     ["study", "directional", "diagonal"], ["dynamics", "diagnose"], ["dynamics", "gates", "--save", "OUT"],
     ["study", "dynamics", "critical", "--layers", "0"], ["study", "dynamics", "continuation", "--layer", "0"],
     ["study", "dynamics", "prefix-spread"], ["manifold", "train", "--out", "OUT"], ["demo"],

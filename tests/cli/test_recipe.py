@@ -1,7 +1,7 @@
 """The recipe is the front door: ``--recipe``/``--set`` on ppl, generate and compare give exactly the numbers
-of the same verb run on a model with the interventions built by hand from the Python API; the old
-``directional ppl`` and ``dynamics ablate|gains`` numbers come back to the last digit; bad settings are one
-line before any model loads."""
+of the same verb run on a model with the interventions built by hand from the Python API; the paper studies
+``study dynamics ablate|gains`` give the ``ppl --windows independent`` numbers to the last digit; bad
+settings are one line before any model loads."""
 
 from __future__ import annotations
 
@@ -132,25 +132,27 @@ def test_recipe_folder_is_the_same_as_its_settings(tiny, surfaces, tmp_path, mon
                 == _json(monkeypatch, capsys, *PPL, "--set", f"surfaces={surfaces}"))
 
 
-def test_directional_ppl_reproduced_to_the_last_digit(tiny, monkeypatch, capsys):
+def test_a_component_scale_by_set_equals_the_python_api(tiny, monkeypatch, capsys):
+    from geosteer.directional import ComponentScale
+    from geosteer.eval.perplexity import heldout_ids, strided_perplexity
+
+    model, tok = tiny
+    ids = heldout_ids(tok, 64)
+    with steer(model, ComponentScale("attn_out", s_par=0.0, layers=[1, 2])):
+        by_hand = strided_perplexity(model, tok, ids=ids, context=32, stride=16)
     with cli_model(monkeypatch, tiny):
-        old = _json(monkeypatch, capsys, "directional", "ppl", "-m", "tiny-llama", "--site", "attn_out",
-                    "--s-par", "0", "--layers", "1-2", "--tokens", "64", "--context", "32", "--stride", "16",
-                    "--json")
         new = _json(monkeypatch, capsys, *PPL, "--set", "scale_site=attn_out", "--set", "scale_par=0",
                     "--set", "scale_layers=1-2")
-        base = _json(monkeypatch, capsys, *PPL)
-    assert new["ppl"] == old["ppl"] and base["ppl"] == old["ppl_baseline"]
-    assert new["tokens"] == old["tokens"]
+    assert new["ppl"] == by_hand.ppl and new["tokens"] == by_hand.tokens
 
 
 def test_dynamics_ablate_and_gains_reproduced_to_the_last_digit(tiny, monkeypatch, capsys):
     ind = ("ppl", "-m", "tiny-llama", "--corpus", "heldout", "--windows", "independent", "--context", "32",
            "--max-tokens", "96", "--json")
     with cli_model(monkeypatch, tiny):
-        ablate = _json(monkeypatch, capsys, "dynamics", "ablate", "-m", "tiny-llama", "--variants", "zero,radial",
-                       "--layers", "0-1", "--tokens", "96", "--seq-len", "32", "--json")
-        gains = _json(monkeypatch, capsys, "dynamics", "gains", "-m", "tiny-llama", "--values", "0.5",
+        ablate = _json(monkeypatch, capsys, "study", "dynamics", "ablate", "-m", "tiny-llama", "--variants",
+                       "zero,radial", "--layers", "0-1", "--tokens", "96", "--seq-len", "32", "--json")
+        gains = _json(monkeypatch, capsys, "study", "dynamics", "gains", "-m", "tiny-llama", "--values", "0.5",
                       "--tokens", "96", "--seq-len", "32", "--json")
         full = _json(monkeypatch, capsys, *ind)
         zero = _json(monkeypatch, capsys, *ind, "--set", "mlp_variant=zero", "--set", "mlp_layers=0-1")
@@ -191,31 +193,6 @@ def test_recipe_keys_lists_every_registered_key(monkeypatch, capsys):
     assert [r["key"] for r in rows] == list(recipe_keys())
     assert {"key": "scale_par", "method": "directional", "kind": "number", "default": 1.0}.items() <= \
         next(r for r in rows if r["key"] == "scale_par").items()
-
-
-def test_old_verbs_are_hidden_and_print_their_new_spelling(tiny, monkeypatch, capsys):
-    """The note ``directional ppl`` and ``dynamics ablate`` print is a command that gives their numbers."""
-    import shlex
-
-    with cli_model(monkeypatch, tiny):
-        code, out, err = run_cli(monkeypatch, capsys, "directional", "ppl", "-m", "tiny-llama", "--site",
-                                 "attn_out", "--s-par", "0.5", "--tokens", "64", "--context", "32", "--stride",
-                                 "16", "--json")
-        assert code == 0, err
-        new = err.split("note: the same numbers: geosteer ", 1)[1].split(" (and without", 1)[0]
-        assert _json(monkeypatch, capsys, *shlex.split(new), "--json")["ppl"] == json.loads(out)["ppl"]
-        code, out, err = run_cli(monkeypatch, capsys, "dynamics", "ablate", "-m", "tiny-llama", "--variants",
-                                 "radial", "--tokens", "96", "--seq-len", "32", "--json")
-        assert code == 0, err
-        new = err.split("note: each loss is the nll of geosteer ", 1)[1].split(";", 1)[0]
-        radial = next(r["loss"] for r in json.loads(out) if r["variant"] == "radial")
-        new = new.replace("VARIANT", "radial")
-        assert _json(monkeypatch, capsys, *shlex.split(new), "--json")["nll"] == radial
-    for group, shown, verbs in (("study directional", "sweep", ("ppl",)),
-                                ("dynamics", "diagnose", ("ablate", "gains"))):
-        code, out, _ = run_cli(monkeypatch, capsys, *group.split(), "--help")
-        listed = {line.split()[1] for line in out.splitlines() if line.startswith("│ ") and len(line.split()) > 2}
-        assert code == 0 and shown in listed and not listed & set(verbs), listed
 
 
 def test_recipe_save_never_writes_over_a_users_folder(tmp_path, monkeypatch, capsys):

@@ -96,8 +96,8 @@ def surfaces(tmp_path_factory):
 
 
 LAYER_VERBS = [
-    ["dynamics", "ablate", "-m", "tiny-llama", "--tokens", "64", "--seq-len", "32"],
-    ["dynamics", "gains", "-m", "tiny-llama", "--tokens", "64", "--seq-len", "32"],
+    [*DYN, "ablate", "-m", "tiny-llama", "--tokens", "64", "--seq-len", "32"],
+    [*DYN, "gains", "-m", "tiny-llama", "--tokens", "64", "--seq-len", "32"],
     ["dynamics", "gates", "-m", "tiny-llama", "--save", "{tmp}/g", "--train-tokens", "64"],
     [*DYN, "critical", "-m", "tiny-llama", "--tokens", "32", "--seq-len", "16", "--steps", "1"],
     [*DYN, "commutator", "-m", "tiny-llama"],
@@ -105,7 +105,6 @@ LAYER_VERBS = [
     [*DYN, "split-options", "-m", "tiny-llama"],
     [*DYN, "edit-specificity", "-m", "tiny-llama"],
     ["decompose", "-m", "tiny-llama", "--tokens", "16", "--chunk", "16"],
-    ["directional", "ppl", "-m", "tiny-llama", "--site", "attn_out", "--tokens", "64"],
     [*DIR, "diagonal", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],
     [*DIR, "heads", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o.json"],
     [*DIR, "strength", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],

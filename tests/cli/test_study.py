@@ -25,7 +25,8 @@ TOOL_VERBS = {
 # former spellings, removed (each has one current spelling)
 REMOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "vectors show --gguf",
                  "record-qk": "manifold explore --record-qk", "directional strength": "study directional strength",
-                 "dynamics critical": "study dynamics critical"}
+                 "dynamics critical": "study dynamics critical", "directional ppl": "ppl --set",
+                 "dynamics ablate": "study dynamics ablate", "dynamics gains": "study dynamics gains"}
 
 
 def _tool_verbs() -> set[str]:
@@ -46,8 +47,9 @@ def test_removed_spellings_are_gone_and_their_current_ones_exist(monkeypatch, ca
         assert old not in leaves, old
         verb, _, option = new.rpartition(" ")
         assert new in leaves or option in {o for p in leaves[verb].params for o in p.opts}, new
-    code, _, err = run_cli(monkeypatch, capsys, "recipe", "keys")
-    assert code == 2 and "Traceback" not in err
+    for argv in (["recipe", "keys"], ["directional", "ppl", "--site", "attn_out"], ["dynamics", "ablate"]):
+        code, _, err = run_cli(monkeypatch, capsys, *argv)
+        assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, (argv, err)
 
 
 def test_recipe_show_keys_lists_every_key(monkeypatch, capsys):

@@ -6,14 +6,13 @@ not fit yet sits in an allow-list below, each entry with its reason.
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections import defaultdict
 
 import pytest
 import torch
 
-from geosteer.hooks import DEPRECATED_POINTS, HOOK_POINTS, POINT_SYNONYMS, attach_hooks
+from geosteer.hooks import HOOK_POINTS, POINT_SYNONYMS, attach_hooks
 from tests.cli_helpers import command_leaves
 
 # Sites that are not residual-stream hook points, by what they are.
@@ -94,61 +93,49 @@ def test_site_tables_use_the_hook_point_names():
     assert set(RESIDUAL_SITES) <= set(HOOK_POINTS)  # a residual site is the hook point it edits
 
 
-def test_every_deprecated_name_maps_to_a_current_one():
-    assert set(DEPRECATED_POINTS.values()) <= set(HOOK_POINTS)
+def test_every_synonym_maps_to_a_current_name():
     assert set(POINT_SYNONYMS.values()) <= set(HOOK_POINTS)
-    assert not (set(DEPRECATED_POINTS) | set(POINT_SYNONYMS)) & set(HOOK_POINTS)
+    assert not set(POINT_SYNONYMS) & set(HOOK_POINTS)
 
 
-@pytest.mark.parametrize(("old", "new"), [("resid_attn", "attn_out"), ("resid_mlp", "mlp_out"),
-                                          ("resid_block", "resid_post")])
-def test_old_site_names_warn_and_give_the_same_logits(old, new):
-    from geosteer import load_model, steer
-    from geosteer.directional import ComponentScale
+OLD_SITE_NAMES = ("resid_attn", "resid_mlp", "resid_block")  # removed; the hook-point names replaced them
+
+
+@pytest.mark.parametrize("old", [*OLD_SITE_NAMES, "mlp_norm_in"])
+def test_removed_point_names_are_unknown(old):
+    from geosteer import load_model
 
     model, _ = load_model("tiny-llama")
-    ids = torch.randint(0, 200, (1, 12), generator=torch.Generator().manual_seed(0))
-    with pytest.warns(DeprecationWarning, match=f"'{old}' is deprecated; use '{new}'"):
-        old_iv = ComponentScale(old, s_par=0.3, s_perp=1.4, layers=[0, 1])
-    assert old_iv.config.site == new
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the current name warns nothing
-        new_iv = ComponentScale(new, s_par=0.3, s_perp=1.4, layers=[0, 1])
-    with torch.no_grad():
-        stock = model(input_ids=ids).logits
-        with steer(model, old_iv):
-            by_old = model(input_ids=ids).logits
-        with steer(model, new_iv):
-            by_new = model(input_ids=ids).logits
-    assert torch.equal(by_old, by_new)
-    assert (by_new - stock).abs().max() > 1e-4  # the edit does something
+    with pytest.raises(ValueError, match=f"unknown hook point '{old}'; valid: resid_pre, attn_out"):
+        attach_hooks(model, old, [0], lambda t, ctx: None)
 
 
-def test_a_recipe_with_an_old_site_name_stores_the_new_one(tmp_path):
-    from geosteer.recipe import InterventionSpec, load_recipe
+@pytest.mark.parametrize("old", OLD_SITE_NAMES)
+def test_removed_site_names_are_refused_in_one_line(old, monkeypatch, capsys):
+    from geosteer.directional import ComponentScale
+    from geosteer.errors import GeosteerError
+    from geosteer.recipe import InterventionSpec
+    from tests.cli_helpers import one_line_exit_2, run_cli
 
-    with pytest.warns(DeprecationWarning, match="'resid_mlp' is deprecated"):
-        spec = InterventionSpec.from_dict({"scale_site": "resid_mlp", "scale_par": 0.0})
-    assert spec.scale_site == "mlp_out"
-    spec.save(tmp_path / "r", base_model="tiny-llama")
-    assert load_recipe(tmp_path / "r")[0].scale_site == "mlp_out"
-    assert not any("resid_mlp" in f.read_text() for f in (tmp_path / "r").glob("*.json"))
+    with pytest.raises(GeosteerError, match=f"unknown site '{old}'; valid: attn_out, mlp_out, resid_post"):
+        ComponentScale(old, s_par=0.0)
+    with pytest.raises(GeosteerError, match=f"unknown site '{old}'"):
+        InterventionSpec.from_dict({"scale_site": old, "scale_par": 0.0})
+    code, _, err = run_cli(monkeypatch, capsys, "recipe", "show", "--set", f"scale_site={old}")
+    one_line_exit_2(code, err)
+    assert f"unknown site '{old}'" in err and "attn_out" in err
 
 
-def test_the_cli_notes_an_old_site_name_and_uses_the_new_one(monkeypatch, capsys):
-    from tests.cli_helpers import run_cli
+def test_no_results_file_or_item_carries_a_removed_name():
+    """The committed results files and reproduction items were migrated once (studies/migrate_names.py)."""
+    import importlib.util
+    from pathlib import Path
 
-    code, out, err = run_cli(monkeypatch, capsys, "recipe", "show", "--set", "scale_site=resid_block", "--json")
-    assert code == 0, err
-    assert json.loads(out)["scale_site"] == "resid_post"
-    assert err.strip() == "note: 'resid_block' is deprecated; use 'resid_post' (the hook point's name, as in " \
-                          "TransformerLens)"
-    code, out, err = run_cli(monkeypatch, capsys, "recipe", "show", "--set", "scale_site=resid_post", "--json")
-    assert code == 0 and err == ""
-    # on an error the note is dropped: the error stays one line
-    code, _, err = run_cli(monkeypatch, capsys, "recipe", "show", "--set", "scale_site=resid_block",
-                           "--set", "mlp_variant=bogus")
-    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("migrate_names", root / "studies" / "migrate_names.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.plan(root) == {}, "run python studies/migrate_names.py"
 
 
 def test_resid_mid_is_the_state_between_attention_and_mlp():
@@ -176,25 +163,6 @@ def test_resid_mid_is_the_state_between_attention_and_mlp():
         for remove in removers:
             remove()
     torch.testing.assert_close(seen["resid_mid"], seen["resid_pre"] + seen["attn_out"], rtol=1e-5, atol=1e-5)
-
-
-def test_a_sweep_resumes_from_a_file_with_the_old_site_names(tmp_path):
-    from geosteer import load_model
-    from geosteer.directional.config import ComponentScaleConfig
-    from geosteer.directional.sweep import run_sweep
-
-    model, tok = load_model("tiny-llama")
-    ids = torch.randint(0, 200, (66,), generator=torch.Generator().manual_seed(0))
-    out = tmp_path / "sweep.json"
-    run_sweep(model, tok, ids, [ComponentScaleConfig("attn_out", 0.0, 1.0)], out, context=32, stride=32,
-              log=lambda _: None)
-    data = json.loads(out.read_text())
-    for r in data["rows"]:
-        r["site"] = {"attn_out": "resid_attn"}.get(r["site"], r["site"])  # as written before the rename
-    out.write_text(json.dumps(data))
-    rows = run_sweep(model, tok, ids, [ComponentScaleConfig("attn_out", 0.0, 1.0)], out, context=32, stride=32,
-                     log=lambda _: None)
-    assert [r["site"] for r in rows] == ["none", "attn_out"]  # read back, not measured twice
 
 
 @pytest.mark.parametrize("argv", [

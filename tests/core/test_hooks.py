@@ -74,9 +74,9 @@ def test_attention_recorder_gives_post_rope_qkv(tiny_model):
     assert rec["value", 1][0].shape == (1, 2, s, hd)
 
 
-def test_mlp_hook_names_follow_transformerlens_and_the_old_name_warns(tiny_model):
+def test_mlp_hook_names_follow_transformerlens(tiny_model):
     """``mlp_in`` is the MLP branch's input before its norm (TransformerLens' hook_mlp_in), ``mlp_normed``
-    after it; ``mlp_norm_in`` still works for one release, with a DeprecationWarning, as ``mlp_in``."""
+    after it."""
     from geosteer.models.anatomy import anatomy
 
     model, tok = tiny_model("llama")
@@ -86,13 +86,10 @@ def test_mlp_hook_names_follow_transformerlens_and_the_old_name_warns(tiny_model
     hs = [block.mlp_norm.register_forward_pre_hook(lambda m, a: seen.__setitem__("pre", a[0].clone())),
           block.mlp.register_forward_pre_hook(lambda m, a: seen.__setitem__("post", a[0].clone()))]
     rec = Recorder(points=("mlp_in", "mlp_normed"), layers=[1])
-    with pytest.warns(DeprecationWarning, match="'mlp_norm_in' is deprecated; use 'mlp_in'"):
-        old = Recorder(points=("mlp_norm_in",), layers=[1])
-        with torch.no_grad(), steer(model, rec, old):
-            model(ids)
+    with torch.no_grad(), steer(model, rec):
+        model(ids)
     for h in hs:
         h.remove()
     torch.testing.assert_close(rec["mlp_in", 1][0], seen["pre"], rtol=0, atol=0)
     torch.testing.assert_close(rec["mlp_normed", 1][0], seen["post"], rtol=0, atol=0)
-    torch.testing.assert_close(old["mlp_norm_in", 1][0], seen["pre"], rtol=0, atol=0)
     torch.testing.assert_close(block.mlp_norm(seen["pre"]), seen["post"])

@@ -21,7 +21,8 @@ def test_decompose_cli_json_and_csv(tmp_path):
 
 @pytest.mark.parametrize("args,msg", [
     (["study", "directional", "sweep", "--sites", "resid_foo"], "unknown site 'resid_foo'; valid: attn_out"),
-    (["directional", "ppl", "--site", "attn_out", "--s-par", "nan"], "--s-par must be a finite number"),
+    (["ppl", "--corpus", "heldout", "--set", "scale_site=attn_out", "--set", "scale_par=nan"],
+     "scale_par must be a finite number"),
     (["study", "directional", "pretrain", "--variants", "baseline,foo"],
      "unknown variant 'foo'; valid: baseline, attn_par"),
 ])
@@ -45,13 +46,13 @@ def test_cli_bad_input_one_line_error(args, msg, monkeypatch, capsys):
     (["study", "directional", "diagonal", "-m", "tiny-llama", "--tokens", "0"], "'--tokens'"),
     (["study", "directional", "heads", "-m", "tiny-gpt2", "--text-len", "600"],
      "--text-len 600 is longer than the model's 512"),
-    (["directional", "ppl", "-m", "tiny-llama", "--site", "attn_out", "--layers", "7"], "layer 7 out of range"),
+    (["ppl", "-m", "tiny-llama", "--corpus", "heldout", "--set", "scale_site=attn_out", "--set", "scale_layers=7"],
+     "layer 7 out of range"),
     (["decompose", "-m", "tiny-gpt2", "--tokens", "2000", "--chunk", "2000", "--no-value"],
      "--tokens/--chunk window 2000 is longer than the model's 512 positions"),
     (["decompose", "-m", "tiny-llama", "--chunk", "512", "--layers", "99"], "layer 99 out of range"),
     (["study", "directional", "diagonal", "-m", "tiny-llama", "--map-head", "99"], "--map-head: head 99 out of range"),
     (["study", "directional", "heads", "-m", "tiny-llama", "--heads", "99"], "--heads: head 99 out of range"),
-    (["directional", "ppl", "-m", "tiny-llama", "--site", "value_full", "--heads", "4"], "head 4 out of range"),
 ])
 def test_directional_verbs_refuse_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
     from tests.cli_helpers import refused_before_load

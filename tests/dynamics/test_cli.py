@@ -10,10 +10,10 @@ DYN = ("study", "dynamics")  # the paper studies' spelling
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["dynamics", "ablate", "-m", "tiny-llama", "--variants", "sideways", "--tokens", "64",
+    ([*DYN, "ablate", "-m", "tiny-llama", "--variants", "sideways", "--tokens", "64",
       "--seq-len", "32"],
      "unknown FFN variant 'sideways'"),
-    (["dynamics", "ablate", "-m", "tiny-llama", "--layers", "0-9", "--tokens", "64", "--seq-len", "32"],
+    ([*DYN, "ablate", "-m", "tiny-llama", "--layers", "0-9", "--tokens", "64", "--seq-len", "32"],
      "layer 3 out of range: this model has layers 0..2"),
     (["dynamics", "diagnose", "-m", "tiny-llama", "--topk", "0,4"], "top-k needs k >= 1"),
     (["dynamics", "gates", "-m", "tiny-llama"], "give exactly one of --save"),
@@ -96,8 +96,8 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["dynamics", "gains", "-m", "tiny-llama", "--values", "nan"], "bad --values 'nan'"),
-    (["dynamics", "gains", "-m", "tiny-llama", "--values", ""], "bad --values ''"),
+    ([*DYN, "gains", "-m", "tiny-llama", "--values", "nan"], "bad --values 'nan'"),
+    ([*DYN, "gains", "-m", "tiny-llama", "--values", ""], "bad --values ''"),
     ([*DYN, "gain-depth", "-m", "tiny-llama", "--depths", "1,inf"], "bad --depths '1,inf'"),
     ([*DYN, "parallelize", "-m", "tiny-llama", "--threshold", "nan"], "--threshold must be a finite number"),
     ([*DYN, "parallelize", "-m", "tiny-llama", "--seeds", "1000000"], "'--seeds'"),
@@ -106,7 +106,7 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
     (["dynamics", "diagnose", "-m", "tiny-gpt2", "--seq-len", "1000"], "--seq-len 1000 is longer than the model's 512"),
     (["dynamics", "diagnose", "-m", "tiny-llama", "--split", "dev"], "unknown corpus split (--split) 'dev'"),
     (["dynamics", "gates", "-m", "tiny-llama", "--save", "g", "--train-seq", "4096"], "--train-seq 4096 is longer"),
-    (["dynamics", "ablate", "-m", "tiny-llama", "--layers", "9"], "layer 9 out of range"),
+    ([*DYN, "ablate", "-m", "tiny-llama", "--layers", "9"], "layer 9 out of range"),
     ([*DYN, "continuation", "-m", "tiny-llama", "--layer", "0", "--ov-norm", "l2"], "unknown ov_norm"),
     ([*DYN, "anchors", "-m", "tiny-llama", "--score", "best"], "unknown anchor score (--score) 'best'"),
     ([*DYN, "prefix-spread", "-m", "tiny-llama", "--prefix-file", "missing.txt"], "cannot read prefix file"),

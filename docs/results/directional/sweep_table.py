@@ -1,11 +1,15 @@
 """Markdown tables of study 1 from the tidy sweep files (no recomputation).
 
-    .venv/bin/python docs/results/directional/sweep_table.py
+    .venv/bin/python docs/results/directional/sweep_table.py [FILE.json ...]
+
+Default: the sweep measured with the tokenizer's encoding (``sweep_smollm2_1k_tokenizer.json``); the files
+of the earlier BOS-first sweep (``sweep_value.json sweep_resid.json``) can be named instead.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 D = Path(__file__).resolve().parent
@@ -13,13 +17,13 @@ D = Path(__file__).resolve().parent
 
 def main() -> None:
     rows = []
-    for name in ("sweep_value.json", "sweep_resid.json"):
-        p = D / name
+    for name in sys.argv[1:] or ["sweep_smollm2_1k_tokenizer.json"]:
+        p = Path(name) if Path(name).is_file() else D / name
         if p.is_file():
             rows += json.loads(p.read_text())["rows"]
     base = next(r["ppl"] for r in rows if r["site"] == "none")
     print(f"baseline PPL {base:.3f}\n")
-    sites = [s for s in ("value_exclude_self", "resid_attn", "resid_mlp") if any(r["site"] == s for r in rows)]
+    sites = [s for s in ("value_exclude_self", "attn_out", "mlp_out") if any(r["site"] == s for r in rows)]
     for axis, fixed, label in (("s_par", "s_perp", "s∥ (s⊥ = 1)"), ("s_perp", "s_par", "s⊥ (s∥ = 1)")):
         vals = sorted({r[axis] for r in rows if r["site"] in sites and r[fixed] == 1.0 and r[axis] != 1.0})
         print(f"| {label} | " + " | ".join(sites) + " |")

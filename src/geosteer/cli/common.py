@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-import warnings
 from functools import lru_cache
 
 import typer
@@ -253,29 +252,10 @@ def run_app(app: typer.Typer, args: list[str] | None = None) -> None:
     run_command(build_command(app), args)
 
 
-def _run_noting_deprecations(command, args: list[str] | None) -> None:
-    """Run ``command``; geosteer's deprecation warnings (an old name still accepted) become one ``note:``
-    line each on stderr after the result. On an error they are dropped: the error stays one line."""
-    notes: list[str] = []
-
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
-        if issubclass(category, DeprecationWarning):
-            notes.append(f"note: {message}")
-        else:
-            warnings._showwarning_orig(message, category, filename, lineno, file, line)
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("default", category=DeprecationWarning, module=r"geosteer(\.|$)")
-        warnings.showwarning = show
-        command.main(args=args, standalone_mode=False)
-    for note in dict.fromkeys(notes):
-        typer.echo(note, err=True)
-
-
 def run_command(command, args: list[str] | None = None) -> None:
     """Run a built command tree (:func:`build_command`) with :func:`run_app`'s error handling."""
     try:
-        _run_noting_deprecations(command, args)
+        command.main(args=args, standalone_mode=False)
     except USER_ERRORS as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)

@@ -22,8 +22,9 @@ SET_OPT = typer.Option(None, "--set", help="recipe key=value on top of --recipe 
 
 
 def spec_from_options(recipe: str | None = None, settings: list[str] | None = None,
-                      surfaces: Path | str | None = None):
-    """The :class:`~geosteer.recipe.InterventionSpec` that ``--recipe``, ``--set`` and ``--surfaces`` name."""
+                      surfaces: Path | str | None = None, *, model: str | None = None):
+    """The :class:`~geosteer.recipe.InterventionSpec` that ``--recipe``, ``--set`` and ``--surfaces`` name;
+    with ``model`` (the ``--model`` name) its layer lists are also checked against that model's config."""
     from geosteer.recipe import InterventionSpec, load_recipe, parse_settings
 
     base = load_recipe(recipe)[0] if recipe is not None else InterventionSpec()
@@ -33,7 +34,21 @@ def spec_from_options(recipe: str | None = None, settings: list[str] | None = No
         if given:
             raise GeosteerError(f"--surfaces {surfaces} and --set {given[0]}: give the surfaces once")
         settings.append(f"surfaces={surfaces}")
-    return parse_settings(settings, base)
+    spec = parse_settings(settings, base)
+    if model is not None:
+        _check_layer_keys(spec, model)
+    return spec
+
+
+def _check_layer_keys(spec, model: str) -> None:
+    """Each layer-list key of ``spec`` in the range of ``model``'s layers (its config read, no weights)."""
+    from geosteer.cli.common import check_layers
+    from geosteer.methods import recipe_keys
+
+    values = spec.to_dict()
+    for name, (_, key) in recipe_keys().items():
+        if key.kind == "layers" and isinstance(values.get(name), str):
+            check_layers(model, f"--set {name}", values[name])
 
 
 recipe_app = typer.Typer(add_completion=False, no_args_is_help=True,

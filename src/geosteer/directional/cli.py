@@ -1,4 +1,4 @@
-"""CLI: ``geosteer decompose`` (measurement) and the hidden ``geosteer directional …`` old spellings.
+"""CLI: ``geosteer decompose`` (measurement).
 
 The method's studies (the sweep, pretraining, the views) are in ``geosteer.directional.studies``; the
 compression-error study runs as ``python studies/directional/compression.py``."""
@@ -15,7 +15,6 @@ from geosteer.cli.common import (
     JSON_OPT,
     MODEL_OPT,
     THREADS_OPT,
-    check_head_list,
     check_layers,
     check_positions,
     emit,
@@ -23,9 +22,6 @@ from geosteer.cli.common import (
 )
 from geosteer.cli.outputs import out_file, out_records
 from geosteer.directional.config import DEFAULT_VALUE_SPACE
-
-directional_app = typer.Typer(add_completion=False, no_args_is_help=True,
-                              help="Directional decomposition: component-scaling edits and studies.")
 
 
 def decompose_cmd(
@@ -86,52 +82,6 @@ def decompose_cmd(
         emit([{k: r[k] for k in keep if k in r} for r in show], False, table_title="decomposition")
 
 
-@directional_app.command("ppl", hidden=True)
-def ppl_cmd(
-    model: str = MODEL_OPT,
-    site: str = typer.Option(..., "--site"),
-    s_par: float = typer.Option(1.0, "--s-par"),
-    s_perp: float = typer.Option(1.0, "--s-perp"),
-    layers: str = typer.Option("all", "--layers"),
-    tokens: int = typer.Option(2048, "--tokens", min=2),
-    context: int = typer.Option(512, "--context"),
-    stride: int = typer.Option(256, "--stride"),
-    as_json: bool = JSON_OPT,
-    heads: str = typer.Option("all", "--heads", help="value sites: query heads to edit ('all', '0-3', '0,5')"),
-    value_space: str = typer.Option(DEFAULT_VALUE_SPACE, "--value-space", help="value sites: head | concat"),
-    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT,
-) -> None:
-    """Held-out perplexity with one component-scaling edit, beside the unedited baseline (an alias that goes:
-    ``geosteer ppl --corpus heldout --set scale_site=... --set scale_par=...`` gives the same numbers)."""
-    from geosteer.directional.config import ComponentScaleConfig, check_heads, parse_layers
-    from geosteer.directional.sites import ComponentScale
-    from geosteer.eval.perplexity import check_window, heldout_ids, strided_perplexity
-    from geosteer.interventions import steer
-    from geosteer.models.anatomy import anatomy
-
-    cfg = ComponentScaleConfig(site, s_par, s_perp, heads=heads, value_space=value_space)
-    check_layers(model, "--layers", layers)
-    check_head_list(model, "--heads", heads)
-    check_window(context, stride, prefix="--")
-    check_positions(model, "--context", context)
-    m, tok = load(model, device=device, dtype=dtype)
-    cfg.layers = parse_layers(layers, anatomy(m).n_layers)
-    check_heads(cfg.heads, anatomy(m).n_heads)
-    ids = heldout_ids(tok, tokens)
-    base = strided_perplexity(m, tok, ids=ids, context=context, stride=stride)
-    with steer(m, ComponentScale.from_config(cfg)):
-        edited = strided_perplexity(m, tok, ids=ids, context=context, stride=stride)
-    emit({**cfg.to_dict(), "tokens": edited.tokens, "ppl_baseline": base.ppl, "ppl": edited.ppl,
-          "delta_ppl": edited.ppl - base.ppl}, as_json)
-    if heads == "all":
-        typer.echo(f"note: the same numbers: geosteer ppl -m {model} --corpus heldout --max-tokens {tokens} "
-                   f"--context {context} --stride {stride} --set scale_site={site} --set scale_par={s_par} "
-                   f"--set scale_perp={s_perp} --set scale_layers={layers} --set scale_value_space={value_space} "
-                   "(and without --set: the baseline); `directional ppl` will be removed", err=True)
-
-
 def register(app: typer.Typer) -> None:
-    """Add ``geosteer decompose`` and the ``geosteer directional`` sub-app (hidden: only old spellings are left
-    there, the method's studies run as ``geosteer study directional <name>``)."""
+    """Add ``geosteer decompose`` (the method's studies run as ``geosteer study directional <name>``)."""
     app.command("decompose")(decompose_cmd)
-    app.add_typer(directional_app, name="directional", hidden=True)

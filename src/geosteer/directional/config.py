@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from geosteer.errors import GeosteerError
-from geosteer.hooks import DEPRECATED_POINTS, canonical_point
 from geosteer.models.anatomy import parse_indices, parse_layers  # noqa: F401 - parse_layers re-exported
 
 # Where ỹ = s∥·y∥ + s⊥·y⊥ is applied (reference in brackets); residual sites are the hook points they edit:
@@ -19,9 +18,6 @@ from geosteer.models.anatomy import parse_indices, parse_layers  # noqa: F401 - 
 #   diag_removal        control: A_tt = 0, renormalised over the other positions (scales ignored)
 SITES = ("attn_out", "mlp_out", "resid_post", "value_full", "value_exclude_self", "diag_removal")
 RESIDUAL_SITES = SITES[:3]
-# The residual sites' earlier names, accepted with a DeprecationWarning for one release through the hook
-# points' alias table (results files written before the rename carry them).
-DEPRECATED_SITES = {old: new for old, new in DEPRECATED_POINTS.items() if new in RESIDUAL_SITES}
 VALUE_SITES = SITES[3:]
 # Value space of value_full / value_exclude_self: "head" decomposes each head's o_t against that head's
 # v_t (the paper's block-diagonal operator, the default); "concat" decomposes the concatenation of all
@@ -30,16 +26,8 @@ VALUE_SPACES = ("head", "concat")
 DEFAULT_VALUE_SPACE = "head"
 
 
-def canonical_site(site: str) -> str:
-    """``site`` with a deprecated residual name mapped to its hook-point name (warned); others unchanged."""
-    if site in DEPRECATED_SITES:
-        return canonical_point(site)
-    return site
-
-
 def check_site(site: str) -> str:
-    """The current name of ``site`` (deprecated names warned); unknown sites refused."""
-    site = canonical_site(site)
+    """``site`` if it is one of ``SITES``; otherwise one line naming the valid ones."""
     if site not in SITES:
         raise GeosteerError(f"unknown site '{site}'; valid: {', '.join(SITES)}")
     return site

@@ -27,7 +27,6 @@ import torch
 from torch import nn
 
 from geosteer.attention import attach_handlers
-from geosteer.directional.config import canonical_site
 from geosteer.directional.sites import scaled_delta
 from geosteer.directional.value import self_weight
 from geosteer.errors import GeosteerError
@@ -49,7 +48,6 @@ class GatedParallelScale(nn.Module):
     def __init__(self, model: nn.Module, site: str = "value_full", layers: Sequence[int] | None = None,
                  gate_input: str = "normed", per_head: bool = False, init: float = 0.0) -> None:
         super().__init__()
-        site = canonical_site(site)
         if site not in GATED_SITES:
             raise GeosteerError(f"unknown gated site '{site}'; valid: {', '.join(GATED_SITES)}")
         if gate_input not in GATE_INPUTS:

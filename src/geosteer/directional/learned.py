@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from geosteer.directional.config import RESIDUAL_SITES, canonical_site
+from geosteer.directional.config import RESIDUAL_SITES
 from geosteer.errors import GeosteerError
 from geosteer.hooks import attach_hooks
 
@@ -35,7 +35,6 @@ class LearnedScales(nn.Module):
     def __init__(self, site: str, layers: Sequence[int], s_par: Sequence[float] | torch.Tensor | None = None,
                  s_perp: Sequence[float] | torch.Tensor | None = None) -> None:
         super().__init__()
-        site = canonical_site(site)
         if site not in RESIDUAL_SITES:
             raise GeosteerError(f"learned scales edit a residual site; valid: {', '.join(RESIDUAL_SITES)} "
                                 f"(got '{site}')")

@@ -8,15 +8,13 @@ from geosteer.methods import Check, Method, RecipeKey, Study, register_method
 from geosteer.models.tiny import TINY_FAMILIES
 
 
-def _validate(v: dict) -> dict | None:
-    """``scale_site`` and ``scale_value_space`` checked; an earlier site name comes back as its hook-point
-    name (warned)."""
+def _validate(v: dict) -> None:
+    """``scale_site`` and ``scale_value_space`` checked."""
     from geosteer.directional.config import check_site, check_value_space
 
     check_value_space(v["scale_value_space"])
     if v["scale_site"] is not None:
-        return {"scale_site": check_site(v["scale_site"])}
-    return None
+        check_site(v["scale_site"])
 
 
 def _build(model, v: dict) -> list:

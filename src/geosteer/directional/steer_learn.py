@@ -42,9 +42,8 @@ class ScaleLearnConfig:
     checkpoint_every: int = 5
 
     def __post_init__(self) -> None:
-        from geosteer.directional.config import RESIDUAL_SITES, canonical_site
+        from geosteer.directional.config import RESIDUAL_SITES
 
-        self.site = canonical_site(self.site)
         if self.site not in RESIDUAL_SITES:
             raise GeosteerError(f"learned scales edit a residual site; valid: {', '.join(RESIDUAL_SITES)} "
                                 f"(got '{self.site}')")

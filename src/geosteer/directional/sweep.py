@@ -16,7 +16,6 @@ import torch
 
 from geosteer.directional.config import (
     DEFAULT_VALUE_SPACE,
-    DEPRECATED_SITES,
     VALUE_SITES,
     ComponentScaleConfig,
     check_value_space,
@@ -104,8 +103,6 @@ def run_sweep(model, tok, ids: torch.Tensor, settings: Sequence[ComponentScaleCo
     rows: list[dict] = []
     if resume and out.is_file() and out.suffix == ".json":
         rows = json.loads(out.read_text()).get("rows", [])
-    for r in rows:  # a results file written before the residual sites took their hook-point names
-        r["site"] = DEPRECATED_SITES.get(r["site"], r["site"])
     done = {setting_key(r["site"], r["s_par"], r["s_perp"], r.get("value_space")) for r in rows}
     meta = dict(meta or {}, context=context, stride=stride, tokens=int(ids.numel()))
 

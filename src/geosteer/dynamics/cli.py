@@ -1,5 +1,4 @@
-"""``geosteer dynamics ...``: the tool verbs: per-layer diagnostics, learned FFN gates (and the hidden
-``ablate`` / ``gains`` aliases of ``geosteer ppl --set ...``).
+"""``geosteer dynamics ...``: the tool verbs: per-layer diagnostics and learned FFN gates.
 
 Each verb writes tidy records (JSON/CSV via ``--out``/``--csv``); the paper experiments are the method's
 studies (:mod:`geosteer.dynamics.studies`), run as ``geosteer study dynamics <name>``.
@@ -21,7 +20,6 @@ from geosteer.dynamics.studies.common import (
     SEQ_OPT,
     TOKENS_OPT,
     check_choices,
-    parse_floats,
     parse_ints,
     run_meta,
     setup_model,
@@ -78,70 +76,6 @@ def diagnose(model: str = MODEL_OPT, tokens: int = TOKENS_OPT,
         emit([{c: r[c] for c in cols} for r in layer_wide], False, table_title=f"dynamics: {meta['model']}")
         for k, v in summary.items():
             emit(v, False, table_title=k) if isinstance(v, list) else emit({k: v}, False)
-
-
-@dyn.command(hidden=True)
-def ablate(model: str = MODEL_OPT,
-           variants: str = typer.Option("zero,radial,tangential,attn_zero", "--variants"),
-           layers: str = typer.Option("all", "--layers", help="layer range, e.g. 0-29 or 3,5"),
-           tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
-           as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-           threads: int = THREADS_OPT,
-           device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
-    """Held-out loss of FFN variants (full / zero / radial / tangential / attn_zero) vs the full model (an alias
-    that goes: ``geosteer ppl --windows independent --set mlp_variant=...`` gives each loss as its nll)."""
-    from geosteer.dynamics.config import check_variant
-    from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.parallel import mean_loss
-    from geosteer.dynamics.variants import FFNVariant
-
-    names = [check_variant(v.strip()) for v in variants.split(",") if v.strip()]
-    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
-    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
-    ids = corpus_windows(tok, "heldout", tokens, seq_len)
-    base = mean_loss(m, ids, batch_size)
-    rows = [{"variant": "full", "layers": layers, "loss": base, "loss_increase": 0.0}]
-    for v in names:
-        if v == "full":
-            continue
-        loss = mean_loss(m, ids, batch_size, (FFNVariant(v, chosen),))
-        rows.append({"variant": v, "layers": layers, "loss": loss, "loss_increase": loss - base})
-    write_rows(rows, run_meta(m, tokens=int(ids.numel()), seq_len=seq_len), out, csv)
-    emit(rows, as_json, table_title="FFN variants")
-    typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
-               f"--context {seq_len} --max-tokens {tokens} --set mlp_variant=VARIANT --set mlp_layers={layers}; "
-               "`dynamics ablate` will be removed", err=True)
-
-
-@dyn.command(hidden=True)
-def gains(model: str = MODEL_OPT,
-          values: str = typer.Option("0,0.5,1,1.5,2", "--values"),
-          layers: str = typer.Option("all", "--layers"), tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT,
-          batch_size: int = BATCH_OPT, as_json: bool = JSON_OPT, out: Path | None = OUT_OPT,
-          csv: Path | None = CSV_OPT, threads: int = THREADS_OPT,
-           device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
-    """Sweep the attention gain β_A (α_F = 1) and the FFN gain α_F (β_A = 1) (an alias that goes:
-    ``geosteer ppl --windows independent --set beta_attn=...`` gives each loss as its nll)."""
-    from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.parallel import mean_loss
-    from geosteer.dynamics.variants import Gains
-
-    vals = parse_floats(values, "--values")
-    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
-    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
-    ids = corpus_windows(tok, "heldout", tokens, seq_len)
-    base = mean_loss(m, ids, batch_size)
-    rows = []
-    for which in ("beta_attn", "alpha_ffn"):
-        for v in vals:
-            kw = {which: v}
-            loss = base if v == 1.0 else mean_loss(m, ids, batch_size, (Gains(layers=chosen, **kw),))
-            rows.append({"gain": which, "value": v, "loss": loss, "loss_increase": loss - base})
-    write_rows(rows, run_meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=layers), out, csv)
-    emit(rows, as_json, table_title="gain sweeps")
-    typer.echo(f"note: each loss is the nll of geosteer ppl -m {model} --corpus heldout --windows independent "
-               f"--context {seq_len} --max-tokens {tokens} --set beta_attn=VALUE|alpha_mlp=VALUE "
-               f"--set gain_layers={layers}; `dynamics gains` will be removed", err=True)
 
 
 @dyn.command()

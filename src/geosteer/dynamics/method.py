@@ -49,6 +49,8 @@ STUDIES = (
     _study("pressure", "geometry", "pressure", "experiment iii: diversity under aggregation pressure"),
     _study("gain-depth", "geometry", "gain_depth", "App. C.1, Fig. 8 left: FFN gain at one depth"),
     _study("split-options", "geometry", "split_options", "Fig. 3: FFN ablation under each split reference"),
+    _study("ablate", "ablation", "ablate", "Fig. 3: FFN ablation (full / zero / radial / tangential)"),
+    _study("gains", "ablation", "gains", "Table 3: gain corridor (β_A, α_F) around (1, 1)"),
     _study("parallelize", "parallel", "parallelize", "Figs 5 / 6 / 16: defect-guided parallelisation"),
     _study("prefix-spread", "prefix", "prefix_spread", "App. C.5: prefix (Volterra) sensitivity"),
     _study("anchors", "prefix", "anchors", "App. C.5: anchor tokens"),

@@ -152,7 +152,7 @@ def register(app: typer.Typer) -> None:
             check_text_file(text_file, "--text-file")
         check_positions(model, "--context", context)
         text = None if text_file else split_text(corpus)
-        spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
+        spec = spec_from_options(recipe, settings, surfaces, model=model)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
         add_bos = True if bos else None
         ids = encode_file(tok, text_file, max_tokens=max_tokens, add_bos=add_bos) if text_file is not None else None
@@ -206,7 +206,7 @@ def register(app: typer.Typer) -> None:
         elif top_k < 0:
             _check_sampling(1.0, top_k)
         check_chat_options(chat, system)
-        spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
+        spec = spec_from_options(recipe, settings, surfaces, model=model)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
         add_bos = True if bos else None
         shown, prompt = prompt, format_prompt(tok, prompt, chat, system, add_bos)
@@ -259,7 +259,7 @@ def register(app: typer.Typer) -> None:
                                 "continuation, which compare always reports; give T > 0 or --seeds 0")
         prompts = _read_prompts(prompt, prompts_file)
         check_chat_options(chat, system)
-        spec = spec_from_options(recipe, settings, surfaces)  # checked before the model loads
+        spec = spec_from_options(recipe, settings, surfaces, model=model)  # checked before the model loads
         m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
         add_bos = True if bos else None
         shown, prompts = prompts, format_prompts(tok, prompts, chat, system, add_bos)
