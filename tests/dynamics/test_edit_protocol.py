@@ -160,3 +160,40 @@ def test_checkpoint_resumes_and_refuses_another_run(monkeypatch, capsys, tmp_pat
     assert json.loads(out.read_text())["rows"] == first
     other = [a if a != "0.5,1" else "0.5,2" for a in small]
     assert "holds another run" in refused_before_load(monkeypatch, capsys, *EP, *other)
+
+
+def test_rome_site_matches_a_hand_made_whitened_edit(tiny):
+    """The rome rows' dz equals the target-logit change of the down projection edited by hand with
+    s·û ŵᵀ, ŵ = unit((C + λI)⁻¹ a), C from numpy over the cov windows; without cov windows it is refused."""
+    from geosteer.errors import GeosteerError
+
+    model, _ = tiny
+    prompts, held = random_ids(2, 6, seed=7, low=3, high=300), random_ids(1, 6, seed=8, low=3, high=300)
+    cov_ids = random_ids(3, 8, seed=9, low=3, high=300)
+    cfg = ProtocolConfig(sizes=SIZES, neurons=N, ks=(4,), seeds=(0,), sites=("rome",), target_rank=3)
+    res = edit_protocol(model, prompts, held, [LAYER], cfg, cov_windows=cov_ids)
+    down = model.model.layers[LAYER].mlp.down_proj
+    got = {}
+    h = down.register_forward_pre_hook(lambda m, a: got.setdefault("k", []).append(a[0].double().numpy()))
+    with torch.no_grad():
+        model(cov_ids)
+        stock = model(prompts).logits[:, -1].double().numpy()
+    h.remove()
+    k = got["k"][0].reshape(-1, got["k"][0].shape[-1])
+    c = k.T @ k / k.shape[0]
+    c += we.RIDGE * np.trace(c) / c.shape[0] * np.eye(c.shape[0])
+    a = got["k"][1][:, -1]
+    w_u = model.lm_head.weight.detach().double().numpy()
+    for b in range(2):
+        t = int(np.argsort(-stock[b], kind="stable")[3])
+        w = np.linalg.solve(c, a[b])
+        u = w_u[t] / np.linalg.norm(w_u[t])
+        edited = copy.deepcopy(model)
+        d = edited.model.layers[LAYER].mlp.down_proj
+        with torch.no_grad():
+            d.weight += torch.from_numpy(2.0 * np.outer(u, w / np.linalg.norm(w))).to(d.weight.dtype)
+            z = edited(prompts[b:b + 1]).logits[0, -1, t].double().item()
+        row = next(r for r in res["edits"] if r["site"] == "rome" and r["prompt"] == b and r["size"] == 2.0)
+        assert row["dz"] == pytest.approx(z - stock[b, t], abs=2e-4)
+    with pytest.raises(GeosteerError, match="cov_windows"):
+        edit_protocol(model, prompts, held, [LAYER], cfg)

@@ -139,3 +139,44 @@ def test_fused_projections_are_refused_in_one_line(tiny_model):
     model, _ = tiny_model("gpt2")
     with pytest.raises(GeosteerError, match="separate nn.Linear"):
         we.site_linear(model, 0, "query")
+
+
+def test_rome_edit_whitens_the_key_and_changes_other_keys_least(tiny_model):
+    """The rome site: C from an independent hook equals key_second_moment; the edit is rank one of unit norm
+    along (C + λI)⁻¹ a; among rank-one edits moving the output at a by the same vector, it has the smallest
+    mean ‖ΔW k‖² + λ‖ΔW‖² over the keys C was estimated on (ROME's objective), below the value-neuron edit's."""
+    model, _ = tiny_model("llama")
+    ids = torch.randint(5, 900, (3, 12), generator=torch.Generator().manual_seed(0))
+    keys = []
+    h = we.site_linear(model, 1, "value").register_forward_pre_hook(
+        lambda m, a: keys.append(a[0].detach().reshape(-1, a[0].shape[-1]).double()))
+    with torch.no_grad():
+        model(ids)
+    h.remove()
+    k = torch.cat(keys).numpy()
+    cov = we.key_second_moment(model, 1, ids, batch_size=2)
+    assert np.allclose(cov.numpy(), k.T @ k / k.shape[0], atol=1e-6 * np.abs(k).max() ** 2)
+    probe, targets, _ = we.probe_layer(model, ids, 1, 3, 0)
+    u = torch.randn(3, model.config.hidden_size, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    rome = we.unit_deltas(probe, "rome", u, torch.zeros(3, 2, dtype=torch.long), cov)
+    a = probe.act[:, -1].numpy()
+    c = cov.numpy()
+    lam = we.RIDGE * np.trace(c) / c.shape[0]
+    for b in range(3):
+        w = np.linalg.solve(c + lam * np.eye(c.shape[0]), a[b])
+        assert np.allclose(rome[b].numpy(), np.outer(u[b] / u[b].norm(), w / np.linalg.norm(w)), atol=1e-10)
+        assert np.linalg.matrix_rank(rome[b].numpy(), tol=1e-8) == 1
+    neurons = we.value_neurons(probe.act[:, -1], we.site_linear(model, 1, "value").weight.double(), u, 4,
+                               "activation")
+    value = we.unit_deltas(probe, "value", u, neurons)
+
+    def cost(d, b):  # rescaled to move the output at a by exactly û: E‖ΔW k‖² + λ‖ΔW‖²
+        d = d[b].numpy() / np.linalg.norm(d[b].numpy() @ a[b])
+        return np.mean(np.sum((k @ d.T) ** 2, -1)) + lam * np.sum(d ** 2)
+
+    for b in range(3):
+        assert cost(rome, b) < cost(value, b)
+    from geosteer.errors import GeosteerError
+
+    with pytest.raises(GeosteerError, match="second moment"):
+        we.unit_deltas(probe, "rome", u, neurons)

@@ -41,7 +41,7 @@ class ProtocolConfig:
     ks: tuple[int, ...] = (32, 128, 512)
     channel_rule: str = "attribution"
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    sites: tuple[str, ...] = we.SITES
+    sites: tuple[str, ...] = we.PAPER_SITES
     direction: str = "unembed"
     target_rank: int = 10
     ablate_rank: int = 0
@@ -109,7 +109,8 @@ def _records(base: dict, out: dict[str, torch.Tensor], targets: torch.Tensor) ->
             for b in range(targets.shape[0])]
 
 
-def _edit_rows(model, layer, probe, targets, prompts, heldout, stock_held, cfg: ProtocolConfig, w_u) -> list[dict]:
+def _edit_rows(model, layer, probe, targets, prompts, heldout, stock_held, cfg: ProtocolConfig, w_u,
+               cov: torch.Tensor | None = None) -> list[dict]:
     w_down = we.site_linear(model, layer, "value").weight.detach().double().cpu()
     u_t = w_u[targets]
     neurons = we.value_neurons(probe.act[:, -1], w_down, u_t, cfg.neurons, cfg.neuron_rule)
@@ -119,7 +120,7 @@ def _edit_rows(model, layer, probe, targets, prompts, heldout, stock_held, cfg: 
                   for seed in cfg.seeds]
     rows = []
     for site, seed, direction in plans:
-        unit = we.unit_deltas(probe, "value" if site == "random" else site, direction, neurons)
+        unit = we.unit_deltas(probe, "value" if site == "random" else site, direction, neurons, cov)
         for s in cfg.sizes:
             out = _outcome(model, we.GroupedWeightDelta(layer, site, s * unit), prompts, heldout, probe.logits,
                            stock_held, targets)
@@ -197,16 +198,19 @@ def stock_heldout(model: nn.Module, heldout: torch.Tensor) -> torch.Tensor:
 
 def edit_protocol(model: nn.Module, prompts: torch.Tensor, heldout: torch.Tensor, layers: Sequence[int],
                   cfg: ProtocolConfig = ProtocolConfig(), done: dict | None = None,
-                  on_layer=None) -> dict[str, list[dict]]:
+                  on_layer=None, cov_windows: torch.Tensor | None = None) -> dict[str, list[dict]]:
     """The protocol on ``layers``: tables ``edits``, ``transfer``, ``summary``, ``overall``, ``ablation``,
     ``ablation_summary``, ``ablation_overall`` (tidy records). ``done`` maps a layer to its (edit rows,
     ablation rows) from an earlier run (not measured again); ``on_layer(layer, edit_rows, ablation_rows)``
-    is called after each layer measured (a checkpoint)."""
+    is called after each layer measured (a checkpoint). ``cov_windows``: the text the ``rome`` site's key
+    second moment is estimated on (needed with that site; other text than the prompts and held-out windows)."""
     from geosteer.models.anatomy import anatomy
 
     layers = anatomy(model).check_layers(list(layers))
     d_ff = we.site_linear(model, layers[0], "value").in_features if layers else None
     cfg.check(d_ff)
+    if "rome" in cfg.sites and cov_windows is None:
+        raise GeosteerError("the rome site needs cov_windows (text for its key second moment)")
     for site in {*cfg.sites, "value"}:
         we.site_linear(model, layers[0], site)
     w_u = unembedding(model, cfg.direction)
@@ -217,7 +221,8 @@ def edit_protocol(model: nn.Module, prompts: torch.Tensor, heldout: torch.Tensor
             e_rows, a_rows = done[layer]
         else:
             probe, t_edit, t_abl = we.probe_layer(model, prompts, layer, cfg.target_rank, cfg.ablate_rank)
-            e_rows = _edit_rows(model, layer, probe, t_edit, prompts, heldout, stock_held, cfg, w_u)
+            cov = we.key_second_moment(model, layer, cov_windows) if "rome" in cfg.sites else None
+            e_rows = _edit_rows(model, layer, probe, t_edit, prompts, heldout, stock_held, cfg, w_u, cov)
             a_rows = _ablation_rows(model, layer, probe, t_abl, prompts, heldout, stock_held, cfg)
             if on_layer is not None:
                 on_layer(layer, e_rows, a_rows)

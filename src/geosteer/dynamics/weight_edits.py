@@ -10,6 +10,12 @@ An edit is ΔW on the weight of one ``nn.Linear`` of block ℓ, at one of these 
   last position (every head's output: the broad attention-output edit).
 - ``query`` / ``key``: the query / key projection, ΔW = s·G/‖G‖_F with G = ∂z_t/∂W (the steepest first-order
   ascent of the target logit z_t among edits of that norm).
+- ``rome`` (a fine-tuning-free editing baseline, not in the paper's protocol): the down projection, ΔW = s·û ŵᵀ
+  with ŵ = unit((C + λI)⁻¹ a), a = the down projection's whole input at the prompt's last position and
+  C = E[k kᵀ] its second moment over other text (ROME's key whitening, Meng et al. 2022: the rank-one edit
+  that moves the output at a by a given vector while changing it least on average over the keys C was
+  estimated on). The value direction û and the size s are the protocol's (not an optimised value vector);
+  λ = 1e-3 · tr(C)/m.
 - channel ablation: ΔW = −W[:, S] on the down projection's columns S (channels S removed at every position).
 
 :class:`GroupedWeightDelta` applies ΔW_g to the rows of group g as the hook ``out += x ΔW_gᵀ``; a test checks
@@ -29,7 +35,9 @@ from geosteer.dynamics.editing import down_projection
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import anatomy
 
-SITES = ("value", "random", "query", "key", "attn_out")
+SITES = ("value", "random", "query", "key", "attn_out", "rome")
+PAPER_SITES = SITES[:5]  # the paper's protocol; ``rome`` is an added baseline
+RIDGE = 1e-3  # λ of the rome edit, relative to the mean eigenvalue tr(C)/m
 NEURON_RULES = ("activation", "alignment")
 CHANNEL_RULES = ("attribution", "activation")
 _ATTN_NAMES = {"query": "q_proj", "key": "k_proj", "attn_out": "o_proj"}
@@ -158,9 +166,43 @@ def rank_one_deltas(directions: torch.Tensor, inputs: torch.Tensor) -> torch.Ten
     return u[:, :, None] * w[:, None, :]
 
 
-def unit_deltas(probe: LayerProbe, site: str, directions: torch.Tensor, neurons: torch.Tensor) -> torch.Tensor:
+@torch.no_grad()
+def key_second_moment(model: nn.Module, layer: int, ids: torch.Tensor, batch_size: int = 4) -> torch.Tensor:
+    """C = E[k kᵀ] (m × m, float64) of the down projection's input k over every position of ``ids``."""
+    from geosteer.models.loading import input_device
+
+    down = site_linear(model, layer, "value")
+    acc = {"c": torch.zeros(down.in_features, down.in_features, dtype=torch.float64), "n": 0}
+
+    def pre(m, args):
+        k = args[0].detach().reshape(-1, args[0].shape[-1]).double().cpu()
+        acc["c"] += k.T @ k
+        acc["n"] += k.shape[0]
+
+    handle = down.register_forward_pre_hook(pre)
+    try:
+        for i in range(0, ids.shape[0], batch_size):
+            model(ids[i:i + batch_size].to(input_device(model)), logits_to_keep=1)
+    finally:
+        handle.remove()
+    return acc["c"] / max(acc["n"], 1)
+
+
+def whitened_keys(keys: torch.Tensor, cov: torch.Tensor, ridge: float = RIDGE) -> torch.Tensor:
+    """(C + λI)⁻¹ k for each row k of ``keys`` (B, m), λ = ``ridge`` · tr(C)/m."""
+    lam = ridge * float(torch.diagonal(cov).mean())
+    eye = torch.eye(cov.shape[0], dtype=cov.dtype)
+    return torch.linalg.solve(cov + lam * eye, keys.T.to(cov.dtype)).T
+
+
+def unit_deltas(probe: LayerProbe, site: str, directions: torch.Tensor, neurons: torch.Tensor,
+                cov: torch.Tensor | None = None) -> torch.Tensor:
     """The site's edit of unit Frobenius norm per prompt (B, out, in); ``directions`` (B, d) is û for the
-    rank-one sites, ``neurons`` (B, n) the value neurons."""
+    rank-one sites, ``neurons`` (B, n) the value neurons, ``cov`` the key second moment (``rome``)."""
+    if site == "rome":
+        if cov is None:
+            raise GeosteerError("the rome edit needs the key second moment C (key_second_moment)")
+        return rank_one_deltas(directions, whitened_keys(probe.act[:, -1], cov))
     if site in ("query", "key"):
         g = probe.weight_grads[site]
         return g / g.flatten(1).norm(dim=-1).clamp_min(1e-30)[:, None, None]

@@ -69,7 +69,10 @@ def edit_protocol(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                   channel_rule: str = typer.Option("attribution", "--channel-rule",
                                                    help="attribution: largest first-order target-logit drop "
                                                         "Σ_t a_j ∂z/∂a_j; activation: largest |a_j| at the end"),
-                  sites: str = typer.Option("value,random,query,key,attn_out", "--sites", help="edit sites"),
+                  sites: str = typer.Option("value,random,query,key,attn_out", "--sites",
+                                            help="edit sites (rome: a ROME-style rank-one edit, added baseline)"),
+                  cov_tokens: int = typer.Option(8192, "--cov-tokens",
+                                                 help="train-split tokens for the rome edit's key second moment"),
                   direction: str = typer.Option("unembed", "--direction", help="unembed | centered"),
                   target_rank: int = typer.Option(10, "--target-rank", help="edit target = this rank (0 = top)"),
                   ablate_rank: int = typer.Option(0, "--ablate-rank", help="ablation target = this rank"),
@@ -101,6 +104,9 @@ def edit_protocol(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
     cfg.check(_ffn_width(model))
     run_key = {"model": model, "cfg": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(cfg).items()},
                "prompts": prompts, "heldout": heldout, "seq_len": seq_len, "device": device, "dtype": dtype}
+    if "rome" in cfg.sites:
+        check_positive(cov_tokens, "--cov-tokens")
+        run_key["cov_tokens"] = cov_tokens
     done = _read_checkpoint(checkpoint, run_key) if checkpoint is not None else {}
     m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
     chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
@@ -112,13 +118,17 @@ def edit_protocol(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
             atomic_write_json(checkpoint, {"run": run_key, "layers": {
                 str(k): {"edits": e, "ablation": a} for k, (e, a) in sorted(done.items())}})
 
-    tables = run(m, windows[:prompts], windows[prompts:], chosen, cfg, done=done, on_layer=keep)
+    cov_windows = corpus_windows(tok, "train", cov_tokens, seq_len) if "rome" in cfg.sites else None
+    tables = run(m, windows[:prompts], windows[prompts:], chosen, cfg, done=done, on_layer=keep,
+                 cov_windows=cov_windows)
     meta = run_meta(m, layers=chosen, prompts=prompts, heldout=heldout, seq_len=seq_len, **run_key["cfg"],
                     edit_norm="Frobenius norm of the weight change ΔW (= the size s)",
                     headline={"efficiency": f"dz / s at s = {min(cfg.sizes):g}",
                               "locality": f"kl_heldout at the mid-range size s = {cfg.mid:g}",
                               "ablation": f"k = {max(cfg.ks)}"},
-                    text="prompts: the first held-out windows; KL text: the windows right after them")
+                    text="prompts: the first held-out windows; KL text: the windows right after them",
+                    **({"cov_tokens": cov_tokens, "cov_text": "train split, --seq-len windows"}
+                       if "rome" in cfg.sites else {}))
     write_rows([{"table": t, **r} for t in TABLES for r in tables[t]], meta, out, csv)
     if as_json:
         emit({"meta": meta, "overall": tables["overall"], "ablation": tables["ablation_overall"]}, True)
