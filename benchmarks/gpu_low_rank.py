@@ -2,7 +2,7 @@
 
 The scale model's bank truncated to rank 2 (``bank.low_rank(2)``) runs three ways at the plan's ``rank2``
 lengths (forward, no cache, batch 1): stock (surfaces off), the exact fused Triton kernel on the truncated
-coefficients, and the narrow rank-2 Triton kernel (``geosteer.manifold.triton_low_rank``: r + 1 = 3 value
+coefficients, and the narrow rank-2 Triton kernel (``geosteer.kernels.triton_low_rank``: r + 1 = 3 value
 slices instead of K + 1 = 12). Fails fast (AssertionError) when the narrow kernel differs from the PyTorch
 path of the same rank-2 math on layer-shaped tensors (``check_kernel``, with the scale script's exactness
 checks) or in whole-model logits.
@@ -16,9 +16,9 @@ from _common import check_close, logits_agreement, padded_batch  # benchmarks/ i
 
 def check_kernel(s: dict, dev) -> dict:
     """Narrow Triton vs the narrow PyTorch path on one layer's shapes (causal fp32, padding and decode bf16)."""
+    from geosteer.kernels.low_rank import low_rank_attention
+    from geosteer.kernels.triton_low_rank import low_rank_attention_triton
     from geosteer.manifold.low_rank import factors
-    from geosteer.manifold.low_rank_kernel import low_rank_attention
-    from geosteer.manifold.triton_low_rank import low_rank_attention_triton
 
     H, hk, d = s["num_attention_heads"], s["num_key_value_heads"], s["head_dim"]
     g = torch.Generator(device=dev).manual_seed(1)

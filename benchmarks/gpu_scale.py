@@ -147,7 +147,7 @@ def peak_gib(sides, fn, dev, names) -> dict:
 
 def check_kernel(shape: str, dev, parts=()) -> dict:
     """Triton vs the PyTorch path on one layer's shapes (fp32 and bf16 inputs); raises on a mismatch."""
-    from geosteer.manifold.kernel import modulated_attention
+    from geosteer.kernels.exact import modulated_attention
 
     s = SHAPES[shape]
     H, hk, d = s["num_attention_heads"], s["num_key_value_heads"], s["head_dim"]

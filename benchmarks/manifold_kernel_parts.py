@@ -42,7 +42,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from geosteer.kernels import ext
-    from geosteer.manifold.kernel import grid_affine
+    from geosteer.kernels.exact import grid_affine
 
     print(f"threads: {a.threads}\ncompiled_kernels: {(ext.get(), ext.status())[1]}")
     mod = ext.get()

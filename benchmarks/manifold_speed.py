@@ -18,7 +18,7 @@ with --surfaces), so no zero-layer shortcut applies. Prints one ``name: value`` 
 ``--dtype float32,bfloat16`` measures each figure in each dtype (the model loaded in it; stock and surfaces of
 a dtype interleaved as above, so each ratio compares the two in the same dtype and the same minutes); lines of
 a dtype other than float32 end in ``_<dtype>``. Surfaces compute in fp32 from bf16/fp16 inputs (see
-``geosteer.manifold.kernel``), so on a CPU without native bf16 arithmetic the stock bf16 model is the slower
+``geosteer.kernels.exact``), so on a CPU without native bf16 arithmetic the stock bf16 model is the slower
 side and the bf16 ratio comes out below the fp32 one.
 
 Beside each forward and decode ratio: its FLOP floor (``flop_floor``), the multiply-adds of the exact

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 def _rows_for(n: int, coeff, reps: int) -> list[dict]:
     import torch
 
-    from geosteer.manifold import kernel
+    from geosteer.kernels import exact
     from geosteer.serve import surface_ops
 
     K, grid = GRID + 3, (GRID, LO, HI)
@@ -86,8 +86,8 @@ def _rows_for(n: int, coeff, reps: int) -> list[dict]:
     f = o[:, :, 1:]
     forms = {"dense": (lambda: _dense_channels(kh, vh), lambda: _dense_delta(f, q, coeff))}
     for name, compiled in (("torch", False), ("compiled", True)):
-        forms[name] = (lambda c=compiled: _with(kernel, c, surface_ops.value_channels, kh, vh, [grid]),
-                       lambda c=compiled: _with(kernel, c, surface_ops.surface_delta, f, q, coeff, grid))
+        forms[name] = (lambda c=compiled: _with(exact, c, surface_ops.value_channels, kh, vh, [grid]),
+                       lambda c=compiled: _with(exact, c, surface_ops.surface_delta, f, q, coeff, grid))
     ref = [fn() for fn in forms["dense"]]
     rows = []
     for name, fns in forms.items():
@@ -103,12 +103,12 @@ def _rows_for(n: int, coeff, reps: int) -> list[dict]:
     return rows
 
 
-def _with(kernel, compiled: bool, fn, *args):
-    saved, kernel.USE_EXT = kernel.USE_EXT, compiled
+def _with(exact, compiled: bool, fn, *args):
+    saved, exact.USE_EXT = exact.USE_EXT, compiled
     try:
         return fn(*args)
     finally:
-        kernel.USE_EXT = saved
+        exact.USE_EXT = saved
 
 
 if __name__ == "__main__":

@@ -38,9 +38,9 @@ def main(argv=None) -> None:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from geosteer.manifold import triton_backward as tb
-    from geosteer.manifold import triton_kernels as tk
-    from geosteer.manifold import triton_low_rank_kernels as tlk
+    from geosteer.kernels import triton_backward as tb
+    from geosteer.kernels import triton_kernels as tk
+    from geosteer.kernels import triton_low_rank_kernels as tlk
 
     target = GPUTarget("cuda", a.arch, 32)
     bd = max(16, 1 << (a.head_dim - 1).bit_length())

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
+from geosteer.kernels import triton as fused
+
 ATTN_NAME = "geosteer"
 _HANDLERS_ATTR = "_geosteer_attention_handlers"
 
@@ -107,7 +109,7 @@ def stock_attention_with_lse(call: AttentionCall) -> tuple[torch.Tensor, torch.T
       flash-attention kernel, the one transformers' SDPA path runs, with the same inputs (GQA keys/values
       repeated as SDPA's ``enable_gqa`` does): the stock output bit for bit (tested).
     - CUDA with Triton importable (or a CPU under ``TRITON_INTERPRET=1`` with
-      ``GEOSTEER_MANIFOLD_BACKEND=triton``): the fused Triton kernel of ``geosteer.manifold.triton`` without
+      ``GEOSTEER_MANIFOLD_BACKEND=triton``): the fused Triton kernel of ``geosteer.kernels.triton`` without
       surfaces, for any mask the stock path gets (padding, sliding windows, KV cache), GQA unexpanded, any
       float dtype: the stock output to fp32 rounding (a different kernel than SDPA's), no attention matrix.
       ``GEOSTEER_MANIFOLD_BACKEND=torch`` or ``cpu`` turns this off.
@@ -130,10 +132,8 @@ def stock_attention_with_lse(call: AttentionCall) -> tuple[torch.Tensor, torch.T
         return out.transpose(1, 2).contiguous(), lse
     if not _triton_stock_applies(q):
         return None
-    from geosteer.manifold.triton import modulated_attention_triton
-
-    return modulated_attention_triton(q, k, v, None, 1, 0.0, 1.0, attn_mask=call.attention_mask,
-                                      is_causal=bool(causal), scaling=call.scaling, return_lse=True)
+    return fused.modulated_attention_triton(q, k, v, None, 1, 0.0, 1.0, attn_mask=call.attention_mask,
+                                            is_causal=bool(causal), scaling=call.scaling, return_lse=True)
 
 
 def _triton_stock_applies(query: torch.Tensor) -> bool:
@@ -143,8 +143,6 @@ def _triton_stock_applies(query: torch.Tensor) -> bool:
     backend = os.environ.get("GEOSTEER_MANIFOLD_BACKEND", "")
     if backend in ("torch", "cpu") or (query.device.type != "cuda" and backend != "triton"):
         return False
-    from geosteer.manifold import triton as fused
-
     return fused.applies(query, 0.0, 1.0)
 
 

@@ -1,5 +1,6 @@
 """The package's import graph: no cycles (imports at any depth count, also those inside functions and
-``importlib.import_module("geosteer...")`` calls with a literal name), and the
+``importlib.import_module("geosteer...")`` calls with a literal name); the kernels a core layer under the
+attention function, the methods and serving; and the
 library below the figures: only ``viz`` itself and its users (CLI modules, a method's ``studies`` package, the
 studio, the demo app) import ``geosteer.viz``."""
 
@@ -124,6 +125,32 @@ def test_the_graph_sees_imports_inside_functions(tmp_path):
 def test_no_import_cycles():
     found = cycles(import_graph(_modules()))
     assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+KERNEL_DEPS = ("geosteer.kernels", "geosteer.errors", "geosteer.extras", "geosteer.cache")
+
+
+def _reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for t in edges[todo.pop()] - seen:
+            seen.add(t)
+            todo.append(t)
+    return seen
+
+
+def test_kernels_are_a_layer_below_attention_methods_and_serving():
+    """``geosteer.kernels`` reaches (at any depth) only itself and the core utilities; ``attention``, the
+    surfaces and serving import it."""
+    edges = import_graph(_modules())
+    kernels = [m for m in edges if m == "geosteer.kernels" or m.startswith("geosteer.kernels.")]
+    assert "geosteer.kernels.exact" in kernels
+    bad = {m: sorted(t for t in _reachable(edges, m) if not t.startswith(KERNEL_DEPS)) for m in kernels}
+    bad = {m: ts for m, ts in bad.items() if ts}
+    assert not bad, "kernel modules that reach above their layer: " + "; ".join(f"{m} -> {', '.join(ts)}"
+                                                                             for m, ts in sorted(bad.items()))
+    assert "geosteer.kernels.triton" in edges["geosteer.attention"]
+    assert "geosteer.kernels.exact" in edges["geosteer.manifold.surface_attention"]
 
 
 def _viz_user(module: str) -> bool:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from geosteer.kernels import ext
-from geosteer.manifold import kernel
+from geosteer.kernels import exact, ext
 
 G, LO, HI = 6, -3.0, 3.0
 K = G + 3
@@ -28,7 +27,7 @@ def _reference(q, k, v, c, mask: torch.Tensor) -> torch.Tensor:
     rep = q.shape[1] // k.shape[1]
     scores = q64 @ k64.repeat_interleave(rep, 1).transpose(-1, -2) / q.shape[-1] ** 0.5
     w = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-    return kernel.naive_modulated_attention(w, q64, k64, v64, c.double(), G, LO, HI)
+    return exact.naive_modulated_attention(w, q64, k64, v64, c.double(), G, LO, HI)
 
 
 def _assert_bf16_close(got: torch.Tensor, ref: torch.Tensor) -> None:
@@ -46,13 +45,13 @@ def compiled_calls(monkeypatch):
     if ext.get() is None:
         pytest.skip(f"compiled CPU kernels unavailable: {ext.status()}")
     calls = []
-    real = kernel._epilogue
+    real = exact.epilogue
 
     def counted(*args, **kwargs):
         calls.append(args[1].dtype)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(kernel, "_epilogue", counted)
+    monkeypatch.setattr(exact, "epilogue", counted)
     return calls
 
 
@@ -61,7 +60,7 @@ def test_bf16_causal_matches_per_pair_reference(L, compiled_calls):
     T = 37
     q, k, v, c = _inputs(L, T)
     with torch.no_grad():
-        got = kernel.modulated_attention(q, k, v, c, G, LO, HI, is_causal=L == T, block=16,
+        got = exact.modulated_attention(q, k, v, c, G, LO, HI, is_causal=L == T, block=16,
                                          attn_mask=None if L == T else torch.ones(L, T, dtype=torch.bool).tril(T - L))
     mask = torch.ones(L, T, dtype=torch.bool).tril(T - L)
     _assert_bf16_close(got, _reference(q, k, v, c, mask))
@@ -71,10 +70,10 @@ def test_bf16_causal_matches_per_pair_reference(L, compiled_calls):
 def test_bf16_decode_with_cached_features(compiled_calls):
     """One new query against 37 cached keys, the key features computed once beforehand (the decode cache)."""
     q, k, v, c = _inputs(1, 37, seed=1)
-    feats = kernel.key_features(k, v, G, LO, HI)
+    feats = exact.key_features(k, v, G, LO, HI)
     assert feats.dtype is torch.float32  # kept in fp32 across decode steps, never re-converted
     with torch.no_grad():
-        got = kernel.modulated_attention(q, k, v, c, G, LO, HI, features=feats)
+        got = exact.modulated_attention(q, k, v, c, G, LO, HI, features=feats)
     _assert_bf16_close(got, _reference(q, k, v, c, torch.ones(1, 37, dtype=torch.bool)))
     assert compiled_calls
 
@@ -85,6 +84,6 @@ def test_bf16_padding_mask_matches_reference(compiled_calls):
     mask[:, :3] = False  # three left pads
     mask[:3, :3] = torch.eye(3, dtype=torch.bool)  # pad rows see themselves (no fully masked row)
     with torch.no_grad():
-        got = kernel.modulated_attention(q, k, v, c, G, LO, HI, attn_mask=mask[None, None], block=8)
+        got = exact.modulated_attention(q, k, v, c, G, LO, HI, attn_mask=mask[None, None], block=8)
     _assert_bf16_close(got, _reference(q, k, v, c, mask))
     assert compiled_calls

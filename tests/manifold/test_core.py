@@ -12,7 +12,7 @@ from geosteer.attention import AttentionCall, attention_weights
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.interventions import steer
 from geosteer.kernels.bspline import bspline_basis, bspline_basis_reference, bspline_local
-from geosteer.manifold.kernel import modulated_attention, naive_modulated_attention
+from geosteer.kernels.exact import modulated_attention, naive_modulated_attention
 from geosteer.models.anatomy import anatomy
 from geosteer.reproduction.references import keep_mask, per_pair_handlers
 from tests.conftest import TINY_FAMILIES, sample_ids
@@ -106,8 +106,7 @@ def _ref(q, k, v, C, mask, lo=-4.0, hi=4.0):
 @pytest.fixture(params=["torch", "torch-nograd", "ext"])
 def path(request, monkeypatch):
     """Run a kernel test on the autograd PyTorch path, the inference PyTorch path and the compiled one."""
-    from geosteer.kernels import ext
-    from geosteer.manifold import kernel
+    from geosteer.kernels import exact, ext
 
     if request.param == "ext":
         if ext.get() is None:
@@ -115,7 +114,7 @@ def path(request, monkeypatch):
         with torch.no_grad():
             yield request.param
         return
-    monkeypatch.setattr(kernel, "USE_EXT", False)
+    monkeypatch.setattr(exact, "USE_EXT", False)
     if request.param == "torch-nograd":
         with torch.no_grad():
             yield request.param
@@ -456,8 +455,7 @@ def test_handlers_after_the_bank_still_run(tiny_model):
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_compiled_kernel_gradients_match_pytorch_path(monkeypatch, causal):
-    from geosteer.kernels import ext
-    from geosteer.manifold import kernel
+    from geosteer.kernels import exact, ext
 
     if ext.get() is None:
         pytest.skip(f"compiled kernels {ext.status()}")
@@ -466,7 +464,7 @@ def test_compiled_kernel_gradients_match_pytorch_path(monkeypatch, causal):
     gw = torch.randn(q.shape[0], q.shape[2], q.shape[1], q.shape[3])
     res = []
     for use in (True, False):
-        monkeypatch.setattr(kernel, "USE_EXT", use)
+        monkeypatch.setattr(exact, "USE_EXT", use)
         out = modulated_attention(q, k, v, C, 8, -4.0, 4.0, is_causal=causal, block=8)
         res.append((out, *torch.autograd.grad((out * gw).sum(), (q, k, v, C))))
     for a, b in zip(*res, strict=True):

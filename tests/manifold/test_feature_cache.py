@@ -9,7 +9,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from geosteer import manifold
-from geosteer.manifold.kernel import key_features
+from geosteer.kernels.exact import key_features
 from tests.conftest import random_bank, random_ids
 
 FAMILIES = ["llama", "gemma3", "gpt_neox"]  # GQA; sliding-window and full layers (GQA 4:1); layer_past

@@ -76,8 +76,9 @@ def _case(b, H, Hkv, L, T, d, seed=0):
 @pytest.mark.parametrize("kind", ["causal", "padding", "decode"])
 def test_low_rank_attention_matches_per_pair_reference(kind):
     from geosteer.attention import AttentionCall, attention_weights
-    from geosteer.manifold.kernel import naive_modulated_attention
-    from geosteer.manifold.low_rank import factors, low_rank_attention
+    from geosteer.kernels.exact import naive_modulated_attention
+    from geosteer.kernels.low_rank import low_rank_attention
+    from geosteer.manifold.low_rank import factors
 
     class Mod(torch.nn.Module):
         is_causal = True

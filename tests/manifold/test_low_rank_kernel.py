@@ -1,4 +1,4 @@
-"""The r + 1-slice attention of rank-r surfaces (manifold.low_rank_kernel), compiled kernels and PyTorch ops,
+"""The r + 1-slice attention of rank-r surfaces (kernels.low_rank), compiled kernels and PyTorch ops,
 against the per-pair reference on C = U Wᵀ: GQA, causal / padding / sliding-window / float masks, soft-capping,
 odd lengths and blocks, decoding; and a rank-r bank's cached decoding against full forwards."""
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from geosteer.interventions import steer
-from geosteer.manifold import kernel
-from geosteer.manifold.kernel import naive_modulated_attention
+from geosteer.kernels import exact
+from geosteer.kernels.exact import naive_modulated_attention
+from geosteer.kernels.low_rank import low_rank_attention, narrow_key_features
 from geosteer.manifold.low_rank import factors
-from geosteer.manifold.low_rank_kernel import low_rank_attention, narrow_key_features
 from tests.conftest import random_bank, random_ids
 
 
@@ -21,7 +21,7 @@ def compiled(request, monkeypatch):
         if ext.get() is None:
             pytest.skip(f"compiled kernels unavailable: {ext.status()}")
         return True
-    monkeypatch.setattr(kernel, "USE_EXT", False)  # the PyTorch path even where the extension is built
+    monkeypatch.setattr(exact, "USE_EXT", False)  # the PyTorch path even where the extension is built
     return False
 
 
@@ -95,12 +95,11 @@ FLASH_CASES = [  # (b, H, Hkv, L, T, d), causal, softcap, (query rows, key colum
 @pytest.mark.parametrize("shape,causal,softcap,tiles", FLASH_CASES)
 def test_flash_kernel_matches_per_pair_reference(shape, causal, softcap, tiles, monkeypatch):
     """The compiled flash-style kernel (no mask: causal or none) on tiles that do not divide the lengths."""
-    from geosteer.kernels import ext
-    from geosteer.manifold import low_rank_kernel
+    from geosteer.kernels import ext, low_rank
 
     if ext.get() is None or not hasattr(ext.get(), "feature_flash"):
         pytest.skip(f"compiled kernels unavailable: {ext.status()}")
-    monkeypatch.setattr(low_rank_kernel, "FLASH_BLOCKS", tiles)
+    monkeypatch.setattr(low_rank, "FLASH_BLOCKS", tiles)
     b, H, Hkv, L, T, d = shape
     g = torch.Generator().manual_seed(L)
     q = torch.randn(b, L, H, d, generator=g).transpose(1, 2) * 2

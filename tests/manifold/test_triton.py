@@ -19,7 +19,7 @@ import torch
 from geosteer import manifold
 from geosteer.attention import AttentionCall, add_attention_handler, attention_weights
 from geosteer.errors import GeosteerError
-from geosteer.manifold.kernel import backend_choice, modulated_attention, naive_modulated_attention, use_triton
+from geosteer.kernels.exact import backend_choice, modulated_attention, naive_modulated_attention, use_triton
 from geosteer.models.anatomy import anatomy
 from geosteer.reproduction.references import keep_mask, per_pair_handlers
 from tests.conftest import TINY_FAMILIES
@@ -43,10 +43,10 @@ def test_interpreter_cases_in_a_subprocess():
 
 @pytest.fixture(scope="module")
 def fused():
-    """geosteer.manifold.triton with its kernels in the interpreter (only in a TRITON_INTERPRET=1 process)."""
+    """geosteer.kernels.triton with its kernels in the interpreter (only in a TRITON_INTERPRET=1 process)."""
     if not INTERPRETING:
         pytest.skip("needs TRITON_INTERPRET=1 from the start (run by test_interpreter_cases_in_a_subprocess)")
-    from geosteer.manifold import triton as fused_mod
+    from geosteer.kernels import triton as fused_mod
 
     assert fused_mod.interpreted()
     return fused_mod

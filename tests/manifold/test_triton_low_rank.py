@@ -1,4 +1,4 @@
-"""The rank-r Triton forward (manifold.triton_low_rank), run on the CPU in Triton's interpreter: against the
+"""The rank-r Triton forward (kernels.triton_low_rank), run on the CPU in Triton's interpreter: against the
 per-pair reference on C = U Wᵀ (causal, padding, sliding window, soft-capping, additive mask, GQA, head_dim
 not a power of two, odd lengths over several tiles, split-K decoding, ranks 1 to 3, fp32 and bf16), and a rank-2 bank
 on the Triton backend against the narrow path in PyTorch ops on a tiny model (with a KV-cache decode step).
@@ -14,7 +14,7 @@ import torch
 
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
-from geosteer.manifold.kernel import naive_modulated_attention
+from geosteer.kernels.exact import naive_modulated_attention
 from geosteer.manifold.low_rank import factors
 from geosteer.reproduction.references import keep_mask
 from tests.conftest import random_bank
@@ -25,10 +25,10 @@ INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 
 @pytest.fixture(scope="module")
 def narrow():
-    """geosteer.manifold.triton_low_rank with its kernel in the interpreter (only in a TRITON_INTERPRET=1 process)."""
+    """geosteer.kernels.triton_low_rank with its kernel in the interpreter (only in a TRITON_INTERPRET=1 process)."""
     if not INTERPRETING:
         pytest.skip("needs TRITON_INTERPRET=1 from the start (run by test_interpreter_cases_in_a_subprocess)")
-    from geosteer.manifold import triton, triton_low_rank
+    from geosteer.kernels import triton, triton_low_rank
 
     assert triton.interpreted()
     return triton_low_rank
@@ -113,8 +113,8 @@ def test_additive_mask_bf16_inputs_and_refusals(narrow):
 def test_rank2_bank_on_the_triton_backend_equals_the_narrow_pytorch_path(narrow, tiny_model, monkeypatch):
     """gemma3's sliding-window layer (GQA, head_dim 32 ≠ d/h): a padded prompt, then one cached decode step.
     The Triton backend runs the narrow kernel (never the exact one) and keeps no feature cache."""
-    from geosteer.manifold import triton as fused
-    from geosteer.manifold import triton_low_rank
+    from geosteer.kernels import triton as fused
+    from geosteer.kernels import triton_low_rank
 
     model, tok = tiny_model("gemma3")
     enc = tok(["The laws of physics are the same for all.", "She saw the man."], return_tensors="pt",

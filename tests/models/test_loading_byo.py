@@ -10,7 +10,7 @@ import torch
 from geosteer import manifold
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
-from geosteer.manifold import kernel
+from geosteer.kernels import exact
 from geosteer.models.anatomy import anatomy, unwrap_peft
 from geosteer.models.loading import hub_id, input_device, load_model, resolve_dtype
 from tests.conftest import random_bank, random_ids
@@ -62,7 +62,7 @@ def test_bf16_neutral_equals_stock_bf16(name):
 
 @pytest.mark.parametrize("use_ext", [True, False])
 def test_bf16_surfaces_close_to_fp32_reference(use_ext, monkeypatch):
-    monkeypatch.setattr(kernel, "USE_EXT", use_ext)
+    monkeypatch.setattr(exact, "USE_EXT", use_ext)
     m32, _ = load_model("tiny-llama")
     m16, _ = load_model("tiny-llama", dtype=torch.bfloat16)
     ids = sample_ids(m32, n=2, length=24)
@@ -90,11 +90,11 @@ def test_bf16_kernel_direct_vs_fp32():
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 4, 10, 16), torch.randn(1, 2, 10, 16), torch.randn(1, 2, 10, 16)
     c = torch.randn(4, 16, 9, 9) * 0.3
-    ref = kernel.modulated_attention(q, k, v, c, 6, -3.0, 3.0, is_causal=True)
-    half = kernel.modulated_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), c, 6, -3.0, 3.0, is_causal=True)
+    ref = exact.modulated_attention(q, k, v, c, 6, -3.0, 3.0, is_causal=True)
+    half = exact.modulated_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), c, 6, -3.0, 3.0, is_causal=True)
     assert half.dtype is torch.bfloat16
     # the only bf16 error left is the rounding of the inputs and of the output
-    ref_r = kernel.modulated_attention(q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(), c, 6,
+    ref_r = exact.modulated_attention(q.bfloat16().float(), k.bfloat16().float(), v.bfloat16().float(), c, 6,
                                        -3.0, 3.0, is_causal=True)
     torch.testing.assert_close(half, ref_r.bfloat16(), atol=0, rtol=0)
     assert (half.float() - ref).abs().max() < 0.1

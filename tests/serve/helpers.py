@@ -31,14 +31,14 @@ def hf_greedy(model, prompts: list[list[int]], new: int, interventions=()) -> tu
     """Greedy continuations on geosteer's Hugging Face path (KV cache) and each chosen token's log-prob;
     equal-length prompts in one batch, so no padding."""
     import geosteer
-    from geosteer.manifold import kernel
+    from geosteer.kernels import exact
 
     ids = torch.tensor(prompts)
-    compiled, kernel.USE_EXT = kernel.USE_EXT, False  # the reference in PyTorch ops; vLLM's layers compiled
+    compiled, exact.USE_EXT = exact.USE_EXT, False  # the reference in PyTorch ops; vLLM's layers compiled
     try:
         return _greedy_loop(model, ids, new, interventions, geosteer.steer)
     finally:
-        kernel.USE_EXT = compiled
+        exact.USE_EXT = compiled
 
 
 def _greedy_loop(model, ids, new, interventions, steer):

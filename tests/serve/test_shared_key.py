@@ -10,8 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from geosteer.kernels import ext
-from geosteer.manifold import kernel
+from geosteer.kernels import exact, ext
 from geosteer.serve import paged_kernel, shared_key
 from geosteer.served import Surface
 
@@ -56,7 +55,7 @@ def _reference(q, k, v, coeff, S, L, window, softcap):
     j = torch.arange(S).view(1, S)
     visible = (j <= qpos) & ((j > qpos - window) if window > 0 else True)
     a = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1)
-    full = kernel.naive_modulated_attention(a, qh, kh, vh, coeff, *GRID)[0]
+    full = exact.naive_modulated_attention(a, qh, kh, vh, coeff, *GRID)[0]
     stock = torch.einsum("hlt,thd->lhd", a[0], v.repeat_interleave(REP, dim=1))
     return full - stock
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from geosteer.kernels import ext
+from geosteer.kernels import exact, ext
 from geosteer.kernels.bspline import bspline_basis_reference
-from geosteer.manifold import kernel
 from geosteer.serve import surface_ops
 
 HKV, REP, D, T = 2, 3, 8, 7
@@ -19,7 +18,7 @@ GRIDS = [(4, -2.0, 2.0), (2, -1.5, 3.0)]  # two recipes' grids on one layer
 def backend(request, monkeypatch):
     if request.param == "compiled" and ext.get() is None:
         pytest.skip(f"compiled CPU kernels: {ext.status()}")
-    monkeypatch.setattr(kernel, "USE_EXT", request.param == "compiled")
+    monkeypatch.setattr(exact, "USE_EXT", request.param == "compiled")
     return request.param
 
 
@@ -65,7 +64,7 @@ def test_stock_channel_plus_epilogue_is_modulated_attention(backend, which):
     coeff = torch.randn(HKV * REP, D, K, K, generator=torch.Generator().manual_seed(2)) * 0.5
     off = 1 + sum(gg + 3 for gg, _, _ in GRIDS[:which])
     out = o[:, :, 0].reshape(T, HKV * REP, D) + surface_ops.surface_delta(o[:, :, off:off + K], q, coeff, GRIDS[which])
-    ref = kernel.naive_modulated_attention(weights, q.transpose(0, 1)[None], k.transpose(0, 1)[None],
+    ref = exact.naive_modulated_attention(weights, q.transpose(0, 1)[None], k.transpose(0, 1)[None],
                                            v.transpose(0, 1)[None], coeff, g, lo, hi)[0]
     delta = (ref - o[:, :, 0].reshape(T, HKV * REP, D)).abs().max()
     assert delta > 1e-2  # the surfaces change the output, so the comparison below can fail

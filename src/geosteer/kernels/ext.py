@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from geosteer.cache import cache_dir
+
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("manifold_kernels.cpp", "feature_flash.cpp", "bindings.cpp")  # package data, joined in this order
 
@@ -43,8 +45,6 @@ def build_inline(name: str, sources: list[str], functions: list[str] | None, omp
     folder by default), one build per interpreter and torch (:func:`_build_tag`); ``announce`` is printed
     before a first build."""
     from torch.utils.cpp_extension import load_inline
-
-    from geosteer.models.loading import cache_dir
 
     # torch looks for `ninja` on PATH; the `ninja` wheel puts it beside this interpreter, which
     # is not on PATH when .venv/bin/python is run without activating the venv.
@@ -99,8 +99,6 @@ def get():
             _state["error"] = "disabled by GEOSTEER_NO_EXT"
             return None
         try:
-            from geosteer.models.loading import cache_dir
-
             try:
                 # -fopenmp: at::parallel_for runs on torch's OpenMP pool (the same libgomp.so.1 that torch
                 # loaded); without it the pragma is ignored and these loops run on one thread.

@@ -1,7 +1,7 @@
 """Attention manifolds: learned B-spline surfaces that modulate each value dimension.
 
 o_id = Σ_j a_ij v_jd (1 + S_d(q_id, k_jd)) with S_d(q, k) = Σ_ab C_dab B_a(q) B_b(k) on post-RoPE q/k,
-computed exactly in factored form (``geosteer.manifold.kernel``), with KV-cache decoding.
+computed exactly in factored form (``geosteer.kernels.exact``), with KV-cache decoding.
 
     bank = geosteer.manifold.install(model, grid_size=8, grid_range=(-4.0, 4.0))  # zero = stock model
     geosteer.manifold.save(bank, "artifacts/my-surfaces")

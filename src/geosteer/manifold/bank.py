@@ -24,10 +24,12 @@ from torch.nn.utils import parametrize
 
 from geosteer.attention import attach_handlers
 from geosteer.errors import GeosteerError
+from geosteer.kernels import triton_low_rank
 from geosteer.kernels.bspline import bspline_basis
+from geosteer.kernels.exact import DEFAULT_BLOCK, backend_choice, modulated_attention, use_triton
 from geosteer.kernels.feature_cache import FeatureCache, StaticFeatureCache, watch_kv_layers
+from geosteer.kernels.low_rank import cached_features, low_rank_attention
 from geosteer.manifold.config import ManifoldConfig
-from geosteer.manifold.kernel import DEFAULT_BLOCK, backend_choice
 from geosteer.manifold.surface_attention import surface_attention
 from geosteer.manifold.surface_checks import check_surfaces, format_layers, layers_device  # noqa: F401 - public
 
@@ -56,7 +58,7 @@ class SurfaceBank(nn.Module):
         self.history: list[dict] = []
         self.meta: dict = {}
         self.block = DEFAULT_BLOCK
-        self.backend: str | None = None  # triton | torch | cpu | None (automatic; see manifold.kernel)
+        self.backend: str | None = None  # triton | torch | cpu | None (automatic; see kernels.exact)
         self.rank: int | None = None  # set by low_rank(r) (narrow): inference takes the r + 1-slice path
         self._factors: dict = {}
         self.fused = True  # compute the stock part in the same product (False: stock SDPA + Δo)
@@ -255,9 +257,7 @@ class SurfaceBank(nn.Module):
         decoding reuses the narrow key features of the past keys, in ``_caches`` under ``("low_rank", slot)``).
         Where the fused Triton kernels apply, the rank-r Triton forward runs (no feature cache; with autograd,
         the exact fused kernels on the truncated coefficients)."""
-        from geosteer.manifold.kernel import modulated_attention, use_triton
         from geosteer.manifold.low_rank import factors
-        from geosteer.manifold.low_rank_kernel import cached_features, low_rank_attention
 
         key = (slot, self.rank, self.coefficients._version, c.device)
         uw = self._factors.get(key)
@@ -270,9 +270,7 @@ class SurfaceBank(nn.Module):
                 if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, _c)):
                     return modulated_attention(q, k, v, _c, grid_size, lo, hi, dropout=dropout, backend=backend,
                                                **kw)
-                from geosteer.manifold.triton_low_rank import low_rank_attention_triton
-
-                return low_rank_attention_triton(q, k, v, *uw, grid_size, lo, hi, **kw)
+                return triton_low_rank.low_rank_attention_triton(q, k, v, *uw, grid_size, lo, hi, **kw)
             compiled = backend != "torch"
             cache = self._caches.setdefault(("low_rank", slot), FeatureCache())
             features = cached_features(cache, q, k, v, uw[1], grid_size, lo, hi, key, compiled=compiled, **kw)
@@ -358,7 +356,7 @@ def install(model: nn.Module, grid_size: int = 8, grid_range=(-4.0, 4.0), layers
     Persistent: the bank stays until ``uninstall(model)`` (unlike ``bank.attach(model) -> remove``, the
     ``Intervention`` protocol that ``geosteer.steer`` uses for a ``with`` block). Pass ``bank`` to install an
     existing (e.g. loaded) bank. A bank already installed is uninstalled first, so banks never stack.
-    ``backend``: ``triton``, ``torch``, ``cpu`` or ``auto`` (see ``geosteer.manifold.kernel``; None: the
+    ``backend``: ``triton``, ``torch``, ``cpu`` or ``auto`` (see ``geosteer.kernels.exact``; None: the
     ``GEOSTEER_MANIFOLD_BACKEND`` environment variable, else automatic).
     """
     if bank is None:

@@ -92,7 +92,7 @@ def _kernel_case(L: int = 23, T: int = 23, scale: float = 2.0, dtype=torch.float
 def factored_vs_per_pair() -> float:
     """Eq. 2: the factored kernel against the per-pair reference on causal, left-padded, sliding-window and
     decode (3 queries on 23 keys) masks, two block sizes."""
-    from geosteer.manifold.kernel import modulated_attention, naive_modulated_attention
+    from geosteer.kernels.exact import modulated_attention, naive_modulated_attention
     from geosteer.reproduction.references import keep_mask
 
     worst = 0.0
@@ -114,7 +114,7 @@ def factored_vs_per_pair() -> float:
 
 def factored_gradients_vs_per_pair() -> float:
     """Eq. 2's gradients (q, k, v, C) against autograd through the per-pair reference, float64."""
-    from geosteer.manifold.kernel import modulated_attention, naive_modulated_attention
+    from geosteer.kernels.exact import modulated_attention, naive_modulated_attention
 
     q, k, v, C = (t.requires_grad_() for t in _kernel_case(L=7, T=7, scale=1.5, dtype=torch.float64))
     out = modulated_attention(q, k, v, C, 8, -4.0, 4.0, is_causal=True, block=3)

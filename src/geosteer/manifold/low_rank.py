@@ -5,9 +5,9 @@ S_d(q, k) = B(q)ᵀ C_d B(k) = Σ_s σ_s (B(q)·u_s)(B(k)·w_s), so a rank-r ban
 instead of K + 1 (the FLOP floor of ``benchmarks/manifold_speed.py`` with K replaced by r). Here the
 truncation is computed and measured (discarded singular-value energy, next-token KL against the exact bank
 on held-out text). The inference forwards of a bank from :func:`low_rank_bank` (``narrow=True``, the default)
-run :func:`geosteer.manifold.low_rank_kernel.low_rank_attention` (r + 1 slices; compiled key side and epilogue
+run :func:`geosteer.kernels.low_rank.low_rank_attention` (r + 1 slices; compiled key side and epilogue
 on the CPU in fp32, PyTorch ops elsewhere), and decoding reuses its key features of the past keys; where the
-fused Triton kernels apply, :func:`geosteer.manifold.triton_low_rank.low_rank_attention_triton` (the same
+fused Triton kernels apply, :func:`geosteer.kernels.triton_low_rank.low_rank_attention_triton` (the same
 r + 1 slices, built on chip). With autograd on the Triton backend and with ``narrow=False`` the exact kernels
 run on the truncated coefficients (same values; on the CPU the narrow path is the faster,
 docs/manifold-speed.md).
@@ -18,8 +18,6 @@ from __future__ import annotations
 import copy
 
 import torch
-
-from geosteer.manifold.low_rank_kernel import low_rank_attention  # noqa: F401 - re-exported
 
 
 def truncate(coefficients: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,8 +41,9 @@ def truncate(coefficients: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch
 
 def low_rank_bank(bank, rank: int, narrow: bool = True):
     """A copy of ``bank`` with rank-r coefficients; ``meta["low_rank"]`` holds the rank and the discarded
-    energy per layer. Walls and ranges are kept. ``narrow``: inference runs :func:`low_rank_attention`
-    (r + 1 slices) instead of the exact kernels on the truncated coefficients (same values)."""
+    energy per layer. Walls and ranges are kept. ``narrow``: inference runs
+    :func:`~geosteer.kernels.low_rank.low_rank_attention` (r + 1 slices) instead of the exact kernels on the
+    truncated coefficients (same values)."""
     coeff, energy = truncate(bank.coefficients, rank)
     out = copy.deepcopy(bank)
     out.clear_cache()

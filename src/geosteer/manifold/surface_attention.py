@@ -21,8 +21,8 @@ import torch
 
 from geosteer.attention import attention_handlers
 from geosteer.errors import GeosteerError
+from geosteer.kernels.exact import backend_choice, key_features, modulated_attention, use_triton
 from geosteer.kernels.feature_cache import FeatureCache, StaticFeatureCache, is_static_kv, static_kv_layer
-from geosteer.manifold.kernel import backend_choice, key_features, modulated_attention, use_triton
 
 
 def surface_attention(bank, call, proceed, slot: int, handler):

@@ -27,6 +27,8 @@ import torch
 from torch import nn
 
 from geosteer.errors import GeosteerError
+from geosteer.kernels.bspline import bspline_basis
+from geosteer.kernels.sdpa import prepare, weights_block
 from geosteer.train.prompts import (  # noqa: F401 - the prompt files and batches, re-exported for their users
     Batch,
     control_kl,
@@ -159,19 +161,16 @@ class SoftWalls(nn.Module):
         return handler
 
     def _correct(self, call, out, layer, idx, heads, dims):
-        from geosteer.kernels.bspline import bspline_basis
-        from geosteer.manifold.kernel import _prepare, _weights_block
-
         q = call.query
         is_causal = call.kwargs.get("is_causal")
         if is_causal is None:
             is_causal = getattr(call.module, "is_causal", True)
         # the same crop, mask and scaling as the exact walls (walls.walled_output) and the bank's kernel
-        key, value, _, qg, common = _prepare(q, call.key, call.value, attn_mask=call.attention_mask,
-                                             is_causal=bool(is_causal), scaling=call.scaling,
-                                             softcap=call.kwargs.get("softcap"), dropout=0.0)
+        key, value, _, qg, common = prepare(q, call.key, call.value, attn_mask=call.attention_mask,
+                                            is_causal=bool(is_causal), scaling=call.scaling,
+                                            softcap=call.kwargs.get("softcap"), dropout=0.0)
         rep = qg.shape[2]
-        p = _weights_block(qg, key, 0, common["L"], 0, common["T"], **common)
+        p = weights_block(qg, key, 0, common["L"], 0, common["T"], **common)
         dev = q.device
         hp, dp, ix = heads.to(dev), dims.to(dev), idx.to(dev)
         g = torch.div(hp, rep, rounding_mode="floor")

@@ -35,6 +35,7 @@ import torch
 
 from geosteer.errors import GeosteerError
 from geosteer.kernels.bspline import bspline_basis
+from geosteer.kernels.sdpa import prepare, query_blocks, weights_block
 
 _INF = math.inf
 PAIR_CHUNK = 64  # walled (head, dim) pairs processed together (bounds memory: chunk × queries × keys)
@@ -234,12 +235,10 @@ def walled_output(query, key, value, coeff, grid_size: int, lo, hi, lw: LayerWal
     ``affected`` marks queries whose row has at least one blocked key; only those need to replace the
     unwalled output (elsewhere this recomputation equals it up to rounding). ``coeff`` (H, d, K, K) or None
     (no surfaces on this layer: gain 1 outside the walls). Masks, scaling, soft-capping and GQA as in
-    :func:`geosteer.manifold.kernel.modulated_attention`.
+    :func:`geosteer.kernels.exact.modulated_attention`.
     """
-    from geosteer.manifold.kernel import _prepare, _query_blocks, _weights_block
-
-    key, value, _, query_g, common = _prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
-                                              scaling=scaling, softcap=softcap, dropout=0.0)
+    key, value, _, query_g, common = prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                                             scaling=scaling, softcap=softcap, dropout=0.0)
     b, L, rep = query.shape[0], common["L"], query_g.shape[2]
     P = lw.heads.numel()
     outs, affs = [], []
@@ -257,13 +256,13 @@ def walled_output(query, key, value, coeff, grid_size: int, lo, hi, lw: LayerWal
         else:
             feats, qfac = vv.unsqueeze(-1), None
         o_blocks, a_blocks = [], []
-        for s0, e0, rng in _query_blocks(L, block, common):
+        for s0, e0, rng in query_blocks(L, block, common):
             if rng is None:
                 o_blocks.append(query.new_zeros(b, c1 - c0, e0 - s0))
                 a_blocks.append(torch.zeros(b, c1 - c0, e0 - s0, dtype=torch.bool, device=query.device))
                 continue
             k0, k1 = rng
-            p = _weights_block(query_g, key, s0, e0, k0, k1, **common)[:, g, r]  # (b, P, n_q, n_k)
+            p = weights_block(query_g, key, s0, e0, k0, k1, **common)[:, g, r]  # (b, P, n_q, n_k)
             blk = blocked_mask(qv[:, :, s0:e0], kv[:, :, k0:k1], sub.regions)
             p = p.masked_fill(blk, 0.0)
             o = torch.matmul(p, feats[:, :, k0:k1])  # (b, P, n_q, K+1 | 1)

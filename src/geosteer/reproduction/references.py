@@ -43,7 +43,7 @@ def capture_call(model, layer: int, ids: torch.Tensor, mask: torch.Tensor | None
 def per_pair_handlers(model, bank) -> list[Callable[[], None]]:
     """Attention handlers computing o = Σ_j a_ij v_jd (1 + S_d(q_id, k_jd)) pair by pair from the stock
     weights (masks included) for every layer of ``bank``; returns their removers."""
-    from geosteer.manifold.kernel import naive_modulated_attention
+    from geosteer.kernels.exact import naive_modulated_attention
 
     an = anatomy(model)
     removers = []

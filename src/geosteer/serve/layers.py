@@ -13,7 +13,7 @@ post-RoPE q, k and v) is replaced by a :class:`ChannelAttention` under the same 
 carried as C channels with the same key k and the values v, v⊙B_0(k), …, v⊙B_{K-1}(k) (per distinct surface
 grid), and every query head is repeated C times. vLLM's stock paged attention then returns A·v and
 F_b = A·(v⊙B_b(k)) with the stock weights A, and a per-query epilogue adds Σ_a B_a(q) Σ_b C_dab F_b
-(``geosteer.manifold.kernel``'s factored form). Exact walls add their own channels after those
+(``geosteer.kernels.exact``'s factored form). Exact walls add their own channels after those
 (``serve.walls``). The KV cache of such a layer is C times the stock one.
 
 Which path a surfaces layer takes: the shared-key path (``serve.shared_key``: stock KV cache, keys stored

@@ -4,10 +4,10 @@ For each token row n and query head h it reads the keys and values of the row's 
 cache (float32, vLLM's CPU layout: per (block, KV head) the keys as (head_dim, block_size), then the values
 as (block_size, head_dim)), computes the stock attention weights a_j (causal, optional sliding window and
 soft-cap) once, and accumulates o[n, h, d, b] = Σ_j a_j v_jd B_b(k_jd) for the 4 bases non-zero at k_jd,
-with o[..., K] = Σ_j a_j v_jd: the layout of ``manifold.kernel``'s epilogue, which then contracts it with
+with o[..., K] = Σ_j a_j v_jd: the layout of ``kernels.exact``'s epilogue, which then contracts it with
 B(q) and the surfaces. Queries of one KV head share each key's basis position. Built on first use with
 ``torch.utils.cpp_extension.load_inline`` like geosteer's own surface kernels
-(``geosteer.manifold.kernel.build_extension``, cached under ``$GEOSTEER_CACHE/torch_extensions``); None
+(``geosteer.kernels.exact.build_extension``, cached under ``$GEOSTEER_CACHE/torch_extensions``); None
 when it cannot be built or with ``GEOSTEER_NO_EXT=1``.
 """
 
@@ -155,7 +155,7 @@ def get():
             _state["error"] = "disabled by GEOSTEER_NO_EXT"
             return None
         try:
-            from geosteer.manifold.kernel import build_extension
+            from geosteer.kernels.exact import build_extension
 
             _state["mod"] = build_extension("serve_paged_v8", [SOURCE], ["paged_features"], ["-fopenmp"])
         except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
@@ -167,7 +167,7 @@ def attended_features(mod, q: torch.Tensor, kv_cache: torch.Tensor, block_table:
                       row_seq: torch.Tensor, row_pos: torch.Tensor, *, scale: float, softcap: float | None,
                       window: int, grid: tuple[int, float, float]) -> torch.Tensor:
     """(N, H, d, K+1) for the rows' queries ``q`` (N, H, d), sequences ``row_seq`` and positions ``row_pos``."""
-    from geosteer.manifold.kernel import grid_affine
+    from geosteer.kernels.exact import grid_affine
 
     g, lo, hi = grid
     sc, off = grid_affine(g, lo, hi)

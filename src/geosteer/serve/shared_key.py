@@ -5,8 +5,8 @@ for every row). For the rows of a recipe with surfaces, Δo = Σ_j a_ij v_j S(q_
 sequence's keys and values in the paged cache (``block_table``, ``seq_lens``, ``query_start_loc`` of the
 forward context's attention metadata): q·k once per (query head, key), keys once in memory. The compiled
 kernel (``serve.paged_kernel``) reads them straight from the cache and accumulates only the 4 bases non-zero
-at each key, then ``manifold.kernel``'s epilogue contracts with B(q) and the surfaces. The PyTorch form
-(``COMPILED = False``; the tests compare both) gathers the keys and calls ``kernel.modulated_attention``:
+at each key, then ``kernels.exact``'s epilogue contracts with B(q) and the surfaces. The PyTorch form
+(``COMPILED = False``; the tests compare both) gathers the keys and calls ``exact.modulated_attention``:
 decoding sequences (one new token) in one padded call with a key mask, each prefill (or prefill chunk) alone
 with its causal mask. Sliding windows and soft-capping follow the stock layer's settings.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from geosteer.manifold import kernel
+from geosteer.kernels import exact
 from geosteer.serve import paged_kernel
 
 COMPILED = True  # False: the PyTorch path below (tests compare both)
@@ -35,7 +35,7 @@ def supported(on_cpu: bool, dtype: torch.dtype, kv_cache_dtype: str, isa: str | 
 def compiled_available() -> bool:
     """Whether the compiled kernels of this path (``serve.paged_kernel`` and geosteer's epilogue) are built;
     without them the channel layout is faster than this path's PyTorch ops."""
-    from geosteer.manifold.kernel import compiled_kernels
+    from geosteer.kernels.exact import compiled_kernels
 
     return paged_kernel.get() is not None and compiled_kernels() is not None
 
@@ -78,14 +78,14 @@ def surface_delta(op, q: torch.Tensor, rows: torch.Tensor, meta, kv_cache: torch
     seq_lens = meta.seq_lens.long()
     seq = torch.searchsorted(qsl[1:], rows, right=True)
     mod = paged_kernel.get() if COMPILED else None
-    ext = kernel._ext_for(q, op.lo, op.hi) if mod is not None else None
+    ext = exact.ext_for(q, op.lo, op.hi) if mod is not None else None
     if ext is not None:
         pos = seq_lens[seq] - (qsl[seq + 1] - qsl[seq]) + (rows - qsl[seq])
         o = paged_kernel.attended_features(mod, q, kv_cache, meta.block_table, seq, pos, scale=scale,
                                            softcap=softcap, window=window, grid=(op.grid_size, op.lo, op.hi))
         m, H, d = q.shape
-        sc, off = kernel.grid_affine(op.grid_size, op.lo, op.hi)
-        delta = kernel._epilogue(ext, o.view(m, H, 1, d, op.K + 1), q.contiguous().view(m, H, 1, d),
+        sc, off = exact.grid_affine(op.grid_size, op.lo, op.hi)
+        delta = exact.epilogue(ext, o.view(m, H, 1, d, op.K + 1), q.contiguous().view(m, H, 1, d),
                                  op.coeff.to(q.dtype), op.grid_size, sc, off, False)
         return delta.view(m, H, d)
     seqs = torch.unique_consecutive(seq)
@@ -100,13 +100,13 @@ def surface_delta(op, q: torch.Tensor, rows: torch.Tensor, meta, kv_cache: torch
         T = int(seq_lens[s].max())
         k, v = gather(kv_cache, meta.block_table[s], seq_lens[s], T)
         mask = _mask(seq_lens[s], q_lens[dec], 1, T, window)
-        o = kernel.modulated_attention(q[at].unsqueeze(2), k, v, *args, attn_mask=mask, **kw)
+        o = exact.modulated_attention(q[at].unsqueeze(2), k, v, *args, attn_mask=mask, **kw)
         out[at] = o[:, 0]
     for s, at, L in zip(seqs[~dec].tolist(), first[~dec].tolist(), q_lens[~dec].tolist(), strict=True):
         S = int(seq_lens[s])
         k, v = gather(kv_cache, meta.block_table[s:s + 1], seq_lens[s:s + 1], S)
         mask = _mask(seq_lens[s:s + 1], q_lens.new_tensor([L]), L, S, window)
-        o = kernel.modulated_attention(q[at:at + L].transpose(0, 1).unsqueeze(0), k, v, *args, attn_mask=mask,
+        o = exact.modulated_attention(q[at:at + L].transpose(0, 1).unsqueeze(0), k, v, *args, attn_mask=mask,
                                        **kw)
         out[at:at + L] = o[0]
     return out

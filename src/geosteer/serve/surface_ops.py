@@ -4,7 +4,7 @@ Layout (``serve.layers``): every KV head carries C channels of ``head_dim`` scal
 distinct surface grid its K channels v⊙B_0(k), …, v⊙B_{K-1}(k). vLLM's attention returns their A-weighted
 sums F_b; the epilogue of a grid is Δo_hd = Σ_a B_a(q_hd) Σ_b C_hdab F_hdb.
 
-Both sides run through geosteer's compiled CPU kernels where they apply (``manifold.kernel``: float32 CPU
+Both sides run through geosteer's compiled CPU kernels where they apply (``kernels.exact``: float32 CPU
 tensors, scalar grid range, the kernels built): one pass each, using that only 4 of the K cubic bases are
 non-zero at any coordinate, instead of the dozen element-wise passes of the dense basis. Elsewhere (GPU,
 kernels unavailable or disabled with ``GEOSTEER_NO_EXT=1``) the same formulas run as PyTorch ops. Nothing
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from geosteer.kernels import exact
 from geosteer.kernels.bspline import bspline_basis
-from geosteer.manifold import kernel
 
 Grid = tuple[int, float, float]  # (grid_size, lo, hi)
 
@@ -35,7 +35,7 @@ def value_channels(kh: torch.Tensor, vh: torch.Tensor, grids: list[Grid]) -> tor
     for g, lo, hi in grids:
         K = g + 3
         # (n, hkv, d, K+1): v⊙B_0(k) … v⊙B_{K-1}(k), v (fp32; half inputs are computed in fp32)
-        feats = kernel.key_features(kh.unsqueeze(2), vh.unsqueeze(2), g, lo, hi).view(n, hkv, d, K + 1)
+        feats = exact.key_features(kh.unsqueeze(2), vh.unsqueeze(2), g, lo, hi).view(n, hkv, d, K + 1)
         out[:, :, c:c + K] = feats[..., :K].transpose(2, 3)
         c += K
     return out
@@ -49,7 +49,7 @@ def surface_delta(f: torch.Tensor, q: torch.Tensor, coeff: torch.Tensor, grid: G
     H = hkv * rep
     qf = q.float()
     coeff = coeff.to(device=q.device, dtype=torch.float32)
-    ext = kernel._ext_for(qf, lo, hi)
+    ext = exact.ext_for(qf, lo, hi)
     if ext is None:
         fo = f.permute(0, 1, 3, 4, 2).reshape(n, H, d, K).float()
         qc = torch.einsum("nhda,hdab->nhdb", bspline_basis(qf, g, lo, hi), coeff)
@@ -59,6 +59,6 @@ def surface_delta(f: torch.Tensor, q: torch.Tensor, coeff: torch.Tensor, grid: G
     buf = qf.new_empty(n, hkv, rep, d, K + 1)
     buf[..., :K] = f.permute(0, 1, 3, 4, 2)
     buf[..., K] = 0.0
-    sc, off = kernel.grid_affine(g, lo, hi)
-    delta = kernel._epilogue(ext, buf.view(n, H, 1, d, K + 1), qf.view(n, H, 1, d), coeff, g, sc, off, False)
+    sc, off = exact.grid_affine(g, lo, hi)
+    delta = exact.epilogue(ext, buf.view(n, H, 1, d, K + 1), qf.view(n, H, 1, d), coeff, g, sc, off, False)
     return delta.view(n, H, d).to(q.dtype)

@@ -1,4 +1,4 @@
-"""Triton kernel of the rank-r (narrow) modulated attention (wrapper in ``geosteer.manifold.triton_low_rank``).
+"""Triton kernel of the rank-r (narrow) modulated attention (wrapper in ``geosteer.kernels.triton_low_rank``).
 
 With C_d = U_d W_dᵀ (U, W: (H, d, K, r)), 1 + S_d(q, k) = 1 + Σ_s (B(q)·u_ds)(B(k)·w_ds). One program owns
 ``BLOCK_M`` queries of one query head and ``DV`` of its value dimensions. Per key tile it builds the narrow
@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from geosteer.manifold.triton_kernels import (
+from geosteer.kernels.triton_kernels import (
     _block_setup,
     _key_band,
     _masked_scores,

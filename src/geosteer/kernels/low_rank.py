@@ -8,8 +8,8 @@ v_je·(B(k_je)·w_es) for s < r and v_je for s = r (r + 1 planes of width d); on
 key entry are read, and its knot position is located once per KV head. One product of each query block's
 attention weights with it gives A V and every A F_s. Query side (the epilogue): o = o_v + Σ_s (B(q)·u_s) o_s,
 again from the 4 non-zero bases. The attention weights are those of
-:func:`geosteer.manifold.kernel.modulated_attention` (its private helpers: same scaling, masks, soft-capping,
-GQA, empty-cache crop).
+:func:`geosteer.kernels.exact.modulated_attention` (the blocks of ``geosteer.kernels.sdpa``: same scaling, masks,
+soft-capping, GQA, empty-cache crop).
 
 On the CPU in float32 the key side and the epilogue are compiled kernels (``geosteer.kernels.ext``); so is,
 without a mask (causal or none) and for 16 queries or more, the attention of the features itself, flash style
@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from geosteer.manifold.kernel import _ext_for, _prepare, _query_blocks, _weights_block, grid_affine
+from geosteer.kernels.bspline import bspline_local
+from geosteer.kernels.exact import ext_for, grid_affine
+from geosteer.kernels.sdpa import prepare, query_blocks, weights_block
 
 _HALF = (torch.float16, torch.bfloat16)
 FLASH_BLOCKS = (128, 256)  # queries, keys per tile of the compiled flash kernel
@@ -31,7 +33,7 @@ FLASH_MIN_QUERIES = 16  # fewer queries (decoding): one batched product per quer
 
 def _rank_ext(x: torch.Tensor, lo, hi, compiled: bool):
     """The compiled module when it applies here and has the rank-r kernels (an older build has not)."""
-    ext = _ext_for(x, lo, hi) if compiled else None
+    ext = ext_for(x, lo, hi) if compiled else None
     return ext if ext is not None and hasattr(ext, "low_rank_epilogue") else None
 
 
@@ -53,8 +55,6 @@ def projected(x: torch.Tensor, F: torch.Tensor, grid_size: int, lo, hi) -> torch
     """B(x_d)·F[g, r, d, :, s] for x (b, hkv, rep|1, n, d) and F (hkv, rep, d, K, r): (b, hkv, rep, n, d, r).
 
     Uses the 4 non-zero bases: rows a0 … a0+3 of F (zero-padded by 3 on both sides) looked up per entry."""
-    from geosteer.kernels.bspline import bspline_local
-
     hkv, rep, d, K, r = F.shape
     a0, w = bspline_local(x, grid_size, lo, hi)  # (b, hkv, rep|1, n, d), (…, 4)
     table = torch.nn.functional.pad(F.to(x.dtype), (0, 0, 3, 3)).reshape(-1, r)  # rows (g, r', d, K+6)
@@ -110,7 +110,7 @@ def low_rank_attention(query, key, value, U, W, grid_size: int, lo, hi, *, attn_
                        features: torch.Tensor | None = None, compiled: bool = True) -> torch.Tensor:
     """Modulated attention (b, L, H, d) with rank-r surfaces C = U Wᵀ (U, W: (H, d, K, r)), r + 1 slices.
 
-    Same masks, scaling, soft-capping and GQA as :func:`geosteer.manifold.kernel.modulated_attention`.
+    Same masks, scaling, soft-capping and GQA as :func:`geosteer.kernels.exact.modulated_attention`.
     ``features``: precomputed :func:`narrow_key_features` of these keys (decode cache). ``with_value=False``
     returns only Δo. bf16/fp16 run in fp32 and come back in the input dtype.
     """
@@ -119,9 +119,9 @@ def low_rank_attention(query, key, value, U, W, grid_size: int, lo, hi, *, attn_
         query, key, value = query.float(), key.float(), value.float()
         attn_mask = attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else attn_mask.float()
         features = None if features is None else features.float()
-    key, value, features, query_g, common = _prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
-                                                     scaling=scaling, softcap=softcap, dropout=0.0,
-                                                     features=features)
+    key, value, features, query_g, common = prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                                                    scaling=scaling, softcap=softcap, dropout=0.0,
+                                                    features=features)
     if features is None:
         features = narrow_key_features(key, value, W, grid_size, lo, hi, compiled=compiled)
     b, H, L, d = query.shape
@@ -131,12 +131,12 @@ def low_rank_attention(query, key, value, U, W, grid_size: int, lo, hi, *, attn_
     if o is not None:
         return _epilogue(ext, o, query, U, grid_size, lo, hi, with_value).contiguous().to(dtype)
     outs = []
-    for s0, e0, rng in _query_blocks(L, block, common):
+    for s0, e0, rng in query_blocks(L, block, common):
         if rng is None:
             outs.append(query.new_zeros(b, e0 - s0, H, d))
             continue
         k0, k1 = rng
-        p = _weights_block(query_g, key, s0, e0, k0, k1, **common)  # (b, hkv, rep, n_q, n_k)
+        p = weights_block(query_g, key, s0, e0, k0, k1, **common)  # (b, hkv, rep, n_q, n_k)
         # one bmm over the (b, H) products: one parallel region per block (a GEMM per head made the 2-thread
         # forward 1.8x slower on a loaded machine)
         o = torch.matmul(p.view(b, H, e0 - s0, k1 - k0), features[:, :, k0:k1])  # (b, H, n_q, (r+1)·d)

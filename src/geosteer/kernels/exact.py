@@ -20,7 +20,7 @@ The attention weights a_ij are those of the stock SDPA path: same scaling, boole
 the stock path's convention for a purely causal call whose key is longer than the query (keys cropped).
 
 Backends (``backend=`` here and in ``geosteer.manifold.install``, else ``GEOSTEER_MANIFOLD_BACKEND``):
-``triton`` (the fused kernels of ``geosteer.manifold.triton``; CUDA, or CPU under ``TRITON_INTERPRET=1``),
+``triton`` (the fused kernels of ``geosteer.kernels.triton``; CUDA, or CPU under ``TRITON_INTERPRET=1``),
 ``cpu`` (the compiled CPU kernels where they apply, else PyTorch), ``torch`` (PyTorch ops only). Unset or
 ``auto``: triton on CUDA when Triton is importable, the compiled kernels on the CPU, PyTorch otherwise.
 """
@@ -32,7 +32,10 @@ import os
 import torch
 
 from geosteer.errors import GeosteerError
+from geosteer.kernels import ext as extension
+from geosteer.kernels import triton as fused
 from geosteer.kernels.bspline import bspline_basis
+from geosteer.kernels.sdpa import key_range, prepare, query_blocks, weights_block
 
 DEFAULT_BLOCK = 128  # queries per block: measured best of 32–256 on the default model at 2 threads
 _HALF = (torch.float16, torch.bfloat16)
@@ -79,14 +82,12 @@ def key_features(key: torch.Tensor, value: torch.Tensor, grid_size: int, lo, hi,
     PyTorch ops only."""
     if key.dtype in _HALF:
         key, value = key.to(torch.float32), value.to(torch.float32)
-    ext = _ext_for(key, lo, hi) if compiled else None
+    ext = ext_for(key, lo, hi) if compiled else None
     if ext is not None:
         sc, off = grid_affine(grid_size, lo, hi)
         b, hk, T, d = key.shape
         if torch.is_grad_enabled() and (key.requires_grad or value.requires_grad):
-            from geosteer.kernels.ext import KeyFeatures
-
-            f = KeyFeatures.apply(ext, key, value, grid_size, sc, off)
+            f = extension.KeyFeatures.apply(ext, key, value, grid_size, sc, off)
         else:
             f = ext.key_features(key, value, grid_size, sc, off)
         return f.view(b, hk, T, -1)
@@ -113,76 +114,6 @@ def _padded_coeff(coeff: torch.Tensor, hkv: int, rep: int) -> torch.Tensor:
     H, d, K, _ = coeff.shape
     c = coeff.view(hkv, rep, d, K, K).transpose(0, 1)
     return torch.nn.functional.pad(c, (0, 0, 1, 1))
-
-
-def _key_range(causal, attn_mask, float_mask, s, e, L, T):
-    """The key interval [k0, k1) that queries [s, e) can see (None: nothing visible)."""
-    if causal:
-        return 0, min(T, e + (T - L))
-    if attn_mask is not None and not float_mask:
-        m = attn_mask[..., s:e, :]
-        cols = m.reshape(-1, T).any(dim=0)
-        nz = torch.nonzero(cols)
-        if nz.numel() == 0:
-            return None
-        return int(nz[0]), int(nz[-1]) + 1
-    return 0, T
-
-
-_UPPER: dict = {}
-
-
-def _upper(rows: int, cols: int, diagonal: int, device) -> torch.Tensor:
-    """Cached boolean mask, True strictly above the given diagonal (torch.triu convention)."""
-    key = (rows, cols, diagonal, str(device))
-    m = _UPPER.get(key)
-    if m is None:
-        if len(_UPPER) > 256:
-            _UPPER.clear()
-        m = _UPPER[key] = torch.ones(rows, cols, dtype=torch.bool, device=device).triu(diagonal)
-    return m
-
-
-def _weights_block(query_g, key, s, e, k0, k1, *, scaling, softcap, causal, attn_mask, float_mask, dropout,
-                   L, T):
-    """Attention weights (b, hkv, rep, n_q, n_k) of queries [s, e) over keys [k0, k1), as SDPA makes them.
-
-    ``query_g`` is already multiplied by ``scaling`` when ``softcap`` is None (see the callers).
-    """
-    b, hkv, rep, _, d = query_g.shape
-    n_q, n_k = e - s, k1 - k0
-    qb = query_g[:, :, :, s:e].reshape(b, hkv, rep * n_q, d)
-    scores = torch.matmul(qb, key[:, :, k0:k1].transpose(-1, -2)).view(b, hkv, rep, n_q, n_k)
-    if softcap is not None:
-        scores = torch.tanh(scores * (scaling / softcap)) * softcap
-    masked = False
-    if causal:
-        off = T - L
-        if k1 - 1 > s + off:  # some key of the range is after some query of the block
-            # keys before c0 are visible to every query of the block, so only the tile [c0, k1) can hold
-            # masked pairs: key j = c0 + c is masked for query i = s + r when c - r >= s + off - c0 + 1
-            c0 = max(s + off, k0)
-            scores[..., c0 - k0:].masked_fill_(_upper(n_q, k1 - c0, s + off - c0 + 1, key.device),
-                                               float("-inf"))
-    elif attn_mask is not None:
-        m = attn_mask[..., s:e, k0:k1]
-        if m.dim() == 2:
-            m = m[None, None]
-        m = m[:, :, None] if m.shape[1] == 1 else m.reshape(m.shape[0], hkv, rep, n_q, n_k)
-        if float_mask:
-            scores = scores + m.to(scores.dtype)
-        else:
-            scores = scores.masked_fill(~m, float("-inf"))
-            masked = True
-    if scores.dtype in (torch.float16, torch.bfloat16):
-        p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
-    else:
-        p = torch.softmax(scores, dim=-1)
-    if masked:
-        p = torch.nan_to_num(p, nan=0.0)  # fully masked rows attend nothing (output 0)
-    if dropout > 0.0:
-        p = torch.nn.functional.dropout(p, p=dropout, training=True)
-    return p
 
 
 def modulated_attention(
@@ -214,11 +145,9 @@ def modulated_attention(
     """
     name = backend_choice(backend)
     if use_triton(name, query, lo, hi, dropout):
-        from geosteer.manifold.triton import modulated_attention_triton
-
-        return modulated_attention_triton(query, key, value, coeff, grid_size, lo, hi, attn_mask=attn_mask,
-                                          is_causal=is_causal, scaling=scaling, softcap=softcap,
-                                          with_value=with_value)
+        return fused.modulated_attention_triton(query, key, value, coeff, grid_size, lo, hi, attn_mask=attn_mask,
+                                                is_causal=is_causal, scaling=scaling, softcap=softcap,
+                                                with_value=with_value)
     compiled = name != "torch"
     if query.dtype in _HALF:
         # bf16/fp16: positions on the knot grid need more than 8-11 mantissa bits (u = (x - lo)/h + 3 spans
@@ -232,14 +161,14 @@ def modulated_attention(
             features=None if features is None else features.to(f32), with_value=with_value, block=block,
             backend=name or "cpu")
         return out.to(query.dtype)
-    key, value, features, query_g, common = _prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
-                                                     scaling=scaling, softcap=softcap, dropout=dropout,
-                                                     features=features)
+    key, value, features, query_g, common = prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                                                    scaling=scaling, softcap=softcap, dropout=dropout,
+                                                    features=features)
     L = common["L"]
     if features is None:
         features = key_features(key, value, grid_size, lo, hi, compiled=compiled)
     coeff = coeff.to(query.dtype)
-    ext = _ext_for(query, lo, hi) if compiled else None
+    ext = ext_for(query, lo, hi) if compiled else None
     if ext is not None and L > SMALL_Q:
         out = _blocked_ext(ext, query, query_g, key, features, coeff, grid_size, lo, hi, with_value, block,
                            common)
@@ -269,8 +198,6 @@ def use_triton(name: str | None, query: torch.Tensor, lo, hi, dropout: float = 0
     per-element grid ranges take the PyTorch path on any backend."""
     if name not in ("triton", None) or (name is None and query.device.type != "cuda"):
         return False
-    from geosteer.manifold import triton as fused
-
     if name is None:
         return fused.applies(query, lo, hi, dropout)
     if not fused.available():
@@ -283,53 +210,21 @@ def use_triton(name: str | None, query: torch.Tensor, lo, hi, dropout: float = 0
     return True
 
 
-def _prepare(query, key, value, *, attn_mask, is_causal, scaling, softcap, dropout, features=None):
-    """Shared preamble of ``modulated_attention`` and ``walls.walled_output`` -> (key, value, features, query_g,
-    common): scaling d^-1/2 by default; SDPA's empty-static-cache crop (causal, no mask, T > L: keys to L);
-    mask cropped to T; query_g (b, Hkv, rep, L, d) pre-scaled unless soft-capping; common: _weights_block's."""
-    b, H, L, d = query.shape
-    hkv, T = key.shape[1], key.shape[2]
-    if scaling is None:
-        scaling = d ** -0.5
-    if is_causal and attn_mask is None and L > 1 and T > L:
-        key, value, T = key[:, :, :L], value[:, :, :L], L
-        if features is not None:
-            features = features[:, :, :L]
-    causal = bool(is_causal and attn_mask is None and L > 1)
-    float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
-    if attn_mask is not None:
-        attn_mask = attn_mask[..., :T]
-    query_g = query.view(b, hkv, H // hkv, L, d)
-    if softcap is None:
-        query_g = query_g * scaling
-    common = dict(scaling=scaling, softcap=softcap, causal=causal, attn_mask=attn_mask, float_mask=float_mask,
-                  dropout=dropout, L=L, T=T)
-    return key, value, features, query_g, common
-
-
-def _query_blocks(L: int, block: int, common: dict):
-    """(s0, e0, key range or None) for each block of ``block`` queries: the keys those queries can see."""
-    for s0 in range(0, L, block):
-        e0 = min(L, s0 + block)
-        yield s0, e0, _key_range(common["causal"], common["attn_mask"], common["float_mask"], s0, e0, L,
-                                 common["T"])
-
-
 def _small(ext, query, query_g, key, features, coeff, grid_size, lo, hi, with_value, common):
     """Few queries (decoding): grouped layout, one product per KV head."""
     b, H, L, d = query.shape
     hkv, rep = query_g.shape[1], query_g.shape[2]
     K = grid_size + 3
-    rng = _key_range(common["causal"], common["attn_mask"], common["float_mask"], 0, L, L, common["T"])
+    rng = key_range(common["causal"], common["attn_mask"], common["float_mask"], 0, L, L, common["T"])
     if rng is None:
         return query.new_zeros(b, L, H, d)
     k0, k1 = rng
-    p = _weights_block(query_g, key, 0, L, k0, k1, **common)  # (b, hkv, rep, L, n_k)
+    p = weights_block(query_g, key, 0, L, k0, k1, **common)  # (b, hkv, rep, L, n_k)
     o = torch.matmul(p.reshape(b, hkv, rep * L, k1 - k0), features[:, :, k0:k1])
     o = o.view(b, H, L, d, K + 1)
     if ext is not None:
         sc, off = grid_affine(grid_size, lo, hi)
-        return _epilogue(ext, o, query, coeff, grid_size, sc, off, with_value).transpose(1, 2).contiguous()
+        return epilogue(ext, o, query, coeff, grid_size, sc, off, with_value).transpose(1, 2).contiguous()
     qf = torch.einsum("bhlda,hdac->bhldc", bspline_basis(query, grid_size, lo, hi), coeff)
     delta = (o[..., :K] * qf).sum(-1)
     out = o[..., K] + delta if with_value else delta
@@ -352,13 +247,13 @@ def _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value
     cpad = _padded_coeff(coeff, hkv, rep)[:, None]  # (rep, 1, hkv, d, K+2, K)
     feats_t = features.transpose(-1, -2)  # (b, hkv, D, T)
     outs = []
-    for s0, e0, rng in _query_blocks(L, block, common):
+    for s0, e0, rng in query_blocks(L, block, common):
         n_q = e0 - s0
         if rng is None:
             outs.append(query.new_zeros(rep, b, hkv, d, n_q))
             continue
         k0, k1 = rng
-        p = _weights_block(query_g, key, s0, e0, k0, k1, **common)  # (b, hkv, rep, n_q, n_k)
+        p = weights_block(query_g, key, s0, e0, k0, k1, **common)  # (b, hkv, rep, n_q, n_k)
         ft = feats_t[..., k0:k1]
         if grad:
             o = torch.stack([torch.matmul(ft, p[:, :, r].transpose(-1, -2)) for r in range(rep)])
@@ -401,37 +296,39 @@ def grid_affine(grid_size: int, lo, hi) -> tuple[float, float]:
 
 def compiled_kernels():
     """geosteer's compiled CPU surface kernels (key features, epilogue), or None when they are not built."""
-    from geosteer.kernels import ext
-
-    return ext.get()
+    return extension.get()
 
 
 def build_extension(name: str, sources: list[str], functions: list[str] | None, omp: list[str]):
     """Compile (or reuse) C++ ``sources`` as a torch extension, cached and locked as geosteer's own kernels."""
-    from geosteer.kernels.ext import build_inline
-
-    return build_inline(name, sources, functions, omp)
+    return extension.build_inline(name, sources, functions, omp)
 
 
 USE_EXT = True  # set False to force the PyTorch path (tests compare both)
 
 
-def _ext_for(query, lo, hi):
-    """The compiled kernels when they apply: float32 on the CPU with a scalar range."""
+def ext_for(query: torch.Tensor, lo, hi):
+    """The compiled CPU kernels (``geosteer.kernels.ext``) if they apply to this call, else None.
+
+    They apply to float32 CPU queries with a scalar grid range, when built and not turned off (``USE_EXT``,
+    ``GEOSTEER_NO_EXT=1``); callers then run :func:`epilogue` and the compiled key features."""
     if not USE_EXT or query.dtype != torch.float32 or query.device.type != "cpu":
         return None
     if (torch.is_tensor(lo) and lo.numel() != 1) or (torch.is_tensor(hi) and hi.numel() != 1):
         return None
-    from geosteer.kernels import ext
-
-    return ext.get()
+    return extension.get()
 
 
-def _epilogue(ext, o, q, coeff, grid_size, sc, off, with_value):
+def epilogue(ext, o: torch.Tensor, q: torch.Tensor, coeff: torch.Tensor, grid_size: int, sc: float, off: float,
+             with_value: bool) -> torch.Tensor:
+    """The query side in the compiled kernels ``ext`` (from :func:`ext_for`): out (B, H, n, D).
+
+    ``o`` (B, H, n, D, K+1) holds the attended key features (the last slot: the stock output A V), ``q``
+    (B, H, n, D) the queries, ``coeff`` (H, D, K, K) the surfaces, (``sc``, ``off``) = :func:`grid_affine`.
+    out = A V + Σ_a B_a(q) Σ_b C_ab F_b, or the sum alone with ``with_value=False``; differentiable in
+    ``o``, ``q`` and ``coeff`` when autograd is on."""
     if torch.is_grad_enabled() and (o.requires_grad or q.requires_grad or coeff.requires_grad):
-        from geosteer.kernels.ext import Epilogue
-
-        return Epilogue.apply(ext, o, q, coeff, grid_size, sc, off, with_value)
+        return extension.Epilogue.apply(ext, o, q, coeff, grid_size, sc, off, with_value)
     return ext.epilogue(o, q, coeff, grid_size, sc, off, with_value)
 
 
@@ -442,15 +339,15 @@ def _blocked_ext(ext, query, query_g, key, features, coeff, grid_size, lo, hi, w
     K = grid_size + 3
     sc, off = grid_affine(grid_size, lo, hi)
     outs = []
-    for s0, e0, rng in _query_blocks(L, block, common):
+    for s0, e0, rng in query_blocks(L, block, common):
         n_q = e0 - s0
         if rng is None:
             outs.append(query.new_zeros(b, H, n_q, d))
             continue
         k0, k1 = rng
-        p = _weights_block(query_g, key, s0, e0, k0, k1, **common)  # (b, hkv, rep, n_q, n_k)
+        p = weights_block(query_g, key, s0, e0, k0, k1, **common)  # (b, hkv, rep, n_q, n_k)
         o = _batched_mm(p.view(b, hkv, rep * n_q, k1 - k0), features[:, :, k0:k1]).view(b, H, n_q, d, K + 1)
-        outs.append(_epilogue(ext, o, query[:, :, s0:e0], coeff, grid_size, sc, off, with_value))
+        outs.append(epilogue(ext, o, query[:, :, s0:e0], coeff, grid_size, sc, off, with_value))
     out = torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
     return out.transpose(1, 2).contiguous()
 
@@ -462,10 +359,8 @@ def naive_modulated_attention(weights: torch.Tensor, query, key, value, coeff, g
     """
     b, H, L, d = query.shape
     rep = H // key.shape[1]
-    from geosteer.attention import repeat_kv
-
-    k = repeat_kv(key, rep)
-    v = repeat_kv(value, rep)
+    k = key.repeat_interleave(rep, dim=1)  # query head h reads KV head h // rep
+    v = value.repeat_interleave(rep, dim=1)
     bq = bspline_basis(query, grid_size, lo, hi)  # (b, H, L, d, K)
     bk = bspline_basis(k, grid_size, lo, hi)  # (b, H, T, d, K)
     S = torch.einsum("bhida,hdac,bhjdc->bhijd", bq, coeff.to(bq.dtype), bk)  # (b, H, L, T, d)

@@ -1,4 +1,4 @@
-"""Triton kernels of the fused modulated attention (flash-style; wrappers in ``geosteer.manifold.triton``).
+"""Triton kernels of the fused modulated attention (flash-style; wrappers in ``geosteer.kernels.triton``).
 
 One program owns ``BLOCK_M`` queries of one query head and ``DV`` of its value dimensions. It walks the keys
 that those queries can see in tiles of ``BLOCK_N`` (causal and sliding-window tiles outside the band are
@@ -30,7 +30,7 @@ INTERPRETED = bool(knobs.runtime.interpret)  # decided when the kernels were dec
 
 @triton.jit
 def _spline(x, sc, off, G: tl.constexpr):
-    """First basis index a0 = s − 3 and the 4 cubic B-spline weights at x (as ``kernel._weights``)."""
+    """First basis index a0 = s − 3 and the 4 cubic B-spline weights at x (as ``exact._weights``)."""
     u = x * sc + off
     u = tl.minimum(tl.maximum(u, 0.0), G + 6.0)
     s = tl.floor(u)

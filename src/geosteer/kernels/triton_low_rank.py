@@ -3,8 +3,8 @@
     out = low_rank_attention_triton(q, k, v, U, W, grid_size, lo, hi, is_causal=True)
 
 C_d = U_d W_dᵀ with U, W (H, d, K, r) (:func:`geosteer.manifold.low_rank.factors`). Same contract as
-:func:`geosteer.manifold.low_rank_kernel.low_rank_attention` and the exact Triton forward
-(:func:`geosteer.manifold.triton.modulated_attention_triton`): SDPA's masks and scaling, soft-capping, GQA
+:func:`geosteer.kernels.low_rank.low_rank_attention` and the exact Triton forward
+(:func:`geosteer.kernels.triton.modulated_attention_triton`): SDPA's masks and scaling, soft-capping, GQA
 with K/V read per KV head, the empty-cache crop of a purely causal call, an optional ``sliding_window``,
 fp32/bf16/fp16 inputs with fp32 accumulation, ``with_value=False`` for Δo only. The kernel
 (``triton_low_rank_kernels``) builds the narrow value tile [v⊙(B(k)·w_1), …, v⊙(B(k)·w_r)] on chip, so
@@ -19,12 +19,12 @@ from __future__ import annotations
 import torch
 
 from geosteer.errors import GeosteerError
-from geosteer.manifold.triton import _SPLIT_MIN_KEYS, _blocks, _kernels, _launch, triton_cdiv
+from geosteer.kernels.triton import _SPLIT_MIN_KEYS, _blocks, _kernels, _launch, triton_cdiv
 
 
 def _narrow_kernels():
     _kernels()  # the missing-package error, once
-    from geosteer.manifold import triton_low_rank_kernels
+    from geosteer.kernels import triton_low_rank_kernels
 
     return triton_low_rank_kernels
 

@@ -3,7 +3,7 @@
     out = modulated_attention_triton(q, k, v, coeff, grid_size, lo, hi, is_causal=True)
     out, lse = modulated_attention_triton(q, k, v, None, 8, lo, hi, is_causal=True, return_lse=True)
 
-Same contract as :func:`geosteer.manifold.kernel.modulated_attention` (shapes, SDPA's masks and scaling,
+Same contract as :func:`geosteer.kernels.exact.modulated_attention` (shapes, SDPA's masks and scaling,
 soft-capping, GQA with K/V read per KV head, the empty-cache crop of a purely causal call), plus an
 optional ``sliding_window`` for purely causal calls without a mask. ``coeff=None`` is stock attention
 (with its log-sum-exp, for the exclude-self weight). The kernels are in ``triton_kernels``; nothing of
@@ -14,7 +14,7 @@ row log-sum-exp, one for dq and dC (per query block, dC added atomically), one f
 block, over the query heads of its KV head); memory linear in the length. Only the kernels whose inputs
 need gradients run: training the coefficients of a frozen model runs the dq/dC kernel alone.
 
-Dropout is not fused: a call with dropout > 0 takes the PyTorch path (``kernel.modulated_attention``).
+Dropout is not fused: a call with dropout > 0 takes the PyTorch path (``exact.modulated_attention``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _kernels():
     from geosteer.extras import MissingDependency
 
     try:
-        from geosteer.manifold import triton_kernels
+        from geosteer.kernels import triton_kernels
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] == "triton":
             raise MissingDependency("the Triton surface backend needs the package 'triton', which is not "
@@ -92,7 +92,7 @@ def _launch(query, key, value, coeff, grid_size, lo, hi, attn_mask, is_causal, s
     purely causal call with T > L), the scalar arguments, the strides and the compile-time flags."""
     b, H, L, D = query.shape
     T = key.shape[2]
-    if is_causal and attn_mask is None and L > 1 and T > L:  # SDPA's convention (see kernel._prepare)
+    if is_causal and attn_mask is None and L > 1 and T > L:  # SDPA's convention (see sdpa.prepare)
         key, value, T = key[:, :, :L], value[:, :, :L], L
     causal = bool(is_causal and attn_mask is None and L > 1)
     window = int(sliding_window or 0) if causal else 0
@@ -161,7 +161,7 @@ def triton_cdiv(a: int, b: int) -> int:
 def _backward(query, key, value, coeff, out, lse, g_out, opts, need_q_c: bool, need_kv: bool):
     """The backward launches: (dq, dk, dv, dC) fp32 (None where not needed); keys cropped by the forward's
     convention get zero gradients."""
-    from geosteer.manifold import triton_backward as tb
+    from geosteer.kernels import triton_backward as tb
 
     b, H, L, D = query.shape
     a = _launch(query, key, value, coeff, opts["grid_size"], opts["lo"], opts["hi"], opts["attn_mask"],

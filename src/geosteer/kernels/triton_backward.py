@@ -1,4 +1,4 @@
-"""Triton kernels of the modulated attention's backward (flash-style; wrapper in ``geosteer.manifold.triton``).
+"""Triton kernels of the modulated attention's backward (flash-style; wrapper in ``geosteer.kernels.triton``).
 
 Nothing of size q × k is stored: both kernels recompute the weights p_ij = exp(s_ij − lse_i) from the
 forward's row log-sum-exp, tile by tile. With g = ∂L/∂o, the query-side widened gradient
@@ -20,7 +20,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from geosteer.manifold.triton_kernels import _row, _spline, _widened
+from geosteer.kernels.triton_kernels import _row, _spline, _widened
 
 
 @triton.jit
