@@ -1,7 +1,8 @@
 """``geosteer demo``: the main job on the bundled default model, in a few minutes on 2 CPU cores.
 
 1. load SmolLM2-135M-Instruct (converted once into the local cache), 2. held-out strided perplexity,
-3. greedy continuations of a few prompts. With trained surfaces (for SmolLM2 the package ships them:
+3. text quality: greedy text on twenty everyday prompts scored as ``geosteer bench steering`` scores a lever
+(repeated 4-grams, fluency score), beside the perplexity, 4. greedy continuations of a few prompts. With trained surfaces (for SmolLM2 the package ships them:
 ``geosteer/assets/surfaces/smollm2-surfaces-all``, all 30 layers trained on 262k tokens) it also shows
 perplexity with/without surfaces, greedy changes, one edit and one wall, and writes an HTML report.
 Every phase says what it does and how many steps it has; bars with an ETA on a terminal.
@@ -17,6 +18,7 @@ from geosteer.terminal import console as make_console
 
 SHIPPED_SURFACES = Path(__file__).resolve().parent / "assets" / "surfaces" / "smollm2-surfaces-all"
 SHIPPED_FOR = "smollm2"  # the base model of the shipped surfaces
+QUALITY_TOKENS = 48  # greedy tokens per everyday prompt in the text-quality check
 DEMO_PROMPTS = [
     "The theory of relativity states that",
     "She saw the man with the telescope, and",
@@ -82,6 +84,7 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
         summary[f"ppl_{name}"] = r.ppl
         ppl_table.add_row(name, f"{r.ppl:.3f}", f"{r.bits_per_byte:.4f}", str(r.tokens))
     console.print(ppl_table)
+    summary.update(_text_quality(model, tok, states, summary, console))
 
     gen_table = Table(title="greedy continuations", show_lines=True)
     gen_table.add_column("prompt")
@@ -104,6 +107,31 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
         summary.update(_edit_wall_report(model, tok, bank, found, max_new_tokens, out_dir, console))
     console.print(f"done in {time.time() - t0:.0f} s")
     return summary
+
+
+def _text_quality(model, tok, states: list[tuple[str, list]], summary: dict, console) -> dict:
+    """Greedy text of each state on the twenty everyday prompts, scored as the steering benchmark scores a
+    lever: share of repeated 4-grams, and the fluency score against the stock model's own continuations."""
+    from rich.table import Table
+
+    from geosteer.bench.text_quality import State, everyday_prompts, measure_states
+
+    prompts = list(everyday_prompts())
+    console.print(f"text quality: {len(prompts)} everyday prompts x {QUALITY_TOKENS} greedy tokens x "
+                  f"{len(states)} states")
+    rows = measure_states(model, tok, [State(n, ivs) for n, ivs in states], prompts, QUALITY_TOKENS)
+    table = Table(title="lower perplexity, and text as good? (repeated 4-grams: lower is better; fluency score "
+                        "as bench steering scores it, 1 = as fluent as the stock model)")
+    for col in ("state", "held-out ppl", "repeated 4-grams", "fluency score"):
+        table.add_column(col)
+    out = {}
+    for r in rows:
+        rep, flu = r["repeated_4gram_share"]["mean"], r["fluency_score"]["mean"]
+        out[f"repeated_4gram_share_{r['state']}"], out[f"fluency_score_{r['state']}"] = rep, flu
+        ppl = summary["ppl_" + r["state"]]
+        table.add_row(r["state"], f"{ppl:.3f}", f"{rep:.3f}", f"{flu:.3f}")
+    console.print(table)
+    return out
 
 
 def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out_dir: Path, console) -> dict:

@@ -1,6 +1,11 @@
-"""Print the markdown tables of a steering-benchmark results file (summary per lever, score per concept, every row).
+"""Print the markdown tables of steering-benchmark results files (summary per lever, score per concept, every row).
 
     python studies/bench/table.py docs/results/bench/smollm2-small/results.json
+    python studies/bench/table.py docs/results/bench/smollm2-small/results.json \
+        docs/results/bench/smollm2-small-variants/results.json --concepts-of 2   # two runs, same settings
+
+Several files are read as one run (a (concept, lever) row that two files hold is taken from the first);
+``--concepts-of N`` keeps the concepts the N-th file measured.
 """
 
 from __future__ import annotations
@@ -14,20 +19,30 @@ from geosteer.bench.results import concept_table, markdown_table, pivot_table
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path)
+    ap.add_argument("results", type=Path, nargs="+")
+    ap.add_argument("--concepts-of", type=int, default=0, help="keep the concepts the N-th file (1-based) holds")
     ap.add_argument("--complete", action="store_true", help="the summary over the concepts every lever finished")
     args = ap.parse_args()
-    doc = json.loads(args.results.read_text())
-    rows = doc["rows"]
+    docs = [json.loads(p.read_text()) for p in args.results]
+    seen, rows = set(), []
+    for d in docs:
+        for r in d["rows"]:
+            if (r["concept"], r["lever"]) not in seen:
+                seen.add((r["concept"], r["lever"]))
+                rows.append(r)
+    if args.concepts_of:
+        keep = {r["concept"] for r in docs[args.concepts_of - 1]["rows"]}
+        rows = [r for r in rows if r["concept"] in keep]
+    doc = {"rows": rows, "meta": {"levers": [lv for d in docs for lv in d["meta"]["levers"]]}}
     if args.complete:
         done = {c for c in {r["concept"] for r in rows}
                 if set(doc["meta"]["levers"]) <= {r["lever"] for r in rows if r["concept"] == c}}
         rows = [r for r in rows if r["concept"] in done]
     print(markdown_table(rows))
     print()
-    print(pivot_table(doc["rows"]))
+    print(pivot_table(rows))
     print()
-    print(concept_table(doc["rows"]))
+    print(concept_table(rows))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ def test_demo_end_to_end_with_surfaces(tmp_path):
     manifold.uninstall(model)
     summary = run_demo("tiny-llama", tokens=300, max_new_tokens=4, surfaces=art, out_dir=tmp_path / "demo")
     assert summary["ppl_surfaces"] != summary["ppl_stock"]
+    assert abs(summary["fluency_score_stock"] - (1 - summary["repeated_4gram_share_stock"])) < 1e-12  # own reference
+    assert 0 <= summary["repeated_4gram_share_surfaces"] <= 1 and 0 <= summary["fluency_score_surfaces"] <= 1
     assert summary["sensitive_layer"] in (0, 1, 2)
     html = (tmp_path / "demo" / "report.html").read_text()
     assert "plotly" in html.lower() and len(html) > 100_000  # plotly.js inlined: opens offline
