@@ -38,15 +38,10 @@ class State:
 
 
 def scaled_bank(bank, strength: float):
-    """A copy of a surface bank with every coefficient × ``strength`` (0: zero surfaces, the stock model)."""
-    import copy
+    """A copy of a surface bank with every coefficient × ``strength`` (0: the stock model)."""
+    from geosteer.manifold.strength import scaled
 
-    import torch
-
-    out = copy.deepcopy(bank)
-    with torch.no_grad():
-        out.coefficients.mul_(float(strength))
-    return out
+    return scaled(bank, strength)
 
 
 def measure_states(model, tok, states: list[State], prompts: list[str], new_tokens: int,
