@@ -113,16 +113,15 @@ def _run_cli(monkeypatch, capsys, *args):
     (["diagonal", "--map-head", "-1"], "bad head spec '-1'"),
     (["diagonal", "--map-layer", "99"], "layer 99 out of range"),
     (["plot", "nosuch", "x.json", "--out", "x.html"], "unknown figure kind"),
-    (["ppl", "--site", "value_full", "--heads", "99"], "head 99 out of range"),
-    (["ppl", "--site", "attn_out", "--heads", "0"], "value site"),
-    (["ppl", "--site", "value_full", "--value-space", "flat"], "unknown value space"),
+    (["ppl", "--corpus", "heldout", "--set", "scale_site=value_full", "--set", "scale_value_space=flat"],
+     "unknown value space"),
     (["strength", "--value-space", "flat"], "unknown value space"),
 ])
 def test_cli_bad_input_exits_2(monkeypatch, capsys, tmp_path, args, needle):
     out = tmp_path / "r.json"
     extra = ["-m", "tiny-llama"] if args[0] != "plot" else []
     extra += ["--out", str(out)] if args[0] in ("heads", "strength", "diagonal") else []
-    noun = ["directional"] if args[0] == "ppl" else ["study", "directional"]  # the paper studies' spelling
+    noun = [] if args[0] == "ppl" else ["study", "directional"]  # the paper studies' spelling
     code, text = _run_cli(monkeypatch, capsys, *noun, *args, *extra)
     assert code == 2, text
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
