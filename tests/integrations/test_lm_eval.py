@@ -154,6 +154,11 @@ def test_recipe_folder_as_model_args(folder, tmp_path):
     assert [type(iv).__name__ for iv in by_recipe.interventions] == ["FFNVariant", "FFNGates"]
     assert [ll for ll, _ in by_recipe.loglikelihood(_requests())] == \
         [ll for ll, _ in by_keys.loglikelihood(_requests())]
+    # keys on top of the recipe (as --recipe with --set): the gates dropped gives the variant alone
+    on_top = GeosteerLM(pretrained=path, **ARGS, recipe=str(tmp_path / "recipe"), gates=None)
+    alone = GeosteerLM(pretrained=path, **ARGS, mlp_variant="zero", mlp_layers=2)
+    assert [type(iv).__name__ for iv in on_top.interventions] == ["FFNVariant"]
+    assert [ll for ll, _ in on_top.loglikelihood(_requests())] == [ll for ll, _ in alone.loglikelihood(_requests())]
 
 
 def test_geosteer_names_load_through_geosteer():
@@ -168,7 +173,7 @@ def test_geosteer_names_load_through_geosteer():
     (dict(mlp_variant="sideways"), "unknown FFN variant"),
     (dict(edits="x.json"), "edits= needs surfaces="),
     (dict(scale_site="attn_out", scale_layers="0-99"), "out of range"),
-    (dict(recipe="some/folder", scale_site="attn_out"), "either recipe= or intervention keys"),
+    (dict(recipe="some/folder", scale_site="attn_out"), "some/folder"),
 ])
 def test_bad_model_args_fail_with_one_line(bad, msg):
     with pytest.raises((GeosteerError, ValueError), match=msg):

@@ -68,3 +68,28 @@ def test_other_models_are_not_checked(monkeypatch):
     _check_geosteer_model_args(["--model", "hf", "--model_args", "pretrained=gpt2,anything=1"])
     with pytest.raises(GeosteerError):
         _check_geosteer_model_args(["--model", "geosteer", "-a", "anything=1"])
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--tasks", "x", "--recipe", "R", "--set", "scale_par=0", "--surfaces=S"],
+     ["--tasks", "x", "--model", "geosteer", "--model_args", "recipe=R", "scale_par=0", "surfaces=S"]),
+    (["--model", "geosteer", "--set", "scale_layers=0;2", "--tasks", "x"],
+     ["--model", "geosteer", "--tasks", "x", "--model_args", "scale_layers=0;2"]),
+    (["--model", "hf", "--tasks", "x"], ["--model", "hf", "--tasks", "x"]),
+])
+def test_eval_takes_the_steering_front_door(argv, expected):
+    """``--recipe``, ``--set`` and ``--surfaces`` of ``geosteer eval`` become the geosteer model's model_args."""
+    from geosteer.cli.evaluate import _front_door
+
+    assert _front_door(argv) == expected
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--model", "hf", "--set", "scale_par=0"], "steer --model geosteer, not --model hf"),
+    (["--set", "scale_layers=0,2"], "no ',' in a value here"),
+    (["--set", "scale_par"], "expected key=value"),
+    (["--set", "bogus=1"], "unknown --model_args key bogus"),
+])
+def test_eval_front_door_errors_are_one_line(no_lm_eval_run, monkeypatch, capsys, argv, needle):
+    line = refused_before_load(monkeypatch, capsys, "eval", *argv, "--tasks", "x")
+    assert needle in line

@@ -1,7 +1,9 @@
 """``geosteer eval``: lm-evaluation-harness's own command line with ``--model geosteer`` registered.
 
 lm-eval has no plugin entry point for models, so the plain ``lm_eval`` command does not know ``geosteer``;
-this verb passes every argument to lm-eval unchanged after registering it.
+this verb passes every argument to lm-eval after registering it. The steering front door of the other verbs
+works here too: ``--recipe DIR``, ``--set key=value`` (repeatable) and ``--surfaces DIR`` become the
+geosteer model's ``--model_args`` (``recipe=``, ``key=value``, ``surfaces=``).
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import typer
 
 _HELP = ("lm-evaluation-harness with `--model geosteer` registered: every argument goes to lm-eval "
-         "unchanged (`geosteer eval --help` prints lm-eval's options). Needs the eval extra.")
+         "(`geosteer eval --help` prints lm-eval's options), except --recipe DIR, --set key=value and --surfaces "
+         "DIR, which steer the geosteer model (its --model_args). Needs the eval extra.")
+_FRONT_DOOR = {"--recipe": "recipe", "--set": None, "--surfaces": "surfaces"}
 
 
 def register(app: typer.Typer) -> None:
@@ -23,13 +27,47 @@ def register(app: typer.Typer) -> None:
         require("lm_eval")
         from geosteer.integrations.lm_eval import main
 
-        args = list(ctx.args)
+        args = _front_door(list(ctx.args))
         _check_geosteer_model_args(args)  # before lm-eval reads its task index or any model loads
         if not args or args in (["-h"], ["--help"]):
             typer.echo("geosteer eval = lm-eval's command line with `--model geosteer` registered; "
                        "lm-eval's own help (`run`, its default subcommand) follows.\n")
             args = ["run", "--help"]
         main(args)
+
+
+def _front_door(args: list[str]) -> list[str]:
+    """``args`` with ``--recipe``/``--set``/``--surfaces`` turned into ``--model_args`` of ``--model geosteer``
+    (added when no ``--model`` is given; another model is refused)."""
+    from geosteer.errors import GeosteerError
+
+    rest: list[str] = []
+    extra: list[str] = []
+    i = 0
+    while i < len(args):
+        name, eq, value = args[i].partition("=")
+        if name not in _FRONT_DOOR:
+            rest.append(args[i])
+            i += 1
+            continue
+        if not eq:
+            if i + 1 >= len(args):
+                raise GeosteerError(f"{name} needs a value")
+            value, i = args[i + 1], i + 1
+        if "," in value:
+            raise GeosteerError(f"{name} {value}: no ',' in a value here (lm-eval splits model_args at commas; "
+                                "layer lists take ';', e.g. 0;2;5-7)")
+        key = _FRONT_DOOR[name]
+        if key is None and "=" not in value:
+            raise GeosteerError(f"--set {value!r}: expected key=value")
+        extra.append(value if key is None else f"{key}={value}")
+        i += 1
+    if not extra:
+        return rest
+    model = _option_values(rest, ("--model",))
+    if model and model[-1] != "geosteer":
+        raise GeosteerError(f"--recipe/--set/--surfaces steer --model geosteer, not --model {model[-1]}")
+    return [*rest, *([] if model else ["--model", "geosteer"]), "--model_args", *extra]
 
 
 def _option_values(args: list[str], names: tuple[str, ...]) -> list[str] | None:

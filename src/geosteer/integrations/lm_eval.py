@@ -11,8 +11,8 @@ registered (``python -m geosteer.integrations.lm_eval`` is the same)::
 
 or, in Python, ``import geosteer.integrations.lm_eval`` before ``lm_eval.simple_evaluate(model="geosteer",
 ...)``. ``model_args``: ``pretrained`` (a geosteer name — ``smollm2``, ``tiny-llama``, … —, a folder, a
-``.gguf`` file or a hub id), ``recipe`` (a recipe artifact folder), the intervention keys of
-:mod:`geosteer.recipe` (surfaces, edits, scale_*, ffn_*, gates, gains, parallel_layers), and
+``.gguf`` file or a hub id), ``recipe`` (a recipe artifact folder), the recipe keys of the registered
+methods (surfaces, edits, scale_*, mlp_*, gates, beta_attn, ...; on top of ``recipe`` when both are given), and
 any ``HFLM`` argument (batch_size, max_length, device, add_bos_token, ...). With no intervention keys the
 model scores exactly as ``--model hf`` on the same weights (tested), prompts encoded as ``hf`` encodes them
 (the tokenizer's own BOS convention unless ``add_bos_token=True``).
@@ -36,6 +36,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the lm-evaluation-harness integration needs lm-eval: "
                       "pip install 'geosteer[eval]'") from e
 
+from geosteer.methods import recipe_keys
 from geosteer.recipe import InterventionSpec, load_recipe
 
 MODEL_NAME = "geosteer"
@@ -45,8 +46,6 @@ _OWN_ARGS = ("pretrained", "recipe", "dtype")
 def valid_model_args() -> list[str]:
     """Every ``--model_args`` key ``--model geosteer`` takes: its own, the recipe keys, lm-eval's ``hf`` ones."""
     import inspect
-
-    from geosteer.methods import recipe_keys
 
     hf = [p for p in inspect.signature(HFLM.__init__).parameters if p not in ("self", "kwargs", *_OWN_ARGS)]
     return [*_OWN_ARGS, *recipe_keys(), *hf]
@@ -119,13 +118,10 @@ class GeosteerLM(HFLM):
         check_model_args({"pretrained": pretrained, "dtype": dtype, **({"recipe": recipe} if recipe else {}),
                           **kwargs})
         dtype = _dtype_name(dtype)
+        given = {k: kwargs[k] for k in recipe_keys() if k in kwargs}
         spec = InterventionSpec.pop_from(kwargs)
-        if recipe is not None:
-            if any(v != getattr(InterventionSpec(), k) for k, v in spec.to_dict().items()):
-                from geosteer.errors import GeosteerError
-
-                raise GeosteerError("give either recipe= or intervention keys in model_args, not both")
-            spec, _ = load_recipe(recipe)
+        if recipe is not None:  # intervention keys on top of the recipe, as --recipe and --set elsewhere
+            spec = load_recipe(recipe)[0].with_values(**given)
         target, tok, name = _resolve_pretrained(pretrained, dtype)
         if tok is not None:
             kwargs.setdefault("tokenizer", tok)
