@@ -6,21 +6,25 @@ Needs the serving environment (``make serve``). Per batch size: tokens/s of gree
 tokens / wall time), time to first token (a generate of one token: the prefill of the whole batch), and
 the KV-cache bytes per token of each engine (its KV cache size over its token capacity, as vLLM sized it).
 Prompts: held-out corpus openings, ``--prompt-tokens`` tokens each (the same ids on both paths). All runs
-are eager (the steered layers pick each request's rows in Python; ``--stock-compiled`` runs vLLM stock with
-its compiled graphs instead), fp32, on the CPU build here. The recipes: the shipped surfaces, a random
+are eager by default; ``--compiled`` leaves vLLM's compiled path on (torch.compile on the CPU build, CUDA
+graphs on a GPU) for vLLM stock and for every steered engine whose recipes run inside the graph
+(``geosteer.serve.graph``: the vector and the inline mix; an engine serving surfaces chooses eager itself);
+``--stock-compiled`` compiles vLLM stock only. fp32, on the CPU build here. The recipes: the shipped surfaces, a random
 steering vector on every layer (``vector_all``), the same vector as inline recipes at four scales mixed
 in one batch (``inline_mixed``: request i takes scale ``INLINE_SCALES[i % 4]``), ``BUILT_IN`` (a
 directional and an FFN recipe on every layer), and any ``--recipe NAME=DIR``.
 
 Runs are interleaved so that a ratio compares runs made under the same machine load: two phases, each with its
-engines alive at once and, per batch size, one run of each engine in turn — (1) vLLM stock, vLLM + surfaces, +
-the vector, + the inline mix (one steered engine) and the HF path; (2) vLLM stock again and the engine of the
+engines alive at once and, per batch size, one run of each setting in turn — (1) vLLM stock, vLLM + surfaces, +
+the vector, + the inline mix and the HF path; (2) vLLM stock again and the engine of the
 other recipes. Each ratio uses the stock run of its own phase. ``--new-at B=N`` gives batch B its own number
 of new tokens (a shorter run where a full one would take too long); ``--hf-batches`` limits the (slow) HF path
 to some batch sizes. Each row records the one-minute load average when it finished. ``--repeats N`` runs each
-interleaved round N times; the ratios use the medians. ``--with-channels`` adds, in phase 1, an engine serving
-the same surfaces on the channel layout (``GEOSTEER_SERVE_CHANNELS=1``: every KV head carried as 1 + K
-channels) beside the default shared-key path (``geosteer.serve.shared_key``).
+interleaved round N times; the ratios use the medians. Phase 1 has two steered engines: one serving the
+surfaces, one serving the vector and the inline recipes. Each row records whether its engine ran compiled.
+``--with-channels`` adds, in phase 1, an engine serving the same surfaces on the channel layout
+(``GEOSTEER_SERVE_CHANNELS=1``: every KV head carried as 1 + K channels) beside the default shared-key path
+(``geosteer.serve.shared_key``).
 """
 
 from __future__ import annotations
@@ -131,7 +135,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--with-channels", action="store_true",
                    help="also time the surfaces on the channel layout (phase 1)")
     p.add_argument("--stock-compiled", action="store_true",
-                   help="run vLLM stock with its compiled graphs (default: eager, as the steered engine runs)")
+                   help="run vLLM stock with its compiled graphs (the steered engines stay eager)")
+    p.add_argument("--compiled", action="store_true",
+                   help="leave vLLM's compiled path on for stock and for every steered engine that can run it")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     if a.repeats < 1:
@@ -184,14 +190,17 @@ def _run(a) -> dict:
     inline = [{"vectors": "all", "vector_scale": s} for s in INLINE_SCALES]
     prompts = {b: _prompts(tok, b, a.prompt_tokens) for b in new_of}
     kw = dict(gpu_memory_utilization=0.15, max_model_len=a.prompt_tokens + max(new_of.values()) + 8,
-              max_num_seqs=max(new_of), enforce_eager=True, seed=0)
+              max_num_seqs=max(new_of), seed=0)
+    if not a.compiled:
+        kw["enforce_eager"] = True
     rows = []
     command = " ".join(["python", *sys.argv])
 
-    def record(phase, engine, setting, b, secs, ttft, kv):
+    def record(phase, engine, setting, b, secs, ttft, kv, llm=None):
+        compiled = None if llm is None else not llm.llm_engine.vllm_config.model_config.enforce_eager
         rows.append({"phase": phase, "engine": engine, "setting": setting, "batch": b, "new": new_of[b],
                      "tokens_per_s": b * new_of[b] / secs, "ttft_s": ttft, "kv_bytes_per_token": kv,
-                     "load_1min": round(os.getloadavg()[0], 2)})
+                     "compiled": compiled, "load_1min": round(os.getloadavg()[0], 2)})
         print(json.dumps(rows[-1]), flush=True)
         if a.out:  # the rows so far, so that an interrupted run keeps them
             from geosteer.io_utils import atomic_write_text
@@ -203,33 +212,35 @@ def _run(a) -> dict:
     steered_gib = max(1, math.ceil(kv_tokens * 600_000 / 2**30))
     hf_inter = spec_of(a.surfaces)[0].build(model) if hf_batches else []
     others = {k: v for k, v in recipes.items() if k not in ("surfaces", "vector_all")}
-    first = {"surfaces": a.surfaces, "vector_all": recipes["vector_all"]}
-    phases = [(1, first, steered_gib), (2, others, 1)] if others else [(1, first, steered_gib)]
+    phases = [1, 2] if others else [1]
     policy = Policy({"all": vec})
-    for phase, engine_recipes, gib in phases:
-        stock = _engine(a.model, None, 1, {**kw, "enforce_eager": not a.stock_compiled})
-        steered = _engine(a.model, engine_recipes, gib, kw, inline=policy if phase == 1 else None)
-        channels = _engine(a.model, engine_recipes, gib, kw, True) if phase == 1 and a.with_channels else None
-        runs = {name: name for name in engine_recipes}
-        if phase == 1:
-            runs["inline_mixed"] = inline
-        every = [r for v in runs.values() for r in (v if isinstance(v, list) else [v])]
-        for llm, recipe in ((stock, None), (steered, every), (channels, "surfaces")):
-            if llm is not None:  # warm-up, with every recipe: a first call may build kernels or plans
-                _vllm_run(llm[0], prompts[batches[0]] * len(every), 4, recipe)
+    stock_kw = {**kw, "enforce_eager": not (a.stock_compiled or a.compiled)}
+    for phase in phases:
+        stock = _engine(a.model, None, 1, stock_kw)
+        if phase == 1:  # (engine, {setting: recipe}) in turn
+            engines = [(_engine(a.model, {"surfaces": a.surfaces}, steered_gib, kw), {"surfaces": "surfaces"}),
+                       (_engine(a.model, {"vector_all": recipes["vector_all"]}, 1, kw, inline=policy),
+                        {"vector_all": "vector_all", "inline_mixed": inline})]
+            if a.with_channels:
+                engines.append((_engine(a.model, {"surfaces": a.surfaces}, steered_gib, kw, True),
+                                {"surfaces_channels": "surfaces"}))
+        else:
+            engines = [(_engine(a.model, others, 1, kw), {name: name for name in others})]
+        for llm, runs in [(stock, {"stock": None}), *engines]:  # warm-up, with every recipe of the engine
+            every = [r for v in runs.values() for r in (v if isinstance(v, list) else [v])]
+            _vllm_run(llm[0], prompts[batches[0]] * len(every), 4, every)
         for _ in range(a.repeats):
             for b in sorted({*batches, *(hf_batches if phase == 1 else [])}):
                 if b in batches:
-                    record(phase, "vllm", "stock", b, *_vllm_run(stock[0], prompts[b], new_of[b], None), stock[1])
-                    for name, recipe in runs.items():
-                        record(phase, "vllm", name, b, *_vllm_run(steered[0], prompts[b], new_of[b], recipe),
-                               steered[1])
-                    if channels is not None:
-                        record(phase, "vllm", "surfaces_channels", b,
-                               *_vllm_run(channels[0], prompts[b], new_of[b], "surfaces"), channels[1])
+                    record(phase, "vllm", "stock", b, *_vllm_run(stock[0], prompts[b], new_of[b], None), stock[1],
+                           stock[0])
+                    for llm, runs in engines:
+                        for name, recipe in runs.items():
+                            record(phase, "vllm", name, b, *_vllm_run(llm[0], prompts[b], new_of[b], recipe),
+                                   llm[1], llm[0])
                 if phase == 1 and b in hf_batches:
                     record(phase, "hf", "surfaces", b, *_hf_run(model, prompts[b], new_of[b], hf_inter), None)
-        del stock, steered, channels  # no other reference: the engines shut down here, before the next phase
+        del stock, engines, llm  # no other reference: the engines shut down here, before the next phase
         gc.collect()
     out = {"command": command, "rows": rows, "ratios": _ratios(rows), "load_average": os.getloadavg()}
     print(json.dumps(out["ratios"], indent=1))

@@ -8,6 +8,8 @@ An intervention that can be served (``geosteer serve``, :mod:`geosteer.serve`) i
   ``fn(t, state, tokens) -> t`` on the (rows, d) slice of a flat token batch that uses the recipe;
   ``state`` holds the same rows of this layer's ``resid_pre``, ``attn_out`` and ``mlp_in`` once computed,
   ``tokens`` is a :class:`Tokens` (each row's position in its sequence and its sequence's prompt length);
+  an edit may also give its closed :class:`Form` (vectors, ∥/⊥ scaling, gains, replacing by the block input),
+  which lets an engine run it from per-recipe tables inside a compiled graph;
 - :meth:`ServedOps.attention`: an operation inside attention (:class:`Surface`, :class:`Walls`,
   :class:`ValueScale`), applied by the engine exactly, as the Hugging Face path does.
 
@@ -57,6 +59,49 @@ class Tokens:
 
 
 EditFn = Callable[[torch.Tensor, dict, Tokens], torch.Tensor]
+
+PHASES = ("all", "prompt", "generation")
+
+
+@dataclass(frozen=True, eq=False)
+class Form:
+    """The closed form of a residual edit, which an engine can run from per-recipe tables inside a compiled
+    graph (the same edit as its function, term for term). On the tensor t at the point, with x the layer's
+    ``resid_pre`` and ``ref`` x or its ``mlp_in``:
+
+    - ∥/⊥ scaling: with u = t − x if ``delta`` else t and α = ⟨u, ref⟩/⟨ref, ref⟩ (0 for a zero or absent
+      reference), t + (s∥ − s⊥)·α·ref + (s⊥ − 1)·u (``scaled_delta``; a gain g is s∥ = s⊥ = g without ``ref``);
+    - a vector v: t minus its component along v first when ``ablate``, then + ``scale``·v, rescaled to t's
+      norm when ``norm_match`` (``vectors.apply.steer_tensor``);
+    - ``replace``: t becomes x;
+
+    on the tokens at positions ≥ ``from_token``, in ``phase`` (``prompt``: the prompt's tokens), and not at
+    position 0 when ``skip_first``; the other tokens keep t."""
+
+    s_par: float = 1.0
+    s_perp: float = 1.0
+    ref: str | None = None  # "resid_pre" | "mlp_in"
+    delta: bool = False
+    vector: torch.Tensor | None = None
+    scale: float = 0.0
+    ablate: bool = False
+    norm_match: bool = False
+    replace: bool = False
+    from_token: int = 0
+    phase: str = "all"
+    skip_first: bool = False
+
+
+class FormEdit:
+    """An edit function together with its :class:`Form`; called as the function."""
+
+    def __init__(self, fn: EditFn, form: Form) -> None:
+        if form.phase not in PHASES or form.ref not in (None, "resid_pre", "mlp_in"):
+            raise GeosteerError(f"a served form needs phase in {PHASES} and ref resid_pre/mlp_in (got {form})")
+        self.fn, self.form = fn, form
+
+    def __call__(self, t: torch.Tensor, state: dict, tokens: Tokens) -> torch.Tensor:
+        return self.fn(t, state, tokens)
 
 
 @dataclass
@@ -123,10 +168,12 @@ class ServedOps:
         """``layers`` as ints (None: every layer)."""
         return list(range(self.n_layers)) if layers is None else [int(x) for x in layers]
 
-    def edit(self, layer: int, point: str, fn: EditFn) -> None:
+    def edit(self, layer: int, point: str, fn: EditFn, form: Form | None = None) -> None:
+        """``fn`` at ``point`` of ``layer``; ``form``: its closed form (:class:`Form`), which lets an engine run
+        it inside a compiled graph (without one the engine runs the recipe eagerly)."""
         if point not in POINTS:
             raise GeosteerError(f"hook point '{point}' cannot be served; valid: {', '.join(POINTS)}")
-        getattr(self._layer(layer), point).append(fn)
+        getattr(self._layer(layer), point).append(fn if form is None else FormEdit(fn, form))
 
     def attention(self, layer: int, op: Surface | Walls | ValueScale) -> None:
         self._layer(layer).attention.append(op)

@@ -19,6 +19,7 @@ from torch import nn
 from geosteer.directional.config import RESIDUAL_SITES
 from geosteer.errors import GeosteerError
 from geosteer.hooks import attach_hooks
+from geosteer.served import Form
 
 
 def scaled_delta(y: torch.Tensor, ref: torch.Tensor, s_par: torch.Tensor, s_perp: torch.Tensor) -> torch.Tensor:
@@ -84,12 +85,15 @@ class LearnedScales(nn.Module):
         for layer, sp, sq in zip(self.layers, self.s_par.detach().tolist(), self.s_perp.detach().tolist(),
                                  strict=True):
             if site == "attn_out":
-                ops.edit(layer, site, lambda y, st, tok, sp=sp, sq=sq: y + scaled_delta(y, st["resid_pre"], sp, sq))
+                ops.edit(layer, site, lambda y, st, tok, sp=sp, sq=sq: y + scaled_delta(y, st["resid_pre"], sp, sq),
+                         Form(sp, sq, "resid_pre"))
             elif site == "mlp_out":
-                ops.edit(layer, site, lambda y, st, tok, sp=sp, sq=sq: y + scaled_delta(y, st["mlp_in"], sp, sq))
+                ops.edit(layer, site, lambda y, st, tok, sp=sp, sq=sq: y + scaled_delta(y, st["mlp_in"], sp, sq),
+                         Form(sp, sq, "mlp_in"))
             else:  # resid_post: the block update against the block input
                 ops.edit(layer, site, lambda y, st, tok, sp=sp, sq=sq:
-                         y + scaled_delta(y - st["resid_pre"], st["resid_pre"], sp, sq))
+                         y + scaled_delta(y - st["resid_pre"], st["resid_pre"], sp, sq),
+                         Form(sp, sq, "resid_pre", delta=True))
 
     def save(self, folder, **kw):
         """Write the ``geosteer-directional-scales`` artifact (``geosteer.load`` reads it back)."""

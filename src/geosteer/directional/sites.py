@@ -25,7 +25,7 @@ from geosteer.directional.value import (
 from geosteer.errors import GeosteerError
 from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy
-from geosteer.served import ValueScale
+from geosteer.served import Form, ValueScale
 
 
 def scaled_delta(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: float) -> torch.Tensor:
@@ -90,12 +90,15 @@ class ComponentScale:
             if c.site == "value_full":
                 ops.attention(layer, ValueScale(sp, sq, c.heads, c.value_space == "concat"))
             elif c.site == "attn_out":
-                ops.edit(layer, "attn_out", lambda a, st, tok: a + scaled_delta(a, st["resid_pre"], sp, sq))
+                ops.edit(layer, "attn_out", lambda a, st, tok: a + scaled_delta(a, st["resid_pre"], sp, sq),
+                         Form(sp, sq, "resid_pre"))
             elif c.site == "mlp_out":
-                ops.edit(layer, "mlp_out", lambda f, st, tok: f + scaled_delta(f, st["mlp_in"], sp, sq))
+                ops.edit(layer, "mlp_out", lambda f, st, tok: f + scaled_delta(f, st["mlp_in"], sp, sq),
+                         Form(sp, sq, "mlp_in"))
             else:  # resid_post
                 ops.edit(layer, "resid_post",
-                         lambda y, st, tok: y + scaled_delta(y - st["resid_pre"], st["resid_pre"], sp, sq))
+                         lambda y, st, tok: y + scaled_delta(y - st["resid_pre"], st["resid_pre"], sp, sq),
+                         Form(sp, sq, "resid_pre", delta=True))
 
     # -- residual space -------------------------------------------------------------------------
     def _attach_residual(self, model: nn.Module, layers: list[int]) -> Callable[[], None]:

@@ -21,6 +21,7 @@ from geosteer.dynamics.config import GateConfig
 from geosteer.errors import ArtifactError
 from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy
+from geosteer.served import Form
 
 WEIGHTS_NAME = "gates.safetensors"
 FORMAT = "geosteer-gates"
@@ -70,7 +71,8 @@ class FFNGates(nn.Module):
         """Φ times its layer's gate on each served layer (``geosteer.served``)."""
         alpha = self.alpha.detach().float().clone()
         for i, layer in enumerate(self.layers):
-            ops.edit(layer, "mlp_out", lambda t, st, tokens, a=alpha[i]: t * a.to(device=t.device, dtype=t.dtype))
+            ops.edit(layer, "mlp_out", lambda t, st, tokens, a=alpha[i]: t * a.to(device=t.device, dtype=t.dtype),
+                     Form(float(alpha[i]), float(alpha[i])))
 
     def table(self) -> list[dict]:
         alpha = self.alpha.detach()

@@ -21,6 +21,7 @@ from geosteer.dynamics import sphere
 from geosteer.dynamics.config import check_variant
 from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy
+from geosteer.served import Form
 
 
 def _layers(model: nn.Module, layers: Sequence[int] | None) -> list[int]:
@@ -100,8 +101,11 @@ class FFNVariant:
                 out = torch.where((tokens.positions == 0).unsqueeze(-1), t, out)
             return out
 
+        # as ∥/⊥ scaling against the reference: radial keeps ∥ (1, 0), tangential ⊥ (0, 1), zero neither
+        s_par, s_perp = {"radial": (1.0, 0.0), "tangential": (0.0, 1.0)}.get(part, (0.0, 0.0))
+        form = Form(s_par, s_perp, key if part in ("radial", "tangential") else None, skip_first=self.skip_first)
         for layer in ops.chosen(self.layers):
-            ops.edit(layer, "attn_out" if part == "attn_zero" else "mlp_out", fn)
+            ops.edit(layer, "attn_out" if part == "attn_zero" else "mlp_out", fn, form)
 
 
 @dataclass
@@ -129,7 +133,7 @@ class Gains:
         for point, g in (("attn_out", float(self.beta_attn)), ("mlp_out", float(self.alpha_ffn))):
             if g != 1.0:
                 for layer in ops.chosen(self.layers):
-                    ops.edit(layer, point, lambda t, st, tokens, g=g: t * g)
+                    ops.edit(layer, point, lambda t, st, tokens, g=g: t * g, Form(g, g))
 
 
 @dataclass
@@ -150,4 +154,4 @@ class Parallelize:
 
     def served_ops(self, ops) -> None:
         for layer in list(self.layers):
-            ops.edit(layer, "mlp_in", lambda t, st, tokens: st["resid_pre"])
+            ops.edit(layer, "mlp_in", lambda t, st, tokens: st["resid_pre"], Form(replace=True))

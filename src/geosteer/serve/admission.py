@@ -23,14 +23,15 @@ from geosteer.serve.inline import Policy, canonical, plan_inline
 
 MAX_ADMITTED = 1024  # inline recipes kept admitted (least recently used dropped first)
 
-_STATE: dict = {"named": {}, "meta": None, "policy": None, "capture": None}
+_STATE: dict = {"named": {}, "meta": None, "policy": None, "capture": None, "stages": None}
 _ADMITTED: OrderedDict = OrderedDict()  # canonical text -> RecipePlan
 
 
-def configure(named: dict, meta=None, policy: Policy | None = None) -> None:
+def configure(named: dict, meta=None, policy: Policy | None = None, stages: dict | None = None) -> None:
     """The recipes loaded at start ({name: RecipePlan}); with ``meta`` (a weightless model of the served
-    one) inline recipes are admitted under ``policy``."""
-    _STATE.update(named=dict(named), meta=meta, policy=policy)
+    one) inline recipes are admitted under ``policy``; ``stages``: the engine runs its steering in a compiled
+    graph with these stages (``serve.graph``), which an inline recipe must fit."""
+    _STATE.update(named=dict(named), meta=meta, policy=policy, stages=stages)
     _ADMITTED.clear()
 
 
@@ -88,6 +89,10 @@ def admit(doc: object) -> str:
         if plan.attention_layers:
             raise GeosteerError("surfaces, walls and scale_site=value_full are served from recipes named at start "
                                 "(geosteer serve --recipe NAME=DIR), not inline")
+        if _STATE["stages"] is not None:
+            from geosteer.serve import graph
+
+            graph.check_inline(plan, _STATE["stages"])
         _ADMITTED[canon] = plan
         while len(_ADMITTED) > MAX_ADMITTED:
             _ADMITTED.popitem(last=False)

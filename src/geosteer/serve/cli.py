@@ -34,7 +34,9 @@ def vllm_argv(model: str, recipes: dict[str, str], host: str, port: int, memory:
             "--port", str(port), "--gpu-memory-utilization", str(memory),
             "--middleware", "geosteer.serve.router.RecipeRouter"]
     if "hf_overrides" in kw:
-        argv += ["--enforce-eager", "--hf-overrides", json.dumps(kw["hf_overrides"])]
+        argv += ["--hf-overrides", json.dumps(kw["hf_overrides"])]
+    if kw.get("enforce_eager"):  # steering that cannot run inside vLLM's compiled graph (serve.graph)
+        argv += ["--enforce-eager"]
     return argv + list(extra), {"base": served, "recipes": list(recipes)}
 
 

@@ -36,13 +36,15 @@ def resolve_model(model: str) -> tuple[str, str]:
 
 
 def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parallel_size: int = 1,
-                  inline: Policy | None = None) -> None:
+                  inline: Policy | None = None, compiled: bool | None = None) -> bool:
     """Build every recipe on a weightless copy of the model: what vLLM's workers will do, but here; then
     admit requests for them (``serve.admission``; with ``inline``, inline recipes under that policy too).
-    What cannot be split over ``tensor_parallel_size`` ranks is refused (``serve.tensor_parallel``)."""
+    What cannot be split over ``tensor_parallel_size`` ranks is refused (``serve.tensor_parallel``).
+    Returns whether the steering runs inside vLLM's compiled graph (``serve.graph``): every recipe's edits
+    have closed forms and none acts inside attention; ``compiled=False`` keeps the eager path."""
     from transformers import AutoConfig
 
-    from geosteer.serve import admission, tensor_parallel
+    from geosteer.serve import admission, graph, tensor_parallel
     from geosteer.serve.plan import meta_model, plan_recipe
 
     meta = meta_model(AutoConfig.from_pretrained(folder))
@@ -51,7 +53,10 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
     for rname, rfolder in recipes.items():
         plans[rname] = plan_recipe(rname, rfolder, meta)
         tensor_parallel.check(rname, plans[rname], tensor_parallel_size)
-    admission.configure(plans, meta if inline is not None else None, inline)
+    in_graph = compiled is not False and all(graph.why_not(p) is None for p in plans.values())
+    stages = graph.stages_of(list(plans.values()), meta.config.num_hidden_layers, inline is not None)
+    admission.configure(plans, meta if inline is not None else None, inline, stages if in_graph else None)
+    return in_graph
 
 
 def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parallel_size: int = 1,
@@ -69,13 +74,16 @@ def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parall
         raise GeosteerError(f"--max-capture must be a positive number of values (got {max_capture})")
     if recipes or inline is not None or max_capture:
         family = served_family(config.model_type, f"'{model}'")
-        check_recipes(folder, name, dict(recipes or {}), tensor_parallel_size, inline)
-        # eager: each steered layer picks its requests' rows in Python from a per-step table, which a graph
-        # captured once per batch shape would freeze. Prefix caching stays on: each recipe's cached blocks
-        # carry its own salt (serve.admission.salt)
-        kw.update(enforce_eager=True, hf_overrides={
-            "architectures": [family.architecture], "geosteer_recipes": dict(recipes or {}),
-            "geosteer_model_name": name, "geosteer_inline": inline is not None})
+        # compiled (serve.graph) when every recipe runs from tables; else eager: operations inside attention
+        # and captures pick their requests' rows in Python per step, which a graph captured once per batch
+        # shape would freeze. Prefix caching stays on: each recipe's cached blocks carry its own salt
+        in_graph = check_recipes(folder, name, dict(recipes or {}), tensor_parallel_size, inline,
+                                 compiled=False if max_capture else None)
+        kw["hf_overrides"] = {"architectures": [family.architecture], "geosteer_recipes": dict(recipes or {}),
+                              "geosteer_model_name": name, "geosteer_inline": inline is not None,
+                              "geosteer_graph": in_graph}
+        if not in_graph:
+            kw["enforce_eager"] = True
         if max_capture:
             from geosteer.serve import admission
             from geosteer.serve.capture import capture_dir

@@ -13,7 +13,7 @@ from vllm.model_executor.models.mistral import MistralForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
-from geosteer.serve import batch, tensor_parallel
+from geosteer.serve import batch, graph, tensor_parallel
 from geosteer.serve.inline import plan_inline
 from geosteer.serve.layers import install
 from geosteer.serve.plan import meta_model, plan_recipe
@@ -39,9 +39,23 @@ class SteeredCausalLM:
 
             rank = get_tensor_model_parallel_rank()
             plans = [tensor_parallel.shard_plan(p, rank, tp, cfg.num_attention_heads) for p in plans]
+        if getattr(cfg, "geosteer_graph", False):  # the steering runs from tables inside the compiled graph
+            stages = graph.stages_of(plans, cfg.num_hidden_layers, inline)
+            batch.set_recipes(plans, (lambda canon: _fitted(plan_inline(canon, meta), stages)) if inline else None)
+            sched = vllm_config.scheduler_config
+            sizes = vllm_config.compilation_config.cudagraph_capture_sizes or [0]
+            graph.install(self, cfg.model_type, plans, stages, max(sched.max_num_batched_tokens, *sizes),
+                          sched.max_num_seqs if inline else 0)
+            return
+        graph.clear()
         batch.set_recipes(plans, (lambda canon: plan_inline(canon, meta)) if inline else None)
         batch.set_capture_dir(captures)
         install(self, cfg.model_type, plans, every_layer=inline or bool(captures))
+
+
+def _fitted(plan, stages: dict):
+    graph.check_inline(plan, stages)
+    return plan
 
 
 class GeosteerLlamaForCausalLM(SteeredCausalLM, LlamaForCausalLM):

@@ -83,7 +83,7 @@ def track_recipes() -> None:
     @functools.wraps(orig)
     def _prepare_inputs(self, scheduler_output, num_scheduled_tokens, *args, **kwargs):
         out = orig(self, scheduler_output, num_scheduled_tokens, *args, **kwargs)
-        from geosteer.serve import batch
+        from geosteer.serve import batch, graph
 
         per_request = []
         for req_id, n in zip(self.input_batch.req_ids, num_scheduled_tokens.tolist(), strict=False):
@@ -92,6 +92,7 @@ def track_recipes() -> None:
             per_request.append((batch.plan_for(extra), int(n), int(getattr(state, "num_prompt_tokens", 0) or 0),
                                 extra.get("geosteer_capture")))
         batch.set_rows(per_request)
+        graph.write_rows(per_request)
         return out
 
     _prepare_inputs._geosteer = True

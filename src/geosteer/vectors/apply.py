@@ -20,6 +20,7 @@ from torch import nn
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy
+from geosteer.served import Form
 from geosteer.vectors.config import ApplyConfig, check_point
 
 
@@ -196,7 +197,10 @@ class SteeringVectors:
                     keep = keep & (tokens.in_prompt if s.phase == "prompt" else ~tokens.in_prompt)
                 return torch.where(keep.unsqueeze(-1), y, t)
 
-            ops.edit(layer, self.point, fn)
+            ops.edit(layer, self.point, fn, Form(
+                vector=self.vectors[layer].float().clone(), scale=0.0 if s.mode == "ablate" else float(s.scale),
+                ablate=s.mode in ("ablate", "ablate_add"), norm_match=s.mode == "norm_match",
+                from_token=int(s.from_token), phase=s.phase))
 
     # -- the artifact (geosteer.vectors.artifact) ------------------------------------------------------------
     # (through the registry: geosteer.vectors.artifact imports this module, so this one never imports it back)
