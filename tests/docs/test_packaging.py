@@ -113,6 +113,10 @@ def test_wheel_installs_in_a_clean_venv(tmp_path):
     assert "geosteer/py.typed" in names and any(n.endswith("/licenses/LICENSE") for n in names)
     # the trained default surfaces the demo uses ship in the wheel
     assert "geosteer/assets/surfaces/smollm2-surfaces-all/surfaces.safetensors" in names
+    # the C++ sources of the compiled CPU kernels, built on the user's machine
+    from geosteer.kernels.ext import SOURCES
+
+    assert {f"geosteer/kernels/csrc/{n}" for n in SOURCES} <= set(names)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
