@@ -106,7 +106,7 @@ class TrainingRecord(_Open):
 
 
 class SurfaceMeta(_Open):
-    """The parts of ``meta`` geosteer itself reads (the card, ``manifold show``); other keys are free."""
+    """The parts of ``meta`` geosteer itself reads (the card, ``geosteer show``); other keys are free."""
 
     training: TrainingRecord | None = None
     command: StrictStr | None = None

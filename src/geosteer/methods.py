@@ -207,6 +207,24 @@ def load_artifact(folder: str | Path, model: Any = None) -> Any:
     return fmt.load(Path(folder), model)
 
 
+def describe_artifact(ref: str | Path) -> dict:
+    """What the artifact at ``ref`` (a folder, a shipped name or a Hub repo id) holds, by its format's
+    describer (:mod:`geosteer.artifacts.describe`); reads only."""
+    from geosteer.artifacts.describe import describe
+
+    folder = locate(ref)
+    check_not_interrupted(folder)
+    if not folder.is_dir():
+        raise ArtifactError(f"{ref}: no such folder")
+    name = format_of(folder)
+    if name is None:
+        raise ArtifactError(f"{ref} is not a geosteer artifact (missing or unreadable {CONFIG_NAME})")
+    table = formats()
+    if name not in table:
+        raise ArtifactError(f"{ref}: unknown artifact format '{name}'; known: {', '.join(sorted(table))}")
+    return describe(table[name], folder)
+
+
 def save_artifact(obj: Any, folder: str | Path, **kw: Any) -> Path:
     """Write ``obj`` as the artifact folder of its format (found by its class among the known formats)."""
     table = formats()

@@ -37,8 +37,15 @@ from geosteer.shipped import shipped
 
 __all__ = ["FORMAT", "RECIPE", "InterventionSpec", "load_recipe", "parse_settings", "save_recipe"]
 
+def _describe_recipe(ref: str | Path) -> dict:
+    """What a recipe folder holds (``geosteer show``): its base model and the settings that differ from the
+    stock model."""
+    spec, doc = load_recipe(ref)
+    return {"base_model": doc.get("base_model"), "settings": spec.changed()}
+
+
 RECIPE = ArtifactFormat("geosteer-recipe", 1, known_keys=("base_model", "interventions"), method="recipe",
-                        load=lambda folder, model: load_recipe(folder)[0])
+                        load=lambda folder, model: load_recipe(folder)[0], describe=_describe_recipe)
 FORMAT = RECIPE  # what geosteer.methods.CORE_FORMATS reads: the registry declares this format
 VERSION = RECIPE.version
 

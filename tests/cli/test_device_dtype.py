@@ -10,7 +10,7 @@ from geosteer.cli.common import run_app
 from tests.cli_helpers import command_leaves
 
 # verbs that load no model (artifacts, figures, the Hub, from-scratch byte models, a tokenizer only)
-NO_MODEL = {"push", "report", "study report", "manifold show", "manifold edit", "study directional plot",
+NO_MODEL = {"push", "report", "study report", "show", "manifold edit", "study directional plot",
             "study directional pretrain", "tasks build", "recipe save", "recipe show", "vectors show",
             "eval", "study manifold asymmetry", "study dynamics significance", "study checks"}
 # eval: lm-eval's own arguments pass through (its --model names the lm-eval model type); asymmetry and

@@ -18,7 +18,7 @@ MAX_TOOL_VERBS = 26
 TOOL_VERBS = {
     "push", "info", "ppl", "generate", "compare", "report", "studio", "demo", "eval", "serve",
     "decompose", "tasks build", "recipe show", "recipe save",
-    "manifold train", "manifold edit", "manifold show", "manifold explore", "manifold wall-learn",
+    "manifold train", "manifold edit", "show", "manifold explore", "manifold wall-learn",
     "manifold steer-learn", "manifold import", "dynamics diagnose", "dynamics gates", "vectors train",
     "vectors show", "bench steering",
 }
@@ -26,7 +26,8 @@ TOOL_VERBS = {
 REMOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "vectors show --gguf",
                  "record-qk": "manifold explore --record-qk", "directional strength": "study directional strength",
                  "dynamics critical": "study dynamics critical", "directional ppl": "ppl --set",
-                 "dynamics ablate": "study dynamics ablate", "dynamics gains": "study dynamics gains"}
+                 "dynamics ablate": "study dynamics ablate", "dynamics gains": "study dynamics gains",
+                 "manifold show": "show"}
 
 
 def _tool_verbs() -> set[str]:

@@ -118,7 +118,7 @@ def test_depth_bound_is_exact():
 
 
 def test_base_model_only_at_top_level_is_still_checked(llama, good, tmp_path):
-    """Removing config.base_model and naming another model at the top level (what `manifold show` prints)
+    """Removing config.base_model and naming another model at the top level (what `geosteer show` prints)
     does not bypass the other-model check."""
     def edit(doc):
         del doc["config"]["base_model"]
@@ -133,7 +133,7 @@ def test_base_model_only_at_top_level_is_still_checked(llama, good, tmp_path):
 def test_cli_show_and_ppl_refuse_in_one_line(monkeypatch, capsys, good, tmp_path):
     for i, (_name, edit, _) in enumerate(CASES[:12]):
         folder = _variant(good, tmp_path / str(i), edit)
-        code, _, err = run_cli(monkeypatch, capsys, "manifold", "show", "--surfaces", str(folder), "--json")
+        code, _, err = run_cli(monkeypatch, capsys, "show", str(folder), "--json")
         one_line_exit_2(code, err)
     folder = _variant(good, tmp_path / "dup", _set("layers", [0, 0, 0]))
     code, _, err = run_cli(monkeypatch, capsys, "ppl", "-m", "tiny-llama", "--corpus", "heldout", "--max-tokens",

@@ -206,7 +206,7 @@ def test_cli_edit_show_explore(tiny_model, tmp_path, monkeypatch):
     out = manifold.load(tmp_path / "out")
     assert torch.equal(out.coefficients[1], -bank.coefficients[1])
     assert [h["op"] for h in out.history] == ["invert", "wall"]
-    r = CliRunner().invoke(app, ["manifold", "show", "--surfaces", str(tmp_path / "out"), "--json"])
+    r = CliRunner().invoke(app, ["show", str(tmp_path / "out"), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["edits"] == 2
     r = CliRunner().invoke(app, ["manifold", "explore", "--surfaces", str(src), "--prompt", "The cat sat on",
@@ -221,7 +221,7 @@ def test_cli_edit_show_explore(tiny_model, tmp_path, monkeypatch):
     assert r.exit_code != 0 and not (tmp_path / "bad").exists()
 
 
-@pytest.mark.parametrize("verb", ["show", "explore"])
+@pytest.mark.parametrize("verb", ["explore"])
 def test_negative_top_is_refused_not_sliced(tiny_model, tmp_path, monkeypatch, capsys, verb):
     from tests.cli_helpers import refused_before_load
 

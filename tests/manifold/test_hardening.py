@@ -110,7 +110,7 @@ def test_load_refuses_non_finite_and_degenerate(monkeypatch, capsys, tiny_model,
     with pytest.raises(GeosteerError, match=match):
         manifold.load(saved, model=model)
     before = _files(saved)
-    for args in (["manifold", "show", "--surfaces", str(saved)],
+    for args in (["show", str(saved)],
                  ["manifold", "edit", "zero layer=0", "--surfaces", str(saved), "--out", str(saved)],
                  ["ppl", "--model", "tiny-llama", "--corpus", "heldout", "--max-tokens", "64", "--context", "32",
                   "--stride", "16", "--surfaces", str(saved)]):

@@ -233,7 +233,7 @@ def test_cli_edit_wall_exit_2(monkeypatch, capsys, tiny_model, tmp_path):
     code, _, _ = run_cli(monkeypatch, capsys, "manifold", "edit", "wall layer=1 head=0 k=-inf..0",
                          "--surfaces", str(src), "--out", str(tmp_path / "o"))
     assert code == 0 and manifold.load(tmp_path / "o").walls[0].k == (-INF, 0.0)
-    code, out, _ = run_cli(monkeypatch, capsys, "manifold", "show", "--surfaces", str(tmp_path / "o"), "--json")
+    code, out, _ = run_cli(monkeypatch, capsys, "show", str(tmp_path / "o"), "--json")
     doc = json.loads(out)
     assert code == 0 and doc["walls"] == 1 and doc["wall_regions"] == [
         {"layer": 1, "q": [None, None], "k": [None, 0.0], "heads": [0]}]

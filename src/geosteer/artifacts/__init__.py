@@ -9,6 +9,7 @@ declares its format (:class:`ArtifactFormat`) and the state of its objects (``to
   :func:`check_base_model`, :func:`read_config`, :func:`base_fields`. Adding keys never bumps ``version``;
   it is bumped only for a change an older reader would misread, and such an artifact is refused in one line.
 - :mod:`~geosteer.artifacts.state` — :func:`write_state` / :func:`read_state` / :func:`load_state`.
+- :mod:`~geosteer.artifacts.describe` — :func:`describe`: what a folder holds (``geosteer show``).
 - :mod:`~geosteer.artifacts.card` — :func:`render_model_card` / :func:`write_model_card` (Hub metadata).
 - :mod:`~geosteer.artifacts.hub` — :func:`locate` / :func:`resolve` / :func:`push` (local path or Hub repo
   id ``org/name[@revision]``; ``HF_HUB_OFFLINE=1`` honoured).

@@ -52,7 +52,8 @@ class ArtifactFormat:
     """One artifact format. ``tensors``: the tensor file(s) it must hold (the state's tensors go to the
     first); ``saves``: the class whose objects it writes; ``load(folder, model)`` / ``save(obj, folder,
     **kw)``: set for a format with its own reader/writer, else derived from the state protocol
-    (``saves.to_state``/``saves.from_state``, or the ``to_state``/``from_state`` given here)."""
+    (``saves.to_state``/``saves.from_state``, or the ``to_state``/``from_state`` given here). ``describe``:
+    what ``geosteer show`` prints (default: :func:`geosteer.artifacts.describe.describe_state`)."""
 
     name: str
     version: int
@@ -65,6 +66,7 @@ class ArtifactFormat:
     to_state: Callable[[Any], tuple[dict, dict]] | None = None
     from_state: Callable[..., Any] | None = None
     schema: type | None = None  # a pydantic model of the config (default: geosteer.config_schema.SCHEMAS[name])
+    describe: Callable[[Any], dict] | str | None = None  # ref -> what it holds (geosteer show); "module:fn" too
 
     def __post_init__(self) -> None:
         if self.load is None and self.state_reader() is not None:

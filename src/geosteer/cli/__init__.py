@@ -44,7 +44,7 @@ def interventions_from_options(model, surfaces: Path | None = None, force: bool 
 
 _CORE_CLIS = ("geosteer.eval.cli", "geosteer.viz.cli", "geosteer.studio.cli", "geosteer.cli.demo",
               "geosteer.cli.tasks", "geosteer.cli.evaluate", "geosteer.cli.recipe", "geosteer.serve.cli",
-              "geosteer.cli.study", "geosteer.bench.cli")
+              "geosteer.cli.study", "geosteer.bench.cli", "geosteer.cli.show")
 _registered: set[str] = set()
 
 

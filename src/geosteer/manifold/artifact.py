@@ -256,4 +256,5 @@ def load(path: str | Path, model=None, *, force: bool = False, revision: str | N
 
 SURFACES = ArtifactFormat(FORMAT, VERSION, tensors=(TENSORS_NAME,), known_keys=tuple(sorted(_KNOWN)),
                           method="manifold", saves=SurfaceBank, to_state=to_state, from_state=from_state,
-                          save=lambda bank, folder, **meta: save(bank, folder, **meta))
+                          save=lambda bank, folder, **meta: save(bank, folder, **meta),
+                          describe="geosteer.manifold.describe:describe_surfaces")

@@ -1,4 +1,5 @@
-"""``geosteer manifold ...``: show, edit and explore surface artifacts (``train`` comes from train.py)."""
+"""``geosteer manifold ...``: edit and explore surface artifacts (``train`` comes from train.py; ``geosteer show``
+describes them)."""
 
 from __future__ import annotations
 
@@ -37,59 +38,6 @@ man.command("import")(import_cmd)
 MAX_GRID = 128  # grid intervals at most: coefficients grow as (g + 3)^2 per head and dimension
 SURF_OPT = typer.Option(..., "--surfaces", "-s", help="surfaces artifact folder")
 SAVE_DTYPE_HELP = "artifact storage dtype: float32 | float16"
-
-
-@man.command("show")
-def show_cmd(surfaces: Path = SURF_OPT, top: int = typer.Option(5, "--top", min=0, help="largest surfaces to list"),
-             as_json: bool = JSON_OPT) -> None:
-    """What an artifact holds: base model, shapes, grid, ranges, training, edit history, largest surfaces."""
-    from geosteer.manifold import load, read_config
-    from geosteer.manifold.explore import top_surfaces
-
-    doc = read_config(surfaces)
-    bank = load(surfaces)
-    training = (doc.get("meta") or {}).get("training") or {}
-    info = {
-        "artifact": str(surfaces), "base_model": doc.get("base_model"), "shape": doc.get("shape"),
-        "grid_size": doc.get("grid_size"), "layers": _fmt(bank.layers),
-        "ranges": _ranges(bank), "parameters": bank.n_parameters(), "storage_dtype": doc.get("storage_dtype"),
-        "training_tokens": training.get("tokens"), "heldout_ppl": _ppl(training), "edits": len(bank.history),
-        "walls": len(bank.walls),
-        "created": doc.get("created"), "commit": doc.get("commit"),
-    }
-    tops = top_surfaces(bank, top)
-    if as_json:
-        emit({**info, "history": bank.history, "wall_regions": [w.to_dict() for w in bank.walls],
-              "top_surfaces": tops}, True)
-        return
-    emit(info, False)
-    for w in bank.walls:
-        typer.echo(f"  exact {w.describe()}")
-    for h in bank.history:
-        typer.echo(f"  edit: {h.get('edit')} ({h.get('surfaces')} surfaces, "
-                   f"{h.get('coefficients')} coefficients)")
-    if tops:
-        emit(tops, False, table_title=f"largest {len(tops)} surfaces (Frobenius norm)")
-
-
-def _fmt(layers) -> str:
-    from geosteer.manifold.surface_checks import format_layers
-
-    return format_layers(layers)
-
-
-def _ranges(bank) -> str:
-    pairs = sorted({(round(float(a), 4), round(float(b), 4)) for a, b in zip(bank.lo, bank.hi, strict=True)})
-    if len(pairs) == 1:
-        return f"[{pairs[0][0]:g}, {pairs[0][1]:g}] (all layers)"
-    return f"per layer, {min(p[0] for p in pairs):g}…{max(p[1] for p in pairs):g}"
-
-
-def _ppl(training: dict):
-    h = training.get("heldout") or {}
-    if h.get("ppl_before") is None:
-        return None
-    return f"{h['ppl_before']:.4g} -> {h['ppl_after']:.4g}"
 
 
 @man.command("edit")

@@ -159,6 +159,15 @@ def import_gguf(path: str | Path, model=None, *, force: bool = False) -> Steerin
     return sv
 
 
+def describe_vectors(ref: str | Path) -> dict:
+    """What a steering-vectors artifact holds (``geosteer show``): point, extraction, apply settings, a norm
+    per layer. Reads only."""
+    sv = load_vectors(ref)
+    return {"base_model": sv.base_model, "point": sv.point, "d_model": sv.d_model, "extraction": sv.extraction,
+            "settings": sv.settings.to_dict(),
+            "layers": [{"layer": layer, "norm": norm} for layer, norm in sv.norms().items()]}
+
+
 VECTORS = ArtifactFormat("geosteer-vectors", 1, tensors=(WEIGHTS_NAME,), known_keys=_KNOWN, method="vectors",
                          saves=SteeringVectors, to_state=to_state, from_state=from_state,
-                         save=lambda sv, folder, **kw: save_vectors(sv, folder, **kw))
+                         save=lambda sv, folder, **kw: save_vectors(sv, folder, **kw), describe=describe_vectors)

@@ -163,13 +163,12 @@ def show_cmd(folder: str = typer.Argument(..., help="steering-vectors artifact f
              as_json: bool = JSON_OPT) -> None:
     """What a steering-vectors artifact holds: point, extraction, apply settings, a norm per layer
     (--gguf: also export them for llama.cpp)."""
-    from geosteer.vectors.artifact import load_vectors
+    from geosteer.vectors.artifact import describe_vectors, load_vectors
 
-    sv = load_vectors(folder)
-    rows = [{"layer": layer, "norm": norm} for layer, norm in sv.norms().items()]
-    info = {"base_model": sv.base_model, "point": sv.point, "d_model": sv.d_model,
-            "extraction": sv.extraction, "settings": sv.settings.to_dict()}
+    info = describe_vectors(folder)
+    rows = info.pop("layers")
     if gguf is not None:
+        sv = load_vectors(folder)
         info.update(gguf=str(sv.export_gguf(gguf)), model_hint=sv.model_type)
     if as_json:
         emit({**info, "layers": rows}, True)
