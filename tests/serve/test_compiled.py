@@ -1,12 +1,13 @@
 """Steering inside vLLM's compiled graph (``serve.graph``): a tiny Llama on vLLM's CPU build with its
 torch.compile on (``enforce_eager=False``), against geosteer's Hugging Face path.
 
-One compiled engine serves steering vectors at every hook point in every mode and phase (and with
-``vector_from``), ∥/⊥ scaling at the residual sites, learned per-layer scales, an FFN variant with gains and a
-parallel layer, and two inline recipes; 4 prompts x 8 greedy tokens under each, interleaved in one
-``generate`` call with a small token budget per step (prefill chunks beside decoding tokens). Every request must
-get its own recipe's HF tokens, log-probs within 1e-3, and each recipe must change the HF reference. The tables
-alone are checked against the recipes' edit functions in ``test_graph.py`` (no engine; in ``make serve-ci``).
+One compiled engine serves random surfaces (the shared-key path), ``value_full`` scaling, steering vectors at
+every hook point in every mode and phase (and with ``vector_from``), ∥/⊥ scaling at the residual sites,
+learned per-layer scales, FFN variants with gains and a parallel layer, and two inline recipes; 4 prompts x 8
+greedy tokens under each, interleaved in one ``generate`` call with a small token budget per step (prefill
+chunks beside decoding tokens). Every request must get its own recipe's HF tokens, log-probs within 1e-3, and
+each recipe must change the HF reference. The tables alone are checked against the recipes' edit functions in
+``test_graph.py`` (no engine; in ``make serve-ci``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ VECTOR_RECIPES = {
     "vec_norm_gen": dict(vectors="mlp_out", vector_mode="norm_match", vector_scale=4.0, vector_phase="generation"),
     "vec_prompt": dict(vectors="resid_pre", vector_mode="ablate", vector_phase="prompt", vector_layers="2"),
 }
-RECIPES = {  # no operation inside attention: every one runs from the tables
+RECIPES = {  # with the surfaces (shared-key path) and value_full: every one runs in the compiled graph
+    "value": dict(scale_site="value_full", scale_par=0.3, scale_perp=1.5, scale_layers="1-2"),
     "directional": dict(scale_site="attn_out", scale_par=1.6, scale_perp=0.6, scale_layers="0-1"),
     "dynamics": dict(mlp_variant="tangential", mlp_layers="1", alpha_mlp=1.4, gain_layers="2",
                      parallel_layers="0"),
@@ -84,7 +86,7 @@ def recipe_dirs(tiny, vector_dirs, tmp_path_factory):
     learned = save_scales(LearnedScales("mlp_out", [0, 2], [1.6, 0.5], [0.7, 1.4]), root / "scales",
                           base_model="tiny-llama")
     dirs = tiny_recipe_dirs(tiny[0], root, "tiny-llama", {**RECIPES, **vec, "learned": {"scale_learned": str(learned)}})
-    return {n: d for n, d in dirs.items() if n not in ("surfaces", "walls")}
+    return {n: d for n, d in dirs.items() if n != "walls"}  # exact walls run eager
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +109,10 @@ def test_every_residual_recipe_in_the_compiled_graph_matches_hf(tiny, recipe_dir
     model, prompts, _ = tiny
     cfg = engine.llm_engine.vllm_config
     assert not cfg.model_config.enforce_eager and cfg.cache_config.enable_prefix_caching
-    assert cfg.model_config.hf_config.geosteer_graph
+    from geosteer.serve import graph
+
+    # the surfaces run in the graph where their shared-key kernels are built (make serve builds them)
+    assert cfg.model_config.hf_config.geosteer_graph == graph.attention_in_graph()
     names = [None, *recipe_dirs, *INLINE]
     refs = {n: hf_reference(model, prompts, None if n is None else recipe_dirs[n], NEW) for n in names
             if n not in INLINE}

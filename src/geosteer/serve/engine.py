@@ -6,8 +6,8 @@
 Every recipe is built and checked in the calling process first (one-line errors before vLLM starts).
 Prefix caching stays on: a recipe changes the keys and values of later layers, so each recipe's cached
 blocks carry its own salt (``serve.admission``) and are never reused by a request under another recipe.
-Eager mode: the steered layers pick each request's rows in Python. Run it under
-``if __name__ == "__main__":`` (vLLM spawns its workers).
+vLLM's compiled path stays on when every recipe can run inside the graph (``serve.graph``); otherwise the
+engine runs eager. Run it under ``if __name__ == "__main__":`` (vLLM spawns its workers).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
     for rname, rfolder in recipes.items():
         plans[rname] = plan_recipe(rname, rfolder, meta)
         tensor_parallel.check(rname, plans[rname], tensor_parallel_size)
-    in_graph = compiled is not False and all(graph.why_not(p) is None for p in plans.values())
+    attention = any(p.attention_layers for p in plans.values()) and graph.attention_in_graph()
+    in_graph = compiled is not False and all(graph.why_not(p, attention) is None for p in plans.values())
     stages = graph.stages_of(list(plans.values()), meta.config.num_hidden_layers, inline is not None)
     admission.configure(plans, meta if inline is not None else None, inline, stages if in_graph else None)
     return in_graph
@@ -74,9 +75,9 @@ def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parall
         raise GeosteerError(f"--max-capture must be a positive number of values (got {max_capture})")
     if recipes or inline is not None or max_capture:
         family = served_family(config.model_type, f"'{model}'")
-        # compiled (serve.graph) when every recipe runs from tables; else eager: operations inside attention
-        # and captures pick their requests' rows in Python per step, which a graph captured once per batch
-        # shape would freeze. Prefix caching stays on: each recipe's cached blocks carry its own salt
+        # compiled (serve.graph) when every recipe runs in the graph; else eager: walls, the channel layout,
+        # attention operations on a GPU and captures pick their requests' rows in Python per step, which a
+        # graph captured once per batch shape would freeze. Prefix caching stays on (each recipe's own salt)
         in_graph = check_recipes(folder, name, dict(recipes or {}), tensor_parallel_size, inline,
                                  compiled=False if max_capture else None)
         kw["hf_overrides"] = {"architectures": [family.architecture], "geosteer_recipes": dict(recipes or {}),

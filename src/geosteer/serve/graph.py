@@ -12,9 +12,12 @@ A stage runs one edit of the closed form ``geosteer.served.Form`` (vectors in ev
 scaling, gains, FFN variants, replacing by the block input); a recipe's k-th edit at a point of a layer is
 stage k there. The stages per (layer, point) are sized at start: the most edits any recipe loaded at start
 has there, and with inline recipes at least :data:`INLINE_STAGES` at every point of every layer (an inline
-recipe that needs more, or has an edit without a form, is refused when admitted). Recipes with operations
-inside attention (surfaces, walls, ``value_full``) or an edit without a form run on the eager path
-(``serve.layers``), as do engines that capture activations.
+recipe that needs more, or has an edit without a form, is refused when admitted). Surfaces (on the shared-key
+path) and ``value_full`` scaling run in the graph through an opaque custom op on vLLM's CPU build
+(``serve.graph_attention``). An engine runs the eager path (``serve.layers``) when a recipe has exact walls
+or an edit without a form, when its surfaces would take the channel layout or run on a GPU (a CUDA graph
+replays only the kernels it captured, not the op's per-step row selection), or when it captures
+activations (written to files per step).
 """
 
 from __future__ import annotations
@@ -34,11 +37,29 @@ _FIELDS = ("s_par", "s_perp", "ref_mlp", "has_ref", "delta", "vscale", "ablate",
 _PHASE = {"all": 0, "prompt": 1, "generation": 2}
 
 
-def why_not(plan) -> str | None:
-    """Why ``plan`` (a ``RecipePlan``) cannot run from tables (None: it can)."""
+def attention_in_graph() -> bool:
+    """Whether attention operations (surfaces, ``value_full``) can run in this machine's compiled graph: on
+    vLLM's CPU build with the shared-key surfaces path (``serve.graph_attention``)."""
+    import os
+
+    from vllm.platforms import current_platform
+
+    from geosteer.serve import shared_key
+
+    return (current_platform.is_cpu() and os.environ.get("GEOSTEER_SERVE_CHANNELS") != "1"
+            and shared_key.compiled_available())
+
+
+def why_not(plan, attention: bool = False) -> str | None:
+    """Why ``plan`` (a ``RecipePlan``) cannot run in the compiled graph (None: it can); ``attention``: surfaces
+    and ``value_full`` can (:func:`attention_in_graph`)."""
+    from geosteer.served import Surface, ValueScale
+
     for layer, ops in plan.layers.items():
-        if ops.attention:
+        if ops.attention and not attention:
             return f"layer {layer} has operations inside attention (surfaces, walls or value_full)"
+        if any(not isinstance(op, Surface | ValueScale) for op in ops.attention):
+            return f"layer {layer} has exact walls"
         for point in POINTS:
             for fn in getattr(ops, point):
                 if not isinstance(fn, FormEdit):
@@ -260,6 +281,12 @@ def install(model, model_type: str, plans: list, stages: dict, max_tokens: int, 
         layer.geosteer_tables, layer.block_spec = tab, spec
         rows.tables[i] = tab
         layer.forward = types.MethodType(graph_forward, layer)
+    for i in range(inner.start_layer, inner.end_layer):
+        ops = [p.layers.get(i) for p in plans]
+        if any(o is not None and o.attention for o in ops):
+            from geosteer.serve import graph_attention
+
+            graph_attention.install(_part(inner.layers[i], spec.attn), ops, i)
     for plan in plans:
         rows.write(rows.named[id(plan)], plan)
     _ROWS[:] = [rows]

@@ -2,7 +2,8 @@
 
 ``GeosteerLlamaForCausalLM`` and its siblings build the stock vLLM model, then steer its decoder layers with
 the recipes named in the config's ``geosteer_recipes`` ({name: folder}; ``geosteer_model_name`` is the
-base-model name they are checked against) through :func:`geosteer.serve.layers.install`.
+base-model name they are checked against) through :func:`geosteer.serve.graph.install` (the steering inside
+vLLM's compiled graph, when ``geosteer_graph`` is set) or :func:`geosteer.serve.layers.install` (eager).
 """
 
 from __future__ import annotations

@@ -1,0 +1,57 @@
+"""Attention operations (surfaces on the shared-key path, ``value_full`` scaling) in vLLM's compiled graph.
+
+The layer runs vLLM's stock attention (traced with the rest of the model); each recipe's attention
+operations then run inside one opaque custom op, ``geosteer::attention_ops``, which the compiled graph
+calls as it calls vLLM's own attention op: its body (which rows use which recipe, the shared-key kernel
+reading the paged KV cache) runs at every forward, never traced. On vLLM's CPU build, whose compiled graph
+runs each custom op at every call, this keeps surfaces on the compiled path. A CUDA graph replays only
+the kernels it captured, so on a GPU these recipes run eager (``serve.graph.attention_in_graph``). Exact
+walls and the channel layout stay eager.
+"""
+
+from __future__ import annotations
+
+import torch
+from vllm.model_executor.layers.attention import Attention
+
+from geosteer.errors import GeosteerError
+from geosteer.serve.layers import ChannelAttention, _attention_ops, _shared_key_layer
+from geosteer.serve.plan import surface_of
+
+_LAYERS: dict[str, ChannelAttention] = {}
+
+
+@torch.library.custom_op("geosteer::attention_ops", mutates_args=())
+def attention_ops(out: torch.Tensor, query: torch.Tensor, value: torch.Tensor, layer_name: str) -> torch.Tensor:
+    """The recipes' attention operations on the stock attention output ``out`` (n, H·d) of layer
+    ``layer_name``, each on its own rows (``serve.layers``)."""
+    attn = _LAYERS[layer_name]
+    n, h, hkv, d = out.shape[0], attn.heads, attn.kv_heads, attn.head_dim
+    o = out.view(n, h, d)
+    y = _attention_ops(attn, o, None, query.reshape(n, h, d), value.reshape(n, hkv, d))
+    return y.reshape(n, h * d).clone() if y.data_ptr() == o.data_ptr() else y.reshape(n, h * d)
+
+
+@attention_ops.register_fake
+def _(out: torch.Tensor, query: torch.Tensor, value: torch.Tensor, layer_name: str) -> torch.Tensor:
+    return torch.empty_like(out)
+
+
+class CompiledAttention(ChannelAttention):
+    """vLLM's stock attention and KV cache, then ``geosteer::attention_ops`` (surfaces on the shared-key path)."""
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        out = Attention.forward(self, query, key, value)
+        return torch.ops.geosteer.attention_ops(out, query, value, self.layer_name)
+
+
+def install(attn_module, ops: list, layer: int) -> None:
+    """Replace ``attn_module.attn`` (vLLM's ``Attention``) by a :class:`CompiledAttention` for ``ops`` (the
+    start recipes' operations on this layer)."""
+    stock = attn_module.attn
+    if any(surface_of(o) is not None for o in ops) and not _shared_key_layer(stock, ops):
+        raise GeosteerError("surfaces run in the compiled graph only on the shared-key path (vLLM's CPU build, "
+                            "float32, geosteer's compiled CPU kernels built); run this engine with --enforce-eager")
+    new = CompiledAttention(stock, ops, layer, shared=True)
+    _LAYERS[new.layer_name] = new
+    attn_module.attn = new
