@@ -64,6 +64,8 @@ STUDIES = (
     _study("phase", "continuation", "phase", "Fig. 9: phase reconstruction"),
     _study("theory", "theory", "theory", "Thm 3, Eq. (9), Eq. (11): first-order branch, J* split, region bound"),
     _study("mean-field", "meanfield", "mean_field", "Thm 2: W1 of L-particle measures to the mean-field limit"),
+    _study("finetune-baselines", "finetune", "finetune_baselines",
+           "limitation: FFN gates vs bias-only and LoRA fine-tuning on the same tokens"),
     _study("significance", "significance", "significance", "cross-model rows: bootstrap interval, permutation p"),
     Study("ov-spectrum", "geosteer.dynamics.studies.ov:ov_spectrum",
           "Fig. 14, App. C.6: OV non-symmetry, dominant eigenvalue by modulus and by real part"),
