@@ -15,7 +15,7 @@ import torch
 from vllm.model_executor.layers.attention import Attention
 
 from geosteer.errors import GeosteerError
-from geosteer.serve.layers import ChannelAttention, _attention_ops, _shared_key_layer
+from geosteer.serve.layers import ChannelAttention, apply_attention_ops, shared_key_layer
 from geosteer.serve.plan import surface_of
 
 _LAYERS: dict[str, ChannelAttention] = {}
@@ -28,7 +28,7 @@ def attention_ops(out: torch.Tensor, query: torch.Tensor, value: torch.Tensor, l
     attn = _LAYERS[layer_name]
     n, h, hkv, d = out.shape[0], attn.heads, attn.kv_heads, attn.head_dim
     o = out.view(n, h, d)
-    y = _attention_ops(attn, o, None, query.reshape(n, h, d), value.reshape(n, hkv, d))
+    y = apply_attention_ops(attn, o, None, query.reshape(n, h, d), value.reshape(n, hkv, d))
     return y.reshape(n, h * d).clone() if y.data_ptr() == o.data_ptr() else y.reshape(n, h * d)
 
 
@@ -49,7 +49,7 @@ def install(attn_module, ops: list, layer: int) -> None:
     """Replace ``attn_module.attn`` (vLLM's ``Attention``) by a :class:`CompiledAttention` for ``ops`` (the
     start recipes' operations on this layer)."""
     stock = attn_module.attn
-    if any(surface_of(o) is not None for o in ops) and not _shared_key_layer(stock, ops):
+    if any(surface_of(o) is not None for o in ops) and not shared_key_layer(stock, ops):
         raise GeosteerError("surfaces run in the compiled graph only on the shared-key path (vLLM's CPU build, "
                             "float32, geosteer's compiled CPU kernels built); run this engine with --enforce-eager")
     new = CompiledAttention(stock, ops, layer, shared=True)

@@ -102,7 +102,7 @@ class ChannelAttention(Attention):
             qx = q.view(n, hkv, 1, rep, d).expand(n, hkv, c, rep, d).reshape(n, hkv * c * rep * d)
             o = super().forward(qx, kx, vx).view(n, hkv, c, rep, d)
         out = o[:, :, 0].reshape(n, self.heads, d)
-        out = _attention_ops(self, out, o, q, vh)
+        out = apply_attention_ops(self, out, o, q, vh)
         return out.reshape(n, self.heads * d)
 
     def _channels(self, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
@@ -124,7 +124,7 @@ class ChannelAttention(Attention):
         return torch.cat(need) if need else torch.empty(0, dtype=torch.long)
 
 
-def _attention_ops(attn, out, o, q, v) -> torch.Tensor:
+def apply_attention_ops(attn, out, o, q, v) -> torch.Tensor:
     """Each recipe's attention operations on its rows, innermost (last attached) first."""
     for r, rows in batch.groups(out.shape[0]).items():
         ops = batch.ops(r, attn.layer_index)
@@ -168,7 +168,7 @@ def _shared_key_delta(attn, op: Surface, q, rows, n: int) -> torch.Tensor:
                                     softcap=impl.logits_soft_cap or None, window=impl.sliding_window)
 
 
-def _shared_key_layer(attn: Attention, ops: list[LayerOps | None]) -> bool:
+def shared_key_layer(attn: Attention, ops: list[LayerOps | None]) -> bool:
     """Whether this surfaces layer takes the shared-key path (module docstring)."""
     if os.environ.get("GEOSTEER_SERVE_CHANNELS") == "1" or any(walls_of(o) for o in ops):
         return False
@@ -318,5 +318,5 @@ def install(model, model_type: str, plans: list[RecipePlan], every_layer: bool =
             attn = _part(layer, spec.attn)
             if attn.num_heads != attn.total_num_heads and any(walls_of(o) for o in ops):
                 raise GeosteerError("exact walls on vLLM need tensor_parallel_size=1")
-            attn.attn = ChannelAttention(attn.attn, ops, i, shared=_shared_key_layer(attn.attn, ops))
+            attn.attn = ChannelAttention(attn.attn, ops, i, shared=shared_key_layer(attn.attn, ops))
         layer.forward = types.MethodType(steered_forward, layer)
