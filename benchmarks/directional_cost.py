@@ -1,9 +1,11 @@
 """Wall-clock overhead of each component-scaling intervention over the stock model (paper Table 7).
 
-Two workloads on the same held-out tokens: **prefill** (one forward over ``--tokens`` tokens, no cache) and
+Three workloads on the same held-out tokens: **prefill** (one forward over ``--tokens`` tokens, no cache),
 **cached decoding** (prefill untimed, then ``--decode-steps`` greedy steps of one token with the KV cache,
-timed). Each intervention edits every layer (s∥ = 0, s⊥ = 1). Stock = transformers' own SDPA attention,
-no geosteer handler. Per round and intervention: one stock run then one edited run, back to back (the
+timed) and **train** (one full training step over ``--tokens`` tokens: forward with the loss, backward,
+AdamW over every weight; the paper's training-time removal; opt in with ``--workloads train``). Each
+intervention edits every layer (s∥ = 0, s⊥ = 1). Stock = transformers' own SDPA attention, no geosteer
+handler. Per round and intervention: one stock run then one edited run, back to back (the
 attention switch and attach/detach are untimed); the ratio of each pair, median and min–max over
 ``--rounds`` rounds after one warm-up round. Prints ``name: value`` lines; ``--out`` writes tidy rows.
 
@@ -47,6 +49,17 @@ def _prefill(m, ids) -> float:
     return time.perf_counter() - t0
 
 
+def _train_step(m, ids, opt) -> float:
+    """One full training step (every weight trains): forward with the next-token loss, backward, AdamW step.
+    The optimiser's learning rate is 0, so the weights never change and every step does the same work."""
+    t0 = time.perf_counter()
+    with torch.enable_grad():
+        m(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2")
@@ -56,7 +69,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sites", default=",".join(SITES))
-    ap.add_argument("--workloads", default="prefill,decode")
+    ap.add_argument("--workloads", default="prefill,decode", help="prefill, decode, train (comma-separated)")
     ap.add_argument("--s-par", type=float, default=0.0)
     ap.add_argument("--out", default=None, help="tidy JSON rows")
     ap.add_argument("--profile", action="store_true",
@@ -77,8 +90,14 @@ def main() -> None:
     ids_all = encode(tok, split_text("heldout", max_chars=a.tokens * 10))
     prefill_ids = ids_all[: a.tokens][None]
     decode_ids = ids_all[: a.decode_prompt][None]
+    opt = None
+    if "train" in a.workloads.split(","):
+        for p in m.parameters():
+            p.requires_grad_(True)
+        opt = torch.optim.AdamW(m.parameters(), lr=0.0)
     workloads = {"prefill": lambda: _prefill(m, prefill_ids),
-                 "decode": lambda: _decode(m, decode_ids, a.decode_steps)}
+                 "decode": lambda: _decode(m, decode_ids, a.decode_steps),
+                 "train": lambda: _train_step(m, prefill_ids, opt)}
     workloads = {k: v for k, v in workloads.items() if k in a.workloads.split(",")}
     print(f"machine: {machine(a.threads)}")
     print(f"model: {a.model} prefill tokens: {prefill_ids.shape[1]} decode: {a.decode_prompt} prompt + "
