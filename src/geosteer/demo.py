@@ -2,9 +2,10 @@
 
 1. load SmolLM2-135M-Instruct (converted once into the local cache), 2. held-out strided perplexity,
 3. text quality: greedy text on twenty everyday prompts scored as ``geosteer bench steering`` scores a lever
-(repeated 4-grams, fluency score), beside the perplexity, 4. greedy continuations of a few prompts. With trained surfaces (for SmolLM2 the package ships them:
-``geosteer/assets/surfaces/smollm2-surfaces-all``, all 30 layers trained on 262k tokens) it also shows
-perplexity with/without surfaces, greedy changes, one edit and one wall, and writes an HTML report.
+(repeated 4-grams, fluency score), beside the perplexity, 4. greedy continuations of a few prompts. With
+trained surfaces (for SmolLM2 the package ships them: ``geosteer/assets/surfaces/smollm2-surfaces-all``, all
+30 layers trained on 262k tokens) it also shows perplexity and text quality with/without surfaces, greedy
+changes, one edit and one wall, and writes an HTML report.
 Every phase says what it does and how many steps it has; bars with an ETA on a terminal.
 """
 
