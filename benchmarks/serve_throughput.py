@@ -8,7 +8,7 @@ the KV-cache bytes per token of each engine (its KV cache size over its token ca
 Prompts: held-out corpus openings, ``--prompt-tokens`` tokens each (the same ids on both paths). All runs
 are eager by default; ``--compiled`` leaves vLLM's compiled path on (torch.compile on the CPU build, CUDA
 graphs on a GPU) for vLLM stock and for every steered engine whose recipes run inside the graph
-(``geosteer.serve.graph``: the vector and the inline mix; an engine serving surfaces chooses eager itself);
+(``geosteer.serve.graph``; where a recipe cannot, its engine chooses eager itself);
 ``--stock-compiled`` compiles vLLM stock only. fp32, on the CPU build here. The recipes: the shipped surfaces, a random
 steering vector on every layer (``vector_all``), the same vector as inline recipes at four scales mixed
 in one batch (``inline_mixed``: request i takes scale ``INLINE_SCALES[i % 4]``), ``BUILT_IN`` (a
@@ -20,8 +20,7 @@ the vector, + the inline mix and the HF path; (2) vLLM stock again and the engin
 other recipes. Each ratio uses the stock run of its own phase. ``--new-at B=N`` gives batch B its own number
 of new tokens (a shorter run where a full one would take too long); ``--hf-batches`` limits the (slow) HF path
 to some batch sizes. Each row records the one-minute load average when it finished. ``--repeats N`` runs each
-interleaved round N times; the ratios use the medians. Phase 1 has two steered engines: one serving the
-surfaces, one serving the vector and the inline recipes. Each row records whether its engine ran compiled.
+interleaved round N times; the ratios use the medians. Each row records whether its engine ran compiled.
 ``--with-channels`` adds, in phase 1, an engine serving the same surfaces on the channel layout
 (``GEOSTEER_SERVE_CHANNELS=1``: every KV head carried as 1 + K channels) beside the default shared-key path
 (``geosteer.serve.shared_key``).
@@ -217,10 +216,10 @@ def _run(a) -> dict:
     stock_kw = {**kw, "enforce_eager": not (a.stock_compiled or a.compiled)}
     for phase in phases:
         stock = _engine(a.model, None, 1, stock_kw)
-        if phase == 1:  # (engine, {setting: recipe}) in turn
-            engines = [(_engine(a.model, {"surfaces": a.surfaces}, steered_gib, kw), {"surfaces": "surfaces"}),
-                       (_engine(a.model, {"vector_all": recipes["vector_all"]}, 1, kw, inline=policy),
-                        {"vector_all": "vector_all", "inline_mixed": inline})]
+        if phase == 1:  # (engine, {setting: recipe}) in turn; one steered engine (the recipe tables are per process)
+            first = {"surfaces": a.surfaces, "vector_all": recipes["vector_all"]}
+            engines = [(_engine(a.model, first, steered_gib, kw, inline=policy),
+                        {"surfaces": "surfaces", "vector_all": "vector_all", "inline_mixed": inline})]
             if a.with_channels:
                 engines.append((_engine(a.model, {"surfaces": a.surfaces}, steered_gib, kw, True),
                                 {"surfaces_channels": "surfaces"}))

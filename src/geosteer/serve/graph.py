@@ -247,9 +247,6 @@ class Rows:
             self.prompt_len[:total].copy_(torch.repeat_interleave(torch.tensor(plens, dtype=torch.long), c))
 
 
-_ROWS: list[Rows] = []
-
-
 def _part(layer, path: str):
     for name in path.split("."):
         layer = getattr(layer, name)
@@ -263,6 +260,11 @@ def install(model, model_type: str, plans: list, stages: dict, max_tokens: int, 
 
     from geosteer.models.anatomy import FAMILIES
 
+    for plan in plans:
+        why = why_not(plan, attention=True)
+        if why is not None:
+            raise GeosteerError(f"recipe '{plan.name}' cannot run in vLLM's compiled graph ({why}); drop "
+                                "geosteer_graph from the engine's hf_overrides")
     spec = FAMILIES[model_type]
     inner = _part(model, spec.layers.rsplit(".", 1)[0])
     param = next(model.parameters())
@@ -289,7 +291,7 @@ def install(model, model_type: str, plans: list, stages: dict, max_tokens: int, 
             graph_attention.install(_part(inner.layers[i], spec.attn), ops, i)
     for plan in plans:
         rows.write(rows.named[id(plan)], plan)
-    _ROWS[:] = [rows]
+    model.geosteer_rows = rows
     return rows
 
 
@@ -323,16 +325,8 @@ def graph_forward(layer, positions, hidden_states, residual, **kwargs):
     return y, torch.zeros_like(y)
 
 
-def active() -> Rows | None:
-    """This worker's row buffers when its steered layers run from tables."""
-    return _ROWS[0] if _ROWS else None
-
-
-def clear() -> None:
-    """No tables in this worker (its engine runs the eager path)."""
-    _ROWS.clear()
-
-
-def write_rows(per_request: list[tuple]) -> None:
-    if _ROWS:
-        _ROWS[0].fill(per_request)
+def write_rows(model, per_request: list[tuple]) -> None:
+    """Fill the row buffers of ``model`` (a model runner's model) for this step, if it runs from tables."""
+    rows = getattr(model, "geosteer_rows", None)
+    if isinstance(rows, Rows):
+        rows.fill(per_request)

@@ -48,7 +48,6 @@ class SteeredCausalLM:
             graph.install(self, cfg.model_type, plans, stages, max(sched.max_num_batched_tokens, *sizes),
                           sched.max_num_seqs if inline else 0)
             return
-        graph.clear()
         batch.set_recipes(plans, (lambda canon: plan_inline(canon, meta)) if inline else None)
         batch.set_capture_dir(captures)
         install(self, cfg.model_type, plans, every_layer=inline or bool(captures))

@@ -92,7 +92,7 @@ def track_recipes() -> None:
             per_request.append((batch.plan_for(extra), int(n), int(getattr(state, "num_prompt_tokens", 0) or 0),
                                 extra.get("geosteer_capture")))
         batch.set_rows(per_request)
-        graph.write_rows(per_request)
+        graph.write_rows(getattr(self, "model", None), per_request)
         return out
 
     _prepare_inputs._geosteer = True
