@@ -13,6 +13,10 @@ change and exits 1 if anything is left). What it rewrites, and nothing else:
 - the removed verbs in a recorded ``command``: ``geosteer directional ppl`` -> the ``geosteer ppl --set ...``
   command that gives the same numbers, ``geosteer dynamics ablate|gains`` -> ``geosteer study dynamics
   ablate|gains``.
+- one spelling per option in a recorded ``command``: the window length is ``--context`` (was ``--seq-len``
+  on ``geosteer dynamics ...``, ``geosteer study dynamics ...`` and ``geosteer manifold train``, ``--ctx`` on
+  ``geosteer study directional pretrain``) and the batch size ``--batch-size`` (was ``--batch`` on those two
+  trainers); other programs' options (``python studies/...``) are left alone.
 
 Numbers are never touched; JSON files keep their indentation. The reproduction report's statuses are the
 same before and after (``geosteer study report --json --out FILE`` on both sides, compared by item).
@@ -38,6 +42,29 @@ VERBS = [
 ]
 
 
+# verb (as the command starts) -> {old option: new option}
+OPTIONS = {
+    "geosteer dynamics": {"--seq-len": "--context"},
+    "geosteer study dynamics": {"--seq-len": "--context"},
+    "geosteer manifold train": {"--seq-len": "--context", "--batch": "--batch-size"},
+    "geosteer study directional pretrain": {"--ctx": "--context", "--batch": "--batch-size"},
+}
+_SEGMENT = re.compile(r"(&&|\|\||;|\|)")
+
+
+def rename_options(command: str) -> str:
+    """``command`` with the old option spellings of the verbs in :data:`OPTIONS` replaced, per segment of a
+    chained command line (``a && b; c``)."""
+    parts = _SEGMENT.split(command)
+    for i, part in enumerate(parts):
+        for verb, renames in OPTIONS.items():
+            if re.search(rf"(^|\s){re.escape(verb)}\b", part):
+                for old, new in renames.items():
+                    part = re.sub(rf"(?<=\s){re.escape(old)}(?=[\s=]|$)", new, part)
+        parts[i] = part
+    return "".join(parts)
+
+
 def _label(name):
     return OLD_LABEL.sub(lambda m: SITES[m.group(1)], name) if isinstance(name, str) else name
 
@@ -57,6 +84,7 @@ def _rewrite(obj, item: bool = False):
         elif k == "command" and isinstance(v, str):
             for pat, rep in VERBS:
                 v = pat.sub(rep, v)
+            v = rename_options(v)
         elif item and k in ("value", "p") and isinstance(v, str):
             v = _label(v)
         elif item and k in ("values", "se") and isinstance(v, list):

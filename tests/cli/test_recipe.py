@@ -151,9 +151,9 @@ def test_dynamics_ablate_and_gains_reproduced_to_the_last_digit(tiny, monkeypatc
            "--max-tokens", "96", "--json")
     with cli_model(monkeypatch, tiny):
         ablate = _json(monkeypatch, capsys, "study", "dynamics", "ablate", "-m", "tiny-llama", "--variants",
-                       "zero,radial", "--layers", "0-1", "--tokens", "96", "--seq-len", "32", "--json")
+                       "zero,radial", "--layers", "0-1", "--tokens", "96", "--context", "32", "--json")
         gains = _json(monkeypatch, capsys, "study", "dynamics", "gains", "-m", "tiny-llama", "--values", "0.5",
-                      "--tokens", "96", "--seq-len", "32", "--json")
+                      "--tokens", "96", "--context", "32", "--json")
         full = _json(monkeypatch, capsys, *ind)
         zero = _json(monkeypatch, capsys, *ind, "--set", "mlp_variant=zero", "--set", "mlp_layers=0-1")
         radial = _json(monkeypatch, capsys, *ind, "--set", "mlp_variant=radial", "--set", "mlp_layers=0-1")

@@ -96,10 +96,10 @@ def surfaces(tmp_path_factory):
 
 
 LAYER_VERBS = [
-    [*DYN, "ablate", "-m", "tiny-llama", "--tokens", "64", "--seq-len", "32"],
-    [*DYN, "gains", "-m", "tiny-llama", "--tokens", "64", "--seq-len", "32"],
+    [*DYN, "ablate", "-m", "tiny-llama", "--tokens", "64", "--context", "32"],
+    [*DYN, "gains", "-m", "tiny-llama", "--tokens", "64", "--context", "32"],
     ["dynamics", "gates", "-m", "tiny-llama", "--save", "{tmp}/g", "--train-tokens", "64"],
-    [*DYN, "critical", "-m", "tiny-llama", "--tokens", "32", "--seq-len", "16", "--steps", "1"],
+    [*DYN, "critical", "-m", "tiny-llama", "--tokens", "32", "--context", "16", "--steps", "1"],
     [*DYN, "commutator", "-m", "tiny-llama"],
     [*DYN, "pressure", "-m", "tiny-llama"],
     [*DYN, "split-options", "-m", "tiny-llama"],

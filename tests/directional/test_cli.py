@@ -35,7 +35,7 @@ def test_cli_bad_input_one_line_error(args, msg, monkeypatch, capsys):
 
 @pytest.mark.parametrize("args,needle", [
     (["study", "directional", "pretrain", "--steps", "0"], "'--steps'"),
-    (["study", "directional", "pretrain", "--ctx", "0"], "'--ctx'"),
+    (["study", "directional", "pretrain", "--context", "0"], "'--context'"),
     (["study", "directional", "pretrain", "--d-model", "3"],
      "--d-model 3 splits into 1 head(s) of odd or fractional size"),
     (["study", "directional", "pretrain", "--d-model", "100"], "--d-model 100 splits into 3 head(s)"),

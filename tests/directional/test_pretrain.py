@@ -83,7 +83,7 @@ def test_pretrain_val_loss_is_next_byte_cross_entropy():
 def test_pretrain_verb_writes_curves_and_finals(tmp_path, monkeypatch, capsys):
     out = tmp_path / "p"
     args = ["study", "directional", "pretrain", "--variants", "baseline,value_par", "--seed-list", "0", "--steps", "2",
-            "--batch", "2", "--ctx", "16", "--d-model", "32", "--n-layers", "1", "--eval-every", "2",
+            "--batch-size", "2", "--context", "16", "--d-model", "32", "--n-layers", "1", "--eval-every", "2",
             "--val-batches", "1", "--out-dir", str(out), "--threads", "1"]
     threads = torch.get_num_threads()
     try:

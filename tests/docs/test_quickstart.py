@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 #: What the tiny stand-in needs changed: (text in the doc, its replacement); each must be in the doc.
 TINY = [("--layers 6 ", "--layers 1 "),
-        ("--layers 4-7 --steps 200", "--layers 1-2 --steps 2 --batch 2 --seq-len 32 --eval-tokens 256"),
+        ("--layers 4-7 --steps 200", "--layers 1-2 --steps 2 --batch-size 2 --context 32 --eval-tokens 256"),
         ("layer=5", "layer=1")]
 
 

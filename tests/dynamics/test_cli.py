@@ -11,9 +11,9 @@ DYN = ("study", "dynamics")  # the paper studies' spelling
 
 @pytest.mark.parametrize("argv, message", [
     ([*DYN, "ablate", "-m", "tiny-llama", "--variants", "sideways", "--tokens", "64",
-      "--seq-len", "32"],
+      "--context", "32"],
      "unknown FFN variant 'sideways'"),
-    ([*DYN, "ablate", "-m", "tiny-llama", "--layers", "0-9", "--tokens", "64", "--seq-len", "32"],
+    ([*DYN, "ablate", "-m", "tiny-llama", "--layers", "0-9", "--tokens", "64", "--context", "32"],
      "layer 3 out of range: this model has layers 0..2"),
     (["dynamics", "diagnose", "-m", "tiny-llama", "--topk", "0,4"], "top-k needs k >= 1"),
     (["dynamics", "gates", "-m", "tiny-llama"], "give exactly one of --save"),
@@ -27,7 +27,7 @@ def test_bad_input_exits_2(argv, message, monkeypatch, capsys):
 def test_diagnose_writes_tidy_records(tmp_path, monkeypatch, capsys):
     out = tmp_path / "d.json"
     code, stdout, _ = run_cli(monkeypatch, capsys, "dynamics", "diagnose", "-m", "tiny-gpt_neox", "--tokens", "64",
-                              "--seq-len", "32", "--topk", "2", "--json", "--out", str(out),
+                              "--context", "32", "--topk", "2", "--json", "--out", str(out),
                               "--csv", str(tmp_path / "d.csv"))
     assert code == 0
     shown = json.loads(stdout)
@@ -69,7 +69,7 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
 
     out = tmp_path / "p.json"
     code, stdout, _ = run_cli(monkeypatch, capsys, *DYN, "parallelize", "-m", "tiny-llama", "--counts", "0,1,3",
-                              "--seeds", "1", "--defect-tokens", "64", "--tokens", "64", "--seq-len", "32", "--json",
+                              "--seeds", "1", "--defect-tokens", "64", "--tokens", "64", "--context", "32", "--json",
                               "--out", str(out))
     assert code == 0
     shown = json.loads(stdout)
@@ -103,7 +103,7 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
     ([*DYN, "parallelize", "-m", "tiny-llama", "--seeds", "1000000"], "'--seeds'"),
     ([*DYN, "basins", "-m", "tiny-llama", "--layer", "1", "--grid", "100000"], "'--grid'"),
     ([*DYN, "basins", "-m", "tiny-llama", "--layer", "7"], "layer 7 out of range"),
-    (["dynamics", "diagnose", "-m", "tiny-gpt2", "--seq-len", "1000"], "--seq-len 1000 is longer than the model's 512"),
+    (["dynamics", "diagnose", "-m", "tiny-gpt2", "--context", "1000"], "--context 1000 is longer than the model's 512"),
     (["dynamics", "diagnose", "-m", "tiny-llama", "--split", "dev"], "unknown corpus split (--split) 'dev'"),
     (["dynamics", "gates", "-m", "tiny-llama", "--save", "g", "--train-seq", "4096"], "--train-seq 4096 is longer"),
     ([*DYN, "ablate", "-m", "tiny-llama", "--layers", "9"], "layer 9 out of range"),
@@ -140,7 +140,7 @@ def test_parallelize_cache_is_reused_and_refused_for_another_run(tmp_path, monke
 
     cache = tmp_path / "losses.json"
     argv = [*DYN, "parallelize", "-m", "tiny-llama", "--counts", "0,1", "--seeds", "1", "--no-measured",
-            "--defect-tokens", "64", "--tokens", "64", "--seq-len", "32", "--cache", str(cache), "--json"]
+            "--defect-tokens", "64", "--tokens", "64", "--context", "32", "--cache", str(cache), "--json"]
     code, stdout, _ = run_cli(monkeypatch, capsys, *argv)
     assert code == 0
     first = json.loads(stdout)["curve"]

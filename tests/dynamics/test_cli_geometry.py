@@ -19,10 +19,10 @@ DYN = ("study", "dynamics")  # the paper studies' spelling
     ([*DYN, "critical", "-m", "tiny-llama", "--layers", "0", "--ov-norm", "half"], "unknown ov_norm"),
     ([*DYN, "pressure", "-m", "tiny-llama", "--betas", "1,0"], "beta must be finite and > 0"),
     ([*DYN, "pressure", "-m", "tiny-llama", "--variants", "full,sideways", "--tokens", "64",
-      "--seq-len", "32"], "unknown FFN variant 'sideways'"),
+      "--context", "32"], "unknown FFN variant 'sideways'"),
     ([*DYN, "pressure", "-m", "tiny-llama", "--layers", "0-5"], "out of range"),
-    ([*DYN, "commutator", "-m", "tiny-gpt_neox", "--tokens", "64", "--seq-len", "32"], "sequential"),
-    ([*DYN, "commutator", "-m", "tiny-llama", "--h", "2", "--tokens", "64", "--seq-len", "32"], "step h"),
+    ([*DYN, "commutator", "-m", "tiny-gpt_neox", "--tokens", "64", "--context", "32"], "sequential"),
+    ([*DYN, "commutator", "-m", "tiny-llama", "--h", "2", "--tokens", "64", "--context", "32"], "step h"),
     ([*DYN, "gain-depth", "-m", "tiny-llama", "--depths", "0,1.5"], "depth fractions"),
     ([*DYN, "split-options", "-m", "tiny-llama", "--references", "read,output"], "unknown reference"),
 ])
@@ -35,7 +35,7 @@ def test_bad_input_exits_2(argv, message, monkeypatch, capsys):
 def test_critical_writes_tidy_records(tmp_path, monkeypatch, capsys):
     out = tmp_path / "c.json"
     code, stdout, _ = run([*DYN, "critical", "-m", "tiny-llama", "--layers", "1", "--real", "4", "--random",
-                           "8", "--steps", "150", "--tokens", "64", "--seq-len", "32", "--json", "--out", str(out),
+                           "8", "--steps", "150", "--tokens", "64", "--context", "32", "--json", "--out", str(out),
                            "--csv", str(tmp_path / "c.csv")], monkeypatch, capsys)
     assert code == 0
     shown = json.loads(stdout)
@@ -49,10 +49,10 @@ def test_critical_writes_tidy_records(tmp_path, monkeypatch, capsys):
 
 def test_pressure_and_commutator_write_records(tmp_path, monkeypatch, capsys):
     code, _, _ = run([*DYN, "pressure", "-m", "tiny-llama", "--betas", "1,3", "--variants", "full,zero",
-                      "--tokens", "64", "--seq-len", "32", "--out", str(tmp_path / "p.json")], monkeypatch, capsys)
+                      "--tokens", "64", "--context", "32", "--out", str(tmp_path / "p.json")], monkeypatch, capsys)
     assert code == 0
     rows = json.loads((tmp_path / "p.json").read_text())["rows"]
     assert len([r for r in rows if r["table"] == "summary"]) == 4
-    code, _, _ = run([*DYN, "commutator", "-m", "tiny-llama", "--tokens", "64", "--seq-len", "32",
+    code, _, _ = run([*DYN, "commutator", "-m", "tiny-llama", "--tokens", "64", "--context", "32",
                       "--out", str(tmp_path / "k.csv")], monkeypatch, capsys)
     assert code == 0 and (tmp_path / "k.csv").read_text().startswith("table,")

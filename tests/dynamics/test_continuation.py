@@ -161,7 +161,7 @@ def test_cli_continuation_and_basins_write_tidy_records(tmp_path, monkeypatch, c
     out = tmp_path / "b.json"
     html = tmp_path / "b.html"
     code, _, err = run([*DYN, "basins", "-m", "tiny-llama", "--layer", "1", "--grid", "3", "--steps", "20",
-                        "--tokens", "64", "--seq-len", "32", "--residuals", "16", "--out", str(out),
+                        "--tokens", "64", "--context", "32", "--residuals", "16", "--out", str(out),
                         "--html", str(html)], monkeypatch, capsys)
     assert code == 0, err
     recs = json.loads(out.read_text())["rows"]
@@ -236,7 +236,7 @@ def test_cli_phase_on_real_updates(tmp_path, monkeypatch, capsys):
 
     out = tmp_path / "p.json"
     code, _, err = run([*DYN, "phase", "-m", "tiny-llama", "--layer", "1", "--dims", "2,3", "--samples", "40",
-                        "--tokens", "64", "--seq-len", "32", "--out", str(out)], monkeypatch, capsys)
+                        "--tokens", "64", "--context", "32", "--out", str(out)], monkeypatch, capsys)
     assert code == 0, err
     rows = json.loads(out.read_text())["rows"]
     assert [r["k"] for r in rows] == [2, 3] and all(0 <= r["inward_fraction"] <= 1 and r["n"] == 40 for r in rows)

@@ -146,7 +146,7 @@ def test_bad_input_is_refused_before_the_model_loads(monkeypatch, capsys, tmp_pa
 def test_checkpoint_resumes_and_refuses_another_run(monkeypatch, capsys, tmp_path):
     ck, out = tmp_path / "ck.json", tmp_path / "r.json"
     small = ("--layers", "0", "--sizes", "0.5,1", "--ks", "2", "--neurons", "2", "--seeds", "1", "--prompts", "1",
-             "--seq-len", "6", "--sites", "value", "--checkpoint", str(ck))
+             "--context", "6", "--sites", "value", "--checkpoint", str(ck))
     code, _, err = run_cli(monkeypatch, capsys, *EP, *small, "--out", str(out))
     assert code == 0, err
     first = json.loads(out.read_text())["rows"]

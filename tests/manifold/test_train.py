@@ -137,7 +137,7 @@ def test_train_surfaces_refuses_a_folder_of_user_files_before_training(tiny_mode
 
 @pytest.mark.parametrize("args,needle", [
     (["--grid", "1000000000"], "'--grid'"),
-    (["--seq-len", "100000"], "--seq-len 100000 is longer than the model's 512 positions"),  # RoPE: ran silently
+    (["--context", "100000"], "--context 100000 is longer than the model's 512 positions"),  # RoPE: ran silently
     (["--resume", "--overwrite"], "--resume and --overwrite contradict each other"),
     (["--layers", "5-7"], "layer 5 out of range"),
     (["--text", "EMPTY"], "--text file is empty"),

@@ -56,7 +56,7 @@ def test_dynamics_gains_file_plots_loss_against_each_gains_value(tmp_path):
 
     out = tmp_path / "gains.json"
     r = CliRunner().invoke(app, ["study", "dynamics", "gains", "-m", "tiny-llama", "--values", "0,1,2",
-                                 "--tokens", "64", "--seq-len", "32", "-o", str(out)])
+                                 "--tokens", "64", "--context", "32", "-o", str(out)])
     assert r.exit_code == 0, r.output
     figs = auto_figures(load_tidy(out))
     assert {_axes(f) for f in figs} == {("value", "loss"), ("value", "loss_increase")}

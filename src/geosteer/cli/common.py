@@ -111,7 +111,7 @@ def model_config(model: str):
 
 
 def check_positions(model: str, option: str, length: int) -> None:
-    """Refuse ``option`` (e.g. ``--seq-len``) when its window of ``length`` tokens is longer than the
+    """Refuse ``option`` (e.g. ``--context``) when its window of ``length`` tokens is longer than the
     positions of ``--model``, checked on the config before any weights are built."""
     from geosteer.models.limits import check_positions as check
 

@@ -193,8 +193,8 @@ def train_cmd(
                              "(default: full rank)"),
     tokens: int = typer.Option(None, "--tokens", help="training tokens (default 262144 unless --steps)"),
     steps: int = typer.Option(None, "--steps", help="optimizer steps (overrides --tokens)"),
-    seq_len: int = typer.Option(128, "--seq-len", help="training window length in tokens"),
-    batch: int = typer.Option(8, "--batch", help="windows per step (global)"),
+    seq_len: int = typer.Option(128, "--context", help="training window length in tokens"),
+    batch: int = typer.Option(8, "--batch-size", help="windows per step (global)"),
     micro_batch: int = typer.Option(None, "--micro-batch", help="split each step (less memory)"),
     lr: float = typer.Option(2e-2, "--lr"),
     warmup: int = typer.Option(None, "--warmup", help="warmup steps (default 5%)"),
@@ -242,7 +242,7 @@ def train_cmd(
         typer.echo(f"note: --dtype {dtype} sets the model weights (as on every verb); the artifact is stored "
                    "as float32 (--save-dtype float16 for half)", err=True)
     check_layers(model, "--layers", layers)  # the syntax; the range too where the config names it
-    check_positions(model, "--seq-len", seq_len)
+    check_positions(model, "--context", seq_len)
     set_threads(threads)
     cfg = TrainConfig(lr=lr, steps=steps, tokens=tokens, batch_size=batch, micro_batch=micro_batch,
                       seq_len=seq_len, warmup_steps=warmup, seed=seed, eval_every=eval_every,

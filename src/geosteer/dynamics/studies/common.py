@@ -11,8 +11,8 @@ import typer
 from geosteer.cli.common import check_layers, check_positions, load
 from geosteer.cli.outputs import out_file, out_records
 
-TOKENS_OPT = typer.Option(2048, "--tokens", "-n", help="held-out tokens (cut into --seq-len windows)")
-SEQ_OPT = typer.Option(256, "--seq-len", help="window length in tokens (BOS first)")
+TOKENS_OPT = typer.Option(2048, "--tokens", "-n", help="held-out tokens (cut into --context windows)")
+SEQ_OPT = typer.Option(256, "--context", help="window length in tokens (BOS first)")
 BATCH_OPT = typer.Option(4, "--batch-size")
 OUT_OPT = typer.Option(None, "--out", "-o", help="write tidy records (.json or .csv)", callback=out_records())
 CSV_OPT = typer.Option(None, "--csv", help="write tidy records as CSV", callback=out_file(".csv"))
@@ -60,7 +60,7 @@ def check_finite(value: float, name: str, lo: float | None = None) -> float:
 
 def setup_model(model: str, threads: int, device: str = "cpu", dtype: str = "float32", *,
                 seq_len: int | None = None, layers: str | None = None, layer: int | None = None,
-                layers_opt: str = "--layers", seq_opt: str = "--seq-len", ov_norm: str | None = None):
+                layers_opt: str = "--layers", seq_opt: str = "--context", ov_norm: str | None = None):
     """Check the window length and layer options against the config of ``model``, then load it."""
     if ov_norm is not None:
         from geosteer.dynamics.fields import OV_NORMS

@@ -79,7 +79,7 @@ def edit_protocol(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                   seeds: int = typer.Option(5, "--seeds", max=MAX_SEEDS, help="random baselines (seeds 0..N-1)"),
                   prompts: int = typer.Option(4, "--prompts", help="held-out windows edited (one edit each)"),
                   heldout: int = typer.Option(1, "--heldout", help="other held-out windows for the KL"),
-                  seq_len: int = typer.Option(32, "--seq-len"),
+                  seq_len: int = typer.Option(32, "--context"),
                   checkpoint: Path | None = typer.Option(None, "--checkpoint", callback=out_file(".json"),
                                                          help="keep each finished layer here; a rerun resumes"),
                   as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
@@ -127,7 +127,7 @@ def edit_protocol(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                               "locality": f"kl_heldout at the mid-range size s = {cfg.mid:g}",
                               "ablation": f"k = {max(cfg.ks)}"},
                     text="prompts: the first held-out windows; KL text: the windows right after them",
-                    **({"cov_tokens": cov_tokens, "cov_text": "train split, --seq-len windows"}
+                    **({"cov_tokens": cov_tokens, "cov_text": "train split, --context windows"}
                        if "rome" in cfg.sites else {}))
     write_rows([{"table": t, **r} for t in TABLES for r in tables[t]], meta, out, csv)
     if as_json:

@@ -53,7 +53,7 @@ def mean_field(model: str = MODEL_OPT, layers: str = typer.Option("5,15", "--lay
                steps: int = typer.Option(40, "--steps"),
                every: int = typer.Option(10, "--every", help="record W₁ every this many steps"),
                dt: float = typer.Option(0.05, "--dt", help="step, in units of 1 / median ‖F‖ under μ_0"),
-               tokens: int = typer.Option(512, "--tokens"), seq_len: int = typer.Option(256, "--seq-len"),
+               tokens: int = typer.Option(512, "--tokens"), seq_len: int = typer.Option(256, "--context"),
                seed: int = typer.Option(0, "--seed"),
                as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                threads: int = THREADS_OPT, device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:

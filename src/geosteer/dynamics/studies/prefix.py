@@ -172,7 +172,7 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
                      scale: float = typer.Option(1.0, "--scale", help="‖edit‖ / ‖Φ_ℓ‖ at the last position"),
                      target_rank: int = typer.Option(10, "--target-rank", help="target = this rank (0 = top)"),
                      seeds: int = typer.Option(5, "--seeds", max=MAX_SEEDS, help="random directions (seeds 0..N-1)"),
-                     prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--seq-len"),
+                     prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--context"),
                      as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                      threads: int = THREADS_OPT,
                      device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
@@ -195,7 +195,7 @@ def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--
                    scales: str = typer.Option("0.25,0.5,1,2", "--scales", help="edit sizes s (> 0, >= 2)"),
                    target_rank: int = typer.Option(10, "--target-rank", help="target = this rank (0 = top)"),
                    seeds: int = typer.Option(2, "--seeds", max=MAX_SEEDS, help="random directions (seeds 0..N-1)"),
-                   prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--seq-len"),
+                   prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--context"),
                    as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                    threads: int = THREADS_OPT,
                    device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
@@ -229,7 +229,7 @@ def edit_locality(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
                   scale: float = typer.Option(1.0, "--scale", help="‖edit‖ / ‖down-projection output‖, last position"),
                   target_rank: int = typer.Option(10, "--target-rank", help="target = this rank (0 = top)"),
                   seeds: int = typer.Option(2, "--seeds", max=MAX_SEEDS, help="random directions (seeds 0..N-1)"),
-                  prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--seq-len"),
+                  prompts: int = typer.Option(8, "--prompts"), seq_len: int = typer.Option(32, "--context"),
                   other: int = typer.Option(4, "--other", help="other held-out windows (after the prompts)"),
                   as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
                   threads: int = THREADS_OPT,

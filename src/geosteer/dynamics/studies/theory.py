@@ -54,7 +54,7 @@ def theory(model: str = MODEL_OPT, layers: str = typer.Option("5,15", "--layers"
            residuals: int = typer.Option(128, "--residuals", help="real residual directions started on the flow"),
            steps: int = typer.Option(200, "--steps"), dt: float = typer.Option(0.1, "--dt"),
            every: int = typer.Option(20, "--every", help="record the bound every this many steps"),
-           tokens: int = typer.Option(512, "--tokens"), seq_len: int = typer.Option(256, "--seq-len"),
+           tokens: int = typer.Option(512, "--tokens"), seq_len: int = typer.Option(256, "--context"),
            seed: int = typer.Option(0, "--seed"),
            ov_norm: str = typer.Option("gain", "--ov-norm", help="fold the attention pre-norm gain: gain|none"),
            as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
