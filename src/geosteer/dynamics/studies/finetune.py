@@ -59,6 +59,6 @@ def finetune_baselines(model: str = MODEL_OPT,
     meta = run_meta(m, methods=chosen, train_tokens=train_tokens, train_batch=train_batch, train_seq=train_seq,
                     lrs={k: lrs[k] for k in chosen}, lora_rank=lora_rank, lora_modules=["down_proj"], seed=seed,
                     eval_tokens=int(heldout.numel()), seq_len=seq_len, encoding="bos-window",
-                    train_text="train split", eval_text="held-out split, --seq-len windows, BOS first")
+                    train_text="train split", eval_text="held-out split, --context windows, BOS first")
     write_rows(rows, meta, out, csv)
     emit({"meta": meta, "rows": rows} if as_json else rows, as_json, table_title="gates vs fine-tuning")
