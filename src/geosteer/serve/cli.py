@@ -37,6 +37,8 @@ def vllm_argv(model: str, recipes: dict[str, str], host: str, port: int, memory:
         argv += ["--hf-overrides", json.dumps(kw["hf_overrides"])]
     if kw.get("enforce_eager"):  # steering that cannot run inside vLLM's compiled graph (serve.graph)
         argv += ["--enforce-eager"]
+    if "additional_config" in kw:
+        argv += ["--additional-config", json.dumps(kw["additional_config"])]
     return argv + list(extra), {"base": served, "recipes": list(recipes)}
 
 

@@ -36,12 +36,12 @@ def resolve_model(model: str) -> tuple[str, str]:
 
 
 def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parallel_size: int = 1,
-                  inline: Policy | None = None, compiled: bool | None = None) -> bool:
+                  inline: Policy | None = None, compiled: bool | None = None) -> str | None:
     """Build every recipe on a weightless copy of the model: what vLLM's workers will do, but here; then
     admit requests for them (``serve.admission``; with ``inline``, inline recipes under that policy too).
     What cannot be split over ``tensor_parallel_size`` ranks is refused (``serve.tensor_parallel``).
-    Returns whether the steering runs inside vLLM's compiled graph (``serve.graph``): every recipe's edits
-    have closed forms and none acts inside attention; ``compiled=False`` keeps the eager path."""
+    Returns the key of the compiled graph's layout when the steering runs inside vLLM's compiled graph
+    (``serve.graph``: every recipe can), None for the eager path (``compiled=False`` keeps it)."""
     from transformers import AutoConfig
 
     from geosteer.serve import admission, graph, tensor_parallel
@@ -57,7 +57,7 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
     in_graph = compiled is not False and all(graph.why_not(p, attention) is None for p in plans.values())
     stages = graph.stages_of(list(plans.values()), meta.config.num_hidden_layers, inline is not None)
     admission.configure(plans, meta if inline is not None else None, inline, stages if in_graph else None)
-    return in_graph
+    return graph.layout_key(list(plans.values()), stages, inline is not None) if in_graph else None
 
 
 def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parallel_size: int = 1,
@@ -78,13 +78,15 @@ def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parall
         # compiled (serve.graph) when every recipe runs in the graph; else eager: walls, the channel layout,
         # attention operations on a GPU and captures pick their requests' rows in Python per step, which a
         # graph captured once per batch shape would freeze. Prefix caching stays on (each recipe's own salt)
-        in_graph = check_recipes(folder, name, dict(recipes or {}), tensor_parallel_size, inline,
-                                 compiled=False if max_capture else None)
+        layout = check_recipes(folder, name, dict(recipes or {}), tensor_parallel_size, inline,
+                               compiled=False if max_capture else None)
         kw["hf_overrides"] = {"architectures": [family.architecture], "geosteer_recipes": dict(recipes or {}),
                               "geosteer_model_name": name, "geosteer_inline": inline is not None,
-                              "geosteer_graph": in_graph}
-        if not in_graph:
+                              "geosteer_graph": layout is not None}
+        if layout is None:
             kw["enforce_eager"] = True
+        else:  # vLLM's compile cache ignores hf_overrides: the steering layout goes into its key this way
+            kw["additional_config"] = {"geosteer_graph": layout}
         if max_capture:
             from geosteer.serve import admission
             from geosteer.serve.capture import capture_dir

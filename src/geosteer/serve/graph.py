@@ -98,6 +98,17 @@ def stages_of(plans, n_layers: int, inline: bool) -> dict[tuple[int, str], int]:
     return out
 
 
+def layout_key(plans, stages: dict, inline: bool) -> str:
+    """What a compiled graph of these recipes bakes in (stages per layer and point, the layers with attention
+    operations, the table rows): vLLM's compile cache must not hand one layout's graph to another."""
+    import hashlib
+    import json
+
+    doc = {"stages": sorted([i, p, n] for (i, p), n in stages.items()), "named": len(plans), "inline": inline,
+           "attention": sorted({i for p in plans for i in p.attention_layers})}
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32]
+
+
 def check_inline(plan, stages: dict) -> None:
     """Refuse an inline recipe that the tables cannot hold (one line)."""
     why = why_not(plan)
