@@ -63,3 +63,17 @@ def test_rows_losses_and_counts_match_hand_computation(tiny_model):
     assert _nll(model, held) == pytest.approx(by["stock"]["loss"], rel=1e-6)
     with pytest.raises(GeosteerError, match="unknown method"):
         finetune_rows(model, tok, held, ["full"], {}, {})
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--methods", "gates,full"), "unknown method (--methods) 'full'"),
+    (("--gate-lr", "nan"), "--gate-lr must be a finite number"),
+    (("--train-seq", "100000"), "--train-seq"),
+])
+def test_study_refuses_bad_input_before_the_model_loads(monkeypatch, capsys, tmp_path, args, needle):
+    from tests.cli_helpers import refused_before_load
+
+    monkeypatch.chdir(tmp_path)
+    cmd = ("study", "dynamics", "finetune-baselines", "-m", "tiny-llama")
+    assert needle in refused_before_load(monkeypatch, capsys, *cmd, *args, "--out", "r.json")
+    assert list(tmp_path.iterdir()) == []

@@ -122,3 +122,19 @@ def test_layer_law_refuses_qk_norm_families(tiny_model):
     model, _ = tiny_model("qwen3")
     with pytest.raises(GeosteerError, match="q/k"):
         layer_law(model, 0)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--sizes", "16"), "--sizes needs at least two different particle counts"),
+    (("--sizes", "16,x"), "bad --sizes '16,x'"),
+    (("--atoms", "1"), "--atoms must be >= 2"),
+    (("--steps", "10", "--every", "3"), "--every dividing --steps"),
+    (("--layers", "7"), "layer 7 out of range"),
+])
+def test_study_refuses_bad_input_before_the_model_loads(monkeypatch, capsys, tmp_path, args, needle):
+    from tests.cli_helpers import refused_before_load
+
+    monkeypatch.chdir(tmp_path)
+    cmd = ("study", "dynamics", "mean-field", "-m", "tiny-llama")
+    assert needle in refused_before_load(monkeypatch, capsys, *cmd, *args, "--out", "r.json")
+    assert list(tmp_path.iterdir()) == []
