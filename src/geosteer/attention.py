@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from geosteer.kernels import triton as fused
+from geosteer.models.anatomy import anatomy
 
 ATTN_NAME = "geosteer"
 _HANDLERS_ATTR = "_geosteer_attention_handlers"
@@ -202,7 +203,6 @@ def attach_handlers(model: nn.Module, layers: Sequence[int] | None,
     The one loop every value-level intervention uses: switches ``model`` to the geosteer attention
     function, checks the layers, and removes in reverse order (also what was added before an error).
     """
-    from geosteer.models.anatomy import anatomy
 
     use_geosteer_attention(model)
     an = anatomy(model)

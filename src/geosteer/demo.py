@@ -14,6 +14,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from geosteer.data.corpus import split_text
+from geosteer.eval.compare import kl_divergence, next_token_logprobs
+from geosteer.eval.generation import generate
+from geosteer.eval.perplexity import strided_perplexity
+from geosteer.interventions import steer
+from geosteer.io_utils import write_records
+from geosteer.manifold.edit import Edit, live
+from geosteer.manifold.explore import layer_sensitivity
+from geosteer.models.identity import same_model
 from geosteer.progress import progress
 from geosteer.terminal import console as make_console
 
@@ -32,7 +41,6 @@ DEMO_PROMPTS = [
 def shipped_surfaces(model_name: str) -> Path | None:
     """The trained surfaces that ship inside the package for ``model_name`` (``smollm2`` or its Hub id),
     or None (another model, or a build without the package data)."""
-    from geosteer.models.identity import same_model
 
     if same_model(model_name, SHIPPED_FOR) and (SHIPPED_SURFACES / "surfaces.safetensors").is_file():
         return SHIPPED_SURFACES
@@ -45,10 +53,6 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
     from rich.table import Table
 
     from geosteer import anatomy, load_model
-    from geosteer.data.corpus import split_text
-    from geosteer.eval.generation import generate
-    from geosteer.eval.perplexity import strided_perplexity
-    from geosteer.interventions import steer
 
     console = make_console()
     t0 = time.time()
@@ -139,10 +143,6 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
     """Most sensitive layer → invert it (live) and wall its top-8 surfaces (live); then an HTML report."""
     from rich.table import Table
 
-    from geosteer.interventions import steer
-    from geosteer.io_utils import write_records
-    from geosteer.manifold.edit import Edit
-    from geosteer.manifold.explore import layer_sensitivity
     from geosteer.viz import surfaces as S
     from geosteer.viz.report import build_report
 
@@ -185,10 +185,6 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
 
 def _edit_row(model, tok, bank, p: str, edits: dict, max_new_tokens: int, table, counts: dict, kls: dict) -> None:
     """One prompt: the surfaces' continuation, then each edit's (live), its greedy change and next-token KL."""
-    from geosteer.eval.compare import kl_divergence, next_token_logprobs
-    from geosteer.eval.generation import generate
-    from geosteer.interventions import steer
-    from geosteer.manifold.edit import live
 
     with steer(model, bank):
         base = generate(model, tok, p, max_new_tokens)

@@ -11,14 +11,15 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from geosteer.errors import DiskFull, GeosteerError, is_disk_full
+from geosteer.readers import ReadRefused
+from geosteer.readers import read_json as bounded
+
 
 def read_json(path: str | Path, what: str, error: type[Exception] | None = None):
     """The JSON document at ``path``, read by the bounded reader (:func:`geosteer.readers.read_json`: a
     regular file, size and nesting caps, no lone surrogates); a missing file or anything it refuses raises
     ``error`` (default :class:`geosteer.errors.GeosteerError`) with one line that names ``what`` / the file."""
-    from geosteer.errors import GeosteerError
-    from geosteer.readers import ReadRefused
-    from geosteer.readers import read_json as bounded
 
     error = error or GeosteerError
     p = Path(path)
@@ -59,7 +60,6 @@ def check_output_path(path: str | Path, *, what: str = "--out", suffixes: Iterab
     an existing folder where a file is meant (or a file where a folder is meant), lies under a file, lies
     in a folder this user cannot write, or ends in a suffix outside ``suffixes`` (e.g. ``(".json",
     ".csv")``). Missing parent folders are fine (the writers create them). Returns ``Path(path)``."""
-    from geosteer.errors import GeosteerError
 
     path = Path(path)
     if path.is_dir() and not folder:
@@ -122,7 +122,6 @@ def raise_if_disk_full(e: BaseException, path: str | Path, *, needed: int | None
     """Inside a writer's ``except`` (after its temporary files are removed): turn a full disk (``e``,
     :func:`geosteer.errors.is_disk_full`) into :class:`geosteer.errors.DiskFull` naming ``path`` and the
     space: ``needed`` bytes (known in advance) or more than ``written`` (what went in before it filled)."""
-    from geosteer.errors import DiskFull, is_disk_full
 
     if isinstance(e, DiskFull) or not is_disk_full(e):
         return

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from geosteer.artifacts import ArtifactFormat, check_not_interrupted, locate, push
+from geosteer.artifacts.describe import describe
 from geosteer.errors import ArtifactError
 from geosteer.formats import CONFIG_NAME, format_of
 
@@ -210,7 +211,6 @@ def load_artifact(folder: str | Path, model: Any = None) -> Any:
 def describe_artifact(ref: str | Path) -> dict:
     """What the artifact at ``ref`` (a folder, a shipped name or a Hub repo id) holds, by its format's
     describer (:mod:`geosteer.artifacts.describe`); reads only."""
-    from geosteer.artifacts.describe import describe
 
     folder = locate(ref)
     check_not_interrupted(folder)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from geosteer.errors import OutputRefused
+from geosteer.errors import ArtifactError, OutputRefused
 from geosteer.io_utils import check_output_path, default_mode, raise_if_disk_full, tree_bytes
 
 CONFIG_NAME = "geosteer_config.json"  # = geosteer.formats.CONFIG_NAME (not imported: formats reads artifacts)
@@ -213,7 +213,6 @@ def recover_folder(folder: str | Path) -> list[str]:
 def check_not_interrupted(folder: str | Path) -> None:
     """For readers, which never write: refuse with one line when ``folder`` is missing because a save was
     killed between its two renames (its previous copy is hidden beside it as ``.NAME.old-PID``)."""
-    from geosteer.errors import ArtifactError
 
     folder = Path(folder)
     if folder.exists() or not folder.name or not folder.parent.is_dir():

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
+from geosteer.models.loading import input_device
 
 PROBE_TOKENS = 8
 
@@ -53,7 +55,6 @@ class FiniteLogits:
 
 
 def _probe_logits(model) -> torch.Tensor:
-    from geosteer.models.loading import input_device
 
     vocab = int(getattr(model.config, "vocab_size", 0) or 2)
     ids = (torch.arange(PROBE_TOKENS) * 7919 + 1) % max(vocab, 2)
@@ -77,7 +78,6 @@ def check_forward_finite(model, intervention, source: str) -> None:
     gives non-finite logits while the stock model's are finite. Skipped for models on the meta device and
     when ``intervention`` cannot be attached next to what the model carries (e.g. surfaces on a model that
     has a bank installed, as in the studio, which probes its own way); generation still checks the logits."""
-    from geosteer.interventions import steer
 
     if any(p.is_meta for p in model.parameters()):
         return

@@ -27,7 +27,7 @@ from typing import Any
 
 from torch import nn
 
-from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, ArtifactWarning, is_repo_id, locate, write_artifact
+from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, ArtifactWarning, is_repo_id, locate, push, write_artifact
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.formats import format_of
 from geosteer.methods import Method, RecipeKey, methods, recipe_keys, register_method
@@ -215,7 +215,6 @@ class InterventionSpec:
     def push_to_hub(self, repo_id: str, *, base_model: str, private: bool = True, token: str | None = None,
                     revision: str | None = None, commit_message: str | None = None, **card: Any) -> str:
         """Save into a temporary folder and upload it to the Hub repo ``repo_id``; return its URL."""
-        from geosteer.artifacts import push
 
         with tempfile.TemporaryDirectory(prefix="geosteer-push-") as tmp:
             folder = self.save(Path(tmp) / "recipe", base_model=base_model, **card)

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from geosteer.artifacts.hub import CARD_NAME, REPO_ID
+from geosteer.io_utils import atomic_write_text
+from geosteer.models.loading import hub_id
 
 __all__ = ["CARD_NAME", "render_model_card", "write_model_card"]
 
@@ -39,8 +41,6 @@ def render_model_card(*, method: str, base_model: str, title: str | None = None,
     """
     import yaml
     from huggingface_hub import ModelCardData
-
-    from geosteer.models.loading import hub_id
 
     tag_list = list(dict.fromkeys(["geosteer", method.split(".")[0], *tags]))
     hub_base = hub_id(str(base_model))
@@ -82,7 +82,6 @@ def render_model_card(*, method: str, base_model: str, title: str | None = None,
 
 def write_model_card(folder: str | Path, text: str | None = None, **card: Any) -> Path:
     """Write ``README.md`` into ``folder`` atomically: ``text`` as given, or :func:`render_model_card`."""
-    from geosteer.io_utils import atomic_write_text
 
     body = text if text is not None else render_model_card(**card)
     return atomic_write_text(Path(folder) / CARD_NAME, body)

@@ -10,7 +10,9 @@ from typing import Any
 from geosteer.config_schema import SCHEMAS, read_config_json, validate_config
 from geosteer.errors import ArtifactError
 from geosteer.formats import CONFIG_NAME
+from geosteer.models.identity import declared_bases, model_key
 from geosteer.outputs import FILES_KEY, check_not_interrupted
+from geosteer.version import __version__
 
 COMMON_KEYS = frozenset({"format", "version", "geosteer_version", "commit", "created", "card", "sha256", FILES_KEY})
 
@@ -53,7 +55,6 @@ def check_config(doc: Mapping[str, Any], *, fmt: str, reader_version: int, known
 def _model_key(name: str) -> str:
     """A comparable form of a model name (:func:`geosteer.models.loading.model_key`): resolved path for local
     files/folders, an alias as its Hub id, lower-case."""
-    from geosteer.models.identity import model_key
 
     return model_key(name)
 
@@ -70,7 +71,6 @@ def check_base_model(recorded: str | None, current: str | None, *, what: str = "
     """
     if force or not recorded or not current or _model_key(recorded) == _model_key(current):
         return
-    from geosteer.models.identity import declared_bases
 
     if any(_model_key(recorded) == _model_key(b) for b in declared_bases(current)):
         return
@@ -96,8 +96,6 @@ def read_config(folder: str | Path, **check: Any) -> dict:
 def base_fields(fmt: str, version: int) -> dict:
     """The common header of every config: format, version, geosteer version, creation time (UTC)."""
     import datetime as _dt
-
-    from geosteer.version import __version__
 
     return {"format": fmt, "version": int(version), "geosteer_version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}

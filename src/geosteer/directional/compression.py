@@ -35,7 +35,9 @@ from torch import nn
 from geosteer.directional.decompose import RunningStats, decompose
 from geosteer.directional.quant_grid import quantize_rtn
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
+from geosteer.record import Recorder
 
 METHODS = ("rtn4", "awq4", "wanda50", "wanda4:8", "wanda2:4")  # the default set (the paper's)
 METHOD_FORMS = ("rtn<bits>, awq<bits>, awq<bits>-perp<w> (w >= 1), gptq<bits>, awqlite<bits> (bits 2-8), "
@@ -190,8 +192,6 @@ def _compress_one(w: torch.Tensor, kind: str, args: tuple, st: dict, group: int,
 @torch.no_grad()
 def update_errors(base: nn.Module, comp: nn.Module, prompts: Sequence[torch.Tensor]) -> list[dict]:
     """Per layer and site (attn, mlp, block): mean/std over tokens of ‖e⊥‖, ‖e∥‖, ‖e‖ relative to ‖Δ_base‖."""
-    from geosteer.interventions import steer
-    from geosteer.record import Recorder
 
     points = ("resid_pre", "attn_out", "mlp_out", "resid_post")
     acc: dict[tuple[int, str], RunningStats] = {}

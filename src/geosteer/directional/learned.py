@@ -19,6 +19,7 @@ from torch import nn
 from geosteer.directional.config import RESIDUAL_SITES
 from geosteer.errors import GeosteerError
 from geosteer.hooks import attach_hooks
+from geosteer.methods import save_artifact
 from geosteer.served import Form
 
 
@@ -97,6 +98,5 @@ class LearnedScales(nn.Module):
 
     def save(self, folder, **kw):
         """Write the ``geosteer-directional-scales`` artifact (``geosteer.load`` reads it back)."""
-        from geosteer.methods import save_artifact
 
         return save_artifact(self, folder, **kw)

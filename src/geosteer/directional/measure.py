@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from geosteer.attention import attach_handlers, stock_attention_with_lse
-from geosteer.directional.config import DEFAULT_VALUE_SPACE, check_value_space
+from geosteer.directional.config import DEFAULT_VALUE_SPACE, check_value_space, parse_layers
 from geosteer.directional.decompose import PAIR_STATS, RunningStats, pair_stats
 from geosteer.directional.value import (
     grouped_output,
@@ -37,8 +37,12 @@ from geosteer.directional.value import (
     self_weight,
     self_weight_from_lse,
 )
+from geosteer.errors import GeosteerError
+from geosteer.eval.perplexity import encode
 from geosteer.hooks import HookSet, attach_hooks
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
+from geosteer.models.limits import check_positions
 from geosteer.models.loading import input_device
 
 RESIDUAL_SITES = ("attn", "mlp", "block")
@@ -218,7 +222,6 @@ def _undefined_where(stats: dict[str, torch.Tensor], zero: torch.Tensor) -> dict
 
 
 def _layer_list(model: nn.Module, layers) -> list[int] | None:
-    from geosteer.directional.config import parse_layers
 
     return parse_layers(layers, anatomy(model).n_layers) if isinstance(layers, str) else layers
 
@@ -228,10 +231,6 @@ def measure_text(model: nn.Module, tok, text: str, *, tokens: int = 512, chunk: 
                  layers: str | Sequence[int] | None = None, value: bool = True,
                  value_space: str = DEFAULT_VALUE_SPACE) -> tuple[list[dict], dict]:
     """Measure the first ``tokens`` tokens of ``text`` (BOS first) in forwards of ``chunk`` tokens."""
-    from geosteer.errors import GeosteerError
-    from geosteer.eval.perplexity import encode
-    from geosteer.interventions import steer
-    from geosteer.models.limits import check_positions
 
     if tokens < 1 or chunk < 1:
         raise GeosteerError(f"--tokens and --chunk must be >= 1 (got {tokens}, {chunk})")
@@ -253,8 +252,6 @@ def measure_generation(model: nn.Module, tok, prompt: str, *, max_new_tokens: in
                        value_space: str = DEFAULT_VALUE_SPACE) -> tuple[list[dict], dict]:
     """Greedy generation with one summary per model call (paper Figure 1): step 0 is the prompt, step
     s ≥ 1 the single token fed at generation step s (KV cache)."""
-    from geosteer.errors import GeosteerError
-    from geosteer.interventions import steer
 
     if max_new_tokens < 1:
         raise GeosteerError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")

@@ -21,7 +21,10 @@ from torch import nn
 
 from geosteer.directional.config import check_scale
 from geosteer.directional.decompose import decompose
+from geosteer.directional.sites import ComponentScale
+from geosteer.directional.views import _next_token_loss
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy, child_named
 from geosteer.models.limits import check_positions
 
@@ -127,9 +130,6 @@ def mlp_internal_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int
     """Table 10: Δ next-token loss (edited − baseline) of Full No-Para (s∥ = 0) and Full No-Perp (s⊥ = 0) at
     the residual MLP output and the two internal sites, all ``layers`` edited."""
     check_positions(model, ids.shape[-1], "window length")
-    from geosteer.directional.sites import ComponentScale
-    from geosteer.directional.views import _next_token_loss
-    from geosteer.interventions import steer
 
     base = _next_token_loss(model, ids)
     rows = []

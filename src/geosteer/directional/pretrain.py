@@ -19,12 +19,16 @@ import time
 
 import torch
 
+from geosteer.attention import use_geosteer_attention
+from geosteer.data.corpus import split_text
+from geosteer.directional.sites import ComponentScale
+from geosteer.interventions import steer
+
 VARIANTS = {"baseline": None, "attn_par": ("attn_out", 0.0), "value_par": ("value_full", 0.0)}
 
 
 def byte_ids(split: str, max_chars: int | None = None) -> torch.Tensor:
     """The UTF-8 bytes of a corpus split as token ids (vocabulary 256)."""
-    from geosteer.data.corpus import split_text
 
     return torch.tensor(list(split_text(split, max_chars=max_chars).encode("utf-8")), dtype=torch.long)
 
@@ -33,8 +37,6 @@ def small_model(d_model: int = 128, layers: int = 4, heads: int = 4, ffn: int = 
                 seed: int = 0):
     """A fresh byte-level Llama-style model (fp32) with the geosteer attention function."""
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from geosteer.attention import use_geosteer_attention
 
     cfg = LlamaConfig(vocab_size=256, hidden_size=d_model, intermediate_size=ffn, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=ctx,
@@ -80,8 +82,6 @@ def warmup_cosine_lr(step: int, lr: float, steps: int) -> float:
 def train_one(variant: str, seed: int, train: torch.Tensor, val_batches: list[torch.Tensor], *, steps: int,
               batch: int, ctx: int, lr: float, eval_every: int, model_kw: dict, log=print) -> dict:
     """Train one model; returns {"curve": [...], "final_val": float, "params": int, "seconds": float}."""
-    from geosteer.directional.sites import ComponentScale
-    from geosteer.interventions import steer
 
     model = small_model(ctx=ctx, seed=seed, **model_kw)
     model.train()

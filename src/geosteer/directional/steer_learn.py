@@ -22,8 +22,16 @@ from pathlib import Path
 
 import torch
 
+from geosteer.directional.config import RESIDUAL_SITES
 from geosteer.directional.learned import LearnedScales
+from geosteer.directional.scales_artifact import save_scales
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
+from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import model_id
+from geosteer.outputs import check_output_folder
+from geosteer.recipe import InterventionSpec
+from geosteer.train import FullBatch, RunConfig, TrainConfig, fit
 from geosteer.train.objective import PromptObjective, PromptSets, forward_logits, objective_terms
 from geosteer.train.prompts import control_logprobs, encode_controls, encode_targets, target_logprob
 
@@ -42,7 +50,6 @@ class ScaleLearnConfig:
     checkpoint_every: int = 5
 
     def __post_init__(self) -> None:
-        from geosteer.directional.config import RESIDUAL_SITES
 
         if self.site not in RESIDUAL_SITES:
             raise GeosteerError(f"learned scales edit a residual site; valid: {', '.join(RESIDUAL_SITES)} "
@@ -85,7 +92,6 @@ def stock_references(model, sets: PromptSets) -> dict:
 
 def train_eval(model, scales: LearnedScales, sets: PromptSets, ref: dict) -> dict:
     """The learned scales on the training prompts, against the stock model."""
-    from geosteer.interventions import steer
 
     with torch.no_grad(), steer(model, scales):
         got = objective_terms(model, sets, ref["controls"])
@@ -104,9 +110,6 @@ def learn_scales(model, tok, targets: list[dict], controls: list[str], cfg: Scal
     """Learn the scales and write the recipe folder ``out`` (state in ``<out>.train/``); (scales, report).
 
     ``stop_at``: end after that many steps as if killed (no recipe written; resume later)."""
-    from geosteer.models.anatomy import anatomy
-    from geosteer.outputs import check_output_folder
-    from geosteer.train import FullBatch, RunConfig, TrainConfig, fit
 
     if not targets or not controls:
         raise GeosteerError("the target and control prompt sets must not be empty")
@@ -143,10 +146,6 @@ def learn_scales(model, tok, targets: list[dict], controls: list[str], cfg: Scal
 
 def _write_recipe(model, scales: LearnedScales, out: Path, report: dict, command: str | None) -> Path:
     """The scales artifact inside a recipe folder (``scale_learned=<artifact>``)."""
-    from geosteer.directional.scales_artifact import save_scales
-    from geosteer.models.anatomy import anatomy
-    from geosteer.models.loading import model_id
-    from geosteer.recipe import InterventionSpec
 
     base = model_id(model)
     meta = {"steer_learn": {k: v for k, v in report.items() if k != "history"}}

@@ -20,6 +20,10 @@ from geosteer.directional.config import (
     ComponentScaleConfig,
     check_value_space,
 )
+from geosteer.directional.sites import ComponentScale
+from geosteer.errors import GeosteerError
+from geosteer.eval.perplexity import strided_perplexity
+from geosteer.interventions import steer
 from geosteer.io_utils import write_records
 from geosteer.progress import counter
 
@@ -33,7 +37,6 @@ def frange(lo: float, hi: float, step: float) -> list[float]:
 
 def parse_grid(spec: str, name: str) -> list[float] | None:
     """``"paper"`` → None (the paper's grid), ``"none"`` → [], ``"lo:hi:step"`` or ``"0,0.5,2"`` → values."""
-    from geosteer.errors import GeosteerError
 
     spec = spec.strip().lower()
     if spec == "paper":
@@ -94,10 +97,6 @@ def run_sweep(model, tok, ids: torch.Tensor, settings: Sequence[ComponentScaleCo
               resume: bool = True, log=print) -> list[dict]:
     """Baseline + each setting's strided PPL on ``ids``; tidy rows written to ``out`` after each setting."""
     import json
-
-    from geosteer.directional.sites import ComponentScale
-    from geosteer.eval.perplexity import strided_perplexity
-    from geosteer.interventions import steer
 
     out = Path(out)
     rows: list[dict] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from geosteer.attention import AttentionCall
+from geosteer.attention import AttentionCall, additive_mask
 
 
 def grouped_query(call: AttentionCall) -> torch.Tensor:
@@ -157,7 +157,6 @@ def sees_only_itself(call: AttentionCall) -> torch.Tensor:
 
 def without_diagonal_mask(call: AttentionCall) -> torch.Tensor:
     """The call's boolean keep-mask (b|1, 1|H, q, k) without each query's own key (diag-removal control)."""
-    from geosteer.attention import additive_mask
 
     q_len, k_len = call.query.shape[2], call.key.shape[2]
     m = additive_mask(call, q_len, k_len)

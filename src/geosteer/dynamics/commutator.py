@@ -28,7 +28,10 @@ import torch
 from torch import nn
 
 from geosteer.dynamics import sphere
+from geosteer.dynamics.diagnostics import ffn_field
 from geosteer.errors import GeosteerError
+from geosteer.hooks import HookSet, add_hook
+from geosteer.models.anatomy import anatomy
 from geosteer.models.limits import check_positions
 from geosteer.models.loading import input_device
 
@@ -64,7 +67,6 @@ class _Stop(Exception):
 def _attn_at(model: nn.Module, ids: torch.Tensor, layer: int, new_x: Callable | None) -> dict:
     """One forward truncated after ``layer``'s attention: ``new_x(x) -> x`` replaces the block input;
     returns the block input ``x`` and attention update ``a`` of that layer."""
-    from geosteer.hooks import HookSet, add_hook
 
     got: dict = {}
     hooks = HookSet()
@@ -110,8 +112,6 @@ def reorder_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int] | N
     Position 0 is left out unless ``with_bos``.
     """
     check_positions(model, ids.shape[-1], "window length")
-    from geosteer.dynamics.diagnostics import ffn_field
-    from geosteer.models.anatomy import anatomy
 
     an = anatomy(model)
     if an.parallel_residual:

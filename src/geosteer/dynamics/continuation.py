@@ -29,6 +29,7 @@ import torch
 from geosteer.dynamics.critical import label_point, refine, token_states
 from geosteer.dynamics.fields import ReducedField
 from geosteer.errors import GeosteerError
+from geosteer.extras import require
 
 METHODS = ("euler", "rk4")
 
@@ -194,7 +195,6 @@ def basin_map(fields: dict[float, ReducedField], plane: Sequence[torch.Tensor], 
 def basin_figure(points: list[dict]):
     """A plotly figure from basin point rows (or all rows of a ``basins`` tidy file; only ``table = points``
     are drawn): one heatmap of end-cluster labels per α, side by side."""
-    from geosteer.extras import require
 
     go = require("plotly.graph_objects")
     subplots = require("plotly.subplots")
@@ -219,7 +219,6 @@ def basin_figure(points: list[dict]):
 def continuation_figure(rows: list[dict]):
     """A plotly figure from ``continuation`` rows: max real part, saddle index and max |imag part| of the
     tangent spectrum against α, one line per track (dashed markers where Newton had lost the track)."""
-    from geosteer.extras import require
 
     go = require("plotly.graph_objects")
     subplots = require("plotly.subplots")

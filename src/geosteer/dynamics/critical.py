@@ -32,9 +32,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from geosteer.dynamics.fields import LABELS, ReducedField, classify, tangent_basis, tangent_jacobian
+from geosteer.dynamics.fields import LABELS, ReducedField, classify, layer_fields, tangent_basis, tangent_jacobian
 from geosteer.errors import GeosteerError
+from geosteer.hooks import attach_hooks
 from geosteer.models.limits import check_positions
+from geosteer.models.loading import input_device
 
 
 def check_threshold(threshold: float) -> float:
@@ -216,8 +218,6 @@ def token_states(model, ids: torch.Tensor, layer: int, points: Sequence[str] = (
     """The tensors at ``points`` of ``layer`` for every token of the windows ``ids`` (one (tokens, d) float64
     tensor per point, in token order; position 0 left out unless ``with_bos``), through ``attach_hooks``."""
     check_positions(model, ids.shape[-1], "window length")
-    from geosteer.hooks import attach_hooks
-    from geosteer.models.loading import input_device
 
     got: list[list[torch.Tensor]] = [[] for _ in points]
 
@@ -262,8 +262,6 @@ def critical_study(model, ids: torch.Tensor | None, layers: Sequence[int], kinds
     (``stage = "candidate"``) and after refinement (``"refined"``), and for ``ov`` the exact set (``"exact"``).
     """
     import time
-
-    from geosteer.dynamics.fields import layer_fields
 
     check_threshold(threshold)
     if n_real < 0 or n_random < 0 or n_real + n_random == 0:

@@ -32,6 +32,7 @@ from torch import nn
 from geosteer.dynamics import sphere
 from geosteer.eval.windows import corpus_windows  # noqa: F401 - re-exported (moved to eval.windows)
 from geosteer.hooks import HookSet, add_hook
+from geosteer.interventions import steer
 from geosteer.models.anatomy import BlockView, anatomy
 from geosteer.models.limits import check_positions
 from geosteer.models.loading import input_device
@@ -193,7 +194,6 @@ def diagnose(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
     ``interventions`` stay active during the pass (diagnostics of a modified model).
     """
     check_positions(model, input_ids.shape[-1], "window length")
-    from geosteer.interventions import steer
 
     if input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids must be (n, seq) with seq >= 1, got shape {tuple(input_ids.shape)}")

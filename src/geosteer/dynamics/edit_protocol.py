@@ -29,6 +29,9 @@ from geosteer.dynamics import weight_edits as we
 from geosteer.dynamics.editing import line_fit
 from geosteer.dynamics.prefix import DIRECTIONS
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
+from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import input_device
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,6 @@ def unembedding(model: nn.Module, direction: str) -> torch.Tensor:
 def _outcome(model: nn.Module, iv, prompts: torch.Tensor, heldout: torch.Tensor, stock_last: torch.Tensor,
              stock_held: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per prompt b under its edit: dz and dlogp of targets[b], kl_own, kl_heldout (mean over positions)."""
-    from geosteer.interventions import steer
-    from geosteer.models.loading import input_device
 
     dev, b = input_device(model), prompts.shape[0]
     with steer(model, iv):
@@ -190,7 +191,6 @@ def summarise(fits: list[dict], ablation: list[dict]) -> dict[str, list[dict]]:
 
 def stock_heldout(model: nn.Module, heldout: torch.Tensor) -> torch.Tensor:
     """Stock next-token log-probabilities at every held-out position (H, T, V), float64."""
-    from geosteer.models.loading import input_device
 
     with torch.no_grad():
         return model(heldout.to(input_device(model))).logits.double().cpu().log_softmax(-1)
@@ -204,7 +204,6 @@ def edit_protocol(model: nn.Module, prompts: torch.Tensor, heldout: torch.Tensor
     ablation rows) from an earlier run (not measured again); ``on_layer(layer, edit_rows, ablation_rows)``
     is called after each layer measured (a checkpoint). ``cov_windows``: the text the ``rome`` site's key
     second moment is estimated on (needed with that site; other text than the prompts and held-out windows)."""
-    from geosteer.models.anatomy import anatomy
 
     layers = anatomy(model).check_layers(list(layers))
     d_ff = we.site_linear(model, layers[0], "value").in_features if layers else None

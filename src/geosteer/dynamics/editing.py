@@ -28,7 +28,9 @@ from torch import nn
 from geosteer.dynamics.prefix import DIRECTIONS, EDIT_KINDS
 from geosteer.errors import GeosteerError
 from geosteer.hooks import HookSet, add_hook
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import input_device
 
 DOWN_NAMES = ("down_proj", "c_proj", "dense_4h_to_h")
 
@@ -85,7 +87,6 @@ def _probe(model: nn.Module, ids: torch.Tensor, layer: int
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Stock last-position logits (B, V), Φ_ℓ at the last position (B, d), the down projection's input (B, m)
     and output (B, d) there (the output is Φ_ℓ itself unless a post-FFN norm follows, as on Gemma-3)."""
-    from geosteer.models.loading import input_device
 
     got: dict[str, torch.Tensor] = {}
     hooks = HookSet()
@@ -102,8 +103,6 @@ def _probe(model: nn.Module, ids: torch.Tensor, layer: int
 
 @torch.no_grad()
 def last_logits(model: nn.Module, ids: torch.Tensor, interventions: Sequence = ()) -> torch.Tensor:
-    from geosteer.interventions import steer
-    from geosteer.models.loading import input_device
 
     with steer(model, *interventions):
         return model(ids.to(input_device(model))).logits[:, -1].double().cpu()
@@ -247,7 +246,6 @@ def down_col_locality(model: nn.Module, ids: torch.Tensor, other: torch.Tensor, 
     at every position of ``other`` text (windows that are not the prompts), beside the KL at the prompt's own
     last position. (An ``ffn_out`` edit is zero on other text by construction.) Returns (records per layer,
     edit, seed, prompt; summary per layer and edit: means of ``kl_own``, ``kl_other``, ``kl_other_max``)."""
-    from geosteer.models.loading import input_device
 
     layers, w_u = _edit_setup(model, layers, direction, scale, target_rank)
     dev = input_device(model)
@@ -286,8 +284,6 @@ def down_col_locality(model: nn.Module, ids: torch.Tensor, other: torch.Tensor, 
 @torch.no_grad()
 def all_logits(model: nn.Module, ids: torch.Tensor, interventions: Sequence = ()) -> torch.Tensor:
     """Logits at every position (B, T, V), float64 on the CPU, under ``interventions``."""
-    from geosteer.interventions import steer
-    from geosteer.models.loading import input_device
 
     with steer(model, *interventions):
         return model(ids.to(input_device(model))).logits.double().cpu()

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from geosteer.dynamics.ov import OV_NORMS
+from geosteer.dynamics.ov import OV_NORMS, ov_weights, sphere_gain
 from geosteer.errors import GeosteerError
+from geosteer.models.anatomy import anatomy
 
 FIELDS = ("ov", "ffn", "full")
 LABELS = ("A", "S", "R")
@@ -107,8 +108,6 @@ def _ov_sum_direct(an, layer: int) -> torch.Tensor | None:
 @torch.no_grad()
 def effective_ov(model: nn.Module, layer: int, ov_norm: str = "gain") -> torch.Tensor:
     """The layer's effective OV map V (d × d, float64, acts on column vectors); see the module docstring."""
-    from geosteer.dynamics.ov import ov_weights, sphere_gain
-    from geosteer.models.anatomy import anatomy
 
     if ov_norm not in OV_NORMS:
         raise GeosteerError(f"unknown ov_norm '{ov_norm}'; valid: {', '.join(OV_NORMS)}")
@@ -180,7 +179,6 @@ class ReducedField:
 def layer_fields(model: nn.Module, layer: int, kinds=FIELDS, alpha: float = 1.0,
                  ov_norm: str = "gain") -> dict[str, ReducedField]:
     """The requested reduced fields of ``layer`` (float64 copies; the model is not touched)."""
-    from geosteer.models.anatomy import anatomy
 
     an = anatomy(model)
     an.check_layers([layer])

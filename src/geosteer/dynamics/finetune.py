@@ -19,6 +19,10 @@ import torch
 from torch import nn
 
 from geosteer.errors import GeosteerError
+from geosteer.eval.windows import mean_loss
+from geosteer.hooks import attach_hooks
+from geosteer.models.anatomy import anatomy
+from geosteer.train import TrainConfig, train
 
 METHODS = ("gates", "bias", "lora")
 
@@ -33,13 +37,11 @@ class FFNBias(nn.Module):
 
     @classmethod
     def for_model(cls, model: nn.Module, layers: Sequence[int] | None = None) -> FFNBias:
-        from geosteer.models.anatomy import anatomy
 
         an = anatomy(model)
         return cls(an.n_layers, an.d_model, an.check_layers(layers))
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        from geosteer.hooks import attach_hooks
 
         index = {layer: i for i, layer in enumerate(self.layers)}
 
@@ -83,8 +85,6 @@ def finetune_rows(model: nn.Module, tok, heldout: torch.Tensor, methods: Sequenc
                   cfg_kw: dict, lora_rank: int = 1, batch_size: int = 4, log=None) -> list[dict]:
     """Per method: trainable parameters, held-out mean NLL after training and its change against the stock
     model (``delta_loss``), the final training loss and the wall time; one ``stock`` row first."""
-    from geosteer.eval.windows import mean_loss
-    from geosteer.train import TrainConfig, train
 
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:

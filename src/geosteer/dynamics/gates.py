@@ -16,12 +16,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_base_model, load_state, render_model_card
+from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_base_model, load_state, render_model_card, write_state
 from geosteer.dynamics.config import GateConfig
 from geosteer.errors import ArtifactError
 from geosteer.hooks import attach_hooks
+from geosteer.methods import push_artifact
 from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import model_id
 from geosteer.served import Form
+from geosteer.train import train
 
 WEIGHTS_NAME = "gates.safetensors"
 FORMAT = "geosteer-gates"
@@ -48,7 +51,6 @@ class FFNGates(nn.Module):
 
     @classmethod
     def for_model(cls, model: nn.Module, layers: Sequence[int] | None = None, init: float = 1.0) -> FFNGates:
-        from geosteer.models.loading import model_id
 
         an = anatomy(model)
         return cls(an.n_layers, an.check_layers(layers), init, base_model=model_id(model))
@@ -131,7 +133,6 @@ class FFNGates(nn.Module):
     def save(self, path: str | Path, extra: dict | None = None, overwrite: bool = True) -> Path:
         """Write the artifact folder (config, ``gates.safetensors``, model card) atomically; ``extra``
         (the training record) goes into the config."""
-        from geosteer.artifacts import write_state
 
         if extra is not None:
             self.extra = dict(extra)
@@ -141,7 +142,6 @@ class FFNGates(nn.Module):
                     revision: str | None = None, commit_message: str | None = None, **kw) -> str:
         """Save (``extra=`` as in :meth:`save`) into a temporary folder and upload it to the Hub repo
         ``repo_id``; return the repo URL. ``geosteer.load(repo_id, model=...)`` reads it back."""
-        from geosteer.methods import push_artifact
 
         return push_artifact(self, repo_id, private=private, token=token, revision=revision,
                              commit_message=commit_message or "Upload geosteer FFN gates", **kw)
@@ -184,7 +184,6 @@ def train_gates(model: nn.Module, tok, cfg, *, layers: Sequence[int] | None = No
 
     Returns the gates and the run summary (steps, tokens, loss history, held-out perplexity before/after).
     """
-    from geosteer.train import train
 
     gates = FFNGates.for_model(model, layers)
     result = train(model, gates, cfg, tok=tok, train_ids=train_ids, out_dir=out_dir, interventions=(gates,),

@@ -31,7 +31,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from geosteer.dynamics.fields import _FFNBranch
+from geosteer.dynamics.ov import sphere_gain
 from geosteer.errors import GeosteerError
+from geosteer.models.anatomy import anatomy
 
 
 @dataclass
@@ -81,9 +84,6 @@ def _proj(attn: nn.Module, name: str) -> nn.Linear:
 def layer_law(model: nn.Module, layer: int, alpha: float = 0.0) -> AttentionLaw:
     """The bidirectional attention law of ``layer`` (float64 copies; the model is not touched). Models whose
     attention normalises q or k per head (Qwen3, Gemma-3) are refused: that map is not linear in u."""
-    from geosteer.dynamics.fields import _FFNBranch
-    from geosteer.dynamics.ov import sphere_gain
-    from geosteer.models.anatomy import anatomy
 
     if not math.isfinite(alpha):
         raise GeosteerError(f"alpha must be finite (got {alpha})")

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from geosteer.dynamics.parallel import mean_loss
 from geosteer.dynamics.variants import REFERENCES, FFNVariant
 
 
@@ -19,7 +20,6 @@ def split_options_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[in
                         references: Sequence[str] = tuple(REFERENCES), batch_size: int = 4,
                         log=None) -> list[dict]:
     """Loss increase of each (variant, reference, BOS ablated or kept) over the stock loss."""
-    from geosteer.dynamics.parallel import mean_loss
 
     base = mean_loss(model, ids, batch_size)
     rows = []

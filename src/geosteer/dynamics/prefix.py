@@ -35,7 +35,9 @@ from torch import nn
 from geosteer.dynamics import sphere
 from geosteer.errors import GeosteerError
 from geosteer.hooks import HookSet, add_hook
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import input_device
 
 EDIT_KINDS = ("ffn_out", "down_col")
 DIRECTIONS = ("unembed", "centered")
@@ -69,8 +71,6 @@ def spread(u: torch.Tensor) -> dict[str, float]:
 @torch.no_grad()
 def last_token_states(model: nn.Module, ids: torch.Tensor, interventions: Sequence = ()) -> torch.Tensor:
     """(layers, batch, d) block outputs (``resid_post``) at the last position, float64 on CPU."""
-    from geosteer.interventions import steer
-    from geosteer.models.loading import input_device
 
     an = anatomy(model)
     out: dict[int, torch.Tensor] = {}
@@ -128,7 +128,6 @@ def prefix_spread(model: nn.Module, prefixes: Sequence[torch.Tensor], suffix: to
 def anchor_scores(model: nn.Module, ids: torch.Tensor, score_layers: Sequence[int] | None = None,
                   score: str = "raw") -> torch.Tensor:
     """(batch, seq) anchor score: Σ_ℓ ‖P_u Φ_ℓ‖ (``raw``) or Σ_ℓ ‖P_u Φ_ℓ‖/‖mlp_in‖ (``relative``)."""
-    from geosteer.models.loading import input_device
 
     if score not in SCORES:
         raise GeosteerError(f"unknown anchor score '{score}'; valid: {', '.join(SCORES)}")

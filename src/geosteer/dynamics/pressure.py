@@ -20,8 +20,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from geosteer.attention import attach_handlers
 from geosteer.dynamics import sphere
+from geosteer.dynamics.parallel import mean_loss
+from geosteer.dynamics.variants import FFNVariant, Gains
 from geosteer.errors import GeosteerError
+from geosteer.hooks import attach_hooks
+from geosteer.models.anatomy import anatomy
 
 PRESSURE_VARIANTS = ("full", "tangential", "radial", "zero")
 PRESSURE_MODES = ("temperature", "gain")
@@ -44,7 +49,6 @@ class AttentionTemperature:
         check_beta(self.beta)
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        from geosteer.attention import attach_handlers
 
         beta = float(self.beta)
 
@@ -62,7 +66,6 @@ class _DiversityRecorder:
         self.sums: dict[int, list[float]] = {}
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
-        from geosteer.hooks import attach_hooks
 
         def rec(x, ctx):
             u = sphere.unit((x if self.with_bos else x[:, 1:]).float())
@@ -83,9 +86,6 @@ def pressure_study(model: nn.Module, ids: torch.Tensor, betas: Sequence[float], 
     Returns (per-layer rows, summary rows). Summary: loss, D after the last pressured layer and after the last
     layer, and the mean D over the layers from the first pressured one on.
     """
-    from geosteer.dynamics.parallel import mean_loss
-    from geosteer.dynamics.variants import FFNVariant, Gains
-    from geosteer.models.anatomy import anatomy
 
     if mode not in PRESSURE_MODES:
         raise GeosteerError(f"unknown pressure mode '{mode}'; valid: {', '.join(PRESSURE_MODES)}")
@@ -125,9 +125,6 @@ def depth_layers(n_layers: int, depths: Sequence[float]) -> list[int]:
 def gain_depth_sweep(model: nn.Module, ids: torch.Tensor, depths: Sequence[float], values: Sequence[float],
                      batch_size: int = 4, log=None) -> list[dict]:
     """FFN gain α_F at a single layer at depth ℓ/L (attention fixed, App. C.1 / Fig. 8 left): loss increase."""
-    from geosteer.dynamics.parallel import mean_loss
-    from geosteer.dynamics.variants import Gains
-    from geosteer.models.anatomy import anatomy
 
     L = anatomy(model).n_layers
     bad = [v for v in values if not math.isfinite(v)]

@@ -24,9 +24,11 @@ from geosteer.attention import AttentionCall, attach_handlers, attention_weights
 from geosteer.dynamics import sphere
 from geosteer.dynamics.config import check_k
 from geosteer.eval.windows import nll_sum  # noqa: F401 - re-exported (moved to eval.windows)
+from geosteer.interventions import HookIntervention, steer
 from geosteer.models.anatomy import anatomy
 from geosteer.models.limits import check_positions
 from geosteer.models.loading import input_device
+from geosteer.record import Recorder
 
 
 def topk_attention(call: AttentionCall, k: int) -> torch.Tensor:
@@ -62,8 +64,6 @@ def topk_study(model: nn.Module, input_ids: torch.Tensor, ks: Sequence[int] = (1
                layers: Sequence[int] | None = None, batch_size: int = 4) -> tuple[list[dict], list[dict]]:
     """(per-layer cosine rows, per-k summary rows) for top-k aggregation; see the module docstring."""
     check_positions(model, input_ids.shape[-1], "window length")
-    from geosteer.interventions import HookIntervention, steer
-    from geosteer.record import Recorder
 
     ks = [check_k(k) for k in ks]
     an = anatomy(model)

@@ -34,6 +34,7 @@ from torch import nn
 from geosteer.dynamics.editing import down_projection
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import input_device
 
 SITES = ("value", "random", "query", "key", "attn_out", "rome")
 PAPER_SITES = SITES[:5]  # the paper's protocol; ``rome`` is an added baseline
@@ -110,7 +111,6 @@ def probe_layer(model: nn.Module, ids: torch.Tensor, layer: int, edit_rank: int,
                 ) -> tuple[LayerProbe, torch.Tensor, torch.Tensor]:
     """One stock forward + backward. Returns the probe, the edit targets (rank ``edit_rank`` of each prompt's
     stock next-token logits) and the ablation targets (rank ``ablate_rank``)."""
-    from geosteer.models.loading import input_device
 
     store: dict[str, torch.Tensor] = {}
     down = site_linear(model, layer, "value")
@@ -169,7 +169,6 @@ def rank_one_deltas(directions: torch.Tensor, inputs: torch.Tensor) -> torch.Ten
 @torch.no_grad()
 def key_second_moment(model: nn.Module, layer: int, ids: torch.Tensor, batch_size: int = 4) -> torch.Tensor:
     """C = E[k kᵀ] (m × m, float64) of the down projection's input k over every position of ``ids``."""
-    from geosteer.models.loading import input_device
 
     down = site_linear(model, layer, "value")
     acc = {"c": torch.zeros(down.in_features, down.in_features, dtype=torch.float64), "n": 0}

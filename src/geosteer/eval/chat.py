@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from geosteer.errors import GeosteerError
+from geosteer.train.prompts import bos_first
 
 
 def has_chat_template(tok) -> bool:
@@ -36,7 +37,6 @@ def format_prompt(tok, prompt: str, chat: bool, system: str | None = None, add_b
     start is left out, so the encoded prompt holds exactly one."""
     if not chat:
         return prompt
-    from geosteer.train.prompts import bos_first
 
     text = chat_prompt(tok, prompt, system)
     bos = getattr(tok, "bos_token", None)

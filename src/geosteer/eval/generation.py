@@ -9,7 +9,7 @@ import torch
 
 from geosteer.errors import GeosteerError
 from geosteer.models.loading import input_device
-from geosteer.overflow import check_logits
+from geosteer.overflow import FiniteLogits, check_logits
 
 
 @dataclass
@@ -101,8 +101,6 @@ def generate(
     Non-finite logits (an overflowing intervention) are refused before a token is chosen.
     """
     from transformers import LogitsProcessorList
-
-    from geosteer.overflow import FiniteLogits
 
     if max_new_tokens < 1:
         raise GeosteerError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")

@@ -18,9 +18,12 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
+from geosteer.data.corpus import split_text
 from geosteer.errors import GeosteerError
 from geosteer.models.limits import check_positions
 from geosteer.models.loading import input_device
+from geosteer.models.tokenizers import adds_bos
+from geosteer.progress import progress as progress_bar
 
 _MAX_NLL = math.log(float.fromhex("0x1.fffffffffffffp+1023"))  # above this, exp(nll) overflows a float
 
@@ -67,7 +70,6 @@ def window_spans(n_tokens: int, context: int, stride: int) -> list[tuple[int, in
 def encode(tok, text: str, add_bos: bool | None = None) -> torch.Tensor:
     """Token ids of ``text``; BOS first when ``add_bos``, or (``None``, default) when the tokenizer puts
     one first by itself (:func:`geosteer.models.tokenizers.adds_bos`). No other special tokens."""
-    from geosteer.models.tokenizers import adds_bos
 
     ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids[0]
     bos = getattr(tok, "bos_token_id", None)
@@ -122,7 +124,6 @@ def strided_perplexity(
     # of its own, so the others keep only ``stride + 1`` positions.
     for s in spans:
         groups.setdefault((s[1] - s[0], s[2] >= s[1] - s[0] - 1), []).append(s)
-    from geosteer.progress import progress as progress_bar
 
     with progress_bar(len(spans), "perplexity", unit="win", show=progress) as step:
         for (length, _), group in groups.items():
@@ -159,6 +160,5 @@ def strided_perplexity(
 def heldout_ids(tok, max_tokens: int) -> torch.Tensor:
     """The first ``max_tokens`` tokens of the bundled corpus' held-out split, encoded as
     :func:`strided_perplexity` encodes text: the standard evaluation slice of the directional verbs."""
-    from geosteer.data.corpus import split_text
 
     return encode(tok, split_text("heldout", max_chars=max_tokens * 8))[:max_tokens]

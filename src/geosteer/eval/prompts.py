@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geosteer.errors import GeosteerError
+from geosteer.readers import read_json
 
 PROMPT_DIR = Path(__file__).resolve().parent.parent / "data" / "prompts"
 
@@ -41,7 +42,6 @@ def load_prompts(name_or_path: str | Path, categories: list[str] | None = None) 
             raise GeosteerError(f"unknown prompt set '{name_or_path}'; bundled: {', '.join(prompt_sets())}")
     if not p.is_file():
         raise GeosteerError(f"prompt file not found: {p}")
-    from geosteer.readers import read_json
 
     doc = read_json(p, what="prompt file")  # bounded: a regular file, size/nesting caps, valid Unicode
     try:

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from geosteer.errors import GeosteerError
+from geosteer.models.tokenizers import adds_bos
 
 CHUNK_BYTES = 1 << 16
 _CHECK = 256  # characters each side of a cut that are re-tokenised to verify it
@@ -125,7 +126,6 @@ def encode_file(tok, path: str | Path, max_tokens: int | None = None, add_bos: b
     """
     path = Path(path)
     _check_file(path)
-    from geosteer.models.tokenizers import adds_bos
 
     add_bos = adds_bos(tok) if add_bos is None else add_bos
     bos = getattr(tok, "bos_token_id", None) if add_bos else None

@@ -9,6 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from geosteer.data.corpus import split_text
+from geosteer.eval.perplexity import encode
+from geosteer.interventions import steer
 from geosteer.models.loading import input_device
 
 
@@ -17,8 +20,6 @@ def corpus_windows(tok, split: str = "heldout", tokens: int = 2048, seq_len: int
 
     ``tokens`` caps the total number of tokens; at least one window is returned.
     """
-    from geosteer.data.corpus import split_text
-    from geosteer.eval.perplexity import encode
 
     if tokens < 1 or seq_len < 2:
         raise ValueError(f"need tokens >= 1 and seq_len >= 2 (got {tokens}, {seq_len})")
@@ -45,7 +46,6 @@ def nll_sum(model: nn.Module, ids: torch.Tensor) -> tuple[float, int]:
 @torch.no_grad()
 def mean_loss(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 4, interventions=()) -> float:
     """Mean next-token NLL over the windows ``input_ids`` under ``interventions``."""
-    from geosteer.interventions import steer
 
     device = input_device(model)
     tot, n = 0.0, 0

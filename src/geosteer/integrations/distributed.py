@@ -23,6 +23,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from geosteer.errors import GeosteerError
+from geosteer.eval.perplexity import PerplexityResult, encode, window_spans
+from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import input_device
+
 
 def _world(accelerator=None) -> tuple[int, int]:
     if accelerator is not None:
@@ -56,9 +61,6 @@ def sharded_perplexity(model, tok, text: str | None = None, *, ids: torch.Tensor
                        context: int = 512, stride: int = 256, batch_size: int = 4,
                        max_tokens: int | None = None, accelerator=None):
     """Strided perplexity with windows spread over the processes; returns a ``PerplexityResult``."""
-    from geosteer.errors import GeosteerError
-    from geosteer.eval.perplexity import PerplexityResult, encode, window_spans
-    from geosteer.models.loading import input_device
 
     if (text is None) == (ids is None):
         raise GeosteerError("give exactly one of text or ids")
@@ -108,9 +110,6 @@ def shard_frozen_model(model, accelerator=None):
         return model
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-
-    from geosteer.errors import GeosteerError
-    from geosteer.models.anatomy import anatomy
 
     if any(p.requires_grad for p in model.parameters()):
         raise GeosteerError("shard_frozen_model expects a frozen base model (requires_grad_(False))")

@@ -36,7 +36,11 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the lm-evaluation-harness integration needs lm-eval: "
                       "pip install 'geosteer[eval]'") from e
 
+from geosteer.attention import use_geosteer_attention
+from geosteer.errors import GeosteerError
 from geosteer.methods import recipe_keys
+from geosteer.models.devices import resolve_dtype
+from geosteer.models.loading import BUNDLED, cached_folder
 from geosteer.recipe import InterventionSpec, load_recipe
 
 MODEL_NAME = "geosteer"
@@ -55,9 +59,6 @@ def check_model_args(args: Mapping[str, Any]) -> None:
     """Refuse, in one line and before any model loads, ``--model_args`` that ``--model geosteer`` would not use:
     an unknown key (naming the valid ones, and the closest), an empty ``pretrained``, an unknown ``dtype``."""
     import difflib
-
-    from geosteer.errors import GeosteerError
-    from geosteer.models.devices import resolve_dtype
 
     valid = valid_model_args()
     unknown = sorted(set(args) - set(valid))
@@ -84,7 +85,6 @@ def _dtype_name(dtype: Any) -> Any:
     """A dtype name as torch spells it (lm-eval's ``hf`` reads ``getattr(torch, name)``): ``bf16`` → ``bfloat16``."""
     if not isinstance(dtype, str):
         return dtype
-    from geosteer.models.devices import resolve_dtype
 
     resolved = resolve_dtype(dtype)
     return resolved if isinstance(resolved, str) else str(resolved).removeprefix("torch.")
@@ -92,7 +92,6 @@ def _dtype_name(dtype: Any) -> Any:
 
 def _resolve_pretrained(pretrained: str, dtype: Any):
     """``(what HFLM gets, tokenizer or None, geosteer model id)`` for a geosteer model name."""
-    from geosteer.models.loading import BUNDLED, cached_folder
 
     name = str(pretrained)
     if name in BUNDLED:
@@ -133,11 +132,8 @@ class GeosteerLM(HFLM):
     def _attach(self, name: str) -> None:
         from torch import nn
 
-        from geosteer.attention import use_geosteer_attention
-
         model = self._model
         model.requires_grad_(False)
-        from geosteer.models.loading import BUNDLED
 
         # as geosteer.load_model names it (artifacts check this id): bundled names win, folders keep theirs
         if name in BUNDLED or not getattr(model.config, "_geosteer_name", None):

@@ -17,15 +17,22 @@ import torch
 from geosteer.artifacts import (
     CONFIG_NAME,
     ArtifactFormat,
+    check_base_model,
     check_config,
+    check_not_interrupted,
     check_output_folder,
     load_state,
+    locate,
     write_state,
 )
+from geosteer.config_schema import read_config_json
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.manifold.bank import SurfaceBank
 from geosteer.manifold.config import ManifoldConfig
-from geosteer.manifold.surface_checks import check_surfaces
+from geosteer.manifold.surface_checks import check_surfaces, layers_device
+from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import model_id
+from geosteer.overflow import check_forward_finite
 
 FORMAT = "geosteer-surfaces"
 VERSION = 2  # 2: exact region walls ("walls"); written only when the bank has walls, else 1
@@ -154,7 +161,6 @@ def _jsonable(obj):
 def resolve(path: str | Path) -> Path:
     """The artifact folder for ``path`` (the folder itself, or one of its two files, or a Hub repo id
     ``org/name[@revision]``: its snapshot in the huggingface_hub cache, see ``geosteer.artifacts.locate``)."""
-    from geosteer.artifacts import check_not_interrupted, locate
 
     p = locate(path)
     if p.is_file() and p.name in (CONFIG_NAME, TENSORS_NAME):
@@ -174,7 +180,6 @@ def resolve(path: str | Path) -> Path:
 
 def read_config(path: str | Path) -> dict:
     """The checked config of a surfaces artifact (format, version ≤ this reader's; unknown keys warned)."""
-    from geosteer.config_schema import read_config_json
 
     folder = resolve(path)
     doc = read_config_json(folder / CONFIG_NAME)
@@ -229,11 +234,6 @@ def from_state(doc: dict, tensors: dict, model=None, *, force: bool = False, sou
 
 
 def _check_on(bank: SurfaceBank, model, *, force: bool, source: str) -> None:
-    from geosteer.artifacts import check_base_model
-    from geosteer.manifold.surface_checks import layers_device
-    from geosteer.models.anatomy import anatomy
-    from geosteer.models.loading import model_id
-    from geosteer.overflow import check_forward_finite
 
     bank.check_model(model)
     check_base_model(bank.config.base_model, model_id(model), what=f"surfaces {source}", force=force)

@@ -30,8 +30,13 @@ from geosteer.kernels.exact import DEFAULT_BLOCK, backend_choice, modulated_atte
 from geosteer.kernels.feature_cache import FeatureCache, StaticFeatureCache, watch_kv_layers
 from geosteer.kernels.low_rank import cached_features, low_rank_attention
 from geosteer.manifold.config import ManifoldConfig
+from geosteer.manifold.low_rank import factors, low_rank_bank
+from geosteer.manifold.served import bank_ops
 from geosteer.manifold.surface_attention import surface_attention
 from geosteer.manifold.surface_checks import check_surfaces, format_layers, layers_device  # noqa: F401 - public
+from geosteer.manifold.walls import Wall, bank_walled_output, compile_layer, validate_wall
+from geosteer.methods import push_artifact, save_artifact
+from geosteer.models.anatomy import anatomy
 
 _BANK_ATTR = "_geosteer_surface_bank"
 _ATTACHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # banks now attached (not deep-copied)
@@ -133,7 +138,6 @@ class SurfaceBank(nn.Module):
 
     def check_model(self, model: nn.Module) -> None:
         """Raise naming the mismatch when ``model`` does not have the shapes this bank was made for."""
-        from geosteer.models.anatomy import anatomy
 
         an = anatomy(model)
         probs = []
@@ -158,7 +162,6 @@ class SurfaceBank(nn.Module):
         """Replace the exact region walls (``Wall`` objects or their dicts), validated against the model
         shape: one-line errors for a layer/head/dim out of range or a range with lo >= hi. Takes effect on
         the next forward (also while attached)."""
-        from geosteer.manifold.walls import Wall, validate_wall
 
         new = [w if isinstance(w, Wall) else Wall.from_dict(w) for w in walls]
         for w in new:
@@ -181,7 +184,6 @@ class SurfaceBank(nn.Module):
 
     def walls_for(self, layer: int):
         """The compiled walls of ``layer`` (``walls.LayerWalls``) or None."""
-        from geosteer.manifold.walls import compile_layer
 
         if self._compiled_walls is None:
             by: dict[int, list] = {}
@@ -193,7 +195,6 @@ class SurfaceBank(nn.Module):
     # ----------------------------------------------------------------- intervention protocol
     def attach(self, model: nn.Module) -> Callable[[], None]:
         """Add one attention handler per covered layer; returns ``remove``. Refuses a second bank."""
-        from geosteer.models.anatomy import anatomy
 
         current = getattr(model, _BANK_ATTR, None)
         if current is not None:
@@ -230,7 +231,6 @@ class SurfaceBank(nn.Module):
     def save(self, folder: str | Path, **meta) -> Path:
         """Write this bank as a surfaces artifact folder (``geosteer.manifold.save``: ``dtype=``, and ``meta``
         recorded in the config). ``geosteer.load(folder, model=...)`` reads it back."""
-        from geosteer.methods import save_artifact
 
         return save_artifact(self, folder, **meta)
 
@@ -238,7 +238,6 @@ class SurfaceBank(nn.Module):
                     revision: str | None = None, commit_message: str | None = None, **meta) -> str:
         """Upload this bank (saved with its model card) to the Hub repo ``repo_id``; return the repo URL.
         Load it back with ``geosteer.load(repo_id)``. Figures of a surface: ``geosteer.viz.surfaces``."""
-        from geosteer.methods import push_artifact
 
         return push_artifact(self, repo_id, private=private, token=token, revision=revision,
                              commit_message=commit_message or "Upload geosteer attention-manifold surfaces", **meta)
@@ -248,7 +247,6 @@ class SurfaceBank(nn.Module):
         discarded energy per layer). ``narrow`` (default): inference runs the r + 1-slice path (also on the
         Triton backend); ``narrow=False``: the exact kernels on the truncated coefficients everywhere; see
         :mod:`geosteer.manifold.low_rank`."""
-        from geosteer.manifold.low_rank import low_rank_bank
 
         return low_rank_bank(self, rank, narrow)
 
@@ -257,7 +255,6 @@ class SurfaceBank(nn.Module):
         decoding reuses the narrow key features of the past keys, in ``_caches`` under ``("low_rank", slot)``).
         Where the fused Triton kernels apply, the rank-r Triton forward runs (no feature cache; with autograd,
         the exact fused kernels on the truncated coefficients)."""
-        from geosteer.manifold.low_rank import factors
 
         key = (slot, self.rank, self.coefficients._version, c.device)
         uw = self._factors.get(key)
@@ -288,7 +285,6 @@ class SurfaceBank(nn.Module):
 
     def served_ops(self, ops) -> None:
         """Its surfaces and exact walls for a serving engine (``geosteer.served``)."""
-        from geosteer.manifold.served import bank_ops
 
         bank_ops(self, ops)
 
@@ -337,7 +333,6 @@ class SurfaceBank(nn.Module):
         return handler
 
     def _walled(self, call, out, slot, lw, handler):
-        from geosteer.manifold.walls import bank_walled_output
 
         return bank_walled_output(self, call, out, slot, lw)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from geosteer.kernels.bspline import check_grid, n_basis
+from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import model_id
 
 
 @dataclass
@@ -54,8 +56,6 @@ class ManifoldConfig:
     @classmethod
     def for_model(cls, model, grid_size: int = 8, grid_range=(-4.0, 4.0), layers=None, ranges=None,
                   dtype: str = "float32") -> ManifoldConfig:
-        from geosteer.models.anatomy import anatomy
-        from geosteer.models.loading import model_id
 
         an = anatomy(model)
         layers = an.check_layers(layers)

@@ -18,8 +18,15 @@ from collections.abc import Sequence
 import torch
 
 from geosteer.attention import add_attention_handler, attention_weights, repeat_kv, use_geosteer_attention
+from geosteer.data.corpus import split_text
+from geosteer.eval.generation import prompt_ids
+from geosteer.interventions import steer
+from geosteer.io_utils import atomic_write_json
 from geosteer.kernels.bspline import bspline_basis
+from geosteer.manifold import read_config
+from geosteer.manifold.edit import apply_edits
 from geosteer.manifold.walls import Wall, blocked_mask, compile_layer
+from geosteer.models.anatomy import anatomy
 from geosteer.models.loading import input_device
 
 GAIN_EPS = 1e-6  # |gain| above this counts as passing value
@@ -27,7 +34,6 @@ GAIN_EPS = 1e-6  # |gain| above this counts as passing value
 
 def heldout_windows(tok, n: int = 4, length: int = 128, split: str = "heldout") -> list[torch.Tensor]:
     """``n`` consecutive windows of ``length`` tokens (1, length) from the start of the held-out split."""
-    from geosteer.data.corpus import split_text
 
     ids = tok(split_text(split, max_chars=length * n * 8), return_tensors="pt",
               add_special_tokens=False).input_ids[0]
@@ -37,8 +43,6 @@ def heldout_windows(tok, n: int = 4, length: int = 128, split: str = "heldout") 
 
 
 def _run(model, inputs: Sequence[torch.Tensor], handlers: dict, interventions: Sequence) -> None:
-    from geosteer.interventions import steer
-    from geosteer.models.anatomy import anatomy
 
     use_geosteer_attention(model)
     an = anatomy(model)
@@ -54,7 +58,6 @@ def _run(model, inputs: Sequence[torch.Tensor], handlers: dict, interventions: S
 
 
 def _inputs(tok, texts_or_ids) -> list[torch.Tensor]:
-    from geosteer.eval.generation import prompt_ids
 
     return [x if torch.is_tensor(x) else prompt_ids(tok, x) for x in texts_or_ids]
 
@@ -196,9 +199,7 @@ def _main(argv: Sequence[str] | None = None) -> None:
     import sys
 
     from geosteer import load_model
-    from geosteer.io_utils import atomic_write_json
     from geosteer.manifold import load
-    from geosteer.manifold.edit import apply_edits
 
     ap = argparse.ArgumentParser(prog="python -m geosteer.manifold.coverage", description=_main.__doc__)
     ap.add_argument("--surfaces", required=True)
@@ -211,7 +212,6 @@ def _main(argv: Sequence[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    from geosteer.manifold import read_config
 
     model, tok = load_model(a.model or read_config(a.surfaces).get("base_model"))
     bank = load(a.surfaces, model=model)

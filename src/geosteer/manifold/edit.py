@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from geosteer.manifold.walls import Wall, validate_wall
 from geosteer.models.anatomy import parse_indices
 
 OPS = ("scale", "invert", "zero", "set", "wall", "grid-wall")
@@ -278,7 +279,6 @@ def _mask(bank, e: Edit) -> torch.Tensor:
 
 def walls_from_edit(bank, e: Edit) -> list:
     """The exact walls (``walls.Wall``) a ``wall`` edit adds, validated against the bank's model shape."""
-    from geosteer.manifold.walls import Wall, validate_wall
 
     q = e.q if e.q is not None else (-math.inf, math.inf)
     k = e.k if e.k is not None else (-math.inf, math.inf)

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from geosteer.eval.generation import prompt_ids
 from geosteer.interventions import steer
 from geosteer.manifold.edit import Edit, live, surface_norms
 from geosteer.models.loading import input_device
 
 
 def _last_logits(model, tok, prompts: Sequence[str]) -> torch.Tensor:
-    from geosteer.eval.generation import prompt_ids
 
     device = input_device(model)
     rows = []

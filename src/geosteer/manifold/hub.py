@@ -10,14 +10,16 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from geosteer.artifacts import push
+from geosteer.io_utils import atomic_write_text
+from geosteer.manifold.artifact import save
+
 
 def push_to_hub(bank, repo_id: str, *, private: bool = True, token: str | None = None,
                 revision: str | None = None, commit_message: str | None = None, dtype: str = "float32",
                 **meta) -> str:
     """Save ``bank`` (config, ``surfaces.safetensors``, model card) into a temporary folder and upload it to
     ``repo_id``; return the repo URL. ``meta`` is recorded as with ``geosteer.manifold.save``."""
-    from geosteer.artifacts import push
-    from geosteer.manifold.artifact import save
 
     with tempfile.TemporaryDirectory(prefix="geosteer-push-") as tmp:
         folder = save(bank, Path(tmp) / "surfaces", dtype=dtype, **meta)
@@ -29,7 +31,6 @@ def write_card(folder: str | Path) -> Path:
     """(Re)write the model card README.md of an existing surfaces artifact from its config (Hub metadata:
     ``library_name: geosteer``, the base model's Hub id, license; the training command and held-out
     perplexity recorded at training time). The tensors and config are left untouched."""
-    from geosteer.io_utils import atomic_write_text
     from geosteer.manifold.artifact import _model_card, load, read_config, resolve
 
     folder = resolve(folder)

@@ -29,6 +29,12 @@ from pathlib import Path
 import torch
 
 from geosteer.errors import GeosteerError
+from geosteer.io_utils import atomic_write_bytes
+from geosteer.manifold.bank import SurfaceBank
+from geosteer.manifold.config import ManifoldConfig
+from geosteer.models.anatomy import anatomy
+from geosteer.models.limits import num_heads, num_layers
+from geosteer.readers import ReadRefused, parse_json
 
 MAX_FILE_BYTES = 8 << 30  # a released checkpoint of a 1B/3B model is 15–60 MB; refuse anything absurd
 _WRAPPERS = ("surfaces", "coefficients", "state_dict", "model_state_dict", "model")
@@ -85,8 +91,6 @@ def _load(path: Path):
 def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
     """A safetensors file as memory-mapped tensors, its header checked first (dtypes, shapes, offsets)."""
     import mmap
-
-    from geosteer.readers import ReadRefused, parse_json
 
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -337,7 +341,6 @@ def fit_released(rel: Released, *, n_layers: int, n_heads: int, head_dim: int,
 
 def model_shape(config) -> dict | None:
     """n_layers, n_heads, head_dim from a transformers config (None when it does not name them)."""
-    from geosteer.models.limits import num_heads, num_layers
 
     if config is None:
         return None
@@ -357,9 +360,6 @@ def to_bank(rel: Released, model, *, grid_size: int | None = None,
     ``grid_range``: the range to use (None: the file's, else geosteer's default [-4, 4], noted in
     ``bank.meta['source']``); a range that disagrees with the file's is refused.
     """
-    from geosteer.manifold.bank import SurfaceBank
-    from geosteer.manifold.config import ManifoldConfig
-    from geosteer.models.anatomy import anatomy
 
     an = anatomy(model)
     layers, coef, g = fit_released(rel, n_layers=an.n_layers, n_heads=an.n_heads, head_dim=an.head_dim,
@@ -396,7 +396,6 @@ def export_released(bank, path: str | Path, *, flat: bool = False, settings: boo
     """Write ``bank`` in the released per-layer layout: ``{prefix.format(layer): (heads, head_dim, K, K)}``
     (``flat``: (heads·head_dim, K, K)), with ``grid_size`` / ``grid_range`` beside them when ``settings``.
     Needs one grid range for all layers (the paper's form)."""
-    from geosteer.io_utils import atomic_write_bytes
 
     pairs = {(round(float(a), 6), round(float(b), 6)) for a, b in zip(bank.lo, bank.hi, strict=True)}
     if len(pairs) != 1:

@@ -19,6 +19,8 @@ import copy
 
 import torch
 
+from geosteer.interventions import steer
+
 
 def truncate(coefficients: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(rank-r coefficients, discarded energy per layer).
@@ -58,7 +60,6 @@ def low_rank_bank(bank, rank: int, narrow: bool = True):
 def next_token_kl(model, exact, approx, ids: torch.Tensor) -> float:
     """Mean over positions of KL(P_exact ‖ P_approx) of the next-token distributions (nats) on ``ids``.
     The model must carry no bank (each is attached in turn; ``manifold.uninstall`` first)."""
-    from geosteer.interventions import steer
 
     with torch.no_grad():
         with steer(model, exact):

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from geosteer.eval.compare import PairedComparison, summarize_by
+from geosteer.eval.prompts import Prompt
 
 
 def scaled(bank, s: float):
@@ -28,7 +29,6 @@ def strength_sweep(model, tok, bank, prompts: Sequence, scales: Sequence[float],
                    log: Callable[[str], None] | None = None) -> tuple[list[dict], list[dict]]:
     """Stock (a) against the surfaces scaled by each ``s`` (b), per prompt: (rows with ``scale``, summary rows
     per scale and category, each scale's last row ``category == "all"``)."""
-    from geosteer.eval.prompts import Prompt
 
     prompts = [p if hasattr(p, "text") else Prompt(str(p)) for p in prompts]  # rows carry a category
     cmp = PairedComparison(model, tok, prompts, (), max_new_tokens=max_new_tokens)

@@ -21,13 +21,23 @@ from pathlib import Path
 
 import torch
 
+from geosteer.data.corpus import SPLITS
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
 from geosteer.io_utils import atomic_write_json
-from geosteer.models.anatomy import parse_layers  # noqa: F401 - the one layer-list parser, re-exported
+from geosteer.kernels.bspline import check_grid
+from geosteer.manifold import install, save, uninstall
+from geosteer.manifold.low_rank_train import check_rank, factorise, merge_factors, trained_parameters
+from geosteer.models.anatomy import (
+    anatomy,
+    parse_layers,  # noqa: F401 - the one layer-list parser, re-exported
+)
 from geosteer.models.loading import input_device
 from geosteer.outputs import check_output_folder
+from geosteer.record import AttentionRecorder
 from geosteer.train import TrainConfig, train
-from geosteer.train.data import load_texts, token_stream, windows
+from geosteer.train.checkpoint import check_run, find_checkpoint, load_checkpoint, run_record
+from geosteer.train.data import BatchOrder, load_texts, token_stream, windows
 
 
 @torch.no_grad()
@@ -39,9 +49,6 @@ def calibrate_ranges(model, tok, layers: list[int], *, text: str | Path = "train
     Reads ``batches`` × ``batch_size`` windows of ``seq_len`` tokens from ``text`` (the first windows of a
     seeded shuffle, like training) and records every covered layer's post-RoPE queries and keys.
     """
-    from geosteer.interventions import steer
-    from geosteer.record import AttentionRecorder
-    from geosteer.train.data import BatchOrder
 
     if not 0.5 <= quantile < 1.0:
         raise GeosteerError(f"calibration quantile must be in [0.5, 1), got {quantile}")
@@ -88,9 +95,6 @@ def check_options(*, out: Path, grid_size: int, grid_range, calibrate: bool, qua
                   storage_dtype: str, text: str | Path, rank: int | None = None) -> None:
     """Validate every option of a surfaces run before any model is loaded or any step is taken, so a
     mistake (e.g. ``--dtype int8``) costs nothing instead of failing after training."""
-    from geosteer.data.corpus import SPLITS
-    from geosteer.kernels.bspline import check_grid
-    from geosteer.manifold.low_rank_train import check_rank
 
     if storage_dtype not in STORAGE_DTYPES:
         raise GeosteerError(f"storage dtype must be one of {', '.join(STORAGE_DTYPES)} (got {storage_dtype})")
@@ -132,10 +136,6 @@ def train_surfaces(
     ``stop_at`` ends early (as if killed) without writing the artifact; ``resume=True`` continues.
     ``rank``: train rank-r surfaces directly (C_d = U_d W_dᵀ, :mod:`geosteer.manifold.low_rank_train`).
     """
-    from geosteer.manifold import install, save, uninstall
-    from geosteer.manifold.low_rank_train import factorise, merge_factors, trained_parameters
-    from geosteer.models.anatomy import anatomy
-    from geosteer.train.checkpoint import check_run, find_checkpoint, load_checkpoint, run_record
 
     cfg = cfg or TrainConfig(tokens=262_144)
     say = log or (lambda s: None)

@@ -26,9 +26,11 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from geosteer.attention import attach_handlers
 from geosteer.errors import GeosteerError
 from geosteer.kernels.bspline import bspline_basis
 from geosteer.kernels.sdpa import prepare, weights_block
+from geosteer.manifold.walls import Wall
 from geosteer.train.prompts import (  # noqa: F401 - the prompt files and batches, re-exported for their users
     Batch,
     control_kl,
@@ -145,7 +147,6 @@ class SoftWalls(nn.Module):
         return torch.sigmoid(self.gate)
 
     def attach(self, model: nn.Module):
-        from geosteer.attention import attach_handlers
 
         return attach_handlers(model, self.layers, self._make)
 
@@ -205,7 +206,6 @@ class SoftWalls(nn.Module):
 
     def harden(self) -> list:
         """The exact walls: candidates with gate > 0.5 and a non-empty box (lo < hi on both axes)."""
-        from geosteer.manifold.walls import Wall
 
         walls = []
         g = self.gates().detach()

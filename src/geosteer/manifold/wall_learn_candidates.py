@@ -10,8 +10,11 @@ import math
 
 import torch
 
+from geosteer.attention import attach_handlers
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
 from geosteer.manifold.wall_learn import Batch, WallLearnConfig, target_logprob
+from geosteer.models.loading import input_device
 
 
 class _Probe:
@@ -25,7 +28,6 @@ class _Probe:
         self.k: dict[int, torch.Tensor] = {}
 
     def attach(self, model):
-        from geosteer.attention import attach_handlers
 
         def make(layer):
             def handler(call, proceed):
@@ -44,8 +46,6 @@ class _Probe:
 
 def _attribution(model, bank, batch: Batch, layers, objective) -> tuple[_Probe, torch.Tensor]:
     """Per-sample first-order change of ``objective`` (n,) when each channel is zeroed: (n, layers, H, d)."""
-    from geosteer.interventions import steer
-    from geosteer.models.loading import input_device
 
     probe = _Probe(layers)
     with torch.enable_grad(), steer(model, probe, bank):
@@ -58,7 +58,6 @@ def _attribution(model, bank, batch: Batch, layers, objective) -> tuple[_Probe, 
 
 def score_candidates(model, tok, bank, tb: Batch, cb: Batch, cfg: WallLearnConfig, layers: list[int]) -> list[dict]:
     """Top ``cfg.candidates`` channels by contrastive attribution, each with a starting box (module docstring)."""
-    from geosteer.models.loading import input_device
 
     dev = input_device(model)
     probe, t_eff = _attribution(model, bank, tb, layers, lambda lg: target_logprob(lg, tb))

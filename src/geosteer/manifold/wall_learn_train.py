@@ -24,6 +24,9 @@ from pathlib import Path
 import torch
 
 from geosteer.errors import GeosteerError
+from geosteer.interventions import steer
+from geosteer.io_utils import atomic_write_json
+from geosteer.manifold.artifact import save
 from geosteer.manifold.wall_learn import (
     SoftWalls,
     WallLearnConfig,
@@ -33,7 +36,10 @@ from geosteer.manifold.wall_learn import (
     target_logprob,
 )
 from geosteer.manifold.wall_learn_candidates import score_candidates
+from geosteer.models.anatomy import anatomy
 from geosteer.outputs import check_output_folder
+from geosteer.train import FullBatch, RunConfig, TrainConfig, fit
+from geosteer.train.checkpoint import check_run, find_checkpoint, load_checkpoint, run_record
 from geosteer.train.objective import PromptObjective, PromptSets, forward_logits, objective_terms
 from geosteer.train.prompts import bos_first
 
@@ -82,7 +88,6 @@ def _check_inputs(targets: list[dict], controls: list[str], cfg: WallLearnConfig
 
 def _references(model, bank, sets: PromptSets) -> dict:
     """The starting surfaces' control log-probs and target (negative) log-probs, before any step."""
-    from geosteer.interventions import steer
 
     with torch.no_grad(), steer(model, bank):
         ref = {"controls": control_logprobs(forward_logits(model, sets.controls), sets.controls)[0],
@@ -127,7 +132,6 @@ def _gate_record(soft: SoftWalls) -> dict:
 
 def _peek(state_dir: Path, resume: bool, overwrite: bool, run: dict) -> tuple[dict | None, Path | None]:
     """The checkpoint to resume (checked against this run before any model pass), or None."""
-    from geosteer.train.checkpoint import check_run, find_checkpoint, load_checkpoint
 
     found = find_checkpoint(state_dir)
     if found is not None and not resume and not overwrite:
@@ -149,9 +153,6 @@ def learn_walls(model, tok, bank, targets: list[dict], controls: list[str], cfg:
     saved. ``stop_at``: end after that many steps as if killed (no artifact). ``promote``: raise the targets
     (and lower ``negatives``, same format) instead of suppressing them (dense mode). Returns (bank, report).
     """
-    from geosteer.models.anatomy import anatomy
-    from geosteer.train import FullBatch, RunConfig, TrainConfig, fit
-    from geosteer.train.checkpoint import run_record
 
     say = log or (lambda s: None)
     _check_inputs(targets, controls, cfg, promote, negatives)
@@ -220,7 +221,6 @@ def _edit_record(bank, soft: SoftWalls | None, report: dict, promote: bool, nega
 
 def _train_eval(model, bank, sets: PromptSets, ref: dict, promote: bool, say) -> dict:
     """The shipped bank (exact walls) on the training prompts, against the starting surfaces."""
-    from geosteer.interventions import steer
 
     with torch.no_grad(), steer(model, bank):
         hard = objective_terms(model, sets, ref["controls"])
@@ -242,8 +242,6 @@ def _train_eval(model, bank, sets: PromptSets, ref: dict, promote: bool, say) ->
 
 def _save(bank, out: Path, state_dir: Path, report: dict, history: list[dict], cfg: WallLearnConfig,
           storage_dtype: str, command: str | None, promote: bool) -> None:
-    from geosteer.io_utils import atomic_write_json
-    from geosteer.manifold.artifact import save
 
     if command:
         report["command"] = command

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from geosteer.errors import GeosteerError
+from geosteer.models.anatomy import unwrap_peft
 
 _DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
                 "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
@@ -52,7 +53,6 @@ def input_device(model) -> torch.device:
     With accelerate's offload hooks the weights sit on ``meta`` until used; the hook's execution device is
     the answer then.
     """
-    from geosteer.models.anatomy import unwrap_peft
 
     base = unwrap_peft(model)
     emb = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None

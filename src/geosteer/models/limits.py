@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from geosteer.cache import cache_dir
 from geosteer.errors import GeosteerError
+from geosteer.models.loading import BUNDLED, HUB_IDS
+from geosteer.models.tiny import TINY_FAMILIES, tiny_config
 
 
 def _text_config(config):
@@ -19,9 +22,6 @@ def _text_config(config):
 def config_of(name: str):
     """The ``transformers`` config of the model ``name`` (as :func:`geosteer.load_model` names it), read
     without building weights; ``None`` when that needs the model itself (a GGUF file, an uncached Hub id)."""
-    from geosteer.cache import cache_dir
-    from geosteer.models.loading import BUNDLED, HUB_IDS
-    from geosteer.models.tiny import TINY_FAMILIES, tiny_config
 
     name = str(name)
     if name.startswith("tiny-"):

@@ -19,8 +19,11 @@ from pathlib import Path
 
 import torch
 
+from geosteer.attention import use_geosteer_attention
 from geosteer.cache import cache_dir
 from geosteer.errors import GeosteerError, ModelNotAvailable
+from geosteer.extras import require
+from geosteer.models.anatomy import unwrap_peft
 from geosteer.models.devices import input_device, resolve_device, resolve_dtype  # noqa: F401 - re-exported
 from geosteer.models.identity import (  # noqa: F401 - re-exported (model names and their identity)
     HUB_IDS,
@@ -109,7 +112,6 @@ def _load_gguf(path: Path, dtype: torch.dtype, progress: bool = True):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _check_gguf(path)
-    from geosteer.extras import require
 
     require("gguf")  # transformers reads GGUF through it
     _check_gguf_header(path)
@@ -374,7 +376,6 @@ def load_model(
     source = model_source(name)
     if source.check is not None:
         source.check(name, hf_kwargs)
-    from geosteer.attention import use_geosteer_attention
 
     dtype = resolve_dtype(dtype)
     if device_map is None:
@@ -398,7 +399,6 @@ def load_model(
 
 def unwrap(model):
     """The transformers model inside a PEFT wrapper (``PeftModel``/``LoraModel``); ``model`` otherwise."""
-    from geosteer.models.anatomy import unwrap_peft
 
     return unwrap_peft(model)
 

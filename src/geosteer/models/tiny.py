@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from geosteer.models.tokenizers import gpt2_tokenizer, smollm2_tokenizer
+
 _COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
                max_position_embeddings=512)
 
@@ -41,8 +43,6 @@ def tiny_config(family: str, vocab_size: int):
 def tiny_model(family: str, seed: int = 0):
     """Return ``(model, tokenizer)`` for a tiny random ``family`` model (fp32, eval mode)."""
     from transformers import AutoModelForCausalLM
-
-    from geosteer.models.tokenizers import gpt2_tokenizer, smollm2_tokenizer
 
     tok = gpt2_tokenizer() if family == "gpt2" else smollm2_tokenizer()
     cfg = tiny_config(family, vocab_size=len(tok))

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import torch
 
-from geosteer.formats import CONFIG_NAME
+from geosteer.errors import GeosteerError
+from geosteer.eval.generation import prompt_ids
+from geosteer.formats import CONFIG_NAME, format_of
+from geosteer.methods import is_artifact as _is_artifact
 from geosteer.models.loading import input_device
 
 FORMAT = "geosteer-surfaces"  # the artifact kind the studio opens and saves
@@ -19,7 +22,6 @@ FORMAT = "geosteer-surfaces"  # the artifact kind the studio opens and saves
 
 def is_artifact(path: Path) -> bool:
     """A surfaces artifact folder (config of that format and its tensor file): what the studio opens."""
-    from geosteer.methods import is_artifact as _is_artifact
 
     return _is_artifact(path, "geosteer-surfaces")
 
@@ -27,8 +29,6 @@ def is_artifact(path: Path) -> bool:
 def config_problem(path: Path) -> str | None:
     """Why ``path`` (a folder with a config) is not a surfaces artifact the studio can read, or None. Other
     geosteer formats (gates, recipes) are not problems: the studio just does not open them."""
-    from geosteer.errors import GeosteerError
-    from geosteer.formats import format_of
 
     name = format_of(path)
     if name is not None and name != "geosteer-surfaces":
@@ -70,7 +70,6 @@ def save(bank, folder: Path) -> None:
 
 def sensitivity(model, tok, bank, prompt: str) -> torch.Tensor:
     """|⟨∇_C log p_top, C⟩| per surface: (bank layers, heads, dims)."""
-    from geosteer.eval.generation import prompt_ids
 
     ids = prompt_ids(tok, prompt).to(input_device(model))
     c = bank.coefficients

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from geosteer.manifold.edit import Edit
+from geosteer.manifold.edit import apply_edit as manifold_apply
 from geosteer.studio.bodies import OPS, SCOPES, EditBody, parse
 
 __all__ = ["OPS", "SCOPES", "EditSpec", "UndoRecord", "apply_edit", "index_of", "parse_edit", "to_edit",
@@ -148,7 +150,6 @@ def index_of(spec: EditSpec, slot: int) -> tuple:
 
 def to_edit(spec: EditSpec, layer: int):
     """The equivalent ``geosteer.manifold.edit.Edit``."""
-    from geosteer.manifold.edit import Edit
 
     def span(r):
         return None if r is None else list(range(r[0], r[1] + 1))
@@ -164,7 +165,6 @@ def to_edit(spec: EditSpec, layer: int):
 
 def apply_edit(bank, spec: EditSpec, version_before: int) -> UndoRecord:
     """Apply ``spec`` to ``bank`` in place (recorded in ``bank.history``); return what undo needs."""
-    from geosteer.manifold.edit import apply_edit as manifold_apply
 
     idx = index_of(spec, bank.slot(spec.layer))
     old = bank.coefficients.detach()[idx].clone()

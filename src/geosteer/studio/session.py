@@ -29,9 +29,13 @@ from pathlib import Path
 import torch
 
 from geosteer.errors import GeosteerError, OutputRefused
+from geosteer.eval.chat import format_prompt
+from geosteer.eval.compare import first_divergence, kl_divergence
+from geosteer.eval.generation import greedy_with_draft, prompt_ids
+from geosteer.kernels import ext
 from geosteer.models.loading import input_device
 from geosteer.outputs import check_output_folder
-from geosteer.overflow import NonFiniteLogits
+from geosteer.overflow import NonFiniteLogits, overflow_error, probe_ok
 from geosteer.studio import bankio
 from geosteer.studio import workspace as folder
 from geosteer.studio.bodies import EffectBody, parse
@@ -107,7 +111,6 @@ class Session(SurfaceViews):
         self.saves = 0
         # Build (first time, ~1 min) or load the compiled surface kernels now, while the model is
         # loading anyway, so that the page's first request does not wait for a compiler.
-        from geosteer.kernels import ext
 
         ext.get()
 
@@ -167,7 +170,6 @@ class Session(SurfaceViews):
 
     def _check_forward(self, runtime, name: str) -> None:
         """Worker only: refuse a bank whose numbers overflow the forward (probe input; before it is the state)."""
-        from geosteer.overflow import overflow_error, probe_ok
 
         self._use(runtime, runtime.coefficients.detach().clone())
         if not probe_ok(self.model):
@@ -176,7 +178,6 @@ class Session(SurfaceViews):
     @torch.no_grad()
     def model_text(self, prompt: str) -> str:
         """``prompt`` as the model reads it: through the chat template when the session is a chat session."""
-        from geosteer.eval.chat import format_prompt
 
         return format_prompt(self.tok, prompt, self.chat, self.system)
 
@@ -187,7 +188,6 @@ class Session(SurfaceViews):
         (:func:`geosteer.eval.generation.greedy_with_draft`): the tokens are those of plain greedy decoding,
         and an edit that leaves the first k tokens unchanged skips about k decoding steps.
         """
-        from geosteer.eval.generation import greedy_with_draft, prompt_ids
 
         ids = prompt_ids(self.tok, self.model_text(prompt)).to(input_device(self.model))
         new, first = greedy_with_draft(self.model, self.tok, ids, n, self._drafts.get((prompt, n)))
@@ -259,7 +259,6 @@ class Session(SurfaceViews):
             return self.version, self._runtime, [self._plan(reference, prompt, n), self._plan("now", prompt, n)]
 
     def _effect_result(self, version, runtime, states, prompt, n, reference, t0) -> dict:
-        from geosteer.eval.compare import first_divergence, kl_divergence
 
         before, after = self._results(runtime, states, prompt, n)
         kl = kl_divergence(before["logp"], after["logp"])

@@ -24,7 +24,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from geosteer.artifacts import check_output_folder, write_folder_atomic
 from geosteer.errors import GeosteerError
+from geosteer.models.loading import BUNDLED, cached_folder, gpt2_tokenizer, smollm2_tokenizer
 from geosteer.tasks import proxies, ruler
 
 KIND = "geosteer-tasks"  # the format in manifest.json: what an output folder may be replaced by
@@ -46,7 +48,6 @@ process_ruler = ruler_results
 
 def tokenizer_and_limit(name: str):
     """``(tokenizer, max_position_embeddings)`` of a geosteer model name, folder or Hub id."""
-    from geosteer.models.loading import BUNDLED, cached_folder, gpt2_tokenizer, smollm2_tokenizer
 
     if name.startswith("tiny-"):
         from geosteer.models.tiny import TINY_FAMILIES, tiny_config
@@ -117,7 +118,6 @@ def build(out: str | Path, *, model: str = "smollm2", lengths: Sequence[int] = (
           ruler_tasks: Sequence[str] | None = None, ruler_n: int = 20, proxy_tasks: Sequence[str] | None = None,
           proxy_n: int = 200, seed: int = 0) -> dict:
     """Generate the tasks into ``out`` (written atomically) and return the manifest."""
-    from geosteer.artifacts import check_output_folder, write_folder_atomic
 
     check_output_folder(out, KIND)  # before any work: a folder of the user's files is never replaced
     check_counts(ruler_n, proxy_n, list(lengths))

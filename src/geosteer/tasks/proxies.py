@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 import re
 
+from geosteer.data.corpus import split_texts
 from geosteer.errors import GeosteerError
 
 PROXIES = ("proxy_cloze", "proxy_nextsent", "proxy_fact")
@@ -30,7 +31,6 @@ N_CHOICES = 4
 
 
 def _articles() -> list[list[str]]:
-    from geosteer.data.corpus import split_texts
 
     out = []
     for text in split_texts("heldout"):

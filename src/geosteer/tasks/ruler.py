@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
+from geosteer.data.corpus import split_texts
 from geosteer.errors import GeosteerError
 
 RULER_TASKS = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
@@ -55,7 +56,6 @@ def string_match_part(pred: str, refs: Sequence[str]) -> float:
 # ------------------------------------------------------------------------------------- corpus material
 @lru_cache(maxsize=1)
 def heldout_sentences() -> tuple[str, ...]:
-    from geosteer.data.corpus import split_texts
 
     out = []
     for text in split_texts("heldout"):

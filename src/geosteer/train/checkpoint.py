@@ -32,6 +32,7 @@ import torch
 
 from geosteer.errors import GeosteerError
 from geosteer.io_utils import atomic_write_bytes
+from geosteer.models.loading import model_id
 from geosteer.train.config import RESUME_DEFAULTS, RESUME_KEYS, TrainConfig
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
@@ -57,7 +58,6 @@ def state_digest(doc_json: str, tensors: dict[str, torch.Tensor]) -> str:
 
 def run_record(model, **fields: Any) -> dict:
     """What ties a checkpoint to its run: the base model id plus ``fields`` (plain JSON data)."""
-    from geosteer.models.loading import model_id
 
     return _jsonable({"base_model": model_id(model), **fields})
 

@@ -12,6 +12,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from geosteer.train.schedule import SCHEDULES, lr_lambda
+from geosteer.train.tracking import check_trackers
+
 
 @dataclass
 class TrainConfig:
@@ -89,8 +92,6 @@ class TrainConfig:
             raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip}")
         if self.mixed_precision not in ("no", "fp16", "bf16"):
             raise ValueError(f"mixed_precision must be no, fp16 or bf16, got {self.mixed_precision!r}")
-        from geosteer.train.schedule import SCHEDULES
-        from geosteer.train.tracking import check_trackers
 
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
@@ -113,7 +114,6 @@ class TrainConfig:
     def lr_factor(self, step: int) -> float:
         """Multiplier of ``lr`` for optimizer step ``step`` (0-based) under ``schedule``
         (:mod:`geosteer.train.schedule`; default: linear warmup, then cosine to ``min_lr_ratio``)."""
-        from geosteer.train.schedule import lr_lambda
 
         return lr_lambda(self)(step)
 

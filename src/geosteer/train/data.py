@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
+from geosteer.data.corpus import SPLITS, split_texts
 from geosteer.errors import GeosteerError
 
 
 def load_texts(source: str | Path | None = "train") -> list[str]:
     """Documents to train on: ``"train"``/``"heldout"`` (bundled corpus split) or a UTF-8 text file."""
-    from geosteer.data.corpus import SPLITS, split_texts
 
     if source is None:
         source = "train"

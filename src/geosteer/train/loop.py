@@ -35,7 +35,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from geosteer.data.corpus import split_text
 from geosteer.errors import DiskFull, GeosteerError
+from geosteer.eval.perplexity import strided_perplexity
+from geosteer.interventions import steer
 from geosteer.models.limits import check_positions
 from geosteer.progress import counter
 from geosteer.progress import enabled as bars_enabled
@@ -74,8 +77,6 @@ def _check_frozen(model: nn.Module, params: dict[str, nn.Parameter]) -> None:
 def heldout_perplexity(model: nn.Module, tok, cfg: TrainConfig, text: str | None = None,
                        progress: bool = False) -> dict:
     """Strided held-out perplexity (``cfg.eval_context``/``eval_stride``, capped at ``cfg.eval_tokens``)."""
-    from geosteer.data.corpus import split_text
-    from geosteer.eval.perplexity import strided_perplexity
 
     if text is None:
         text = split_text("heldout")
@@ -340,7 +341,6 @@ def fit(model: nn.Module, trainable: nn.Module, cfg: TrainConfig, data, *, loss:
     with ``fingerprint``, ``tokens_per_step``, ``batch(step, rank, world, device)`` and ``chunks(batch,
     micro_batch)``). ``evaluator(model) -> {"ppl", "nll", "tokens"}`` runs before (unless
     ``options.eval_before`` is off) and after the run and every ``cfg.eval_every`` steps."""
-    from geosteer.interventions import steer
 
     run = set_up(model, trainable, cfg, data, loss, options, evaluator)
     o = run.options

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from geosteer.models.loading import input_device
 from geosteer.train.prompts import Batch, control_kl, control_logprobs, target_logprob
 
 LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, dict[str, float]]]
@@ -48,7 +49,6 @@ class PromptSets:
 
 def forward_logits(model: nn.Module, batch: Batch) -> torch.Tensor:
     """The model's logits on a prompt batch (ids on the model's input device, no KV cache)."""
-    from geosteer.models.loading import input_device
 
     return model(input_ids=batch.ids.to(input_device(model)), use_cache=False).logits
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from geosteer.errors import GeosteerError
+from geosteer.io_utils import read_json
 
 
 def read_targets(path: str | Path) -> list[dict]:
@@ -45,7 +46,6 @@ def read_controls(path: str | Path) -> list[str]:
 
 
 def _read_list(path, what: str) -> list:
-    from geosteer.io_utils import read_json
 
     p = Path(path)
     doc = read_json(p, what)

@@ -19,9 +19,11 @@ from torch import nn
 
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.hooks import attach_hooks
+from geosteer.methods import push_artifact, save_artifact
 from geosteer.models.anatomy import anatomy
 from geosteer.served import Form
 from geosteer.vectors.config import ApplyConfig, check_point
+from geosteer.vectors.gguf import export_gguf
 
 
 def steer_tensor(x: torch.Tensor, v: torch.Tensor, scale: float, mode: str) -> torch.Tensor:
@@ -205,13 +207,11 @@ class SteeringVectors:
     # -- the artifact (geosteer.vectors.artifact) ------------------------------------------------------------
     # (through the registry: geosteer.vectors.artifact imports this module, so this one never imports it back)
     def save(self, folder: str | Path, *, overwrite: bool = True, command: str | None = None) -> Path:
-        from geosteer.methods import save_artifact
 
         return save_artifact(self, folder, overwrite=overwrite, command=command)
 
     def push_to_hub(self, repo_id: str, *, folder: str | Path | None = None, private: bool = True,
                     token: str | None = None) -> str:
-        from geosteer.methods import push_artifact
 
         if folder is not None:
             from geosteer.artifacts import push
@@ -220,6 +220,5 @@ class SteeringVectors:
         return push_artifact(self, repo_id, private=private, token=token)
 
     def export_gguf(self, path: str | Path) -> Path:
-        from geosteer.vectors.gguf import export_gguf
 
         return export_gguf(self, path)

@@ -19,6 +19,7 @@ import torch
 
 from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_base_model, load_state, push, write_state
 from geosteer.errors import ArtifactError, GeosteerError
+from geosteer.extras import require
 from geosteer.vectors.apply import SteeringVectors
 from geosteer.vectors.config import ApplyConfig
 from geosteer.vectors.gguf import GGUF_ARCH, export_gguf  # noqa: F401 - export_gguf re-exported
@@ -123,7 +124,6 @@ def import_gguf(path: str | Path, model=None, *, force: bool = False) -> Steerin
     """Read a GGUF control-vector file (repeng's format) as resid_post steering vectors. With ``model``:
     a ``model_hint`` naming another architecture than the model's is refused (``force``: use them anyway),
     and the width and layers are checked."""
-    from geosteer.extras import require
 
     gguf = require("gguf")
     try:

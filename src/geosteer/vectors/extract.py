@@ -17,7 +17,10 @@ from torch import nn
 
 from geosteer.errors import GeosteerError
 from geosteer.hooks import attach_hooks
+from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy, parse_layers
+from geosteer.models.loading import input_device, model_id
+from geosteer.vectors.apply import SteeringVectors
 from geosteer.vectors.config import PAIRED_METHODS, ExtractConfig, parse_positions
 
 
@@ -47,8 +50,6 @@ def collect_activations(model: nn.Module, tok, prompts: Sequence[str], layers: S
                         batch_size: int = 8) -> dict[int, torch.Tensor]:
     """layer → (n_prompts, d_model) float32 CPU tensor: each prompt's activation at ``point``, averaged over
     its ``positions`` (``"last"``/``-1``: the last token; ``"all"``; ``k``: tokens k..end)."""
-    from geosteer.interventions import steer
-    from geosteer.models.loading import input_device
 
     positions = parse_positions(positions)
     encoded = encode(tok, prompts, add_special_tokens)
@@ -167,8 +168,6 @@ def extract(model: nn.Module, tok, pairs: Sequence[Sequence[str]] | None = None,
     """Steering vectors from ``pairs`` ([positive, negative] prompts) or two prompt sets, one per layer
     (``layers``: a spec such as ``"3-5"`` or a list; None: all). ``config`` / ``settings``: the fields of
     :class:`ExtractConfig` (``point``, ``method``, ``positions``, ...). Returns :class:`SteeringVectors`."""
-    from geosteer.models.loading import model_id
-    from geosteer.vectors.apply import SteeringVectors
 
     cfg = config or ExtractConfig(**settings)
     if config is not None and settings:

@@ -28,7 +28,13 @@ from pathlib import Path
 
 import torch
 
+from geosteer.directional.steer_learn import ScaleLearnConfig, learn_scales
 from geosteer.interventions import steer
+from geosteer.manifold.edit import live
+from geosteer.manifold.wall_learn import WallLearnConfig, encode_targets, target_logprob
+from geosteer.manifold.wall_learn_train import learn_walls
+from geosteer.recipe import load_recipe, parse_settings
+from geosteer.vectors.extract import extract
 from geosteer.vectors.frontier import Behaviour
 
 
@@ -67,7 +73,6 @@ def _caa_prompts(b: Behaviour) -> dict:
 def caa_points(model, tok, b: Behaviour, reference: list, layers: Sequence[int],
                multipliers: Sequence[float]) -> list[Point]:
     """CAA vectors (extracted with the reference attached) at each layer and multiplier."""
-    from geosteer.vectors.extract import extract
 
     with steer(model, *reference):
         sv = extract(model, tok, **_caa_prompts(b), layers=list(layers), point="resid_post",
@@ -85,8 +90,6 @@ def _train_run(model, tok, b: Behaviour, surfaces: str, out: Path, mode: str, ta
                lr: float, log) -> Path:
     """Train (or resume, or reuse) one wall-learn / steer-learn run; the artifact folder."""
     from geosteer.manifold import load
-    from geosteer.manifold.wall_learn import WallLearnConfig
-    from geosteer.manifold.wall_learn_train import learn_walls
 
     if (out / "geosteer_config.json").is_file():
         return out
@@ -127,8 +130,6 @@ def scales_points(model, tok, b: Behaviour, reference: list, runs: Path, taus: S
                   lr: float, log=None) -> list[Point]:
     """Learned per-layer s∥/s⊥ at ``attn_out`` (``study directional steer-learn``: promote objective, control
     KL against the stock model), one run per τ, applied on top of the reference."""
-    from geosteer.directional.steer_learn import ScaleLearnConfig, learn_scales
-    from geosteer.recipe import load_recipe
 
     pts = []
     for tau in taus:
@@ -149,7 +150,6 @@ def scales_points(model, tok, b: Behaviour, reference: list, runs: Path, taus: S
 def surface_relevance(model, tok, b: Behaviour, bank) -> torch.Tensor:
     """(slots, heads, dims): first-order change of the training objective (direction × mean target
     log-prob, minus the negatives' for a promoted behaviour) when one surface is scaled by 1 + ε."""
-    from geosteer.manifold.wall_learn import encode_targets, target_logprob
 
     tb = encode_targets(tok, b.train)
     nb = encode_targets(tok, b.negatives_train) if b.negatives_train and b.direction > 0 else None
@@ -168,7 +168,6 @@ def surface_relevance(model, tok, b: Behaviour, bank) -> torch.Tensor:
 
 def edit_points(model, tok, b: Behaviour, bank, top: int, strengths: Sequence[float]) -> list[Point]:
     """Scale the ``top`` most relevant surfaces by 1 + t·sign(relevance) (``manifold.live`` edits)."""
-    from geosteer.manifold.edit import live
 
     rel = surface_relevance(model, tok, b, bank)
     idx = torch.topk(rel.abs().flatten(), min(top, rel.numel())).indices
@@ -191,7 +190,6 @@ def edit_points(model, tok, b: Behaviour, bank, top: int, strengths: Sequence[fl
 def recipe_points(model, reference: list, lever: str, settings: Sequence[tuple[str, float, list[str]]],
                   layer: int | None = None) -> list[Point]:
     """Points built by the recipe front door: ``(label, strength, ["key=value", ...])``."""
-    from geosteer.recipe import parse_settings
 
     pts = []
     for label, strength, kv in settings:

@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from geosteer.eval.perplexity import heldout_ids
 from geosteer.io_utils import atomic_write_json
+from geosteer.manifold.wall_learn import read_controls, read_targets
 from geosteer.vectors.frontier import Behaviour, compare, encode_heldout, matched_kl, raw_outputs
 from geosteer.vectors.frontier_levers import (
     Point,
@@ -35,7 +37,6 @@ LEVERS = ("CAA", "learned steering surfaces", "learned walls", "surfaces edits",
 def bundled_behaviour(name: str) -> Behaviour:
     """``sentiment`` (promote " wonderful" over " terrible" after neutral openings) or a wall-learn
     category (``elements``, ``mischief``: suppress its target continuations); the category's controls."""
-    from geosteer.manifold.wall_learn import read_controls, read_targets
 
     wl = Path(__file__).resolve().parents[1] / "data" / "prompts" / "wall_learn"
     if name == "sentiment":
@@ -168,7 +169,6 @@ def run_frontier(model, tok, behaviours: Sequence[Behaviour], plan: Plan, cache:
                  surfaces: str | None = None, log: Callable[[str], None] = print) -> dict:
     """The study: ``{"records", "matched_kl", "plan"}`` (``surfaces``: the reference surfaces' folder;
     None: the stock model is the reference and the surfaces levers are left out)."""
-    from geosteer.eval.perplexity import heldout_ids
 
     cache, log = Path(cache), log or (lambda s: None)
     reference = []

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from geosteer.errors import GeosteerError
+from geosteer.extras import require
 from geosteer.io_utils import check_output_path, default_mode, raise_if_disk_full, tree_bytes
 
 GGUF_ARCH = "controlvector"
@@ -19,7 +20,6 @@ GGUF_ARCH = "controlvector"
 
 def export_gguf(sv: Any, path: str | Path) -> Path:
     """Write repeng's GGUF control-vector file (the vectors as stored, without the scale); atomic."""
-    from geosteer.extras import require
 
     gguf = require("gguf")
     if sv.point != "resid_post":

@@ -30,6 +30,8 @@ except ModuleNotFoundError as _e:  # without the optional extra: one line naming
 from geosteer.artifacts import CONFIG_NAME
 from geosteer.errors import GeosteerError
 from geosteer.io_utils import atomic_write_text
+from geosteer.manifold import load as load_surfaces
+from geosteer.methods import is_artifact as _is_artifact
 from geosteer.viz import figures as F
 from geosteer.viz.results import TidyResult, auto_figures, load_tidy, table_html
 
@@ -44,7 +46,6 @@ class Section:
 
 def is_artifact(path: Path) -> bool:
     """Any geosteer artifact folder (surfaces, gates, recipe, ...): see :func:`geosteer.methods.is_artifact`."""
-    from geosteer.methods import is_artifact as _is_artifact
 
     return _is_artifact(path)
 
@@ -115,7 +116,6 @@ def surface_sections(surfaces, qk: TidyResult | None, name: str, top: int = 8) -
 
 def sections_for(paths: list[Path], follow_links: bool = True) -> list[Section]:
     """Sections for ``paths``; ``follow_links`` lets a q/k file pull in the artifact its meta names."""
-    from geosteer.manifold import load as load_surfaces
 
     secs: list[Section] = []
     tidy = []

@@ -37,6 +37,7 @@ except ModuleNotFoundError as _e:  # without the optional extra: one line naming
     raise missing(_e) from None
 
 from geosteer.errors import GeosteerError
+from geosteer.readers import read_csv_rows, read_json
 
 X_PRIORITY = ("layer", "step", "epoch", "iteration", "tokens")
 SWEEP_KEYS = ("scale", "factor", "alpha", "beta", "gamma", "s_par", "s_perp", "s", "gain", "strength",
@@ -93,7 +94,6 @@ def _num(v):
 
 def load_tidy(path: str | Path) -> TidyResult:
     """Read a tidy ``.json`` (``{"meta", "rows"}`` or a bare list of rows) or ``.csv`` result file."""
-    from geosteer.readers import read_csv_rows, read_json
 
     path = Path(path)
     if not path.exists() and not path.is_symlink():

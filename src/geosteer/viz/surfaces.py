@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from geosteer.eval.generation import prompt_ids
+from geosteer.interventions import steer
+from geosteer.kernels.bspline import bspline_basis
+from geosteer.manifold.edit import surface_norms as norms
+from geosteer.manifold.explore import top_surfaces as ranked
 from geosteer.models.loading import input_device
+from geosteer.record import AttentionRecorder
 from geosteer.viz.figures import SurfaceView, TokenPoints, controlnet_figure, heatmap_figure, terrain_figure
 
 if TYPE_CHECKING:
@@ -73,7 +79,6 @@ def coeffs(bank, layer: int, head: int, dim: int) -> np.ndarray:
 
 def surface_norms(bank) -> np.ndarray:
     """‖C_d‖_F for every surface: (bank layers, heads, dims) (:func:`geosteer.manifold.edit.surface_norms`)."""
-    from geosteer.manifold.edit import surface_norms as norms
 
     return norms(bank).cpu().numpy()
 
@@ -81,7 +86,6 @@ def surface_norms(bank) -> np.ndarray:
 @torch.no_grad()
 def surface_view(bank, layer: int, head: int, dim: int, n: int = 48, pad: float = 0.0) -> SurfaceView:
     """Sample S_d on an n×n grid over [lo − pad, hi + pad]² (rows = query values)."""
-    from geosteer.kernels.bspline import bspline_basis
 
     c = coeffs(bank, layer, head, dim)
     lo, hi = layer_range(bank, layer)
@@ -109,7 +113,6 @@ def token_points(bank, layer: int, head: int, dim: int, labels: Sequence[str], q
 def top_surfaces(bank, n: int = 8, layer: int | None = None) -> list[tuple[int, int, int, float]]:
     """(layer, head, dim, norm) of the ``n`` largest-norm surfaces (in one layer, or over the bank);
     the ranking is :func:`geosteer.manifold.explore.top_surfaces`."""
-    from geosteer.manifold.explore import top_surfaces as ranked
 
     if layer is not None:
         layer_slot(bank, layer)  # clear error for a layer without surfaces
@@ -124,9 +127,6 @@ def token_labels(tok, ids: Sequence[int]) -> list[str]:
 @torch.no_grad()
 def record_qk_tensors(model, tok, prompt: str, layers: Sequence[int]) -> tuple[list[str], dict, dict]:
     """One forward under whatever is attached: labels, {layer: q (H, T, d)}, {layer: k (Hkv, T, d)}."""
-    from geosteer.eval.generation import prompt_ids
-    from geosteer.interventions import steer
-    from geosteer.record import AttentionRecorder
 
     ids = prompt_ids(tok, prompt).to(input_device(model))
     rec = AttentionRecorder(layers=list(layers), what=("query", "key"))
