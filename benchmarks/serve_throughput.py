@@ -19,7 +19,9 @@ engines alive at once and, per batch size, one run of each setting in turn — (
 the vector, + the inline mix and the HF path; (2) vLLM stock again and the engine of the
 other recipes. Each ratio uses the stock run of its own phase. ``--new-at B=N`` gives batch B its own number
 of new tokens (a shorter run where a full one would take too long); ``--hf-batches`` limits the (slow) HF path
-to some batch sizes. Each row records the one-minute load average when it finished. ``--repeats N`` runs each
+to some batch sizes. Each row records the one-minute load average when it finished and, for vLLM, the CPU
+seconds this process spent on the run (the engines run in it, one thread each), to which other jobs on the
+machine add nothing; ``cpu_time`` ratios compare those. ``--repeats N`` runs each
 interleaved round N times; the ratios use the medians. Each row records whether its engine ran compiled.
 ``--with-channels`` adds, in phase 1, an engine serving the same surfaces on the channel layout
 (``GEOSTEER_SERVE_CHANNELS=1``: every KV head carried as 1 + K channels) beside the default shared-key path
@@ -47,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 BUILT_IN = {"directional": dict(scale_site="attn_out", scale_par=1.3, scale_perp=0.9, scale_layers="all"),
             "ffn": dict(mlp_variant="tangential", mlp_layers="all", alpha_mlp=1.1)}
 INLINE_SCALES = (1.0, 2.0, 3.0, 4.0)  # the inline recipes of the mixed batch: the vector at these scales
+_CPU: list[float] = []  # CPU seconds of the last vLLM run (the engine runs in this process)
 
 
 def _vector_all(model, folder: Path) -> str:
@@ -86,8 +89,9 @@ def _vllm_run(llm, prompts, new: int, recipe) -> tuple[float, float]:
     t = time.perf_counter()
     llm.generate(reqs, params(max_tokens=1, temperature=0.0), use_tqdm=False)
     ttft = time.perf_counter() - t
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     llm.generate(reqs, params(max_tokens=new, temperature=0.0, ignore_eos=True), use_tqdm=False)
+    _CPU[:] = [time.process_time() - c]  # this process's CPU time: the engine runs in it
     return time.perf_counter() - t, ttft
 
 
@@ -199,6 +203,7 @@ def _run(a) -> dict:
         compiled = None if llm is None else not llm.llm_engine.vllm_config.model_config.enforce_eager
         rows.append({"phase": phase, "engine": engine, "setting": setting, "batch": b, "new": new_of[b],
                      "tokens_per_s": b * new_of[b] / secs, "ttft_s": ttft, "kv_bytes_per_token": kv,
+                     "cpu_s": _CPU.pop() if engine == "vllm" and _CPU else None,
                      "compiled": compiled, "load_1min": round(os.getloadavg()[0], 2)})
         print(json.dumps(rows[-1]), flush=True)
         if a.out:  # the rows so far, so that an interrupted run keeps them
@@ -254,14 +259,21 @@ def _ratios(rows: list[dict]) -> dict:
     """Per batch: each vLLM recipe's time over the vLLM stock run of its phase, and vLLM surfaces' tokens/s
     over the HF path's."""
     runs: dict = {}
+    cpu: dict = {}
     for r in rows:
         runs.setdefault((r["phase"], r["engine"], r["setting"], r["batch"]), []).append(r["tokens_per_s"])
+        if r.get("cpu_s"):
+            cpu.setdefault((r["phase"], r["setting"], r["batch"]), []).append(r["cpu_s"])
     by = {k: statistics.median(v) for k, v in runs.items()}
+    cpu_by = {k: statistics.median(v) for k, v in cpu.items()}
     out: dict = {}
     for (phase, engine, setting, b), tps in by.items():
         stock = by.get((phase, "vllm", "stock", b))
         if engine == "vllm" and setting != "stock" and stock:
             out[f"{setting}_time_vs_vllm_stock@{b}"] = round(stock / tps, 3)
+            if (phase, setting, b) in cpu_by and (phase, "stock", b) in cpu_by:
+                out[f"{setting}_cpu_time_vs_vllm_stock@{b}"] = round(cpu_by[(phase, setting, b)]
+                                                                     / cpu_by[(phase, "stock", b)], 3)
         if engine == "hf":
             v = by.get((phase, "vllm", "surfaces", b))
             if v:
