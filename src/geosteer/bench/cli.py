@@ -48,7 +48,9 @@ def steering_cmd(
     model: str = MODEL_OPT,
     lever_spec: str | None = typer.Option(None, "--levers", help="comma-separated levers (default: prompting, "
                                           "caa, vector, lora, loreft, surfaces, walls, scales, ffn-gates; also "
-                                          "surfaces-shipped with --surfaces)"),
+                                          "surfaces-shipped with --surfaces, and the surface variants "
+                                          "surfaces-rank1, surfaces-rank2, surfaces-layers, surfaces+vector, "
+                                          "surfaces-kl)"),
     budget: str = typer.Option("small", "--budget", help="small (everyday) | full"),
     seed: int = typer.Option(0, "--seed", help="seed of the splits, the judge and every training run"),
     kl_budget: float = typer.Option(0.5, "--kl-budget", help="operating-point rule: the largest mean control "
