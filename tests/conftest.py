@@ -29,6 +29,20 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
+@pytest.fixture
+def toy_method():
+    """The toy plugin of tests/core/toy_method registered for one test, then removed from the registry and
+    from the ``geosteer`` command tree (both are process-wide)."""
+    from geosteer import cli
+    from geosteer.methods import unregister_method
+    from tests.core import toy_method as toy
+
+    yield toy.register()
+    unregister_method("toy")
+    cli.app.registered_commands[:] = [c for c in cli.app.registered_commands if c.name != "toy"]
+    cli._registered.discard("method:toy")
+
+
 @pytest.fixture(scope="session")
 def tiny_model():
     """``tiny_model("llama")`` (or ``"tiny-llama"``) -> ``(model, tokenizer)``, built once per family per session.

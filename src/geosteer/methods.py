@@ -208,10 +208,8 @@ def load_artifact(folder: str | Path, model: Any = None) -> Any:
     return fmt.load(Path(folder), model)
 
 
-def describe_artifact(ref: str | Path) -> dict:
-    """What the artifact at ``ref`` (a folder, a shipped name or a Hub repo id) holds, by its format's
-    describer (:mod:`geosteer.artifacts.describe`); reads only."""
-
+def artifact_format(ref: str | Path) -> tuple[Path, ArtifactFormat]:
+    """The folder ``ref`` (a folder, a shipped name or a Hub repo id) names and the format it is written in."""
     folder = locate(ref)
     check_not_interrupted(folder)
     if not folder.is_dir():
@@ -222,7 +220,26 @@ def describe_artifact(ref: str | Path) -> dict:
     table = formats()
     if name not in table:
         raise ArtifactError(f"{ref}: unknown artifact format '{name}'; known: {', '.join(sorted(table))}")
-    return describe(table[name], folder)
+    return folder, table[name]
+
+
+def describe_artifact(ref: str | Path) -> dict:
+    """What the artifact at ``ref`` holds, by its format's describer (:mod:`geosteer.artifacts.describe`);
+    reads only."""
+    folder, fmt = artifact_format(ref)
+    return describe(fmt, folder)
+
+
+def export_artifact(ref: str | Path, path: str | Path) -> Path:
+    """Write the artifact at ``ref`` as the file ``path`` in another format, chosen by the file's suffix among
+    the exports its format declares (steering vectors: ``.gguf``, llama.cpp's control-vector file)."""
+    folder, fmt = artifact_format(ref)
+    suffix = Path(path).suffix.lower()
+    if suffix not in fmt.exports:
+        valid = ", ".join(sorted(fmt.exports)) or "none"
+        raise ArtifactError(f"a {fmt.name} artifact cannot be exported as '{suffix or Path(path).name}'; "
+                            f"its exports: {valid}")
+    return fmt.exports[suffix](folder, Path(path))
 
 
 def save_artifact(obj: Any, folder: str | Path, **kw: Any) -> Path:

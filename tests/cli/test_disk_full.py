@@ -166,9 +166,9 @@ def test_vectors_train_over_an_artifact(vectors, disk, monkeypatch, capsys):
     assert str(out) in err
 
 
-def test_vectors_show_gguf(vectors, disk, monkeypatch, capsys):
+def test_show_export_gguf(vectors, disk, monkeypatch, capsys):
     out, _ = vectors
-    err = _full_run(monkeypatch, capsys, disk, "vectors", "show", str(out), "--gguf", str(disk / "v.gguf"))
+    err = _full_run(monkeypatch, capsys, disk, "show", str(out), "--export", str(disk / "v.gguf"))
     assert str(disk / "v.gguf") in err and "written before the disk filled" in err
 
 

@@ -15,11 +15,8 @@ from tests.cli_helpers import one_line_exit_2, run_cli
 
 
 @pytest.fixture
-def toy():
-    from tests.core import toy_method
-
-    yield toy_method.register()
-    unregister_method("toy")
+def toy(toy_method):
+    return toy_method
 
 
 def _snapshot(folder: Path) -> dict:
@@ -98,3 +95,26 @@ def test_show_refuses_in_one_line(make, needle, tmp_path, monkeypatch, capsys):
     code, _, err = run_cli(monkeypatch, capsys, "show", str(make(tmp_path)))
     one_line_exit_2(code, err)
     assert needle in err
+
+
+@pytest.mark.parametrize("name, target, needle", [
+    ("manifold", "s.gguf", "a geosteer-surfaces artifact cannot be exported as '.gguf'; its exports: none"),
+    ("vectors", "v.npz", "a geosteer-vectors artifact cannot be exported as '.npz'; its exports: .gguf"),
+])
+def test_export_refuses_a_suffix_the_format_does_not_declare(name, target, needle, tiny_model, tmp_path,
+                                                             monkeypatch, capsys):
+    model, _ = tiny_model("llama")
+    folder = next(f for f in _artifact_folders(methods()[name], model, tmp_path / "ex")
+                  if format_of(f) == f"geosteer-{'surfaces' if name == 'manifold' else name}")
+    before = _snapshot(folder)
+    code, _, err = run_cli(monkeypatch, capsys, "show", str(folder), "--export", str(tmp_path / target))
+    one_line_exit_2(code, err)
+    assert needle in err and not (tmp_path / target).exists() and _snapshot(folder) == before
+
+
+def test_export_refuses_an_existing_file_before_reading(tmp_path, monkeypatch, capsys):
+    (tmp_path / "keep.gguf").write_text("mine")
+    code, _, err = run_cli(monkeypatch, capsys, "show", str(tmp_path / "missing"), "--export",
+                           str(tmp_path / "keep.gguf"))
+    one_line_exit_2(code, err)
+    assert "exists" in err and (tmp_path / "keep.gguf").read_text() == "mine"

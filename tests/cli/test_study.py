@@ -20,10 +20,11 @@ TOOL_VERBS = {
     "decompose", "tasks build", "recipe show", "recipe save",
     "manifold train", "manifold edit", "show", "manifold explore", "manifold wall-learn",
     "manifold steer-learn", "manifold import", "dynamics diagnose", "dynamics gates", "vectors train",
-    "vectors show", "bench steering",
+    "bench steering", "bench text",
 }
 # former spellings, removed (each has one current spelling)
-REMOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "vectors show --gguf",
+REMOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "show --export",
+                 "vectors show": "show --export",
                  "record-qk": "manifold explore --record-qk", "directional strength": "study directional strength",
                  "dynamics critical": "study dynamics critical", "directional ppl": "ppl --set",
                  "dynamics ablate": "study dynamics ablate", "dynamics gains": "study dynamics gains",

@@ -25,16 +25,9 @@ def toy_scale(factor: float, layers=(0,)) -> HookIntervention:
 
 
 @pytest.fixture
-def toy():
-    """The toy method of tests/core/toy_method (steps 1-4 of the walkthrough), registered for one test; its
-    verb is taken off the ``geosteer`` command again afterwards (the command tree is process-wide)."""
-    from geosteer import cli
-    from tests.core import toy_method
-
-    yield toy_method.register()
-    unregister_method("toy")
-    cli.app.registered_commands[:] = [c for c in cli.app.registered_commands if c.name != "toy"]
-    cli._registered.discard("method:toy")
+def toy(toy_method):
+    """The toy method (steps 1-4 of the walkthrough), registered for one test."""
+    return toy_method
 
 
 def save_toy(folder: Path, factor: float) -> Path:

@@ -232,32 +232,26 @@ def test_steering_vectors_are_served_per_token_by_position_and_phase(tmp_path, m
 
 
 @pytest.mark.parametrize("name", ["manifold", "directional", "dynamics", "vectors", "toy"])
-def test_every_method_is_served_or_refused_in_one_line(tmp_path, meta, name):
+def test_every_method_is_served_or_refused_in_one_line(tmp_path, meta, name, request):
     """Each registered method's active example (``Method.examples``, as the contract suite uses) becomes
     per-layer operations, or one line; the toy plugin (no ``served_ops``) is refused by name."""
     import importlib
 
-    from geosteer.methods import methods, unregister_method
+    from geosteer.methods import methods
     from geosteer.recipe import InterventionSpec
     from geosteer.serve.plan import plan_spec
 
     model, m = meta
     if name == "toy":
-        from tests.core import toy_method
-
-        toy_method.register()
-    try:
-        method = methods()[name]
-        examples = method.examples
-        if isinstance(examples, str):
-            module, _, fn = examples.partition(":")
-            examples = getattr(importlib.import_module(module), fn)
-        active = examples(model, tmp_path)["active"]
-        if name == "toy":
-            with pytest.raises(GeosteerError, match="^ToyScale cannot be served \\(it declares no served_ops\\)"):
-                plan_spec(name, InterventionSpec(**active), m, name, key=name)
-        else:
-            assert plan_spec(name, InterventionSpec(**active), m, name, key=name).layers
-    finally:
-        if name == "toy":
-            unregister_method("toy")
+        request.getfixturevalue("toy_method")
+    method = methods()[name]
+    examples = method.examples
+    if isinstance(examples, str):
+        module, _, fn = examples.partition(":")
+        examples = getattr(importlib.import_module(module), fn)
+    active = examples(model, tmp_path)["active"]
+    if name == "toy":
+        with pytest.raises(GeosteerError, match="^ToyScale cannot be served \\(it declares no served_ops\\)"):
+            plan_spec(name, InterventionSpec(**active), m, name, key=name)
+    else:
+        assert plan_spec(name, InterventionSpec(**active), m, name, key=name).layers

@@ -1,5 +1,5 @@
 """The steering-vectors artifact is schema-checked as surfaces, gates and recipes are: every malformed
-folder is one line (load, ``geosteer.load``, ``vectors show``), before anything is applied to a model."""
+folder is one line (load, ``geosteer.load``, ``geosteer show``), before anything is applied to a model."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_negative_duplicate_and_misnamed_layers_are_refused(saved, tiny_model, l
     _rewrite(saved, {n: t.clone() for n in names})
     _edit_config(saved, layers=layers)
     _refused(saved, model, match)
-    code, _, err = run_cli(monkeypatch, capsys, "vectors", "show", str(saved))
+    code, _, err = run_cli(monkeypatch, capsys, "show", str(saved))
     one_line_exit_2(code, err)
 
 

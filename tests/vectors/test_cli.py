@@ -36,15 +36,15 @@ def test_train_show_export(monkeypatch, capsys, tmp_path, pairs_file):
     for layer in (1, 2):
         torch.testing.assert_close(got.vectors[layer], want.vectors[layer], rtol=0, atol=1e-6)
     assert "geosteer vectors train" in (out / "README.md").read_text()
-    code, stdout, err = run_cli(monkeypatch, capsys, "vectors", "show", str(out), "--json")
+    code, stdout, err = run_cli(monkeypatch, capsys, "show", str(out), "--json")
     assert code == 0, err
     shown = json.loads(stdout)
     assert shown["point"] == "resid_post" and [r["layer"] for r in shown["layers"]] == [1, 2]
     assert shown["extraction"]["method"] == "pca" and shown["extraction"]["positions"] == "all"
-    code, stdout, err = run_cli(monkeypatch, capsys, "vectors", "show", str(out), "--gguf", str(tmp_path / "h.gguf"),
+    code, stdout, err = run_cli(monkeypatch, capsys, "show", str(out), "--export", str(tmp_path / "h.gguf"),
                                 "--json")
     assert code == 0, err
-    assert json.loads(stdout)["gguf"] == str(tmp_path / "h.gguf")
+    assert json.loads(stdout)["export"] == str(tmp_path / "h.gguf")
     assert torch.equal(import_gguf(tmp_path / "h.gguf").vectors[2], got.vectors[2])
     # an existing artifact is replaced only with --overwrite
     args = ["vectors", "train", "-m", "tiny-llama", "--pairs", str(pairs_file), "--layers", "0", "--out", str(out)]
@@ -112,11 +112,9 @@ def test_bad_input_is_one_line_before_the_model_loads(monkeypatch, capsys, tmp_p
     one_line_exit_2(code, err)
     assert "not a geosteer output folder" in err and (user / "notes.txt").read_text() == "keep me"
     assert not (tmp_path / "o").exists()
-    for args, msg in ((["show", str(tmp_path / "none")], "no geosteer-vectors artifact"),
-                      (["show", str(user), "--gguf", str(tmp_path / "x.txt")], "valid extensions: .gguf")):
-        code, _, err = run_cli(monkeypatch, capsys, "vectors", *args)
-        one_line_exit_2(code, err)
-        assert msg in err, err
+    code, _, err = run_cli(monkeypatch, capsys, "show", str(user), "--export", str(tmp_path / "x.gguf"))
+    one_line_exit_2(code, err)
+    assert "is not a geosteer artifact" in err and not (tmp_path / "x.gguf").exists()
 
 
 def test_layer_out_of_range_before_the_model_loads(monkeypatch, capsys, tmp_path, pairs_file):

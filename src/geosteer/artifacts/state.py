@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -53,7 +53,9 @@ class ArtifactFormat:
     first); ``saves``: the class whose objects it writes; ``load(folder, model)`` / ``save(obj, folder,
     **kw)``: set for a format with its own reader/writer, else derived from the state protocol
     (``saves.to_state``/``saves.from_state``, or the ``to_state``/``from_state`` given here). ``describe``:
-    what ``geosteer show`` prints (default: :func:`geosteer.artifacts.describe.describe_state`)."""
+    what ``geosteer show`` prints (default: :func:`geosteer.artifacts.describe.describe_state`). ``exports``:
+    other file formats it can be written as, by file suffix (``{".gguf": fn(ref, path) -> path}``;
+    ``geosteer show DIR --export FILE``)."""
 
     name: str
     version: int
@@ -67,6 +69,7 @@ class ArtifactFormat:
     from_state: Callable[..., Any] | None = None
     schema: type | None = None  # a pydantic model of the config (default: geosteer.config_schema.SCHEMAS[name])
     describe: Callable[[Any], dict] | str | None = None  # ref -> what it holds (geosteer show); "module:fn" too
+    exports: dict[str, Callable[[Any, Path], Path]] = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.load is None and self.state_reader() is not None:

@@ -25,20 +25,20 @@ def parse_strengths(spec: str) -> list[float]:
     return vals
 
 
-def _check_surfaces(refs: list[str]) -> list[str]:
+def _check_surfaces(refs: list[Path]) -> list[str]:
     from geosteer.manifold import read_config
     from geosteer.shipped import expand
 
     out = []
     for ref in refs:
-        path = expand(ref)
+        path = expand(str(ref))
         read_config(path)  # a missing or damaged artifact: one line, before the model loads
         out.append(str(path))
     return out
 
 
 def text_cmd(
-    surfaces: list[str] = typer.Option([], "--surfaces", "-s", help="surfaces artifact (folder or shipped name, "
+    surfaces: list[Path] = typer.Option([], "--surfaces", "-s", help="surfaces artifact (folder or shipped name, "
                                        "e.g. smollm2-surfaces-all); repeatable"),
     model: str = MODEL_OPT,
     strengths: str = typer.Option("1", "--strengths", help="each surfaces artifact at these strengths "
@@ -72,7 +72,7 @@ def text_cmd(
     states = [State("stock", [], 0.0)]
     for ref, path in zip(surfaces, paths, strict=True):
         bank = load_surfaces(path, model=m)
-        states += [State(ref, [scaled_bank(bank, s) if s != 1 else bank], s) for s in grid]
+        states += [State(str(ref), [scaled_bank(bank, s) if s != 1 else bank], s) for s in grid]
     rows = measure_states(m, tok, states, prompts, new_tokens, ppl_tokens, seed,
                           log=lambda s: typer.echo(s, err=True))
     meta = {"command": "geosteer " + " ".join(sys.argv[1:]), "model": model, "chat": chat, "system": system,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
@@ -24,14 +25,33 @@ def _table(rows: list[dict]) -> list[dict]:
     return [{k: _cell(r.get(k, "")) for k in keys} for r in rows]
 
 
+def _export_opt(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """``--export``: a new file that can be written (checked before the artifact is read)."""
+    from geosteer.errors import GeosteerError
+    from geosteer.io_utils import check_output_path
+
+    if value is not None and not ctx.resilient_parsing:
+        check_output_path(value, what="--export")
+        if value.exists():
+            raise GeosteerError(f"--export {value} exists; choose another file")
+    return value
+
+
 def show_cmd(folder: str = typer.Argument(..., help="artifact folder, shipped artifact name or Hub repo id "
                                           "org/name[@revision]"),
+             export: Path | None = typer.Option(None, "--export", callback=_export_opt,
+                                                help="also write the artifact as this file, in the format its "
+                                                "suffix names (steering vectors: .gguf, llama.cpp's "
+                                                "control-vector file)"),
              as_json: bool = JSON_OPT) -> None:
     """What an artifact holds, for every format: its config (base model, settings) and contents (surfaces:
-    shapes, grid, training, walls, edits, largest surfaces; other formats: their fields and tensors)."""
-    from geosteer.methods import describe_artifact
+    shapes, grid, training, walls, edits, largest surfaces; other formats: their fields and tensors);
+    --export writes it in another file format."""
+    from geosteer.methods import describe_artifact, export_artifact
 
     info = describe_artifact(folder)
+    if export is not None:
+        info["export"] = str(export_artifact(folder, export))
     if as_json:
         emit(info, True)
         return

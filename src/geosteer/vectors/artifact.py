@@ -170,4 +170,5 @@ def describe_vectors(ref: str | Path) -> dict:
 
 VECTORS = ArtifactFormat("geosteer-vectors", 1, tensors=(WEIGHTS_NAME,), known_keys=_KNOWN, method="vectors",
                          saves=SteeringVectors, to_state=to_state, from_state=from_state,
-                         save=lambda sv, folder, **kw: save_vectors(sv, folder, **kw), describe=describe_vectors)
+                         save=lambda sv, folder, **kw: save_vectors(sv, folder, **kw), describe=describe_vectors,
+                         exports={".gguf": lambda ref, path: load_vectors(ref).export_gguf(path)})

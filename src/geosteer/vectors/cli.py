@@ -143,39 +143,5 @@ def train_cmd(model: str = MODEL_OPT,
           "norms": {str(k): round(v, 6) for k, v in sv.norms().items()}}, as_json)
 
 
-def _gguf_opt(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
-    """``--gguf``: a new ``.gguf`` file that can be written (checked before the artifact is read)."""
-    from geosteer.errors import GeosteerError
-    from geosteer.io_utils import check_output_path
-
-    if value is not None and not ctx.resilient_parsing:
-        check_output_path(value, what="--gguf", suffixes=(".gguf",))
-        if value.exists():
-            raise GeosteerError(f"--gguf {value} exists; choose another file")
-    return value
-
-
-@vec.command("show")
-def show_cmd(folder: str = typer.Argument(..., help="steering-vectors artifact folder (or Hub id)"),
-             gguf: Path | None = typer.Option(None, "--gguf", callback=_gguf_opt,
-                                              help="also write the vectors as a GGUF control-vector file "
-                                              "(repeng's format; llama.cpp --control-vector)"),
-             as_json: bool = JSON_OPT) -> None:
-    """What a steering-vectors artifact holds: point, extraction, apply settings, a norm per layer
-    (--gguf: also export them for llama.cpp)."""
-    from geosteer.vectors.artifact import describe_vectors, load_vectors
-
-    info = describe_vectors(folder)
-    rows = info.pop("layers")
-    if gguf is not None:
-        sv = load_vectors(folder)
-        info.update(gguf=str(sv.export_gguf(gguf)), model_hint=sv.model_type)
-    if as_json:
-        emit({**info, "layers": rows}, True)
-        return
-    emit(info, False)
-    emit(rows, False, table_title="vector norms")
-
-
 def register(app: typer.Typer) -> None:
     app.add_typer(vec, name="vectors")
