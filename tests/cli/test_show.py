@@ -10,7 +10,7 @@ import pytest
 from safetensors.torch import load_file
 
 from geosteer.formats import format_of
-from geosteer.methods import methods, unregister_method
+from geosteer.methods import methods
 from tests.cli_helpers import one_line_exit_2, run_cli
 
 
