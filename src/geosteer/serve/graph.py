@@ -39,10 +39,13 @@ _PHASE = {"all": 0, "prompt": 1, "generation": 2}
 
 def attention_in_graph() -> bool:
     """Whether attention operations (surfaces, ``value_full``) can run in this machine's compiled graph: on
-    vLLM's CPU build with the shared-key surfaces path (``serve.graph_attention``)."""
+    vLLM's CPU build with the shared-key surfaces path (``serve.graph_attention``); False without vLLM."""
     import os
 
-    from vllm.platforms import current_platform
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
 
     from geosteer.serve import shared_key
 
