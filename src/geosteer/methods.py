@@ -71,6 +71,20 @@ class Study:
 
 
 @dataclass(frozen=True)
+class Verb:
+    """One tool verb a method declares under a noun: a learner (``geosteer learn <name>``, in
+    ``Method.learners``) or a measurement (``geosteer measure <name>``, in ``Method.measures``).
+
+    ``command``: ``"module:function"``, a typer command function (imported only when the CLI is built); its
+    docstring is its help. A learner writes an artifact through the shared learner options of
+    :mod:`geosteer.cli.learning`.
+    """
+
+    name: str
+    command: str
+
+
+@dataclass(frozen=True)
 class Check:
     """One formula check a method declares against an independent reference (``geosteer study checks``).
 
@@ -93,7 +107,9 @@ class Method:
     for another base model) is what ``InterventionSpec.build(force=...)`` passes.
     ``validate(values)`` checks its keys' values without a model (raises on a bad one).
     ``studies``: its paper experiments (:class:`Study`), apart from the tool verbs of its ``cli``;
-    ``checks``: its formula checks (:class:`Check`). ``examples``: ``"module:function"`` (or the function),
+    ``checks``: its formula checks (:class:`Check`). ``learners`` / ``measures``: its verbs of
+    ``geosteer learn`` / ``geosteer measure`` (:class:`Verb`; a name is taken by one method only).
+    ``examples``: ``"module:function"`` (or the function),
     ``examples(model, folder) -> {"neutral": values, "active": values}``: recipe values that attach something
     but give the stock logits, and values that change them (artifacts saved under ``folder`` through the
     format's writer); the contract suite (``tests/core/test_method_contract.py``) runs every method on them."""
@@ -109,6 +125,8 @@ class Method:
     studies: tuple[Study, ...] = ()
     checks: tuple[Check, ...] = ()
     examples: str | Callable[[Any, Path], dict] | None = None
+    learners: tuple[Verb, ...] = ()
+    measures: tuple[Verb, ...] = ()
 
     def defaults(self) -> dict:
         return {k.name: k.default for k in self.keys}
@@ -124,6 +142,11 @@ def register_method(method: Method) -> Method:
     clash = sorted(k.name for k in method.keys if k.name in taken)
     if clash:
         raise ValueError(f"recipe keys already taken: {', '.join(clash)} (by {taken[clash[0]]})")
+    for noun in ("learners", "measures"):
+        taken = {v.name: m.name for m in _METHODS.values() if m.name != method.name for v in getattr(m, noun)}
+        clash = sorted(v.name for v in getattr(method, noun) if v.name in taken)
+        if clash:
+            raise ValueError(f"{noun} already taken: {', '.join(clash)} (by {taken[clash[0]]})")
     _METHODS[method.name] = method
     return method
 
