@@ -23,8 +23,11 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.txt
 	$(BIN)/python -m geosteer.kernels.ext
 	touch $(STAMP)
 
-$(DEVSTAMP): $(STAMP)
+$(DEVSTAMP): $(STAMP) paper/pyproject.toml
 	$(BIN)/pip install -q -e '.[all,dev]' -c requirements.txt
+	# The papers' experiments (`geosteer study`, the formula checks, the reproduction report): their own
+	# distribution beside the library, found by geosteer through the `geosteer.cli` entry point.
+	$(BIN)/pip install -q --no-deps -e ./paper
 	# Peer steering-vector packages the vectors tests compare against; both pin old dependencies that
 	# they do not need at run time (steering-vectors: transformers<5), hence --no-deps.
 	$(BIN)/pip install -q --no-deps steering-vectors==0.12.2 repeng==0.4.0
@@ -46,7 +49,7 @@ test: $(DEVSTAMP)
 	$(BIN)/python -m pytest -q -x --durations=5 -m serial
 
 lint: $(DEVSTAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src paper tests benchmarks studies
 
 # Optional second model (about 240 MB, 5-6 GB RAM per run).
 gemma: $(STAMP)

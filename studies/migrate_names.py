@@ -5,7 +5,7 @@ change and exits 1 if anything is left). What it rewrites, and nothing else:
 
 - the directional residual sites' earlier names, ``resid_attn`` -> ``attn_out``, ``resid_mlp`` -> ``mlp_out``,
   ``resid_block`` -> ``resid_post``: the value of every ``site`` / ``scale_site`` key of the JSON files under
-  ``docs/results`` and of the item files (``src/geosteer/reproduction/items/*.json``), the ``geometry`` rows
+  ``docs/results`` and of the item files (``paper/src/geosteer_paper/reproduction/items/*.json``), the ``geometry`` rows
   of the MLP-internal study (``resid_mlp`` -> ``mlp_out``, its residual geometry), and the items' value names
   that start with an old site name (``resid_attn_0`` -> ``attn_out_0``) with the criteria that name them;
 - the ``<phase>_<site>_ratio`` lines of the directional cost benchmark's text logs
@@ -124,7 +124,7 @@ def plan(root: Path) -> dict[Path, str]:
     todo: dict[Path, str | None] = {}
     for p in sorted((root / "docs" / "results").rglob("*.json")):
         todo[p] = migrate_json(p, item=False)
-    for p in sorted((root / "src" / "geosteer" / "reproduction" / "items").glob("*.json")):
+    for p in sorted((root / "paper" / "src" / "geosteer_paper" / "reproduction" / "items").glob("*.json")):
         todo[p] = migrate_json(p, item=True)
     for p in sorted((root / "docs" / "results" / "benchmarks").glob("directional_cost_*.txt")):
         todo[p] = migrate_text(p)

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 
-import typer
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from geosteer.cli import app, register_clis
-from geosteer.methods import methods
+from geosteer.cli import app
 from tests.cli_helpers import command_leaves, run_cli
 
 MAX_TOOL_VERBS = 26
@@ -65,26 +63,6 @@ def test_recipe_show_keys_lists_every_key(monkeypatch, capsys):
     assert code == 0 and values["scale_par"] == 0 and values["surfaces"] is None
 
 
-def test_every_declared_study_is_under_geosteer_study_with_its_paper_item():
-    leaves = command_leaves()
-    declared = [(m, s) for m in methods().values() for s in m.studies]
-    assert len(declared) >= 21
-    for m, s in declared:
-        cmd = leaves[f"study {m.name} {s.name}"]
-        assert not cmd.hidden and s.paper and f"Paper item: {s.paper}." in cmd.help
-
-
-def test_study_list_names_every_study_and_its_paper_item(monkeypatch, capsys):
-    code, out, _ = run_cli(monkeypatch, capsys, "study", "--list")
-    assert code == 0
-    lines = out.splitlines()
-    for m in methods().values():
-        for s in m.studies:
-            row = [ln for ln in lines if f" {m.name} {s.name} " in ln]
-            assert len(row) == 1 and s.paper[:30] in row[0], (m.name, s.name)
-    assert any(" report " in ln for ln in lines)
-
-
 def test_every_leaf_answers_help_without_loading_a_model(monkeypatch):
     from tests.cli_helpers import forbid_model_builds
 
@@ -98,32 +76,3 @@ def test_every_leaf_answers_help_without_loading_a_model(monkeypatch):
         res = runner.invoke(app, [*path.split(), "--help"], prog_name="geosteer")
         assert res.exit_code == 0, (path, res.output)
         assert f"geosteer {path}" in " ".join(res.output.split()) and len(res.output.strip()) > 80, path
-
-
-def plug_echo(word: str = typer.Option("hi", "--word")) -> None:
-    """Echo a word (a plugin's study)."""
-    typer.echo(f"plug: {word}")
-
-
-def test_a_plugin_methods_study_runs_under_geosteer_study(monkeypatch):
-    from geosteer.cli import study_methods
-    from geosteer.cli.study import study_app
-    from geosteer.methods import Method, Study, register_method, unregister_method
-
-    plug = register_method(Method(name="plug", summary="a plugin", cli=lambda app: None, studies=(
-        Study("echo", "tests.cli.test_study:plug_echo", paper="Fig. 0"),)))
-    target = typer.Typer()
-    try:
-        register_clis(target)
-        runner = CliRunner()
-        new = runner.invoke(target, ["study", "plug", "echo", "--word", "x"])
-        listed = runner.invoke(target, ["study", "--list"], env={"COLUMNS": "200"})
-        helped = runner.invoke(target, ["study", "plug", "echo", "--help"], env={"COLUMNS": "200"})
-    finally:
-        unregister_method(plug.name)
-        study_app.registered_groups[:] = [g for g in study_app.registered_groups if g.name != "plug"]
-        study_methods._groups.pop("plug", None)
-    assert new.exit_code == 0 and new.output == "plug: x\n"
-    assert "plug echo" in listed.output and "Fig. 0" in listed.output
-    assert "Paper item: Fig. 0." in helped.output
-    assert "plug-echo" not in runner.invoke(target, ["--help"], env={"COLUMNS": "200"}).output

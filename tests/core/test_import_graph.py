@@ -2,7 +2,8 @@
 ``importlib.import_module("geosteer...")`` calls with a literal name); the kernels a core layer under the
 attention function, the methods and serving; and the
 library below the figures: only ``viz`` itself and its users (CLI modules, a method's ``studies`` package, the
-studio, the demo app) import ``geosteer.viz``."""
+studio, the demo app) import ``geosteer.viz``; the library never imports the paper package (``geosteer_paper``:
+the studies, checks and reproduction report), which has no cycles either."""
 
 from __future__ import annotations
 
@@ -11,20 +12,22 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = "geosteer"
+PAPER_SRC = Path(__file__).resolve().parents[2] / "paper" / "src"
+PAPER = "geosteer_paper"
 
 
-def _modules() -> dict[str, Path]:
+def _modules(src: Path = SRC, pkg: str = PKG) -> dict[str, Path]:
     mods = {}
-    for f in (SRC / PKG).rglob("*.py"):
-        parts = list(f.relative_to(SRC).with_suffix("").parts)
+    for f in (src / pkg).rglob("*.py"):
+        parts = list(f.relative_to(src).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         mods[".".join(parts)] = f
     return mods
 
 
-def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the package modules it imports. An import of a package is an edge to its ``__init__``;
+def import_graph(mods: dict[str, Path], pkg: str = PKG) -> dict[str, set[str]]:
+    """Module -> the modules of ``pkg`` it imports. An import of a package is an edge to its ``__init__``;
     ``from pkg.mod import name`` where ``pkg.mod.name`` is a module is an edge to that module."""
     def resolve(name: str) -> str | None:
         while name and name not in mods:
@@ -50,7 +53,7 @@ def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
             else:
                 continue
             for t in targets:
-                r = resolve(t) if t.split(".")[0] == PKG else None
+                r = resolve(t) if t.split(".")[0] == pkg else None
                 if r and r != m:
                     edges[m].add(r)
     return edges
@@ -125,6 +128,32 @@ def test_the_graph_sees_imports_inside_functions(tmp_path):
 def test_no_import_cycles():
     found = cycles(import_graph(_modules()))
     assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_no_import_cycles_in_the_paper_package():
+    mods = _modules(PAPER_SRC, PAPER)
+    assert f"{PAPER}.cli" in mods
+    found = cycles(import_graph(mods, PAPER))
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def _names_paper(node: ast.AST) -> bool:
+    """An import of the paper package, or a string naming one of its modules (``"geosteer_paper.x:fn"``)."""
+    if isinstance(node, ast.Import):
+        return any(a.name.split(".")[0] == PAPER for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return (node.module or "").split(".")[0] == PAPER
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(PAPER + ".")
+
+
+def test_the_library_never_imports_the_paper_package():
+    """The rule between the two: geosteer_paper imports geosteer, never the reverse (not even by a module-path
+    string); the library finds ``geosteer study`` through the ``geosteer.cli`` entry-point group only."""
+    bad = sorted(m for m, f in _modules().items()
+                 if any(_names_paper(n) for n in ast.walk(ast.parse(f.read_text(encoding="utf-8")))))
+    assert not bad, f"library modules that name {PAPER}: {', '.join(bad)}"
+    assert _names_paper(ast.parse("from geosteer_paper.registry import studies").body[0])
+    assert _names_paper(ast.Constant("geosteer_paper.manifold.checks:basis_vs_scipy"))
 
 
 KERNEL_DEPS = ("geosteer.kernels", "geosteer.errors", "geosteer.extras", "geosteer.cache")

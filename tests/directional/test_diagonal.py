@@ -14,7 +14,7 @@ from geosteer.directional.diagonal import (
 from geosteer.directional.sites import ComponentScale
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from geosteer.reproduction.references import capture_call
+from geosteer_paper.reproduction.references import capture_call
 from tests.directional.helpers import padded_inputs
 
 FAMILIES = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-gemma3", "tiny-gpt2",

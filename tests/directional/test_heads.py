@@ -8,7 +8,7 @@ from geosteer.directional.sites import ComponentScale
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from geosteer.reproduction.references import capture_call
+from geosteer_paper.reproduction.references import capture_call
 from tests.directional.helpers import padded_inputs
 
 

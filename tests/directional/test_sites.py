@@ -10,7 +10,7 @@ from geosteer.directional.value import self_weight
 from geosteer.errors import GeosteerError
 from geosteer.interventions import ScaleHook, steer
 from geosteer.models.anatomy import anatomy
-from geosteer.reproduction.references import attn_out_scaled_by_plain_hooks, capture_call, value_edit_loop
+from geosteer_paper.reproduction.references import attn_out_scaled_by_plain_hooks, capture_call, value_edit_loop
 from tests.conftest import random_ids
 from tests.directional.helpers import padded_inputs
 

@@ -12,7 +12,7 @@ from geosteer.directional.sites import ComponentScale
 from geosteer.directional.views import applied_strength, diagonal_study, head_localisation, head_summary
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
-from geosteer.reproduction.references import capture_call
+from geosteer_paper.reproduction.references import capture_call
 from tests.conftest import random_ids
 
 

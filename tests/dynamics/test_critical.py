@@ -25,7 +25,7 @@ from geosteer.dynamics.fields import (
 )
 from geosteer.errors import GeosteerError
 from geosteer.hooks import HookSet, add_hook
-from geosteer.reproduction.references import finite_difference_tangent_jacobian
+from geosteer_paper.reproduction.references import finite_difference_tangent_jacobian
 
 
 def _sym(d, lam, seed=0):

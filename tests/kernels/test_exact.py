@@ -8,7 +8,7 @@ import torch
 from geosteer.attention import AttentionCall, attention_weights
 from geosteer.kernels import exact, ext
 from geosteer.kernels.exact import modulated_attention, naive_modulated_attention
-from geosteer.reproduction.references import keep_mask
+from geosteer_paper.reproduction.references import keep_mask
 
 
 class _Mod(torch.nn.Module):

@@ -21,7 +21,7 @@ from geosteer.attention import AttentionCall, add_attention_handler, attention_w
 from geosteer.errors import GeosteerError
 from geosteer.kernels.exact import backend_choice, modulated_attention, naive_modulated_attention, use_triton
 from geosteer.models.anatomy import anatomy
-from geosteer.reproduction.references import keep_mask, per_pair_handlers
+from geosteer_paper.reproduction.references import keep_mask, per_pair_handlers
 from tests.conftest import TINY_FAMILIES
 
 pytest.importorskip("triton")

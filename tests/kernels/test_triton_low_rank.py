@@ -16,7 +16,7 @@ from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
 from geosteer.kernels.exact import naive_modulated_attention
 from geosteer.manifold.low_rank import factors
-from geosteer.reproduction.references import keep_mask
+from geosteer_paper.reproduction.references import keep_mask
 from tests.conftest import random_bank
 
 pytest.importorskip("triton")

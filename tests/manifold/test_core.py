@@ -11,7 +11,7 @@ from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.interventions import steer
 from geosteer.kernels.bspline import bspline_basis
 from geosteer.models.anatomy import anatomy
-from geosteer.reproduction.references import per_pair_handlers
+from geosteer_paper.reproduction.references import per_pair_handlers
 from tests.conftest import TINY_FAMILIES, sample_ids
 
 # ----------------------------------------------------------------------------- grid validation

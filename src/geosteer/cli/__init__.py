@@ -6,8 +6,9 @@ Shared options, ``emit`` and the error handling live in :mod:`geosteer.cli.commo
 
 from __future__ import annotations
 
-import functools
 import importlib
+from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 import typer
@@ -44,28 +45,35 @@ def interventions_from_options(model, surfaces: Path | None = None, force: bool 
 
 _CORE_CLIS = ("geosteer.eval.cli", "geosteer.viz.cli", "geosteer.studio.cli", "geosteer.cli.demo",
               "geosteer.cli.tasks", "geosteer.cli.evaluate", "geosteer.cli.recipe", "geosteer.serve.cli",
-              "geosteer.cli.study", "geosteer.bench.cli", "geosteer.cli.show")
+              "geosteer.bench.cli", "geosteer.cli.show")
+ENTRY_POINT_GROUP = "geosteer.cli"  # installed packages add commands: an entry point naming `register(app)`
 _registered: set[str] = set()
 
 
 def register_clis(target: typer.Typer | None = None) -> None:
-    """Add the core verbs and every registered method's CLI (``Method.cli``: a module path with
-    ``register(app)``, or such a function) to ``app``; methods registered later are added on the next call."""
+    """Add the core verbs, every registered method's CLI (``Method.cli``: a module path with
+    ``register(app)``, or such a function) and every entry point of the ``geosteer.cli`` group (a
+    ``register(app)`` function of an installed package, e.g. ``geosteer study`` of geosteer-paper) to ``app``;
+    methods registered later are added on the next call."""
     from geosteer.methods import methods
 
     target = target or app
     todo = [(name, name) for name in _CORE_CLIS]
     todo += [(f"method:{m.name}", m.cli) for m in methods().values() if m.cli is not None]
-    studies = importlib.import_module("geosteer.cli.study_methods")  # geosteer study <method> <name>
-    todo += [(f"studies:{m.name}", functools.partial(studies.add_studies, method=m))
-             for m in methods().values() if m.studies]
+    todo += [(f"plugin:{ep.name}", ep) for ep in entry_points(group=ENTRY_POINT_GROUP)]
     for key, cli in todo:
         if key in _registered and target is app:
             continue
-        register = importlib.import_module(cli).register if isinstance(cli, str) else cli
-        register(target)
+        _register_fn(cli)(target)
         if target is app:
             _registered.add(key)
+
+
+def _register_fn(cli: str | Callable | EntryPoint) -> Callable[[typer.Typer], None]:
+    """``register(app)`` of a module path, an entry point (imported only now) or the function itself."""
+    if isinstance(cli, EntryPoint):
+        return cli.load()
+    return importlib.import_module(cli).register if isinstance(cli, str) else cli
 
 
 def _version(value: bool) -> None:

@@ -7,8 +7,7 @@ from typing import Any
 
 from geosteer.errors import GeosteerError
 from geosteer.manifold.artifact import SURFACES
-from geosteer.methods import Check, Method, RecipeKey, Study, register_method
-from geosteer.models.tiny import TINY_FAMILIES
+from geosteer.methods import Method, RecipeKey, register_method
 
 
 def edit_list(edits: Any) -> list:
@@ -72,24 +71,6 @@ def _examples(model, folder) -> dict:
     return {"neutral": {"surfaces": str(neutral)}, "active": {"surfaces": str(save(bank, folder / "surfaces"))}}
 
 
-STUDIES = (
-    Study("strength", "geosteer.manifold.cli_studies:strength",
-          "Table 6: greedy change rate vs surface strength (coefficients scaled 0.1…1)"),
-    Study("asymmetry", "geosteer.manifold.cli_studies:asymmetry", "§6: asymmetry S(q, k) ≠ S(k, q) per layer"),
-)
-
-_CHECKS = "geosteer.manifold.checks"
-CHECKS = (
-    Check("1.1", "model with random surfaces vs per-pair attention", f"{_CHECKS}:model_vs_per_pair", 1e-4,
-          tuple(TINY_FAMILIES)),
-    Check("1.2", "B-spline basis vs scipy BSpline.basis_element", f"{_CHECKS}:basis_vs_scipy", 1e-12),
-    Check("1.3", "zero surfaces vs stock logits", f"{_CHECKS}:zero_surfaces_vs_stock", 0.0, tuple(TINY_FAMILIES)),
-    Check("1.4", "factored kernel vs per-pair reference (4 masks)", f"{_CHECKS}:factored_vs_per_pair", 1e-5),
-    Check("1.4", "factored kernel gradients vs per-pair reference (float64)",
-          f"{_CHECKS}:factored_gradients_vs_per_pair", 1e-9),
-)
-
-
 METHOD = register_method(Method(
     name="manifold",
     summary="attention manifolds: learned B-spline value-modulation surfaces",
@@ -103,6 +84,4 @@ METHOD = register_method(Method(
     validate=_validate,
     cli="geosteer.manifold.cli",
     artifacts=(SURFACES,),
-    studies=STUDIES,
-    checks=CHECKS,
 ))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from geosteer.methods import Method, RecipeKey, Study, register_method
+from geosteer.methods import Method, RecipeKey, register_method
 from geosteer.vectors.artifact import VECTORS
 
 
@@ -64,6 +64,4 @@ METHOD = register_method(Method(
     validate=_validate,
     cli="geosteer.vectors.cli",
     artifacts=(VECTORS,),
-    studies=(Study("frontier", "geosteer.vectors.cli_frontier:frontier_cmd",
-                   "steering frontier: target shift vs control KL per lever and strength"),),
 ))

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from geosteer.errors import GeosteerError
-from geosteer.reproduction import evaluate_item, load_items, load_paper
-from geosteer.reproduction.evaluate import STATUSES, check
-from geosteer.reproduction.items import Criterion, Item
+from geosteer_paper.reproduction import evaluate_item, load_items, load_paper
+from geosteer_paper.reproduction.evaluate import STATUSES, check
+from geosteer_paper.reproduction.items import Criterion, Item
 from tests.cli_helpers import one_line_exit_2, run_cli
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _item(**over) -> dict:
@@ -229,8 +229,9 @@ def test_item_files_are_package_data():
 
     import tomllib
 
-    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["geosteer"]
-    root = REPO / "src" / "geosteer"
+    data = tomllib.loads((REPO / "paper" / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    globs = data["geosteer_paper"]
+    root = REPO / "paper" / "src" / "geosteer_paper"
     shipped = sorted((root / "reproduction" / "items").glob("*.json"))
     assert len(shipped) == 3
     for f in shipped:

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from geosteer.reproduction import load_items
+from geosteer_paper.reproduction import load_items
 from tests.cli_helpers import one_line_exit_2, run_cli
 
 

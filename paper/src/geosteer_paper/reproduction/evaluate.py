@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from geosteer.reproduction.checks import CHECKS_FILE, COMMAND, read_checks
-from geosteer.reproduction.items import Criterion, Item, PaperItems
-from geosteer.reproduction.query import NotReadable, evaluate_query, read_results
+from geosteer_paper.reproduction.checks import CHECKS_FILE, COMMAND, read_checks
+from geosteer_paper.reproduction.items import Criterion, Item, PaperItems
+from geosteer_paper.reproduction.query import NotReadable, evaluate_query, read_results
 
 STATUSES = ("reproduces", "partial", "diverges", "inconclusive", "goes beyond", "definition", "not run")
 Z = 2.0  # a criterion is undecided when its value lies within Z standard errors of its bound

@@ -5,8 +5,8 @@ from __future__ import annotations
 import html
 import json
 
-from geosteer.reproduction.checks import COMMAND
-from geosteer.reproduction.evaluate import STATUSES, ItemResult, counts
+from geosteer_paper.reproduction.checks import COMMAND
+from geosteer_paper.reproduction.evaluate import STATUSES, ItemResult, counts
 
 _MARK = {"reproduces": "✔ reproduces", "partial": "◐ partial", "diverges": "✘ diverges",
          "inconclusive": "? inconclusive", "goes beyond": "→ goes beyond", "definition": "= definition",

@@ -1,4 +1,4 @@
-"""Run the formula checks the methods declare (``Method.checks``) and read their results file back.
+"""Run the formula checks of the paper's table (:func:`geosteer_paper.registry.checks`); read their results back.
 
 Each check compares a formula of the library with an independent reference and gives its largest absolute
 error; a record per check and family says whether that error is within the check's tolerance."""
@@ -11,16 +11,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from geosteer.errors import GeosteerError
+from geosteer_paper.registry import checks as registered_checks
 
 CHECKS_FILE = "docs/results/checks.json"
 COMMAND = f"geosteer study checks --out {CHECKS_FILE}"
 
 
 def declared_checks() -> list:
-    """Every registered method's checks, in method then declaration order."""
-    from geosteer.methods import methods
-
-    return [c for m in methods().values() for c in m.checks]
+    """Every declared check, in method then declaration order."""
+    return registered_checks()
 
 
 def _function(check) -> Callable:

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from geosteer.attention import attention_weights, stock_attention
-from geosteer.reproduction.references import capture_call
+from geosteer_paper.reproduction.references import capture_call
 
 LAYER = 1
 
@@ -23,7 +23,7 @@ def _ids(b: int = 2, t: int = 12, seed: int = 0, pad: int = 3) -> tuple[torch.Te
 def projection_vs_numpy() -> float:
     """Eqs. 1–2: d = α z + d⊥ against numpy least squares for α, with d∥ + d⊥ = d and d⊥ ⟂ z, float64."""
     from geosteer.directional.decompose import decompose
-    from geosteer.reproduction.references import projection_coefficients
+    from geosteer_paper.reproduction.references import projection_coefficients
 
     g = torch.Generator().manual_seed(1)
     d = torch.randn(50, 32, generator=g, dtype=torch.float64)
@@ -39,7 +39,7 @@ def residual_update_vs_plain_hooks(model, tok) -> float:
     the library against the same edit made with plain torch module hooks."""
     from geosteer.directional.sites import ComponentScale
     from geosteer.interventions import steer
-    from geosteer.reproduction.references import attn_out_scaled_by_plain_hooks
+    from geosteer_paper.reproduction.references import attn_out_scaled_by_plain_hooks
 
     ids = torch.randint(5, 900, (1, 10), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -51,7 +51,7 @@ def residual_update_vs_plain_hooks(model, tok) -> float:
 
 def _value_site_vs_loop(model, site: str) -> float:
     from geosteer.directional.sites import ComponentScale
-    from geosteer.reproduction.references import value_edit_loop
+    from geosteer_paper.reproduction.references import value_edit_loop
 
     ids, mask = _ids()
     call = capture_call(model, LAYER, ids, mask)

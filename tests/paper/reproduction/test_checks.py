@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from geosteer.errors import GeosteerError
-from geosteer.reproduction import evaluate_item, load_items
-from geosteer.reproduction.checks import CHECKS_FILE, declared_checks, select
-from geosteer.reproduction.items import Item
+from geosteer_paper.reproduction import evaluate_item, load_items
+from geosteer_paper.reproduction.checks import CHECKS_FILE, declared_checks, select
+from geosteer_paper.reproduction.items import Item
 from tests.cli_helpers import one_line_exit_2, run_cli
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_every_check_item_has_a_declared_check_and_the_shipped_file_covers_them():
@@ -61,7 +61,7 @@ def test_check_item_takes_no_results_file():
 
 def test_a_wrong_formula_fails_its_check(monkeypatch):
     """The checks can fail: a tangential part without the projection, a speed-up off by one part in 1e9."""
-    from geosteer.dynamics import checks as dynamics_checks
+    from geosteer_paper.dynamics import checks as dynamics_checks
     from geosteer.dynamics import parallel, sphere
 
     assert dynamics_checks.sphere_split_vs_numpy() <= 1e-12
@@ -112,7 +112,7 @@ WITHOUT_CAUSE: set[str] = set()
 
 
 def test_every_diverging_item_states_a_cause_or_the_deciding_experiment():
-    from geosteer.reproduction import evaluate_items
+    from geosteer_paper.reproduction import evaluate_items
 
     results = evaluate_items(load_items(), [REPO])
     lacking = {r.item.id for r in results if r.status == "diverges"

@@ -1,7 +1,8 @@
-"""``geosteer study``: the paper studies and the reproduction report built from their results files.
+"""``geosteer study``: the paper studies, the formula checks and the reproduction report built from their results
+files, added to the ``geosteer`` command through the ``geosteer.cli`` entry-point group (:func:`register`).
 
-Sub-commands live on :data:`study_app`; a method package adds its own with ``study_app.command()`` or
-``study_app.add_typer(...)``, and ``geosteer study --list`` shows them all."""
+Sub-commands live on :data:`study_app`: ``report``, ``checks`` and a group per method with studies
+(:mod:`geosteer_paper.study_methods`); ``geosteer study --list`` shows them all."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ import typer
 from geosteer.cli.common import emit
 from geosteer.cli.outputs import HTML, out_file
 from geosteer.errors import GeosteerError
+from geosteer.io_utils import atomic_write_text, write_records
+from geosteer_paper.registry import studies
+from geosteer_paper.reproduction import evaluate_items, load_items, report_html, report_json, report_markdown
+from geosteer_paper.reproduction.checks import declared_checks, run_checks, select
+from geosteer_paper.reproduction.evaluate import counts
+from geosteer_paper.study_methods import add_studies
 
 study_app = typer.Typer(no_args_is_help=False, invoke_without_command=True,
                         help="Paper studies and the reproduction report (--list: what can run).")
@@ -30,9 +37,7 @@ def _study(ctx: typer.Context, list_: bool = typer.Option(False, "--list", help=
 
 def _listing(group) -> list[dict]:
     """Every leaf under ``geosteer study``: its path, the paper item a method's study declares, its help line."""
-    from geosteer.methods import methods
-
-    papers = {f"{m.name} {s.name}": s.paper for m in methods().values() for s in m.studies}
+    papers = {f"{method} {s.name}": s.paper for method, declared in studies().items() for s in declared}
     rows = []
     for name, cmd in sorted(group.commands.items()):
         subs = getattr(cmd, "commands", None)
@@ -69,10 +74,6 @@ def report_cmd(
                                             "ones (repeatable)"),
 ) -> None:
     """Build the reproduction report: every paper item with its status computed from the results files."""
-    from geosteer.io_utils import atomic_write_text
-    from geosteer.reproduction import evaluate_items, load_items, report_html, report_json, report_markdown
-    from geosteer.reproduction.evaluate import counts
-
     if out is None and html is None:
         raise GeosteerError("give --out FILE (.md, or .json with --json) and/or --html FILE")
     if out is not None and (out.suffix.lower() == ".json") != as_json:
@@ -117,9 +118,6 @@ def checks_cmd(
     Exits 1 when a check is over its tolerance (the records are written first)."""
     import torch
 
-    from geosteer.io_utils import write_records
-    from geosteer.reproduction.checks import declared_checks, run_checks, select
-
     chosen = select(declared_checks(), _names(only), _names(families))
     rows = run_checks(chosen, _names(families))
     parts = ["geosteer study checks"] + [f"--{k} {v}" for k, v in (("only", only), ("families", families)) if v]
@@ -136,5 +134,8 @@ def checks_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``geosteer study`` group."""
-    app.add_typer(study_app, name="study")
+    """Add the ``geosteer study`` group (with every method's studies) to ``app``; the entry point of the
+    ``geosteer.cli`` group."""
+    add_studies(study_app)
+    if not any(g.typer_instance is study_app for g in app.registered_groups):
+        app.add_typer(study_app, name="study")

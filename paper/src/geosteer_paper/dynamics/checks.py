@@ -11,7 +11,7 @@ def sphere_split_vs_numpy() -> float:
     """P_u v and the radial/tangential split (Eqs. 2, 19) against (I − u uᵀ) v built with numpy, and the
     split's completeness (tangential + radial = v), float64."""
     from geosteer.dynamics import sphere
-    from geosteer.reproduction.references import tangential_numpy
+    from geosteer_paper.reproduction.references import tangential_numpy
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(5, 7, 32, generator=g, dtype=torch.float64)
@@ -28,7 +28,7 @@ def tangent_jacobian_vs_finite_differences(model, tok) -> float:
     direction against central finite differences of the flow on the sphere."""
     from geosteer.dynamics.critical import random_seeds
     from geosteer.dynamics.fields import layer_fields, tangent_basis, tangent_jacobian
-    from geosteer.reproduction.references import finite_difference_tangent_jacobian
+    from geosteer_paper.reproduction.references import finite_difference_tangent_jacobian
 
     worst = 0.0
     for field in layer_fields(model, 1, alpha=0.7).values():
@@ -43,7 +43,7 @@ def parallel_speedup_vs_loop() -> float:
     """T_par = max(T_A, T_Φ) per parallelised layer (Eq. 23): the estimated speed-up against an explicit
     loop, on random timings and random layer subsets."""
     from geosteer.dynamics.parallel import estimated_speedup
-    from geosteer.reproduction.references import parallel_speedup_loop
+    from geosteer_paper.reproduction.references import parallel_speedup_loop
 
     rng = np.random.default_rng(0)
     worst = 0.0

@@ -215,7 +215,7 @@ def load_paper(source: str | Path, text: str | None = None) -> PaperItems:
 
 def shipped_files() -> list[tuple[str, str]]:
     """(name, text) of the shipped item files, in paper order."""
-    root = resources.files("geosteer.reproduction") / "items"
+    root = resources.files("geosteer_paper.reproduction") / "items"
     files = sorted(p for p in root.iterdir() if p.name.endswith(".json"))
     return [(p.name, p.read_text(encoding="utf-8")) for p in files]
 

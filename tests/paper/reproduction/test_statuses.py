@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from geosteer.reproduction import evaluate_item, evaluate_items, load_items
-from geosteer.reproduction.checks import CHECKS_FILE
-from geosteer.reproduction.items import Item
+from geosteer_paper.reproduction import evaluate_item, evaluate_items, load_items
+from geosteer_paper.reproduction.checks import CHECKS_FILE
+from geosteer_paper.reproduction.items import Item
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 Q = "the paper's sentence"
 
 

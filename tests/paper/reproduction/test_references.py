@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from geosteer.reproduction.references import (
+from geosteer_paper.reproduction.references import (
     finite_difference_tangent_jacobian,
     parallel_speedup_loop,
     projection_coefficients,

@@ -40,7 +40,7 @@ def model_vs_per_pair(model, tok) -> float:
     """Eq. 1 in the model: logits with random surfaces (grid range ±3) against the same model whose attention
     computes Σ_j a_ij v_jd (1 + S) pair by pair (padded positions left out)."""
     from geosteer import manifold
-    from geosteer.reproduction.references import per_pair_handlers
+    from geosteer_paper.reproduction.references import per_pair_handlers
 
     enc = tok(list(TEXTS), return_tensors="pt", padding=True)
     _random_bank(model, grid_range=(-3.0, 3.0))
@@ -93,7 +93,7 @@ def factored_vs_per_pair() -> float:
     """Eq. 2: the factored kernel against the per-pair reference on causal, left-padded, sliding-window and
     decode (3 queries on 23 keys) masks, two block sizes."""
     from geosteer.kernels.exact import modulated_attention, naive_modulated_attention
-    from geosteer.reproduction.references import keep_mask
+    from geosteer_paper.reproduction.references import keep_mask
 
     worst = 0.0
     for kind in ("causal", "padding", "window", "decode"):

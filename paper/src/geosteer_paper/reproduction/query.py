@@ -7,7 +7,7 @@ import math
 import re
 from pathlib import Path
 
-from geosteer.reproduction.items import Query
+from geosteer_paper.reproduction.items import Query
 
 
 class NotReadable(Exception):

@@ -1,0 +1,11 @@
+"""The paper studies of steering vectors (``geosteer study vectors ...``)."""
+
+from __future__ import annotations
+
+from geosteer_paper.registry import Study, register_study
+
+STUDIES = (Study("frontier", "geosteer.vectors.cli_frontier:frontier_cmd",
+                 "steering frontier: target shift vs control KL per lever and strength"),)
+
+for _s in STUDIES:
+    register_study("vectors", _s)
