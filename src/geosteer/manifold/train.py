@@ -13,6 +13,7 @@ folder is replaced as a whole on every save.
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 import time
@@ -38,6 +39,7 @@ from geosteer.record import AttentionRecorder
 from geosteer.train import TrainConfig, train
 from geosteer.train.checkpoint import check_run, find_checkpoint, load_checkpoint, run_record
 from geosteer.train.data import BatchOrder, load_texts, token_stream, windows
+from geosteer.train.objective import lm_kl_loss
 
 
 @torch.no_grad()
@@ -108,6 +110,15 @@ def check_options(*, out: Path, grid_size: int, grid_range, calibrate: bool, qua
                             "readable text file")
 
 
+def _stock_logits(model, bank, batch: torch.Tensor) -> torch.Tensor:
+    """The stock model's logits on ``batch``: the same forward with the surfaces switched off."""
+    bank.enabled = False
+    try:
+        return model(input_ids=batch).logits
+    finally:
+        bank.enabled = True
+
+
 def train_surfaces(
     model,
     tok,
@@ -128,6 +139,7 @@ def train_surfaces(
     progress: bool = True,
     log: Callable[[str], None] | None = print,
     stop_at: int | None = None,
+    kl_weight: float = 0.0,
     **train_kw,
 ):
     """Install fresh surfaces (or resume), train them, save the artifact at ``out``; return (bank, result).
@@ -135,6 +147,8 @@ def train_surfaces(
     The bank stays installed on ``model`` afterwards (``geosteer.manifold.uninstall(model)`` removes it).
     ``stop_at`` ends early (as if killed) without writing the artifact; ``resume=True`` continues.
     ``rank``: train rank-r surfaces directly (C_d = U_d W_dᵀ, :mod:`geosteer.manifold.low_rank_train`).
+    ``kl_weight`` > 0 adds the fluency term β · KL(P_surfaces ‖ P_stock) per position to the cross-entropy
+    (:func:`geosteer.train.objective.lm_kl_loss`; the stock logits with the surfaces switched off).
     """
 
     cfg = cfg or TrainConfig(tokens=262_144)
@@ -153,6 +167,10 @@ def train_surfaces(
            "calibrate_quantile": float(calibrate_quantile) if calibrate else None}
     if rank is not None:  # absent for full-rank runs: their checkpoints' records stay as they were
         run["rank"] = int(rank)
+    if not (kl_weight >= 0 and math.isfinite(kl_weight)):
+        raise GeosteerError(f"KL weight must be a finite number >= 0, got {kl_weight}")
+    if kl_weight > 0:  # absent at 0: earlier checkpoints' records stay as they were
+        run["kl_weight"] = float(kl_weight)
     ckpt = find_checkpoint(state_dir)  # a state "folder" that is a file is refused here, before any pass
     if resume and ckpt is not None:
         state = load_checkpoint(ckpt)
@@ -180,6 +198,8 @@ def train_surfaces(
     surf = {"grid_size": grid_size, "layers": layers,
             "ranges": [list(bank.range_of(x)) for x in layers], "calibration": calibration}
     say(f"surfaces: {bank.extra_repr()}; {cfg.total_steps} steps x {cfg.batch_size} x {cfg.seq_len} tokens")
+    if kl_weight > 0:
+        train_kw["loss"] = lm_kl_loss(lambda m, batch: _stock_logits(m, bank, batch), kl_weight)
     res = train(model, bank, cfg, tok=tok, text=text, out_dir=state_dir, resume=resume, overwrite=overwrite,
                 progress=progress, log=log, stop_at=stop_at, checkpoint_extra={"surfaces": surf}, run=run,
                 **train_kw)
@@ -203,6 +223,8 @@ def train_surfaces(
     }
     if rank is not None:
         training["rank"] = int(rank)
+    if kl_weight > 0:
+        training["kl_weight"] = float(kl_weight)
     save(bank, out, dtype=storage_dtype, training=training, calibration=calibration,
          command=command or " ".join(shlex.quote(a) for a in sys.argv))
     say(f"saved surfaces to {out} (held-out ppl {res.ppl_before} -> {res.ppl_after})")

@@ -32,6 +32,29 @@ def lm_loss(model: nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, dict[s
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), batch[:, 1:].flatten()), {}
 
 
+def reverse_kl(logits: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Mean over positions of KL(P_θ ‖ P_ref) = Σ_v p_θ(v) (log p_θ(v) − log p_ref(v)) for logits (..., V)."""
+    lp, lr = F.log_softmax(logits.float(), -1), F.log_softmax(reference.float(), -1)
+    return (lp.exp() * (lp - lr)).sum(-1).mean()
+
+
+def lm_kl_loss(reference: Callable[[nn.Module, torch.Tensor], torch.Tensor], weight: float) -> LossFn:
+    """Next-token cross-entropy plus ``weight`` × KL(P_θ ‖ P_ref) per position, P_ref the logits
+    ``reference(model, batch)`` (computed without gradient, e.g. the stock model with the trained
+    intervention switched off): the fluency term, which keeps the trained model's own predictions close to
+    the reference where the text does not ask for a change."""
+
+    def loss(model: nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        with torch.no_grad():
+            ref = reference(model, batch)
+        logits = model(input_ids=batch).logits
+        ce = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), batch[:, 1:].flatten())
+        kl = reverse_kl(logits[:, :-1], ref[:, :-1])
+        return ce + weight * kl, {"ce": float(ce.detach()), "kl": float(kl.detach())}
+
+    return loss
+
+
 @dataclass
 class PromptSets:
     """The token batches of one behaviour: targets, controls and (promote only) negatives."""
