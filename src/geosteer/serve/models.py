@@ -35,11 +35,12 @@ class SteeredCausalLM:
         captures = getattr(cfg, "geosteer_capture_dir", None)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         tp = vllm_config.parallel_config.tensor_parallel_size
-        if tp > 1:  # this rank's heads of the surfaces and value scales
+        if tp > 1:  # this rank's heads of the surfaces and value scales; rank 0 alone writes the captures
             from vllm.distributed import get_tensor_model_parallel_rank
 
             rank = get_tensor_model_parallel_rank()
             plans = [tensor_parallel.shard_plan(p, rank, tp, cfg.num_attention_heads) for p in plans]
+            captures = captures if rank == 0 else None
         if getattr(cfg, "geosteer_graph", False):  # the steering runs from tables inside the compiled graph
             stages = graph.stages_of(plans, cfg.num_hidden_layers, inline)
             batch.set_recipes(plans, (lambda canon: _fitted(plan_inline(canon, meta), stages)) if inline else None)
@@ -50,7 +51,7 @@ class SteeredCausalLM:
             return
         batch.set_recipes(plans, (lambda canon: plan_inline(canon, meta)) if inline else None)
         batch.set_capture_dir(captures)
-        install(self, cfg.model_type, plans, every_layer=inline or bool(captures))
+        install(self, cfg.model_type, plans, every_layer=inline or bool(getattr(cfg, "geosteer_capture_dir", None)))
 
 
 def _fitted(plan, stages: dict):
