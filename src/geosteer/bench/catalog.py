@@ -5,6 +5,10 @@ from __future__ import annotations
 import geosteer.bench.levers  # noqa: F401 - registers prompting and CAA
 import geosteer.bench.levers_learned  # noqa: F401 - registers the learned levers
 import geosteer.bench.levers_variants  # noqa: F401 - registers the variants of the learned surfaces
+
+# isort: off
+import geosteer.bench.family  # noqa: F401 - registers the family of the surfaces (after its members)
+# isort: on
 from geosteer.bench.registry import Lever, registered
 from geosteer.errors import GeosteerError
 

@@ -50,7 +50,8 @@ def steering_cmd(
                                           "caa, vector, lora, loreft, surfaces, walls, scales, ffn-gates; also "
                                           "surfaces-shipped with --surfaces, and the surface variants "
                                           "surfaces-rank1, surfaces-rank2, surfaces-layers, surfaces+vector, "
-                                          "surfaces-kl)"),
+                                          "surfaces-kl, and surfaces-best: all six surface levers as one, "
+                                          "the form chosen on validation)"),
     budget: str = typer.Option("small", "--budget", help="small (everyday) | full"),
     seed: int = typer.Option(0, "--seed", help="seed of the splits, the judge and every training run"),
     kl_budget: float = typer.Option(0.5, "--kl-budget", help="operating-point rule: the largest mean control "

@@ -87,13 +87,15 @@ class Prepared:
 class Lever:
     """A registered lever: ``build(setup) -> Prepared``; ``needs``: a module it imports (an optional
     extra); ``description``: one line for the docs and ``--help``; ``version``: part of every checkpoint's
-    fingerprint."""
+    fingerprint; ``members``: for a family (:mod:`geosteer.bench.family`), the levers whose candidate points
+    it chooses from (its ``build`` is then never called)."""
 
     name: str
     build: Callable[[Setup], Prepared]
     description: str
     needs: str | None = None
     version: int = 1  # raised when what the lever computes changes (its checkpoints are then measured again)
+    members: tuple[str, ...] = ()
 
 
 _LEVERS: dict[str, Lever] = {}
@@ -102,6 +104,9 @@ _LEVERS: dict[str, Lever] = {}
 def register_lever(lever: Lever) -> Lever:
     if lever.name in _LEVERS:
         raise GeosteerError(f"lever {lever.name!r} is already registered")
+    for m in lever.members:
+        if m not in _LEVERS or _LEVERS[m].members:
+            raise GeosteerError(f"family {lever.name!r}: member {m!r} must be a registered lever, not a family")
     _LEVERS[lever.name] = lever
     return lever
 

@@ -49,6 +49,9 @@ class BenchConfig:
         version = getattr(levers().get(lever), "version", 1)
         if version != 1:
             doc["lever_version"] = version
+        members = getattr(levers().get(lever), "members", ())
+        if members:  # a family: its record follows its members' records
+            doc["members"] = [self.fingerprint(concept, m) for m in members]
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -113,16 +116,21 @@ def _summary(m: Measured, ref: Measured, point: Point, cfg: BenchConfig) -> dict
             **summarize(m, ref, cfg.budget.bootstrap, cfg.seed)}
 
 
-def run_lever(model, tok, ctx: ConceptContext, name: str, cfg: BenchConfig, work: Path, log=None) -> dict:
-    """Build one lever, choose its operating point on validation, measure it on test; the cache record."""
+def run_lever(model, tok, ctx: ConceptContext, name: str, cfg: BenchConfig, work: Path, log=None,
+              index: int | None = None) -> dict:
+    """Build one lever, choose its operating point on validation, measure it on test; the cache record.
+    ``index``: measure that candidate on test instead (a family's choice; no validation, no curve)."""
     t0, c0 = time.perf_counter(), time.process_time()
     prepared = levers()[name].build(_setup(model, tok, ctx, cfg, work, log))
     try:
         candidates = [stock_point(name), *prepared.points]
-        val = [ctx.stock["validation"]] + [_measure(model, tok, ctx, p, "validation", cfg)
-                                           for p in prepared.points]
-        curve = [_summary(m, ctx.stock["validation"], p, cfg) for m, p in zip(val, candidates, strict=True)]
-        i = choose_operating_point(curve, cfg.kl_budget)
+        if index is None:
+            val = [ctx.stock["validation"]] + [_measure(model, tok, ctx, p, "validation", cfg)
+                                               for p in prepared.points]
+            curve = [_summary(m, ctx.stock["validation"], p, cfg) for m, p in zip(val, candidates, strict=True)]
+            i = choose_operating_point(curve, cfg.kl_budget)
+        else:
+            curve, i = [], index
         point = candidates[i]
         test = ctx.stock["test"] if i == 0 else _measure(model, tok, ctx, point, "test", cfg)
     finally:
@@ -158,51 +166,96 @@ def stock_row(ctx: ConceptContext, cfg: BenchConfig) -> dict:
             "params": 0, "info": {}, "examples": ctx.stock["test"].texts[:2]}
 
 
+def with_members(names: list[str]) -> list[str]:
+    """``names`` with each family's members put before it (once): the order the levers are run in."""
+    out: list[str] = []
+    for n in names:
+        out += [m for m in (*getattr(levers().get(n), "members", ()), n) if m not in out]
+    return out
+
+
+def _family(model, tok, ctx_of, concept, name: str, cfg: BenchConfig, out: Path, docs: dict, stock_doc: dict,
+            log) -> dict | None:
+    """A family's record from its members' (None where a member has none, or, with ``cached_only``, where
+    the choice would need a measurement)."""
+    from geosteer.bench.family import family_record
+
+    members = levers()[name].members
+    missing = [m for m in members if m not in docs]
+    if missing and cfg.cached_only:
+        return None
+    if missing:
+        raise RuntimeError(f"member {missing[0]} has no result")
+
+    def measure(member: str, index: int) -> dict:
+        work = out / "work" / concept.name / member
+        try:
+            return run_lever(model, tok, ctx_of(), member, cfg, work, log, index=index)["row"]
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return family_record(name, members, docs, stock_doc["row"], cfg.kl_budget,
+                         None if cfg.cached_only else measure)
+
+
 def run_concept(model, tok, concept, cfg: BenchConfig, out: Path, log=None,
                 failed: list | None = None) -> tuple[list[dict], list[dict], dict]:
-    """Every lever on one concept (cached ones read back): (rows, curves, concept record). A lever that
-    raises is logged and added to ``failed``; the others go on."""
+    """Every lever on one concept (cached ones read back; a family's members run first): (rows, curves,
+    concept record). A lever that raises is logged and added to ``failed``; the others go on."""
     failed = failed if failed is not None else []
     say = log or (lambda s: None)
-    todo = [n for n in cfg.levers if read_cached(_cache_path(out, concept.name, n),
-                                                 cfg.fingerprint(concept, n)) is None]
+    names = with_members(cfg.levers)
+    todo = [n for n in names if read_cached(_cache_path(out, concept.name, n),
+                                            cfg.fingerprint(concept, n)) is None]
     stock_fp = cfg.fingerprint(concept, "stock")
     stock_doc = read_cached(_cache_path(out, concept.name, "stock"), stock_fp)
-    ctx = None
+    ctx: list = []
     if cfg.cached_only:
         if stock_doc is None:
             return [], [], None
         todo = []
+
+    def ctx_of() -> ConceptContext:  # prepared on first need (the stock measurements read back)
+        if not ctx:
+            measured = ({k: Measured.from_dict(v) for k, v in stock_doc["measured"].items()}
+                        if stock_doc is not None and "measured" in stock_doc else None)
+            ctx.append(prepare_concept(model, tok, concept, cfg, measured))
+        return ctx[0]
     if todo or stock_doc is None:
-        measured = ({k: Measured.from_dict(v) for k, v in stock_doc["measured"].items()}
-                    if stock_doc is not None and "measured" in stock_doc else None)
-        ctx = prepare_concept(model, tok, concept, cfg, measured)
-        stock_doc = {"fingerprint": stock_fp, "row": stock_row(ctx, cfg), "concept": _concept_record(ctx),
-                     "measured": {k: m.to_dict() for k, m in ctx.stock.items()}}
+        c = ctx_of()
+        stock_doc = {"fingerprint": stock_fp, "row": stock_row(c, cfg), "concept": _concept_record(c),
+                     "measured": {k: m.to_dict() for k, m in c.stock.items()}}
         _write(_cache_path(out, concept.name, "stock"), stock_doc)
-    rows, curves = [stock_doc["row"]], []
-    for name in cfg.levers:
+    rows, curves, docs = [stock_doc["row"]], [], {}
+    for name in names:
         path, fp = _cache_path(out, concept.name, name), cfg.fingerprint(concept, name)
         doc = read_cached(path, fp)
-        if doc is None and cfg.cached_only:
+        family = bool(levers()[name].members)
+        if doc is None and cfg.cached_only and not family:
             continue
         if doc is None:
             say(f"{concept.name}: {name} ...")
             work = out / "work" / concept.name / name
             try:
-                doc = {"fingerprint": fp, **run_lever(model, tok, ctx, name, cfg, work, log)}
+                rec = (_family(model, tok, ctx_of, concept, name, cfg, out, docs, stock_doc, log) if family
+                       else run_lever(model, tok, ctx_of(), name, cfg, work, log))
             except Exception as e:  # noqa: BLE001 - one lever's failure leaves the others measured
                 failed.append({"concept": concept.name, "lever": name, "error": f"{type(e).__name__}: {e}"})
                 say(f"{concept.name}: {name} failed ({type(e).__name__}: {e}); a rerun tries it again")
                 continue
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-            _write(path, doc)
+            if rec is None:  # cached_only: a family whose choice needs a measurement
+                continue
+            doc = {"fingerprint": fp, **rec}
+            if not cfg.cached_only:
+                _write(path, doc)
             r = doc["row"]
             say(f"{concept.name}: {name} score {r['score']['mean']:.3f} concept {r['concept_score']['mean']:.3f} "
                 f"KL {r['control_kl']['mean']:.3f} at {r['operating_point']['label']} ({r['seconds']} s)")
-        rows.append(doc["row"])
-        curves += doc["curve"]
+        docs[name] = doc
+        if name in cfg.levers:
+            rows.append(doc["row"])
+            curves += doc["curve"]
     return rows, curves, stock_doc["concept"]
 
 
