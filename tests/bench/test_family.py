@@ -140,3 +140,16 @@ def test_a_family_measures_a_chosen_point_its_member_did_not_choose(tiny_model, 
     direct = run.run_lever(model, tok, ctx, "vector", cfg, tmp_path / "w", index=j)["row"]
     assert json.dumps(row["score"]) == json.dumps(direct["score"])
     assert json.dumps(row["control_kl"]) == json.dumps(direct["control_kl"])
+
+
+def test_paired_difference_against_hand_values():
+    from geosteer.bench.results import paired_difference
+
+    rows = [_row("x", 0.6, 1) | {"concept": "c1"}, _row("y", 0.5, 1) | {"concept": "c1"},
+            _row("x", 0.4, 1) | {"concept": "c2"}, _row("y", 0.5, 1) | {"concept": "c2"},
+            _row("x", 0.5, 1) | {"concept": "c3"}, _row("y", 0.5, 1) | {"concept": "c3"},
+            _row("x", 0.9, 1) | {"concept": "c4"}]  # y did not measure c4: left out
+    d = paired_difference(rows, "x", "y", n_boot=500)
+    assert d["concepts"] == 3 and d["wins"] == ["c1"] and d["losses"] == ["c2"] and d["ties"] == ["c3"]
+    assert d["difference"]["mean"] == pytest.approx(0.0, abs=1e-12)
+    assert -0.1 <= d["difference"]["lo"] < 0 < d["difference"]["hi"] <= 0.1

@@ -49,6 +49,20 @@ def summary_table(rows: list[dict]) -> list[dict]:
     return sorted(out, key=lambda o: -o["score"] if o["score"] == o["score"] else 0.0)
 
 
+def paired_difference(rows: list[dict], a: str, b: str, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Lever ``a`` against ``b`` on the concepts both measured: the mean of the per-concept test-score
+    difference a − b with its 95 % percentile bootstrap interval over concepts, and a's wins, losses, ties."""
+    from geosteer.bench.scoring import bootstrap
+
+    score = {(r["concept"], r["lever"]): r["score"]["mean"] for r in rows}
+    concepts = [c for c in dict.fromkeys(r["concept"] for r in rows) if (c, a) in score and (c, b) in score]
+    diff = [score[(c, a)] - score[(c, b)] for c in concepts]
+    return {"a": a, "b": b, "concepts": len(concepts), "difference": bootstrap(diff, n_boot, seed),
+            "wins": [c for c, d in zip(concepts, diff, strict=True) if d > 0],
+            "losses": [c for c, d in zip(concepts, diff, strict=True) if d < 0],
+            "ties": [c for c, d in zip(concepts, diff, strict=True) if d == 0]}
+
+
 def markdown_table(rows: list[dict]) -> str:
     """The summary table as markdown."""
     lines = ["| lever | concepts | score | concept score | fluency score | repeated 4-grams | control KL | "
