@@ -151,6 +151,32 @@ def test_what_cannot_be_split_over_tensor_parallel_ranks_is_refused_before_the_e
             engine_args(tiny_folder, {name: folder}, tensor_parallel_size=2)
 
 
+def test_the_engine_arguments_say_where_the_steering_runs_and_why_eager(tmp_path, meta, tiny_folder):
+    """Residual recipes run in the compiled graph; exact walls, attention operations where the graph cannot
+    hold them, and captures make the engine eager, and ``geosteer_eager`` names the cause."""
+    from geosteer.manifold.walls import Wall
+    from geosteer.serve import graph
+    from geosteer.serve.engine import CAPTURE_EAGER, engine_args
+
+    model, _ = meta
+    vec = {"a": str(_recipe(tmp_path, "a", scale_site="attn_out", scale_par=0.5, alpha_mlp=1.2))}
+    kw = engine_args(tiny_folder, vec)
+    assert kw["hf_overrides"]["geosteer_graph"] and kw["hf_overrides"]["geosteer_eager"] is None
+    assert "enforce_eager" not in kw and kw["additional_config"]["geosteer_graph"]
+    walls = {"w": _surfaces(model, tmp_path / "w", walls=[Wall(layer=1, heads=(0,))])}
+    kw = engine_args(tiny_folder, {**vec, **walls})
+    assert kw["enforce_eager"] and not kw["hf_overrides"]["geosteer_graph"]
+    assert kw["hf_overrides"]["geosteer_eager"] == "recipe 'w': layer 1 has exact walls" or (
+        not graph.attention_in_graph() and kw["hf_overrides"]["geosteer_eager"].startswith(
+            "recipe 'w': layer 1 has operations inside attention"))
+    kw = engine_args(tiny_folder, {"v": str(_recipe(tmp_path, "v", scale_site="value_full", scale_par=0.5))})
+    assert kw["hf_overrides"]["geosteer_graph"] == graph.attention_in_graph()
+    if not graph.attention_in_graph():  # without vLLM's CPU build and geosteer's kernels: eager, and where not
+        assert "only on vLLM's CPU build" in kw["hf_overrides"]["geosteer_eager"]
+    kw = engine_args(tiny_folder, vec, max_capture=1000)
+    assert kw["enforce_eager"] and kw["hf_overrides"]["geosteer_eager"] == CAPTURE_EAGER
+
+
 def test_surfaces_and_value_scales_split_by_heads_as_attention_does(tmp_path, meta):
     """Each rank's part, computed on its heads alone (and the KV heads they read, replicated when there are
     fewer KV heads than ranks, as vLLM does), is that rank's slice of the whole layer's result."""

@@ -7,7 +7,8 @@ Every recipe is built and checked in the calling process first (one-line errors 
 Prefix caching stays on: a recipe changes the keys and values of later layers, so each recipe's cached
 blocks carry its own salt (``serve.admission``) and are never reused by a request under another recipe.
 vLLM's compiled path stays on when every recipe can run inside the graph (``serve.graph``); otherwise the
-engine runs eager. Run it under ``if __name__ == "__main__":`` (vLLM spawns its workers).
+engine runs eager, and its config's ``geosteer_eager`` says why (the workers log it). Run it under
+``if __name__ == "__main__":`` (vLLM spawns its workers).
 """
 
 from __future__ import annotations
@@ -35,13 +36,17 @@ def resolve_model(model: str) -> tuple[str, str]:
     return str(Path(model).resolve()), str(Path(model).resolve())
 
 
+CAPTURE_EAGER = "--max-capture: captured activations are written to files by Python at every step"
+
+
 def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parallel_size: int = 1,
-                  inline: Policy | None = None, compiled: bool | None = None) -> str | None:
+                  inline: Policy | None = None, eager: str | None = None) -> tuple[str | None, str | None]:
     """Build every recipe on a weightless copy of the model: what vLLM's workers will do, but here; then
     admit requests for them (``serve.admission``; with ``inline``, inline recipes under that policy too).
     What cannot be split over ``tensor_parallel_size`` ranks is refused (``serve.tensor_parallel``).
-    Returns the key of the compiled graph's layout when the steering runs inside vLLM's compiled graph
-    (``serve.graph``: every recipe can), None for the eager path (``compiled=False`` keeps it)."""
+    Returns (the key of the compiled graph's layout, None) when the steering runs inside vLLM's compiled
+    graph (``serve.graph``: every recipe can), else (None, why the engine runs eager); ``eager``: a reason
+    to run eager whatever the recipes."""
     from transformers import AutoConfig
 
     from geosteer.serve import admission, graph, tensor_parallel
@@ -53,11 +58,24 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
     for rname, rfolder in recipes.items():
         plans[rname] = plan_recipe(rname, rfolder, meta)
         tensor_parallel.check(rname, plans[rname], tensor_parallel_size)
-    attention = any(p.attention_layers for p in plans.values()) and graph.attention_in_graph()
-    in_graph = compiled is not False and all(graph.why_not(p, attention) is None for p in plans.values())
+    why = eager or eager_reason(plans)
     stages = graph.stages_of(list(plans.values()), meta.config.num_hidden_layers, inline is not None)
-    admission.configure(plans, meta if inline is not None else None, inline, stages if in_graph else None)
-    return graph.layout_key(list(plans.values()), stages, inline is not None) if in_graph else None
+    admission.configure(plans, meta if inline is not None else None, inline, stages if why is None else None)
+    return (None, why) if why else (graph.layout_key(list(plans.values()), stages, inline is not None), None)
+
+
+def eager_reason(plans: dict) -> str | None:
+    """Why recipes ({name: RecipePlan}) make the engine run eager; None: they all run in the compiled graph."""
+    from geosteer.serve import graph
+
+    attention = any(p.attention_layers for p in plans.values()) and graph.attention_in_graph()
+    for rname, plan in plans.items():
+        why = graph.why_not(plan, attention)
+        if why is not None:
+            where = "" if attention or not plan.attention_layers else (
+                " (in the graph only on vLLM's CPU build, float32, with geosteer's compiled CPU kernels built)")
+            return f"recipe '{rname}': {why}{where}"
+    return None
 
 
 def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parallel_size: int = 1,
@@ -78,11 +96,11 @@ def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parall
         # compiled (serve.graph) when every recipe runs in the graph; else eager: walls, the channel layout,
         # attention operations on a GPU and captures pick their requests' rows in Python per step, which a
         # graph captured once per batch shape would freeze. Prefix caching stays on (each recipe's own salt)
-        layout = check_recipes(folder, name, dict(recipes or {}), tensor_parallel_size, inline,
-                               compiled=False if max_capture else None)
+        layout, why = check_recipes(folder, name, dict(recipes or {}), tensor_parallel_size, inline,
+                                    eager=CAPTURE_EAGER if max_capture else None)
         kw["hf_overrides"] = {"architectures": [family.architecture], "geosteer_recipes": dict(recipes or {}),
                               "geosteer_model_name": name, "geosteer_inline": inline is not None,
-                              "geosteer_graph": layout is not None}
+                              "geosteer_graph": layout is not None, "geosteer_eager": why}
         if layout is None:
             kw["enforce_eager"] = True
         else:  # vLLM's compile cache ignores hf_overrides: the steering layout goes into its key this way

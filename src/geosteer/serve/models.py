@@ -8,6 +8,7 @@ vLLM's compiled graph, when ``geosteer_graph`` is set) or :func:`geosteer.serve.
 
 from __future__ import annotations
 
+from vllm.logger import init_logger
 from vllm.model_executor.models.gemma3 import Gemma3ForCausalLM
 from vllm.model_executor.models.llama import LlamaForCausalLM
 from vllm.model_executor.models.mistral import MistralForCausalLM
@@ -18,6 +19,8 @@ from geosteer.serve import batch, graph, tensor_parallel
 from geosteer.serve.inline import plan_inline
 from geosteer.serve.layers import install
 from geosteer.serve.plan import meta_model, plan_recipe
+
+logger = init_logger("vllm.geosteer")  # vLLM's handler prints it beside its own lines
 
 
 class SteeredCausalLM:
@@ -34,14 +37,18 @@ class SteeredCausalLM:
         inline = bool(getattr(cfg, "geosteer_inline", False))
         captures = getattr(cfg, "geosteer_capture_dir", None)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
-        tp = vllm_config.parallel_config.tensor_parallel_size
+        tp, rank = vllm_config.parallel_config.tensor_parallel_size, 0
         if tp > 1:  # this rank's heads of the surfaces and value scales; rank 0 alone writes the captures
             from vllm.distributed import get_tensor_model_parallel_rank
 
             rank = get_tensor_model_parallel_rank()
             plans = [tensor_parallel.shard_plan(p, rank, tp, cfg.num_attention_heads) for p in plans]
             captures = captures if rank == 0 else None
-        if getattr(cfg, "geosteer_graph", False):  # the steering runs from tables inside the compiled graph
+        graph_on = bool(getattr(cfg, "geosteer_graph", False))
+        if rank == 0:
+            logger.info("geosteer: %d named recipe(s)%s; %s", len(plans), ", inline recipes" if inline else "",
+                        _where(cfg, vllm_config.model_config.enforce_eager))
+        if graph_on:  # the steering runs from tables inside the compiled graph
             stages = graph.stages_of(plans, cfg.num_hidden_layers, inline)
             batch.set_recipes(plans, (lambda canon: _fitted(plan_inline(canon, meta), stages)) if inline else None)
             sched = vllm_config.scheduler_config
@@ -52,6 +59,15 @@ class SteeredCausalLM:
         batch.set_recipes(plans, (lambda canon: plan_inline(canon, meta)) if inline else None)
         batch.set_capture_dir(captures)
         install(self, cfg.model_type, plans, every_layer=inline or bool(getattr(cfg, "geosteer_capture_dir", None)))
+
+
+def _where(cfg, enforce_eager: bool) -> str:
+    """Where the steering runs, for the log: in vLLM's compiled graph, or eager and why."""
+    if not getattr(cfg, "geosteer_graph", False):
+        return f"steering eager ({getattr(cfg, 'geosteer_eager', None) or 'geosteer_graph is not set'})"
+    if enforce_eager:
+        return "steering from the compiled path's tables, but vLLM runs eager (enforce_eager)"
+    return "steering inside vLLM's compiled graph"
 
 
 def _fitted(plan, stages: dict):
