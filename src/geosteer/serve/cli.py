@@ -8,8 +8,9 @@ import os
 
 import typer
 
-from geosteer.cli.common import MODEL_OPT
 from geosteer.errors import GeosteerError
+from geosteer.models.loading import BUNDLED
+from geosteer.serve.families import SERVED_FAMILIES
 from geosteer.serve.inline import Policy
 
 SETUP = ("geosteer serve needs vLLM, which lives in its own environment: run `make serve` in the geosteer "
@@ -18,8 +19,13 @@ SETUP = ("geosteer serve needs vLLM, which lives in its own environment: run `ma
 HELP = f"""Serve MODEL and each --recipe NAME=DIR (a recipe, surfaces, gates or steering-vectors folder)
 through vLLM's OpenAI-compatible server: the names are the `model` ids in /v1/models; a request picks a
 recipe by its `model` field or, with the base model's id, by an extra `geosteer_recipe` field (a name, or an
-object of recipe keys as --set takes them). Set-up: {SETUP.split(': ', 1)[1]}.
-Arguments after `--` go to vLLM unchanged (e.g. -- --max-model-len 2048)."""
+object of recipe keys as --set takes them). The steering runs inside vLLM's compiled graph when every recipe
+can; exact walls, surfaces off vLLM's CPU build and --max-capture run the engine eager, and the log line
+`geosteer: ...` says which and why. Set-up: {SETUP.split(': ', 1)[1]}.
+Arguments after `--` go to vLLM unchanged (e.g. -- --max-model-len 2048; -- --tensor-parallel-size 2 splits
+the recipes over the ranks, except exact walls and value_full over concatenated heads)."""
+MODEL_HELP = (f"{' | '.join(BUNDLED)} | a Hugging Face model folder (config.json) of a served family: "
+              f"{', '.join(SERVED_FAMILIES)} (model_type)")
 
 
 def vllm_argv(model: str, recipes: dict[str, str], host: str, port: int, memory: float,
@@ -57,7 +63,7 @@ def register(app: typer.Typer) -> None:
     @app.command("serve", help=HELP, context_settings={"allow_extra_args": True})
     def serve(
         ctx: typer.Context,
-        model: str = MODEL_OPT,
+        model: str = typer.Option("smollm2", "--model", "-m", help=MODEL_HELP),
         recipe: list[str] = typer.Option([], "--recipe", help="NAME=DIR, repeatable: a recipe to serve as model "
                                          "id NAME"),
         artifact: list[str] = typer.Option([], "--artifact", help="NAME=DIR, repeatable: an artifact that inline "
@@ -72,7 +78,7 @@ def register(app: typer.Typer) -> None:
                                         "while the server runs); unset: those endpoints are off"),
         max_capture: int = typer.Option(0, "--max-capture", min=0, help="return activations a request asks for "
                                         "(geosteer_capture), at most this many values per request (layers x "
-                                        "tokens x width); 0: captures off"),
+                                        "tokens x width; the engine then runs eager); 0: captures off"),
         host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
         port: int = typer.Option(8000, "--port", min=1, max=65535, help="port to listen on"),
         memory: float = typer.Option(0.15, "--gpu-memory-utilization", min=0.01, max=1.0,
