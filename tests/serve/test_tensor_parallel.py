@@ -14,7 +14,6 @@ recipe's HF tokens, log-probs within 1e-3. What cannot be split is refused befor
 from __future__ import annotations
 
 import gc
-import os
 
 import pytest
 import torch
@@ -32,8 +31,6 @@ from tests.serve.helpers import (  # noqa: E402
     tiny_recipe_dirs,
     vllm_greedy,
 )
-
-os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # vLLM's automatic binding wants a NUMA node per rank
 
 N_PROMPTS, NEW, TP = 4, 8, 2
 MAX_CAPTURE = 20_000
@@ -107,9 +104,11 @@ def engine(request, tiny, recipe_dirs, vector_dirs):
     from geosteer.serve.inline import Policy
 
     extra = {"max_capture": MAX_CAPTURE} if request.param == "eager" else {}
-    llm = steered_llm(tiny[2], recipe_dirs, Policy(vector_dirs), tensor_parallel_size=TP, **extra, **{
-        **TINY_ENGINE, "enforce_eager": request.param == "eager", "max_num_seqs": 16,
-        "max_num_batched_tokens": 40, "block_size": 32, "enable_prefix_caching": True})
+    with pytest.MonkeyPatch.context() as mp:  # vLLM's automatic thread binding wants a NUMA node per rank
+        mp.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        llm = steered_llm(tiny[2], recipe_dirs, Policy(vector_dirs), tensor_parallel_size=TP, **extra, **{
+            **TINY_ENGINE, "enforce_eager": request.param == "eager", "max_num_seqs": 16,
+            "max_num_batched_tokens": 40, "block_size": 32, "enable_prefix_caching": True})
     yield request.param, llm
     llm.llm_engine.engine_core.shutdown()
     del llm

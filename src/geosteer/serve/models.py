@@ -64,7 +64,7 @@ class SteeredCausalLM:
 def _where(cfg, enforce_eager: bool) -> str:
     """Where the steering runs, for the log: in vLLM's compiled graph, or eager and why."""
     if not getattr(cfg, "geosteer_graph", False):
-        return f"steering eager ({getattr(cfg, 'geosteer_eager', None) or 'geosteer_graph is not set'})"
+        return f"steering eager ({getattr(cfg, 'geosteer_eager', None) or 'geosteer_graph is off in hf_overrides'})"
     if enforce_eager:
         return "steering from the compiled path's tables, but vLLM runs eager (enforce_eager)"
     return "steering inside vLLM's compiled graph"
