@@ -25,8 +25,8 @@ def main() -> None:
     torch.set_num_threads(a.threads)
 
     from geosteer import load_model
-    from geosteer.dynamics.critical import critical_study
     from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer_paper.dynamics.critical import critical_study
 
     model, tok = load_model(a.model)
     ids = corpus_windows(tok, "heldout", a.tokens, 256)

@@ -59,8 +59,8 @@ def forbid_model_builds(monkeypatch) -> None:
     import transformers
 
     import geosteer
-    from geosteer.directional import pretrain
     from geosteer.models import loading, tiny
+    from geosteer_paper.directional import pretrain
 
     def built(*a, **k):
         raise ModelBuilt

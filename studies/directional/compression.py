@@ -110,7 +110,7 @@ def byte_setup(a: argparse.Namespace):
     """Byte-level base: (model, calibration batches, prompts, perplexity function, meta)."""
     import math
 
-    from geosteer.directional.pretrain import byte_ids, mean_loss, sample_batch
+    from geosteer_paper.directional.pretrain import byte_ids, mean_loss, sample_batch
 
     m = byte_base(Path(a.model))
     ctx = m.config.max_position_embeddings

@@ -1,6 +1,6 @@
 """A clean full-precision base for the compression study: a from-scratch byte-level model, saved in fp32.
 
-The pretraining study's Llama-style byte model (``geosteer.directional.pretrain.small_model``) is trained
+The pretraining study's Llama-style byte model (``geosteer_paper.directional.pretrain.small_model``) is trained
 without any edit, with that study's schedule (AdamW, warmup + cosine, gradient clip 1), on the corpus
 train split, and saved with ``save_pretrained`` (safetensors, fp32). A checkpoint (model, optimiser, data
 generator, step) is written every ``--checkpoint-every`` steps into the output folder; rerunning the same
@@ -56,7 +56,14 @@ def check(a: argparse.Namespace) -> None:
 
 
 def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
-    from geosteer.directional.pretrain import byte_ids, lm_loss, mean_loss, sample_batch, small_model, warmup_cosine_lr
+    from geosteer_paper.directional.pretrain import (
+        byte_ids,
+        lm_loss,
+        mean_loss,
+        sample_batch,
+        small_model,
+        warmup_cosine_lr,
+    )
 
     check(a)
     if a.threads:

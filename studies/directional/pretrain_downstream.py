@@ -1,7 +1,7 @@
 """Study 3, continued (issue 14 item 8): from-scratch byte models with the gated control, scored downstream.
 
 Same models, data, schedule and seeds as ``geosteer study directional pretrain`` (study 3 of docs/directional.md:
-``geosteer.directional.pretrain``), plus
+``geosteer_paper.directional.pretrain``), plus
 
 - the paper's gated control (App. E, Fig. 8): ``value_gated`` = value-space parallel scaling with a learned
   tokenwise s∥ = σ(wᵀx) (``GatedParallelScale`` defaults: full aggregate, x = normed attention input, one w
@@ -30,11 +30,11 @@ from pathlib import Path
 import torch
 
 from geosteer.directional.gated import GatedParallelScale
-from geosteer.directional.pretrain import byte_ids, lm_loss, sample_batch, small_model, warmup_cosine_lr
 from geosteer.directional.sites import ComponentScale
 from geosteer.errors import GeosteerError, one_line_errors
 from geosteer.interventions import steer
 from geosteer.io_utils import atomic_write_json
+from geosteer_paper.directional.pretrain import byte_ids, lm_loss, sample_batch, small_model, warmup_cosine_lr
 
 VARIANTS = ("baseline", "attn_par", "value_par", "value_gated")
 PROXY_TASKS = ("proxy_cloze", "proxy_nextsent", "proxy_fact")

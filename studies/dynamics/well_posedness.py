@@ -27,11 +27,11 @@ def _max_angle_deg(a, b) -> float:
 def main() -> None:
     import torch
 
-    from geosteer.dynamics.critical import residual_seeds
     from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer.dynamics.fields import ReducedField, layer_fields
-    from geosteer.dynamics.theory import flow_path
     from geosteer.models.loading import load_model
+    from geosteer_paper.dynamics.critical import residual_seeds
+    from geosteer_paper.dynamics.theory import flow_path
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")

@@ -195,7 +195,7 @@ def test_only_viz_users_import_viz():
     assert not bad, f"library modules that import geosteer.viz: {', '.join(bad)}"
     assert "geosteer.manifold.bank" in edges and not any(t.startswith("geosteer.viz")
                                                           for t in edges["geosteer.manifold.bank"])
-    assert _viz_user("geosteer.dynamics.studies.continuation") and not _viz_user("geosteer.dynamics.continuation")
+    assert _viz_user("geosteer.manifold.cli_explore") and not _viz_user("geosteer.manifold.explore")
 
 
 def test_the_graph_sees_importlib_strings(tmp_path):

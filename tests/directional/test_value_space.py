@@ -68,7 +68,7 @@ def test_bad_value_space_is_refused_without_a_model():
 
 
 def test_sweep_settings_per_space():
-    from geosteer.directional.sweep import sweep_settings
+    from geosteer_paper.directional.sweep import sweep_settings
 
     s = sweep_settings(["value_exclude_self", "attn_out"], [0.0, 0.5], [], ["head", "concat"])
     got = {(c.site, c.s_par, c.value_space) for c in s}
@@ -82,7 +82,7 @@ def test_run_sweep_keeps_spaces_apart_and_resumes_old_rows(tiny_model, tmp_path)
     """One baseline for both spaces; each row's ΔPPL is recomputed here; a row written before rows carried a
     space counts as per head on resume (only the concatenated setting runs)."""
     from geosteer.directional.config import ComponentScaleConfig
-    from geosteer.directional.sweep import run_sweep
+    from geosteer_paper.directional.sweep import run_sweep
     from geosteer.eval.perplexity import heldout_ids, strided_perplexity
 
     model, tok = tiny_model("qwen2")

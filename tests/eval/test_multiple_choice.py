@@ -16,7 +16,7 @@ from geosteer.eval.multiple_choice import (
 
 
 def _byte_model(seed=0):
-    from geosteer.directional.pretrain import small_model
+    from geosteer_paper.directional.pretrain import small_model
 
     return small_model(d_model=32, layers=2, heads=2, ffn=64, ctx=16, seed=seed).eval()
 

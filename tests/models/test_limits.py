@@ -46,13 +46,13 @@ def test_check_positions_refuses_one_past_the_limit():
 
 
 def _window_consumers():
-    from geosteer.directional.mlp_internal import mlp_internal_study
-    from geosteer.directional.views import applied_strength, diagonal_study, head_localisation
-    from geosteer.dynamics.commutator import reorder_study
-    from geosteer.dynamics.critical import token_states
     from geosteer.dynamics.diagnostics import diagnose
     from geosteer.dynamics.parallel import defect_profile
     from geosteer.dynamics.topk import topk_study
+    from geosteer_paper.directional.mlp_internal import mlp_internal_study
+    from geosteer_paper.directional.views import applied_strength, diagonal_study, head_localisation
+    from geosteer_paper.dynamics.commutator import reorder_study
+    from geosteer_paper.dynamics.critical import token_states
 
     return {"diagnose": diagnose, "defect_profile": defect_profile, "topk_study": topk_study,
             "reorder_study": reorder_study, "token_states": lambda m, ids: token_states(m, ids, 0),

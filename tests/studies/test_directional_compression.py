@@ -56,7 +56,7 @@ def test_tiny_run_writes_both_files(tmp_path, capsys):
 
 def test_byte_level_base_runs_awq_and_gptq(tmp_path):
     """A folder from compression_base.py (an untrained tiny byte model here): bytes in, per-byte PPL out."""
-    from geosteer.directional.pretrain import small_model
+    from geosteer_paper.directional.pretrain import small_model
 
     base = tmp_path / "base"
     small_model(d_model=64, layers=1, heads=2, ffn=192, ctx=16, seed=0).save_pretrained(base)

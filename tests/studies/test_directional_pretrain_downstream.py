@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from geosteer.directional.gated import GatedParallelScale
-from geosteer.directional.pretrain import sample_batch, train_one
+from geosteer_paper.directional.pretrain import sample_batch, train_one
 from studies.directional.pretrain_downstream import main, train_variant
 
 KW = {"d_model": 32, "layers": 2, "heads": 2, "ffn": 64}

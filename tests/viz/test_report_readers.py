@@ -27,7 +27,7 @@ def _axes(fig) -> tuple[str, str]:
 
 def test_directional_sweep_file_gives_one_sweep_per_setting(tmp_path):
     from geosteer import load_model
-    from geosteer.directional.sweep import run_sweep, sweep_settings
+    from geosteer_paper.directional.sweep import run_sweep, sweep_settings
 
     model, tok = load_model("tiny-llama")
     ids = torch.randint(0, 200, (66,), generator=torch.Generator().manual_seed(0))

@@ -73,13 +73,19 @@ def _load() -> None:
             importlib.import_module(name)
 
 
+def _ordered(table: dict) -> list[str]:
+    """The methods of ``table``: those of :data:`PAPERS` in its order (whatever was imported first), then the
+    others in registration order."""
+    _load()
+    builtin = [p.rsplit(".", 1)[-1] for p in PAPERS]
+    return [m for m in builtin if m in table] + [m for m in table if m not in builtin]
+
+
 def studies() -> dict[str, tuple[Study, ...]]:
     """Each method's studies, in the order of :data:`PAPERS`, then the methods registered later."""
-    _load()
-    return {m: tuple(s.values()) for m, s in _STUDIES.items() if s}
+    return {m: tuple(_STUDIES[m].values()) for m in _ordered(_STUDIES) if _STUDIES[m]}
 
 
 def checks() -> list[Check]:
     """Every formula check, in method then declaration order."""
-    _load()
-    return [c for cs in _CHECKS.values() for c in cs]
+    return [c for m in _ordered(_CHECKS) for c in _CHECKS[m]]

@@ -8,7 +8,7 @@ from geosteer_paper.registry import Check, Study, register_check, register_study
 
 
 def _study(name: str, module: str, function: str, paper: str) -> Study:
-    return Study(name, f"geosteer.directional.studies.{module}:{function}", paper)
+    return Study(name, f"geosteer_paper.directional.studies.{module}:{function}", paper)
 
 
 STUDIES = (
@@ -19,8 +19,6 @@ STUDIES = (
     _study("strength", "views", "strength_cmd", "Table 6: applied strength"),
     _study("mlp-internal", "views", "mlp_internal_cmd", "App. D, Table 10: MLP-internal sites"),
     _study("plot", "views", "plot_cmd", "Figs 4 / 7 redrawn from a result file"),
-    Study("steer-learn", "geosteer.directional.studies.steer:steer_learn_cmd",
-          "the steering form of Eq. 11: per-layer s∥, s⊥ learned to promote a behaviour under a control-KL budget"),
 )
 
 _CHECKS = "geosteer_paper.directional.checks"

@@ -103,8 +103,8 @@ def neutral_vs_stock(model, tok) -> float:
 def diagonal_form_vs_edit(model, tok) -> float:
     """Eq. 12, Table 5: Ã = A + diag(ΔA) applied to the values against the value handler's edited output,
     both sites, s∥ ∈ {0, 0.4, 2.5}, per-head and concatenated value spaces."""
-    from geosteer.directional.diagonal import diagonal_edited_output, value_diagonal_change
     from geosteer.directional.sites import ComponentScale
+    from geosteer_paper.directional.diagonal import diagonal_edited_output, value_diagonal_change
 
     ids, mask = _ids(t=16)
     call = capture_call(model, LAYER, ids, mask)

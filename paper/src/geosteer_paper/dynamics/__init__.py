@@ -8,7 +8,7 @@ from geosteer_paper.registry import Check, Study, register_check, register_study
 
 
 def _study(name: str, module: str, function: str, paper: str) -> Study:
-    return Study(name, f"geosteer.dynamics.studies.{module}:{function}", paper)
+    return Study(name, f"geosteer_paper.dynamics.studies.{module}:{function}", paper)
 
 
 STUDIES = (
@@ -25,7 +25,7 @@ STUDIES = (
     _study("edit-specificity", "prefix", "edit_specificity", "Fig. 13: editing specificity"),
     _study("edit-linearity", "prefix", "edit_linearity", "Fig. 13: edit transfer is nearly linear"),
     _study("edit-locality", "prefix", "edit_locality", "editing locality vs query/key edits"),
-    Study("edit-protocol", "geosteer.dynamics.studies.edit_protocol:edit_protocol",
+    Study("edit-protocol", "geosteer_paper.dynamics.studies.edit_protocol:edit_protocol",
           "App. C: n = 32 value-neuron edits, s = 0.5…8, equal-norm baselines, channel ablation"),
     _study("continuation", "continuation", "continuation", "Thm 3, Fig. 11: α continuation"),
     _study("basins", "continuation", "basins", "Fig. 12: basin maps at α = 0 vs 1"),
@@ -35,7 +35,7 @@ STUDIES = (
     _study("finetune-baselines", "finetune", "finetune_baselines",
            "limitation: FFN gates vs bias-only and LoRA fine-tuning on the same tokens"),
     _study("significance", "significance", "significance", "cross-model rows: bootstrap interval, permutation p"),
-    Study("ov-spectrum", "geosteer.dynamics.studies.ov:ov_spectrum",
+    Study("ov-spectrum", "geosteer_paper.dynamics.studies.ov:ov_spectrum",
           "Fig. 14, App. C.6: OV non-symmetry, dominant eigenvalue by modulus and by real part"),
 )
 

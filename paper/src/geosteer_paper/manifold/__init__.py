@@ -7,9 +7,9 @@ from geosteer.models.tiny import TINY_FAMILIES
 from geosteer_paper.registry import Check, Study, register_check, register_study
 
 STUDIES = (
-    Study("strength", "geosteer.manifold.cli_studies:strength",
+    Study("strength", "geosteer_paper.manifold.studies:strength",
           "Table 6: greedy change rate vs surface strength (coefficients scaled 0.1…1)"),
-    Study("asymmetry", "geosteer.manifold.cli_studies:asymmetry", "§6: asymmetry S(q, k) ≠ S(k, q) per layer"),
+    Study("asymmetry", "geosteer_paper.manifold.studies:asymmetry", "§6: asymmetry S(q, k) ≠ S(k, q) per layer"),
 )
 
 _CHECKS = "geosteer_paper.manifold.checks"

@@ -1,3 +1,1 @@
-"""The dynamics method's paper experiments (``Method.studies``), run as ``geosteer study dynamics <name>``:
-one module per group (critical geometry, continuation, prefix and editing, parallelisation) and
-:mod:`.common` for what they share with the tool verbs of :mod:`geosteer.dynamics.cli`."""
+"""Options shared by the dynamics commands (``common``); the studies themselves are in the paper package."""

@@ -1,0 +1,3 @@
+"""The dynamics method's paper experiments (``Method.studies``), run as ``geosteer study dynamics <name>``:
+one module per group (critical geometry, continuation, prefix and editing, parallelisation) and
+:mod:`.common` for what they share with the tool verbs of :mod:`geosteer.dynamics.cli`."""
