@@ -1,4 +1,4 @@
-"""Learned ∥/⊥ scales (``geosteer study directional steer-learn``) on held-out prompts: one JSON.
+"""Learned ∥/⊥ scales (``geosteer learn scales``) on held-out prompts: one JSON.
 
 Against the stock model: the mean gain of the target continuation's teacher-forced log-prob (summed over its
 tokens) on the held-out target prompts, the mean drop of the negative continuation's, and the KL(P_stock ‖

@@ -1,4 +1,4 @@
-"""Export a training checkpoint of `geosteer manifold train` as a surfaces artifact, with held-out ppl.
+"""Export a training checkpoint of `geosteer learn surfaces` as a surfaces artifact, with held-out ppl.
 
 Used when a run has to be cut short (a 2-core machine shared with other jobs): the artifact records the
 step and tokens actually trained, the planned schedule, and held-out perplexity with/without surfaces

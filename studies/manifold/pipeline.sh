@@ -10,7 +10,7 @@ wait_pid() { if [ -f "$1" ]; then while kill -0 "$(cat "$1")" 2>/dev/null; do sl
 if [ ! -f artifacts/smollm2-surfaces/geosteer_config.json ]; then
   wait_pid runs/surfaces-g8.pid
   [ -f artifacts/smollm2-surfaces/geosteer_config.json ] || \
-  .venv/bin/geosteer manifold train --out artifacts/smollm2-surfaces --model smollm2 --layers 8-15 --grid 8 \
+  .venv/bin/geosteer learn surfaces --out artifacts/smollm2-surfaces --model smollm2 --layers 8-15 --grid 8 \
     --range -4 4 --tokens 65536 --seq-len 128 --batch 8 --lr 3e-2 --seed 0 --eval-tokens 32768 \
     --checkpoint-every 8 --threads 1 --resume >> runs/surfaces-g8.log 2>&1
 fi
@@ -25,7 +25,7 @@ wait
 $PY studies/manifold/report.py
 
 # 3. grid 16 at the same tokens (comparison only; not shipped)
-.venv/bin/geosteer manifold train --out runs/smollm2-surfaces-g16 --model smollm2 --layers 8-15 --grid 16 \
+.venv/bin/geosteer learn surfaces --out runs/smollm2-surfaces-g16 --model smollm2 --layers 8-15 --grid 16 \
   --range -4 4 --tokens 65536 --seq-len 128 --batch 8 --lr 3e-2 --seed 0 --eval-tokens 32768 \
   --checkpoint-every 8 --threads 1 --resume > runs/surfaces-g16.log 2>&1
 $PY studies/manifold/report.py

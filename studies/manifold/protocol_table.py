@@ -1,6 +1,6 @@
 """Held-out perplexity vs training tokens: all-layer surfaces vs matched LoRA (issue 16 item 1).
 
-Reads the surfaces run's ``<out>.train/history.json`` (``geosteer manifold train --eval-every``) and the LoRA
+Reads the surfaces run's ``<out>.train/history.json`` (``geosteer learn surfaces --eval-every``) and the LoRA
 result JSON (``studies/manifold/lora_baseline.py --eval-every``), writes one tidy JSON (rows: method, seed,
 step, tokens, held-out ppl, change vs the stock model) and prints a markdown table; ``--figure F.png`` also
 draws the curves (plotly + kaleido).

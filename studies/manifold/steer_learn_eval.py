@@ -1,4 +1,4 @@
-"""Learned steering surfaces (``geosteer manifold steer-learn``) on held-out prompts: one JSON.
+"""Learned steering surfaces (``geosteer learn steering-surfaces``) on held-out prompts: one JSON.
 
 Against the reference (the surfaces the run started from, attached unedited): the mean gain of the target
 continuation's teacher-forced log-prob (summed over its tokens) on the held-out target prompts, the mean drop
@@ -60,7 +60,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--reference", required=True, help="surfaces the run started from")
-    ap.add_argument("--learned", required=True, nargs="+", help="steer-learn output folders")
+    ap.add_argument("--learned", required=True, nargs="+", help="geosteer learn steering-surfaces output folders")
     ap.add_argument("--target", required=True)
     ap.add_argument("--negative", required=True)
     ap.add_argument("--controls", required=True)

@@ -11,7 +11,7 @@ Every condition is measured against the same reference, the shipped surfaces att
 Conditions: the layer-wide exact wall and the top-k norm exact wall of the manifold steering study (layer 10,
 top 10), a contrastive activation-addition vector (mean residual at the last prompt token, target − control
 train prompts, subtracted at the layer where it is most selective on the *training* prompts, at several
-scales), dense surface fine-tuning on the same objective (``wall-learn --mode dense``), and the learned walls.
+scales), dense surface fine-tuning on the same objective (``geosteer learn walls --mode dense``), and the learned walls.
 
     python studies/manifold/wall_learn_eval.py --category elements --walls W --dense D \
         --out docs/results/manifold_wall_learn_elements.json
@@ -93,8 +93,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--category", required=True)
     ap.add_argument("--surfaces", default="artifacts/smollm2-surfaces")
-    ap.add_argument("--walls", required=True, nargs="+", help="wall-learn artifacts (learned walls)")
-    ap.add_argument("--dense", default=None, help="wall-learn --mode dense artifact")
+    ap.add_argument("--walls", required=True, nargs="+", help="learned walls (geosteer learn walls artifacts)")
+    ap.add_argument("--dense", default=None, help="a geosteer learn walls --mode dense artifact")
     ap.add_argument("--wall-layer", type=int, default=10)
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--caa-layers", default="2,5,8,10,12,15,20,25")

@@ -1,4 +1,4 @@
-"""Selectivity frontier of the wall-learn study: target suppression vs collateral, read from the tidy JSONs.
+"""Selectivity frontier of the learned-walls study: target suppression vs collateral, read from the tidy JSONs.
 
 One panel per category: x = control next-token KL (log scale), y = mean target log-prob drop on the
 held-out prompts; one point per condition (labelled). Plain SVG, no plotting dependency.

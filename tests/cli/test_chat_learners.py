@@ -82,7 +82,7 @@ def _zero_surfaces(model, path) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("verb", ["steer-learn", "wall-learn"])
+@pytest.mark.parametrize("verb", ["steering-surfaces", "walls"])
 def test_manifold_learners_with_chat_learn_what_hand_formatted_prompts_teach(tiny_model, tmp_path, monkeypatch,
                                                                             capsys, verb):
     model, tok = tiny_model("llama")
@@ -90,9 +90,9 @@ def test_manifold_learners_with_chat_learn_what_hand_formatted_prompts_teach(tin
     outs = {}
     for tag, hand in (("chat", False), ("hand", True)):
         t, n, c = _files(tmp_path, tok, hand)
-        args = ["manifold", verb, "--surfaces", src, "--target-file", t, "--control-file", c, "--model",
+        args = ["learn", verb, "--surfaces", src, "--target-file", t, "--control-file", c, "--model",
                 "tiny-llama", "--threads", "1", "--steps", "2", "--out", str(tmp_path / tag), "--json"]
-        args += ["--negative-file", n] if verb == "steer-learn" else ["--mode", "dense", "--candidates", "8"]
+        args += ["--negative-file", n] if verb == "steering-surfaces" else ["--mode", "dense", "--candidates", "8"]
         args += ["--chat", "--system", SYSTEM] if tag == "chat" else []
         code, _, err = run_cli(monkeypatch, capsys, *args)
         assert code == 0, err
@@ -106,7 +106,7 @@ def test_directional_steer_learn_with_chat_learns_what_hand_formatted_prompts_te
     outs = {}
     for tag, hand in (("chat", False), ("hand", True)):
         t, n, c = _files(tmp_path, tok, hand, strip_bos=True)  # this learner puts the BOS first itself
-        args = ["study", "directional", "steer-learn", "--target-file", t, "--negative-file", n, "--control-file",
+        args = ["learn", "scales", "--target-file", t, "--negative-file", n, "--control-file",
                 c, "--model", "tiny-llama", "--threads", "1", "--steps", "2", "--layers", "1-2", "--out",
                 str(tmp_path / tag), "--json"]
         code, _, err = run_cli(monkeypatch, capsys, *args, *(["--chat", "--system", SYSTEM] if tag == "chat" else []))
@@ -124,12 +124,12 @@ def test_vectors_train_with_chat_extracts_from_hand_formatted_prompts(tiny_model
     hand.write_text(json.dumps([[by_hand(tok, a), by_hand(tok, b)] for a, b in pairs]))
     outs = {}
     for tag, f, extra in (("chat", plain, ["--chat", "--system", SYSTEM]), ("hand", hand, [])):
-        code, _, err = run_cli(monkeypatch, capsys, "vectors", "train", "-m", "tiny-llama", "--pairs", str(f),
+        code, _, err = run_cli(monkeypatch, capsys, "learn", "vectors", "-m", "tiny-llama", "--pairs", str(f),
                                "--layers", "0-1", "--out", str(tmp_path / tag), "--threads", "1", "--json", *extra)
         assert code == 0, err
         outs[tag] = _tensors(tmp_path / tag)
     _same(outs["chat"], outs["hand"])
-    code, _, err = run_cli(monkeypatch, capsys, "vectors", "train", "-m", "tiny-llama", "--pairs", str(plain),
+    code, _, err = run_cli(monkeypatch, capsys, "learn", "vectors", "-m", "tiny-llama", "--pairs", str(plain),
                            "--layers", "0", "--out", str(tmp_path / "plain"), "--threads", "1", "--json")
     assert code == 0, err
     plain_v, hand_v = _tensors(tmp_path / "plain")["vectors.safetensors"], outs["hand"]["vectors.safetensors"]
@@ -141,9 +141,9 @@ def test_chat_is_refused_on_a_model_without_a_chat_template(tmp_path, monkeypatc
     t, n, c = _files(tmp_path, None, False)
     pairs = tmp_path / "pairs.json"
     pairs.write_text(json.dumps([["good", "bad"]]))
-    runs = [["study", "directional", "steer-learn", "--target-file", t, "--control-file", c, "--model", "tiny-gpt2",
+    runs = [["learn", "scales", "--target-file", t, "--control-file", c, "--model", "tiny-gpt2",
              "--out", str(tmp_path / "o1"), "--chat"],
-            ["vectors", "train", "-m", "tiny-gpt2", "--pairs", str(pairs), "--out", str(tmp_path / "o2"), "--chat"]]
+            ["learn", "vectors", "-m", "tiny-gpt2", "--pairs", str(pairs), "--out", str(tmp_path / "o2"), "--chat"]]
     for args in runs:
         code, _, err = run_cli(monkeypatch, capsys, *args, "--threads", "1")
         one_line_exit_2(code, err)
@@ -153,10 +153,10 @@ def test_chat_is_refused_on_a_model_without_a_chat_template(tmp_path, monkeypatc
 
 def test_system_without_chat_is_refused_before_loading(tmp_path, monkeypatch, capsys):
     t, n, c = _files(tmp_path, None, False)
-    for args in (["manifold", "steer-learn", "--surfaces", str(tmp_path), "--target-file", t, "--control-file", c],
-                 ["manifold", "wall-learn", "--surfaces", str(tmp_path), "--target-file", t, "--control-file", c],
-                 ["study", "directional", "steer-learn", "--target-file", t, "--control-file", c],
-                 ["vectors", "train", "--pairs", t],
+    for args in (["learn", "steering-surfaces", "--surfaces", str(tmp_path), "--target-file", t, "--control-file", c],
+                 ["learn", "walls", "--surfaces", str(tmp_path), "--target-file", t, "--control-file", c],
+                 ["learn", "scales", "--target-file", t, "--control-file", c],
+                 ["learn", "vectors", "--pairs", t],
                  ["studio", "--port", "1"]):
         line = refused_before_load(monkeypatch, capsys, *args, "--out" if args[0] != "studio" else "--host",
                                    str(tmp_path / "o") if args[0] != "studio" else "127.0.0.1", "--system", "x")

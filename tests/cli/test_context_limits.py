@@ -22,26 +22,26 @@ LONG = " ".join(["word"] * 700)  # 700 GPT-2 tokens; tiny-gpt2 has 512 positions
 BASE = {
     "generate": ["-p", "hi", "--max-new-tokens", "2"],
     "compare": ["-p", "hi", "--max-new-tokens", "2"],
-    "manifold explore": ["-s", "{s}", "--coverage-windows", "0", "--no-sensitivity", "--record-qk", "{out}.json"],
-    "manifold wall-learn": ["-s", "{s}", "--target-file", "{targets}", "--control-file", "{controls}", "--steps",
+    "measure explore": ["-s", "{s}", "--coverage-windows", "0", "--no-sensitivity", "--record-qk", "{out}.json"],
+    "learn walls": ["-s", "{s}", "--target-file", "{targets}", "--control-file", "{controls}", "--steps",
                             "1", "-o", "{out}"],
-    "manifold steer-learn": ["-s", "{s}", "--target-file", "{targets}", "--control-file", "{controls}",
+    "learn steering-surfaces": ["-s", "{s}", "--target-file", "{targets}", "--control-file", "{controls}",
                              "--steps", "1", "-o", "{out}"],
-    "vectors train": ["--pairs", "{pairs}", "--layers", "1", "--out", "{out}"],
+    "learn vectors": ["--pairs", "{pairs}", "--layers", "1", "--out", "{out}"],
     "study manifold strength": ["-s", "{s}", "--scales", "1", "--max-new-tokens", "2", "-o", "{out}.json"],
-    "study directional steer-learn": ["--target-file", "{targets}", "--control-file", "{controls}", "--steps",
+    "learn scales": ["--target-file", "{targets}", "--control-file", "{controls}", "--steps",
                                       "1", "--layers", "1", "-o", "{out}"],
     "study dynamics prefix-spread": ["--prefix-file", "{prefixes}", "--no-control", "-o", "{out}.json"],
     "study dynamics anchors": ["--prefix-file", "{prefixes}", "--seeds", "1", "-o", "{out}.json"],
 }
 #: (verb, option) pairs whose long value needs another option dropped or changed.
-SWAP = {("manifold explore", "--prompt"): ["--no-sensitivity", "--record-qk", "{out}.json"],
-        ("manifold explore", "--prompt-set"): ["--no-sensitivity", "--record-qk", "{out}.json"],
-        ("vectors train", "--positive"): ["--pairs", "{pairs}"],
-        ("vectors train", "--negative"): ["--pairs", "{pairs}"]}
-EXTRA = {("vectors train", "--positive"): ["--negative", "{negatives}"],
-         ("vectors train", "--negative"): ["--positive", "{negatives}"],
-         ("manifold explore", "--prompt-set"): ["--top", "1"], ("manifold explore", "--prompt"): ["--top", "1"]}
+SWAP = {("measure explore", "--prompt"): ["--no-sensitivity", "--record-qk", "{out}.json"],
+        ("measure explore", "--prompt-set"): ["--no-sensitivity", "--record-qk", "{out}.json"],
+        ("learn vectors", "--positive"): ["--pairs", "{pairs}"],
+        ("learn vectors", "--negative"): ["--pairs", "{pairs}"]}
+EXTRA = {("learn vectors", "--positive"): ["--negative", "{negatives}"],
+         ("learn vectors", "--negative"): ["--positive", "{negatives}"],
+         ("measure explore", "--prompt-set"): ["--top", "1"], ("measure explore", "--prompt"): ["--top", "1"]}
 
 
 def _walk() -> list[tuple[str, str]]:
@@ -60,8 +60,8 @@ CASES = _walk()
 def test_the_walk_finds_every_prompt_verb():
     verbs = {v for v, _ in CASES}
     assert verbs == set(BASE), f"new verb(s) that encode a prompt: add them to BASE: {verbs ^ set(BASE)}"
-    for known in [("vectors train", "--pairs"), ("manifold steer-learn", "--target-file"),
-                  ("manifold wall-learn", "--control-file"), ("manifold explore", "--qk-prompt")]:
+    for known in [("learn vectors", "--pairs"), ("learn steering-surfaces", "--target-file"),
+                  ("learn walls", "--control-file"), ("measure explore", "--qk-prompt")]:
         assert known in CASES
 
 

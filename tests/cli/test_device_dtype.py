@@ -37,7 +37,7 @@ def test_every_model_loading_verb_has_device_and_dtype():
     for verb in NO_MODEL:
         assert _option(leaves[verb], "--device") is None and _option(leaves[verb], "--dtype") is None, verb
     # the artifact storage dtype is --save-dtype on the two verbs that write surfaces
-    for verb in ("manifold train", "manifold edit"):
+    for verb in ("learn surfaces", "manifold edit"):
         assert _option(leaves[verb], "--save-dtype") is not None, verb
 
 
@@ -61,10 +61,10 @@ def recorder(monkeypatch):
 
 # one verb per CLI module (and a few more), with the options each needs to reach the model load
 PASS_THROUGH = [
-    ["info"], ["decompose"], ["study", "dynamics", "ablate"], ["study", "directional", "sweep"],
-    ["study", "directional", "diagonal"], ["dynamics", "diagnose"], ["dynamics", "gates", "--save", "OUT"],
+    ["info"], ["measure", "decompose"], ["study", "dynamics", "ablate"], ["study", "directional", "sweep"],
+    ["study", "directional", "diagonal"], ["measure", "diagnose"], ["learn", "gates", "--out", "OUT"],
     ["study", "dynamics", "critical", "--layers", "0"], ["study", "dynamics", "continuation", "--layer", "0"],
-    ["study", "dynamics", "prefix-spread"], ["manifold", "train", "--out", "OUT"], ["demo"],
+    ["study", "dynamics", "prefix-spread"], ["learn", "surfaces", "--out", "OUT"], ["demo"],
     ["studio", "--workspace", "OUT"],
 ]
 
@@ -78,10 +78,10 @@ def test_device_and_dtype_reach_the_loader(recorder, tmp_path, args):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["dynamics", "diagnose", "--dtype", "int8"], "unknown dtype 'int8'"),
+    (["measure", "diagnose", "--dtype", "int8"], "unknown dtype 'int8'"),
     (["study", "directional", "heads", "--device", "cuda:99"], "device 'cuda:99' is not available"),
-    (["manifold", "train", "--out", "OUT", "--steps", "1", "--dtype", "int8"], "unknown dtype 'int8'"),
-    (["manifold", "explore", "--surfaces", "OUT", "--device", "nonsense"], "invalid device 'nonsense'"),
+    (["learn", "surfaces", "--out", "OUT", "--steps", "1", "--dtype", "int8"], "unknown dtype 'int8'"),
+    (["measure", "explore", "--surfaces", "OUT", "--device", "nonsense"], "invalid device 'nonsense'"),
 ])
 def test_bad_device_or_dtype_is_one_line_exit_2(capsys, tmp_path, args, needle):
     args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
@@ -94,13 +94,13 @@ def test_bad_device_or_dtype_is_one_line_exit_2(capsys, tmp_path, args, needle):
 
 
 def test_manifold_train_dtype_note_and_save_dtype(capsys, tmp_path):
-    """--dtype on ``manifold train`` is the model's (a note says so); the storage dtype is --save-dtype."""
+    """--dtype on ``learn surfaces`` is the model's (a note says so); the storage dtype is --save-dtype."""
     out = tmp_path / "s"
     with pytest.raises(SystemExit) as e:
-        run_app(app, ["manifold", "train", "--model", "tiny-llama", "--out", str(out), "--save-dtype", "int8"])
+        run_app(app, ["learn", "surfaces", "--model", "tiny-llama", "--out", str(out), "--save-dtype", "int8"])
     assert e.value.code == 2 and "storage dtype must be one of" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        run_app(app, ["manifold", "train", "--model", "tiny-llama", "--out", str(out), "--dtype", "float16",
+        run_app(app, ["learn", "surfaces", "--model", "tiny-llama", "--out", str(out), "--dtype", "float16",
                       "--layers", "99"])  # refused once the model is loaded: after the note
     err = capsys.readouterr().err
     assert "note: --dtype float16 sets the model weights" in err and "out of range" in err

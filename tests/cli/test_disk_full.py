@@ -142,7 +142,7 @@ def test_manifold_train_checkpoint(disk, monkeypatch, capsys):
     text = disk.parent / "text.txt"
     text.write_text("The river flows through the valley. " * 40)
     out = disk / "trained"
-    err = _full_run(monkeypatch, capsys, disk, "manifold", "train", "-m", "tiny-llama", "--text", str(text),
+    err = _full_run(monkeypatch, capsys, disk, "learn", "surfaces", "-m", "tiny-llama", "--text", str(text),
                     "--steps", "2", "--checkpoint-every", "1", "--out", str(out), "--threads", "1")
     assert "checkpoint of step" in err and "checkpoint.safetensors" in err and "needs" in err
     assert not out.exists() and not pathlib.Path(str(out) + ".train").exists()  # no leftovers
@@ -153,7 +153,7 @@ def vectors(disk, monkeypatch, capsys):
     pairs = disk.parent / "pairs.json"
     pairs.write_text(json.dumps(PAIRS))
     out = disk / "V"
-    code, _, err = run_cli(monkeypatch, capsys, "vectors", "train", "-m", "tiny-llama", "--pairs", str(pairs),
+    code, _, err = run_cli(monkeypatch, capsys, "learn", "vectors", "-m", "tiny-llama", "--pairs", str(pairs),
                            "--layers", "1", "--out", str(out))
     assert code == 0, err
     return out, pairs
@@ -161,7 +161,7 @@ def vectors(disk, monkeypatch, capsys):
 
 def test_vectors_train_over_an_artifact(vectors, disk, monkeypatch, capsys):
     out, pairs = vectors
-    err = _full_run(monkeypatch, capsys, disk, "vectors", "train", "-m", "tiny-llama", "--pairs", str(pairs),
+    err = _full_run(monkeypatch, capsys, disk, "learn", "vectors", "-m", "tiny-llama", "--pairs", str(pairs),
                     "--layers", "0", "--out", str(out), "--overwrite")
     assert str(out) in err
 

@@ -55,9 +55,9 @@ def root():
 
 def test_the_walk_finds_the_known_output_options():
     have = set(OUTPUTS)
-    for known in [("manifold edit", "--out"), ("manifold train", "--out"), ("manifold wall-learn", "--out"),
+    for known in [("manifold edit", "--out"), ("learn surfaces", "--out"), ("learn walls", "--out"),
                   ("tasks build", "--out"), ("compare", "--out"), ("report", "--png"), ("demo", "--out-dir"),
-                  ("dynamics gates", "--save"), ("dynamics diagnose", "--csv"),
+                  ("learn gates", "--out"), ("measure diagnose", "--csv"),
                   ("study directional pretrain", "--out-dir"), ("study directional diagonal", "--figure")]:
         assert known in have, known
     assert len(OUTPUTS) >= 40
@@ -80,10 +80,10 @@ def test_every_output_option_refuses_a_path_under_a_file_before_any_work(tmp_pat
 
 @pytest.mark.parametrize("args,needle", [
     (["compare", "-m", "tiny-llama", "-p", "Hi", "--out", "rows.xlsx"], "valid extensions: .json, .csv"),
-    (["decompose", "-m", "tiny-llama", "--out", "rows.txt"], "valid extensions: .json, .csv"),
-    (["dynamics", "diagnose", "-m", "tiny-llama", "--csv", "rows.json"], "valid extensions: .csv"),
+    (["measure", "decompose", "-m", "tiny-llama", "--out", "rows.txt"], "valid extensions: .json, .csv"),
+    (["measure", "diagnose", "-m", "tiny-llama", "--csv", "rows.json"], "valid extensions: .csv"),
     (["report", "r.json", "--out", "r.pdf"], "valid extensions: .html, .htm"),
-    (["dynamics", "diagnose", "-m", "tiny-llama", "--out", "ADIR"], "is a folder; give a file name"),
+    (["measure", "diagnose", "-m", "tiny-llama", "--out", "ADIR"], "is a folder; give a file name"),
 ])
 def test_wrong_extension_or_a_folder_for_a_file_is_refused(monkeypatch, capsys, tmp_path, no_model, args, needle):
     monkeypatch.chdir(tmp_path)
@@ -112,12 +112,12 @@ def surfaces(tiny_model, tmp_path):
 
 @pytest.mark.parametrize("make_args", [
     lambda s, v, t: ["manifold", "edit", "zero layer=0", "-s", str(s), "-o", str(v)],
-    lambda s, v, t: ["manifold", "train", "-m", "tiny-llama", "--steps", "1", "--out", str(v)],
-    lambda s, v, t: ["manifold", "wall-learn", "-s", str(s), "--target-file", str(t), "--control-file", str(t),
+    lambda s, v, t: ["learn", "surfaces", "-m", "tiny-llama", "--steps", "1", "--out", str(v)],
+    lambda s, v, t: ["learn", "walls", "-s", str(s), "--target-file", str(t), "--control-file", str(t),
                      "-o", str(v)],
     lambda s, v, t: ["tasks", "build", "-m", "tiny-llama", "--out", str(v), "--lengths", "256"],
-    lambda s, v, t: ["dynamics", "gates", "-m", "tiny-llama", "--save", str(v)],
-], ids=["manifold-edit", "manifold-train", "wall-learn", "tasks-build", "dynamics-gates"])
+    lambda s, v, t: ["learn", "gates", "-m", "tiny-llama", "--out", str(v)],
+], ids=["manifold-edit", "manifold-train", "wall-learn", "tasks-build", "learn-gates"])
 def test_folder_verbs_never_replace_a_folder_of_user_files(monkeypatch, capsys, tmp_path, no_model, surfaces, victim,
                                                            make_args):
     prompts = tmp_path / "p.json"

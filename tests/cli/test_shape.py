@@ -98,19 +98,19 @@ def surfaces(tmp_path_factory):
 LAYER_VERBS = [
     [*DYN, "ablate", "-m", "tiny-llama", "--tokens", "64", "--context", "32"],
     [*DYN, "gains", "-m", "tiny-llama", "--tokens", "64", "--context", "32"],
-    ["dynamics", "gates", "-m", "tiny-llama", "--save", "{tmp}/g", "--train-tokens", "64"],
+    ["learn", "gates", "-m", "tiny-llama", "--out", "{tmp}/g", "--tokens", "64"],
     [*DYN, "critical", "-m", "tiny-llama", "--tokens", "32", "--context", "16", "--steps", "1"],
     [*DYN, "commutator", "-m", "tiny-llama"],
     [*DYN, "pressure", "-m", "tiny-llama"],
     [*DYN, "split-options", "-m", "tiny-llama"],
     [*DYN, "edit-specificity", "-m", "tiny-llama"],
-    ["decompose", "-m", "tiny-llama", "--tokens", "16", "--chunk", "16"],
+    ["measure", "decompose", "-m", "tiny-llama", "--tokens", "16", "--chunk", "16"],
     [*DIR, "diagonal", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],
     [*DIR, "heads", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o.json"],
     [*DIR, "strength", "-m", "tiny-llama", "--tokens", "16", "--out", "{tmp}/o.json"],
     [*DIR, "mlp-internal", "-m", "tiny-llama", "--texts", "1", "--text-len", "16", "--out", "{tmp}/o.json"],
-    ["manifold", "train", "-m", "tiny-llama", "--out", "{tmp}/o", "--steps", "1"],
-    ["manifold", "explore", "-m", "tiny-llama", "--surfaces", "{surf}"],
+    ["learn", "surfaces", "-m", "tiny-llama", "--out", "{tmp}/o", "--steps", "1"],
+    ["measure", "explore", "-m", "tiny-llama", "--surfaces", "{surf}"],
 ]
 
 

@@ -122,9 +122,9 @@ def test_one_bad_value_is_refused_before_any_model_is_built(verb, flag, kind, tm
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("a plain file\n")
     before = sorted(p.name for p in tmp_path.iterdir())
-    # options that are not required one by one, but one of a set is: gates trains (--save) or evaluates
-    # (--load); vectors train reads --pairs (or --positive with --negative)
-    one_of = {"dynamics gates": ("--save", str(tmp_path / "gates")), "vectors train": ("--pairs", inputs["--pairs"])}
+    # options that are not required one by one, but one of a set is: learn vectors reads --pairs (or --positive
+    # with --negative)
+    one_of = {"learn vectors": ("--pairs", inputs["--pairs"])}
     args_extra = list(one_of[verb]) if verb in one_of and flag != one_of[verb][0] else []
     cmd = LEAVES[verb]
     bad = str(tmp_path / "afile" / "x") if kind == "path" else BAD[kind]  # a path under a plain file
@@ -149,8 +149,8 @@ EDITS = ["edit-specificity", "edit-linearity", "edit-locality", "edit-protocol"]
 OUT_OF_RANGE = [
     (["generate", "-p", ""], "--prompt is empty"),
     (["compare", "-p", "Hi", "-p", ""], "--prompt is empty (prompt 2 of 2)"),
-    (["manifold", "explore", "--prompt", ""], "--prompt is empty"),
-    (["manifold", "explore", "--record-qk", "qk.json", "--qk-prompt", ""], "--qk-prompt is empty"),
+    (["measure", "explore", "--prompt", ""], "--prompt is empty"),
+    (["measure", "explore", "--record-qk", "qk.json", "--qk-prompt", ""], "--qk-prompt is empty"),
     *[(["study", "dynamics", verb, "--target-rank", rank], f"--target-rank {rank} is not a next-token rank")
       for verb in EDITS for rank in ("-1", "65536")],
     (["study", "dynamics", "edit-protocol", "--ablate-rank", "70000"], "--ablate-rank 70000 is not a next-token"),
@@ -163,7 +163,7 @@ def test_empty_prompt_and_out_of_vocabulary_rank_are_refused_before_the_model_lo
     from tests.cli_helpers import refused_before_load
 
     monkeypatch.chdir(tmp_path)
-    extra = ["--surfaces", inputs["--surfaces"]] if args[0] == "manifold" else ["--model", "tiny-llama"]
+    extra = ["--surfaces", inputs["--surfaces"]] if args[:2] == ["measure", "explore"] else ["--model", "tiny-llama"]
     err = refused_before_load(monkeypatch, capsys, *args, *extra)
     assert needle in err, err
     if "rank" in needle:

@@ -53,7 +53,7 @@ def option_meanings() -> dict[str, dict[str, list[str]]]:
 
 def test_the_walk_sees_the_command_tree():
     paths = {path for path, _ in command_leaves(hidden=False).items()}
-    assert {"ppl", "generate", "compare", "recipe show", "decompose"} <= paths
+    assert {"ppl", "generate", "compare", "recipe show", "measure decompose"} <= paths
     kinds = option_meanings()
     assert kinds["--model"].keys() == {"str"} and len(kinds["--model"]["str"]) > 10
     assert "flag" in kinds["--json"]
@@ -167,7 +167,7 @@ def test_resid_mid_is_the_state_between_attention_and_mlp():
 
 
 @pytest.mark.parametrize("argv", [
-    ["manifold", "explore", "-s", "S", "--prompts", "p.json"],
+    ["measure", "explore", "-s", "S", "--prompts", "p.json"],
     ["manifold", "edit", "zero layer=0", "-s", "S", "-o", "O", "--dtype", "float16"],
     ["study", "directional", "pretrain", "--seeds", "0,1"],
     ["study", "directional", "pretrain", "--layers", "2"],

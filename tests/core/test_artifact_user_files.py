@@ -129,7 +129,7 @@ def test_vectors_train_overwrite_keeps_the_users_files(tiny_model, tmp_path, mon
     pairs = tmp_path / "pairs.json"
     pairs.write_text(json.dumps([["I love this", "I hate this"], ["great", "awful"]]))
     before = _tree(folder)
-    code, _, err = run_cli(monkeypatch, capsys, "vectors", "train", "--model", "tiny-llama", "--pairs", str(pairs),
+    code, _, err = run_cli(monkeypatch, capsys, "learn", "vectors", "--model", "tiny-llama", "--pairs", str(pairs),
                            "--layers", "0", "--out", str(folder), "--overwrite")
     one_line_exit_2(code, err)
     assert "finetune.safetensors" in err and _tree(folder) == before
@@ -146,7 +146,7 @@ def test_manifold_train_and_import_refuse_before_any_work(verb, tiny_model, tmp_
     forbid_model_builds(monkeypatch)  # refused while the command line is read, before a model is built
     ckpt = tmp_path / "surfaces_grid8.pt"
     ckpt.write_bytes(b"not read")
-    args = (["manifold", "train", "--model", "tiny-llama", "--out", str(folder)] if verb == "train" else
+    args = (["learn", "surfaces", "--model", "tiny-llama", "--out", str(folder)] if verb == "train" else
             ["manifold", "import", str(ckpt), "--model", "tiny-llama", "--out", str(folder)])
     code, _, err = run_cli(monkeypatch, capsys, *args)
     one_line_exit_2(code, err)

@@ -45,14 +45,14 @@ def test_read_config_errors(tmp_path):
 def test_model_card_has_hub_metadata_and_the_facts():
     text = A.render_model_card(method="manifold.surfaces", base_model="smollm2", n_parameters=123456,
                                training={"data": "bundled corpus, train split", "tokens": 300000, "seed": 0},
-                               ppl_before=21.5, ppl_after=20.25, command="geosteer manifold train --seed 0",
+                               ppl_before=21.5, ppl_after=20.25, command="geosteer learn surfaces --seed 0",
                                files=["geosteer_config.json", "surfaces.safetensors"])
     head, body = text.split("---\n", 2)[1:]
     assert "library_name: geosteer" in head and "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in head
     assert "- manifold" in head
     for needle in ("| training data | bundled corpus, train split |", "| training tokens | 300,000 |",
                    "| held-out perplexity before | 21.5000 |", "| held-out perplexity after | 20.2500 |",
-                   "| trainable parameters | 123,456 |", "geosteer manifold train --seed 0",
+                   "| trainable parameters | 123,456 |", "geosteer learn surfaces --seed 0",
                    "- `surfaces.safetensors`"):
         assert needle in body, needle
     assert "| held-out perplexity after | n/a |" in A.render_model_card(method="m", base_model="b")

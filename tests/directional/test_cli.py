@@ -1,4 +1,4 @@
-"""``geosteer decompose`` and one-line errors of the ``geosteer directional`` verbs."""
+"""``geosteer measure decompose`` and one-line errors of the ``geosteer directional`` verbs."""
 
 import json
 
@@ -10,7 +10,7 @@ def test_decompose_cli_json_and_csv(tmp_path):
     from geosteer.cli import app
 
     csv = tmp_path / "d.csv"
-    r = CliRunner().invoke(app, ["decompose", "-m", "tiny-llama", "--text-file", __file__, "--tokens", "24",
+    r = CliRunner().invoke(app, ["measure", "decompose", "-m", "tiny-llama", "--text-file", __file__, "--tokens", "24",
                                  "--layers", "0-1", "--json", "--csv", str(csv)])
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
@@ -48,9 +48,9 @@ def test_cli_bad_input_one_line_error(args, msg, monkeypatch, capsys):
      "--text-len 600 is longer than the model's 512"),
     (["ppl", "-m", "tiny-llama", "--corpus", "heldout", "--set", "scale_site=attn_out", "--set", "scale_layers=7"],
      "layer 7 out of range"),
-    (["decompose", "-m", "tiny-gpt2", "--tokens", "2000", "--chunk", "2000", "--no-value"],
+    (["measure", "decompose", "-m", "tiny-gpt2", "--tokens", "2000", "--chunk", "2000", "--no-value"],
      "--tokens/--chunk window 2000 is longer than the model's 512 positions"),
-    (["decompose", "-m", "tiny-llama", "--chunk", "512", "--layers", "99"], "layer 99 out of range"),
+    (["measure", "decompose", "-m", "tiny-llama", "--chunk", "512", "--layers", "99"], "layer 99 out of range"),
     (["study", "directional", "diagonal", "-m", "tiny-llama", "--map-head", "99"], "--map-head: head 99 out of range"),
     (["study", "directional", "heads", "-m", "tiny-llama", "--heads", "99"], "--heads: head 99 out of range"),
 ])

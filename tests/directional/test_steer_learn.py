@@ -1,4 +1,4 @@
-"""Learned per-layer ∥/⊥ scales (``geosteer study directional steer-learn``): neutral at the start, the edit
+"""Learned per-layer ∥/⊥ scales (``geosteer learn scales``): neutral at the start, the edit
 against per-layer ``ComponentScale`` s, the objective against a naive per-prompt float64 recomputation, the
 target rising on the training prompts under the control-KL budget, exact resume, the recipe it writes, and
 bad input (one line, exit 2, before the model loads)."""
@@ -119,7 +119,7 @@ def test_cli_writes_a_recipe_and_refuses_bad_input(tiny_model, tmp_path, monkeyp
     t.write_text(json.dumps(TARGETS))
     n.write_text(json.dumps(NEGATIVES))
     c.write_text(json.dumps(CONTROLS))
-    base = ["study", "directional", "steer-learn", "--target-file", str(t), "--control-file", str(c),
+    base = ["learn", "scales", "--target-file", str(t), "--control-file", str(c),
             "--model", "tiny-llama", "--threads", "1"]
     code, out, err = run_cli(monkeypatch, capsys, *base, "--negative-file", str(n), "--out", str(tmp_path / "o"),
                              "--steps", "2", "--lr", "0.1", "--layers", "1-2", "--json")

@@ -150,7 +150,7 @@ def test_concat_measurement_matches_a_naive_loop(tiny_model, family, padded):
      "unknown value space 'flat'; valid: head, concat"),
     (["study", "directional", "sweep", "-m", "tiny-llama", "--value-space", "head,head"], "--value-space"),
     (["study", "directional", "sweep", "-m", "tiny-llama", "--s-par-grid", "3:1:0.5"], "bad --s-par-grid"),
-    (["decompose", "-m", "tiny-llama", "--value-space", "flat"], "unknown value space 'flat'"),
+    (["measure", "decompose", "-m", "tiny-llama", "--value-space", "flat"], "unknown value space 'flat'"),
 ])
 def test_cli_value_space_errors_are_one_line(args, msg, tmp_path, monkeypatch, capsys):
     from tests.cli_helpers import run_cli

@@ -66,7 +66,7 @@ def test_the_quickstart_runs_on_a_model_folder_of_ones_own(tmp_path, monkeypatch
             assert code == 0, (line, err)
             if args[1] == "compare":
                 assert "stock:" in out and "intervened:" in out
-            if args[1:3] == ["manifold", "train"]:
+            if args[1:3] == ["learn", "surfaces"]:
                 assert "expected duration: about" in err and "an estimate" in err
     tok_folder = tmp_path / "no-tokenizer"  # the offline tokenizer recipe fills a folder without one
     tok_folder.mkdir()

@@ -15,8 +15,8 @@ DYN = ("study", "dynamics")  # the paper studies' spelling
      "unknown FFN variant 'sideways'"),
     ([*DYN, "ablate", "-m", "tiny-llama", "--layers", "0-9", "--tokens", "64", "--context", "32"],
      "layer 3 out of range: this model has layers 0..2"),
-    (["dynamics", "diagnose", "-m", "tiny-llama", "--topk", "0,4"], "top-k needs k >= 1"),
-    (["dynamics", "gates", "-m", "tiny-llama"], "give exactly one of --save"),
+    (["measure", "diagnose", "-m", "tiny-llama", "--topk", "0,4"], "top-k needs k >= 1"),
+    (["learn", "gates", "-m", "tiny-llama"], "Missing option '--out'"),
 ])
 def test_bad_input_exits_2(argv, message, monkeypatch, capsys):
     code, _, err = run_cli(monkeypatch, capsys, *argv)
@@ -26,7 +26,7 @@ def test_bad_input_exits_2(argv, message, monkeypatch, capsys):
 
 def test_diagnose_writes_tidy_records(tmp_path, monkeypatch, capsys):
     out = tmp_path / "d.json"
-    code, stdout, _ = run_cli(monkeypatch, capsys, "dynamics", "diagnose", "-m", "tiny-gpt_neox", "--tokens", "64",
+    code, stdout, _ = run_cli(monkeypatch, capsys, "measure", "diagnose", "-m", "tiny-gpt_neox", "--tokens", "64",
                               "--context", "32", "--topk", "2", "--json", "--out", str(out),
                               "--csv", str(tmp_path / "d.csv"))
     assert code == 0
@@ -103,9 +103,9 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
     ([*DYN, "parallelize", "-m", "tiny-llama", "--seeds", "1000000"], "'--seeds'"),
     ([*DYN, "basins", "-m", "tiny-llama", "--layer", "1", "--grid", "100000"], "'--grid'"),
     ([*DYN, "basins", "-m", "tiny-llama", "--layer", "7"], "layer 7 out of range"),
-    (["dynamics", "diagnose", "-m", "tiny-gpt2", "--context", "1000"], "--context 1000 is longer than the model's 512"),
-    (["dynamics", "diagnose", "-m", "tiny-llama", "--split", "dev"], "unknown corpus split (--split) 'dev'"),
-    (["dynamics", "gates", "-m", "tiny-llama", "--save", "g", "--train-seq", "4096"], "--train-seq 4096 is longer"),
+    (["measure", "diagnose", "-m", "tiny-gpt2", "--context", "1000"], "--context 1000 is longer than the model's 512"),
+    (["measure", "diagnose", "-m", "tiny-llama", "--split", "dev"], "unknown corpus split (--split) 'dev'"),
+    (["learn", "gates", "-m", "tiny-llama", "--out", "g", "--context", "4096"], "--context 4096 is longer"),
     ([*DYN, "ablate", "-m", "tiny-llama", "--layers", "9"], "layer 9 out of range"),
     ([*DYN, "continuation", "-m", "tiny-llama", "--layer", "0", "--ov-norm", "l2"], "unknown ov_norm"),
     ([*DYN, "anchors", "-m", "tiny-llama", "--score", "best"], "unknown anchor score (--score) 'best'"),
@@ -120,8 +120,8 @@ def test_parallelize_measured_order_and_defect_correlation(tmp_path, monkeypatch
     ([*DYN, "parallelize", "-m", "tiny-llama", "--counts", "99"], "--counts: 99 parallel layers"),
     ([*DYN, "parallelize", "-m", "tiny-llama", "--counts", "-1"], "--counts: -1 parallel layers"),
     ([*DYN, "prefix-spread", "-m", "tiny-llama", "--suffix", " "], "--suffix is empty"),
-    (["dynamics", "gates", "-m", "tiny-llama", "--save", "g", "--train-tokens", "0"], "'--train-tokens'"),
-    (["dynamics", "gates", "-m", "tiny-llama", "--load", "missing"], "missing"),
+    (["learn", "gates", "-m", "tiny-llama", "--out", "g", "--tokens", "0"], "'--tokens'"),
+    (["learn", "gates", "-m", "tiny-llama", "--out", "g", "--eval-context", "4096"], "--eval-context 4096 is longer"),
     ([*DYN, "anchors", "-m", "tiny-llama", "--k", "1000"], "--k 1000 is too large for prefixes of 32"),
     ([*DYN, "phase", "-m", "tiny-llama", "--layer", "0", "--dims", "2,64"], "need k in [1, 63]"),
 ])

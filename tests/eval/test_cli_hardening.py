@@ -38,16 +38,16 @@ def no_model(monkeypatch):
     (["compare", "--model", "tiny-llama", "-p", "Hi", "--top-k", "-1"], "--top-k"),
     (["generate", "--model", "tiny-llama", "-p", "Hi", "--temperature", "nan"], "finite"),
     (["generate", "--model", "tiny-llama", "-p", "Hi", "--temperature", "-1"], ">= 0"),
-    (["manifold", "train", "--model", "tiny-llama", "--out", "OUT", "--save-dtype", "int8", "--steps", "2"],
+    (["learn", "surfaces", "--model", "tiny-llama", "--out", "OUT", "--save-dtype", "int8", "--steps", "2"],
      "storage dtype must be one of float32, float16, bfloat16 (got int8)"),
-    (["manifold", "train", "--model", "tiny-llama", "--out", "OUT", "--range", "2", "2", "--steps", "2"],
+    (["learn", "surfaces", "--model", "tiny-llama", "--out", "OUT", "--range", "2", "2", "--steps", "2"],
      "lo < hi"),
-    (["manifold", "train", "--model", "tiny-llama", "--out", "OUT", "--grid", "0", "--steps", "2"], "grid size"),
-    (["manifold", "train", "--model", "tiny-llama", "--out", "OUT", "--text", "nope.txt", "--steps", "2"],
+    (["learn", "surfaces", "--model", "tiny-llama", "--out", "OUT", "--grid", "0", "--steps", "2"], "grid size"),
+    (["learn", "surfaces", "--model", "tiny-llama", "--out", "OUT", "--text", "nope.txt", "--steps", "2"],
      "neither a corpus split"),
-    (["manifold", "train", "--model", "tiny-llama", "--out", "OUT", "--layers", "x-y", "--steps", "2"],
+    (["learn", "surfaces", "--model", "tiny-llama", "--out", "OUT", "--layers", "x-y", "--steps", "2"],
      "bad layer spec"),
-    (["manifold", "train", "--model", "tiny-llama", "--out", "OUT", "--lr", "nan", "--steps", "2"], "lr"),
+    (["learn", "surfaces", "--model", "tiny-llama", "--out", "OUT", "--lr", "nan", "--steps", "2"], "lr"),
 ])
 def test_bad_options_refused_before_any_model_is_loaded(monkeypatch, capsys, tmp_path, no_model, args, needle):
     args = [str(tmp_path / "out") if a == "OUT" else a for a in args]

@@ -72,7 +72,7 @@ def test_explore_cli_reports_coverage_and_leakage(monkeypatch, capsys, tiny_mode
     bank = _bank(model)
     E.apply_edit(bank, "wall layer=1 head=0 q=0..inf")
     src = manifold.save(bank, tmp_path / "s")
-    code, out, err = run_cli(monkeypatch, capsys, "manifold", "explore", "--surfaces", str(src), "--prompt",
+    code, out, err = run_cli(monkeypatch, capsys, "measure", "explore", "--surfaces", str(src), "--prompt",
                              "Hello there", "--coverage-windows", "1", "--json")
     assert code == 0, err
     doc = json.loads(out)

@@ -209,7 +209,7 @@ def test_cli_edit_show_explore(tiny_model, tmp_path, monkeypatch):
     r = CliRunner().invoke(app, ["show", str(tmp_path / "out"), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["edits"] == 2
-    r = CliRunner().invoke(app, ["manifold", "explore", "--surfaces", str(src), "--prompt", "The cat sat on",
+    r = CliRunner().invoke(app, ["measure", "explore", "--surfaces", str(src), "--prompt", "The cat sat on",
                                  "--prompt", "Hello", "--net", "1,2,3", "--top", "4", "--out",
                                  str(tmp_path / "x.json")])
     assert r.exit_code == 0, r.output
@@ -228,5 +228,5 @@ def test_negative_top_is_refused_not_sliced(tiny_model, tmp_path, monkeypatch, c
     model, _ = tiny_model("llama")
     src = manifold.save(random_bank(model), tmp_path / "in")
     model_opt = ["--model", "tiny-llama"] if verb == "explore" else []
-    err = refused_before_load(monkeypatch, capsys, "manifold", verb, "--surfaces", str(src), "--top", "-1", *model_opt)
+    err = refused_before_load(monkeypatch, capsys, "measure", verb, "--surfaces", str(src), "--top", "-1", *model_opt)
     assert "'--top'" in err and "greater than or equal to 0" in err

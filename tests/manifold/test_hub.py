@@ -54,7 +54,7 @@ def saved_bank(tmp_path_factory):
     with torch.no_grad():
         bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=g))
     manifold.uninstall(model)
-    folder = manifold.save(bank, tmp_path_factory.mktemp("art") / "surf", command="geosteer manifold train x")
+    folder = manifold.save(bank, tmp_path_factory.mktemp("art") / "surf", command="geosteer learn surfaces x")
     return model, bank, folder
 
 
@@ -71,7 +71,7 @@ def test_bank_by_repo_id_offline_identical(hub_cache, saved_bank):
     assert card.data.library_name == "geosteer"
     assert card.data.license == "apache-2.0"
     assert card.data.base_model is None  # tiny-llama has no Hub id; the table still names it
-    assert "tiny-llama" in card.text and "geosteer manifold train x" in card.text
+    assert "tiny-llama" in card.text and "geosteer learn surfaces x" in card.text
 
 
 def test_branch_revision_and_errors(hub_cache, saved_bank):

@@ -1,4 +1,4 @@
-"""Learned steering surfaces (``geosteer manifold steer-learn``): the objective against a naive per-prompt
+"""Learned steering surfaces (``geosteer learn steering-surfaces``): the objective against a naive per-prompt
 log-softmax recomputation, the target rising on held-out prompts under the control-KL budget, the neutral
 starting point, checkpoints that cannot resume as the other verb's, the artifact through the recipe, and bad
 input (one line, exit 2, before the model loads; never over a folder of the user's files)."""
@@ -91,7 +91,7 @@ def test_steer_learn_promotes_on_held_out_prompts_under_the_budget(tiny_model, t
     assert max(_naive_kl(model, tok, HELD_OUT_CONTROLS, loaded)) < TAU
     doc = manifold.read_config(tmp_path / "s")
     assert "steer_learn" in doc["meta"] and "wall_learn" not in doc["meta"]
-    assert "steer-learn: surfaces fine-tuned to promote" in (tmp_path / "s" / "README.md").read_text()
+    assert "learn steering-surfaces: surfaces fine-tuned to promote" in (tmp_path / "s" / "README.md").read_text()
 
 
 def test_neutral_start_and_checkpoints_stay_with_their_verb(tiny_model, tmp_path):
@@ -135,14 +135,14 @@ def test_cli_steer_learn_artifact_through_the_recipe_and_bad_input(tiny_model, t
     t.write_text(json.dumps(TARGETS))
     n.write_text(json.dumps(NEGATIVES))
     c.write_text(json.dumps(CONTROLS))
-    base = ["manifold", "steer-learn", "--surfaces", str(src), "--target-file", str(t), "--control-file", str(c),
+    base = ["learn", "steering-surfaces", "--surfaces", str(src), "--target-file", str(t), "--control-file", str(c),
             "--model", "tiny-llama", "--threads", "1"]
     code, out, err = run_cli(monkeypatch, capsys, *base, "--negative-file", str(n), "--out", str(tmp_path / "o"),
                              "--steps", "1", "--lr", "0.1", "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["target_gain"] > 0 and doc["negative_drop"] > 0
-    assert manifold.read_config(tmp_path / "o")["meta"]["command"].startswith("geosteer manifold steer-learn ")
+    assert manifold.read_config(tmp_path / "o")["meta"]["command"].startswith("geosteer learn steering-surfaces ")
     ids = tok(["The cat sat on the"], return_tensors="pt").input_ids
     with torch.no_grad(), steer(model, *InterventionSpec(surfaces=str(tmp_path / "o")).build(model)):
         via_recipe = model(ids, use_cache=False).logits

@@ -151,7 +151,7 @@ def test_train_cli_refuses_before_any_weights_are_built(monkeypatch, capsys, tmp
     monkeypatch.chdir(tmp_path)
     (tmp_path / "EMPTY").write_text(" \n\n")
     (tmp_path / "LATIN1").write_bytes("café\n".encode("latin-1"))
-    err = refused_before_load(monkeypatch, capsys, "manifold", "train", "-m", "tiny-llama", "--out", "o",
+    err = refused_before_load(monkeypatch, capsys, "learn", "surfaces", "-m", "tiny-llama", "--out", "o",
                               "--steps", "1", *args)
     assert needle in err and sorted(p.name for p in tmp_path.iterdir()) == ["EMPTY", "LATIN1"]
 

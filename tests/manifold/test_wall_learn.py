@@ -247,7 +247,7 @@ def test_cli_wall_learn_and_bad_input(tiny_model, tmp_path, monkeypatch, capsys)
     t, c = tmp_path / "t.json", tmp_path / "c.json"
     t.write_text(json.dumps(TARGETS))
     c.write_text(json.dumps(CONTROLS))
-    base = ["manifold", "wall-learn", "--surfaces", str(src), "--target-file", str(t), "--control-file",
+    base = ["learn", "walls", "--surfaces", str(src), "--target-file", str(t), "--control-file",
             str(c), "--out", str(tmp_path / "o"), "--model", "tiny-llama", "--threads", "1"]
     code, out, err = run_cli(monkeypatch, capsys, *base, "--steps", "2", "--candidates", "3", "--json")
     assert code == 0, err

@@ -84,7 +84,7 @@ def test_cli_bos_reaches_the_run(tiny_model, tmp_path, monkeypatch, capsys):
     t, c = tmp_path / "t.json", tmp_path / "c.json"
     t.write_text(json.dumps(TARGETS))
     c.write_text(json.dumps(CONTROLS))
-    base = ["manifold", "wall-learn", "--surfaces", str(src), "--target-file", str(t), "--control-file", str(c),
+    base = ["learn", "walls", "--surfaces", str(src), "--target-file", str(t), "--control-file", str(c),
             "--out", str(tmp_path / "o"), "--model", "tiny-llama", "--threads", "1", "--steps", "1",
             "--candidates", "2", "--layers", "0", "--bos"]
     code, _, err = run_cli(monkeypatch, capsys, *base, "--json")

@@ -1,4 +1,4 @@
-"""The studio lists the exact region walls a bank carries (e.g. learned by ``geosteer manifold wall-learn``)."""
+"""The studio lists the exact region walls a bank carries (e.g. learned by ``geosteer learn walls``)."""
 
 from __future__ import annotations
 

@@ -214,7 +214,7 @@ def test_cli_resume_with_planted_pickle_exits_2(monkeypatch, capsys, tmp_path):
     _plant(tmp_path / "surf.train" / LEGACY_NAME, marker, "torch")
     text = tmp_path / "t.txt"
     text.write_text("The river flows through the valley. " * 50)
-    monkeypatch.setattr(sys, "argv", ["geosteer", "manifold", "train", "--model", "tiny-llama", "--out",
+    monkeypatch.setattr(sys, "argv", ["geosteer", "learn", "surfaces", "--model", "tiny-llama", "--out",
                                       str(out), "--text", str(text), "--steps", "2", "--resume"])
     with pytest.raises(SystemExit) as ei:
         cli.main()

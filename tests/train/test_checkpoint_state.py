@@ -66,7 +66,7 @@ def surfaces(tiny_model, tmp_path):
     return M.save(bank, tmp_path / "src")
 
 
-@pytest.mark.parametrize("verb", ["train", "wall-learn", "steer-learn"])
+@pytest.mark.parametrize("verb", ["surfaces", "walls", "steering-surfaces"])
 def test_training_verbs_refuse_a_state_file_before_the_model_loads(verb, surfaces, tmp_path, monkeypatch,
                                                                    capsys):
     out = tmp_path / "o"
@@ -74,9 +74,9 @@ def test_training_verbs_refuse_a_state_file_before_the_model_loads(verb, surface
     t, c = _targets(tmp_path)
     text = tmp_path / "text.txt"
     text.write_text("The river flows through the valley. " * 20)
-    args = (["--text", str(text), "--steps", "1"] if verb == "train" else
+    args = (["--text", str(text), "--steps", "1"] if verb == "surfaces" else
             ["--surfaces", str(surfaces), "--target-file", str(t), "--control-file", str(c), "--steps", "1"])
-    line = refused_before_load(monkeypatch, capsys, "manifold", verb, "-m", "tiny-llama", "--out", str(out),
+    line = refused_before_load(monkeypatch, capsys, "learn", verb, "-m", "tiny-llama", "--out", str(out),
                                *args)
     assert "o.train is a file, not a folder" in line
     assert (tmp_path / "o.train").read_text() == "a file of the user's" and not out.exists()

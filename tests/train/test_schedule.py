@@ -248,11 +248,11 @@ def test_missing_tracker_package_is_one_line(tiny, stream, tmp_path, monkeypatch
     with pytest.raises(extras.MissingDependency, match=r"needs the package 'tensorboard'.*geosteer\[track\]"):
         _train(tiny, stream, train_config(log_with="tensorboard"), out_dir=tmp_path / "a")
     assert not (tmp_path / "a").exists()
-    code, _, err = run_cli(monkeypatch, capsys, "manifold", "train", "--out", str(tmp_path / "b"), "--model",
+    code, _, err = run_cli(monkeypatch, capsys, "learn", "surfaces", "--out", str(tmp_path / "b"), "--model",
                            "tiny-llama", "--steps", "1", "--log-with", "tensorboard")
     one_line_exit_2(code, err)
     assert "geosteer[track]" in err and not (tmp_path / "b").exists() and not (tmp_path / "b.train").exists()
-    code, _, err = run_cli(monkeypatch, capsys, "manifold", "train", "--out", str(tmp_path / "c"), "--model",
+    code, _, err = run_cli(monkeypatch, capsys, "learn", "surfaces", "--out", str(tmp_path / "c"), "--model",
                            "tiny-llama", "--steps", "1", "--schedule", "exp")
     one_line_exit_2(code, err)
     assert "schedule must be one of" in err

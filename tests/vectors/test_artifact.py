@@ -124,7 +124,7 @@ def test_identical_pairs_are_refused_before_the_model_loads(tmp_path, monkeypatc
     pairs = tmp_path / "pairs.json"
     pairs.write_text(json.dumps([["same", "same"], ["also", "also"]]))
     forbid_model_builds(monkeypatch)
-    code, _, err = run_cli(monkeypatch, capsys, "vectors", "train", "--model", "tiny-llama", "--pairs", str(pairs),
+    code, _, err = run_cli(monkeypatch, capsys, "learn", "vectors", "--model", "tiny-llama", "--pairs", str(pairs),
                            "--out", str(tmp_path / "v"))
     one_line_exit_2(code, err)
     assert "same text" in err and not (tmp_path / "v").exists()

@@ -1,4 +1,4 @@
-"""``geosteer vectors train | show [--gguf]``: the artifact they write, and bad input as one line,
+"""``geosteer learn vectors | show [--gguf]``: the artifact they write, and bad input as one line,
 exit 2, checked before the model loads, nothing written."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def test_train_show_export(monkeypatch, capsys, tmp_path, pairs_file):
     from geosteer.vectors import extract, import_gguf, load_vectors
 
     out = tmp_path / "happy"
-    code, stdout, err = run_cli(monkeypatch, capsys, "vectors", "train", "-m", "tiny-llama", "--pairs",
+    code, stdout, err = run_cli(monkeypatch, capsys, "learn", "vectors", "-m", "tiny-llama", "--pairs",
                                 str(pairs_file), "--layers", "1-2", "--method", "pca", "--positions", "all",
                                 "--out", str(out), "--json")
     assert code == 0, err
@@ -35,7 +35,7 @@ def test_train_show_export(monkeypatch, capsys, tmp_path, pairs_file):
     got = load_vectors(out, model)
     for layer in (1, 2):
         torch.testing.assert_close(got.vectors[layer], want.vectors[layer], rtol=0, atol=1e-6)
-    assert "geosteer vectors train" in (out / "README.md").read_text()
+    assert "geosteer learn vectors" in (out / "README.md").read_text()
     code, stdout, err = run_cli(monkeypatch, capsys, "show", str(out), "--json")
     assert code == 0, err
     shown = json.loads(stdout)
@@ -47,7 +47,7 @@ def test_train_show_export(monkeypatch, capsys, tmp_path, pairs_file):
     assert json.loads(stdout)["export"] == str(tmp_path / "h.gguf")
     assert torch.equal(import_gguf(tmp_path / "h.gguf").vectors[2], got.vectors[2])
     # an existing artifact is replaced only with --overwrite
-    args = ["vectors", "train", "-m", "tiny-llama", "--pairs", str(pairs_file), "--layers", "0", "--out", str(out)]
+    args = ["learn", "vectors", "-m", "tiny-llama", "--pairs", str(pairs_file), "--layers", "0", "--out", str(out)]
     code, _, err = run_cli(monkeypatch, capsys, *args)
     one_line_exit_2(code, err)
     assert "--overwrite" in err and load_vectors(out).extraction["method"] == "pca"
@@ -63,7 +63,7 @@ def test_train_from_two_prompt_sets(monkeypatch, capsys, tmp_path):
     pos, neg = [p for p, _ in PAIRS], [n for _, n in PAIRS][:4]
     (tmp_path / "pos.json").write_text(json.dumps(pos))
     (tmp_path / "neg.json").write_text(json.dumps(neg))
-    code, stdout, err = run_cli(monkeypatch, capsys, "vectors", "train", "-m", "tiny-llama", "--positive",
+    code, stdout, err = run_cli(monkeypatch, capsys, "learn", "vectors", "-m", "tiny-llama", "--positive",
                                 str(tmp_path / "pos.json"), "--negative", str(tmp_path / "neg.json"),
                                 "--layers", "1", "--method", "probe", "--out", str(tmp_path / "o"), "--json")
     assert code == 0, err
@@ -86,7 +86,7 @@ def test_bad_input_is_one_line_before_the_model_loads(monkeypatch, capsys, tmp_p
     user = tmp_path / "mine"
     user.mkdir()
     (user / "notes.txt").write_text("keep me")
-    base = ["vectors", "train", "-m", "tiny-llama", "--out", str(tmp_path / "o")]
+    base = ["learn", "vectors", "-m", "tiny-llama", "--out", str(tmp_path / "o")]
     cases = [
         (["--pairs", str(tmp_path / "nope.json")], "pairs file not found"),
         ([], "give --pairs FILE"),
@@ -108,7 +108,7 @@ def test_bad_input_is_one_line_before_the_model_loads(monkeypatch, capsys, tmp_p
         code, _, err = run_cli(monkeypatch, capsys, *base, *extra)
         one_line_exit_2(code, err)
         assert msg in err, (extra, err)
-    code, _, err = run_cli(monkeypatch, capsys, "vectors", "train", "--pairs", str(pairs_file), "--out", str(user))
+    code, _, err = run_cli(monkeypatch, capsys, "learn", "vectors", "--pairs", str(pairs_file), "--out", str(user))
     one_line_exit_2(code, err)
     assert "not a geosteer output folder" in err and (user / "notes.txt").read_text() == "keep me"
     assert not (tmp_path / "o").exists()
@@ -121,7 +121,7 @@ def test_layer_out_of_range_before_the_model_loads(monkeypatch, capsys, tmp_path
     import geosteer.vectors.cli as vcli
 
     monkeypatch.setattr(vcli, "load", lambda *a, **k: pytest.fail("the model was loaded"))
-    code, _, err = run_cli(monkeypatch, capsys, "vectors", "train", "-m", "tiny-llama", "--pairs", str(pairs_file),
+    code, _, err = run_cli(monkeypatch, capsys, "learn", "vectors", "-m", "tiny-llama", "--pairs", str(pairs_file),
                            "--layers", "7", "--out", str(tmp_path / "o"))
     one_line_exit_2(code, err)
     assert "0..2" in err and not (tmp_path / "o").exists()

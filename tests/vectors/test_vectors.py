@@ -200,7 +200,7 @@ def test_artifact_roundtrip_load_artifact_and_recipe(tiny_model, tmp_path):
 
     model, tok = tiny_model("llama")
     sv = extract(model, tok, PAIRS, layers="1-2", method="pca_diff")
-    folder = sv.save(tmp_path / "v", command="geosteer vectors train ...")
+    folder = sv.save(tmp_path / "v", command="geosteer learn vectors ...")
     assert is_artifact(folder, "geosteer-vectors")
     from safetensors.torch import load_file
 

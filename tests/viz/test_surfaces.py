@@ -111,7 +111,7 @@ def test_record_qk_cli_and_report_with_tokens(art, tmp_path, monkeypatch, capsys
     from geosteer import cli
 
     qk = tmp_path / "qk.json"
-    monkeypatch.setattr(sys, "argv", ["geosteer", "manifold", "explore", "--model", "tiny-llama", "--surfaces",
+    monkeypatch.setattr(sys, "argv", ["geosteer", "measure", "explore", "--model", "tiny-llama", "--surfaces",
                                       str(art["folder"]), "--qk-prompt", "The cat sat", "--record-qk", str(qk),
                                       "--qk-top", "2", "--no-sensitivity", "--json"])
     cli.main()

@@ -11,7 +11,7 @@ operating-point rule as every lever; trainable parameters counted):
   (τ = ``train_tau`` / 5).
 
 They are trained by :func:`geosteer.bench.training.fit_module` (the shared objective, as the vector, LoReFT
-and LoRA are); the ``surfaces`` lever itself trains through ``manifold steer-learn``'s learner. Strength s
+and LoRA are); the ``surfaces`` lever itself trains through ``learn steering-surfaces``'s learner. Strength s
 scales the learned change (s = 0: the stock model).
 """
 

@@ -6,6 +6,7 @@ Shared options, ``emit`` and the error handling live in :mod:`geosteer.cli.commo
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
@@ -24,6 +25,7 @@ from geosteer.cli.common import (  # noqa: F401 - FORCE_OPT re-exported for the 
     load,
     run_app,
 )
+from geosteer.cli.nouns import add_verbs
 
 __all__ = ["app", "main", "emit", "MODEL_OPT", "interventions_from_options"]
 
@@ -45,21 +47,23 @@ def interventions_from_options(model, surfaces: Path | None = None, force: bool 
 
 _CORE_CLIS = ("geosteer.eval.cli", "geosteer.viz.cli", "geosteer.studio.cli", "geosteer.cli.demo",
               "geosteer.cli.tasks", "geosteer.cli.evaluate", "geosteer.cli.recipe", "geosteer.serve.cli",
-              "geosteer.bench.cli", "geosteer.cli.show")
+              "geosteer.bench.cli", "geosteer.cli.show", "geosteer.cli.nouns")
 ENTRY_POINT_GROUP = "geosteer.cli"  # installed packages add commands: an entry point naming `register(app)`
 _registered: set[str] = set()
 
 
 def register_clis(target: typer.Typer | None = None) -> None:
     """Add the core verbs, every registered method's CLI (``Method.cli``: a module path with
-    ``register(app)``, or such a function) and every entry point of the ``geosteer.cli`` group (a
-    ``register(app)`` function of an installed package, e.g. ``geosteer study`` of geosteer-paper) to ``app``;
-    methods registered later are added on the next call."""
+    ``register(app)``, or such a function), its learners and measurements (``geosteer learn | measure``) and
+    every entry point of the ``geosteer.cli`` group (a ``register(app)`` function of an installed package, e.g.
+    ``geosteer study`` of geosteer-paper) to ``app``; methods registered later are added on the next call."""
     from geosteer.methods import methods
 
     target = target or app
     todo = [(name, name) for name in _CORE_CLIS]
     todo += [(f"method:{m.name}", m.cli) for m in methods().values() if m.cli is not None]
+    todo += [(f"nouns:{m.name}", functools.partial(add_verbs, method=m))  # geosteer learn | measure <verb>
+             for m in methods().values() if m.learners or m.measures]
     todo += [(f"plugin:{ep.name}", ep) for ep in entry_points(group=ENTRY_POINT_GROUP)]
     for key, cli in todo:
         if key in _registered and target is app:

@@ -1,7 +1,5 @@
-"""CLI: ``geosteer decompose`` (measurement).
-
-The method's studies (the sweep, pretraining, the views) are in ``geosteer.directional.studies``; the
-compression-error study runs as ``python studies/directional/compression.py``."""
+"""``geosteer measure decompose``: the ∥/⊥ measurement of a model's updates (``geosteer learn scales`` is in
+:mod:`geosteer.directional.cli_learn`)."""
 
 from __future__ import annotations
 
@@ -81,7 +79,3 @@ def decompose_cmd(
         show = [r for r in rows if r.get("head", -1) in (-1, None)] or rows
         emit([{k: r[k] for k in keep if k in r} for r in show], False, table_title="decomposition")
 
-
-def register(app: typer.Typer) -> None:
-    """Add ``geosteer decompose`` (the method's studies run as ``geosteer study directional <name>``)."""
-    app.command("decompose")(decompose_cmd)

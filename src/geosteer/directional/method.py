@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from geosteer.directional.config import DEFAULT_VALUE_SPACE
 from geosteer.directional.scales_artifact import SCALES
-from geosteer.methods import Method, RecipeKey, register_method
+from geosteer.methods import Method, RecipeKey, Verb, register_method
 
 
 def _validate(v: dict) -> None:
@@ -57,8 +57,8 @@ METHOD = register_method(Method(
     name="directional",
     summary="directional decomposition: component scaling of updates parallel/perpendicular to the stream",
     keys=(
-        RecipeKey("scale_learned", None, "learned per-layer s∥/s⊥ artifact folder (study directional "
-                  "steer-learn)", kind="folder"),
+        RecipeKey("scale_learned", None, "learned per-layer s∥/s⊥ artifact folder (geosteer learn "
+                  "scales)", kind="folder"),
         RecipeKey("scale_site", None, "component scaling site (paper Eq. 11)", kind="text"),
         RecipeKey("scale_par", 1.0, "s∥", kind="number"),
         RecipeKey("scale_perp", 1.0, "s⊥", kind="number"),
@@ -70,6 +70,7 @@ METHOD = register_method(Method(
     build=_build_with_learned,
     examples=_examples,
     validate=_validate,
-    cli="geosteer.directional.cli",
+    learners=(Verb("scales", "geosteer.directional.cli_learn:scales_cmd"),),
+    measures=(Verb("decompose", "geosteer.directional.cli:decompose_cmd"),),
     artifacts=(SCALES,),
 ))

@@ -1,4 +1,4 @@
-"""Learn per-layer ∥/⊥ scales that steer towards a behaviour (``geosteer study directional steer-learn``).
+"""Learn per-layer ∥/⊥ scales that steer towards a behaviour (``geosteer learn scales``).
 
 The objective is steer-learn's (:class:`geosteer.train.PromptObjective` with ``promote=True``): raise the
 mean teacher-forced log-prob of the target continuations (minus the negatives', when given) while the

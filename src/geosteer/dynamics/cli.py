@@ -1,7 +1,8 @@
-"""``geosteer dynamics ...``: the tool verbs: per-layer diagnostics and learned FFN gates.
+"""The tool verbs of the FFN steering field: ``geosteer measure diagnose`` (per-layer diagnostics) and
+``geosteer learn gates`` (learned FFN gates).
 
-Each verb writes tidy records (JSON/CSV via ``--out``/``--csv``); the paper experiments are the method's
-studies (:mod:`geosteer.dynamics.studies`), run as ``geosteer study dynamics <name>``.
+Each writes tidy records (JSON/CSV); the paper experiments are the method's studies, run as
+``geosteer study dynamics <name>``.
 """
 
 from __future__ import annotations
@@ -11,47 +12,82 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, check_positions, emit
-from geosteer.cli.outputs import out_artifact
-from geosteer.dynamics.studies.common import (
-    BATCH_OPT,
-    CSV_OPT,
-    OUT_OPT,
-    SEQ_OPT,
-    TOKENS_OPT,
-    check_choices,
-    parse_ints,
-    run_meta,
-    setup_model,
-    write_rows,
+from geosteer.cli.common import (
+    DEVICE_OPT,
+    DTYPE_OPT,
+    JSON_OPT,
+    MODEL_OPT,
+    THREADS_OPT,
+    check_layers,
+    check_positions,
+    emit,
+    load,
 )
-from geosteer.models.anatomy import anatomy, parse_layers
+from geosteer.cli.learning import SEED_OPT, batch_size_opt, context_opt, layers_opt, lr_opt, out_opt
+from geosteer.cli.outputs import out_file, out_records
 
-dyn = typer.Typer(no_args_is_help=True, help="FFN steering field: residual dynamics on the sphere.")
+EVAL_BATCH = 4  # held-out windows per forward when gates are evaluated
+RECORDS_HELP = "write tidy records (.json or .csv)"
 
 
-@dyn.command()
-def diagnose(model: str = MODEL_OPT, tokens: int = TOKENS_OPT,
-             seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
-             split: str = typer.Option("heldout", "--split"),
-             topk: str = typer.Option("", "--topk", help="also run top-k for k, e.g. 1,4,16,32"),
-             ov: bool = typer.Option(True, "--ov/--no-ov", help="weight-only OV non-symmetry"),
-             as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-             threads: int = THREADS_OPT,
-             device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
-    """Per-layer diagnostics in one forward pass (+ optional top-k and OV tables)."""
+def run_meta(m, **kw) -> dict:
+    """A run's metadata: model id, torch version and threads, then ``kw``."""
+    import torch
+
+    from geosteer.models.loading import model_id
+
+    return {"model": model_id(m), "torch": torch.__version__, "threads": torch.get_num_threads(), **kw}
+
+
+def write_rows(rows: list[dict], meta: dict, *paths: Path | None) -> None:
+    """Write the tidy records to each path given (``.json``: rows + meta; ``.csv``: rows)."""
+    from geosteer.io_utils import write_records
+
+    for path in paths:
+        if path is not None:
+            write_records(path, rows, meta)
+
+
+def _topk_list(spec: str) -> list[int]:
+    from geosteer.dynamics.config import check_k
+
+    try:
+        ks = [int(s) for s in spec.split(",") if s.strip()]
+    except ValueError:
+        ks = []
+    if not ks:
+        raise ValueError(f"bad --topk '{spec}': comma-separated integers, e.g. 1,4,16")
+    return [check_k(k) for k in ks]
+
+
+def diagnose_cmd(model: str = MODEL_OPT,
+                 tokens: int = typer.Option(2048, "--tokens", "-n", help="held-out tokens (cut into --context "
+                                            "windows)"),
+                 seq_len: int = typer.Option(256, "--context", help="window length in tokens (BOS first)"),
+                 batch_size: int = typer.Option(4, "--batch-size", help="windows per forward"),
+                 split: str = typer.Option("heldout", "--split", help="corpus split: heldout | train"),
+                 topk: str = typer.Option("", "--topk", help="also run top-k for k, e.g. 1,4,16,32"),
+                 ov: bool = typer.Option(True, "--ov/--no-ov", help="weight-only OV non-symmetry"),
+                 as_json: bool = JSON_OPT,
+                 out: Path | None = typer.Option(None, "--out", "-o", help=RECORDS_HELP, callback=out_records()),
+                 csv: Path | None = typer.Option(None, "--csv", help="write tidy records as CSV",
+                                                 callback=out_file(".csv")),
+                 threads: int = THREADS_OPT, device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
+    """FFN steering-field diagnostics per layer in one forward pass (angular deficit, tangential fraction,
+    defect, commutator, diversity), with optional top-k and OV tables."""
     from geosteer.data.corpus import SPLITS
-    from geosteer.dynamics.config import DiagnoseConfig, check_k
-    from geosteer.dynamics.diagnostics import corpus_windows, wide
-    from geosteer.dynamics.diagnostics import diagnose as run
+    from geosteer.dynamics.config import DiagnoseConfig
+    from geosteer.dynamics.diagnostics import corpus_windows, diagnose, wide
 
-    ks = [check_k(k) for k in parse_ints(topk, "--topk")] if topk else []
-    check_choices(split, SPLITS, "corpus split (--split)")
+    ks = _topk_list(topk) if topk else []
+    if split not in SPLITS:
+        raise ValueError(f"unknown corpus split (--split) '{split}'; valid: {', '.join(SPLITS)}")
     cfg = DiagnoseConfig(split=split, tokens=tokens, seq_len=seq_len, batch_size=batch_size)
-    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len)
+    check_positions(model, "--context", seq_len)
+    m, tok = load(model, threads=threads, device=device, dtype=dtype)
     ids = corpus_windows(tok, cfg.split, cfg.tokens, cfg.seq_len)
     t0 = time.perf_counter()
-    rows = [{"table": "layers", **r} for r in run(m, ids, batch_size=cfg.batch_size, eps=cfg.eps)]
+    rows = [{"table": "layers", **r} for r in diagnose(m, ids, batch_size=cfg.batch_size, eps=cfg.eps)]
     meta = run_meta(m, split=split, tokens=int(ids.numel()), seq_len=seq_len, seconds=time.perf_counter() - t0)
     summary: dict = {}
     if ks:
@@ -70,62 +106,56 @@ def diagnose(model: str = MODEL_OPT, tokens: int = TOKENS_OPT,
     layer_wide = wide([r for r in rows if r["table"] == "layers"])
     if as_json:
         emit({"meta": meta, "layers": layer_wide, **summary}, True)
-    else:
-        cols = ("layer", "deficit", "cos_gap", "ffn_tangential_frac", "defect", "commutator", "ddiv_attn",
-                "ddiv_ffn", "norm_cv")
-        emit([{c: r[c] for c in cols} for r in layer_wide], False, table_title=f"dynamics: {meta['model']}")
-        for k, v in summary.items():
-            emit(v, False, table_title=k) if isinstance(v, list) else emit({k: v}, False)
+        return
+    cols = ("layer", "deficit", "cos_gap", "ffn_tangential_frac", "defect", "commutator", "ddiv_attn",
+            "ddiv_ffn", "norm_cv")
+    emit([{c: r[c] for c in cols} for r in layer_wide], False, table_title=f"dynamics: {meta['model']}")
+    for k, v in summary.items():
+        emit(v, False, table_title=k) if isinstance(v, list) else emit({k: v}, False)
 
 
-@dyn.command()
-def gates(model: str = MODEL_OPT,
-          save: Path | None = typer.Option(None, "--save", help="train and save the gate artifact here",
-                                            callback=out_artifact("geosteer-gates")),
-          load: Path | None = typer.Option(None, "--load", help="evaluate a saved gate artifact"),
-          train_tokens: int = typer.Option(65536, "--train-tokens", min=1), lr: float = typer.Option(2e-2, "--lr"),
-          train_batch: int = typer.Option(8, "--train-batch"),
-          train_seq: int = typer.Option(128, "--train-seq"),
-          seed: int = typer.Option(0, "--seed"), layers: str = typer.Option("all", "--layers"),
-          tokens: int = TOKENS_OPT, seq_len: int = SEQ_OPT, batch_size: int = BATCH_OPT,
-          as_json: bool = JSON_OPT, out: Path | None = OUT_OPT, csv: Path | None = CSV_OPT,
-          threads: int = THREADS_OPT,
-          device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
-    """Learn scalar FFN gates α_ℓ on the train split (or load them); report them and ΔL vs α = 1."""
+def gates_cmd(model: str = MODEL_OPT,
+              out: Path = out_opt("geosteer-gates", state=False, what="gate artifact folder"),
+              layers: str = layers_opt("all"),
+              tokens: int = typer.Option(65536, "--tokens", min=1, help="training tokens (train split)"),
+              seq_len: int = context_opt(128),
+              batch: int = batch_size_opt(8),
+              lr: float = lr_opt(2e-2),
+              seed: int = SEED_OPT,
+              eval_tokens: int = typer.Option(2048, "--eval-tokens", min=1, help="held-out tokens for ΔL vs α = 1"),
+              eval_context: int = typer.Option(256, "--eval-context", min=1,
+                                               help="held-out window length in tokens (BOS first)"),
+              records: Path | None = typer.Option(None, "--records", help="also write the gates and ΔL as tidy "
+                                                  "records (.json or .csv)", callback=out_records()),
+              as_json: bool = JSON_OPT, threads: int = THREADS_OPT,
+              device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
+    """Learn scalar FFN gates α_ℓ (one per layer, the only trainable parameters) on the train split; report
+    them and the held-out loss change against α = 1. Apply them with --set gates=DIR."""
     from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.gates import load_gates, train_gates
+    from geosteer.dynamics.gates import train_gates
     from geosteer.dynamics.parallel import mean_loss
-    from geosteer.errors import GeosteerError
+    from geosteer.models.anatomy import anatomy, parse_layers
+    from geosteer.train import TrainConfig
 
-    if (save is None) == (load is None):
-        raise GeosteerError("give exactly one of --save DIR (train) or --load DIR (evaluate)")
-    if save is not None:
-        check_positions(model, "--train-seq", train_seq)
-    else:
-        load_gates(load)  # a missing or damaged artifact is refused before the model loads
-    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
-    info: dict = {}
-    if load is not None:
-        g = load_gates(load, m)
-    else:
-        from geosteer.train import TrainConfig
-
-        cfg = TrainConfig(lr=lr, tokens=train_tokens, batch_size=train_batch, seq_len=train_seq, seed=seed,
-                          eval_before_after=False, checkpoint_every=0)
-        g, info = train_gates(m, tok, cfg, layers=parse_layers(layers, anatomy(m).n_layers), log=None)
-    ids = corpus_windows(tok, "heldout", tokens, seq_len)
-    base = mean_loss(m, ids, batch_size)
-    loss = mean_loss(m, ids, batch_size, (g,))
+    check_positions(model, "--context", seq_len)
+    check_positions(model, "--eval-context", eval_context)
+    check_layers(model, "--layers", layers)
+    m, tok = load(model, threads=threads, device=device, dtype=dtype)
+    cfg = TrainConfig(lr=lr, tokens=tokens, batch_size=batch, seq_len=seq_len, seed=seed,
+                      eval_before_after=False, checkpoint_every=0)
+    g, info = train_gates(m, tok, cfg, layers=parse_layers(layers, anatomy(m).n_layers), log=None)
+    ids = corpus_windows(tok, "heldout", eval_tokens, eval_context)
+    base = mean_loss(m, ids, EVAL_BATCH)
+    loss = mean_loss(m, ids, EVAL_BATCH, (g,))
     summary = {**g.summary(), "loss_gates": loss, "loss_alpha1": base, "delta_loss": loss - base,
                "eval_tokens": int(ids.numel())}
-    if save is not None:
-        hist = info.get("history", [])
-        g.save(save, extra={"train": {"tokens": info.get("tokens_seen"), "lr": lr, "seed": seed,
-                                      "final_loss": hist[-1]["loss"] if hist else None}, "eval": summary})
+    hist = info.get("history", [])
+    g.save(out, extra={"train": {"tokens": info.get("tokens_seen"), "lr": lr, "seed": seed,
+                                 "final_loss": hist[-1]["loss"] if hist else None}, "eval": summary})
     rows = [{"table": "gates", **r} for r in g.table()] + [{"table": "summary", **summary}]
-    write_rows(rows, run_meta(m, train_tokens=train_tokens, lr=lr, seed=seed), out, csv)
+    write_rows(rows, run_meta(m, train_tokens=tokens, lr=lr, seed=seed), records)
     if as_json:
-        emit({"gates": g.table(), "summary": summary}, True)
+        emit({"out": str(out), "gates": g.table(), "summary": summary}, True)
     else:
         emit(g.table(), False, table_title="FFN gates")
-        emit(summary, False)
+        emit({"out": str(out), **summary}, False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from geosteer.dynamics.gates import GATES
-from geosteer.methods import Method, RecipeKey, register_method
+from geosteer.methods import Method, RecipeKey, Verb, register_method
 
 
 def _validate(v: dict) -> None:
@@ -68,6 +68,7 @@ METHOD = register_method(Method(
     build=_build,
     examples=_examples,
     validate=_validate,
-    cli="geosteer.dynamics.cli_register",
+    learners=(Verb("gates", "geosteer.dynamics.cli:gates_cmd"),),
+    measures=(Verb("diagnose", "geosteer.dynamics.cli:diagnose_cmd"),),
     artifacts=(GATES,),
 ))

@@ -7,7 +7,7 @@ from typing import Any
 
 from geosteer.errors import GeosteerError
 from geosteer.manifold.artifact import SURFACES
-from geosteer.methods import Method, RecipeKey, register_method
+from geosteer.methods import Method, RecipeKey, Verb, register_method
 
 
 def edit_list(edits: Any) -> list:
@@ -71,6 +71,7 @@ def _examples(model, folder) -> dict:
     return {"neutral": {"surfaces": str(neutral)}, "active": {"surfaces": str(save(bank, folder / "surfaces"))}}
 
 
+_CLI_LEARN = "geosteer.manifold.cli_learn"
 METHOD = register_method(Method(
     name="manifold",
     summary="attention manifolds: learned B-spline value-modulation surfaces",
@@ -83,5 +84,8 @@ METHOD = register_method(Method(
     examples=_examples,
     validate=_validate,
     cli="geosteer.manifold.cli",
+    learners=(Verb("surfaces", f"{_CLI_LEARN}:surfaces_cmd"), Verb("walls", f"{_CLI_LEARN}:walls_cmd"),
+              Verb("steering-surfaces", f"{_CLI_LEARN}:steering_surfaces_cmd")),
+    measures=(Verb("explore", "geosteer.manifold.cli_measure:explore_cmd"),),
     artifacts=(SURFACES,),
 ))

@@ -1,4 +1,4 @@
-"""Training attention surfaces on a frozen model: ``train_surfaces(...)`` (``geosteer manifold train`` in cli.py).
+"""Training attention surfaces on a frozen model: ``train_surfaces(...)`` (``geosteer learn surfaces`` in cli.py).
 
 Only the coefficients C (paper Eq. 1, initialised to zero = the stock model) train, with next-token
 cross-entropy on the bundled corpus' train split (or a text file) through the generic loop

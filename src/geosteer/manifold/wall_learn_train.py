@@ -1,4 +1,4 @@
-"""The wall-learning loop (``geosteer manifold wall-learn``): candidates, relaxation, hardening, artifact.
+"""The wall-learning loop (``geosteer learn walls``): candidates, relaxation, hardening, artifact.
 
 Full-batch and deterministic: every step sees all target and control prompts, so a run is fixed by its
 inputs and settings. The steps run in ``geosteer.train.fit`` with the behaviour objective as its loss function
@@ -7,7 +7,7 @@ sparsity). State (parameters, AdamW, schedule, RNG, history, the scored candidat
 checkpoint in ``<out>.train/`` (atomic), first right after scoring, then every ``checkpoint_every`` steps;
 ``resume=True`` continues from it and ends with exactly the parameters of an uninterrupted run.
 ``mode="dense"`` trains all surface coefficients on the same objective instead (the dense baseline of the
-study); it saves the fine-tuned surfaces. ``promote=True`` (``geosteer manifold steer-learn``) flips the sign of
+study); it saves the fine-tuned surfaces. ``promote=True`` (``geosteer learn steering-surfaces``) flips the sign of
 the target term, dense mode only: the surfaces learn to *raise* the target continuations' log-prob (minus the
 negatives' when given) under the same control-KL hinge.
 """
@@ -83,7 +83,7 @@ def _check_inputs(targets: list[dict], controls: list[str], cfg: WallLearnConfig
         raise GeosteerError(f"steering towards the targets trains the surfaces (mode dense); walls only "
                             f"suppress (got mode {cfg.mode!r})")
     if negatives is not None and not promote:
-        raise GeosteerError("negative continuations go with promote=True (steer-learn)")
+        raise GeosteerError("negative continuations go with promote=True (learn steering-surfaces)")
 
 
 def _references(model, bank, sets: PromptSets) -> dict:
@@ -209,12 +209,12 @@ def _edit_record(bank, soft: SoftWalls | None, report: dict, promote: bool, nega
         if not walls:
             say("no gate ended above 0.5: the artifact gets no walls (lower --sparsity or raise --kl-threshold)")
         bank.add_walls(walls)
-        bank.history.append({"edit": "wall-learn: " + ("; ".join(report["regions_text"]) or "no regions"),
+        bank.history.append({"edit": "learn walls: " + ("; ".join(report["regions_text"]) or "no regions"),
                              "surfaces": len(walls), "coefficients": 0})
         return
-    what = ("steer-learn: surfaces fine-tuned to promote the target continuations"
+    what = ("learn steering-surfaces: surfaces fine-tuned to promote the target continuations"
             + (" over the negatives" if negatives else "")) if promote else \
-        "wall-learn dense: surfaces fine-tuned on the target/control objective"
+        "learn walls --mode dense: surfaces fine-tuned on the target/control objective"
     bank.history.append({"edit": what, "surfaces": bank.n_parameters() // bank.K ** 2,
                          "coefficients": bank.n_parameters()})
 

@@ -1,6 +1,6 @@
 """Experiment trackers (TensorBoard, W&B, MLflow, ...) for the training loop, through HF accelerate.
 
-``TrainConfig(log_with="tensorboard")`` (``--log-with tensorboard`` on ``geosteer manifold train``) makes
+``TrainConfig(log_with="tensorboard")`` (``--log-with tensorboard`` on ``geosteer learn surfaces``) makes
 :func:`geosteer.train.train` build its ``accelerate.Accelerator(log_with=..., project_dir=...)``, call
 ``init_trackers`` with the run's config, ``log`` every step's loss, lr, gradient norm and throughput (and
 every held-out evaluation) at its step number, and ``end_training`` at the end, also when the run stops

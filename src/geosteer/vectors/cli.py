@@ -1,31 +1,30 @@
-"""``geosteer vectors ...``: extract steering vectors from prompt pairs, show an artifact (and export it as GGUF).
+"""``geosteer learn vectors``: extract steering vectors from prompt pairs (or two prompt sets).
 
-Every input is checked before the model loads; a bad one is one line ``error: ...`` and exit 2.
+Every input is checked before the model loads; a bad one is one line ``error: ...`` and exit 2. ``geosteer show
+DIR --export F.gguf`` exports an artifact as llama.cpp's control-vector file.
 """
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import (
+from geosteer.cli.common import check_layers, emit, load
+from geosteer.cli.learning import (
     CHAT_OPT,
     DEVICE_OPT,
     DTYPE_OPT,
     JSON_OPT,
     MODEL_OPT,
+    OVERWRITE_OPT,
     SYSTEM_OPT,
     THREADS_OPT,
-    check_layers,
-    emit,
-    load,
+    batch_size_opt,
+    command_line,
+    layers_opt,
+    out_opt,
 )
-from geosteer.cli.outputs import out_artifact
-
-vec = typer.Typer(no_args_is_help=True, help="Steering vectors: CAA / DiffMean, PCA and probe directions.")
 
 
 def _read_json(path: Path, what: str, check) -> list:
@@ -48,7 +47,7 @@ def read_pairs(path: Path) -> list[list[str]]:
 
 
 def read_prompt_sets(pairs: Path | None, positive: Path | None, negative: Path | None, method: str) -> dict:
-    """The prompts of ``vectors train`` as keyword arguments of :func:`geosteer.vectors.extract`: ``pairs``, or
+    """The prompts of ``geosteer learn vectors`` as keyword arguments of :func:`geosteer.vectors.extract`: ``pairs``, or
     ``positive`` and ``negative`` (JSON lists of prompts; not for the PCA methods, which need pairs)."""
     from geosteer.errors import GeosteerError
     from geosteer.vectors.config import PAIRED_METHODS
@@ -106,24 +105,24 @@ def check_out(out: Path, overwrite: bool) -> None:
         raise GeosteerError(f"--out {out} already holds steering vectors; pass --overwrite to replace them")
 
 
-@vec.command("train")
-def train_cmd(model: str = MODEL_OPT,
-              pairs: Path | None = typer.Option(None, "--pairs", help="JSON list of [positive, negative] prompt pairs"),
-              positive: Path | None = typer.Option(None, "--positive", help="or: JSON list of positive prompts"),
-              negative: Path | None = typer.Option(None, "--negative", help="and JSON list of negative prompts"),
-              layers: str = typer.Option("all", "--layers", help="layers, e.g. all, 3, 2-5, 0,4"),
-              point: str = typer.Option("resid_post", "--point", help="resid_pre | resid_post | attn_out | mlp_out"),
-              method: str = typer.Option("mean_diff", "--method", help="mean_diff | pca | pca_diff | probe"),
-              positions: str = typer.Option("last", "--positions", help="last | all | a token index k (k..end)"),
-              out: Path = typer.Option(..., "--out", "-o", help="artifact folder to write",
-                                       callback=out_artifact("geosteer-vectors")),
-              special_tokens: bool = typer.Option(True, "--special-tokens/--no-special-tokens",
-                                                  help="encode prompts with the tokenizer's special tokens"),
-              batch_size: int = typer.Option(8, "--batch-size"),
-              overwrite: bool = typer.Option(False, "--overwrite", help="replace steering vectors in --out"),
-              chat: bool = CHAT_OPT, system: str | None = SYSTEM_OPT,
-              as_json: bool = JSON_OPT, threads: int = THREADS_OPT, device: str = DEVICE_OPT,
-              dtype: str = DTYPE_OPT) -> None:
+def vectors_cmd(model: str = MODEL_OPT,
+                pairs: Path | None = typer.Option(None, "--pairs", help="JSON list of [positive, negative] prompt "
+                                                  "pairs"),
+                positive: Path | None = typer.Option(None, "--positive", help="or: JSON list of positive prompts"),
+                negative: Path | None = typer.Option(None, "--negative", help="and JSON list of negative prompts"),
+                layers: str = layers_opt("all", "layers that get a vector"),
+                point: str = typer.Option("resid_post", "--point", help="resid_pre | resid_post | attn_out | "
+                                          "mlp_out"),
+                method: str = typer.Option("mean_diff", "--method", help="mean_diff | pca | pca_diff | probe"),
+                positions: str = typer.Option("last", "--positions", help="last | all | a token index k (k..end)"),
+                out: Path = out_opt("geosteer-vectors", state=False),
+                special_tokens: bool = typer.Option(True, "--special-tokens/--no-special-tokens",
+                                                    help="encode prompts with the tokenizer's special tokens"),
+                batch_size: int = batch_size_opt(8, "prompts per forward"),
+                overwrite: bool = OVERWRITE_OPT,
+                chat: bool = CHAT_OPT, system: str | None = SYSTEM_OPT,
+                as_json: bool = JSON_OPT, threads: int = THREADS_OPT, device: str = DEVICE_OPT,
+                dtype: str = DTYPE_OPT) -> None:
     """Extract one steering vector per layer from prompt pairs (or two prompt sets) and save the artifact."""
     from geosteer.eval.chat import check_chat_options
     from geosteer.vectors.config import ExtractConfig
@@ -137,11 +136,8 @@ def train_cmd(model: str = MODEL_OPT,
     check_out(out, overwrite)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
     sv = extract(m, tok, layers=layers, config=cfg, **chat_formatted(tok, prompts, chat, system, special_tokens))
-    sv.save(out, command="geosteer " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    sv.save(out, command=command_line("vectors"))
     counts = {k: len(v) for k, v in prompts.items()}
     emit({"out": str(out), "point": sv.point, "method": method, **counts, "layers": list(sv.vectors),
           "norms": {str(k): round(v, 6) for k, v in sv.norms().items()}}, as_json)
 
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(vec, name="vectors")

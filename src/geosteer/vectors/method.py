@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from geosteer.methods import Method, RecipeKey, register_method
+from geosteer.methods import Method, RecipeKey, Verb, register_method
 from geosteer.vectors.artifact import VECTORS
 
 
@@ -62,6 +62,6 @@ METHOD = register_method(Method(
     build=_build,
     examples=_examples,
     validate=_validate,
-    cli="geosteer.vectors.cli",
+    learners=(Verb("vectors", "geosteer.vectors.cli:vectors_cmd"),),
     artifacts=(VECTORS,),
 ))

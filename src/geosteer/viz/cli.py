@@ -1,5 +1,5 @@
 """CLI verb ``geosteer report`` (self-contained HTML) and the q/k token dots it draws
-(:func:`record_qk_points`, written by ``geosteer manifold explore --record-qk``)."""
+(:func:`record_qk_points`, written by ``geosteer measure explore --record-qk``)."""
 
 from __future__ import annotations
 

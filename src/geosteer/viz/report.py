@@ -5,7 +5,7 @@
   (``geosteer.viz.results.auto_figures``) and the table;
 - surface artifact folders (``geosteer_config.json`` inside): norms per layer, the top surfaces of the
   strongest layer, the strongest surface's terrain and control net;
-- recorded q/k files (``meta.kind == "qk-points"``, from ``geosteer manifold explore --record-qk``): the same
+- recorded q/k files (``meta.kind == "qk-points"``, from ``geosteer measure explore --record-qk``): the same
   surface figures with the prompt's tokens as dots, and the token trajectories (paper Figures 1–3);
 - folders of result files (searched recursively).
 Nothing is recomputed: every figure comes from the files.

@@ -1,0 +1,85 @@
+"""``geosteer learn scales``: learn per-layer ∥/⊥ scales that promote a continuation under a control-KL budget.
+
+Its shared options are :mod:`geosteer.cli.learning`'s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from geosteer.cli.common import check_layers, emit, load
+from geosteer.cli.learning import (
+    CHAT_OPT,
+    CONTROL_FILE_OPT,
+    DEVICE_OPT,
+    DTYPE_OPT,
+    JSON_OPT,
+    KL_THRESHOLD_OPT,
+    KL_WEIGHT_OPT,
+    MODEL_OPT,
+    NEGATIVE_FILE_OPT,
+    OVERWRITE_OPT,
+    RESUME_OPT,
+    SEED_OPT,
+    SYSTEM_OPT,
+    THREADS_OPT,
+    check_resume,
+    checkpoint_every_opt,
+    command_line,
+    layers_opt,
+    log,
+    lr_opt,
+    out_opt,
+    steps_opt,
+    target_file_opt,
+)
+
+
+def scales_cmd(
+    target_file: Path = target_file_opt(),
+    control_file: Path = CONTROL_FILE_OPT,
+    out: Path = out_opt("geosteer-recipe", what="recipe folder"),
+    negative_file: Path = NEGATIVE_FILE_OPT,
+    model: str = MODEL_OPT,
+    site: str = typer.Option("attn_out", "--site", help="attn_out | mlp_out | resid_post"),
+    layers: str = layers_opt("all"),
+    steps: int = steps_opt(30),
+    lr: float = lr_opt(0.02),
+    kl_threshold: float = KL_THRESHOLD_OPT,
+    kl_weight: float = KL_WEIGHT_OPT,
+    seed: int = SEED_OPT,
+    checkpoint_every: int = checkpoint_every_opt(5),
+    chat: bool = CHAT_OPT,
+    system: str | None = SYSTEM_OPT,
+    resume: bool = RESUME_OPT,
+    overwrite: bool = OVERWRITE_OPT,
+    threads: int = THREADS_OPT,
+    device: str = DEVICE_OPT,
+    dtype: str = DTYPE_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Learn s∥ and s⊥ per layer at a residual site so that the target continuations' log-prob rises (minus
+    the negatives' when --negative-file is given) while the control prompts' next-token KL stays under
+    --kl-threshold. Prompts are encoded BOS first. The output is a recipe: geosteer ppl|generate|compare
+    --recipe OUT applies it."""
+    from geosteer.directional.steer_learn import ScaleLearnConfig, learn_scales
+    from geosteer.eval.chat import check_chat_options, format_prompts, format_targets
+    from geosteer.models.anatomy import anatomy, parse_layers
+    from geosteer.train.prompts import read_controls, read_targets
+
+    check_chat_options(chat, system)
+    cfg = ScaleLearnConfig(site=site, steps=steps, lr=lr, kl_threshold=kl_threshold, kl_weight=kl_weight,
+                           seed=seed, checkpoint_every=checkpoint_every)
+    check_resume(resume, overwrite)
+    check_layers(model, "--layers", layers)  # the syntax; the range too where the config names it
+    targets, controls = read_targets(target_file), read_controls(control_file)
+    negatives = read_targets(negative_file) if negative_file is not None else None
+    m, tok = load(model, threads=threads, device=device, dtype=dtype)
+    cfg.layers = parse_layers(layers, anatomy(m).n_layers)
+    targets, controls, negatives = (format_targets(tok, targets, chat, system, True),  # encoded BOS first
+                                    format_prompts(tok, controls, chat, system, True),
+                                    format_targets(tok, negatives, chat, system, True))
+    _, rep = learn_scales(m, tok, targets, controls, cfg, out, negatives=negatives, resume=resume,
+                          overwrite=overwrite, command=command_line("scales"), log=log)
+    emit({"out": str(out), **rep["train_eval"], "scales": rep["scales"]}, as_json)
