@@ -131,24 +131,20 @@ def _surfaces(model, folder, walls=()):
     return str(bank.save(folder))
 
 
-def test_what_cannot_be_split_over_tensor_parallel_ranks_is_refused_before_the_engine(tmp_path, meta, tiny_folder):
+def test_every_recipe_splits_over_tensor_parallel_ranks_that_take_whole_heads(tmp_path, meta, tiny_folder):
     from geosteer.manifold.walls import Wall
     from geosteer.serve.engine import engine_args
 
     model, _ = meta
     split = {"s": _surfaces(model, tmp_path / "s"),
+             "w": _surfaces(model, tmp_path / "w", walls=[Wall(layer=1, heads=(0,))]),
              "v": str(_recipe(tmp_path, "v", scale_site="value_full", scale_par=0.5)),
+             "c": str(_recipe(tmp_path, "c", scale_site="value_full", scale_par=0.5, scale_value_space="concat")),
              "a": str(_recipe(tmp_path, "a", scale_site="attn_out", scale_par=0.5, alpha_mlp=1.2))}
-    for name, folder in split.items():
-        assert engine_args(tiny_folder, {name: folder}, tensor_parallel_size=2)["hf_overrides"][
-            "geosteer_recipes"] == {name: folder}
-    whole = {"w": (_surfaces(model, tmp_path / "w", walls=[Wall(layer=1, heads=(0,))]), "exact walls"),
-             "c": (str(_recipe(tmp_path, "c", scale_site="value_full", scale_par=0.5, scale_value_space="concat")),
-                   "concatenated heads")}
-    for name, (folder, words) in whole.items():
-        assert engine_args(tiny_folder, {name: folder})["hf_overrides"]["geosteer_recipes"] == {name: folder}
-        with pytest.raises(GeosteerError, match=f"recipe '{name}': .*{words}.*tensor_parallel_size=1 only \\(got 2\\)"):
-            engine_args(tiny_folder, {name: folder}, tensor_parallel_size=2)
+    for tp in (2, 4):
+        assert engine_args(tiny_folder, split, tensor_parallel_size=tp)["hf_overrides"]["geosteer_recipes"] == split
+    with pytest.raises(GeosteerError, match="^4 attention heads do not split over tensor_parallel_size=3$"):
+        engine_args(tiny_folder, {"s": split["s"]}, tensor_parallel_size=3)
 
 
 def test_the_engine_arguments_say_where_the_steering_runs_and_why_eager(tmp_path, meta, tiny_folder):
@@ -181,7 +177,7 @@ def test_surfaces_and_value_scales_split_by_heads_as_attention_does(tmp_path, me
     """Each rank's part, computed on its heads alone (and the KV heads they read, replicated when there are
     fewer KV heads than ranks, as vLLM does), is that rank's slice of the whole layer's result."""
     from geosteer.serve import surface_ops
-    from geosteer.serve.tensor_parallel import shard_layer, shard_plan
+    from geosteer.serve.tensor_parallel import ConcatOverRanks, shard_layer, shard_plan
     from geosteer.served import LayerOps, ValueScale
 
     model, m = meta
@@ -201,6 +197,9 @@ def test_surfaces_and_value_scales_split_by_heads_as_attention_does(tmp_path, me
             fr = f[:, kv] if per >= rep else f[:, kv][:, :, :, heads % rep]
             parts.append(surface_ops.surface_delta(fr, q[:, heads], mine.coeff, grid))
         torch.testing.assert_close(torch.cat(parts, dim=1), whole)
+    concat = LayerOps(attention=[ValueScale(0.5, 1.2, None, True)])
+    for rank in range(2):  # every rank scales its heads; the dot products are summed over the ranks
+        assert shard_layer(concat, rank, 2, H).attention == [ConcatOverRanks(0.5, 1.2, None, True)]
     value = LayerOps(attention=[ValueScale(0.5, 1.0, [1, 3], False), ValueScale(0.7, 1.2, None, False)])
     assert [o.heads for o in shard_layer(value, 0, 2, H).attention] == [[1], None]
     assert [o.heads for o in shard_layer(value, 1, 2, H).attention] == [[1], None]  # head 3 is its second

@@ -2,13 +2,14 @@
 ``tensor_parallel_size=2`` (two worker processes, gloo and shared memory between them), against geosteer's
 Hugging Face path (which the one-rank engines of ``test_quick.py`` and ``test_compiled.py`` also match).
 
-Each rank runs two of the four query heads and one of the two KV heads; the surfaces and ``value_full``
-scaling keep their rank's heads (``serve.tensor_parallel``), the residual-space recipes run whole on every
-rank. Two engines: the compiled one (vLLM's torch.compile, the steering from tables in the graph) and the
-eager one with activation captures (written by rank 0 alone). Every splittable recipe kind, named and
-inline, 4 prompts x 8 greedy tokens interleaved in one ``generate`` call: each request must get its own
-recipe's HF tokens, log-probs within 1e-3. What cannot be split is refused before the engine
-(``test_plan.py``). In ``make serve-test`` (two engines of two processes each: minutes on two cores).
+Each rank runs two of the four query heads and one of the two KV heads; the surfaces, exact walls and
+``value_full`` scaling keep their rank's heads (``serve.tensor_parallel``; over concatenated heads with its
+dot products summed over the ranks; the walls' channels as wide on both ranks), the residual-space recipes
+run whole on every rank. Two engines: the compiled one (vLLM's torch.compile, the steering from tables in
+the graph) and the eager one with the walls and activation captures (written by rank 0 alone). Every recipe
+kind, named and inline, 4 prompts x 8 greedy tokens interleaved in one ``generate`` call: each request must
+get its own recipe's HF tokens, log-probs within 1e-3. In ``make serve-test`` (two engines of two processes
+each: minutes on two cores).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.serve.helpers import (  # noqa: E402
     hf_greedy,
     hf_reference,
     prompt_ids,
+    random_surfaces,
     tiny_folder,
     tiny_recipe_dirs,
     vllm_greedy,
@@ -34,8 +36,10 @@ from tests.serve.helpers import (  # noqa: E402
 
 N_PROMPTS, NEW, TP = 4, 8, 2
 MAX_CAPTURE = 20_000
-RECIPES = {  # every kind that splits over ranks (walls and value_full over concatenated heads do not)
+RECIPES = {  # with the surfaces and the surfaces with exact walls (helpers.tiny_recipe_dirs): every kind
     "value": dict(scale_site="value_full", scale_par=0.3, scale_perp=1.5, scale_layers="1-2"),
+    "value_concat": dict(scale_site="value_full", scale_par=0.2, scale_perp=1.4, scale_layers="0-1",
+                         scale_value_space="concat"),
     "directional": dict(scale_site="attn_out", scale_par=1.6, scale_perp=0.6, scale_layers="0-1"),
     "dynamics": dict(mlp_variant="tangential", mlp_layers="1", alpha_mlp=1.4, gain_layers="2",
                      parallel_layers="0"),
@@ -76,8 +80,7 @@ def vector_dirs(tiny, tmp_path_factory):
 @pytest.fixture(scope="module")
 def recipe_dirs(tiny, vector_dirs, tmp_path_factory):
     vec = {n: {**keys, "vectors": vector_dirs[keys["vectors"]]} for n, keys in VECTOR_RECIPES.items()}
-    dirs = tiny_recipe_dirs(tiny[0], tmp_path_factory.mktemp("recipes"), "tiny-llama", {**RECIPES, **vec})
-    return {n: d for n, d in dirs.items() if n != "walls"}  # exact walls are served on one rank only
+    return tiny_recipe_dirs(tiny[0], tmp_path_factory.mktemp("recipes"), "tiny-llama", {**RECIPES, **vec})
 
 
 @pytest.fixture(scope="module")
@@ -93,22 +96,27 @@ def refs(tiny, recipe_dirs, vector_dirs):
     for n, ref in out.items():
         if n not in (None, "neutral"):
             assert changes(ref, out[None]), f"recipe {n} does not change the HF reference"
+    unwalled = random_surfaces(model, recipe_dirs["walls"] + "-without", layers=(0,))
+    assert changes(out["walls"], hf_reference(model, prompts, unwalled, NEW)), "the walls change nothing"
     return out
 
 
 @pytest.fixture(scope="module", params=["compiled", "eager"])
 def engine(request, tiny, recipe_dirs, vector_dirs):
     """Two ranks; compiled (the surfaces in the graph where geosteer's CPU kernels are built), or eager with
-    activation captures. 40 tokens per step: prefill chunks beside decoding tokens; prefix caching on."""
+    the exact walls (their layer 0 takes the channel layout for the surfaces too) and activation captures.
+    40 tokens per step: prefill chunks beside decoding tokens; prefix caching on."""
     from geosteer.serve import steered_llm
     from geosteer.serve.inline import Policy
 
-    extra = {"max_capture": MAX_CAPTURE} if request.param == "eager" else {}
+    eager = request.param == "eager"
+    extra = {"max_capture": MAX_CAPTURE} if eager else {}
+    dirs = {n: d for n, d in recipe_dirs.items() if eager or n != "walls"}  # exact walls run eager
     with pytest.MonkeyPatch.context() as mp:  # vLLM's automatic thread binding wants a NUMA node per rank
         mp.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        llm = steered_llm(tiny[2], recipe_dirs, Policy(vector_dirs), tensor_parallel_size=TP, **extra, **{
-            **TINY_ENGINE, "enforce_eager": request.param == "eager", "max_num_seqs": 16,
-            "max_num_batched_tokens": 40, "block_size": 32, "enable_prefix_caching": True})
+        llm = steered_llm(tiny[2], dirs, Policy(vector_dirs), tensor_parallel_size=TP, **extra, **{
+            **TINY_ENGINE, "enforce_eager": eager, "max_num_seqs": 16, "max_num_batched_tokens": 40,
+            "block_size": 32, "enable_prefix_caching": True})
     yield request.param, llm
     llm.llm_engine.engine_core.shutdown()
     del llm
@@ -123,7 +131,8 @@ def test_every_splittable_recipe_over_two_ranks_matches_hf(tiny, recipe_dirs, re
     assert cfg.parallel_config.tensor_parallel_size == TP and cfg.cache_config.enable_prefix_caching
     assert cfg.model_config.enforce_eager == (kind == "eager" or not graph.attention_in_graph())
     _, prompts, _ = tiny
-    names = [None, *recipe_dirs, *INLINE]
+    names = [None, *llm.llm_engine.vllm_config.model_config.hf_config.geosteer_recipes, *INLINE]
+    assert ("walls" in names) == (kind == "eager")
     order = [(n, i) for i in range(len(prompts)) for n in names]  # interleaved: every batch is mixed
     got, got_lp = vllm_greedy(llm, [prompts[i] for _, i in order], NEW, [INLINE.get(n, n) for n, _ in order])
     results = {}

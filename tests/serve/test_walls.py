@@ -90,3 +90,41 @@ def test_more_overlapping_walls_than_served_slots_are_refused_in_one_line():
     with pytest.raises(GeosteerError, match=f"{MAX_OVERLAP + 1} walls on one \\(head, dim\\)") as ei:
         wall_op(compile_layer(many, H, D), None, GRID, LO, HI, H // HKV)
     assert len(str(ei.value).splitlines()) == 1
+
+
+def _rank_served(q, k, v, op, rep):
+    """:func:`_served`'s channels and epilogue for one rank's heads (``q`` (L, h, D), ``k``/``v`` its KV heads)."""
+    hkv = k.shape[1]
+    ch = wall_values(op, k, v, D)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    a = torch.softmax((torch.einsum("ihd,jhd->hij", q, k.repeat_interleave(rep, 1)) / math.sqrt(D))
+                      .masked_fill(~causal, -INF), -1)
+    plain = torch.einsum("hij,jhd->ihd", a, v.repeat_interleave(rep, 1))  # walls only: the stock output
+    ow = torch.einsum("hij,jhcd->ihcd", a, ch.repeat_interleave(rep, 1)).reshape(L, hkv, rep, -1, D).transpose(2, 3)
+    return apply_walls(op, plain, ow, q).double(), ch.shape[2]
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_walls_split_over_tensor_parallel_ranks_match_the_naive_walled_attention(tp):
+    """Each rank serves the walls of its own heads (and the KV heads they read, one replicated KV head per rank
+    at tp 4), every rank with the same number of channels (vLLM's KV-cache layout is the same on every rank,
+    also where a rank has no walls); together they are the naive walled attention of all heads."""
+    from geosteer.serve.tensor_parallel import shard_layer
+    from geosteer.served import LayerOps
+
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(L, n, D, generator=gen) for n in (H, HKV, HKV))
+    walls = [*WALLS[:3], Wall(layer=1, pairs=((0, 5), (0, 9)), k=(0.0, INF))]  # heads 0 and 3 only
+    whole = wall_op(compile_layer(walls, H, D), None, GRID, LO, HI, H // HKV)
+    ref = _naive(q.double(), k.double(), v.double(), None, walls)
+    per, rep = H // tp, H // HKV
+    parts, widths = [], set()
+    for rank in range(tp):
+        (op,) = shard_layer(LayerOps(attention=[whole]), rank, tp, H).attention
+        heads = list(range(rank * per, (rank + 1) * per))
+        kv = sorted({hh // rep for hh in heads})
+        out, channels = _rank_served(q[:, heads], k[:, kv], v[:, kv], op, min(rep, per))
+        parts.append(out)
+        widths.add((op.width, channels))
+    assert len(widths) == 1  # one channel count on every rank
+    torch.testing.assert_close(torch.cat(parts, dim=1), ref, atol=2e-5, rtol=0)

@@ -23,7 +23,7 @@ object of recipe keys as --set takes them). The steering runs inside vLLM's comp
 can; exact walls, surfaces off vLLM's CPU build and --max-capture run the engine eager, and the log line
 `geosteer: ...` says which and why. Set-up: {SETUP.split(': ', 1)[1]}.
 Arguments after `--` go to vLLM unchanged (e.g. -- --max-model-len 2048; -- --tensor-parallel-size 2 splits
-the recipes over the ranks, except exact walls and value_full over concatenated heads)."""
+every recipe over the ranks by attention heads)."""
 MODEL_HELP = (f"{' | '.join(BUNDLED)} | a Hugging Face model folder (config.json) of a served family: "
               f"{', '.join(SERVED_FAMILIES)} (model_type)")
 

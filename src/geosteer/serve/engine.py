@@ -43,13 +43,12 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
                   inline: Policy | None = None, eager: str | None = None) -> tuple[str | None, str | None]:
     """Build every recipe on a weightless copy of the model: what vLLM's workers will do, but here; then
     admit requests for them (``serve.admission``; with ``inline``, inline recipes under that policy too).
-    What cannot be split over ``tensor_parallel_size`` ranks is refused (``serve.tensor_parallel``).
     Returns (the key of the compiled graph's layout, None) when the steering runs inside vLLM's compiled
     graph (``serve.graph``: every recipe can), else (None, why the engine runs eager); ``eager``: a reason
     to run eager whatever the recipes."""
     from transformers import AutoConfig
 
-    from geosteer.serve import admission, graph, tensor_parallel
+    from geosteer.serve import admission, graph
     from geosteer.serve.plan import meta_model, plan_recipe
 
     meta = meta_model(AutoConfig.from_pretrained(folder))
@@ -57,7 +56,9 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
     plans = {}
     for rname, rfolder in recipes.items():
         plans[rname] = plan_recipe(rname, rfolder, meta)
-        tensor_parallel.check(rname, plans[rname], tensor_parallel_size)
+    if meta.config.num_attention_heads % tensor_parallel_size:  # each rank takes whole heads (serve.tensor_parallel)
+        raise GeosteerError(f"{meta.config.num_attention_heads} attention heads do not split over "
+                            f"tensor_parallel_size={tensor_parallel_size}")
     why = eager or eager_reason(plans)
     stages = graph.stages_of(list(plans.values()), meta.config.num_hidden_layers, inline is not None)
     admission.configure(plans, meta if inline is not None else None, inline, stages if why is None else None)

@@ -38,6 +38,7 @@ from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import FAMILIES
 from geosteer.serve import batch, capture, shared_key, surface_ops
 from geosteer.serve.plan import RecipePlan, surface_of, walls_of
+from geosteer.serve.tensor_parallel import ConcatOverRanks
 from geosteer.serve.walls import WallOp, apply_walls, wall_values
 from geosteer.served import LayerOps, Surface, ValueScale
 
@@ -193,8 +194,8 @@ def _value_scale(op: ValueScale, y: torch.Tensor, v: torch.Tensor) -> torch.Tens
     o = y.float().view(n, hkv, h // hkv, d)
     ref = v.float().unsqueeze(2)
     if op.concat:
-        new = o + scaled_delta(o.reshape(n, h * d), ref.expand(o.shape).reshape(n, h * d), op.s_par,
-                                op.s_perp).view(o.shape)
+        fn = _scaled_over_ranks if isinstance(op, ConcatOverRanks) else scaled_delta
+        new = o + fn(o.reshape(n, h * d), ref.expand(o.shape).reshape(n, h * d), op.s_par, op.s_perp).view(o.shape)
     else:
         new = o + scaled_delta(o, ref, op.s_par, op.s_perp)
     if op.heads is not None:
@@ -202,6 +203,18 @@ def _value_scale(op: ValueScale, y: torch.Tensor, v: torch.Tensor) -> torch.Tens
         keep[op.heads] = False
         new = torch.where(keep.view(1, hkv, h // hkv, 1), o, new)
     return new.reshape(n, h, d).to(y.dtype)
+
+
+def _scaled_over_ranks(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: float) -> torch.Tensor:
+    """``scaled_delta`` of the concatenation over the tensor-parallel ranks, from this rank's part of it:
+    the dot products ⟨ref, ref⟩ and ⟨y, ref⟩ of each token are summed over the ranks."""
+    from vllm.distributed import tensor_model_parallel_all_reduce
+
+    rr, yr = tensor_model_parallel_all_reduce(torch.stack([torch.linalg.vecdot(ref, ref),
+                                                           torch.linalg.vecdot(y, ref)]).contiguous())
+    alpha = torch.where(rr > 1e-30, yr / rr.clamp_min(1e-30), 0.0)
+    par = ((s_par - s_perp) * alpha).unsqueeze(-1) * ref
+    return par if s_perp == 1.0 else par + (s_perp - 1.0) * y
 
 
 def _apply(point: str, t: torch.Tensor, state: dict, tokens, ops: dict) -> torch.Tensor:
@@ -316,7 +329,5 @@ def install(model, model_type: str, plans: list[RecipePlan], every_layer: bool =
         layer.channel_attention = any(o is not None and o.attention for o in ops)
         if layer.channel_attention:
             attn = _part(layer, spec.attn)
-            if attn.num_heads != attn.total_num_heads and any(walls_of(o) for o in ops):
-                raise GeosteerError("exact walls on vLLM need tensor_parallel_size=1")
             attn.attn = ChannelAttention(attn.attn, ops, i, shared=shared_key_layer(attn.attn, ops))
         layer.forward = types.MethodType(steered_forward, layer)

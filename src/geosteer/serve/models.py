@@ -38,7 +38,7 @@ class SteeredCausalLM:
         captures = getattr(cfg, "geosteer_capture_dir", None)
         super().__init__(vllm_config=vllm_config, prefix=prefix)
         tp, rank = vllm_config.parallel_config.tensor_parallel_size, 0
-        if tp > 1:  # this rank's heads of the surfaces and value scales; rank 0 alone writes the captures
+        if tp > 1:  # this rank's heads of the surfaces, walls and value scales; rank 0 alone writes captures
             from vllm.distributed import get_tensor_model_parallel_rank
 
             rank = get_tensor_model_parallel_rank()

@@ -4,8 +4,12 @@ With ``tensor_parallel_size`` = tp, rank r runs query heads [r·H/tp, (r+1)·H/t
 heads they read); the hidden state between layers is whole on every rank, so residual-space operations
 (steering vectors, residual scaling, FFN edits) run unchanged. Per rank: the surfaces keep the coefficients
 of its heads, ``value_full`` per-head scaling keeps its head selection renumbered to the rank's heads (and
-is dropped where it selects none). ``value_full`` over the concatenated heads (one projection over all heads)
-and exact walls (a slot table over (head, dim) pairs) are served with one rank only. Nothing here imports vLLM.
+is dropped where it selects none). ``value_full`` over the concatenated heads projects the whole concatenation
+onto the concatenated values: each rank runs it on its heads as a :class:`ConcatOverRanks`, whose two dot
+products per token are summed over the ranks (``serve.layers`` all-reduces them) before the projection.
+Exact walls keep the walled (head, dim) pairs of the rank's heads, compiled again for its heads; vLLM needs
+the same KV-cache layout on every rank, so each rank's wall channels are as wide as the widest rank's (a rank
+without walls on a layer carries empty ones). Nothing here imports vLLM.
 """
 
 from __future__ import annotations
@@ -13,21 +17,13 @@ from __future__ import annotations
 import dataclasses
 
 from geosteer.errors import GeosteerError
+from geosteer.serve.walls import WallOp, wall_op
 from geosteer.served import LayerOps, Surface, ValueScale
 
 
-def check(name: str, plan, tp: int) -> None:
-    """Refuse, in one line, what cannot be split over ``tp`` ranks."""
-    if tp == 1:
-        return
-    for layer in plan.attention_layers:
-        for op in plan.layers[layer].attention:
-            if isinstance(op, ValueScale) and op.concat:
-                raise GeosteerError(f"recipe '{name}': scale_site=value_full over concatenated heads is served with "
-                                    f"tensor_parallel_size=1 only (got {tp}); use value_space=head")
-            if not isinstance(op, (Surface, ValueScale)):
-                raise GeosteerError(f"recipe '{name}': exact walls are served with tensor_parallel_size=1 only "
-                                    f"(got {tp})")
+@dataclasses.dataclass
+class ConcatOverRanks(ValueScale):
+    """``value_full`` over concatenated heads on one rank's heads: its dot products are partial sums."""
 
 
 def shard_layer(ops: LayerOps, rank: int, tp: int, n_heads: int) -> LayerOps:
@@ -40,15 +36,32 @@ def shard_layer(ops: LayerOps, rank: int, tp: int, n_heads: int) -> LayerOps:
     for op in ops.attention:
         if isinstance(op, Surface):
             attention.append(dataclasses.replace(op, coeff=op.coeff[lo:hi].clone()))
-        elif isinstance(op, ValueScale) and not op.concat:
+        elif isinstance(op, ValueScale) and op.concat:  # every head (concat takes no head selection)
+            attention.append(ConcatOverRanks(op.s_par, op.s_perp, None, True))
+        elif isinstance(op, ValueScale):
             if op.heads is None:
                 attention.append(op)
             elif any(lo <= h < hi for h in op.heads):
                 attention.append(dataclasses.replace(op, heads=[h - lo for h in op.heads if lo <= h < hi]))
+        elif isinstance(op, WallOp):
+            attention.append(_walls_part(op, rank, tp, per))
         else:
-            raise GeosteerError("exact walls and value_full over concatenated heads are served with "
-                                "tensor_parallel_size=1 only")
+            raise GeosteerError(f"{type(op).__name__} inside attention cannot be split over tensor-parallel ranks")
     return dataclasses.replace(ops, attention=attention)
+
+
+def _walls_part(op: WallOp, rank: int, tp: int, per: int) -> WallOp:
+    """The walls of rank ``rank``'s heads, as wide as the widest rank's (the same KV-cache layout)."""
+    from geosteer.manifold.walls import LayerWalls
+
+    lw, coeff = op.source
+    parts = []
+    for r in range(tp):
+        keep = (lw.heads >= r * per) & (lw.heads < (r + 1) * per)
+        sub = LayerWalls(lw.heads[keep] - r * per, lw.dims[keep], lw.regions[keep])
+        parts.append(wall_op(sub, None if coeff is None else coeff[r * per:(r + 1) * per], op.grid_size, op.lo,
+                             op.hi, min(op.rep, per)))
+    return dataclasses.replace(parts[rank], width=max(p.width for p in parts))
 
 
 def shard_plan(plan, rank: int, tp: int, n_heads: int):

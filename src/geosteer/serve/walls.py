@@ -17,7 +17,7 @@ query sees a blocked key), as ``walls.apply_walls`` does on the Hugging Face pat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -44,6 +44,7 @@ class WallOp:
     grid_size: int
     lo: float
     hi: float
+    source: tuple | None = field(default=None, repr=False, compare=False)  # (LayerWalls, coeff) compiled here
 
     @property
     def per_slot(self) -> int:
@@ -97,7 +98,8 @@ def wall_op(lw, coeff: torch.Tensor | None, grid_size: int, lo: float, hi: float
     c = None if coeff is None else coeff[lw.heads[slot_pair], lw.dims[slot_pair]].float().clone()
     return WallOp(lw.heads.clone(), lw.dims.clone(), qboxes, slot_of, slot_pair,
                   torch.tensor(kboxes, dtype=torch.float64).reshape(len(pairs), R, 2),
-                  torch.tensor(pos, dtype=torch.long), max(count.values()) * per, rep, c, grid_size, lo, hi)
+                  torch.tensor(pos, dtype=torch.long), max(count.values(), default=0) * per, rep, c, grid_size, lo,
+                  hi, (lw, coeff))
 
 
 def _inside(x: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
@@ -110,6 +112,8 @@ def wall_values(op: WallOp, kh: torch.Tensor, vh: torch.Tensor, head_dim: int) -
     """(n, hkv, channels, head_dim): each slot's scalars in its KV head's block (zeros elsewhere).
     ``kh``/``vh`` (n, hkv, head_dim): post-RoPE keys and values."""
     n, hkv, _ = kh.shape
+    if not op.slot_pair.numel():  # no walls on this rank's heads (it keeps the other ranks' channel count)
+        return vh.new_zeros(n, hkv, op.channels(head_dim), head_dim)
     g = op.heads[op.slot_pair].to(kh.device) // op.rep
     d = op.dims[op.slot_pair].to(kh.device)
     kk, vv = kh[:, g, d], vh[:, g, d]  # (n, S)
@@ -131,6 +135,8 @@ def apply_walls(op: WallOp, out: torch.Tensor, ow: torch.Tensor, q: torch.Tensor
     """``out`` (n, H, d) with the walls applied. ``ow`` (n, hkv, channels, rep, d): the attention output of
     this op's channels (per query head); ``q`` (n, H, d) the post-RoPE queries."""
     n, hkv, c, rep, d = ow.shape
+    if not op.slot_pair.numel():
+        return out
     flat = ow.permute(0, 1, 3, 2, 4).reshape(n, hkv * rep, c * d)  # row g * rep + r = query head
     dev = out.device
     h = op.heads[op.slot_pair].to(dev)
