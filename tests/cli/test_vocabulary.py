@@ -69,8 +69,8 @@ def test_an_option_name_has_one_meaning_across_verbs():
 
 def _site_tables() -> dict[str, tuple[str, ...]]:
     from geosteer.directional import config, gated, measure
-    from geosteer_paper.directional import mlp_internal, sweep
     from geosteer.vectors import config as vectors_config
+    from geosteer_paper.directional import mlp_internal, sweep
 
     return {
         "geosteer.directional.config.SITES": config.SITES,

@@ -82,8 +82,8 @@ def test_run_sweep_keeps_spaces_apart_and_resumes_old_rows(tiny_model, tmp_path)
     """One baseline for both spaces; each row's ΔPPL is recomputed here; a row written before rows carried a
     space counts as per head on resume (only the concatenated setting runs)."""
     from geosteer.directional.config import ComponentScaleConfig
-    from geosteer_paper.directional.sweep import run_sweep
     from geosteer.eval.perplexity import heldout_ids, strided_perplexity
+    from geosteer_paper.directional.sweep import run_sweep
 
     model, tok = tiny_model("qwen2")
     ids = heldout_ids(tok, 40)

@@ -61,8 +61,8 @@ def test_check_item_takes_no_results_file():
 
 def test_a_wrong_formula_fails_its_check(monkeypatch):
     """The checks can fail: a tangential part without the projection, a speed-up off by one part in 1e9."""
-    from geosteer_paper.dynamics import checks as dynamics_checks
     from geosteer.dynamics import parallel, sphere
+    from geosteer_paper.dynamics import checks as dynamics_checks
 
     assert dynamics_checks.sphere_split_vs_numpy() <= 1e-12
     monkeypatch.setattr(sphere, "tangential", lambda u, v: v)
