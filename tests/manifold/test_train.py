@@ -144,6 +144,8 @@ def test_train_surfaces_refuses_a_folder_of_user_files_before_training(tiny_mode
     (["--text", "LATIN1"], "as UTF-8 text"),
     (["--rank", "0"], "--rank must be an integer from 1 to 10 for grid 8"),
     (["--rank", "11"], "--rank must be an integer from 1 to 10 for grid 8"),
+    (["--fluency-weight", "-1"], "--fluency-weight must be a finite number >= 0, got -1.0"),
+    (["--fluency-weight", "nan"], "--fluency-weight must be a finite number"),
 ])
 def test_train_cli_refuses_before_any_weights_are_built(monkeypatch, capsys, tmp_path, args, needle):
     from tests.cli_helpers import refused_before_load

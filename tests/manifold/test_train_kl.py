@@ -77,3 +77,14 @@ def test_a_bad_weight_is_refused_before_training(tiny, tmp_path, weight):
     with pytest.raises(GeosteerError, match="KL weight must be a finite number >= 0"):
         train_surfaces(model, tok, tmp_path / "x", cfg=_cfg(), kl_weight=weight, progress=False, log=None)
     assert not (tmp_path / "x").exists() and not (tmp_path / "x.train").exists()
+
+
+def test_learn_surfaces_fluency_weight_reaches_the_run(text_file, tmp_path, monkeypatch, capsys):
+    from tests.cli_helpers import run_cli
+
+    code, _, err = run_cli(monkeypatch, capsys, "learn", "surfaces", "-m", "tiny-llama", "--out", str(tmp_path / "s"),
+                           "--steps", "2", "--batch-size", "2", "--context", "24", "--grid", "4", "--layers", "1",
+                           "--text", str(text_file), "--eval-tokens", "48", "--fluency-weight", "3")
+    assert code == 0, err
+    training = read_config(tmp_path / "s")["meta"]["training"]
+    assert training["kl_weight"] == 3.0 and "--fluency-weight 3" in read_config(tmp_path / "s")["meta"]["command"]

@@ -58,6 +58,8 @@ def surfaces_cmd(
     quantile: float = typer.Option(0.99, "--quantile", help="quantile of |q|,|k| for --calibrate"),
     layers: str = layers_opt("all"),
     rank: int = typer.Option(None, "--rank", help="train rank-r surfaces, C = U Wᵀ with r < K (default: full rank)"),
+    fluency_weight: float = typer.Option(0.0, "--fluency-weight", help="weight β of the fluency term "
+                                         "β·KL(P_surfaces ‖ P_stock) per token beside the cross-entropy (0: off)"),
     tokens: int = typer.Option(None, "--tokens", help="training tokens (default 262144 unless --steps)"),
     steps: int = steps_opt(None),
     seq_len: int = context_opt(128),
@@ -90,7 +92,7 @@ def surfaces_cmd(
     coefficients train)."""
     from geosteer import anatomy
     from geosteer.data.corpus import SPLITS
-    from geosteer.manifold.train import check_options, train_surfaces
+    from geosteer.manifold.train import check_kl_weight, check_options, train_surfaces
     from geosteer.models.anatomy import parse_layers
     from geosteer.train import TrainConfig
 
@@ -102,6 +104,7 @@ def surfaces_cmd(
     save_dtype = save_dtype or "float32"
     check_options(out=out, grid_size=grid, grid_range=tuple(grid_range), calibrate=calibrate,
                   quantile=quantile, storage_dtype=save_dtype, text=text, rank=rank)
+    check_kl_weight(fluency_weight, "--fluency-weight")
     check_resume(resume, overwrite)
     if text not in SPLITS:
         from geosteer.eval.textfile import check_text_file
@@ -124,7 +127,7 @@ def surfaces_cmd(
                             layers=parse_layers(layers, anatomy(m).n_layers), cfg=cfg, text=text,
                             resume=resume, overwrite=overwrite, storage_dtype=save_dtype, rank=rank,
                             command=command_line("surfaces"), progress=sys.stderr.isatty() and not as_json,
-                            log=log)
+                            log=log, kl_weight=fluency_weight)
     emit({"out": str(out), "steps": res.steps_done, "tokens": res.tokens_seen, "final_loss": res.final_loss,
           "ppl_before": res.ppl_before, "ppl_after": res.ppl_after, "seconds": round(res.seconds, 1)}, as_json)
 

@@ -110,6 +110,12 @@ def check_options(*, out: Path, grid_size: int, grid_range, calibrate: bool, qua
                             "readable text file")
 
 
+def check_kl_weight(weight: float, what: str = "KL weight") -> None:
+    """The fluency term's weight: a finite number >= 0 (one line otherwise)."""
+    if not (weight >= 0 and math.isfinite(weight)):
+        raise GeosteerError(f"{what} must be a finite number >= 0, got {weight}")
+
+
 def _stock_logits(model, bank, batch: torch.Tensor) -> torch.Tensor:
     """The stock model's logits on ``batch``: the same forward with the surfaces switched off."""
     bank.enabled = False
@@ -167,8 +173,7 @@ def train_surfaces(
            "calibrate_quantile": float(calibrate_quantile) if calibrate else None}
     if rank is not None:  # absent for full-rank runs: their checkpoints' records stay as they were
         run["rank"] = int(rank)
-    if not (kl_weight >= 0 and math.isfinite(kl_weight)):
-        raise GeosteerError(f"KL weight must be a finite number >= 0, got {kl_weight}")
+    check_kl_weight(kl_weight)
     if kl_weight > 0:  # absent at 0: earlier checkpoints' records stay as they were
         run["kl_weight"] = float(kl_weight)
     ckpt = find_checkpoint(state_dir)  # a state "folder" that is a file is refused here, before any pass
