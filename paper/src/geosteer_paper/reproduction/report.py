@@ -61,7 +61,8 @@ def report_markdown(results: list[ItemResult], command: str, titles: dict[str, s
     lines = ["# Reproduction report", "",
              "Every item of the three papers: the paper's claim and number, geosteer's number read from its "
              "results file, and a status computed from the criterion declared beside the item "
-             "(`src/geosteer/reproduction/items/`). An item without a results file is *not run*, "
+             "(`paper/src/geosteer_paper/reproduction/items/`; the paper package, `pip install -e ./paper` from a "
+             "clone, `make dev` installs it). An item without a results file is *not run*, "
              "never a number. A formula item is checked against an independent reference on the tiny model "
              f"families by `{COMMAND}`; it reproduces when every error is within its check's tolerance.",
              "", _LEGEND, "", f"Built with `{command}`.", "",
