@@ -53,7 +53,7 @@ def cli_model(monkeypatch, tiny, *interventions):
         assert name == "tiny-llama"
         return model, tok
 
-    for mod in ("geosteer.eval.cli", "geosteer.directional.cli", "geosteer.dynamics.studies.common"):
+    for mod in ("geosteer.eval.cli", "geosteer.directional.cli", "geosteer_paper.dynamics.studies.common"):
         monkeypatch.setattr(f"{mod}.load", load)
     monkeypatch.setattr(common, "load", load)
     with steer(model, *interventions):

@@ -10,7 +10,7 @@ import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit, model_config
 from geosteer.cli.outputs import HTML, out_file
-from geosteer.dynamics.studies.common import (
+from geosteer_paper.dynamics.studies.common import (
     CSV_OPT,
     OUT_OPT,
     check_finite,

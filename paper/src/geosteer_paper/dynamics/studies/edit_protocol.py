@@ -22,7 +22,8 @@ from geosteer.cli.common import (
     model_config,
 )
 from geosteer.cli.outputs import out_file
-from geosteer.dynamics.studies.common import (
+from geosteer.models.anatomy import anatomy, parse_layers
+from geosteer_paper.dynamics.studies.common import (
     CSV_OPT,
     OUT_OPT,
     check_choices,
@@ -32,7 +33,6 @@ from geosteer.dynamics.studies.common import (
     setup_model,
     write_rows,
 )
-from geosteer.models.anatomy import anatomy, parse_layers
 
 TABLES = ("overall", "summary", "ablation_overall", "ablation_summary", "transfer", "edits", "ablation")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit
-from geosteer.dynamics.studies.common import (
+from geosteer_paper.dynamics.studies.common import (
     CSV_OPT,
     OUT_OPT,
     parse_floats,

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MODEL_OPT, THREADS_OPT, emit
-from geosteer.dynamics.studies.common import CSV_OPT, OUT_OPT, check_choices, run_meta, setup_model, write_rows
+from geosteer_paper.dynamics.studies.common import CSV_OPT, OUT_OPT, check_choices, run_meta, setup_model, write_rows
 
 SUMMARY_KEYS = ("ov_norm", "heads", "skew_sym_ratio_mean", "frac_dominant_positive",
                 "frac_dominant_by_real_positive", "frac_max_real_positive")

@@ -9,7 +9,9 @@ import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MAX_SEEDS, MODEL_OPT, THREADS_OPT, emit, model_config
 from geosteer.cli.outputs import out_file
-from geosteer.dynamics.studies.common import (
+from geosteer.io_utils import atomic_write_json
+from geosteer.models.anatomy import anatomy
+from geosteer_paper.dynamics.studies.common import (
     BATCH_OPT,
     CSV_OPT,
     OUT_OPT,
@@ -20,8 +22,6 @@ from geosteer.dynamics.studies.common import (
     setup_model,
     write_rows,
 )
-from geosteer.io_utils import atomic_write_json
-from geosteer.models.anatomy import anatomy
 
 
 def _read_cache(path: Path, run_key: dict) -> dict[str, float]:

@@ -11,8 +11,8 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MAX_SEEDS, MODEL_OPT, THREADS_OPT, emit
-from geosteer.dynamics.studies.common import CSV_OPT, OUT_OPT, check_choices, run_meta, setup_model, write_rows
 from geosteer.models.anatomy import anatomy, parse_layers
+from geosteer_paper.dynamics.studies.common import CSV_OPT, OUT_OPT, check_choices, run_meta, setup_model, write_rows
 
 PREFIX_FILE_OPT = typer.Option(None, "--prefix-file",
                                help="one prefix per line (default: held-out corpus windows)")

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import JSON_OPT, emit
-from geosteer.dynamics.studies.common import CSV_OPT, OUT_OPT, write_rows
+from geosteer_paper.dynamics.studies.common import CSV_OPT, OUT_OPT, write_rows
 
 DIAGNOSE = ("deficit", "ffn_tangential_frac", "defect", "ddiv_attn", "ddiv_ffn")
 COMMUTATOR = ("commutator", "ffn_half", "attn_half", "reorder_angle_deg", "cos_pred_vs_measured")

@@ -1,1 +1,0 @@
-"""Options shared by the dynamics commands (``common``); the studies themselves are in the paper package."""
