@@ -16,7 +16,7 @@ TINY_FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gemma3", "gpt2", "gpt_ne
 # model), longest first. Under xdist they are handed out first (make test passes --no-loadscope-reorder, which
 # otherwise sends files out by test count, so these few-test files came last while the other worker idled);
 # every other file follows in collection order. A missing name is ignored.
-LONG_FILES = ("docs/test_notebooks.py", "e2e/test_studio_browser.py", "vectors/test_frontier.py",
+LONG_FILES = ("docs/test_notebooks.py", "e2e/test_studio_browser.py", "paper/vectors/test_frontier.py",
               "docs/test_packaging.py", "integrations/test_distributed.py", "paper/dynamics/test_critical.py",
               "integrations/test_lm_eval.py", "studies/test_scripts.py", "manifold/test_real.py",
               "vectors/test_cli.py", "core/test_methods_load.py", "docs/test_site.py", "tasks/test_tasks.py",

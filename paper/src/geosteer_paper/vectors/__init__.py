@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from geosteer_paper.registry import Study, register_study
 
-STUDIES = (Study("frontier", "geosteer.vectors.cli_frontier:frontier_cmd",
+STUDIES = (Study("frontier", "geosteer_paper.vectors.studies.frontier:frontier_cmd",
                  "steering frontier: target shift vs control KL per lever and strength"),)
 
 for _s in STUDIES:

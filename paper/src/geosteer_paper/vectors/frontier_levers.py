@@ -6,16 +6,16 @@ surfaces, so each lever's strength 0 is the reference itself:
 - ``CAA``: a mean-difference steering vector (``geosteer.vectors.extract``, last token, ``resid_post``) from
   the training prompts, added × ``direction`` · multiplier at one layer;
 - ``learned steering surfaces``: every surface coefficient fine-tuned on the training prompts under a
-  control-KL budget τ (``steer-learn`` for a promoted behaviour, ``wall-learn --mode dense`` for a
-  suppressed one), one point per τ;
-- ``learned walls``: ``wall-learn`` regions (they only suppress: the targets of a suppressed behaviour,
+  control-KL budget τ (``geosteer learn steering-surfaces`` for a promoted behaviour, ``geosteer learn walls
+  --mode dense`` for a suppressed one), one point per τ;
+- ``learned walls``: ``geosteer learn walls`` regions (they only suppress: the targets of a suppressed behaviour,
   the negatives of a promoted one), one point per τ;
 - ``surfaces edits``: the N surfaces whose scaling moves the training objective most to first order
   (gradient · coefficients), each scaled by 1 ± t towards the behaviour (t = 1 zeroes, t = 2 inverts the
   ones that work against it);
 - ``directional ∥/⊥``: component scaling (recipe keys ``scale_site``, ``scale_par``, ``scale_perp``);
 - ``learned ∥/⊥ scales``: per-layer s∥/s⊥ at ``attn_out`` learned towards a promoted behaviour
-  (``geosteer study directional steer-learn``; its KL budget is against the stock model), one point per τ;
+  (``geosteer learn scales``; its KL budget is against the stock model), one point per τ;
 - ``FFN edits``: the FFN branch gain and its radial / tangential variants (recipe keys of dynamics).
 """
 
@@ -35,7 +35,7 @@ from geosteer.manifold.wall_learn import WallLearnConfig, encode_targets, target
 from geosteer.manifold.wall_learn_train import learn_walls
 from geosteer.recipe import load_recipe, parse_settings
 from geosteer.vectors.extract import extract
-from geosteer.vectors.frontier import Behaviour
+from geosteer_paper.vectors.frontier import Behaviour
 
 
 @dataclass
@@ -88,7 +88,7 @@ def caa_points(model, tok, b: Behaviour, reference: list, layers: Sequence[int],
 
 def _train_run(model, tok, b: Behaviour, surfaces: str, out: Path, mode: str, tau: float, steps: int,
                lr: float, log) -> Path:
-    """Train (or resume, or reuse) one wall-learn / steer-learn run; the artifact folder."""
+    """Train (or resume, or reuse) one learned-walls / steering-surfaces run; the artifact folder."""
     from geosteer.manifold import load
 
     if (out / "geosteer_config.json").is_file():
@@ -99,7 +99,7 @@ def _train_run(model, tok, b: Behaviour, surfaces: str, out: Path, mode: str, ta
         raise ValueError(f"behaviour {b.name}: learned walls of a promoted behaviour need negatives")
     # BOS first, as the frontier's own measurements encode prompts (and as its reused runs were trained)
     cfg = WallLearnConfig(mode=mode, steps=steps, lr=lr, kl_threshold=tau, seed=0, add_bos=True,
-                          sparsity=0.0 if mode == "dense" else 0.002)  # as steer-learn / wall-learn
+                          sparsity=0.0 if mode == "dense" else 0.002)  # as learn steering-surfaces / walls
     bank = load(surfaces, model=model)
     out.parent.mkdir(parents=True, exist_ok=True)
     learn_walls(model, tok, bank, targets, list(b.controls_train), cfg, out, resume=True, promote=promote,
@@ -128,7 +128,7 @@ def trained_points(model, tok, b: Behaviour, surfaces: str, runs: Path, mode: st
 
 def scales_points(model, tok, b: Behaviour, reference: list, runs: Path, taus: Sequence[float], steps: int,
                   lr: float, log=None) -> list[Point]:
-    """Learned per-layer s∥/s⊥ at ``attn_out`` (``study directional steer-learn``: promote objective, control
+    """Learned per-layer s∥/s⊥ at ``attn_out`` (``geosteer learn scales``: promote objective, control
     KL against the stock model), one run per τ, applied on top of the reference."""
 
     pts = []

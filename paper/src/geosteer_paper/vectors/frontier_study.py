@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import geosteer.data
 from geosteer.eval.perplexity import heldout_ids
 from geosteer.io_utils import atomic_write_json
 from geosteer.manifold.wall_learn import read_controls, read_targets
-from geosteer.vectors.frontier import Behaviour, compare, encode_heldout, matched_kl, raw_outputs
-from geosteer.vectors.frontier_levers import (
+from geosteer_paper.vectors.frontier import Behaviour, compare, encode_heldout, matched_kl, raw_outputs
+from geosteer_paper.vectors.frontier_levers import (
     Point,
     caa_points,
     directional_settings,
@@ -29,16 +30,18 @@ from geosteer.vectors.frontier_levers import (
     trained_points,
 )
 
-SENTIMENT_DIR = Path(__file__).resolve().parents[3] / "studies" / "manifold" / "steer_learn"  # a source checkout
+SENTIMENT_DIR = Path(__file__).resolve().parents[4] / "studies" / "manifold" / "steer_learn"  # a source checkout
+WALL_LEARN_DIR = Path(geosteer.data.__file__).resolve().parent / "prompts" / "wall_learn"  # shipped prompts
 LEVERS = ("CAA", "learned steering surfaces", "learned walls", "surfaces edits", "directional",
           "learned scales", "FFN edits")
 
 
 def bundled_behaviour(name: str) -> Behaviour:
-    """``sentiment`` (promote " wonderful" over " terrible" after neutral openings) or a wall-learn
-    category (``elements``, ``mischief``: suppress its target continuations); the category's controls."""
+    """``sentiment`` (promote " wonderful" over " terrible" after neutral openings) or a bundled
+    learned-walls category (``elements``, ``mischief``: suppress its target continuations); the category's
+    controls."""
 
-    wl = Path(__file__).resolve().parents[1] / "data" / "prompts" / "wall_learn"
+    wl = WALL_LEARN_DIR
     if name == "sentiment":
         s = SENTIMENT_DIR
         return Behaviour(name, +1, read_targets(s / "sentiment_target_train.json"),

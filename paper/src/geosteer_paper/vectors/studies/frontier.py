@@ -107,7 +107,7 @@ def frontier_cmd(
     surfaces: Path = typer.Option(Path("artifacts/smollm2-surfaces"), "--surfaces",
                                  help="reference surfaces (every lever is measured against them attached)"),
     behaviours: str = typer.Option("sentiment,elements", "--behaviours",
-                                   help="sentiment and/or wall-learn categories (elements, mischief)"),
+                                   help="sentiment and/or learned-walls prompt categories (elements, mischief)"),
     caa_layers: str = typer.Option("5,15,25", "--caa-layers", help="CAA layers"),
     caa_multipliers: str = typer.Option("0.125,0.25,0.5,1", "--caa-multipliers"),
     steer_taus: str = typer.Option("0.02,0.1", "--steer-taus", help="KL budgets of the learned steering surfaces"),
@@ -131,7 +131,7 @@ def frontier_cmd(
     """Steering frontier: each lever at several strengths on two behaviours' held-out prompts."""
     from geosteer.io_utils import atomic_write_csv, write_records
     from geosteer.models.loading import model_id
-    from geosteer.vectors.frontier_study import Plan, bundled_behaviour, run_frontier
+    from geosteer_paper.vectors.frontier_study import Plan, bundled_behaviour, run_frontier
 
     plan = Plan(levers=[x.strip() for x in levers.split(",") if x.strip()],
                 caa_layers=[int(x) for x in _floats(caa_layers, "--caa-layers")],
@@ -142,7 +142,7 @@ def frontier_cmd(
                 edit_top=edit_top, ppl_tokens=ppl_tokens, seed=seed)
     bs = [bundled_behaviour(b.strip()) for b in behaviours.split(",") if b.strip()]
     if not bs:
-        raise ValueError("--behaviours is empty: give sentiment and/or a wall-learn category")
+        raise ValueError("--behaviours is empty: give sentiment and/or a learned-walls prompt category")
     if not (surfaces / "geosteer_config.json").is_file():
         raise ValueError(f"--surfaces: {surfaces} is not a surfaces artifact folder")
     set_threads(threads)

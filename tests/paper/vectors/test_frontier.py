@@ -13,8 +13,8 @@ import torch
 
 from geosteer import manifold
 from geosteer.manifold.artifact import save
-from geosteer.vectors.frontier import RECORD_FIELDS, Behaviour, bootstrap_ci, interpolate_at, matched_kl
-from geosteer.vectors.frontier_study import Plan, run_frontier
+from geosteer_paper.vectors.frontier import RECORD_FIELDS, Behaviour, bootstrap_ci, interpolate_at, matched_kl
+from geosteer_paper.vectors.frontier_study import Plan, run_frontier
 from tests.cli_helpers import refused_before_load
 
 PROMPTS = ["The cat sat on the", "Paris is the capital of", "One, two, three,", "I think that the answer is"]

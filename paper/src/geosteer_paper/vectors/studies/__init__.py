@@ -1,0 +1,1 @@
+"""The steering-vector paper studies, run as ``geosteer study vectors <name>``."""
