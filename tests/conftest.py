@@ -18,7 +18,7 @@ TINY_FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gemma3", "gpt2", "gpt_ne
 # every other file follows in collection order. A missing name is ignored.
 LONG_FILES = ("docs/test_notebooks.py", "e2e/test_studio_browser.py", "paper/vectors/test_frontier.py",
               "docs/test_packaging.py", "integrations/test_distributed.py", "paper/dynamics/test_critical.py",
-              "integrations/test_lm_eval.py", "studies/test_scripts.py", "manifold/test_real.py",
+              "integrations/test_lm_eval.py", "paper/studies/test_scripts.py", "manifold/test_real.py",
               "vectors/test_cli.py", "core/test_methods_load.py", "docs/test_site.py", "tasks/test_tasks.py",
               "dynamics/test_cli.py", "cli/test_disk_full.py")
 

@@ -70,7 +70,7 @@ def disk_full_line(e: BaseException) -> str:
 
 @contextmanager
 def one_line_errors() -> Iterator[None]:
-    """For scripts (``studies/``): a user error (:class:`GeosteerError`, ``ValueError``) inside the block is
+    """For scripts (``paper/studies/``): a user error (:class:`GeosteerError`, ``ValueError``) inside the block is
     printed as one line ``error: …`` on stderr and ends the program with exit status 2 (no traceback), as the
     ``geosteer`` command does."""
     try:

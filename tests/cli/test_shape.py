@@ -2,8 +2,8 @@
 
 - ``models.anatomy.parse_layers`` is the only layer parser: every method's parser is that function, and
   every verb with a ``--layers`` option refuses a bad list with one line and exit code 2.
-- No module under ``src/geosteer`` other than the CLI modules imports typer or ``geosteer.cli``; a method's
-  ``studies/`` package (its ``geosteer study`` commands) is CLI-side.
+- No module under ``src/geosteer`` other than the CLI modules imports typer or ``geosteer.cli`` (the
+  ``geosteer study`` commands are in the paper package).
 """
 
 from __future__ import annotations

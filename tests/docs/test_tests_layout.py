@@ -1,7 +1,8 @@
 """The tests mirror the code: every test module lives in tests/<folder>/, the folder named after the package of
 src/geosteer it tests (tests/manifold/test_walls.py tests src/geosteer/manifold/walls.py), or one of the folders
 for what is not a package: core (the modules at the top of src/geosteer), studies (studies/), paper (the paper
-package, paper/src/geosteer_paper), docs (docs, examples, packaging, this layout), e2e (a real browser)."""
+package, paper/src/geosteer_paper, and its scripts, paper/studies), docs (docs, examples, packaging, this layout),
+e2e (a real browser)."""
 
 from pathlib import Path
 

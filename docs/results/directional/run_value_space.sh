@@ -25,6 +25,6 @@ ev ruler_baseline $T 5 ""
 ev ruler_vexcl05_concat $T 5 "$VX,scale_par=0.5,scale_value_space=concat"
 ev ruler_vexcl05_head $T 5 "$VX,scale_par=0.5,scale_value_space=head"
 ev vexcl0_concat $P 100 "$VX,scale_par=0,scale_value_space=concat"
-python docs/results/tasks/ruler_tidy.py baseline=$OUT/ruler_baseline vexcl05_concat=$OUT/ruler_vexcl05_concat \
+python paper/studies/tasks/ruler_tidy.py baseline=$OUT/ruler_baseline vexcl05_concat=$OUT/ruler_vexcl05_concat \
   vexcl05_head=$OUT/ruler_vexcl05_head --out $D/value_space_ruler_2048_smollm2.json
-python docs/results/tasks/table1_tidy.py $OUT/vexcl0_concat --out $D/value_space_proxy_smollm2.json
+python paper/studies/tasks/table1_tidy.py $OUT/vexcl0_concat --out $D/value_space_proxy_smollm2.json

@@ -30,7 +30,7 @@ from geosteer_paper.vectors.frontier_levers import (
     trained_points,
 )
 
-SENTIMENT_DIR = Path(__file__).resolve().parents[4] / "studies" / "manifold" / "steer_learn"  # a source checkout
+SENTIMENT_DIR = Path(__file__).resolve().parents[3] / "studies" / "manifold" / "steer_learn"  # a source checkout
 WALL_LEARN_DIR = Path(geosteer.data.__file__).resolve().parent / "prompts" / "wall_learn"  # shipped prompts
 LEVERS = ("CAA", "learned steering surfaces", "learned walls", "surfaces edits", "directional",
           "learned scales", "FFN edits")
