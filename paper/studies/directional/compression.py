@@ -1,6 +1,6 @@
 """Study 2 (paper §6.3): compression-error decomposition — per-layer ∥/⊥ update error, held-out PPL, Spearman ρ.
 
-For each compression method (``geosteer.directional.compression``: RTN, AWQ, GPTQ, the ⊥-weighted AWQ,
+For each compression method (``geosteer_paper.directional.compression``: RTN, AWQ, GPTQ, the ⊥-weighted AWQ,
 the simplified AWQ, Wanda unstructured and N:M, at the strength in the name) a compressed copy of the
 model is made from calibration on train-split tokens; its held-out perplexity is measured on the first
 ``--ppl-tokens`` held-out tokens, and its update error e = Δ_comp − Δ_base is split against Δ_base per layer and site
@@ -62,7 +62,7 @@ def spearman_rows(summary: list[dict], kinds: Sequence[str] | None = None) -> li
     when given; none under three)."""
     from scipy.stats import spearmanr
 
-    from geosteer.directional.compression import parse_method
+    from geosteer_paper.directional.compression import parse_method
 
     comp = [r for r in summary if r["method"] != "none"
             and (kinds is None or parse_method(r["method"])[0] in kinds)]
@@ -160,8 +160,8 @@ def token_setup(a: argparse.Namespace):
 
 
 def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
-    from geosteer.directional.compression import calibrate, compress, parse_method, update_errors
     from geosteer.io_utils import write_records
+    from geosteer_paper.directional.compression import calibrate, compress, parse_method, update_errors
 
     meths = [s.strip() for s in a.methods.split(",") if s.strip()]
     for meth in meths:

@@ -22,7 +22,6 @@ from geosteer.interventions import steer
 from geosteer.io_utils import atomic_write_json
 from geosteer.models.loading import load_model
 from geosteer.recipe import load_recipe
-from geosteer.stats import mean_ci
 from geosteer.train.objective import forward_logits
 from geosteer.train.prompts import (
     control_logprobs,
@@ -32,6 +31,7 @@ from geosteer.train.prompts import (
     read_targets,
     target_logprob,
 )
+from geosteer_paper.stats import mean_ci
 
 
 def _passes(model, tb, nb, cb, interventions) -> tuple:

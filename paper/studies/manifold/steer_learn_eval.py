@@ -28,7 +28,7 @@ from geosteer.manifold.wall_learn import (
     target_logprob,
 )
 from geosteer.models.loading import load_model
-from geosteer.stats import mean_ci
+from geosteer_paper.stats import mean_ci
 
 
 def _logprobs(model, batch, bank):

@@ -5,10 +5,10 @@ embeddings and LM head stay as they are):
 
 - ``rtn<bits>``: round-to-nearest, asymmetric min/max per group of ``group`` input columns per row
   (``quant_grid``).
-- ``awq<bits>``: AWQ as published (``geosteer.directional.awq``): per-block scale search on the
+- ``awq<bits>``: AWQ as published (``geosteer_paper.directional.awq``): per-block scale search on the
   attention / MLP module outputs, then clip search; ``awq<bits>-perp<w>`` weights the perpendicular part
   of the scale search's error by w (beyond the paper; w = 1 is AWQ).
-- ``gptq<bits>``: GPTQ (``geosteer.directional.gptq``), blocks quantised in order from the inputs of the
+- ``gptq<bits>``: GPTQ (``geosteer_paper.directional.gptq``), blocks quantised in order from the inputs of the
   already quantised blocks.
 - ``awqlite<bits>``: a simplified AWQ: one scale per linear, s = mean|x|^a with a ∈ {0, 0.1, …, 1}
   minimising that linear's own output error ‖X Ŵᵀ − X Wᵀ‖, no clipping.
@@ -33,11 +33,11 @@ import torch
 from torch import nn
 
 from geosteer.directional.decompose import RunningStats, decompose
-from geosteer.directional.quant_grid import quantize_rtn
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
 from geosteer.record import Recorder
+from geosteer_paper.directional.quant_grid import quantize_rtn
 
 METHODS = ("rtn4", "awq4", "wanda50", "wanda4:8", "wanda2:4")  # the default set (the paper's)
 METHOD_FORMS = ("rtn<bits>, awq<bits>, awq<bits>-perp<w> (w >= 1), gptq<bits>, awqlite<bits> (bits 2-8), "
@@ -158,11 +158,11 @@ def compress(model: nn.Module, method: str, calib: dict[str, dict], group: int =
         if not batches:
             raise GeosteerError(f"method '{method}' needs calibration batches (token ids)")
         if kind == "gptq":
-            from geosteer.directional.gptq import gptq_model
+            from geosteer_paper.directional.gptq import gptq_model
 
             gptq_model(comp, batches, args[0], group)
         else:
-            from geosteer.directional.awq import awq_model
+            from geosteer_paper.directional.awq import awq_model
 
             alphas = awq_model(model, comp, batches, args[0], group, perp_weight=args[1])
     else:

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from geosteer.directional.block_capture import capture_block
-from geosteer.directional.quant_grid import check_group, fake_quant, group_params
 from geosteer.models.anatomy import anatomy
+from geosteer_paper.directional.block_capture import capture_block
+from geosteer_paper.directional.quant_grid import check_group, fake_quant, group_params
 
 
 def hessian(x: torch.Tensor) -> torch.Tensor:

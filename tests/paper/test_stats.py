@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from geosteer.stats import mean_ci
+from geosteer_paper.stats import mean_ci
 
 
 def test_mean_ci_matches_scipy_t_interval():

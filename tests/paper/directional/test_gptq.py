@@ -1,10 +1,10 @@
-"""GPTQ (``geosteer.directional.gptq``) against the paper's update written as a naive OBS loop (explicit
+"""GPTQ (``geosteer_paper.directional.gptq``) against the paper's update written as a naive OBS loop (explicit
 inverse Hessian, one column at a time, no Cholesky, no blocks), and against round-to-nearest."""
 
 import torch
 
-from geosteer.directional.gptq import gptq_quantize, hessian
-from geosteer.directional.quant_grid import fake_quant, group_params, quantize_rtn
+from geosteer_paper.directional.gptq import gptq_quantize, hessian
+from geosteer_paper.directional.quant_grid import fake_quant, group_params, quantize_rtn
 
 
 def naive_obs_gptq(w, h, bits, group, percdamp=0.01):

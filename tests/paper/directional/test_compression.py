@@ -1,4 +1,4 @@
-"""Compression helpers (``geosteer.directional.compression``): RTN / AWQ / Wanda against naive references,
+"""Compression helpers (``geosteer_paper.directional.compression``): RTN / AWQ / Wanda against naive references,
 the update-error decomposition, the method names (tiny models only)."""
 
 import numpy as np
@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from geosteer import load_model
-from geosteer.directional.compression import (
+from geosteer.errors import GeosteerError
+from geosteer_paper.directional.compression import (
     calibrate,
     compress,
     prune_wanda,
@@ -14,7 +15,6 @@ from geosteer.directional.compression import (
     quantize_rtn,
     update_errors,
 )
-from geosteer.errors import GeosteerError
 
 
 def test_rtn_grid_and_error_bound():
@@ -72,7 +72,7 @@ def test_update_errors_zero_for_identical_and_decomposed_for_pruned():
                                               ("awq8", "awq", (8, 1.0)), ("gptq8", "gptq", (8,)),
                                               ("wanda30", "wanda", (0.3,)), ("wanda1:4", "wanda_nm", (1, 4))])
 def test_parametric_methods_apply_the_named_strength(method, kind, args, tiny_model):
-    from geosteer.directional.compression import block_linears, parse_method
+    from geosteer_paper.directional.compression import block_linears, parse_method
 
     assert parse_method(method) == (kind, args)
     m, _ = tiny_model("llama")
@@ -95,7 +95,7 @@ def test_parametric_methods_apply_the_named_strength(method, kind, args, tiny_mo
 @pytest.mark.parametrize("bad", ["rtn9", "awq1", "awq4-perp0.5", "gptq9", "awqlite1", "wanda0", "wanda100",
                                  "wanda4:2", "awq4perp2"])
 def test_unknown_methods_name_the_valid_forms(bad):
-    from geosteer.directional.compression import parse_method
+    from geosteer_paper.directional.compression import parse_method
 
     assert parse_method("awq4-perp2.5") == ("awq", (4, 2.5))
     with pytest.raises(GeosteerError, match=f"unknown compression method '{bad}'; valid forms: rtn<bits>"):

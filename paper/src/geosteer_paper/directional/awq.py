@@ -25,10 +25,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from geosteer.directional.block_capture import BlockCapture, capture_block, module_output
 from geosteer.directional.decompose import decompose
-from geosteer.directional.quant_grid import check_group, quantize_rtn
 from geosteer.models.anatomy import anatomy
+from geosteer_paper.directional.block_capture import BlockCapture, capture_block, module_output
+from geosteer_paper.directional.quant_grid import check_group, quantize_rtn
 
 N_GRID = 20
 CLIP_SKIP = ("q_", "k_", "query", "key")  # the reference code does not clip the q/k projections

@@ -1,4 +1,4 @@
-"""AWQ (``geosteer.directional.awq``): the scale search and the clip search against brute-force loops
+"""AWQ (``geosteer_paper.directional.awq``): the scale search and the clip search against brute-force loops
 written from the paper's definitions, the ⊥-weighted objective against numpy, the block capture against a
 normal forward (tiny models only)."""
 
@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from geosteer.directional.awq import input_groups, perp_weighted_error, search_clip, search_scale
-from geosteer.directional.block_capture import capture_block, module_output
-from geosteer.directional.quant_grid import quantize_rtn
 from geosteer.models.anatomy import anatomy
+from geosteer_paper.directional.awq import input_groups, perp_weighted_error, search_clip, search_scale
+from geosteer_paper.directional.block_capture import capture_block, module_output
+from geosteer_paper.directional.quant_grid import quantize_rtn
 
 
 def _np_perp_weighted(out, ref, w):
