@@ -20,6 +20,7 @@ from geosteer.eval.generation import generate
 from geosteer.eval.perplexity import strided_perplexity
 from geosteer.interventions import steer
 from geosteer.io_utils import write_records
+from geosteer.manifold.bank import SurfaceBank
 from geosteer.manifold.edit import Edit, live
 from geosteer.manifold.explore import layer_sensitivity
 from geosteer.models.identity import same_model
@@ -49,36 +50,30 @@ def shipped_surfaces(model_name: str) -> Path | None:
 
 def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: int = 24,
              surfaces: Path | None = None, out_dir: Path = Path("runs/demo"), *, device: str = "cpu",
-             dtype: str = "float32") -> dict:
+             dtype: str = "float32", spec=None) -> dict:
+    """The demo on ``model_name``: stock against the steered state ``spec`` (an
+    :class:`~geosteer.recipe.InterventionSpec`; ``surfaces`` is ``spec.surfaces``). With no steering given,
+    the shipped surfaces where they fit the model. Returns the summary."""
     from rich.table import Table
 
     from geosteer import anatomy, load_model
 
     console = make_console()
     t0 = time.time()
-    found = surfaces if surfaces is not None else shipped_surfaces(model_name)
-    if found is None:
-        why = (f"the shipped surfaces are for {SHIPPED_FOR}, not {model_name}" if
-               shipped_surfaces(SHIPPED_FOR) is not None else
-               f"this installation has no shipped surfaces (expected at {SHIPPED_SURFACES})")
-        console.print(f"[yellow]no trained surfaces: {why}. Showing the stock model only (no edits, no HTML "
-                      "report); give --surfaces DIR or a Hub repo id org/name to see the rest.[/]")
-    else:
-        console.print(f"surfaces: {found}")
+    spec = _steering(model_name, spec, surfaces, console)
+    found = Path(spec.surfaces) if spec.surfaces is not None else None
     model, tok = load_model(model_name, dtype=dtype, device=device)
     an = anatomy(model)
     console.print(f"[bold]model[/] {model_name}: {an.n_layers} layers, d_model {an.d_model}, "
                   f"{an.n_heads}/{an.n_kv_heads} heads, head_dim {an.head_dim} (loaded in {time.time() - t0:.1f} s)")
     text = split_text("heldout")
-    bank = None
-    if found is not None:
-        from geosteer.manifold import load as load_surfaces
-
-        bank = load_surfaces(found, model=model)
+    ivs = spec.build(model)
+    bank = next((iv for iv in ivs if isinstance(iv, SurfaceBank)), None)
     states: list[tuple[str, list]] = [("stock", [])]
-    if bank is not None:
-        states.append(("surfaces", [bank]))
-    summary: dict = {"model": model_name, "heldout_tokens": tokens, "surfaces": str(found) if found else None}
+    if ivs:  # named "surfaces" when the surfaces are all the steering, else "steered"
+        states.append(("surfaces" if set(spec.changed()) == {"surfaces"} else "steered", ivs))
+    summary: dict = {"model": model_name, "heldout_tokens": tokens, "surfaces": str(found) if found else None,
+                     "recipe": spec.changed()}
     ppl_table = Table(title=f"held-out perplexity (first {tokens} tokens, context 512, stride 256)")
     for col in ("state", "ppl", "bits/byte", "tokens"):
         ppl_table.add_column(col)
@@ -109,9 +104,30 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
     console.print(gen_table)
     if bank is not None:
         summary["greedy_changed"] = f"{changed}/{len(DEMO_PROMPTS)}"
-        summary.update(_edit_wall_report(model, tok, bank, found, max_new_tokens, out_dir, console))
+        summary.update(_edit_wall_report(model, tok, ivs, bank, found, max_new_tokens, out_dir, console))
     console.print(f"done in {time.time() - t0:.0f} s")
     return summary
+
+
+def _steering(model_name: str, spec, surfaces: Path | None, console):
+    """The steered state: ``spec`` with ``surfaces`` set; with no steering at all, the shipped surfaces where
+    they fit ``model_name`` (said on the console either way)."""
+    from geosteer.recipe import InterventionSpec
+
+    spec = spec if spec is not None else InterventionSpec()
+    if surfaces is not None:
+        spec = spec.with_values(surfaces=str(surfaces))
+    if not spec.changed() and shipped_surfaces(model_name) is not None:
+        spec = spec.with_values(surfaces=str(shipped_surfaces(model_name)))
+    if not spec.changed():
+        why = (f"the shipped surfaces are for {SHIPPED_FOR}, not {model_name}" if
+               shipped_surfaces(SHIPPED_FOR) is not None else
+               f"this installation has no shipped surfaces (expected at {SHIPPED_SURFACES})")
+        console.print(f"[yellow]no trained surfaces: {why}. Showing the stock model only (no edits, no HTML "
+                      "report); give --surfaces DIR or a Hub repo id org/name to see the rest.[/]")
+    else:
+        console.print(f"steering: {spec.changed()}")
+    return spec
 
 
 def _text_quality(model, tok, states: list[tuple[str, list]], summary: dict, console) -> dict:
@@ -139,8 +155,10 @@ def _text_quality(model, tok, states: list[tuple[str, list]], summary: dict, con
     return out
 
 
-def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out_dir: Path, console) -> dict:
-    """Most sensitive layer → invert it (live) and wall its top-8 surfaces (live); then an HTML report."""
+def _edit_wall_report(model, tok, ivs: list, bank, surfaces: Path, max_new_tokens: int, out_dir: Path,
+                      console) -> dict:
+    """Most sensitive layer → invert it (live) and wall its top-8 surfaces (live), the rest of ``ivs`` (the
+    steering, ``bank`` among it) applied throughout; then an HTML report."""
     from rich.table import Table
 
     from geosteer.viz import surfaces as S
@@ -148,7 +166,8 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
 
     console.print(f"layer sensitivity: zeroing each of {len(bank.layers)} layers' surfaces on "
                   f"{len(DEMO_PROMPTS)} prompts")
-    with progress(len(bank.layers), "sensitivity", unit="layer") as step:
+    with progress(len(bank.layers), "sensitivity", unit="layer") as step, \
+            steer(model, *[iv for iv in ivs if iv is not bank]):
         sens = layer_sensitivity(model, tok, bank, DEMO_PROMPTS, progress=lambda done, total: step())
     layer = sens[0]["layer"]
     console.print(f"most sensitive layer (zeroing it moves next-token KL most): {layer} "
@@ -162,7 +181,7 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
     console.print(f"edits on layer {layer}: {len(DEMO_PROMPTS)} prompts x {len(edits)} edits")
     with progress(len(DEMO_PROMPTS), "edits", unit="prompt") as step:
         for p in DEMO_PROMPTS:
-            _edit_row(model, tok, bank, p, edits, max_new_tokens, table, counts, kls)
+            _edit_row(model, tok, ivs, bank, p, edits, max_new_tokens, table, counts, kls)
             step()
     console.print(table)
     for name in edits:
@@ -171,7 +190,7 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
     out_dir.mkdir(parents=True, exist_ok=True)
     picks = S.default_picks(bank, 4)
     layers = sorted({lay for lay, _, _ in picks})
-    with steer(model, bank):
+    with steer(model, *ivs):
         labels, qs, ks = S.record_qk_tensors(model, tok, DEMO_PROMPTS[0], layers)
     qk = write_records(out_dir / "qk.json", S.qk_rows(labels, qs, ks, picks),
                        {"kind": "qk-points", "prompt": DEMO_PROMPTS[0], "surfaces": str(Path(surfaces).resolve()),
@@ -183,18 +202,19 @@ def _edit_wall_report(model, tok, bank, surfaces: Path, max_new_tokens: int, out
             "invert_mean_kl": kls["invert"], "wall_mean_kl": kls["wall"], "report": rep["out"]}
 
 
-def _edit_row(model, tok, bank, p: str, edits: dict, max_new_tokens: int, table, counts: dict, kls: dict) -> None:
+def _edit_row(model, tok, ivs: list, bank, p: str, edits: dict, max_new_tokens: int, table, counts: dict,
+              kls: dict) -> None:
     """One prompt: the surfaces' continuation, then each edit's (live), its greedy change and next-token KL."""
 
-    with steer(model, bank):
+    with steer(model, *ivs):
         base = generate(model, tok, p, max_new_tokens)
-    lp_base = next_token_logprobs(model, tok, p, [bank])
+    lp_base = next_token_logprobs(model, tok, p, ivs)
     cells = [p, base.text.strip()]
     for name, e in edits.items():
         with live(bank, e):
-            with steer(model, bank):
+            with steer(model, *ivs):
                 g = generate(model, tok, p, max_new_tokens)
-            lp = next_token_logprobs(model, tok, p, [bank])
+            lp = next_token_logprobs(model, tok, p, ivs)
         counts[name] += g.token_ids != base.token_ids
         kls[name] += kl_divergence(lp_base, lp) / len(DEMO_PROMPTS)
         cells.append(g.text.strip())

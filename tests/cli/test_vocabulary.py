@@ -206,3 +206,64 @@ def test_help_texts_call_the_surfaces_object_surfaces():
         texts = [cmd.help or "", *(getattr(p, "help", None) or "" for p in cmd.params if not getattr(p, "hidden", 0))]
         said += [(path, t) for t in texts if re.search(r"\bbanks?\b", t, re.IGNORECASE)]
     assert not said, f"help texts that say 'bank' (say 'surfaces'): {said}"
+
+
+# The steering front door: every verb that runs a steered model takes --recipe DIR, --set key=value
+# (repeatable) and --surfaces DIR (sugar for --set surfaces=DIR), the same options everywhere.
+STEERING_VERBS = ("ppl", "generate", "compare", "demo", "studio")
+# verb -> reason: steering verbs whose front door is spelt differently on purpose.
+FRONT_DOOR_ALLOW = {
+    "eval": "lm-eval's own command line: every argument goes to lm-eval, so --recipe/--set/--surfaces are read "
+            "from its arguments (geosteer.cli.evaluate) into the geosteer model's --model_args, not click options",
+    "serve": "serves several recipes at once: --recipe NAME=DIR (repeatable) names each one as a model id; a "
+             "request's geosteer_recipe object takes the keys --set takes",
+}
+# verb -> reason: verbs with --surfaces that is not the front door (an input or a lever, not a steered run).
+SURFACES_NOT_FRONT_DOOR = {
+    "learn walls": "the surfaces a learner starts from (its input; the output is a new artifact)",
+    "learn steering-surfaces": "the surfaces a learner starts from (its input; the output is a new artifact)",
+    "measure explore": "the surfaces measured (sensitivity, coverage, walls): the object of the measurement",
+    "manifold edit": "the artifact edited into a new folder; no model runs",
+    "bench text": "surfaces artifacts compared as levers, several at once, each at several strengths",
+    "bench steering": "the shipped surfaces as one lever among many of the benchmark",
+}
+FRONT_DOOR_HOMES = ("recipe show", "recipe save")  # read and write recipes; run no model
+
+
+def _front_door_params(cmd) -> dict:
+    return {p.opts[0]: p for p in cmd.params if getattr(p, "opts", None) and p.opts[0] in
+            ("--recipe", "--set", "--surfaces")}
+
+
+def test_every_steering_verb_takes_the_one_front_door():
+    from geosteer.cli.recipe import RECIPE_HELP, SET_HELP, SURFACES_HELP
+
+    leaves = command_leaves(hidden=False)
+    for verb in STEERING_VERBS:
+        params = _front_door_params(leaves[verb])
+        assert set(params) == {"--recipe", "--set", "--surfaces"}, verb
+        recipe, settings, surfaces = params["--recipe"], params["--set"], params["--surfaces"]
+        assert (recipe.help, _option_kind(recipe), recipe.multiple) == (RECIPE_HELP, "str", False), verb
+        assert (settings.help, _option_kind(settings), settings.multiple) == (SET_HELP, "str", True), verb
+        assert surfaces.help.startswith(SURFACES_HELP) and not surfaces.multiple, verb  # (+ the verb's default)
+        assert _option_kind(surfaces) == _option_kind(_front_door_params(leaves["ppl"])["--surfaces"]), verb
+
+
+def test_every_verb_with_steering_options_is_classified():
+    """A verb with --recipe, --set or --surfaces is a steering verb, an allowed difference or a non-front-door
+    use of --surfaces; the paper's study verbs (`study ...`, an installed plugin) are experiments."""
+    found = {path for path, cmd in command_leaves(hidden=False).items() if _front_door_params(cmd)
+             and not path.startswith("study ")}
+    known = {*STEERING_VERBS, *FRONT_DOOR_ALLOW, *SURFACES_NOT_FRONT_DOOR, *FRONT_DOOR_HOMES}
+    assert found - {"eval"} <= known, f"unclassified (a steering verb takes RECIPE_OPT/SET_OPT): {found - known}"
+    stale = known - found - {"eval"}
+    assert not stale, f"classified verbs that no longer take these options: {stale}"
+
+
+def test_eval_and_serve_spell_the_front_door_as_allowed():
+    from geosteer.cli.evaluate import _FRONT_DOOR, _HELP
+
+    assert set(_FRONT_DOOR) == {"--recipe", "--set", "--surfaces"}
+    assert all(name in _HELP for name in _FRONT_DOOR)
+    serve = _front_door_params(command_leaves(hidden=False)["serve"])["--recipe"]
+    assert serve.multiple and "NAME=DIR" in serve.help

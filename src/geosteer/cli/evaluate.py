@@ -38,11 +38,14 @@ def register(app: typer.Typer) -> None:
 
 def _front_door(args: list[str]) -> list[str]:
     """``args`` with ``--recipe``/``--set``/``--surfaces`` turned into ``--model_args`` of ``--model geosteer``
-    (added when no ``--model`` is given; another model is refused)."""
+    (added when no ``--model`` is given; another model is refused). ``--surfaces DIR`` is ``--set surfaces=DIR``
+    (:func:`geosteer.cli.recipe.with_surfaces`, as on every other verb); a repeated ``--recipe`` or
+    ``--surfaces``: the last one, as click reads it."""
+    from geosteer.cli.recipe import with_surfaces
     from geosteer.errors import GeosteerError
 
     rest: list[str] = []
-    extra: list[str] = []
+    given: dict[str, list[str]] = {name: [] for name in _FRONT_DOOR}
     i = 0
     while i < len(args):
         name, eq, value = args[i].partition("=")
@@ -57,11 +60,12 @@ def _front_door(args: list[str]) -> list[str]:
         if "," in value:
             raise GeosteerError(f"{name} {value}: no ',' in a value here (lm-eval splits model_args at commas; "
                                 "layer lists take ';', e.g. 0;2;5-7)")
-        key = _FRONT_DOOR[name]
-        if key is None and "=" not in value:
+        if name == "--set" and "=" not in value:
             raise GeosteerError(f"--set {value!r}: expected key=value")
-        extra.append(value if key is None else f"{key}={value}")
+        given[name].append(value)
         i += 1
+    recipe, surfaces = (given[n][-1] if given[n] else None for n in ("--recipe", "--surfaces"))
+    extra = [*([f"recipe={recipe}"] if recipe is not None else []), *with_surfaces(given["--set"], surfaces)]
     if not extra:
         return rest
     model = _option_values(rest, ("--model",))

@@ -16,9 +16,41 @@ from geosteer.cli.common import JSON_OPT, emit
 from geosteer.cli.outputs import out_artifact
 from geosteer.errors import GeosteerError
 
-RECIPE_OPT = typer.Option(None, "--recipe", help="recipe to apply: a folder or a Hub repo id org/name[@revision]")
-SET_OPT = typer.Option(None, "--set", help="recipe key=value on top of --recipe (repeatable); "
-                       "`geosteer recipe show --keys` lists the keys")
+RECIPE_HELP = "recipe to apply: a folder or a Hub repo id org/name[@revision]"
+SET_HELP = "recipe key=value on top of --recipe (repeatable); `geosteer recipe show --keys` lists the keys"
+SURFACES_HELP = ("surfaces artifact: a folder, a Hub repo id org/name[@revision] or a shipped name; the same as "
+                 "--set surfaces=DIR")
+RECIPE_OPT = typer.Option(None, "--recipe", help=RECIPE_HELP)
+SET_OPT = typer.Option(None, "--set", help=SET_HELP)
+
+
+def surfaces_option(note: str = ""):
+    """``--surfaces DIR``: sugar for ``--set surfaces=DIR`` (``note``: what this verb does without it)."""
+    return typer.Option(None, "--surfaces", help=f"{SURFACES_HELP} ({note})" if note else SURFACES_HELP)
+
+
+SURFACES_OPT = surfaces_option()
+
+
+def with_surfaces(settings: list[str] | None, surfaces: Path | str | None) -> list[str]:
+    """``settings`` (``--set`` values) with ``--surfaces DIR`` as ``surfaces=DIR``: the one place the sugar
+    is read. A ``--set surfaces=`` naming another folder is refused (one line); the same folder is kept once."""
+    settings = list(settings or [])
+    if surfaces is None:
+        return settings
+    given = [s for s in settings if s.partition("=")[0].strip() == "surfaces"]
+    other = [s for s in given if not _same_folder(s.partition("=")[2].strip(), surfaces)]
+    if other:
+        raise GeosteerError(f"--surfaces {surfaces} and --set {other[0]} name different surfaces; give them once")
+    return settings if given else [*settings, f"surfaces={surfaces}"]
+
+
+def _same_folder(a: Path | str, b: Path | str) -> bool:
+    """Whether two artifact references name one folder (the same text, or paths that resolve alike)."""
+    if str(a) == str(b):
+        return True
+    pa, pb = Path(a), Path(b)
+    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
 
 
 def spec_from_options(recipe: str | None = None, settings: list[str] | None = None,
@@ -27,13 +59,8 @@ def spec_from_options(recipe: str | None = None, settings: list[str] | None = No
     with ``model`` (the ``--model`` name) its layer lists are also checked against that model's config."""
     from geosteer.recipe import InterventionSpec, load_recipe, parse_settings
 
+    settings = with_surfaces(settings, surfaces)
     base = load_recipe(recipe)[0] if recipe is not None else InterventionSpec()
-    settings = list(settings or [])
-    if surfaces is not None:
-        given = [s for s in settings if s.partition("=")[0].strip() == "surfaces"]
-        if given:
-            raise GeosteerError(f"--surfaces {surfaces} and --set {given[0]}: give the surfaces once")
-        settings.append(f"surfaces={surfaces}")
     spec = parse_settings(settings, base)
     if model is not None:
         _check_layer_keys(spec, model)

@@ -99,10 +99,8 @@ def _independent_windows(m, tok, interventions: list, split: str, context: int, 
 
 
 def register(app: typer.Typer) -> None:
-    from geosteer.cli.recipe import RECIPE_OPT, SET_OPT, spec_from_options
+    from geosteer.cli.recipe import RECIPE_OPT, SET_OPT, SURFACES_OPT, spec_from_options
 
-    surfaces_opt = typer.Option(None, "--surfaces", help="attention-manifold artifact to attach: a folder or "
-                                                          "a Hub repo id org/name[@revision]")
     bos_opt = typer.Option(False, "--bos", help="put the BOS token first (default: encode as the model's "
                                                 "tokenizer does, with its own BOS convention)")
 
@@ -119,7 +117,7 @@ def register(app: typer.Typer) -> None:
                                     "once) | independent (the corpus cut into --context-token windows, BOS first "
                                     "in each, scored whole: the protocol of the dynamics verbs)"),
         bos: bool = bos_opt,
-        surfaces: Path | None = surfaces_opt,
+        surfaces: Path | None = SURFACES_OPT,
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,
@@ -181,7 +179,7 @@ def register(app: typer.Typer) -> None:
         bos: bool = bos_opt,
         chat: bool = CHAT_OPT,
         system: str | None = SYSTEM_OPT,
-        surfaces: Path | None = surfaces_opt,
+        surfaces: Path | None = SURFACES_OPT,
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,
@@ -232,7 +230,7 @@ def register(app: typer.Typer) -> None:
         bos: bool = bos_opt,
         chat: bool = CHAT_OPT,
         system: str | None = SYSTEM_OPT,
-        surfaces: Path | None = surfaces_opt,
+        surfaces: Path | None = SURFACES_OPT,
         recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
         force: bool = FORCE_OPT,

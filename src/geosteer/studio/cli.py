@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from geosteer.cli.common import CHAT_OPT, DEVICE_OPT, DTYPE_OPT, FORCE_OPT, MODEL_OPT, SYSTEM_OPT, THREADS_OPT, load
-from geosteer.cli.recipe import SET_OPT, spec_from_options
+from geosteer.cli.recipe import RECIPE_OPT, SET_OPT, spec_from_options, surfaces_option
 
 
 def is_loopback(host: str) -> bool:
@@ -92,11 +92,8 @@ def register(app: typer.Typer) -> None:
     @app.command("studio")
     def studio(
         model: str = MODEL_OPT,
-        surfaces: Path | None = typer.Option(None, "--surfaces", help="surface artifact folder to start from "
-                                             "(default: fresh zero surfaces on every layer)"),
-        recipe: str | None = typer.Option(None, "--recipe", help="recipe to start from (folder or Hub repo id): "
-                                          "its surfaces (and edits) are the ones edited, its other settings "
-                                          "stay applied underneath for the whole session"),
+        surfaces: Path | None = surfaces_option("default: fresh zero surfaces on every layer"),
+        recipe: str | None = RECIPE_OPT,
         settings: list[str] | None = SET_OPT,
         port: int = typer.Option(8765, "--port", "-p"),
         host: str = typer.Option("127.0.0.1", "--host", help="interface to bind; anything but loopback "
@@ -115,23 +112,23 @@ def register(app: typer.Typer) -> None:
         chat: bool = CHAT_OPT,
         system: str | None = SYSTEM_OPT,
     ) -> None:
-        """Local web app to see and edit attention manifolds live (FastAPI + a static page)."""
+        """Local web app to see and edit attention manifolds live (FastAPI + a static page).
+
+        --recipe/--set/--surfaces as on every steering verb: the recipe's surfaces (and edits) are the ones
+        edited, its other settings stay applied underneath for the whole session."""
         if not 1 <= port <= 65535:
             raise ValueError(f"--port must be in 1–65535 (got {port})")
         if not 1 <= max_new_tokens <= 512:
             raise ValueError(f"--max-new-tokens must be in 1–512 (got {max_new_tokens})")
-        if surfaces is not None:
-            from geosteer.shipped import expand
-
-            surfaces = Path(expand(surfaces))  # a shipped artifact's name: its folder in the package
-            if not surfaces.is_dir():
-                raise FileNotFoundError(f"surface artifact folder not found: {surfaces}")
         from geosteer.errors import GeosteerError
         from geosteer.eval.chat import check_chat_options, has_chat_template
+        from geosteer.shipped import expand
 
         check_chat_options(chat, system)
         spec = spec_from_options(recipe, settings, surfaces, model=model)  # a bad value: one line, before the load
-        start = Path(spec.surfaces) if spec.surfaces is not None else None
+        start = Path(expand(spec.surfaces)) if spec.surfaces is not None else None  # a shipped name: its folder
+        if start is not None and not start.is_dir():
+            raise FileNotFoundError(f"surface artifact folder not found: {start}")
         check_workspace(workspace)
         if not 1 <= max_queue <= 1000:
             raise ValueError(f"--max-queue must be in 1–1000 (got {max_queue})")
