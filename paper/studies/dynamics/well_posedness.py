@@ -28,9 +28,9 @@ def main() -> None:
     import torch
 
     from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.fields import ReducedField, layer_fields
     from geosteer.models.loading import load_model
     from geosteer_paper.dynamics.critical import residual_seeds
+    from geosteer_paper.dynamics.fields import ReducedField, layer_fields
     from geosteer_paper.dynamics.theory import flow_path
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -10,7 +10,7 @@ attention function receives) and every attention call returns one-hot head outpu
 bias from the module output). No data is involved; the result is deterministic.
 
 ``ov_norm="gain"`` folds the attention pre-norm in the way the critical study's effective V does
-(:func:`geosteer.dynamics.fields.effective_ov`): on unit directions u the norm is the diagonal map
+(``effective_ov`` of the paper package): on unit directions u the norm is the diagonal map
 diag(:func:`sphere_gain`) — RMSNorm γ / sqrt(1/d + ε) (Gemma-3's 1 + w included), LayerNorm γ·√d with
 the centring and bias dropped — so V_h = W_O,hᵀ W_V,gᵀ diag(gain) acts on the raw residual direction.
 """

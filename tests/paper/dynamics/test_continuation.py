@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-from geosteer.dynamics.fields import ReducedField
 from geosteer.errors import GeosteerError
 from geosteer_paper.dynamics.continuation import (
     basin_map,
@@ -16,6 +15,7 @@ from geosteer_paper.dynamics.continuation import (
     ov_start_points,
     pca_plane,
 )
+from geosteer_paper.dynamics.fields import ReducedField
 
 DYN = ("study", "dynamics")  # the paper studies' spelling
 

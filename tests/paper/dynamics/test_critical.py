@@ -7,14 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from geosteer.dynamics.fields import (
-    ReducedField,
-    classify,
-    effective_ov,
-    layer_fields,
-    tangent_basis,
-    tangent_jacobian,
-)
 from geosteer.errors import GeosteerError
 from geosteer.hooks import HookSet, add_hook
 from geosteer_paper.dynamics.critical import (
@@ -24,6 +16,14 @@ from geosteer_paper.dynamics.critical import (
     random_seeds,
     refine,
     summarise,
+)
+from geosteer_paper.dynamics.fields import (
+    ReducedField,
+    classify,
+    effective_ov,
+    layer_fields,
+    tangent_basis,
+    tangent_jacobian,
 )
 from geosteer_paper.reproduction.references import finite_difference_tangent_jacobian
 
@@ -192,8 +192,8 @@ def test_unknown_field_raises(tiny_model):
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_direct_ov_read_matches_probe(family, tiny_model):
     from geosteer import anatomy
-    from geosteer.dynamics.fields import _ov_sum_direct
     from geosteer.dynamics.ov import ov_weights
+    from geosteer_paper.dynamics.fields import _ov_sum_direct
 
     model, _ = tiny_model(family)
     an = anatomy(model)

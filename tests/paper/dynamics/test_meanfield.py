@@ -70,8 +70,8 @@ def test_empirical_measure_of_particles_is_the_weighted_atom_flow(alpha):
 def test_layer_law_matches_the_model_modules(tiny_model):
     """q·k logits from the folded law equal q_proj/k_proj applied to the attention pre-norm of u (no RoPE),
     and one atom's velocity is the effective OV map V u (effective_ov, read another way)."""
-    from geosteer.dynamics.fields import effective_ov
     from geosteer.models.anatomy import anatomy
+    from geosteer_paper.dynamics.fields import effective_ov
 
     model, _ = tiny_model("llama")
     an = anatomy(model)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from geosteer import anatomy
-from geosteer.dynamics.fields import effective_ov
 from geosteer.dynamics.ov import ov_rows
+from geosteer_paper.dynamics.fields import effective_ov
 from tests.cli_helpers import run_cli
 
 

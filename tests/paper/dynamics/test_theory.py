@@ -10,8 +10,8 @@ import pytest
 import torch
 from scipy.optimize import brentq
 
-from geosteer.dynamics.fields import ReducedField, tangent_basis
 from geosteer.errors import GeosteerError
+from geosteer_paper.dynamics.fields import ReducedField, tangent_basis
 from geosteer_paper.dynamics.theory import (
     branch_errors,
     first_order_branch,

@@ -26,8 +26,8 @@ def sphere_split_vs_numpy() -> float:
 def tangent_jacobian_vs_finite_differences(model, tok) -> float:
     """Eq. 8: the tangent Jacobian of the OV, FFN and full reduced fields of layer 1 (α = 0.7) at a random
     direction against central finite differences of the flow on the sphere."""
-    from geosteer.dynamics.fields import layer_fields, tangent_basis, tangent_jacobian
     from geosteer_paper.dynamics.critical import random_seeds
+    from geosteer_paper.dynamics.fields import layer_fields, tangent_basis, tangent_jacobian
     from geosteer_paper.reproduction.references import finite_difference_tangent_jacobian
 
     worst = 0.0

@@ -26,10 +26,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from geosteer.dynamics.fields import ReducedField
 from geosteer.errors import GeosteerError
 from geosteer.extras import require
 from geosteer_paper.dynamics.critical import label_point, refine, token_states
+from geosteer_paper.dynamics.fields import ReducedField
 
 METHODS = ("euler", "rk4")
 

@@ -12,7 +12,7 @@ inputs ``resid_pre`` of real held-out tokens at the layer (position 0 left out u
 Gaussian random directions (``numpy.random.default_rng(seed)``). Candidates with s ≤ ``threshold`` are
 kept and de-duplicated (⟨u₁, u₂⟩ > 1 − ``dedup_tol``: the same point; ±u are different points).
 
-Label. Eigenvalues of the tangent Jacobian J (d − 1 dims, :func:`geosteer.dynamics.fields.tangent_jacobian`):
+Label. Eigenvalues of the tangent Jacobian J (d − 1 dims, :func:`geosteer_paper.dynamics.fields.tangent_jacobian`):
 A-like (all real parts < 0), R-like (all > 0), S-like (mixed).
 
 Refinement (what the paper left out). Riemannian Newton on g = 0 in tangent coordinates (chart
@@ -32,11 +32,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from geosteer.dynamics.fields import LABELS, ReducedField, classify, layer_fields, tangent_basis, tangent_jacobian
 from geosteer.errors import GeosteerError
 from geosteer.hooks import attach_hooks
 from geosteer.models.limits import check_positions
 from geosteer.models.loading import input_device
+from geosteer_paper.dynamics.fields import LABELS, ReducedField, classify, layer_fields, tangent_basis, tangent_jacobian
 
 
 def check_threshold(threshold: float) -> float:

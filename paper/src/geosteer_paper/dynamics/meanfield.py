@@ -6,7 +6,7 @@ setting of the theorem): for unit directions u_1 … u_L,
     du_i/dt = P_{u_i} [ Σ_h W_O,h Σ_j softmax_j(⟨W_Q,h u_i, W_K,h u_j⟩ / √d_h) W_V,h u_j + α Φ(u_i) ],
 
 with a layer's real projections (the attention pre-norm folded in as its gain on the unit sphere, as in
-:func:`geosteer.dynamics.fields.effective_ov`; no rotary embedding, which would tie the field to positions and
+:func:`geosteer_paper.dynamics.fields.effective_ov`; no rotary embedding, which would tie the field to positions and
 break the exchangeability the theorem needs) and, for α ≠ 0, the layer's real FFN branch Φ.
 
 For a measure μ the velocity is b[μ](u) = P_u[Σ_h W_O,h N_h[μ](u) / D_h[μ](u) + α Φ(u)] with
@@ -31,10 +31,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from geosteer.dynamics.fields import _FFNBranch
 from geosteer.dynamics.ov import sphere_gain
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import anatomy
+from geosteer_paper.dynamics.fields import _FFNBranch
 
 
 @dataclass

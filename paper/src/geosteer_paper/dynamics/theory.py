@@ -24,9 +24,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from geosteer.dynamics.fields import ReducedField, tangent_basis, tangent_jacobian
 from geosteer.errors import GeosteerError
 from geosteer_paper.dynamics.continuation import cluster_ends, continue_alpha
+from geosteer_paper.dynamics.fields import ReducedField, tangent_basis, tangent_jacobian
 
 
 def _angle_deg(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -63,7 +63,7 @@ def setup_model(model: str, threads: int, device: str = "cpu", dtype: str = "flo
                 layers_opt: str = "--layers", seq_opt: str = "--context", ov_norm: str | None = None):
     """Check the window length and layer options against the config of ``model``, then load it."""
     if ov_norm is not None:
-        from geosteer.dynamics.fields import OV_NORMS
+        from geosteer_paper.dynamics.fields import OV_NORMS
 
         check_choices(ov_norm, OV_NORMS, "ov_norm (--ov-norm)")
     if seq_len is not None:

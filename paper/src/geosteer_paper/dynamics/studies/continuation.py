@@ -44,8 +44,8 @@ def continuation(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer
                  threads: int = THREADS_OPT,
                  device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Track critical points of g_α = P_u(Vu + αΦ(u)) from α = 0 to 1: max Re, saddle index, max |Im| (Fig. 11)."""
-    from geosteer.dynamics.fields import layer_fields
     from geosteer_paper.dynamics.continuation import check_steps, continue_alpha, ov_start_points
+    from geosteer_paper.dynamics.fields import layer_fields
 
     check_steps(steps, "--steps")
     check_steps(tracks, "--tracks")
@@ -87,7 +87,6 @@ def basins(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", hel
            device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Basins of the flow of g_α on the sphere slice unit(m + a e1 + b e2) of real residuals (Fig. 12)."""
     from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.fields import ReducedField, layer_fields
     from geosteer_paper.dynamics.continuation import (
         basin_figure,
         basin_map,
@@ -97,6 +96,7 @@ def basins(model: str = MODEL_OPT, layer: int = typer.Option(..., "--layer", hel
         pca_plane,
     )
     from geosteer_paper.dynamics.critical import residual_seeds
+    from geosteer_paper.dynamics.fields import ReducedField, layer_fields
 
     al = [check_finite(a, "--alphas", 0.0) for a in parse_floats(alphas, "--alphas")]
     check_grid(grid)

@@ -53,8 +53,8 @@ def critical(model: str = MODEL_OPT,
              device: str = DEVICE_OPT, dtype: str = DTYPE_OPT) -> None:
     """Critical candidates of the reduced fields P_uVu, P_uΦ(u), P_u(Vu+αΦ(u)): A/S/R labels (paper Table 2)."""
     from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.dynamics.fields import check_field
     from geosteer_paper.dynamics.critical import check_threshold, critical_study
+    from geosteer_paper.dynamics.fields import check_field
 
     kinds = [check_field(f.strip()) for f in fields.split(",") if f.strip()]
     check_threshold(threshold)

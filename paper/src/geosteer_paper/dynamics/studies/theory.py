@@ -23,9 +23,9 @@ def _layer_rows(m, ell: int, tracks: int, alphas: list[float], flow_alphas: list
                 seed: int, steps: int, dt: float, every: int, ov_norm: str) -> list[dict]:
     import torch
 
-    from geosteer.dynamics.fields import ReducedField, layer_fields
     from geosteer_paper.dynamics.continuation import continue_alpha, ov_start_points
     from geosteer_paper.dynamics.critical import residual_seeds
+    from geosteer_paper.dynamics.fields import ReducedField, layer_fields
     from geosteer_paper.dynamics.theory import (
         branch_errors,
         loglog_slope,
