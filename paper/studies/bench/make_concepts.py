@@ -1,6 +1,6 @@
 """Write the bundled concept file of the steering benchmark (``src/geosteer/data/bench_concepts.json``).
 
-    python studies/bench/make_concepts.py --out src/geosteer/data/bench_concepts.json
+    python paper/studies/bench/make_concepts.py --out src/geosteer/data/bench_concepts.json
 
 Twelve concepts: six topics of the bundled corpus promoted (texts: the first words of its articles, train
 split; negatives: articles of the other topics), two topics suppressed with prompts that invite them

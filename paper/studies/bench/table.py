@@ -1,7 +1,7 @@
 """Print the markdown tables of steering-benchmark results files (summary per lever, score per concept, every row).
 
-    python studies/bench/table.py docs/results/bench/smollm2-small/results.json
-    python studies/bench/table.py docs/results/bench/smollm2-small/results.json \
+    python paper/studies/bench/table.py docs/results/bench/smollm2-small/results.json
+    python paper/studies/bench/table.py docs/results/bench/smollm2-small/results.json \
         docs/results/bench/smollm2-small-variants/results.json --concepts-of 2   # two runs, same settings
 
 Several files are read as one run (a (concept, lever) row that two files hold is taken from the first);
