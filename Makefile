@@ -49,7 +49,7 @@ test: $(DEVSTAMP)
 	$(BIN)/python -m pytest -q -x --durations=5 -m serial
 
 lint: $(DEVSTAMP)
-	$(BIN)/ruff check src paper tests benchmarks studies
+	$(BIN)/ruff check src paper tests benchmarks
 
 # Optional second model (about 240 MB, 5-6 GB RAM per run).
 gemma: $(STAMP)

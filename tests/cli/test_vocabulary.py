@@ -128,15 +128,15 @@ def test_removed_site_names_are_refused_in_one_line(old, monkeypatch, capsys):
 
 
 def test_no_results_file_or_item_carries_a_removed_name():
-    """The committed results files and reproduction items were migrated once (studies/migrate_names.py)."""
+    """The committed results files and reproduction items were migrated once (paper/studies/migrate_names.py)."""
     import importlib.util
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("migrate_names", root / "studies" / "migrate_names.py")
+    spec = importlib.util.spec_from_file_location("migrate_names", root / "paper" / "studies" / "migrate_names.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.plan(root) == {}, "run python studies/migrate_names.py"
+    assert mod.plan(root) == {}, "run python paper/studies/migrate_names.py"
 
 
 def test_resid_mid_is_the_state_between_attention_and_mlp():

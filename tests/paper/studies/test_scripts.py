@@ -1,5 +1,4 @@
-"""Every study script under paper/studies/ (and studies/) that takes options (argparse) answers ``--help``
-(exit 0, usage text).
+"""Every study script under paper/studies/ that takes options (argparse) answers ``--help`` (exit 0, usage text).
 
 The scripts run as ``python SCRIPT --help`` would run them (``__main__``, the script's folder first on
 ``sys.path``), each in its own process: one child interpreter imports what they all import (torch, transformers,
@@ -15,8 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPTS = sorted(p for folder in (ROOT / "paper" / "studies", ROOT / "studies") for p in folder.rglob("*.py")
-                 if "argparse" in p.read_text(encoding="utf-8"))
+SCRIPTS = sorted(p for p in (ROOT / "paper" / "studies").rglob("*.py") if "argparse" in p.read_text(encoding="utf-8"))
 
 _HELP_IN_FORKS = r"""
 import contextlib, io, json, os, runpy, sys, traceback

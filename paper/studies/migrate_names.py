@@ -1,6 +1,6 @@
 """Rewrite the committed results files and reproduction items once to the current names.
 
-Run once from the repository root (``python studies/migrate_names.py``; ``--check`` lists what it would
+Run once from the repository root (``python paper/studies/migrate_names.py``; ``--check`` lists what it would
 change and exits 1 if anything is left). What it rewrites, and nothing else:
 
 - the directional residual sites' earlier names, ``resid_attn`` -> ``attn_out``, ``resid_mlp`` -> ``mlp_out``,
@@ -16,7 +16,7 @@ change and exits 1 if anything is left). What it rewrites, and nothing else:
 - one spelling per option in a recorded ``command``: the window length is ``--context`` (was ``--seq-len``
   on ``geosteer dynamics ...``, ``geosteer study dynamics ...`` and ``geosteer manifold train``, ``--ctx`` on
   ``geosteer study directional pretrain``) and the batch size ``--batch-size`` (was ``--batch`` on those two
-  trainers); other programs' options (``python studies/...``) are left alone.
+  trainers); the scripts' options (``python ...`` commands) are left alone.
 
 Numbers are never touched; JSON files keep their indentation. The reproduction report's statuses are the
 same before and after (``geosteer study report --json --out FILE`` on both sides, compared by item).
