@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -68,7 +69,16 @@ def register_clis(target: typer.Typer | None = None) -> None:
     for key, cli in todo:
         if key in _registered and target is app:
             continue
-        _register_fn(cli)(target)
+        try:
+            register = _register_fn(cli)
+        except ImportError as e:  # an installed plugin that cannot be imported must not take the CLI down
+            if not isinstance(cli, EntryPoint):
+                raise
+            print(f"note: geosteer plugin '{cli.name}' ({cli.value}) not loaded: {e}", file=sys.stderr)
+            if target is app:
+                _registered.add(key)
+            continue
+        register(target)
         if target is app:
             _registered.add(key)
 
