@@ -4,7 +4,7 @@ Usage: python paper/studies/tasks/ruler_tidy.py RUN_DIR [RUN_DIR ...] --out docs
 (each RUN_DIR is an lm_eval --output_path; its name is the setting, or give SETTING=RUN_DIR to merge
 several runs of one setting over different tasks). The mean rows are unweighted means of
 the per-task scores (every task has the same n here): over each setting's own tasks, and over the tasks
-all settings ran.
+all settings ran; ``stderr_mean`` is the standard error of the first (the tasks' errors in quadrature / n_tasks).
 """
 
 import argparse
@@ -35,7 +35,11 @@ def main() -> None:
     common = set.intersection(*({r["task"] for r in rows if r["setting"] == s} for s in settings))
     common_means = {s: sum(r["score"] for r in rows if r["setting"] == s and r["task"] in common) / len(common)
                     for s in settings}
+    # standard error of each setting's mean over its own tasks: the tasks' errors in quadrature / n_tasks
+    ses = {s: [r["stderr"] for r in rows if r["setting"] == s] for s in settings}
     out = {"rows": rows, "mean": {s: sum(v) / len(v) for s, v in means.items()},
+           "stderr_mean": {s: (sum(e * e for e in v) ** 0.5 / len(v) if None not in v else None)
+                           for s, v in ses.items()},
            "n_tasks": {s: len(v) for s, v in means.items()},
            "common_tasks": sorted(common), "mean_common_tasks": common_means}
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
