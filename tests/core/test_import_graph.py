@@ -1,7 +1,7 @@
 """The package's import graph: no cycles (imports at any depth count, also those inside functions and
 ``importlib.import_module("geosteer...")`` calls with a literal name); the kernels a core layer under the
 attention function, the methods and serving; and the
-library below the figures: only ``viz`` itself and its users (CLI modules, a method's ``studies`` package, the
+library below the figures: only ``viz`` itself and its users (CLI modules, the
 studio, the demo app) import ``geosteer.viz``; the library never imports the paper package (``geosteer_paper``:
 the studies, checks and reproduction report), which has no cycles either."""
 
@@ -185,7 +185,7 @@ def test_kernels_are_a_layer_below_attention_methods_and_serving():
 def _viz_user(module: str) -> bool:
     last = module.rsplit(".", 1)[-1]
     return (module.startswith(("geosteer.viz", "geosteer.studio", "geosteer.cli")) or last == "cli"
-            or last.startswith("cli_") or ".studies." in module or module == "geosteer.demo")
+            or last.startswith("cli_") or module == "geosteer.demo")
 
 
 def test_only_viz_users_import_viz():
@@ -203,3 +203,12 @@ def test_the_graph_sees_importlib_strings(tmp_path):
     mods["geosteer.x"].write_text("import importlib\ndef f():\n    return importlib.import_module('geosteer.y')\n")
     mods["geosteer.y"].write_text("from geosteer import x\n")
     assert cycles(import_graph(mods)) == [["geosteer.x", "geosteer.y"]]
+
+
+def test_no_study_package_inside_the_library():
+    """The laboratory lives in the paper package: no ``studies`` or ``reproduction`` package under
+    ``src/geosteer``."""
+    src = Path(__file__).resolve().parents[2] / "src" / "geosteer"
+    found = sorted(str(p.relative_to(src)) for p in src.rglob("*")
+                   if p.is_dir() and p.name in ("studies", "reproduction"))
+    assert not found, f"study packages inside the library: {found}"

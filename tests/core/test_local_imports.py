@@ -1,5 +1,5 @@
-"""Imports sit at module top: at most a quarter of the internal imports of library modules (not the CLI,
-the studies) are inside functions. What stays inside a function avoids an optional
+"""Imports sit at module top: at most a quarter of the internal imports of library modules (not the CLI)
+are inside functions. What stays inside a function avoids an optional
 extra, keeps a package face light, or is patched by a test on its source module."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ MAX_SHARE = 0.25
 
 def _library(rel: Path) -> bool:
     p = rel.parts
-    return not (p[0] in ("cli", "assets") or rel.name == "cli.py" or rel.name.startswith("cli_")
-                or "studies" in p)
+    return not (p[0] in ("cli", "assets") or rel.name == "cli.py" or rel.name.startswith("cli_"))
 
 
 def _internal_imports(tree: ast.AST) -> tuple[int, int]:
