@@ -58,19 +58,6 @@ Builder = Callable[..., list]  # build(model, values, *, force=False) -> interve
 
 
 @dataclass(frozen=True)
-class Study:
-    """One paper experiment a method declares, run as ``geosteer study <method> <name>``.
-
-    ``command``: ``"module:function"``, a typer command function (imported only when the CLI is built);
-    ``paper``: the paper item it reproduces (shown in its help and in ``geosteer study --list``).
-    """
-
-    name: str
-    command: str
-    paper: str = ""
-
-
-@dataclass(frozen=True)
 class Verb:
     """One tool verb a method declares under a noun: a learner (``geosteer learn <name>``, in
     ``Method.learners``) or a measurement (``geosteer measure <name>``, in ``Method.measures``).
@@ -85,29 +72,12 @@ class Verb:
 
 
 @dataclass(frozen=True)
-class Check:
-    """One formula check a method declares against an independent reference (``geosteer study checks``).
-
-    ``run``: ``"module:function"``; the function takes ``(model, tokenizer)`` when ``families`` names the
-    tiny families it runs on, nothing when it is empty (synthetic inputs), and returns the largest absolute
-    error against its reference; it passes when that is ≤ ``tolerance``. ``item``: the paper item it checks.
-    """
-
-    item: str
-    name: str
-    run: str
-    tolerance: float
-    families: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class Method:
     """What one method package adds (see the module docstring). ``build(model, values, *, force)`` returns
     the interventions for the values of its keys (``[]`` at the defaults); ``force`` (use artifacts recorded
     for another base model) is what ``InterventionSpec.build(force=...)`` passes.
     ``validate(values)`` checks its keys' values without a model (raises on a bad one).
-    ``studies``: its paper experiments (:class:`Study`), apart from the tool verbs of its ``cli``;
-    ``checks``: its formula checks (:class:`Check`). ``learners`` / ``measures``: its verbs of
+    ``learners`` / ``measures``: its verbs of
     ``geosteer learn`` / ``geosteer measure`` (:class:`Verb`; a name is taken by one method only).
     ``examples``: ``"module:function"`` (or the function),
     ``examples(model, folder) -> {"neutral": values, "active": values}``: recipe values that attach something
@@ -122,8 +92,6 @@ class Method:
     cli: str | Callable | None = None
     artifacts: tuple = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
-    studies: tuple[Study, ...] = ()
-    checks: tuple[Check, ...] = ()
     examples: str | Callable[[Any, Path], dict] | None = None
     learners: tuple[Verb, ...] = ()
     measures: tuple[Verb, ...] = ()

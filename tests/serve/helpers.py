@@ -167,3 +167,14 @@ def tiny_recipe_dirs(model, root, base_model: str, recipes: dict = TINY_RECIPES)
     for name, keys in recipes.items():
         out[name] = str(save_recipe(root / name, InterventionSpec(**keys), base_model=base_model))
     return out
+
+
+def random_vector_dirs(model, root, layers_by_point: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    """Hook point -> a saved steering-vectors artifact of random vectors (0.5 · N(0, 1), seed 0) on its layers."""
+    from geosteer.vectors.apply import SteeringVectors
+
+    gen = torch.Generator().manual_seed(0)
+    d, n = model.config.hidden_size, model.config.num_hidden_layers
+    return {point: str(SteeringVectors({i: 0.5 * torch.randn(d, generator=gen) for i in layers}, point=point,
+                                       base_model="tiny-llama", d_model=d, n_layers=n).save(root / point))
+            for point, layers in layers_by_point.items()}

@@ -29,6 +29,7 @@ from tests.serve.helpers import (  # noqa: E402
     hf_reference,
     prompt_ids,
     random_surfaces,
+    random_vector_dirs,
     tiny_folder,
     tiny_recipe_dirs,
     vllm_greedy,
@@ -67,14 +68,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vector_dirs(tiny, tmp_path_factory):
-    from geosteer.vectors.apply import SteeringVectors
-
-    model, root = tiny[0], tmp_path_factory.mktemp("vectors")
-    gen = torch.Generator().manual_seed(0)
-    d, n = model.config.hidden_size, model.config.num_hidden_layers
-    return {point: str(SteeringVectors({i: 0.5 * torch.randn(d, generator=gen) for i in layers}, point=point,
-                                       base_model="tiny-llama", d_model=d, n_layers=n).save(root / point))
-            for point, layers in VECTOR_LAYERS.items()}
+    return random_vector_dirs(tiny[0], tmp_path_factory.mktemp("vectors"), VECTOR_LAYERS)
 
 
 @pytest.fixture(scope="module")
