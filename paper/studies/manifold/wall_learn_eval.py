@@ -1,4 +1,4 @@
-"""Learned walls vs the baselines on held-out prompts (issue 16 item 4): one tidy JSON per category.
+"""Learned walls vs the baselines on held-out prompts: one tidy JSON per category.
 
 Every condition is measured against the same reference, the shipped surfaces attached unedited:
 
@@ -60,15 +60,16 @@ def caa_vector(model, tb, cb, layer: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def measure(model, tok, ivs, tb, cb, ref, targets, controls, max_new: int, ppl_ids) -> dict:
-    """The metrics of one condition (``ivs`` attached); ``ref`` the reference's raw values or None."""
+def measure(model, tok, ivs, tb, cb, ref, targets, controls, max_new: int, ppl_ids, add_bos=None) -> dict:
+    """The metrics of one condition (``ivs`` attached); ``ref`` the reference's raw values or None;
+    ``add_bos``: the generation's encoding (None: the tokenizer's)."""
     from geosteer.eval.perplexity import strided_perplexity
 
     with steer(model, *ivs):
         tlp = target_logprob(_fwd(model, tb).logits, tb)
         clp, valid = control_logprobs(_fwd(model, cb).logits, cb)
-        t_txt = [generate(model, tok, t["prompt"], max_new_tokens=max_new).text for t in targets]
-        c_txt = [generate(model, tok, p, max_new_tokens=max_new).text for p in controls]
+        t_txt = [generate(model, tok, t["prompt"], max_new_tokens=max_new, add_bos=add_bos).text for t in targets]
+        c_txt = [generate(model, tok, p, max_new_tokens=max_new, add_bos=add_bos).text for p in controls]
         ppl = strided_perplexity(model, tok, ids=ppl_ids, context=512, stride=256, batch_size=1).ppl
     hit = [t["target"].strip().lower() in s.lower() for t, s in zip(targets, t_txt, strict=True)]
     raw = {"tlp": tlp, "clp": clp, "t_txt": t_txt, "c_txt": c_txt, "hit": hit, "ppl": float(ppl)}
@@ -104,8 +105,11 @@ def main(argv=None) -> None:
     ap.add_argument("--ppl-tokens", type=int, default=1024)
     ap.add_argument("--merge", default=None, help="earlier result of this script: keep its baseline rows "
                     "(layer/top-k walls, CAA) and measure only the reference and the given artifacts")
+    ap.add_argument("--bos", action="store_true", help="encode every prompt and the perplexity text BOS first "
+                    "(default: as the model's tokenizer encodes text)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    bos = True if args.bos else None
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     from geosteer import load_model
@@ -117,15 +121,16 @@ def main(argv=None) -> None:
     tr_t, tr_c = read_targets(DATA / f"{cat}_target_train.json"), read_controls(DATA / f"{cat}_control_train.json")
     targets, controls = read_targets(DATA / f"{cat}_target_heldout.json"), read_controls(
         DATA / f"{cat}_control_heldout.json")
-    tb, cb = encode_targets(tok, targets), encode_controls(tok, controls)
-    ppl_ids = encode(tok, split_text("heldout"), add_bos=True).reshape(-1)[: args.ppl_tokens]
+    tb, cb = encode_targets(tok, targets, bos), encode_controls(tok, controls, bos)
+    ppl_ids = encode(tok, split_text("heldout"), add_bos=bos).reshape(-1)[: args.ppl_tokens]
     surf = load(args.surfaces, model=model)
-    ref = measure(model, tok, [surf], tb, cb, None, targets, controls, args.max_new_tokens, ppl_ids)
-    rows = [{"condition": "reference (shipped surfaces)", "target_logprob": float(ref["tlp"].mean()),
+    ref = measure(model, tok, [surf], tb, cb, None, targets, controls, args.max_new_tokens, ppl_ids, bos)
+    rows = [{"condition": "reference (shipped surfaces)", "method": "reference",
+             "target_logprob": float(ref["tlp"].mean()),
              "target_greedy_rate": sum(ref["hit"]) / len(ref["hit"]), "ppl": ref["ppl"]}]
 
     def add(name, ivs, **extra):
-        r = measure(model, tok, ivs, tb, cb, ref, targets, controls, args.max_new_tokens, ppl_ids)
+        r = measure(model, tok, ivs, tb, cb, ref, targets, controls, args.max_new_tokens, ppl_ids, bos)
         rows.append({"condition": name, **extra, **r})
         print(f"{name}: drop {r['target_drop']:.3f} still {r['target_still_produced']} KL {r['control_kl']:.4f} "
               f"changed {r['control_greedy_changed']:.2f} ppl x{r['ppl_ratio']:.4f}", file=sys.stderr, flush=True)
@@ -141,9 +146,9 @@ def main(argv=None) -> None:
     for text in (f"wall layer={args.wall_layer}", f"wall layer={args.wall_layer} top={args.top}") * (prev is None):
         b = load(args.surfaces, model=model)
         apply_edit(b, text)
-        add(f"exact {text}", [b], edit=text)
+        add(f"exact {text}", [b], edit=text, method="top-k wall" if "top=" in text else "layer wall")
     # contrastive activation addition: layer picked on the training prompts (drop / KL at scale 1)
-    ttb, tcb = encode_targets(tok, tr_t), encode_controls(tok, tr_c)
+    ttb, tcb = encode_targets(tok, tr_t, bos), encode_controls(tok, tr_c, bos)
     picks = prev["meta"]["caa_layer_pick"] if prev is not None else []
     with torch.no_grad(), steer(model, surf):
         t_ref = target_logprob(_fwd(model, ttb).logits, ttb)
@@ -162,14 +167,14 @@ def main(argv=None) -> None:
     scales = [float(x) for x in args.caa_scales.split(",")] * (prev is None)
     for s in scales + [float(x) for x in args.caa_more.split(",") if x]:
         add(f"CAA layer {best['layer']} x{s:g}", [surf, AddVector("resid_post", -s * vec, layers=[best["layer"]])],
-            layer=best["layer"], scale=s)
+            layer=best["layer"], scale=s, method="caa")
     if args.dense:
-        add("dense surface fine-tuning", [load(args.dense, model=model)], artifact=args.dense)
+        add("dense surface fine-tuning", [load(args.dense, model=model)], artifact=args.dense, method="dense")
     for path in args.walls:
         learned = load(path, model=model)
         cfg = (learned.meta.get("wall_learn") or {}).get("config") or {}
         add(f"learned walls ({len(learned.walls)} regions, tau {cfg.get('kl_threshold')})", [learned],
-            artifact=path, config=cfg, regions=[w.describe() for w in learned.walls])
+            artifact=path, config=cfg, regions=[w.describe() for w in learned.walls], method="learned walls")
     layer_wall = next(r for r in rows if r["condition"] == f"exact wall layer={args.wall_layer}")
     for r in rows[1:]:
         r["kl_vs_layer_wall"] = r["control_kl"] / layer_wall["control_kl"] if layer_wall["control_kl"] else None
@@ -179,6 +184,7 @@ def main(argv=None) -> None:
             "n_target_heldout": len(targets), "n_control_heldout": len(controls),
             "max_new_tokens": args.max_new_tokens, "ppl": {"tokens": int(ppl_ids.numel()), "context": 512,
                                                              "stride": 256, "split": "heldout"},
+            "encoding": "bos-first" if args.bos else "tokenizer",
             "caa_layer_pick": picks, "command": "python " + " ".join(sys.argv),
             "seconds": round(time.perf_counter() - t0, 1), "threads": 1}
     if prev is not None:
