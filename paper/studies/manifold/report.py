@@ -8,6 +8,7 @@ Reads what exists (artifacts, LoRA result, comparison and steering JSON) and ski
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from geosteer.io_utils import atomic_write_csv, atomic_write_text
@@ -18,16 +19,46 @@ SURFACES = {"surfaces grid 8": ROOT / "artifacts" / "smollm2-surfaces",
             "surfaces grid 16": ROOT / "runs" / "smollm2-surfaces-g16"}
 LORA = RES / "manifold_lora_r36.json"
 SWEEP = RES / "manifold_equal_tokens_sweep.json"  # holds the stock ppl on the LoRA run's evaluation tokens
-MOVED = "python -m geosteer.manifold.studies "  # the output-study runner before it moved to paper/studies/manifold
+# spellings a results file may record -> today's (same options): the verbs renamed when learners became
+# `geosteer learn ...` and measurements `geosteer measure ...`, and the output-study runner that moved out of
+# the library into paper/studies/manifold
+RENAMED = {
+    "geosteer manifold train ": "geosteer learn surfaces ",
+    "geosteer manifold wall-learn ": "geosteer learn walls ",
+    "geosteer manifold steer-learn ": "geosteer learn steering-surfaces ",
+    "geosteer manifold explore ": "geosteer measure explore ",
+    "python -m geosteer.manifold.studies ": "python paper/studies/manifold/steering.py ",
+    "python studies/": "python paper/studies/",
+}
+# options renamed on `geosteer learn surfaces` (then `geosteer manifold train`): window length and batch size
+OPTIONS = {"--seq-len": "--context", "--batch": "--batch-size"}
+APPLIED: dict[str, str] = {}  # the renames today() made, for the page's note
+
+
+def today(cmd: str) -> str:
+    """``cmd`` in today's spelling: each renamed verb replaced where a command of the line starts with it."""
+    for old, new in RENAMED.items():
+        cmd, n = re.subn(r"(^|;\s*|&&\s*)" + re.escape(old), lambda m, new=new: m.group(1) + new, cmd)
+        if n:
+            APPLIED[f"`{old.strip()}`"] = f"`{new.strip()}`"
+    if cmd.startswith("geosteer learn surfaces "):
+        for old, new in OPTIONS.items():
+            cmd, n = re.subn(re.escape(old) + r"(?=\s|$)", new, cmd)
+            if n:
+                APPLIED[f"`{old}` of `geosteer manifold train`"] = f"`{new}`"
+    return cmd
+
+
+def note() -> list[str]:
+    """The renames the page's commands went through (none: nothing to say)."""
+    if not APPLIED:
+        return []
+    return ["Commands are printed as they run today; the results files record the spellings of their time: "
+            + ", ".join(f"{old} is now {new}" for old, new in APPLIED.items()) + ".", ""]
 
 
 def _command(cmd: str) -> str:
-    """The recorded command as it runs today: results written while the runner lived in the library name it
-    ``python -m geosteer.manifold.studies``; it is ``paper/studies/manifold/steering.py`` now, same options."""
-    if not cmd.startswith(MOVED):
-        return f"`{cmd}`"
-    return (f"`python paper/studies/manifold/steering.py {cmd[len(MOVED):]}` (recorded as `{MOVED.strip()} ...`, the "
-            "same runner before it moved)")
+    return f"`{today(cmd)}`"
 
 
 def _load(p: Path):
@@ -98,6 +129,7 @@ def main() -> None:
            "These tables read the first runs, whose held-out windows and prompts were encoded BOS-first; the",
            "re-runs with the tokenizer's own encoding (files named `*_tokenizer.json` under",
            "`docs/results/manifold/`) are in `docs/manifold-study.md` and the reproduction report.", ""]
+    head = len(out)
     rows = ppl_rows()
     if rows:
         atomic_write_csv(RES / "manifold_ppl.csv", rows)
@@ -111,8 +143,8 @@ def main() -> None:
             ch = f"{r['abs_change']:+.3f} ({100 * r['rel_change']:+.2f}%)" if "abs_change" in r else ""
             out.append(f"| {r['method']} | {r.get('layers', '')} | {frac} | {r['train_tokens']:,} | "
                        f"{r.get('lr', '')} | {r['heldout_tokens_cap']:,} | {r['heldout_ppl']:.4f} | {ch} |")
-        out += ["", "Commands:", ""] + [f"- {r['method']} ({r['heldout_tokens_cap']:,} tokens): `{r['command']}`"
-                                        for r in rows] + [""]
+        out += ["", "Commands:", ""] + [
+            f"- {r['method']} ({r['heldout_tokens_cap']:,} tokens): {_command(r['command'])}" for r in rows] + [""]
     cmp = _load(RES / "manifold_compare.json")
     if cmp is not None:
         out += ["## Output comparison: stock vs surfaces (greedy, 30 new tokens)", "",
@@ -139,6 +171,7 @@ def main() -> None:
         out += [f"| {r['layer']} | {r['mean_kl']:.5f} | {r['max_kl']:.5f} | {r['layer_norm']:.2f} |"
                 for r in m["sensitivity"]]
         out.append("")
+    out[head:head] = note()
     atomic_write_text(ROOT / "docs" / "manifold-study-results.md", "\n".join(out) + "\n")
     print("wrote docs/manifold-study-results.md")
 

@@ -54,3 +54,27 @@ def test_the_shipped_lora_row_matches_the_equal_token_sweep():
     assert round(100 * lora_row["rel_change"], 2) == -9.93
     table = (report.ROOT / "docs" / "manifold-study-results.md").read_text()
     assert "| 32,768 | 11.6387 | -1.283 (-9.93%) |" in table and "-6.54%" not in table
+
+
+@pytest.mark.parametrize("recorded, printed", [
+    ("geosteer manifold train --out A --seq-len 128 --batch 8 --batch-size-note x",
+     "geosteer learn surfaces --out A --context 128 --batch-size 8 --batch-size-note x"),
+    ("python studies/manifold/lora_baseline.py --batch 8", "python paper/studies/manifold/lora_baseline.py --batch 8"),
+    ("python -m geosteer.manifold.studies steer --out s.json",
+     "python paper/studies/manifold/steering.py steer --out s.json"),
+    ("geosteer manifold wall-learn --out W && geosteer manifold explore -s W",
+     "geosteer learn walls --out W && geosteer measure explore -s W"),
+    ("echo geosteer manifold train", "echo geosteer manifold train"),  # only where a command starts
+])
+def test_commands_are_printed_in_todays_spelling(recorded, printed):
+    assert report.today(recorded) == printed
+
+
+def test_the_shipped_page_prints_no_old_spelling():
+    """Every command on the generated page runs today; the old spellings appear only in the note naming them."""
+    page = (report.ROOT / "docs" / "manifold-study-results.md").read_text()
+    commands = [line for line in page.splitlines() if line.startswith(("- ", "Command:"))]
+    assert commands
+    for line in commands:
+        for old in ("geosteer manifold train", "python studies/", "python -m geosteer", "--seq-len"):
+            assert old not in line, line
