@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from geosteer.bench.workers import check_workers
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, MODEL_OPT, THREADS_OPT, emit, load
 from geosteer.cli.outputs import out_dir
 from geosteer.errors import GeosteerError
@@ -65,6 +66,10 @@ def steering_cmd(
     figures: bool = typer.Option(True, "--figures/--no-figures", help="one HTML figure per concept (viz extra)"),
     cached_only: bool = typer.Option(False, "--cached-only", help="write the results of what --out's checkpoints "
                                      "hold (a run cut short) without measuring anything"),
+    workers: int = typer.Option(0, "--workers", help="concepts measured in parallel, each in a process of its "
+                                "own with its own copy of the model and one torch thread (the rows are the "
+                                "same as with one); 0: on the CPU without --threads, one per core the 1-minute "
+                                "load average leaves free, else 1"),
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT, threads: int = THREADS_OPT,
 ) -> None:
     """Every lever on every concept, each at its own operating point chosen on validation prompts by one rule;
@@ -76,16 +81,22 @@ def steering_cmd(
     chosen = parse_levers(lever_spec)
     b = get_budget(budget)
     _check_options(kl_budget, train_tau, chosen, surfaces)
+    check_workers(workers)
     items = read_concepts(_concept_path(concepts))  # refused in one line before any model loads
     _check_out(out)
     _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surfaces, figures, device, dtype, threads,
-         cached_only)
+         cached_only, workers)
+
+
+def _log(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 def _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surfaces, figures, device, dtype,
-         threads, cached_only) -> None:
+         threads, cached_only, workers) -> None:
     from geosteer.bench.results import markdown_table, write_figures, write_results
-    from geosteer.bench.run import BenchConfig, run_bench
+    from geosteer.bench.run import BenchConfig, concept_pending, run_bench, start_state
+    from geosteer.bench.workers import LoadSpec, resolve_workers, run_parallel
     from geosteer.eval.chat import has_chat_template
 
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
@@ -95,11 +106,17 @@ def _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surface
     cfg = BenchConfig(model=model, levers=chosen, budget=b, seed=seed, kl_budget=kl_budget, chat=use_chat,
                       train_tau=train_tau, surfaces=str(surfaces) if surfaces else None,
                       command="geosteer " + " ".join(sys.argv[1:]), cached_only=cached_only)
-
-    def log(line: str) -> None:
-        typer.echo(line, err=True)
-
-    doc = run_bench(m, tok, items, cfg, out, log=log)
+    pending = [c for c in items if concept_pending(c, cfg, out)]
+    n = resolve_workers(workers, len(pending), device, threads)
+    cfg.extra["workers"] = n
+    if n == 1:
+        doc = run_bench(m, tok, items, cfg, out, log=_log)
+    else:
+        del m  # each worker loads its own copy
+        start_state(out, cfg)
+        _log(f"{len(pending)} concepts in {n} worker processes, one torch thread each")
+        done = run_parallel(pending, cfg, out, LoadSpec(model, device, dtype, threads or 1), n)
+        doc = run_bench(None, tok, items, cfg, out, log=_log, done=done)
     path = write_results(doc, out)
     if figures:
         try:

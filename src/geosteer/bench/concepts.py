@@ -88,6 +88,11 @@ def read_concepts(path: str | Path) -> list:
     return concepts
 
 
+def concept_from_dict(doc: dict):
+    """A concept from its ``model_dump()`` (how a concept travels to a worker process)."""
+    return _schema()[0].model_validate(doc)
+
+
 def _key(seed: int, name: str, part: str, text: str) -> str:
     return hashlib.sha256(f"{seed}\0{name}\0{part}\0{text}".encode()).hexdigest()
 

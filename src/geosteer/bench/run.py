@@ -197,6 +197,20 @@ def _family(model, tok, ctx_of, concept, name: str, cfg: BenchConfig, out: Path,
                          None if cfg.cached_only else measure)
 
 
+def _todo(concept, cfg: BenchConfig, out: Path) -> list[str]:
+    """The levers of ``concept`` (families' members included) that have no checkpoint for these settings."""
+    return [n for n in with_members(cfg.levers)
+            if read_cached(_cache_path(out, concept.name, n), cfg.fingerprint(concept, n)) is None]
+
+
+def concept_pending(concept, cfg: BenchConfig, out: Path) -> bool:
+    """Whether running ``concept`` would measure anything (a lever or the stock model not checkpointed)."""
+    if cfg.cached_only:
+        return False
+    return bool(_todo(concept, cfg, out)) or read_cached(
+        _cache_path(out, concept.name, "stock"), cfg.fingerprint(concept, "stock")) is None
+
+
 def run_concept(model, tok, concept, cfg: BenchConfig, out: Path, log=None,
                 failed: list | None = None) -> tuple[list[dict], list[dict], dict]:
     """Every lever on one concept (cached ones read back; a family's members run first): (rows, curves,
@@ -204,8 +218,7 @@ def run_concept(model, tok, concept, cfg: BenchConfig, out: Path, log=None,
     failed = failed if failed is not None else []
     say = log or (lambda s: None)
     names = with_members(cfg.levers)
-    todo = [n for n in names if read_cached(_cache_path(out, concept.name, n),
-                                            cfg.fingerprint(concept, n)) is None]
+    todo = _todo(concept, cfg, out)
     stock_fp = cfg.fingerprint(concept, "stock")
     stock_doc = read_cached(_cache_path(out, concept.name, "stock"), stock_fp)
     ctx: list = []
@@ -273,13 +286,24 @@ def _write(path: Path, doc: dict) -> None:
     atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=True) + "\n")
 
 
-def run_bench(model, tok, concepts: list, cfg: BenchConfig, out: Path, log=None) -> dict:
-    """Every concept; the results document (``reference``, ``meta``, ``concepts``, ``rows``, ``curves``)."""
+def start_state(out: Path, cfg: BenchConfig) -> None:
+    """Mark ``out`` as a benchmark's output folder (so a later run may resume in it)."""
     out.mkdir(parents=True, exist_ok=True)
     _write(out / STATE_FILE, {"format": "geosteer-bench-state", "model": cfg.model})
+
+
+def run_bench(model, tok, concepts: list, cfg: BenchConfig, out: Path, log=None, done: dict | None = None) -> dict:
+    """Every concept; the results document (``reference``, ``meta``, ``concepts``, ``rows``, ``curves``).
+    ``done``: concepts already run elsewhere (:func:`geosteer.bench.workers.run_parallel`'s results), taken
+    as they are, in the order of ``concepts``."""
+    start_state(out, cfg)
     rows, curves, recs, failed = [], [], [], []
     for c in concepts:
-        r, cv, rec = run_concept(model, tok, c, cfg, out, log, failed)
+        if done is not None and c.name in done:
+            r, cv, rec, f = done[c.name]
+            failed += f
+        else:
+            r, cv, rec = run_concept(model, tok, c, cfg, out, log, failed)
         rows += r
         curves += cv
         recs += [rec] if rec is not None else []
