@@ -1,9 +1,7 @@
 """FFN steering field: residual dynamics on the sphere (diagnostics, FFN variants, gains, gates, parallel).
 
-    from geosteer.dynamics import FFNVariant, diagnose
     rows = diagnose(model, ids)                                       # per-layer diagnostics
     with geosteer.steer(model, FFNVariant("tangential", layers=[3])):  # keep Φ's tangential part
-        ...
 """
 
 from geosteer.dynamics.diagnostics import DiagnosticsCollector, diagnose

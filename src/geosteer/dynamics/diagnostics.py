@@ -1,23 +1,10 @@
-"""Per-layer residual-dynamics diagnostics in one forward pass (paper §4 and App. C.6).
+"""Per-layer residual-dynamics diagnostics in one forward pass (paper §4 and App. C.6), over real tokens.
 
-One :class:`DiagnosticsCollector` hooks every block (through the anatomy table and the named hook
-points, so sequential and parallel-residual blocks need no special code) and accumulates, per layer,
-over the real (non-padding) tokens:
-
-- ``du_norm``: ‖Δu‖ with Δu = P_u(u^{ℓ+1} − u^ℓ) (Eq. (18)); u = x/‖x‖ is the block input direction.
-- ``cos_attn`` = cos(P_u A, Δu), ``cos_full`` = cos(P_u(A + Φ), Δu), ``cos_gap`` = cos_full − cos_attn (the
-  paper's one-step faithfulness gap, App. B), and ``deficit`` = 1 − cos_attn, the attention-only angular
-  deficit (Fig. 2). Because x^{ℓ+1} − x^ℓ = A + Φ exactly, cos_full is 1 up to rounding, so gap ≈ deficit.
-- ``ffn_tangential_frac`` = ‖P_v Φ‖/‖Φ‖, v the direction of the residual the FFN reads (Eq. (19)).
-- ``defect`` C_ℓ = ‖Φ(x + A) − Φ(x)‖ / (‖Φ(x)‖ + ε) (Eq. (22)); Φ(x) costs one extra FFN call per layer
-  (none on parallel blocks, where the FFN already reads x and C_ℓ = 0).
-- ``commutator`` = ‖Φ(x + A) − Φ(x)‖·‖x‖ / (‖A‖·‖Φ(x)‖ + ε): a finite-difference estimate of the DΦ·A half
-  of the bracket [A, Φ] = DΦ A − DA Φ (Eq. (14)), normalised like ‖[a, b]‖/(‖a‖‖b‖) (App. B) and made
-  scale-free by ‖x‖. The DA·Φ half would need a second attention call, so it is left out.
-- ``norm``: ‖x‖ of the block input; ``norm_cv`` = std/mean over tokens, ``norm_cv_bulk`` without position 0.
-- per sequence: spherical diversity D = 1 − ‖E u‖² (Eq. (20)) before the block (``div_pre``), after
-  attention (``div_attn``, directions of x + A) and after the FFN (``div_post``), and the changes
-  ``ddiv_attn`` = div_attn − div_pre, ``ddiv_ffn`` = div_post − div_attn.
+``du_norm`` ‖P_u(u^{ℓ+1} − u^ℓ)‖ (Eq. 18); ``cos_attn``, ``cos_full``, ``cos_gap``, ``deficit`` = 1 − cos_attn
+(Fig. 2); ``ffn_tangential_frac`` ‖P_v Φ‖/‖Φ‖ (Eq. 19); ``defect`` C_ℓ = ‖Φ(x + A) − Φ(x)‖/(‖Φ(x)‖ + ε)
+(Eq. 22; 0 on parallel blocks); ``commutator`` the DΦ·A half of [A, Φ] (Eq. 14), scale-free; ``norm``,
+``norm_cv``, ``norm_cv_bulk``; per sequence the diversity D = 1 − ‖E u‖² (Eq. 20) before, after attention
+and after the FFN, and its changes.
 """
 
 from __future__ import annotations

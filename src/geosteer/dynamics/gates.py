@@ -1,10 +1,6 @@
-"""Learned scalar FFN gates α_ℓ (paper §4 "FFN gate diagnostics", Eq. (23); App. C.1, Table 4).
+"""Learned scalar FFN gates α_ℓ (paper §4, Eq. (23); App. C.1, Table 4): x_{ℓ+1} = y_ℓ + α_ℓ Φ_ℓ(y_ℓ).
 
-x_{ℓ+1} = y_ℓ + α_ℓ Φ_ℓ(y_ℓ) in the model's native block (sequential: y_ℓ = x_ℓ + A_ℓ(x_ℓ); parallel-residual
-blocks keep their convention, the gate scales the FFN update that the block adds). The gates are the only
-trainable parameters; they are trained with the shared loop :func:`geosteer.train.train` on the corpus'
-train split and saved as an artifact folder (``geosteer_config.json`` + ``gates.safetensors``), written
-atomically. Gates equal to one give the stock logits exactly (x · 1.0 is exact in IEEE arithmetic).
+Trained with :func:`geosteer.train.train`, saved as ``gates.safetensors``; gates of one are the stock logits exactly.
 """
 
 from __future__ import annotations
@@ -54,9 +50,6 @@ class FFNGates(nn.Module):
 
         an = anatomy(model)
         return cls(an.n_layers, an.check_layers(layers), init, base_model=model_id(model))
-
-    def gate_of(self, layer: int) -> float:
-        return float(self.alpha[self.layers.index(layer)])
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
         an = anatomy(model)

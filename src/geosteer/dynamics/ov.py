@@ -1,18 +1,9 @@
-"""Weight-only OV diagnostics (paper App. C.6): non-symmetry ‖skew(V)‖_F / ‖sym(V)‖_F per head and the
-fraction of heads with a positive dominant eigenvalue.
+"""Weight-only OV diagnostics (paper App. C.6): ‖skew(V)‖_F / ‖sym(V)‖_F per head, and the fraction of heads
+with a positive dominant eigenvalue.
 
-V_h = W_O,h · W_V,h is the head's OV map from the attention input (the *normed* residual, i.e. the output
-of ``attn_norm``) to the attention module's output (before any post-attention norm), restricted to head h;
-with GQA, head h reads kv head h // n_rep. The matrices are read by *probing* the attention module rather
-than by parsing weight names, so every family (fused qkv, Conv1D, interleaved heads) is handled the same
-way: one forward in which every ``attn_norm`` outputs [0; I] (reads W_V and its bias from the values the
-attention function receives) and every attention call returns one-hot head outputs (reads W_O and its
-bias from the module output). No data is involved; the result is deterministic.
-
-``ov_norm="gain"`` folds the attention pre-norm in the way the critical study's effective V does
-(``effective_ov`` of the paper package): on unit directions u the norm is the diagonal map
-diag(:func:`sphere_gain`) — RMSNorm γ / sqrt(1/d + ε) (Gemma-3's 1 + w included), LayerNorm γ·√d with
-the centring and bias dropped — so V_h = W_O,hᵀ W_V,gᵀ diag(gain) acts on the raw residual direction.
+V_h = W_O,h · W_V,h (GQA: kv head h // n_rep) is read by probing the attention module (the norm outputs
+[0; I], the attention returns one-hot head outputs), so every family is handled alike. ``ov_norm="gain"``
+folds the pre-norm in as diag(:func:`sphere_gain`) on unit directions.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""Defect-guided parallelisation (paper §4 "Sequential-to-parallel defect", Eq. (21)–(22), App. C.1 Fig. 6).
+"""Defect-guided parallelisation (paper §4, Eq. (21)–(22), App. C.1 Fig. 6).
 
-A sequential block x ↦ x + A(x) + Φ(x + A(x)) is replaced by the parallel surrogate x + A(x) + Φ(x)
-(:class:`geosteer.dynamics.variants.Parallelize`). Layers are chosen low-C_ℓ-first, randomly (several seeds)
-or high-C_ℓ-first, with C_ℓ from the one-pass diagnostics on *train* text; the held-out loss increase is
-traced against the number of parallelised layers. Speed-up:
-
-- estimate (the paper's): per-layer submodule times T_A (attention norm + attention) and T_Φ (FFN norm +
-  FFN) from timed stock forwards; T_seq = Σ_ℓ (T_A + T_Φ), a parallelised layer costs max(T_A, T_Φ)
-  (Eq. (23)); speed-up = T_seq / T_par over the blocks' submodules.
-- measured: :class:`ConcurrentParallel` really runs Φ(x) of each parallelised block on a second thread
-  while the main thread runs attention, and the whole forward is timed against the stock forward.
+x ↦ x + A(x) + Φ(x + A(x)) becomes x + A(x) + Φ(x) (:class:`Parallelize`) on layers chosen low-C_ℓ-first,
+randomly or high-C_ℓ-first. Speed-up: estimated from submodule times (a parallel layer costs
+max(T_A, T_Φ), Eq. (23)) and measured with :class:`ConcurrentParallel`.
 """
 
 from __future__ import annotations
@@ -185,12 +178,8 @@ def estimated_speedup(times: list[dict], layers: Sequence[int]) -> float:
 
 
 class ConcurrentParallel:
-    """Parallelise ``layers`` *and* execute Φ(x) concurrently with attention on a worker thread.
-
-    Outputs equal those of :class:`Parallelize` exactly (the same ops on the same inputs, another thread). At
-    the block's entry the FFN branch (norm → MLP) is submitted to the worker on the block input; the MLP call
-    in the main thread then just collects the result. For timing the real speed-up; other hooks on the MLP
-    module itself do not see the worker's call.
+    """Parallelise ``layers`` and run Φ(x) on a worker thread while attention runs (outputs equal
+    :class:`Parallelize` exactly); for timing the real speed-up.
     """
 
     def __init__(self, layers: Sequence[int]) -> None:

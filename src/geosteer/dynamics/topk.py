@@ -1,14 +1,7 @@
-"""Top-k value aggregation (paper App. C.2, Table 5).
+"""Top-k value aggregation (paper App. C.2, Table 5): A_i^(k) = Σ_{j ∈ top-k(i)} a_ij V u_j / Σ_{j ∈ top-k(i)} a_ij.
 
-Soft attention aggregates A_i = Σ_j a_ij V u_j (Eq. (25)). The top-k variant keeps, in every attention row,
-only the k largest weights a_ij (among the keys the mask allows) and renormalises them to sum to one,
-A_i^(k) = Σ_{j ∈ top-k(i)} a_ij V u_j / Σ_{j ∈ top-k(i)} a_ij. It is an attention handler, so it works on
-every family that routes attention through the registered function (GQA: query head h reads kv head
-h // n_rep, as in HF ``repeat_kv``).
-
-:func:`topk_study` measures, per k, (i) the per-layer cosine between the block update with top-k attention
-and the stock block update *from the same block input* (the stock ``resid_pre`` is fed to every layer, so
-layer errors do not compound), and (ii) the language-model loss increase with top-k on all chosen layers.
+An attention handler (GQA-aware). :func:`topk_study` measures per k the per-layer cosine to the stock block
+update from the same input, and the loss increase with top-k on all chosen layers.
 """
 
 from __future__ import annotations

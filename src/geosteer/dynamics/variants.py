@@ -1,12 +1,7 @@
 """Branch-level interventions of the FFN steering field: FFN variants, gains, parallel blocks.
 
-All of them are :class:`geosteer.interventions.Intervention` objects built on the named hook points, so they work
-on sequential and parallel-residual blocks through the anatomy table, compose with each other and with
-``geosteer.steer``, and are removed cleanly.
-
-Which u? The FFN update Φ is decomposed at the direction of the residual state the FFN branch *reads*,
-``u = unit(mlp_in)`` — the paper's Φ(u) is a field evaluated at the particle u (Eq. (2), (19)). In a
-sequential block that is x + A(x), the state Φ is added to; in a parallel-residual block it is x.
+Built on the named hook points (sequential and parallel blocks alike). Φ is decomposed at
+u = unit(mlp_in), the state the FFN reads (paper Eq. (2), (19)).
 """
 
 from __future__ import annotations
@@ -57,12 +52,9 @@ def _keep_first(stock: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class FFNVariant:
-    """One of the five forward variants of paper §4 (Fig. 3) on ``layers`` (None = all).
-
-    ``full``: stock (attaches nothing); ``zero``: Φ → 0; ``radial``: Φ → ⟨u, Φ⟩u; ``tangential``:
-    Φ → P_u Φ; ``attn_zero``: the attention update A → 0 (control). ``reference``: u = unit of the state the
-    FFN reads (``"read"``, default) or of the block input x (``"input"``); ``skip_first``: position 0 (BOS)
-    keeps its stock update.
+    """One of the five forward variants of paper §4 (Fig. 3) on ``layers`` (None = all): ``full`` (stock),
+    ``zero`` (Φ → 0), ``radial`` (⟨u, Φ⟩u), ``tangential`` (P_u Φ), ``attn_zero`` (A → 0). ``reference``:
+    ``"read"`` or ``"input"``; ``skip_first`` keeps position 0's stock update.
     """
 
     variant: str = "full"
