@@ -1,11 +1,7 @@
 """Steering vectors: one direction per layer from contrastive prompts, added at a hook point.
 
-    from geosteer.vectors import extract, load_vectors
     sv = extract(model, tok, pairs, layers="3-5", point="resid_post", method="mean_diff")  # CAA / DiffMean
-    with geosteer.steer(model, sv.with_(scale=4)):
-        model.generate(...)
-    sv.save("runs/happy")             # vectors.safetensors + geosteer_config.json + README.md
-    sv.export_gguf("happy.gguf")      # repeng's / llama.cpp's control-vector format
+    with geosteer.steer(model, sv.with_(scale=4)): ...
 """
 
 from geosteer.vectors.apply import SteeringVectors, steer_tensor

@@ -1,10 +1,7 @@
-"""Steering vectors as an intervention: one direction per layer, applied at a hook point with a multiplier.
+"""Steering vectors as an intervention: one direction per layer at a hook point, with a multiplier.
 
-``SteeringVectors.attach(model)`` hooks the layers it holds (``geosteer.hooks.attach_hooks``) and a
-forward pre-hook on the model that reads where this forward's tokens sit: the past length of the KV cache
-(``cache_position`` or the cache object) and the attention mask or position ids when given (a row's
-positions count from its first real token; padding is never steered).
-Modes and settings: :mod:`geosteer.vectors.config`.
+A forward pre-hook reads where this forward's tokens sit (KV-cache length, attention mask or position ids;
+padding is never steered). Modes and settings: :mod:`geosteer.vectors.config`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""The steering-vectors artifact and repeng's GGUF control-vector format.
-
-A folder: ``geosteer_config.json`` (format ``geosteer-vectors``: hook point, layers, base model, how the
-vectors were extracted and the default apply settings), ``vectors.safetensors`` (one float32 tensor per
-layer, named by the layer index: ``"3"``, ``"5"``) and a model card. :func:`load_vectors` reads it (also
-through :func:`geosteer.load` and ``org/name[@rev]`` Hub ids).
-
-:func:`export_gguf` writes repeng's control-vector file (``general.architecture = controlvector``,
-``controlvector.model_hint``, ``controlvector.layer_count``, one ``direction.<layer>`` tensor per layer),
-the format llama.cpp's ``--control-vector`` reads; :func:`import_gguf` reads one back.
+"""The steering-vectors artifact (``geosteer-vectors``: ``vectors.safetensors``, one float32 tensor per layer
+named by its index) and repeng's GGUF control-vector format (:func:`export_gguf`, :func:`import_gguf`:
+what llama.cpp's ``--control-vector`` reads).
 """
 
 from __future__ import annotations

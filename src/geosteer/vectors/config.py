@@ -1,21 +1,8 @@
 """Settings of steering-vector extraction and application, with their one-line validation.
 
-Extraction (:class:`ExtractConfig`):
-
-- ``point``: where the activation is read (and later added): ``resid_pre``, ``resid_post`` (a block's
-  output, steering-vectors' ``decoder_block`` and repeng's layer output), ``attn_out``, ``mlp_out``.
-- ``method``: ``mean_diff`` (CAA / DiffMean: mean of positive − negative), ``pca`` (first principal
-  component of the differences, uncentered: steering-vectors' ``pca_aggregator``), ``pca_diff`` (the same
-  after centering the differences: repeng's default ``pca_diff``), ``probe`` (logistic regression without
-  intercept on pair-centered activations, unit norm: steering-vectors' ``logistic_aggregator``).
-- ``positions``: ``last`` (the last prompt token), ``all`` (the mean over the prompt's tokens), or an
-  integer ``k`` (the mean over tokens ``k..end``; negative counts from the end, so ``-1`` is ``last``).
-
-Application (:class:`ApplyConfig`): ``mode`` ``add`` (x + s·v), ``ablate`` (x − (x·v̂)v̂, the direction
-removed), ``ablate_add`` (ablate, then add s·v), ``norm_match`` (x + s·v rescaled to ‖x‖ per token:
-repeng's ``normalize``); ``from_token`` (steer positions ≥ it, counted from each row's first real token);
-``phase`` ``all`` | ``prompt`` (forwards with an empty KV cache) | ``generation`` (forwards that extend one).
-A scale of 0 attaches nothing in every mode: the stock model.
+:class:`ExtractConfig` (``point``, ``method``: ``mean_diff`` | ``pca`` | ``pca_diff`` | ``probe``,
+``positions``) and :class:`ApplyConfig` (``mode``: ``add`` | ``ablate`` | ``ablate_add`` | ``norm_match``,
+``from_token``, ``phase``); definitions in docs/vectors.md. A scale of 0 attaches nothing.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Extract one steering direction per layer from contrastive prompts (CAA / DiffMean, PCA, probe).
 
-Each prompt is encoded as the model's tokenizer does by default (``tok(prompt)``: special tokens
-included), run through the model (batches padded on the right, so no real token sees a pad), and read at a
-hook point of each layer, reduced to one vector per prompt by ``positions`` (:mod:`geosteer.vectors.config`).
-The aggregators then turn positive and negative activations into a direction; their definitions are
-those of steering-vectors (``mean_aggregator``, ``pca_aggregator``, ``logistic_aggregator``) and repeng
-(``pca_diff``), tested against those packages.
+Prompts are encoded as ``tok(prompt)``, right-padded, read at a hook point and reduced by ``positions``;
+the aggregators are steering-vectors' and repeng's definitions, tested against those packages.
 """
 
 from __future__ import annotations
