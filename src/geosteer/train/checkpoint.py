@@ -1,23 +1,9 @@
-"""Training checkpoints: everything needed to continue a run exactly (atomic writes, one file, no code).
+"""Training checkpoints: everything needed to continue a run exactly (one safetensors file, no pickle).
 
-A checkpoint holds the trainable parameters (by name), the optimizer and schedule state, the step, the
-RNG state, the run's history and the config fields that fix the data order and the schedule. It is one
-``checkpoint.safetensors`` file: the tensors (``param/<name>``, ``optim/<index>/<key>``, ``rng/cpu`` as
-uint8) plus one JSON document in the safetensors header metadata (step, config, signature, history,
-optimizer param groups and scalar state, scheduler state). Nothing in it is pickled, so loading a planted
-or foreign file can never run code: it is parsed as data and refused with one line when it does not have
-exactly this shape. It is written to a temporary file and renamed into place, so a kill during the save
-leaves the previous checkpoint intact.
-
-Integrity: the metadata holds a SHA-256 over the state JSON and every tensor's name, dtype, shape and bytes;
-a checkpoint whose numbers changed after it was written (flipped bytes, an edited step or learning rate)
-is refused with one line. The state also records the run it belongs to (``run``: the base model id and the
-caller's layout and options, e.g. a surface bank's grid, layers, range and calibration); resuming with
-another value is refused naming the field (:func:`check_run`).
-
-Checkpoints written by older geosteer versions (``checkpoint.pt``, a torch pickle, or the first
-safetensors format) carry no checksum, so their numbers cannot be verified: they are refused with one line
-(``torch.load(weights_only=True)`` reads the pickle as data only, so a planted file never runs code).
+Tensors (``param/<name>``, ``optim/<index>/<key>``, ``rng/cpu``) plus one JSON document in the header
+metadata (step, config, history, optimizer and scheduler state, the ``run`` record), written atomically.
+A SHA-256 over the state and every tensor refuses a changed file in one line; :func:`check_run` refuses a
+resume with another run record; older unverifiable checkpoints are refused.
 """
 
 from __future__ import annotations

@@ -20,11 +20,8 @@ from geosteer.train.tracking import check_trackers
 class TrainConfig:
     """Hyper-parameters of :func:`geosteer.train.train`.
 
-    The length of a run is ``steps`` if given, else ``ceil(tokens / (batch_size * seq_len))``. One step
-    sees ``batch_size`` windows of ``seq_len`` predicted tokens (a BOS token is prepended to each window
-    when the tokenizer has one, as at evaluation time). ``batch_size`` is global: with several
-    processes each one takes an equal share and gradients are averaged, so a run gives the same
-    parameters (up to floating-point reduction order) on any number of processes.
+    A run is ``steps`` long, else ``ceil(tokens / (batch_size * seq_len))``; ``batch_size`` is global (shared
+    over processes, gradients averaged), so any process count gives the same parameters up to rounding.
     """
 
     lr: float = 2e-2
@@ -144,17 +141,10 @@ RESUME_DEFAULTS = {"schedule": "cosine"}
 class RunConfig:
     """How :func:`geosteer.train.fit` drives one run (nothing here changes what the run computes).
 
-    ``out_dir``: the checkpoint folder (None: no checkpoints); ``resume`` continues from its checkpoint,
-    ``overwrite`` starts over on top of it. ``stop_at``: end after that many steps, as if killed there.
-    ``log(line)`` gets the per-step lines (None: silent); ``progress``: a progress bar on a terminal.
-    ``callback(step, record)`` runs after every step; ``after_step()`` returns numbers added to each step's
-    record after the optimizer step (e.g. the state of learned gates). ``record``: the caller's layout and
-    options, stored in checkpoints with the base model id (a resume must match it); ``checkpoint_extra``:
-    more plain data stored in every checkpoint; ``checkpoint_at_start``: write a checkpoint before the first
-    step of a fresh run. ``eval_before``: evaluate before the first step (when the config asks for it).
-    ``interventions``: attached (``geosteer.steer``) for the run, in this order. ``accelerator``: an
-    ``accelerate.Accelerator`` to use instead of a new one; ``move_model``: move the model and the trainable
-    module to its device (off for models placed by the caller, e.g. with a device map).
+    ``out_dir`` (checkpoints; ``resume``/``overwrite``), ``stop_at`` (end as if killed there), ``log``,
+    ``progress``, ``callback(step, record)``, ``after_step()`` (numbers added to each record), ``record``
+    (the caller's layout, checked on resume), ``checkpoint_extra``, ``checkpoint_at_start``, ``eval_before``,
+    ``interventions`` (attached for the run), ``accelerator``, ``move_model``.
     """
 
     out_dir: str | Path | None = None

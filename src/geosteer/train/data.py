@@ -1,11 +1,8 @@
 """Token windows for training and a seeded, resumable batch order.
 
-Text (the bundled corpus' train split or any text file) is tokenised once into one stream (documents
-joined by a blank line), cut into non-overlapping windows of ``seq_len`` tokens, and each window gets the
-tokenizer's BOS in front (as the evaluation does). The batch of step ``s`` is a pure function of
-``(seed, s)``: a fresh permutation of the windows per epoch, so a resumed run sees exactly the batches
-that the uninterrupted run would have seen (:class:`WindowBatches`). :class:`FullBatch` is the other kind of
-run data: the same inputs (e.g. prompt sets) at every step.
+Text is tokenised once, cut into ``seq_len`` windows with BOS in front; step s's batch is a pure function
+of (seed, s) (:class:`WindowBatches`), so a resumed run sees the same batches. :class:`FullBatch`: the same
+inputs at every step.
 """
 
 from __future__ import annotations

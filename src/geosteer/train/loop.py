@@ -1,24 +1,11 @@
 """One training loop for any trainable intervention on a frozen model.
 
-``fit(model, trainable, cfg, data, loss=...)`` optimises the parameters of ``trainable`` that require grad (an
-``nn.Module`` that acts inside ``model``'s forward: an attached SurfaceBank, FFN gates, learned walls, a
-PEFT-wrapped model) on a loss function ``loss(model, batch) -> (scalar, {name: logged number})``
-(:mod:`geosteer.train.objective`; default: next-token cross-entropy) over ``data`` (token windows in a seeded
-order, or the same prompt sets at every step: :mod:`geosteer.train.data`), with AdamW, a learning-rate schedule
-(:mod:`geosteer.train.schedule`; default linear warmup + cosine decay) and gradient clipping.
-``train(model, trainable, cfg, tok=..., ...)`` is the language-modelling front of it (windows from a text,
-held-out perplexity). The base model must be frozen (the loop refuses to run otherwise). It runs through HF
-``accelerate`` so that the same code trains on one CPU process or many GPUs/nodes (launch with
-``accelerate launch``): each process takes an equal share of every global batch and the gradients are
-averaged before the step.
-
-A run is four named steps: :func:`set_up` (optimiser, schedule, resume), :func:`train_step`,
-:func:`evaluate` and :func:`checkpoint`; :class:`geosteer.train.RunConfig` holds how it is driven. Runs are
-reproducible from ``cfg.seed``; a checkpoint every ``cfg.checkpoint_every`` steps (atomic) lets
-``resume=True`` continue after a kill with nothing lost but the steps since that checkpoint, and the
-resumed run ends with the same parameters as an uninterrupted one. A non-finite loss or gradient stops
-the run with :class:`TrainingDiverged`; the last good checkpoint is left untouched. ``cfg.log_with`` sends
-the per-step records to experiment trackers through accelerate (:mod:`geosteer.train.tracking`).
+``fit(model, trainable, cfg, data, loss=...)`` optimises the parameters of ``trainable`` that require grad
+on ``loss(model, batch) -> (scalar, {name: logged number})`` (:mod:`geosteer.train.objective`) over ``data``
+(:mod:`geosteer.train.data`) with AdamW, a schedule (:mod:`geosteer.train.schedule`) and clipping, through
+``accelerate`` (one CPU process or many GPUs; gradients averaged). Four steps: :func:`set_up`,
+:func:`train_step`, :func:`evaluate`, :func:`checkpoint`. Seeded; a resumed run ends with the parameters
+of an uninterrupted one; a non-finite loss raises :class:`TrainingDiverged`. ``train`` is the language-model front.
 """
 
 from __future__ import annotations
@@ -386,13 +373,9 @@ def train(model: nn.Module, trainable: nn.Module, cfg: TrainConfig, *, tok=None,
           options: RunConfig | None = None, **run_options) -> TrainResult:
     """Train ``trainable``'s parameters on token windows (default loss: next-token cross-entropy).
 
-    ``text``: a corpus split name or a text file (ignored when ``train_ids`` are given: a 1-D token stream
-    or 2-D ready windows). Held-out perplexity (``eval_text`` or the corpus' held-out split) is measured
-    before and after the run and every ``cfg.eval_every`` steps, when a tokenizer is given. How the run is
-    driven: ``options`` (:class:`geosteer.train.RunConfig`), or its fields as keywords (``out_dir``,
-    ``resume``, ``overwrite``, ``stop_at``, ``interventions``, ``progress``, ``log``, ``callback``,
-    ``accelerator``, ``checkpoint_extra``, ``eval_before``, and ``run``: the run record). Checkpoints record
-    the base model id and ``run``; resuming refuses a checkpoint whose record differs.
+    ``text``: a corpus split or text file (or ``train_ids``); held-out perplexity before, after and every
+    ``cfg.eval_every`` steps when a tokenizer is given. ``options`` (:class:`geosteer.train.RunConfig`) or its
+    fields as keywords drive the run; a resume must match the checkpoint's run record.
     """
     if options is not None and run_options:
         raise TypeError("give the run options as options=RunConfig(...) or as keywords, not both")

@@ -1,12 +1,8 @@
-"""Prompt sets for behaviour objectives: the target / control files, their token batches, and the two
-quantities every such objective is built from (a continuation's teacher-forced log-prob, the next-token KL
-of control prompts against a reference).
+"""Prompt sets for behaviour objectives: target / control files, their batches, a continuation's
+teacher-forced log-prob and the controls' next-token KL against a reference.
 
-Files: ``T.json`` (and a negatives file of the same form) is a non-empty JSON list of
-``{"prompt": str, "target": str}``; ``C.json`` a non-empty JSON list of prompt strings. Prompt and target are
-tokenised apart and joined, so the target's tokens are exactly the ones scored. Batches are right-padded,
-with the BOS in front when ``add_bos`` says so (:func:`bos_first`); with a purely causal mask the real
-positions never see the pads, so no attention mask is needed.
+Targets: a JSON list of ``{"prompt", "target"}`` (tokenised apart and joined); controls: a JSON list of
+strings. Batches are right-padded, BOS first when ``add_bos`` says so (:func:`bos_first`).
 """
 
 from __future__ import annotations

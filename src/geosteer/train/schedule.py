@@ -1,25 +1,13 @@
 """Learning-rate schedules of the training loop: one ``LambdaLR`` built by :func:`make_scheduler`.
 
-``TrainConfig.schedule`` names the schedule; every one is a ``torch.optim.lr_scheduler.LambdaLR`` whose
-factor depends on the optimizer step ``s`` (0-based), the warmup ``w = cfg.total_warmup`` and the run length
-``n = cfg.total_steps``, so checkpoints store the same scheduler state whatever the schedule:
+Step s (0-based), warmup w, run length n, r = ``cfg.min_lr_ratio``:
 
-- ``cosine`` (default): ``(s + 1) / w`` for ``s < w``; then ``r + (1 - r) * 0.5 * (1 + cos(pi * p))`` with
-  ``p = min(1, (s - w) / max(1, n - w - 1))`` and ``r = cfg.min_lr_ratio``. The peak is held for steps
-  ``w - 1`` and ``w``; the last step runs at exactly ``r``.
-- ``linear``: transformers' ``get_linear_schedule_with_warmup(opt, w, n)`` (the HF Trainer's ``linear``):
-  ``s / w`` during warmup (step 0 runs at lr 0), then ``(n - s) / max(1, n - w)`` down to 0.
-- ``constant``: transformers' ``get_constant_schedule_with_warmup(opt, w)`` (the HF Trainer's
-  ``constant_with_warmup``): ``s / w`` during warmup, then 1.
+- ``cosine`` (default): (s + 1)/w for s < w, then r + (1 − r)·0.5·(1 + cos(π p)), p = min(1, (s − w)/max(1, n − w − 1))
+  (peak held at steps w − 1 and w; the last step runs at exactly r);
+- ``linear`` / ``constant``: transformers' ``get_linear_schedule_with_warmup`` / ``get_constant_schedule_with_warmup``.
 
-Why ``cosine`` is geosteer's own formula and not transformers' ``get_cosine_with_min_lr_schedule_with_warmup``
-(checked against transformers 5.24's source): that one warms up as ``s / w`` (its first step runs at lr 0)
-and decays with ``p = (s - w) / (n - w)`` (its last step runs above ``r``); its ``..._lr_rate`` variant warms
-up as ``(s + 1) / w`` like ours but decays with ``p = (s - w + 1) / (n - w)``, one step ahead of ours (every
-step after the warmup would run at a lower lr). Either would change the lr of the steps left in a run
-resumed from a checkpoint of an earlier geosteer, so the formula stays, tested equal bit for bit at every
-step against an independent copy (tests/train/test_schedule.py). ``linear`` and ``constant`` have no such
-history and are transformers' own functions; ``min_lr_ratio`` applies to ``cosine`` only.
+The cosine is geosteer's own formula: transformers' variants are one step off in warmup or decay, which would
+change the lr of a run resumed from an older checkpoint (tests/train/test_schedule.py checks it bit for bit).
 """
 
 from __future__ import annotations

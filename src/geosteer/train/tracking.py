@@ -1,11 +1,6 @@
-"""Experiment trackers (TensorBoard, W&B, MLflow, ...) for the training loop, through HF accelerate.
-
-``TrainConfig(log_with="tensorboard")`` (``--log-with tensorboard`` on ``geosteer learn surfaces``) makes
-:func:`geosteer.train.train` build its ``accelerate.Accelerator(log_with=..., project_dir=...)``, call
-``init_trackers`` with the run's config, ``log`` every step's loss, lr, gradient norm and throughput (and
-every held-out evaluation) at its step number, and ``end_training`` at the end, also when the run stops
-early. Nothing is imported or written unless a tracker is asked for. accelerate silently skips a tracker
-whose package is missing; here that is a one-line error naming what to install, before the run starts.
+"""Experiment trackers for the training loop through accelerate (``TrainConfig(log_with="tensorboard")``):
+per-step loss, lr, gradient norm, throughput and evaluations; nothing is imported unless asked for, and a
+missing tracker package is a one-line error before the run.
 """
 
 from __future__ import annotations
