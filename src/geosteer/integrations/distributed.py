@@ -1,17 +1,8 @@
-"""Evaluation sharded across processes (``accelerate launch``), giving the one-process numbers.
+"""Evaluation and frozen-model sharding across processes (``accelerate launch``), giving one-process numbers.
 
-- :func:`shard` — this process' share of a list (prompt sets, documents): items ``rank, rank + world, ...``.
-- :func:`gather_records` — every process' result records, in the original item order, on every process.
-- :func:`sharded_perplexity` — :func:`geosteer.eval.perplexity.strided_perplexity` with the windows spread
-  over the processes and the NLL sums all-reduced: the same windows, the same scored tokens, the same
-  result (up to float summation order) as one process.
-
-- :func:`shard_frozen_model` — FSDP2 (``torch.distributed.fsdp.fully_shard``) over the decoder layers and
-  the root of a frozen base model, so each process holds 1/world of its weights (all-gathered per layer
-  during forward and backward). The training loop uses it with ``TrainConfig(fsdp=True)``; the trainable
-  intervention parameters (surfaces, gates) live outside the model and stay replicated.
-
-Without a distributed launch (one process) each function is the plain single-process computation.
+:func:`shard` (items ``rank, rank + world, ...``), :func:`gather_records` (every process' records in item
+order), :func:`sharded_perplexity` (windows spread, NLL sums all-reduced), :func:`shard_frozen_model` (FSDP2
+over a frozen model's layers; ``TrainConfig(fsdp=True)``). One process: the plain computation.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """lm-evaluation-harness model type ``geosteer``: a stock ``HFLM`` with geosteer interventions attached.
 
-Install with ``pip install 'geosteer[eval]'``. lm-eval finds models through its own registry only (it has
-no plugin entry point), so the plain ``lm_eval`` command does not know ``geosteer``. Run the harness as
-``geosteer eval``: lm-eval's own command line, every argument passed through unchanged, with ``geosteer``
-registered (``python -m geosteer.integrations.lm_eval`` is the same)::
-
-    geosteer eval --model geosteer \\
-        --model_args pretrained=smollm2,surfaces=artifacts/s,scale_site=attn_out,scale_par=0.5 \\
-        --tasks hellaswag
-
-or, in Python, ``import geosteer.integrations.lm_eval`` before ``lm_eval.simple_evaluate(model="geosteer",
-...)``. ``model_args``: ``pretrained`` (a geosteer name — ``smollm2``, ``tiny-llama``, … —, a folder, a
-``.gguf`` file or a hub id), ``recipe`` (a recipe artifact folder), the recipe keys of the registered
-methods (surfaces, edits, scale_*, mlp_*, gates, beta_attn, ...; on top of ``recipe`` when both are given), and
-any ``HFLM`` argument (batch_size, max_length, device, add_bos_token, ...). With no intervention keys the
-model scores exactly as ``--model hf`` on the same weights (tested), prompts encoded as ``hf`` encodes them
-(the tokenizer's own BOS convention unless ``add_bos_token=True``).
-
-Bundled names and folders load through HFLM itself (so ``accelerate launch`` shards the eval across
-processes as for ``hf``); ``tiny-*`` and ``.gguf`` models are built by geosteer and passed in as a model
-object (one process).
+Run as ``geosteer eval --model geosteer --model_args pretrained=smollm2,scale_site=attn_out,... --tasks ...``
+(lm-eval has no plugin entry point), or ``import geosteer.integrations.lm_eval`` before
+``lm_eval.simple_evaluate(model="geosteer")``. ``model_args``: ``pretrained``, ``recipe``, the registered
+recipe keys, any ``HFLM`` argument; without keys it scores exactly as ``--model hf`` (docs/ecosystem.md).
 """
 
 from __future__ import annotations
