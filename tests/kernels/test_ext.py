@@ -37,23 +37,27 @@ def test_compiled_kernels_fall_back_to_one_thread_then_to_pytorch(monkeypatch):
     """A compiler without OpenMP still gets the (serial) compiled kernels; no compiler gets the PyTorch path."""
     calls = []
 
-    def build(cache, name, omp):
+    def build(name, sources, functions, omp, **kw):
         calls.append((name, tuple(omp)))
-        if omp or name == "broken":
+        if omp:
             raise RuntimeError("unsupported option '-fopenmp'")
         return "module"
 
-    monkeypatch.setattr(ext, "_state", {"tried": False, "mod": None, "error": None, "serial": None})
-    monkeypatch.setattr(ext, "_build", build)
+    monkeypatch.setattr(ext, "build_inline", build)
     monkeypatch.delenv("GEOSTEER_NO_EXT", raising=False)
-    assert ext.get() == "module"
-    assert [c[1] for c in calls] == [("-fopenmp",), ()]
-    assert ext.status().startswith("compiled, one thread (no OpenMP: RuntimeError: unsupported option")
+    kernels = ext.LazyExtension(ext._build_kernels)  # what ext.get/ext.status are bound to
+    assert kernels.status() == "not built yet"
+    assert kernels.get() == "module" and kernels.get() == "module"
+    assert [c[1] for c in calls] == [("-fopenmp",), ()]  # built once
+    assert kernels.status().startswith("compiled, one thread (no OpenMP: RuntimeError: unsupported option")
 
-    def no_compiler(cache, name, omp):
+    def no_compiler(*args, **kw):
         raise OSError("no C++ compiler")
 
-    monkeypatch.setattr(ext, "_state", {"tried": False, "mod": None, "error": None, "serial": None})
-    monkeypatch.setattr(ext, "_build", no_compiler)
-    assert ext.get() is None
-    assert ext.status() == "unavailable (OSError: no C++ compiler)"
+    monkeypatch.setattr(ext, "build_inline", no_compiler)
+    kernels = ext.LazyExtension(ext._build_kernels)
+    assert kernels.get() is None
+    assert kernels.status() == "unavailable (OSError: no C++ compiler)"
+    monkeypatch.setenv("GEOSTEER_NO_EXT", "1")
+    kernels = ext.LazyExtension(ext._build_kernels)
+    assert kernels.get() is None and kernels.status() == "unavailable (disabled by GEOSTEER_NO_EXT)"

@@ -1,19 +1,9 @@
-"""Uniform cubic B-spline bases on a grid (the attention-manifold paper's conventions, so results are comparable).
+"""Uniform cubic B-spline bases on a grid (the attention-manifold paper's conventions).
 
-For ``grid_size`` g intervals over ``[lo, hi]``: knot spacing h = (hi - lo)/g, knots
-t_i = lo + (i - 3)·h for i = 0 … g+6, and K = g + 3 basis functions. B_a is supported on
-[t_a, t_{a+4}) and centred at lo + (a - 1)·h, so every basis is zero outside [lo - 3h, hi + 3h).
-
-Two forms, same values:
-
-- :func:`bspline_basis` — dense, shape ``x.shape + (K,)``.
-- :func:`bspline_local` — the local (sparse) form: for each x the first active basis index ``a0`` and the
-  four weights of bases ``a0 … a0+3`` (indices may fall outside 0 … K-1 near the ends; those weights are
-  zero). Used by the fused attention kernels, which exploit the 4-non-zero support.
-
-Within one knot interval, with local coordinate t ∈ [0, 1), the four non-zero bases are the uniform cubic
-B-spline pieces (1-t)³/6, (3t³-6t²+4)/6, (-3t³+3t²+3t+1)/6, t³/6. ``lo``/``hi`` may be floats or tensors
-broadcastable to ``x`` (per-layer ranges).
+g intervals over [lo, hi]: h = (hi − lo)/g, knots t_i = lo + (i − 3)·h (i = 0 … g+6), K = g + 3 bases; B_a is
+supported on [t_a, t_{a+4}). :func:`bspline_basis` is dense (``x.shape + (K,)``); :func:`bspline_local` gives
+the first active index ``a0`` and the 4 weights (1−t)³/6, (3t³−6t²+4)/6, (−3t³+3t²+3t+1)/6, t³/6.
+``lo``/``hi`` may be tensors broadcastable to ``x``.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Exact value-modulated attention in factored form (paper Eq. 2), never building (b, h, q, k, d).
 
-    o_id = Σ_j a_ij v_jd (1 + S_d(q_id, k_jd)),   S_d(q, k) = Σ_ab C_dab B_a(q) B_b(k)
-         = (A V)_id + Σ_a B_a(q_id) G_ida,   G_ida = Σ_b C_dab F_idb,   F_idb = Σ_j a_ij v_jd B_b(k_jd)
+    o_id = (A V)_id + Σ_a B_a(q_id) G_ida,   G_ida = Σ_b C_dab F_idb,   F_idb = Σ_j a_ij v_jd B_b(k_jd)
 
-Key side: one matrix per KV head, ``feats[j, d·(K+1) + c]`` = v_jd·B_c(k_jd) for c < K and v_jd for c = K
-(computed once per KV head, shared by its n_rep query heads, cached across decode steps by the bank).
-One product of the attention weights with it gives the stock output A V and F together.
-
-Query side: only 4 of the K bases are non-zero at any q, so instead of forming Σ_a C_dab B_a(q) for all b we
-contract C with F (a small batched product) and gather the 4 entries that the query's basis selects.
-
-Queries are processed in blocks; each block multiplies its attention weights by the key range it can see
-only (causal / sliding-window / padding masks: fully masked key ranges are skipped), so a causal forward
-costs about half of a dense one and memory stays linear in the sequence length. For long query blocks the
-products run in a transposed layout (features × queries) so that no large tensor is ever permuted.
-
-The attention weights a_ij are those of the stock SDPA path: same scaling, boolean or additive mask
-(causal, sliding window, padding), optional soft-capping, GQA (query head h reads KV head h // n_rep), and
-the stock path's convention for a purely causal call whose key is longer than the query (keys cropped).
-
-Backends (``backend=`` here and in ``geosteer.manifold.install``, else ``GEOSTEER_MANIFOLD_BACKEND``):
-``triton`` (the fused kernels of ``geosteer.kernels.triton``; CUDA, or CPU under ``TRITON_INTERPRET=1``),
-``cpu`` (the compiled CPU kernels where they apply, else PyTorch), ``torch`` (PyTorch ops only). Unset or
-``auto``: triton on CUDA when Triton is importable, the compiled kernels on the CPU, PyTorch otherwise.
+Key features ``feats[j, d·(K+1) + c]`` = v_jd·B_c(k_jd) (c < K) and v_jd (c = K), one matrix per KV head,
+so one product gives A V and F; the query side gathers the 4 non-zero bases. Weights are the stock SDPA
+path's (:mod:`geosteer.kernels.sdpa`), by query block over the visible keys only. Backends: ``triton``,
+``cpu`` (compiled kernels), ``torch``; ``auto`` (or ``GEOSTEER_MANIFOLD_BACKEND`` unset) picks by device.
 """
 
 from __future__ import annotations
@@ -137,11 +120,8 @@ def modulated_attention(
 ) -> torch.Tensor:
     """Modulated attention output (b, L, H, d), the layout transformers expects from an attention function.
 
-    ``query`` (b, H, L, d) post-RoPE; ``key``/``value`` (b, Hkv, T, d) before GQA expansion; ``coeff``
-    (H, d, K, K). ``is_causal`` follows SDPA (only used without a mask). ``features``: precomputed
-    :func:`key_features` for these keys (decode cache; the Triton backend builds them on chip instead).
-    ``with_value=False`` returns only Δo (the caller adds the stock output). ``backend``: see the module
-    docstring.
+    ``query`` (b, H, L, d) post-RoPE; ``key``/``value`` (b, Hkv, T, d) before GQA; ``coeff`` (H, d, K, K);
+    ``features``: precomputed :func:`key_features`; ``with_value=False`` returns only Δo.
     """
     name = backend_choice(backend)
     if use_triton(name, query, lo, hi, dropout):
@@ -271,13 +251,8 @@ def _blocked(query, query_g, key, features, coeff, grid_size, lo, hi, with_value
 
 
 def _batched_mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """x @ y over the leading (b, hkv) dimensions.
-
-    Without autograd on the CPU this is one threaded GEMM per (b, hkv) into a preallocated output: CPU
-    ``bmm`` splits its few batch entries across threads (3 KV heads on 2 threads), which made its time swing
-    between runs (3.9–5.6 ms vs 4.1–5.8 ms for this loop on the default model's shapes,
-    ``benchmarks/manifold_kernel_parts.py``); the loop's time is the steadier of the two.
-    """
+    """x @ y over the leading (b, hkv) dimensions; on the CPU without autograd one GEMM per entry, whose
+    time is steadier than ``bmm`` splitting a few batch entries over threads."""
     if torch.is_grad_enabled() or x.device.type != "cpu":
         return torch.matmul(x, y)
     b, h = x.shape[:2]
@@ -292,16 +267,6 @@ def grid_affine(grid_size: int, lo, hi) -> tuple[float, float]:
     """(scale, offset) mapping a coordinate on [lo, hi] to the cubic B-spline grid's index space."""
     sc = grid_size / (float(hi) - float(lo))
     return sc, 3.0 - float(lo) * sc
-
-
-def compiled_kernels():
-    """geosteer's compiled CPU surface kernels (key features, epilogue), or None when they are not built."""
-    return extension.get()
-
-
-def build_extension(name: str, sources: list[str], functions: list[str] | None, omp: list[str]):
-    """Compile (or reuse) C++ ``sources`` as a torch extension, cached and locked as geosteer's own kernels."""
-    return extension.build_inline(name, sources, functions, omp)
 
 
 USE_EXT = True  # set False to force the PyTorch path (tests compare both)

@@ -1,12 +1,8 @@
 """Optional compiled CPU kernels: key features and the query-side epilogue, forward and backward.
 
-Both compute exactly what the PyTorch path in ``kernel.py`` computes (same clamping and basis pieces,
-float32), in one pass instead of a dozen element-wise passes. Built on first use from the C++ sources
-in ``csrc/`` with ``torch.utils.cpp_extension.load_inline`` (needs a C++ compiler, ninja and the Python
-headers; about a minute, cached under ``$GEOSTEER_CACHE/torch_extensions``). When that is not possible, or with
-``GEOSTEER_NO_EXT=1``, geosteer uses the PyTorch path (same results, slower). ``KeyFeatures`` and
-``Epilogue`` wrap them as autograd functions (gradients for keys, values, queries, attended features and
-coefficients), so training uses them too.
+Same values as the PyTorch path, in one pass; built on first use from ``csrc/`` (C++ compiler and ninja;
+cached under ``$GEOSTEER_CACHE/torch_extensions``), else (or with ``GEOSTEER_NO_EXT=1``) the PyTorch path.
+``KeyFeatures`` and ``Epilogue`` are their autograd functions.
 """
 
 from __future__ import annotations
@@ -26,9 +22,6 @@ SOURCES = ("manifold_kernels.cpp", "feature_flash.cpp", "bindings.cpp")  # packa
 
 def _sources() -> list[str]:
     return [(CSRC / name).read_text(encoding="utf-8") for name in SOURCES]
-
-_lock = threading.Lock()
-_state: dict = {"tried": False, "mod": None, "error": None, "serial": None}
 
 
 def _build_tag() -> str:
@@ -82,34 +75,55 @@ def _clear_stale_lock(lock: Path, stale_s: float = STALE_LOCK_S, poll_s: float =
         time.sleep(poll_s)
 
 
-def _build(cache: Path, name: str, omp: list[str]):
-    return build_inline(name, _sources(), None, omp, cache=cache,
-                        announce="[geosteer] compiling the attention-surface CPU kernels (one time, ~1 min)...")
+class LazyExtension:
+    """A compiled module built once per process on first use by ``build(self)``; ``get()`` is None when it
+    cannot be built here or ``GEOSTEER_NO_EXT=1``, and ``status()`` says which."""
+
+    def __init__(self, build):
+        self.build, self.lock = build, threading.Lock()
+        self.tried, self.mod, self.error, self.serial = False, None, None, None
+
+    def get(self):
+        if self.tried:
+            return self.mod
+        with self.lock:
+            if not self.tried:
+                self.tried = True
+                if os.environ.get("GEOSTEER_NO_EXT", "") not in ("", "0"):
+                    self.error = "disabled by GEOSTEER_NO_EXT"
+                    return None
+                try:
+                    self.mod = self.build(self)
+                except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
+                    self.error, self.mod = error_line(e), None
+            return self.mod
+
+    def status(self) -> str:
+        """'compiled', 'not built yet', or why the PyTorch path is used."""
+        if not self.tried:
+            return "not built yet"
+        if self.mod is None:
+            return f"unavailable ({self.error})"
+        return "compiled" if self.serial is None else f"compiled, one thread (no OpenMP: {self.serial})"
 
 
-def get():
-    """The compiled module, or None (not buildable here, or disabled with GEOSTEER_NO_EXT=1)."""
-    if _state["tried"]:
-        return _state["mod"]
-    with _lock:
-        if _state["tried"]:
-            return _state["mod"]
-        _state["tried"] = True
-        if os.environ.get("GEOSTEER_NO_EXT", "") not in ("", "0"):
-            _state["error"] = "disabled by GEOSTEER_NO_EXT"
-            return None
-        try:
-            try:
-                # -fopenmp: at::parallel_for runs on torch's OpenMP pool (the same libgomp.so.1 that torch
-                # loaded); without it the pragma is ignored and these loops run on one thread.
-                _state["mod"] = _build(cache_dir(), "manifold_v9", ["-fopenmp"])
-            except Exception as e:  # noqa: BLE001 - e.g. a compiler without OpenMP (Apple clang)
-                _state["mod"] = _build(cache_dir(), "manifold_v9_serial", [])
-                _state["serial"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
-            _state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            _state["mod"] = None
-        return _state["mod"]
+def error_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def _build_kernels(lazy: LazyExtension):
+    announce = "[geosteer] compiling the attention-surface CPU kernels (one time, ~1 min)..."
+    try:
+        # -fopenmp: at::parallel_for runs on torch's OpenMP pool (the same libgomp.so.1 that torch loaded);
+        # without it the pragma is ignored and these loops run on one thread.
+        return build_inline("manifold_v9", _sources(), None, ["-fopenmp"], announce=announce)
+    except Exception as e:  # noqa: BLE001 - e.g. a compiler without OpenMP (Apple clang)
+        lazy.serial = error_line(e)
+        return build_inline("manifold_v9_serial", _sources(), None, [], announce=announce)
+
+
+_EXT = LazyExtension(_build_kernels)
+get, status = _EXT.get, _EXT.status
 
 
 class KeyFeatures:
@@ -156,15 +170,6 @@ class _EpilogueFn(torch.autograd.Function):
         mod, grid_size, sc, off, with_value = ctx.args
         g_o, g_q, g_c = mod.epilogue_backward(o, q, coeff, go, grid_size, sc, off, with_value)
         return g_o, g_q, g_c, None, None, None, None, None
-
-
-def status() -> str:
-    """'compiled', 'not built yet', or why the PyTorch path is used."""
-    if not _state["tried"]:
-        return "not built yet"
-    if _state["mod"] is None:
-        return f"unavailable ({_state['error']})"
-    return "compiled" if _state["serial"] is None else f"compiled, one thread (no OpenMP: {_state['serial']})"
 
 
 if __name__ == "__main__":  # `python -m geosteer.kernels.ext`: build now (make setup does), report

@@ -8,13 +8,8 @@ import torch
 class FeatureCache:
     """Key-side features of the keys seen in the previous call of one layer (KV-cache decoding).
 
-    Valid only while the new call's past keys/values equal the cached ones exactly (checked each step), so
-    a new prompt, a cropped or reordered cache, or a sliding window that dropped old keys never reuses
-    stale features. Storage grows by doubling; rows are written in place. The features are stored
-    feature-major, (b, h, width, capacity), and handed out as a (b, h, keys, width) view of it: a decoding
-    step's few rows of weights times that view run as dot products along contiguous keys, which on the
-    CPU is ~2x faster than the same product over key-major rows (one query, 2,048 keys, 9 heads of width
-    192: 1.2 ms vs 3.0 ms CPU time).
+    Reused only while the past keys/values equal the cached ones exactly (checked each step). Stored
+    feature-major (b, h, width, capacity), grown by doubling, handed out as a (b, h, keys, width) view.
     """
 
     def __init__(self) -> None:
@@ -81,18 +76,9 @@ class FeatureCache:
 class StaticFeatureCache:
     """Key-side features of one static KV cache layer (transformers' ``StaticLayer``), preallocated.
 
-    The KV cache writes each call's keys at rows ``[n - L, n)`` of its fixed-size buffers (``n``: its
-    ``cumulative_length`` after the write); the features of those rows are computed and written at the same
-    rows with ``index_copy_``, so a decode step costs the new rows only, with static shapes, a fixed buffer
-    address (marked static, as transformers marks its KV buffers) and no host sync: what CUDA graphs and
-    ``torch.compile(fullgraph=True)`` need. Rows not yet written hold zeros or features of earlier keys,
-    finite and masked out as the KV rows are.
-
-    Only a call outside a graph allocates the buffer, checks that the rows before it were all written
-    through this cache (same KV buffers, same grid range, no step skipped) and otherwise recomputes every
-    row; it then marks the cache ``live``. A traced call uses the cache only while it is live (else it
-    returns None: the kernel computes the features of every key), and any call that writes the KV cache
-    without it (``forget``: surfaces off, another backend) ends that.
+    Each call writes the features of its new rows ``[n − L, n)`` in place (static shapes, fixed address, no
+    host sync: CUDA graphs and ``torch.compile(fullgraph=True)``). An eager call checks that earlier rows
+    came through this cache and marks it ``live``; a traced call uses it only while live; ``forget`` ends it.
     """
 
     def __init__(self) -> None:

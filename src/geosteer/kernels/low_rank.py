@@ -1,21 +1,10 @@
 """The r + 1-slice attention of rank-r surfaces C_d = U_d W_dᵀ (U, W: (H, d, K, r)).
 
-    o_id = Σ_j a_ij v_jd (1 + Σ_s (B(q_id)·u_ds)(B(k_jd)·w_ds)) = (A V)_id + Σ_s (B(q_id)·u_ds) (A F_s)_id,
-    F_s[j, d] = v_jd · (B(k_jd)·w_ds)
+    o_id = (A V)_id + Σ_s (B(q_id)·u_ds) (A F_s)_id,   F_s[j, d] = v_jd · (B(k_jd)·w_ds)
 
-Key side (:func:`narrow_key_features`): per query head (W is per query head), ``feats[j, s·d + e]`` =
-v_je·(B(k_je)·w_es) for s < r and v_je for s = r (r + 1 planes of width d); only the 4 non-zero bases of each
-key entry are read, and its knot position is located once per KV head. One product of each query block's
-attention weights with it gives A V and every A F_s. Query side (the epilogue): o = o_v + Σ_s (B(q)·u_s) o_s,
-again from the 4 non-zero bases. The attention weights are those of
-:func:`geosteer.kernels.exact.modulated_attention` (the blocks of ``geosteer.kernels.sdpa``: same scaling, masks,
-soft-capping, GQA, empty-cache crop).
-
-On the CPU in float32 the key side and the epilogue are compiled kernels (``geosteer.kernels.ext``); so is,
-without a mask (causal or none) and for 16 queries or more, the attention of the features itself, flash style
-(``csrc/feature_flash.cpp``: the scores of one tile of queries and keys, an online softmax, one product with
-the tile's features; no attention matrix in memory). With ``compiled=False``, ``GEOSTEER_NO_EXT=1`` or no
-compiler, PyTorch ops compute the same values.
+:func:`narrow_key_features` builds r + 1 planes per query head from the 4 non-zero bases; weights are those
+of :func:`geosteer.kernels.exact.modulated_attention`. On the CPU in float32 the key side, the epilogue and
+(unmasked, ≥ 16 queries) a flash-style attention are compiled; ``compiled=False`` gives PyTorch ops.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The stock attention weights of the surface kernels, computed block by block as SDPA makes them.
+"""The stock attention weights of the surface kernels, block by block as SDPA makes them.
 
-:func:`prepare` is the shared preamble (scaling, SDPA's empty-cache crop, mask crop, grouped queries),
-:func:`query_blocks` yields the key range each block of queries can see (fully masked ranges skipped) and
-:func:`weights_block` the softmax weights of one block over that range (causal, boolean or additive masks,
-soft-capping, dropout). The exact and rank-r kernels (``exact``, ``low_rank``) and the walls of
-``geosteer.manifold.walls`` build on them, so all agree with the stock path on masks and scaling.
+:func:`prepare` (scaling, empty-cache crop, mask crop, grouped queries), :func:`query_blocks` (the keys each
+query block sees) and :func:`weights_block` (softmax weights with masks, soft-capping, dropout), shared by
+the exact and rank-r kernels and the walls.
 """
 
 from __future__ import annotations

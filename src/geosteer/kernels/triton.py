@@ -1,20 +1,10 @@
 """Fused modulated attention on GPUs (Triton): forward, split-K decode, backward, row log-sum-exp.
 
     out = modulated_attention_triton(q, k, v, coeff, grid_size, lo, hi, is_causal=True)
-    out, lse = modulated_attention_triton(q, k, v, None, 8, lo, hi, is_causal=True, return_lse=True)
 
-Same contract as :func:`geosteer.kernels.exact.modulated_attention` (shapes, SDPA's masks and scaling,
-soft-capping, GQA with K/V read per KV head, the empty-cache crop of a purely causal call), plus an
-optional ``sliding_window`` for purely causal calls without a mask. ``coeff=None`` is stock attention
-(with its log-sum-exp, for the exclude-self weight). The kernels are in ``triton_kernels``; nothing of
-size q × k or k × d·(K+1) is written to global memory.
-
-Backward (``triton_backward``): flash-style kernels recompute the attention weights from the forward's
-row log-sum-exp, one for dq and dC (per query block, dC added atomically), one for dk and dv (per key
-block, over the query heads of its KV head); memory linear in the length. Only the kernels whose inputs
-need gradients run: training the coefficients of a frozen model runs the dq/dC kernel alone.
-
-Dropout is not fused: a call with dropout > 0 takes the PyTorch path (``exact.modulated_attention``).
+Same contract as :func:`geosteer.kernels.exact.modulated_attention`, plus ``sliding_window``;
+``coeff=None`` is stock attention (with its log-sum-exp). The backward (``triton_backward``) recomputes the
+weights from the row log-sum-exp; only kernels whose inputs need gradients run. Dropout takes the PyTorch path.
 """
 
 from __future__ import annotations
@@ -209,7 +199,7 @@ class _Fused(torch.autograd.Function):
         return out, lse
 
     @staticmethod
-    def backward(ctx, g_out, g_lse):
+    def backward(ctx, g_out, _g_lse):
         q, k, v, c, out, lse = ctx.saved_tensors
         nq, nk, nv, nc = ctx.needs_input_grad[:4]
         dq, dk, dv, dc = _backward(q, k, v, c, out, lse, g_out, ctx.opts, nq or nc, nk or nv)

@@ -1,8 +1,6 @@
-"""Triton kernels of the modulated attention's backward (flash-style; wrapper in ``geosteer.kernels.triton``).
+"""Triton kernels of the modulated attention's backward (flash-style; p_ij recomputed from the row lse).
 
-Nothing of size q × k is stored: both kernels recompute the weights p_ij = exp(s_ij − lse_i) from the
-forward's row log-sum-exp, tile by tile. With g = ∂L/∂o, the query-side widened gradient
-Gq[i, b, d] = g_id Σ_a B_a(q_id) C_dab (4 non-zero a) and the widened value W[j, b, d] = v_jd B_b(k_jd):
+With g = ∂L/∂o, Gq[i, b, d] = g_id Σ_a B_a(q_id) C_dab and W[j, b, d] = v_jd B_b(k_jd):
 
     dp_ij = g_i·v_j + Σ_bd Gq_ibd W_jbd,   ds_ij = p_ij (dp_ij − g_i·o_i)   (times the soft-cap slope)
     dq_i  = s Σ_j ds_ij k_j + g_i ⊙ Σ_a B'_a(q_i) Σ_b C_ab F_ib,   F_ib = Σ_j p_ij W_jb
@@ -10,9 +8,7 @@ Gq[i, b, d] = g_id Σ_a B_a(q_id) C_dab (4 non-zero a) and the widened value W[j
     dk_j  = s Σ_i ds_ij q_i + v_j ⊙ Σ_b B'_b(k_j) H_jb,            H_jb = Σ_i p_ij Gq_ib
     dv_j  = Σ_i p_ij g_i + Σ_b B_b(k_j) H_jb
 
-``_bwd_dq`` owns a block of queries of one head (dq, and its block's share of dC, added atomically);
-``_bwd_dkdv`` owns a block of keys of one KV head and walks the n_rep query heads that read it (no atomics).
-All arithmetic is fp32 (products with ``input_precision="ieee"``).
+``_bwd_dq``: a query block (dC added atomically); ``_bwd_dkdv``: a key block over its n_rep query heads.
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from geosteer.kernels.triton_kernels import _row, _spline, _widened
+from geosteer.kernels.triton_kernels import _apply_mask, _gather, _key_band, _onehot, _row, _scores, _spline, _widened
 
 
 @triton.jit
@@ -41,25 +37,6 @@ def _spline_slope(x, sc, off, G: tl.constexpr):
 
 
 @triton.jit
-def _onehot(a0, w0, w1, w2, w3, K: tl.constexpr, KB: tl.constexpr):
-    """(rows, KB, cols): weight w_r at basis a0 + r, zero elsewhere and for bases ≥ K."""
-    c = tl.arange(0, KB)[None, :, None]
-    a = a0[:, None, :]
-    out = tl.where(c == a, w0[:, None, :], 0.0)
-    out += tl.where(c == a + 1, w1[:, None, :], 0.0)
-    out += tl.where(c == a + 2, w2[:, None, :], 0.0)
-    out += tl.where(c == a + 3, w3[:, None, :], 0.0)
-    return tl.where(c < K, out, 0.0)
-
-
-@triton.jit
-def _gather(base, a, bok, K: tl.constexpr):
-    """C[d, a_id, b] as (rows, KB, cols); zero where a is outside 0 … K-1."""
-    aok = (a >= 0) & (a < K)
-    return tl.load(base + a[:, None, :] * K, mask=bok & aok[:, None, :], other=0.0)
-
-
-@triton.jit
 def _query_grad_widened(q, g, cbase, bok, sc, off, G: tl.constexpr, K: tl.constexpr, KB: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """Gq (BLOCK_M, KB·BLOCK_D): g_id Σ_a B_a(q_id) C_dab, from the 4 non-zero query bases."""
@@ -75,23 +52,12 @@ def _query_grad_widened(q, g, cbase, bok, sc, off, G: tl.constexpr, K: tl.conste
 def _weights(q, kt, i, j, jin, lse, Mk, b, h, L, offset, scale, softcap, window, smb, smh, smi, smj,
              CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
     """(p, soft-cap slope) of a (queries, keys) tile, recomputed as the forward made the scores."""
-    s = tl.dot(q, tl.trans(kt), input_precision="ieee") * scale
+    s = _scores(q, kt, scale, softcap, SOFTCAP)
     slope = tl.full(s.shape, 1.0, tl.float32)
     if SOFTCAP:
-        s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap
         slope = 1.0 - (s / softcap) * (s / softcap)
-    ok = jin[None, :] & (i[:, None] < L)
-    if CAUSAL:
-        ok = ok & (j[None, :] <= i[:, None] + offset)
-        if WINDOW:
-            ok = ok & (j[None, :] > i[:, None] + offset - window)
-    if MASK_KIND == 1:
-        mk = tl.load(Mk + b * smb + h * smh + i[:, None] * smi + j[None, :] * smj, mask=ok, other=0)
-        ok = ok & (mk != 0)
-    if MASK_KIND == 2:
-        s += tl.load(Mk + b * smb + h * smh + i[:, None] * smi + j[None, :] * smj, mask=ok, other=0.0).to(tl.float32)
-    p = tl.exp(tl.where(ok, s - lse[:, None], float("-inf")))
-    return p, slope
+    s = _apply_mask(s, Mk, b, h, i, j, jin, L, offset, window, smb, smh, smi, smj, CAUSAL, MASK_KIND, WINDOW)
+    return tl.exp(s - lse[:, None]), slope
 
 
 @triton.jit
@@ -130,13 +96,7 @@ def _bwd_dq(Q, Kp, V, Cf, Mk, Gr, O, Lse, OutQ, OutC, L, T, H, REP, offset, scal
         gq = _query_grad_widened(q, g, cbase, bok, sc, off, G, K, KB, BLOCK_M, BLOCK_D)
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     f = tl.zeros((BLOCK_M, KB * BLOCK_D), tl.float32)
-    j0 = 0
-    j1 = T
-    if CAUSAL:
-        j1 = tl.minimum(T, (pid_m + 1) * BLOCK_M + offset)
-        if WINDOW:
-            j0 = tl.maximum(0, pid_m * BLOCK_M + offset - window + 1)
-            j0 = (j0 // BLOCK_N) * BLOCK_N
+    j0, j1 = _key_band(pid_m, L, T, offset, window, CAUSAL, WINDOW, BLOCK_M, BLOCK_N)
     for start in range(j0, j1, BLOCK_N):
         j = start + tl.arange(0, BLOCK_N)
         jin = j < j1

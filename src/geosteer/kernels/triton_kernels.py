@@ -1,22 +1,10 @@
 """Triton kernels of the fused modulated attention (flash-style; wrappers in ``geosteer.kernels.triton``).
 
-One program owns ``BLOCK_M`` queries of one query head and ``DV`` of its value dimensions. It walks the keys
-that those queries can see in tiles of ``BLOCK_N`` (causal and sliding-window tiles outside the band are
-skipped) and keeps, with an online softmax (running max ``m`` and sum ``l``), two accumulators:
-
-    acc_v[i, d]        = Σ_j p_ij v_jd                   (the stock output, unnormalised)
-    acc_f[i, c, d]     = Σ_j p_ij v_jd B_c(k_jd)         (c < K; the widened value, built on chip)
-
-The widened value tile is made from the k and v tiles already loaded (4 non-zero bases per coordinate),
-so neither the attention matrix nor the key features ever reach global memory and the KV cache is the
-stock one. The epilogue contracts with the 4 query bases that are non-zero:
-o_id = (acc_v + Σ_r B_{a_r}(q_id) Σ_b C_{d a_r b} acc_f[i, b, d]) / l_i, and the row log-sum-exp
-m + log l is stored for the exclude-self weight A_tt = exp(s_tt − lse_t).
-
-Decoding (few queries, long cache) splits the keys over ``n_split`` programs (``_partial``) and merges the
-partial accumulators in ``_combine``. Inputs of any float dtype are read as fp32; all arithmetic and
-accumulation is fp32 (products with ``input_precision="ieee"``, no TF32). ``TRITON_INTERPRET=1`` (set
-before this module is imported) runs these kernels on CPU tensors through Triton's interpreter.
+A program owns ``BLOCK_M`` queries of one head and ``DV`` value dims; over the visible key tiles it keeps,
+with an online softmax, acc_v[i, d] = Σ_j p_ij v_jd and acc_f[i, c, d] = Σ_j p_ij v_jd B_c(k_jd) (the
+widened value built on chip), then o_id = (acc_v + Σ_r B_{a_r}(q_id) Σ_b C_{d a_r b} acc_f[i, b, d]) / l_i and
+the row lse. Decoding splits keys (``_partial``, ``_combine``). All fp32 (``input_precision="ieee"``);
+``TRITON_INTERPRET=1`` runs them on CPU tensors.
 """
 
 from __future__ import annotations
@@ -46,28 +34,46 @@ def _spline(x, sc, off, G: tl.constexpr):
 
 
 @triton.jit
+def _onehot(a0, w0, w1, w2, w3, K: tl.constexpr, KB: tl.constexpr):
+    """(rows, KB, cols): weight w_r at basis a0 + r, zero elsewhere and for bases ≥ K."""
+    c = tl.arange(0, KB)[None, :, None]
+    a = a0[:, None, :]
+    out = tl.where(c == a, w0[:, None, :], 0.0)
+    out += tl.where(c == a + 1, w1[:, None, :], 0.0)
+    out += tl.where(c == a + 2, w2[:, None, :], 0.0)
+    out += tl.where(c == a + 3, w3[:, None, :], 0.0)
+    return tl.where(c < K, out, 0.0)
+
+
+@triton.jit
 def _widened(kc, vc, sc, off, G: tl.constexpr, K: tl.constexpr, KB: tl.constexpr, BLOCK_N: tl.constexpr,
              DV: tl.constexpr):
     """(BLOCK_N, KB·DV) tile: column c·DV + d holds v_jd·B_c(k_jd) (zero for c ≥ K)."""
     a0, w0, w1, w2, w3 = _spline(kc, sc, off, G)
-    c = tl.arange(0, KB)[None, :, None]
-    a = a0[:, None, :]
-    b = tl.where(c == a, w0[:, None, :], 0.0)
-    b += tl.where(c == a + 1, w1[:, None, :], 0.0)
-    b += tl.where(c == a + 2, w2[:, None, :], 0.0)
-    b += tl.where(c == a + 3, w3[:, None, :], 0.0)
-    b = tl.where(c < K, b, 0.0) * vc[:, None, :]
-    return tl.reshape(b, (BLOCK_N, KB * DV))
+    return tl.reshape(_onehot(a0, w0, w1, w2, w3, K, KB) * vc[:, None, :], (BLOCK_N, KB * DV))
+
+
+@triton.jit
+def _scores(q_full, kt, scale, softcap, SOFTCAP: tl.constexpr):
+    """Scaled (soft-capped) scores of a (queries, keys) tile."""
+    s = tl.dot(q_full, tl.trans(kt), input_precision="ieee") * scale
+    if SOFTCAP:
+        s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap
+    return s
 
 
 @triton.jit
 def _masked_scores(q_full, kt, Mk, b, h, i, j, jin, L, offset, scale, softcap, window, smb, smh, smi, smj,
                    CAUSAL: tl.constexpr, MASK_KIND: tl.constexpr, SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
-    """Scaled (soft-capped) scores of queries i against keys j, −inf where masked (causal, window, padding,
-    boolean keep-mask) or outside the lengths; an additive mask is added."""
-    s = tl.dot(q_full, tl.trans(kt), input_precision="ieee") * scale
-    if SOFTCAP:
-        s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap
+    """:func:`_scores`, −inf where masked (causal, window, padding, boolean keep-mask) or outside the lengths;
+    an additive mask is added."""
+    return _apply_mask(_scores(q_full, kt, scale, softcap, SOFTCAP), Mk, b, h, i, j, jin, L, offset, window,
+                       smb, smh, smi, smj, CAUSAL, MASK_KIND, WINDOW)
+
+
+@triton.jit
+def _apply_mask(s, Mk, b, h, i, j, jin, L, offset, window, smb, smh, smi, smj, CAUSAL: tl.constexpr,
+                MASK_KIND: tl.constexpr, WINDOW: tl.constexpr):
     ok = jin[None, :] & (i[:, None] < L)
     if CAUSAL:
         ok = ok & (j[None, :] <= i[:, None] + offset)
@@ -125,11 +131,16 @@ def _attend(Q, Kp, V, Mk, b, h, hk, i, dv, q_full, j0, j1, L, T, offset, scale, 
 
 
 @triton.jit
-def _row(base, a, bok, f, K: tl.constexpr):
-    """Σ_b C_{d a b} f[i, b, d] for the query basis index a (BLOCK_M, DV); zero where a is outside 0 … K-1."""
+def _gather(base, a, bok, K: tl.constexpr):
+    """C[d, a_id, b] as (rows, KB, cols); zero where a is outside 0 … K-1."""
     aok = (a >= 0) & (a < K)
-    cg = tl.load(base + a[:, None, :] * K, mask=bok & aok[:, None, :], other=0.0)
-    return tl.sum(cg * f, 1)
+    return tl.load(base + a[:, None, :] * K, mask=bok & aok[:, None, :], other=0.0)
+
+
+@triton.jit
+def _row(base, a, bok, f, K: tl.constexpr):
+    """Σ_b C_{d a b} f[i, b, d] for the query basis index a (BLOCK_M, DV)."""
+    return tl.sum(_gather(base, a, bok, K) * f, 1)
 
 
 @triton.jit

@@ -2,16 +2,8 @@
 
     out = low_rank_attention_triton(q, k, v, U, W, grid_size, lo, hi, is_causal=True)
 
-C_d = U_d W_dᵀ with U, W (H, d, K, r) (:func:`geosteer.manifold.low_rank.factors`). Same contract as
-:func:`geosteer.kernels.low_rank.low_rank_attention` and the exact Triton forward
-(:func:`geosteer.kernels.triton.modulated_attention_triton`): SDPA's masks and scaling, soft-capping, GQA
-with K/V read per KV head, the empty-cache crop of a purely causal call, an optional ``sliding_window``,
-fp32/bf16/fp16 inputs with fp32 accumulation, ``with_value=False`` for Δo only. The kernel
-(``triton_low_rank_kernels``) builds the narrow value tile [v⊙(B(k)·w_1), …, v⊙(B(k)·w_r)] on chip, so
-nothing of size q × k or k × d·(r+1) reaches global memory and the KV cache is the stock one.
-
-No backward: with autograd the bank runs the exact fused kernels on the truncated coefficients (same
-values). Decoding (few queries, long cache) splits the keys over programs on CUDA, as the exact kernel does.
+Same contract as :func:`geosteer.kernels.low_rank.low_rank_attention` and the exact Triton forward. No
+backward: with autograd the bank runs the exact fused kernels on the truncated coefficients (same values).
 """
 
 from __future__ import annotations

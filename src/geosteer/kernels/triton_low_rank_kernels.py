@@ -1,17 +1,7 @@
-"""Triton kernel of the rank-r (narrow) modulated attention (wrapper in ``geosteer.kernels.triton_low_rank``).
+"""Triton kernel of the rank-r modulated attention (wrapper in ``geosteer.kernels.triton_low_rank``).
 
-With C_d = U_d W_dᵀ (U, W: (H, d, K, r)), 1 + S_d(q, k) = 1 + Σ_s (B(q)·u_ds)(B(k)·w_ds). One program owns
-``BLOCK_M`` queries of one query head and ``DV`` of its value dimensions. Per key tile it builds the narrow
-value tile on chip from the k and v tiles it loads (4 non-zero bases per coordinate: rows a0 … a0+3 of
-W[h, d, :, s]) and keeps, with the online softmax of ``triton_kernels`` (same scores and masks):
-
-    acc_v[i, d]      = Σ_j p_ij v_jd                          (the stock output, unnormalised)
-    acc_s[i, s, d]   = Σ_j p_ij v_jd (B(k_jd)·w_ds)           (s < r)
-
-The epilogue adds the query side: o_id = (acc_v + Σ_s (B(q_id)·u_ds) acc_s[i, s, d]) / l_i. The accumulators
-are r + 1 slices wide instead of the exact kernel's K + 1. Decoding (few queries, long cache) splits the keys
-over ``n_split`` programs (``_partial_narrow``) and merges the partial accumulators (``_combine_narrow``), as
-the exact kernel does. All arithmetic is fp32 (``input_precision="ieee"``).
+As ``triton_kernels`` with acc_s[i, s, d] = Σ_j p_ij v_jd (B(k_jd)·w_ds) (s < r) in place of acc_f, and
+o_id = (acc_v + Σ_s (B(q_id)·u_ds) acc_s[i, s, d]) / l_i: r + 1 slices instead of K + 1.
 """
 
 from __future__ import annotations
