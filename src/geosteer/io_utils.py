@@ -54,6 +54,19 @@ def default_mode(folder: bool = False) -> int:
 _RECORD_SUFFIXES = (".json", ".csv")
 
 
+def link_leaving(folder: str | Path, roots: Iterable[Path], limit: int) -> Path | None:
+    """The first symlink under ``folder`` that resolves outside every root, else None; a walk of at most
+    ``limit`` entries (a ``ValueError`` past that)."""
+    roots = list(roots)
+    entries = (Path(base) / name for base, dirs, files in os.walk(folder) for name in dirs + files)
+    for seen, q in enumerate(entries, 1):
+        if seen > limit:
+            raise ValueError(f"{folder} holds more than {limit} files")
+        if q.is_symlink() and not any(q.resolve().is_relative_to(r) for r in roots):
+            return q
+    return None
+
+
 def check_output_path(path: str | Path, *, what: str = "--out", suffixes: Iterable[str] | None = None,
                       folder: bool = False) -> Path:
     """Refuse, with one line, an output path that cannot be written, before any work is done: ``path`` is

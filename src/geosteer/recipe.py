@@ -1,23 +1,16 @@
-"""An intervention recipe: every geosteer intervention a run applies, as flat ``key=value`` settings.
+"""An intervention recipe: every intervention a run applies, as flat ``key=value`` settings.
 
-The same settings drive the ``geosteer`` verbs (``--recipe DIR|org/name[@rev]`` and ``--set key=value``),
-the lm-evaluation-harness model type (``--model_args``) and the recipe artifact (a folder:
-``geosteer_config.json`` + the surfaces/gates it uses + a model card). The keys are those the registered
-methods declare (:func:`geosteer.methods.recipe_keys`; each method package's ``method.py``):
-``surfaces``/``edits`` (manifold), ``scale_site``/``scale_par``/``scale_perp``/``scale_layers``
-(directional), ``mlp_variant``/``mlp_layers``/``gates``/``beta_attn``/``alpha_mlp``/``gain_layers``/
-``parallel_layers`` (dynamics), and any a plugin registers. Layer lists may use ``;`` between parts
-(``0-5;9``) because model_args split on ``,``. Edits are separated by ``;``.
+The same settings drive the verbs (``--recipe``, ``--set``), the lm-eval model_args and the recipe artifact.
+The keys are those the registered methods declare (:func:`geosteer.methods.recipe_keys`); layer lists may
+use ``;`` because model_args split on ``,``.
 
     spec = InterventionSpec(scale_site="attn_out", scale_par=0.0)
     with geosteer.steer(model, *spec.build(model)): ...
-    spec.save("my-recipe", base_model="smollm2")      # geosteer.load("my-recipe") reads it back
 """
 
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import tempfile
 import warnings
@@ -30,6 +23,7 @@ from torch import nn
 from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, ArtifactWarning, is_repo_id, locate, push, write_artifact
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.formats import format_of
+from geosteer.io_utils import link_leaving
 from geosteer.methods import Method, RecipeKey, methods, recipe_keys, register_method
 from geosteer.models.anatomy import parse_layers
 from geosteer.shipped import names as shipped_names
@@ -60,10 +54,6 @@ def register_builder(name: str, keys: Sequence[str], build: Builder) -> None:
         return build(model, given) if given else []
 
     register_method(Method(name, keys=tuple(RecipeKey(k) for k in keys), build=only_given))
-
-
-def registered_keys() -> list[str]:
-    return list(recipe_keys())
 
 
 def _num(name: str, v: Any) -> float:
@@ -286,14 +276,9 @@ def _artifact_key(fmt: str | None) -> str | None:
 
 
 def load_recipe(folder: str | Path, *, allow_outside: bool = False) -> tuple[InterventionSpec, dict]:
-    """``(spec, config)`` of a recipe folder (or Hub repo id ``org/name[@revision]``, or a shipped name).
-    An artifact of one method (a surfaces or steering-vectors folder, ...) is read as the recipe of that
-    artifact alone (``surfaces=<folder>``).
-
-    A recipe is self-contained: its folder keys (``surfaces``, ``vectors``, ...) name folders inside it,
-    and a path that leaves it (``../x``, an absolute path, a symlink out, also a symlinked file inside the
-    named folder) is refused unless ``allow_outside=True``. The spec remembers the recipe's base model:
-    :meth:`InterventionSpec.build` refuses another model as artifacts do (``force=True`` overrides)."""
+    """``(spec, config)`` of a recipe folder, Hub repo id or shipped name (a one-method artifact is read as
+    the recipe of it alone). Folder keys must stay inside the recipe unless ``allow_outside=True``; the spec
+    keeps the base model, which :meth:`InterventionSpec.build` checks."""
     local = not is_repo_id(folder)
     folder = locate(folder)
     key = _artifact_key(format_of(folder))
@@ -341,14 +326,11 @@ def _inner_folder(folder: Path, root: Path, key: str, value: Any, allow_outside:
     if not target.resolve().is_relative_to(bound):
         raise ArtifactError(f"{folder}: {key}={value} is a link to {target.resolve()}, outside the recipe "
                             f"folder; {hint}")
-    seen = 0
-    for base, dirs, files in os.walk(target):
-        for name in dirs + files:
-            seen += 1
-            q = Path(base) / name
-            if seen > _MAX_WALK:
-                raise ArtifactError(f"{folder}: {key} holds more than {_MAX_WALK} files; not a recipe's folder")
-            if q.is_symlink() and not q.resolve().is_relative_to(bound):
-                raise ArtifactError(f"{folder}: {q.relative_to(folder)} is a link to {q.resolve()}, outside "
-                                    f"the recipe folder; {hint}")
+    try:
+        q = link_leaving(target, [bound], _MAX_WALK)
+    except ValueError:
+        raise ArtifactError(f"{folder}: {key} holds more than {_MAX_WALK} files; not a recipe's folder") from None
+    if q is not None:
+        raise ArtifactError(f"{folder}: {q.relative_to(folder)} is a link to {q.resolve()}, outside "
+                            f"the recipe folder; {hint}")
     return target

@@ -1,21 +1,10 @@
-"""What an intervention asks a serving engine to do, layer by layer: the served-operations protocol.
+"""The served-operations protocol: what an intervention asks a serving engine to do, layer by layer.
 
-An intervention that can be served (``geosteer serve``, :mod:`geosteer.serve`) implements
-``served_ops(ops: ServedOps) -> None`` and declares there, per layer, what it does:
-
-- :meth:`ServedOps.edit`: a function at a residual point of a layer (``resid_pre``, ``attn_out``,
-  ``mlp_in``, ``mlp_out``, ``resid_post``: the hook points of :mod:`geosteer.hooks`), called as
-  ``fn(t, state, tokens) -> t`` on the (rows, d) slice of a flat token batch that uses the recipe;
-  ``state`` holds the same rows of this layer's ``resid_pre``, ``attn_out`` and ``mlp_in`` once computed,
-  ``tokens`` is a :class:`Tokens` (each row's position in its sequence and its sequence's prompt length);
-  an edit may also give its closed :class:`Form` (vectors, ∥/⊥ scaling, gains, replacing by the block input),
-  which lets an engine run it from per-recipe tables inside a compiled graph;
-- :meth:`ServedOps.attention`: an operation inside attention (:class:`Surface`, :class:`Walls`,
-  :class:`ValueScale`), applied by the engine exactly, as the Hugging Face path does.
-
-Operations on one layer run in the order they were declared, which is the order geosteer attaches the
-interventions. An intervention that cannot be served exactly raises :class:`~geosteer.errors.GeosteerError`
-with one line; one without ``served_ops`` is refused by the engine. Nothing here imports a serving engine.
+A servable intervention implements ``served_ops(ops: ServedOps)``: :meth:`ServedOps.edit` for a function at
+a residual hook point (``fn(t, state, tokens) -> t`` on the recipe's rows, optionally with its closed
+:class:`Form` for compiled graphs) and :meth:`ServedOps.attention` for an operation inside attention
+(:class:`Surface`, :class:`Walls`, :class:`ValueScale`). Operations run in declaration order; one that cannot
+be served raises a one-line :class:`~geosteer.errors.GeosteerError` (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -65,18 +54,11 @@ PHASES = ("all", "prompt", "generation")
 
 @dataclass(frozen=True, eq=False)
 class Form:
-    """The closed form of a residual edit, which an engine can run from per-recipe tables inside a compiled
-    graph (the same edit as its function, term for term). On the tensor t at the point, with x the layer's
-    ``resid_pre`` and ``ref`` x or its ``mlp_in``:
+    """The closed form of a residual edit (the same edit as its function, term for term) on t at the point.
 
-    - ∥/⊥ scaling: with u = t − x if ``delta`` else t and α = ⟨u, ref⟩/⟨ref, ref⟩ (0 for a zero or absent
-      reference), t + (s∥ − s⊥)·α·ref + (s⊥ − 1)·u (``scaled_delta``; a gain g is s∥ = s⊥ = g without ``ref``);
-    - a vector v: t minus its component along v first when ``ablate``, then + ``scale``·v, rescaled to t's
-      norm when ``norm_match`` (``vectors.apply.steer_tensor``);
-    - ``replace``: t becomes x;
-
-    on the tokens at positions ≥ ``from_token``, in ``phase`` (``prompt``: the prompt's tokens), and not at
-    position 0 when ``skip_first``; the other tokens keep t."""
+    ∥/⊥ scaling (``scaled_delta``: u = t − x if ``delta`` else t, α = ⟨u, ref⟩/⟨ref, ref⟩,
+    t + (s∥ − s⊥)·α·ref + (s⊥ − 1)·u), a vector (``vectors.apply.steer_tensor``) or ``replace`` (t ← x), on
+    the tokens selected by ``from_token``, ``phase`` and ``skip_first``; the others keep t."""
 
     s_par: float = 1.0
     s_perp: float = 1.0

@@ -65,7 +65,7 @@ def backend(request, monkeypatch):
     if request.param == "compiled":
         pytest.importorskip("vllm")  # built in the serving environment (the main suite would add a build)
     if request.param == "compiled" and (paged_kernel.get() is None or ext.get() is None):
-        pytest.skip(f"compiled CPU kernels: {paged_kernel._state['error'] or ext.status()}")
+        pytest.skip(f"compiled CPU kernels: {paged_kernel.status() if paged_kernel.get() is None else ext.status()}")
     monkeypatch.setattr(shared_key, "COMPILED", request.param == "compiled")
     return request.param
 

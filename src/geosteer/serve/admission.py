@@ -1,15 +1,9 @@
 """The one check every request passes before it reaches a steered engine, whatever route it came by.
 
-The OpenAI routes (``serve.router``), vLLM's other routes (``/v1/responses``, …) and offline ``generate``
-all end in vLLM's input processor, which the plugin wraps (``plugin.guard_requests``) to call :func:`check`
-on a request's ``extra_args``: ``geosteer_recipe`` must name a recipe the engine loaded at start, and
-``geosteer_spec`` (an inline or run-time recipe's canonical text) must have been admitted in this process
-by :func:`admit`, which validates it exactly as at start (built on a weightless model). Anything else is
-refused with one line (a 400), so no request reaches the engine with a recipe it does not hold.
-
-:func:`salt` gives the prefix-cache salt of a steered request: each recipe's cached blocks are its own
-(a recipe changes the keys and values of the layers after the ones it steers), and a recipe that treats
-prompt and generated tokens apart also keys them by the prompt's length.
+vLLM's input processor (wrapped by ``plugin.guard_requests``) calls :func:`check` on a request's
+``extra_args``: ``geosteer_recipe`` must name a recipe loaded at start, ``geosteer_spec`` must have been
+admitted here by :func:`admit` (validated as at start); anything else is a one-line 400. :func:`salt` gives
+each recipe its own prefix-cache salt (and the prompt length where a recipe treats prompt tokens apart).
 """
 
 from __future__ import annotations

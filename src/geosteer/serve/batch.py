@@ -1,12 +1,8 @@
 """Which recipe each token of the engine's current flat batch uses (one table per worker process).
 
-The model runner fills it before every forward (``plugin.track_recipes`` wraps its input preparation):
-request ``i`` of the batch contributes ``n_i`` consecutive tokens, and its recipe comes from its sampling
-parameters' ``extra_args``: ``geosteer_recipe`` names a recipe loaded at start, ``geosteer_spec`` carries an
-inline recipe (its settings as canonical JSON, admitted by the server: ``serve.admission``), built here on
-first use and kept in a bounded table; neither (or a recipe that does nothing): the stock model. The decoder
-layers read :func:`groups` and :func:`ops` to apply each recipe to its own rows only, and :func:`tokens`
-for where those rows sit in their sequences.
+Filled before every forward (``plugin.track_recipes``) from each request's ``extra_args`` (a recipe loaded
+at start, or an admitted inline recipe built on first use, bounded); neither means the stock model. The
+decoder layers read :func:`groups`, :func:`ops` and :func:`tokens`.
 """
 
 from __future__ import annotations

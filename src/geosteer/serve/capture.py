@@ -1,15 +1,9 @@
 """Activations read from a running server: ``geosteer_capture`` in a request, ``geosteer_activations`` back.
 
-``{"point": "resid_post", "layers": [0, 2], "positions": "prompt" | "all"}`` asks for the hidden state at a
-hook point (``geosteer.served.POINTS``; the values after the request's recipe, i.e. the steered ones) on those
-layers, for the prompt's tokens or for every token the model ran (the prompt and each generated token but
-the last, which is sampled and never run). The front (router or offline ``sampling``) checks the request and
-issues a random token for it; vLLM's input processor lets a capture in only with a token it issued and when
-layers × tokens × width stays within the operator's limit (``--max-capture``: values per request). The
-steered layers of the engine append each captured row to ``<capture dir>/<token>.bin`` (records of
-int32 layer, int32 position, width float32 values); the front reads the file once the request is done,
-removes it, and answers ``{"L": [[values] per token], ...}``. A request with a capture never reuses cached
-prefix blocks (their activations were not computed for it).
+``{"point": "resid_post", "layers": [0, 2], "positions": "prompt" | "all"}`` asks for the steered hidden
+state at a hook point. The front issues a token; the input processor admits only issued tokens within
+``--max-capture`` values; the layers append (int32 layer, int32 position, float32 values) records to
+``<capture dir>/<token>.bin``, which the front reads and removes (docs/serving.md, "Reading activations").
 """
 
 from __future__ import annotations
@@ -28,7 +22,6 @@ from geosteer.served import POINTS
 
 FIELD = "geosteer_capture"  # the request field and the extra_args key
 RESULT = "geosteer_activations"
-DEFAULT_LIMIT = 4_000_000  # values per request (16 MB of float32)
 POSITIONS = ("prompt", "all")
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")
 _ISSUED: OrderedDict = OrderedDict()  # token -> capture spec, bounded

@@ -57,52 +57,53 @@ def served_name(model: str) -> str:
     return model if model in BUNDLED else Path(model).resolve().name
 
 
+def serve(
+    ctx: typer.Context,
+    model: str = typer.Option("smollm2", "--model", "-m", help=MODEL_HELP),
+    recipe: list[str] = typer.Option([], "--recipe", help="NAME=DIR, repeatable: a recipe to serve as model "
+                                     "id NAME"),
+    artifact: list[str] = typer.Option([], "--artifact", help="NAME=DIR, repeatable: an artifact that inline "
+                                       "recipes may name by NAME in a folder key (e.g. vectors)"),
+    allow_root: list[str] = typer.Option([], "--allow-root", help="DIR, repeatable: inline recipes may name "
+                                         "artifact folders under DIR"),
+    inline: bool = typer.Option(True, "--inline/--no-inline", help="take inline recipes (objects of recipe "
+                                "keys in geosteer_recipe); --no-inline without --recipe serves stock vLLM "
+                                "with its compiled graphs"),
+    admin_token: str = typer.Option("", "--admin-token", envvar="GEOSTEER_ADMIN_TOKEN", show_default=False,
+                                    help="bearer token of POST/GET/DELETE /v1/geosteer/recipes (recipes added "
+                                    "while the server runs); unset: those endpoints are off"),
+    max_capture: int = typer.Option(0, "--max-capture", min=0, help="return activations a request asks for "
+                                    "(geosteer_capture), at most this many values per request (layers x "
+                                    "tokens x width; the engine then runs eager); 0: captures off"),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
+    port: int = typer.Option(8000, "--port", min=1, max=65535, help="port to listen on"),
+    memory: float = typer.Option(0.15, "--gpu-memory-utilization", min=0.01, max=1.0,
+                                 help="vLLM's memory fraction (on the CPU build: of the RAM)"),
+) -> None:
+    from geosteer.serve.inline import check_roots, parse_artifact_args
+    from geosteer.serve.plan import parse_recipe_args
+
+    recipes = parse_recipe_args(recipe, served_name(model))
+    policy = Policy(parse_artifact_args(artifact), check_roots(allow_root))
+    if not inline and (artifact or allow_root):
+        raise GeosteerError("--artifact and --allow-root are for inline recipes; drop them or --no-inline")
+    if admin_token and not inline:
+        raise GeosteerError("--admin-token adds recipes as inline ones; drop it or --no-inline")
+    if importlib.util.find_spec("vllm") is None:
+        raise GeosteerError(SETUP)
+    argv, routes = vllm_argv(model, recipes, host, port, memory, ctx.args, policy if inline else None,
+                             max_capture or None)
+    os.environ["GEOSTEER_SERVE_ROUTES"] = json.dumps(routes)
+    if admin_token:
+        os.environ["GEOSTEER_ADMIN_TOKEN"] = admin_token
+    else:
+        os.environ.pop("GEOSTEER_ADMIN_TOKEN", None)
+    _run_vllm(argv)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``geosteer serve``."""
-
-    @app.command("serve", help=HELP, context_settings={"allow_extra_args": True})
-    def serve(
-        ctx: typer.Context,
-        model: str = typer.Option("smollm2", "--model", "-m", help=MODEL_HELP),
-        recipe: list[str] = typer.Option([], "--recipe", help="NAME=DIR, repeatable: a recipe to serve as model "
-                                         "id NAME"),
-        artifact: list[str] = typer.Option([], "--artifact", help="NAME=DIR, repeatable: an artifact that inline "
-                                           "recipes may name by NAME in a folder key (e.g. vectors)"),
-        allow_root: list[str] = typer.Option([], "--allow-root", help="DIR, repeatable: inline recipes may name "
-                                             "artifact folders under DIR"),
-        inline: bool = typer.Option(True, "--inline/--no-inline", help="take inline recipes (objects of recipe "
-                                    "keys in geosteer_recipe); --no-inline without --recipe serves stock vLLM "
-                                    "with its compiled graphs"),
-        admin_token: str = typer.Option("", "--admin-token", envvar="GEOSTEER_ADMIN_TOKEN", show_default=False,
-                                        help="bearer token of POST/GET/DELETE /v1/geosteer/recipes (recipes added "
-                                        "while the server runs); unset: those endpoints are off"),
-        max_capture: int = typer.Option(0, "--max-capture", min=0, help="return activations a request asks for "
-                                        "(geosteer_capture), at most this many values per request (layers x "
-                                        "tokens x width; the engine then runs eager); 0: captures off"),
-        host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
-        port: int = typer.Option(8000, "--port", min=1, max=65535, help="port to listen on"),
-        memory: float = typer.Option(0.15, "--gpu-memory-utilization", min=0.01, max=1.0,
-                                     help="vLLM's memory fraction (on the CPU build: of the RAM)"),
-    ) -> None:
-        from geosteer.serve.inline import check_roots, parse_artifact_args
-        from geosteer.serve.plan import parse_recipe_args
-
-        recipes = parse_recipe_args(recipe, served_name(model))
-        policy = Policy(parse_artifact_args(artifact), check_roots(allow_root))
-        if not inline and (artifact or allow_root):
-            raise GeosteerError("--artifact and --allow-root are for inline recipes; drop them or --no-inline")
-        if admin_token and not inline:
-            raise GeosteerError("--admin-token adds recipes as inline ones; drop it or --no-inline")
-        if importlib.util.find_spec("vllm") is None:
-            raise GeosteerError(SETUP)
-        argv, routes = vllm_argv(model, recipes, host, port, memory, ctx.args, policy if inline else None,
-                                 max_capture or None)
-        os.environ["GEOSTEER_SERVE_ROUTES"] = json.dumps(routes)
-        if admin_token:
-            os.environ["GEOSTEER_ADMIN_TOKEN"] = admin_token
-        else:
-            os.environ.pop("GEOSTEER_ADMIN_TOKEN", None)
-        _run_vllm(argv)
+    app.command("serve", help=HELP, context_settings={"allow_extra_args": True})(serve)
 
 
 def _run_vllm(argv: list[str]) -> None:

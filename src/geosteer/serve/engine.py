@@ -3,12 +3,9 @@
     llm = steered_llm("smollm2", {"calm": "artifacts/smollm2-surfaces-all"})
     llm.generate([{"prompt_token_ids": ids}], sampling("calm", max_tokens=32))
 
-Every recipe is built and checked in the calling process first (one-line errors before vLLM starts).
-Prefix caching stays on: a recipe changes the keys and values of later layers, so each recipe's cached
-blocks carry its own salt (``serve.admission``) and are never reused by a request under another recipe.
-vLLM's compiled path stays on when every recipe can run inside the graph (``serve.graph``); otherwise the
-engine runs eager, and its config's ``geosteer_eager`` says why (the workers log it). Run it under
-``if __name__ == "__main__":`` (vLLM spawns its workers).
+Every recipe is checked before vLLM starts; each keeps its own prefix-cache salt; the engine stays on the
+compiled path when every recipe has a graph form, else runs eager (``geosteer_eager`` says why). Run it
+under ``if __name__ == "__main__":`` (vLLM spawns its workers).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The model families geosteer serves on vLLM: one row per Hugging Face ``model_type``.
-
-Each row names the vLLM model class that the steered class extends and the architecture name it is
-registered under (chosen per engine through ``hf_overrides``). Where a decoder block's parts live (the
-norms, the residual updates: Gemma3's sandwich norms) comes from ``geosteer.models.anatomy.FAMILIES``,
-since vLLM's module names are the Hugging Face ones. Nothing here imports vLLM.
+"""The model families geosteer serves on vLLM: one row per Hugging Face ``model_type`` (the vLLM class it
+extends and its architecture name); block parts come from ``models.anatomy.FAMILIES``. No vLLM import.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """Residual steering inside vLLM's compiled graph: each recipe's edits as rows of per-layer tables.
 
-A graph captured once per batch shape (vLLM's torch.compile on the CPU build, CUDA graphs on a GPU) cannot
-run per-step Python. Here the per-request choice is data instead: before every forward the model runner
-writes each token's recipe row and its sequence's prompt length into persistent buffers
-(:func:`write_rows`), and each steered layer runs, at each hook point, a fixed number of *stages* of pure
-tensor arithmetic that gather their parameters from per-recipe tables by those rows. Row 0 is the stock
-model (every stage leaves its tokens exactly as they are), so stock requests, padding and the engine's
-warm-up runs are unchanged.
-
-A stage runs one edit of the closed form ``geosteer.served.Form`` (vectors in every mode and phase, ∥/⊥
-scaling, gains, FFN variants, replacing by the block input); a recipe's k-th edit at a point of a layer is
-stage k there. The stages per (layer, point) are sized at start: the most edits any recipe loaded at start
-has there, and with inline recipes at least :data:`INLINE_STAGES` at every point of every layer (an inline
-recipe that needs more, or has an edit without a form, is refused when admitted). Surfaces (on the shared-key
-path) and ``value_full`` scaling run in the graph through an opaque custom op on vLLM's CPU build
-(``serve.graph_attention``). An engine runs the eager path (``serve.layers``) when a recipe has exact walls
-or an edit without a form, when its surfaces would take the channel layout or run on a GPU (a CUDA graph
-replays only the kernels it captured, not the op's per-step row selection), or when it captures
-activations (written to files per step).
+Before every forward the runner writes each token's recipe row and prompt length into persistent buffers
+(:func:`write_rows`); each steered layer runs, per hook point, a fixed number of stages of tensor arithmetic
+that gather their parameters by row (row 0 = stock, unchanged). A stage is one edit's closed form
+(``geosteer.served.Form``); stage counts are sized at start (:data:`INLINE_STAGES` for inline recipes).
+Exact walls, edits without a form, the channel layout, GPU surfaces and captures run eager (docs/serving.md).
 """
 
 from __future__ import annotations

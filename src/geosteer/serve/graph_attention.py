@@ -1,12 +1,8 @@
-"""Attention operations (surfaces on the shared-key path, ``value_full`` scaling) in vLLM's compiled graph.
+"""Attention operations (surfaces on the shared-key path, ``value_full``) in vLLM's compiled graph.
 
-The layer runs vLLM's stock attention (traced with the rest of the model); each recipe's attention
-operations then run inside one opaque custom op, ``geosteer::attention_ops``, which the compiled graph
-calls as it calls vLLM's own attention op: its body (which rows use which recipe, the shared-key kernel
-reading the paged KV cache) runs at every forward, never traced. On vLLM's CPU build, whose compiled graph
-runs each custom op at every call, this keeps surfaces on the compiled path. A CUDA graph replays only
-the kernels it captured, so on a GPU these recipes run eager (``serve.graph.attention_in_graph``). Exact
-walls and the channel layout stay eager.
+They run inside one opaque custom op, ``geosteer::attention_ops``, called by the graph as vLLM's own
+attention op is (its body runs at every forward, never traced). CPU build only: a CUDA graph replays only
+captured kernels, so on a GPU these recipes run eager.
 """
 
 from __future__ import annotations

@@ -1,23 +1,19 @@
 """Inline recipes: a request's ``geosteer_recipe`` as an object of recipe keys, exactly what ``--set`` takes.
 
-``{"scale_site": "attn_out", "scale_par": 0.5, "vectors": "calm", "vector_scale": 4}``. A folder-valued key
-names an artifact the server was given (``--artifact NAME=DIR``) or a folder under one of its
-``--allow-root`` folders (a path relative to the root, or absolute); every other path, a symlink out of those
-roots, a Hub id and an unknown key are refused in one line naming what is valid. An admitted recipe becomes
-its canonical text (sorted keys, the folders resolved), which the engine builds once and keeps (bounded);
-requests with different inline recipes share one batch. Operations inside attention (surfaces, walls,
-``value_full``) are served only from recipes named at start, whose KV-cache layout the engine sets up then.
+A folder-valued key names an ``--artifact NAME=DIR`` or a folder under an ``--allow-root``; other paths,
+symlinks out, Hub ids and unknown keys are refused in one line. An admitted recipe becomes its canonical
+text, built once and kept (bounded). Attention operations are served only from recipes named at start.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from geosteer.errors import GeosteerError
+from geosteer.io_utils import link_leaving
 
 MAX_KEYS = 64
 MAX_VALUE = 4096  # characters of one value
@@ -73,16 +69,10 @@ def _folder(key: str, value: object, policy: Policy) -> str:
 
 def _stays_inside(folder: Path, roots: list[str]) -> bool:
     """No link under ``folder`` leads out of ``roots`` (bounded walk)."""
-    seen = 0
-    for base, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            seen += 1
-            q = Path(base) / name
-            if seen > _MAX_WALK:
-                return False
-            if q.is_symlink() and not any(q.resolve().is_relative_to(r) for r in roots):
-                return False
-    return True
+    try:
+        return link_leaving(folder, [Path(r) for r in roots], _MAX_WALK) is None
+    except ValueError:
+        return False
 
 
 def _text(key: str, value: object) -> str:

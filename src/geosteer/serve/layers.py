@@ -1,26 +1,10 @@
-"""Geosteer recipes inside vLLM's own decoder layers, for every served family (``serve.families``).
+"""Geosteer recipes inside vLLM's own decoder layers, for every served family (eager path).
 
-:func:`install` runs once the stock vLLM model is built. A decoder layer that no loaded recipe touches keeps
-vLLM's own forward. A steered layer's forward spells out the two-tensor carry: vLLM passes (hidden,
-residual) with the block input x = hidden + residual (a fused add inside the norm); here x, the attention
-update A, the MLP's residual input x + A and the MLP update Φ are explicit (the block parts are named by
-``models.anatomy.FAMILIES``: Gemma3's updates are its post-branch norms), each recipe's hooks run on its own
-token rows in geosteer's attach order, and the layer returns (Φ, x + A) — or (x', 0) after a
-``resid_post`` edit — so the next layer's fused add sees x'.
-
-Attention surfaces, exact: the layer's ``Attention`` (``self_attn.attn``, called with the post-norm,
-post-RoPE q, k and v) is replaced by a :class:`ChannelAttention` under the same name. Every KV head is
-carried as C channels with the same key k and the values v, v⊙B_0(k), …, v⊙B_{K-1}(k) (per distinct surface
-grid), and every query head is repeated C times. vLLM's stock paged attention then returns A·v and
-F_b = A·(v⊙B_b(k)) with the stock weights A, and a per-query epilogue adds Σ_a B_a(q) Σ_b C_dab F_b
-(``geosteer.kernels.exact``'s factored form). Exact walls add their own channels after those
-(``serve.walls``). The KV cache of such a layer is C times the stock one.
-
-Which path a surfaces layer takes: the shared-key path (``serve.shared_key``: stock KV cache, keys stored
-and multiplied once, Δo from a compiled kernel that reads the paged cache) when vLLM runs on the CPU in
-float32 with a cache layout ``serve.shared_key`` reads, geosteer's compiled CPU kernels are built, and no
-recipe has exact walls on that layer; the channel layout above otherwise (GPU, half precision, walls, no
-compiler), or everywhere with ``GEOSTEER_SERVE_CHANNELS=1``.
+:func:`install` replaces the forward of each steered layer with the explicit two-tensor carry (x, A, x + A,
+Φ from ``models.anatomy.FAMILIES``), each recipe's hooks on its own rows, returning (Φ, x + A) or (x', 0).
+Surfaces take the shared-key path (``serve.shared_key``: CPU, float32, compiled kernels, no exact walls)
+or the channel layout (:class:`ChannelAttention`: each KV head carried as v, v⊙B_0(k), …, v⊙B_{K−1}(k),
+then the epilogue Σ_a B_a(q) Σ_b C_dab F_b; walls add channels, ``serve.walls``; ``GEOSTEER_SERVE_CHANNELS=1``).
 """
 
 from __future__ import annotations

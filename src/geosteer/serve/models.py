@@ -1,9 +1,7 @@
-"""vLLM's own causal-LM classes with geosteer recipes inside, one per served family (``serve.families``).
+"""vLLM's causal-LM classes with geosteer recipes inside, one per served family (``serve.families``).
 
-``GeosteerLlamaForCausalLM`` and its siblings build the stock vLLM model, then steer its decoder layers with
-the recipes named in the config's ``geosteer_recipes`` ({name: folder}; ``geosteer_model_name`` is the
-base-model name they are checked against) through :func:`geosteer.serve.graph.install` (the steering inside
-vLLM's compiled graph, when ``geosteer_graph`` is set) or :func:`geosteer.serve.layers.install` (eager).
+They build the stock model, then steer it with the config's ``geosteer_recipes`` through
+:func:`geosteer.serve.graph.install` (``geosteer_graph`` set) or :func:`geosteer.serve.layers.install`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,16 @@
-"""A compiled CPU kernel for the shared-key surfaces path: attended key features straight from vLLM's paged cache.
+"""A compiled CPU kernel for the shared-key surfaces path: attended key features from vLLM's paged cache.
 
-For each token row n and query head h it reads the keys and values of the row's sequence from the paged
-cache (float32, vLLM's CPU layout: per (block, KV head) the keys as (head_dim, block_size), then the values
-as (block_size, head_dim)), computes the stock attention weights a_j (causal, optional sliding window and
-soft-cap) once, and accumulates o[n, h, d, b] = Σ_j a_j v_jd B_b(k_jd) for the 4 bases non-zero at k_jd,
-with o[..., K] = Σ_j a_j v_jd: the layout of ``kernels.exact``'s epilogue, which then contracts it with
-B(q) and the surfaces. Queries of one KV head share each key's basis position. Built on first use with
-``torch.utils.cpp_extension.load_inline`` like geosteer's own surface kernels
-(``geosteer.kernels.exact.build_extension``, cached under ``$GEOSTEER_CACHE/torch_extensions``); None
-when it cannot be built or with ``GEOSTEER_NO_EXT=1``.
+Per token row n and query head h: the stock weights a_j over the row's sequence (causal, window, soft-cap)
+and o[n, h, d, b] = Σ_j a_j v_jd B_b(k_jd) (4 non-zero bases), o[..., K] = Σ_j a_j v_jd: the layout of
+``kernels.exact``'s epilogue. Reads vLLM's float32 CPU layout; None when unbuilt or ``GEOSTEER_NO_EXT=1``.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-
 import torch
+
+from geosteer.kernels.exact import grid_affine
+from geosteer.kernels.ext import LazyExtension, build_inline
 
 SOURCE = r"""
 
@@ -139,36 +133,14 @@ torch::Tensor paged_features(torch::Tensor q, torch::Tensor kv, torch::Tensor ta
 }
 """
 
-_lock = threading.Lock()
-_state: dict = {"tried": False, "mod": None, "error": None}
-
-
-def get():
-    """The compiled module, or None (not buildable here, or disabled with GEOSTEER_NO_EXT=1)."""
-    if _state["tried"]:
-        return _state["mod"]
-    with _lock:
-        if _state["tried"]:
-            return _state["mod"]
-        _state["tried"] = True
-        if os.environ.get("GEOSTEER_NO_EXT", "") not in ("", "0"):
-            _state["error"] = "disabled by GEOSTEER_NO_EXT"
-            return None
-        try:
-            from geosteer.kernels.exact import build_extension
-
-            _state["mod"] = build_extension("serve_paged_v8", [SOURCE], ["paged_features"], ["-fopenmp"])
-        except Exception as e:  # noqa: BLE001 - any build problem means: use the PyTorch path
-            _state["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        return _state["mod"]
+_EXT = LazyExtension(lambda _: build_inline("serve_paged_v8", [SOURCE], ["paged_features"], ["-fopenmp"]))
+get, status = _EXT.get, _EXT.status  # the compiled module or None; why not
 
 
 def attended_features(mod, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
                       row_seq: torch.Tensor, row_pos: torch.Tensor, *, scale: float, softcap: float | None,
                       window: int, grid: tuple[int, float, float]) -> torch.Tensor:
     """(N, H, d, K+1) for the rows' queries ``q`` (N, H, d), sequences ``row_seq`` and positions ``row_pos``."""
-    from geosteer.kernels.exact import grid_affine
-
     g, lo, hi = grid
     sc, off = grid_affine(g, lo, hi)
     return mod.paged_features(q, kv_cache, block_table, row_seq, row_pos, float(scale), float(softcap or 0.0),

@@ -1,12 +1,8 @@
 """Geosteer recipes as per-layer operations that a serving engine applies to flat token batches.
 
-A recipe is built exactly as on the Hugging Face path (``InterventionSpec.build`` on a weightless copy of
-the model: same validation, same artifact loading, same base-model checks); each intervention it returns
-then declares its per-layer operations through the served-operations protocol (``geosteer.served``:
-``served_ops``), in the order geosteer attaches them. An intervention that cannot be served is refused in
-one line, never approximated. Here the walls are compiled into their engine form (``serve.walls``).
-Nothing here imports vLLM: the engine-side code (``geosteer.serve.layers``) calls these operations on
-(tokens, d) tensors.
+A recipe is built as on the Hugging Face path (``InterventionSpec.build`` on a weightless model); each
+intervention declares its operations through ``served_ops`` (``geosteer.served``), in attach order; one
+that cannot be served is refused in one line. Walls are compiled here (``serve.walls``). No vLLM import.
 """
 
 from __future__ import annotations

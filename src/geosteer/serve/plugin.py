@@ -1,11 +1,8 @@
 """The vLLM plugin (entry point ``vllm.general_plugins: geosteer = geosteer.serve.plugin:register``).
 
-vLLM calls :func:`register` in every process it starts. It adds one architecture per served family
-(``GeosteerLlamaForCausalLM``, ``GeosteerQwen3ForCausalLM``, …: ``serve.families``; chosen per engine
-through ``hf_overrides``, so stock models are untouched), wraps the input processor so every request,
-whatever route it came by, passes :func:`geosteer.serve.admission.check` and gets its recipe's prefix-cache
-salt, and wraps the model runner's input preparation so each forward knows which recipe each token uses
-(:mod:`geosteer.serve.batch`). Safe to call more than once.
+:func:`register` (in every vLLM process, idempotent) adds one architecture per served family, wraps the
+input processor (:func:`geosteer.serve.admission.check`, prefix-cache salt) and the runner's input
+preparation (:mod:`geosteer.serve.batch`).
 """
 
 from __future__ import annotations

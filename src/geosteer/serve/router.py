@@ -1,16 +1,9 @@
 """ASGI middleware for vLLM's OpenAI server: each request picks a recipe (``--middleware`` of vLLM).
 
-A request names its recipe by the OpenAI ``model`` field (the recipe's name, as vLLM does for LoRA
-adapters) or, with the base model's name, by a ``geosteer_recipe`` field (``extra_body``; also read from
-``vllm_xargs``): a recipe's name or an object of recipe keys (an inline recipe, ``serve.inline``). The body
-goes on to vLLM with ``model`` = the base model and the recipe in ``vllm_xargs`` (vLLM copies those into
-``SamplingParams.extra_args``, where the steered layers read it). Unknown names, malformed recipes and a
-``model`` that contradicts the recipe field are answered 4xx with one JSON error naming what is valid,
-before anything reaches the engine (and vLLM's input processor checks every request again, whatever its
-route: ``serve.admission``). ``GET /v1/models`` lists the base model and every recipe;
-``GET/POST/DELETE /v1/geosteer/recipes`` adds and removes recipes while the server runs, behind the
-operator's bearer token (``GEOSTEER_ADMIN_TOKEN``; unset: those endpoints are off). The routes come from the
-``GEOSTEER_SERVE_ROUTES`` environment variable (set by ``geosteer serve``): ``{"base": name, "recipes": [names]}``.
+A recipe is named by ``model`` or by ``geosteer_recipe`` (a name or an inline object, ``serve.inline``); the
+body goes on with ``model`` = the base model and the recipe in ``vllm_xargs``. Bad requests get a one-line
+4xx. ``GET /v1/models`` lists the recipes; ``/v1/geosteer/recipes`` changes them behind
+``GEOSTEER_ADMIN_TOKEN``. Routes come from ``GEOSTEER_SERVE_ROUTES`` (set by ``geosteer serve``).
 """
 
 from __future__ import annotations

@@ -1,26 +1,16 @@
 """Served surfaces with shared keys: the surfaces' Δo from vLLM's own paged KV cache, keys stored once.
 
-The layer keeps vLLM's stock attention (stock KV cache, written by vLLM's own cache update; stock output
-for every row). For the rows of a recipe with surfaces, Δo = Σ_j a_ij v_j S(q_i, k_j) comes from each
-sequence's keys and values in the paged cache (``block_table``, ``seq_lens``, ``query_start_loc`` of the
-forward context's attention metadata): q·k once per (query head, key), keys once in memory. The compiled
-kernel (``serve.paged_kernel``) reads them straight from the cache and accumulates only the 4 bases non-zero
-at each key, then ``kernels.exact``'s epilogue contracts with B(q) and the surfaces. The PyTorch form
-(``COMPILED = False``; the tests compare both) gathers the keys and calls ``exact.modulated_attention``:
-decoding sequences (one new token) in one padded call with a key mask, each prefill (or prefill chunk) alone
-with its causal mask. Sliding windows and soft-capping follow the stock layer's settings.
-
-The cache layout read here is vLLM's CPU one for float32 (``isa`` ``vec``/``vec16``): per (block, KV head)
-the keys as (head_dim, block_size) and the values as (block_size, head_dim). :func:`supported` names the
-rule (with :func:`compiled_available`); elsewhere the layer falls back to the channel layout of
-``serve.layers``. Nothing here imports vLLM.
+The layer keeps vLLM's stock attention and cache; for a recipe's rows Δo = Σ_j a_ij v_j S(q_i, k_j) comes
+from the paged cache (``block_table``, ``seq_lens``), through the compiled kernel (``serve.paged_kernel``)
+and ``kernels.exact``'s epilogue, or the PyTorch form (``COMPILED = False``). :func:`supported` names the
+rule (vLLM's float32 CPU layout); elsewhere the channel layout of ``serve.layers``. No vLLM import.
 """
 
 from __future__ import annotations
 
 import torch
 
-from geosteer.kernels import exact
+from geosteer.kernels import exact, ext
 from geosteer.serve import paged_kernel
 
 COMPILED = True  # False: the PyTorch path below (tests compare both)
@@ -35,9 +25,8 @@ def supported(on_cpu: bool, dtype: torch.dtype, kv_cache_dtype: str, isa: str | 
 def compiled_available() -> bool:
     """Whether the compiled kernels of this path (``serve.paged_kernel`` and geosteer's epilogue) are built;
     without them the channel layout is faster than this path's PyTorch ops."""
-    from geosteer.kernels.exact import compiled_kernels
 
-    return paged_kernel.get() is not None and compiled_kernels() is not None
+    return paged_kernel.get() is not None and ext.get() is not None
 
 
 def gather(kv_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor, T: int):

@@ -1,14 +1,6 @@
-"""The arithmetic of a served surfaces layer: key features into value channels, and the per-query epilogue.
-
-Layout (``serve.layers``): every KV head carries C channels of ``head_dim`` scalars, v first, then for each
-distinct surface grid its K channels v⊙B_0(k), …, v⊙B_{K-1}(k). vLLM's attention returns their A-weighted
-sums F_b; the epilogue of a grid is Δo_hd = Σ_a B_a(q_hd) Σ_b C_hdab F_hdb.
-
-Both sides run through geosteer's compiled CPU kernels where they apply (``kernels.exact``: float32 CPU
-tensors, scalar grid range, the kernels built): one pass each, using that only 4 of the K cubic bases are
-non-zero at any coordinate, instead of the dozen element-wise passes of the dense basis. Elsewhere (GPU,
-kernels unavailable or disabled with ``GEOSTEER_NO_EXT=1``) the same formulas run as PyTorch ops. Nothing
-here imports vLLM.
+"""The arithmetic of a served surfaces layer (channel layout): key features into value channels, and the
+per-query epilogue Δo_hd = Σ_a B_a(q_hd) Σ_b C_hdab F_hdb; compiled CPU kernels where they apply, PyTorch
+ops elsewhere. No vLLM import.
 """
 
 from __future__ import annotations

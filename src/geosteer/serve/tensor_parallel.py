@@ -1,15 +1,8 @@
 """A recipe's attention operations split across tensor-parallel ranks, as vLLM splits attention by heads.
 
-With ``tensor_parallel_size`` = tp, rank r runs query heads [r·H/tp, (r+1)·H/tp) of every layer (and the KV
-heads they read); the hidden state between layers is whole on every rank, so residual-space operations
-(steering vectors, residual scaling, FFN edits) run unchanged. Per rank: the surfaces keep the coefficients
-of its heads, ``value_full`` per-head scaling keeps its head selection renumbered to the rank's heads (and
-is dropped where it selects none). ``value_full`` over the concatenated heads projects the whole concatenation
-onto the concatenated values: each rank runs it on its heads as a :class:`ConcatOverRanks`, whose two dot
-products per token are summed over the ranks (``serve.layers`` all-reduces them) before the projection.
-Exact walls keep the walled (head, dim) pairs of the rank's heads, compiled again for its heads; vLLM needs
-the same KV-cache layout on every rank, so each rank's wall channels are as wide as the widest rank's (a rank
-without walls on a layer carries empty ones). Nothing here imports vLLM.
+Rank r keeps the surfaces and ``value_full`` heads of its query heads; ``value_full`` over concatenated
+heads becomes a :class:`ConcatOverRanks` (its dot products all-reduced); exact walls keep the rank's
+walled pairs, padded to the widest rank's channels. Residual operations run unchanged. No vLLM import.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Exact region walls (``geosteer.manifold.walls``) as extra value channels of vLLM's paged attention.
 
-A wall sets the gain of every pair (i, j) of a walled (head h, dim d) with q_id in its q-range and k_jd in
-its k-range to exactly 0. For one query, the walls whose q-range holds q_id decide the blocked keys: those
-with k_jd in one of their k-ranges. So each walled (h, d) needs one *slot* per set of walls a query can
-fall in (one per wall when the walls on (h, d) do not overlap), and a slot carries, in the value
-channels of h's KV head, the scalars
-
-    v_jd·m_j,   1 − m_j,   v_jd·m_j·B_b(k_jd) (b < K, on a layer with surfaces),   m_j = 1[k_jd in no k-range]
-
-(masked by zeroing, never by subtraction: a blocked pair contributes exactly 0). vLLM's stock attention
-returns their A-weighted sums; for a query in the slot's q-ranges the walled output is
-A·(v m) + Σ_a B_a(q_id) Σ_b C_hdab A·(v m B_b), and it replaces the unwalled one where A·(1 − m) > 0 (the
-query sees a blocked key), as ``walls.apply_walls`` does on the Hugging Face path. Nothing here imports vLLM.
+Each walled (h, d) gets one slot per set of walls a query can fall in, carrying
+v_jd·m_j, 1 − m_j and v_jd·m_j·B_b(k_jd), m_j = 1[k_jd in no k-range] (masked by zeroing); for a query in the
+slot's q-ranges the walled output A·(v m) + Σ_a B_a(q_id) Σ_b C_hdab A·(v m B_b) replaces the unwalled one
+where A·(1 − m) > 0, as ``walls.apply_walls`` does. No vLLM import.
 """
 
 from __future__ import annotations
