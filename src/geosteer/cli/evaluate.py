@@ -1,9 +1,5 @@
-"""``geosteer eval``: lm-evaluation-harness's own command line with ``--model geosteer`` registered.
-
-lm-eval has no plugin entry point for models, so the plain ``lm_eval`` command does not know ``geosteer``;
-this verb passes every argument to lm-eval after registering it. The steering front door of the other verbs
-works here too: ``--recipe DIR``, ``--set key=value`` (repeatable) and ``--surfaces DIR`` become the
-geosteer model's ``--model_args`` (``recipe=``, ``key=value``, ``surfaces=``).
+"""``geosteer eval``: lm-evaluation-harness's own command line with ``--model geosteer`` registered (lm-eval
+has no plugin entry point); ``--recipe``, ``--set key=value`` and ``--surfaces`` become ``--model_args``.
 """
 
 from __future__ import annotations
@@ -16,24 +12,25 @@ _HELP = ("lm-evaluation-harness with `--model geosteer` registered: every argume
 _FRONT_DOOR = {"--recipe": "recipe", "--set": None, "--surfaces": "surfaces"}
 
 
+def eval_(ctx: typer.Context) -> None:
+    from geosteer.extras import require
+
+    require("lm_eval")
+    from geosteer.integrations.lm_eval import main
+
+    args = _front_door(list(ctx.args))
+    _check_geosteer_model_args(args)  # before lm-eval reads its task index or any model loads
+    if not args or args in (["-h"], ["--help"]):
+        typer.echo("geosteer eval = lm-eval's command line with `--model geosteer` registered; "
+                   "lm-eval's own help (`run`, its default subcommand) follows.\n")
+        args = ["run", "--help"]
+    main(args)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``geosteer eval``."""
-
-    @app.command("eval", help=_HELP, add_help_option=False,
-                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def eval_(ctx: typer.Context) -> None:
-        from geosteer.extras import require
-
-        require("lm_eval")
-        from geosteer.integrations.lm_eval import main
-
-        args = _front_door(list(ctx.args))
-        _check_geosteer_model_args(args)  # before lm-eval reads its task index or any model loads
-        if not args or args in (["-h"], ["--help"]):
-            typer.echo("geosteer eval = lm-eval's command line with `--model geosteer` registered; "
-                       "lm-eval's own help (`run`, its default subcommand) follows.\n")
-            args = ["run", "--help"]
-        main(args)
+    app.command("eval", help=_HELP, add_help_option=False,
+                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(eval_)
 
 
 def _front_door(args: list[str]) -> list[str]:

@@ -1,10 +1,6 @@
-"""What every ``geosteer learn <learner>`` shares: its options, declared once, the resume rule and the command
-line an artifact records.
-
-A learner (``Method.learners``, a :class:`geosteer.methods.Verb`) is a typer command function built from these
-options; where learners differ only in a default (``--steps``, ``--lr``, ``--layers``), the option is a function
-of that default, so its name, help and checks stay one. The model and machine options (``--model``, ``--device``,
-``--dtype``, ``--threads``, ``--json``, ``--chat``/``--system``) are :mod:`geosteer.cli.common`'s, re-exported.
+"""What every ``geosteer learn <learner>`` shares: its options, declared once (an option whose default differs
+per learner is a function of that default), the resume rule, the prompt files and the command line an
+artifact records. The model and machine options are :mod:`geosteer.cli.common`'s, re-exported.
 """
 
 from __future__ import annotations
@@ -29,8 +25,8 @@ __all__ = [
     "BOS_OPT", "CHAT_OPT", "CONTROL_FILE_OPT", "DEVICE_OPT", "DTYPE_OPT", "FORCE_SURFACES_OPT", "JSON_OPT",
     "KL_THRESHOLD_OPT", "KL_WEIGHT_OPT", "MODEL_FROM_ARTIFACT_OPT", "MODEL_OPT", "NEGATIVE_FILE_OPT",
     "OVERWRITE_OPT", "RESUME_OPT", "SEED_OPT", "SYSTEM_OPT", "THREADS_OPT", "batch_size_opt",
-    "checkpoint_every_opt", "check_resume", "command_line", "context_opt", "layers_opt", "log", "lr_opt",
-    "out_opt", "steps_opt", "target_file_opt",
+    "checkpoint_every_opt", "check_resume", "command_line", "context_opt", "format_prompt_files", "layers_opt",
+    "log", "lr_opt", "out_opt", "read_prompt_files", "steps_opt", "target_file_opt",
 ]
 
 
@@ -115,3 +111,23 @@ def log(line: str) -> None:
     """A learner's progress line (stderr, flushed)."""
     print(line, file=sys.stderr, flush=True)
 
+
+
+def read_prompt_files(target_file, control_file, negative_file=None, *, chat: bool = False,
+                      system: str | None = None) -> tuple:
+    """(targets, controls, negatives) of a prompt learner, read and checked before the model loads."""
+    from geosteer.eval.chat import check_chat_options
+    from geosteer.train.prompts import read_controls, read_targets
+
+    check_chat_options(chat, system)
+    negatives = read_targets(negative_file) if negative_file is not None else None
+    return read_targets(target_file), read_controls(control_file), negatives
+
+
+def format_prompt_files(tok, sets: tuple, chat: bool, system: str | None, add_bos: bool | None) -> tuple:
+    """The sets of :func:`read_prompt_files` as the model reads them (chat template, BOS)."""
+    from geosteer.eval.chat import format_prompts, format_targets
+
+    targets, controls, negatives = sets
+    return (format_targets(tok, targets, chat, system, add_bos), format_prompts(tok, controls, chat, system, add_bos),
+            format_targets(tok, negatives, chat, system, add_bos))

@@ -1,10 +1,5 @@
-"""``geosteer learn <learner>`` and ``geosteer measure <measurement>``: verbs grouped by noun, keyed by the method
-registry.
-
-Each method declares its learners (``Method.learners``) and measurements (``Method.measures``) as
-:class:`geosteer.methods.Verb` entries naming a typer command function; :func:`add_verbs` puts them under the
-two nouns, so a plugin method adds ``geosteer learn <its learner>`` by declaring it. The learners share their
-options through :mod:`geosteer.cli.learning`.
+"""``geosteer learn <learner>`` and ``geosteer measure <measurement>``: verbs grouped by noun, keyed by the
+method registry (``Method.learners``/``Method.measures``), so a plugin method adds its verbs by declaring them.
 """
 
 from __future__ import annotations
@@ -37,14 +32,6 @@ def add_verbs(app: typer.Typer, method: Method) -> None:
             if verb.name not in _added[noun]:
                 group.command(verb.name)(command_of(verb))
                 _added[noun].add(verb.name)
-
-
-def remove_verbs(method: Method) -> None:
-    """Take ``method``'s verbs off the two nouns again (a plugin that unloads, tests)."""
-    for noun, group in NOUNS.items():
-        names = {v.name for v in getattr(method, noun)}
-        group.registered_commands[:] = [c for c in group.registered_commands if c.name not in names]
-        _added[noun] -= names
 
 
 def register(app: typer.Typer) -> None:

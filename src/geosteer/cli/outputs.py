@@ -1,11 +1,7 @@
-"""Output options checked while the command line is parsed, before any model loads or any work is done.
+"""Output options checked while the command line is parsed, before any model loads.
 
-Every option that names something a verb writes (``--out``, ``--csv``, ``--save``, ``--png``, ``--figure``,
-``--html``, ``--out-dir``) takes one of these as its ``callback``: a path under a file, in a folder this
-user cannot write, with an extension the writer cannot produce, or an existing folder that is not a
-geosteer output of the kind the verb writes is refused with one line (exit 2). The checks are
-:func:`geosteer.io_utils.check_output_path` and :func:`geosteer.outputs.check_output_folder`;
-a test walks every verb and asserts each such option has one.
+Every option naming something a verb writes takes one of these callbacks (:func:`geosteer.io_utils.check_output_path`,
+:func:`geosteer.outputs.check_output_folder`); a test walks every verb.
 """
 
 from __future__ import annotations

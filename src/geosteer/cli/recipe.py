@@ -1,9 +1,7 @@
 """``--recipe`` / ``--set`` (the front door of every verb that runs a steered model) and ``geosteer recipe``.
 
-``--recipe DIR|org/name[@rev]`` reads a recipe artifact; each ``--set key=value`` sets one registered recipe
-key on top of it (keys and their kinds come from the method registry, so a new method's keys work here with
-no edit); ``--surfaces DIR`` is the same as ``--set surfaces=DIR``. Everything is checked before a model
-loads: an unknown key or a bad value is one line naming the valid keys.
+``--set key=value`` sets one registered recipe key on top of ``--recipe DIR|org/name[@rev]``; ``--surfaces DIR``
+is ``--set surfaces=DIR``. All is checked before a model loads, in one line naming the valid keys.
 """
 
 from __future__ import annotations

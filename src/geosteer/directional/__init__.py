@@ -1,9 +1,7 @@
 """Directional decomposition: updates split parallel / perpendicular to the residual stream.
 
-    from geosteer.directional import ComponentScale, measure_text
     rows, meta = measure_text(model, tok, text)                       # per-layer ∥/⊥ statistics
     with geosteer.steer(model, ComponentScale("attn_out", s_par=0.0)):  # remove the parallel part
-        ...
 """
 
 from geosteer.directional.config import SITES, ComponentScaleConfig, check_site

@@ -27,10 +27,12 @@ from geosteer.cli.learning import (
     check_resume,
     checkpoint_every_opt,
     command_line,
+    format_prompt_files,
     layers_opt,
     log,
     lr_opt,
     out_opt,
+    read_prompt_files,
     steps_opt,
     target_file_opt,
 )
@@ -64,22 +66,16 @@ def scales_cmd(
     --kl-threshold. Prompts are encoded BOS first. The output is a recipe: geosteer ppl|generate|compare
     --recipe OUT applies it."""
     from geosteer.directional.steer_learn import ScaleLearnConfig, learn_scales
-    from geosteer.eval.chat import check_chat_options, format_prompts, format_targets
     from geosteer.models.anatomy import anatomy, parse_layers
-    from geosteer.train.prompts import read_controls, read_targets
 
-    check_chat_options(chat, system)
     cfg = ScaleLearnConfig(site=site, steps=steps, lr=lr, kl_threshold=kl_threshold, kl_weight=kl_weight,
                            seed=seed, checkpoint_every=checkpoint_every)
     check_resume(resume, overwrite)
     check_layers(model, "--layers", layers)  # the syntax; the range too where the config names it
-    targets, controls = read_targets(target_file), read_controls(control_file)
-    negatives = read_targets(negative_file) if negative_file is not None else None
+    sets = read_prompt_files(target_file, control_file, negative_file, chat=chat, system=system)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
     cfg.layers = parse_layers(layers, anatomy(m).n_layers)
-    targets, controls, negatives = (format_targets(tok, targets, chat, system, True),  # encoded BOS first
-                                    format_prompts(tok, controls, chat, system, True),
-                                    format_targets(tok, negatives, chat, system, True))
+    targets, controls, negatives = format_prompt_files(tok, sets, chat, system, True)  # encoded BOS first
     _, rep = learn_scales(m, tok, targets, controls, cfg, out, negatives=negatives, resume=resume,
                           overwrite=overwrite, command=command_line("scales"), log=log)
     emit({"out": str(out), **rep["train_eval"], "scales": rep["scales"]}, as_json)

@@ -48,12 +48,8 @@ def component_scale(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: fl
 
 def pair_stats(delta: torch.Tensor, z: torch.Tensor, scale: torch.Tensor | None = None,
                zero_tol: float = 1e-6) -> dict[str, torch.Tensor]:
-    """Per-token statistics (see ``PAIR_STATS``) of ``delta`` against ``z``; each shaped ``delta.shape[:-1]``.
-
-    The ratio r is undefined (NaN) where ‖Δ⊥‖ ≤ ``zero_tol``·max(‖Δ‖, scale) (an update parallel to z
-    within float precision, e.g. o_t = v_t for a token that sees only itself), and |cos| is undefined
-    where ‖Δ‖ ≤ ``zero_tol``·scale (a vanishing update; ``scale`` is a magnitude it is small against,
-    e.g. ‖o_t‖ for c_t). ``RunningStats`` leaves NaNs out of the summaries and counts what it kept.
+    """Per-token statistics (``PAIR_STATS``) of ``delta`` against ``z``, each shaped ``delta.shape[:-1]``; the
+    ratio is NaN where ‖Δ⊥‖ ≤ ``zero_tol``·max(‖Δ‖, scale) and |cos| where ‖Δ‖ ≤ ``zero_tol``·scale.
     """
     delta = delta.float()
     z = z.float()

@@ -1,22 +1,9 @@
 """The paper's gated control (Appendix E, Fig. 8): a learned, tokenwise parallel scale s∥ = σ(wᵀx).
 
-The paper compares fixed parallel removal (s∥ = 0) in pretraining against "tokenwise learned gating
-(s∥ = σ(wᵀx))" and finds fixed removal best. It does not say which x, whether w is shared by the heads, or
-how w starts; the choices here are named options with these defaults (and why):
-
-- ``site="value_full"``: the site of the paper's pretraining runs (V-Para Rem., full value aggregate o_t
-  against v_t, per head); ``"value_exclude_self"`` and ``"attn_out"`` are also accepted.
-- ``gate_input="normed"``: x is the layer's attention input after its pre-attention norm (x^attn, what the
-  value projection reads, Section 4 of the paper); ``"resid"`` uses the un-normed block input instead.
-  The normed input keeps σ(wᵀx) on the same scale at every layer.
-- ``per_head=False``: one w per layer, one s∥ per token shared by all heads (the paper writes a single
-  scalar σ(wᵀx)); ``True`` gives each query head its own w (value sites only).
-- w starts at 0 (``init=0.0``), so s∥ = 0.5 at the start of training: the midpoint between removal and the
-  stock model, no bias term (the paper writes none).
-
-Only the parallel part is gated (s⊥ = 1): ỹ = y + (s∥ − 1)·α·ref, exactly ``ComponentScale`` with a tensor
-s∥ (at w = 0 it equals ``ComponentScale(site, s_par=0.5)``). The module's parameters are the gate weights;
-train them with the model (``parameters()``).
+ỹ = y + (s∥ − 1)·α·ref with s⊥ = 1 (``ComponentScale`` with a tensor s∥). The paper leaves x, sharing and
+start open; the defaults here: ``site="value_full"`` (its pretraining site), ``gate_input="normed"`` (the
+attention input after its norm, on one scale at every layer; ``"resid"``: the block input),
+``per_head=False`` (one w per layer), w = 0 at start (s∥ = 0.5), no bias.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Per-layer learned ∥/⊥ scales (the steering form of component scaling, paper Eq. 11).
 
-:class:`LearnedScales` holds s∥_ℓ and s⊥_ℓ for each of its layers ℓ as parameters and edits the residual
-update y at a residual site (``attn_out``, ``mlp_out``, ``resid_post``; the reference as in
-:class:`geosteer.directional.ComponentScale`) as ỹ = y + (s∥_ℓ − 1)·y∥ + (s⊥_ℓ − 1)·y⊥. At s∥ = s⊥ = 1 (the
-start of training) it adds exactly zero: the stock model. With every layer at the same (s∥, s⊥) it is
-``ComponentScale(site, s∥, s⊥, layers)``. Train it with :func:`geosteer.directional.steer_learn.learn_scales`;
-save it with ``.save(folder)`` (the ``geosteer-directional-scales`` artifact, applied through the recipe key
-``scale_learned=FOLDER``).
+:class:`LearnedScales` edits y at a residual site as ỹ = y + (s∥_ℓ − 1)·y∥ + (s⊥_ℓ − 1)·y⊥, stock at
+s∥ = s⊥ = 1; trained by :func:`geosteer.directional.steer_learn.learn_scales`, saved as the
+``geosteer-directional-scales`` artifact (recipe key ``scale_learned=FOLDER``).
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """Read-only measurement of the directional decomposition in one forward pass (paper Sections 3-4).
 
-Residual space, per layer and token (``ctx.state`` of the branch hook points gives this forward's
-references, so nothing is recomputed):
-
-- ``attn``  attention update A            vs the block input x (``resid_pre``, not normed)
-- ``mlp``   MLP update Φ                   vs the MLP's incoming residual (``mlp_in``: x + A, or x
-  if parallel)
-- ``block`` block update x' − x            vs x
-
-Value space, per layer, head and token (an attention handler; GQA: head h reads kv head h // n_rep):
-``o_*`` the aggregate o_t vs the token's own value v_t (Eq. 8); ``c_*`` the non-self part
-c_t = o_t − A_tt·v_t vs v_t (Eq. 9); ``a_self`` = A_tt; ``d_norm`` = ‖d_t‖ = A_tt‖v_t‖.
-With ``value_space="concat"`` the same statistics of the concatenation of all heads' o_t, c_t against the
-concatenation of their v_t, one row per layer (``head`` None): ``a_self`` is then d_t's coefficient along
-v_t, Σ_h A_tt,h‖v_t,h‖² / Σ_h ‖v_t,h‖², and ``d_norm`` = ‖d_t‖ = (Σ_h A_tt,h²‖v_t,h‖²)^½.
-
-Only running sums per (layer, site[, head], statistic) are kept (``RunningStats``), never the tokens, so
-memory does not grow with the number of tokens, and per layer it is a fixed-size summary. Padding
-positions (``attention_mask`` == 0 in the model call) are left out of every statistic.
+Residual space per layer: ``attn`` (A vs x), ``mlp`` (Φ vs ``mlp_in``), ``block`` (x' − x vs x). Value space
+per layer and head: ``o_*`` (o_t vs v_t, Eq. 8), ``c_*`` (c_t = o_t − A_tt·v_t vs v_t, Eq. 9), ``a_self``
+= A_tt, ``d_norm`` = A_tt‖v_t‖; ``value_space="concat"`` uses the concatenated heads (one row per layer).
+Only running sums are kept (``RunningStats``); padding is left out.
 """
 
 from __future__ import annotations

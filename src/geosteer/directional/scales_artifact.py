@@ -1,9 +1,7 @@
 """The learned-scales artifact (format ``geosteer-directional-scales``): per-layer s∥, s⊥ at one site.
 
-A folder: ``geosteer_config.json`` (format, site, layers, base model, the training record under ``meta``),
-``scales.safetensors`` (``s_par`` and ``s_perp``: float32, one value per layer, in the order of ``layers``)
-and a model card. :func:`load_scales` reads it (also ``geosteer.load`` and Hub ids ``org/name[@rev]``); the
-recipe key ``scale_learned=FOLDER`` applies it on every verb that takes ``--recipe``/``--set``.
+``scales.safetensors`` holds ``s_par`` and ``s_perp`` (float32, in the order of ``layers``);
+:func:`load_scales` reads it; the recipe key ``scale_learned=FOLDER`` applies it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Component-scaling interventions at every site (paper Eqs. 10-11), composable through ``geosteer.steer``.
 
-Residual sites use the branch hook points (``attn_out``, ``mlp_out``, ``resid_post``) with the reference
-read from ``ctx.state`` (this forward's block input / MLP residual input). Value sites are attention
-handlers (``geosteer.attention.add_attention_handler``) that edit the aggregate o_t per head.
-
-Every edit is written as y + (s∥−1)·y∥ + (s⊥−1)·y⊥, which equals s∥·y∥ + s⊥·y⊥ and returns y unchanged at
-s∥ = s⊥ = 1.
+Residual sites are branch hooks (reference from ``ctx.state``); value sites are attention handlers on o_t
+per head. Every edit is y + (s∥−1)·y∥ + (s⊥−1)·y⊥: y unchanged at s∥ = s⊥ = 1.
 """
 
 from __future__ import annotations
@@ -40,12 +36,10 @@ def scaled_delta(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: float
 
 
 class ComponentScale:
-    """ỹ = s∥·y∥ + s⊥·y⊥ at ``site`` on ``layers`` (None = all). See ``config.SITES`` for the sites.
+    """ỹ = s∥·y∥ + s⊥·y⊥ at ``site`` (``config.SITES``) on ``layers`` (None = all).
 
-    ``ComponentScale("value_exclude_self", s_par=0.0)`` is the paper's V-Excl.-self removal;
-    ``ComponentScale("diag_removal")`` is the A_tt = 0 control (scales are ignored there).
-    Value sites only: ``heads`` edits those query heads and leaves the others' outputs untouched (None =
-    all; paper Fig. 7), ``value_space="concat"`` decomposes the concatenated heads instead of each head.
+    ``"value_exclude_self"`` with s∥ = 0 is the paper's V-Excl.-self removal, ``"diag_removal"`` the A_tt = 0
+    control. Value sites: ``heads`` (paper Fig. 7) and ``value_space="concat"``.
     """
 
     def __init__(self, site: str, s_par: float = 1.0, s_perp: float = 1.0,

@@ -1,13 +1,8 @@
 """Learn per-layer ∥/⊥ scales that steer towards a behaviour (``geosteer learn scales``).
 
-The objective is steer-learn's (:class:`geosteer.train.PromptObjective` with ``promote=True``): raise the
-mean teacher-forced log-prob of the target continuations (minus the negatives', when given) while the
-control prompts' next-token KL against the stock model stays under τ: loss = −(mean target log-prob − mean
-negative log-prob) + kl_weight·[max(0, KL_next − τ) + max(0, KL_all − τ)]. The trainable module is
-:class:`geosteer.directional.learned.LearnedScales` (2 numbers per layer, starting at 1: the stock model);
-the steps run in :func:`geosteer.train.fit`: AdamW at a constant lr, full batch (a run is fixed by its
-inputs), checkpoints in ``<out>.train/`` (resume exact). The result is a recipe folder holding the scales
-artifact: ``geosteer ppl|generate|compare --recipe OUT`` applies it.
+:class:`geosteer.train.PromptObjective` with ``promote=True``: loss = −(target − negative log-prob) +
+kl_weight·[max(0, KL_next − τ) + max(0, KL_all − τ)] on :class:`LearnedScales` (stock at start), full batch
+in :func:`geosteer.train.fit` (resume exact). The result is a recipe folder.
 """
 
 from __future__ import annotations

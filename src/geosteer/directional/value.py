@@ -1,12 +1,7 @@
 """Value-space quantities inside one attention call (paper Section 4.2, Eqs. 7-10), GQA-aware.
 
-Shapes follow the call: query (b, H, q, d), key/value (b, Hkv, k, d) before GQA expansion. Query head
-``h`` reads key/value head ``h // n_rep`` (HF ``repeat_kv`` order), so per-head tensors here are kept as
-(b, Hkv, n_rep, q, ·): head ``h`` is ``[:, h // n_rep, h % n_rep]`` and nothing is copied per query head.
-
-``self_weight`` gives A_tt from the diagonal score and the row log-sum-exp, A_tt = exp(s_tt − lse_t), with
-the log-sum-exp computed over blocks of query rows: only a (rows × k) block of scores exists at a time,
-so exclude-self editing does not need the full attention matrix.
+Per-head tensors are (b, Hkv, n_rep, q, ·): head h is ``[:, h // n_rep, h % n_rep]``. ``self_weight`` gives
+A_tt = exp(s_tt − lse_t) with the log-sum-exp over blocks of query rows (no full attention matrix).
 """
 
 from __future__ import annotations
@@ -32,12 +27,6 @@ def grouped_output(out: torch.Tensor, call: AttentionCall) -> torch.Tensor:
     """Attention output (b, q, H, dv) as transformers returns it → (b, Hkv, n_rep, q, dv)."""
     b, q, h, dv = out.shape
     return out.permute(0, 2, 1, 3).reshape(b, call.key.shape[1], h // call.key.shape[1], q, dv)
-
-
-def ungrouped_output(o: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`grouped_output`, contiguous like the stock output."""
-    b, hkv, r, q, dv = o.shape
-    return o.reshape(b, hkv * r, q, dv).permute(0, 2, 1, 3).contiguous().to(like.dtype)
 
 
 def _mask_block(call: AttentionCall, i0: int, i1: int, k_len: int) -> torch.Tensor | None:
