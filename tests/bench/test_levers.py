@@ -153,3 +153,25 @@ def test_surfaces_shipped_starts_from_the_given_surfaces(tiny_model, concept_fil
     assert len(zero) >= 1
     with zero[0].interventions() as ivs:
         torch.testing.assert_close(_logits(model, ivs), shipped, atol=2e-5, rtol=0)
+
+
+
+def test_a_levers_row_does_not_depend_on_what_ran_before_it(tiny_model, concept_file, tmp_path):
+    """A resumed run builds a lever without the levers before it (LoRA's adapters and LoReFT's orthogonal
+    completion draw random numbers): its row is the uninterrupted run's."""
+    import geosteer.bench.run as run
+
+    model, tok = tiny_model("llama")
+    concepts = read_concepts(concept_file)
+
+    def rows(names: list[str], out: str, noise: int) -> dict:
+        torch.manual_seed(noise)
+        torch.rand(noise)  # another global random state each time
+        cfg = run.BenchConfig(model="tiny-llama", levers=names, budget=TINY)
+        doc = run.run_bench(model, tok, concepts, cfg, tmp_path / out)
+        return {r["lever"]: json.dumps({k: r[k] for k in ("strength", "score", "control_kl", "examples")})
+                for r in doc["rows"]}
+
+    whole = rows(["vector", "lora", "loreft"], "whole", 3)
+    assert rows(["lora"], "lora", 11)["lora"] == whole["lora"]
+    assert rows(["loreft"], "loreft", 17)["loreft"] == whole["loreft"]

@@ -120,7 +120,12 @@ def run_lever(model, tok, ctx: ConceptContext, name: str, cfg: BenchConfig, work
               index: int | None = None) -> dict:
     """Build one lever, choose its operating point on validation, measure it on test; the cache record.
     ``index``: measure that candidate on test instead (a family's choice; no validation, no curve)."""
+    import torch
+
     t0, c0 = time.perf_counter(), time.process_time()
+    # every lever starts from the seed's random state, whatever ran before it in this process (a resumed
+    # run, another lever list, a worker): LoRA's adapters and LoReFT's orthogonal completion draw from it
+    torch.manual_seed(cfg.seed)
     prepared = levers()[name].build(_setup(model, tok, ctx, cfg, work, log))
     try:
         candidates = [stock_point(name), *prepared.points]
