@@ -1,13 +1,8 @@
 """Compare two model states (intervention lists ``a`` and ``b``) on a prompt set.
 
-Per prompt: whether greedy output changed, the first divergent generated token, the next-token KL
-divergence KL(P_a ‖ P_b) at the end of the prompt, and paired-seed sampling (the same seed for both
-states, so a difference is caused by the state, not by the RNG).
-
-:class:`PairedComparison` holds the baseline state ``a``: its next-token distribution, greedy continuation
-and seeded samples are computed once per prompt, and each :meth:`PairedComparison.run` compares one state
-``b`` against them (a study that compares many edits against the same baseline pays for ``a`` once).
-:func:`compare_states` is the one-shot form (one ``b``).
+Per prompt: greedy change, first divergent token, next-token KL(P_a ‖ P_b) and paired-seed samples.
+:class:`PairedComparison` computes ``a`` once and compares each ``b`` with :meth:`~PairedComparison.run`;
+:func:`compare_states` is the one-shot form.
 """
 
 from __future__ import annotations
@@ -51,12 +46,8 @@ def _text(p) -> str:
 
 
 class PairedComparison:
-    """State ``a`` on ``prompts``, computed once; :meth:`run` compares a state ``b`` against it.
-
-    ``prompts`` are strings or :class:`~geosteer.eval.prompts.Prompt` (whose ``category`` is copied into
-    the rows). ``seeds``: paired-seed samples per prompt (``temperature``, ``top_k``), none by default.
-    ``add_bos``: prompt encoding (:func:`geosteer.eval.generation.prompt_ids`; default the tokenizer's own).
-    A progress bar over the prompts on a terminal (:mod:`geosteer.progress`).
+    """State ``a`` on ``prompts`` (strings or :class:`~geosteer.eval.prompts.Prompt`), computed once;
+    ``seeds`` paired samples per prompt; ``add_bos`` as :func:`geosteer.eval.generation.prompt_ids`.
     """
 
     def __init__(self, model, tok, prompts: Sequence, a: Sequence = (), *, max_new_tokens: int = 30,

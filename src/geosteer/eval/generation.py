@@ -133,17 +133,11 @@ def _eos_ids(model, tok) -> set[int]:
 @torch.no_grad()
 def greedy_with_draft(model, tok, ids: torch.Tensor, max_new_tokens: int,
                       draft: list[int] | None = None) -> tuple[list[int], torch.Tensor]:
-    """Greedy continuation of ``ids`` (1, L) that first checks a guessed continuation ``draft`` in one pass.
+    """Greedy continuation of ``ids`` (1, L) that first verifies a guessed continuation ``draft`` in one pass.
 
-    The prompt and the draft go through the model together (teacher forcing); the longest prefix of the
-    draft that greedy decoding would have produced is accepted, plus the model's own next token, and
-    decoding goes on step by step from there with the KV cache cropped to the accepted tokens (the
-    verification step of speculative decoding, with a fixed draft). The tokens are those of plain greedy
-    decoding (``model.generate(do_sample=False)``, stopping after an EOS token), up to floating-point near
-    ties between a batched and a step-by-step pass, as for any KV-cache decoding. On CPU, decoding is bound
-    by reading the weights once per step, so a draft that is right for k tokens saves about k steps: the
-    studio passes the previous continuation after an edit. Returns (new token ids, logits of the first new
-    token).
+    The longest prefix of the draft greedy decoding would produce is accepted (plus the next token), then
+    decoding goes on with the KV cache cropped: plain greedy tokens, fewer steps when the draft is right.
+    Returns (new token ids, logits of the first new token).
     """
     max_new_tokens = _capped(model, ids.shape[1], max_new_tokens)  # >= 1, within the model's positions
     eos = _eos_ids(model, tok)
@@ -192,11 +186,8 @@ def generate_seeds(model, tok, prompt: str, seeds, max_new_tokens: int = 50, tem
                    top_k: int = 50, add_bos: bool | None = None) -> list[GenerationResult]:
     """Seeded samples of ``prompt``, one per seed, decoded together as one batch (KV cache).
 
-    Row i draws with its own ``torch.Generator`` seeded by ``seeds[i]`` (temperature, then top-k, then
-    ``torch.multinomial``), so a seed gives the same continuation alone or in any batch, and the same seed
-    with and without an intervention is a paired comparison. On a CPU, decoding reads the weights once per
-    step for the whole batch, so ten seeds cost far less than ten calls of :func:`generate` (whose seeded
-    draws come from HF's sampler and differ from these). Rows stop after an EOS token.
+    Row i draws with its own generator seeded by ``seeds[i]``, so a seed gives the same continuation alone
+    or in any batch, with or without an intervention (paired). Rows stop after an EOS token.
     """
     if max_new_tokens < 1:
         raise GeosteerError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")

@@ -1,17 +1,8 @@
 """Multiple-choice scoring by log-likelihood, as lm-evaluation-harness's ``multiple_choice`` defines it.
 
-For models lm-eval cannot wrap directly (the byte-level models of the pretraining study): each choice is
-scored as the summed log-probability of ``delimiter + choice`` given the context (lm-eval's request
-``(context, target_delimiter + choice)``); ``acc`` takes the argmax of the sums, ``acc_norm`` the argmax of
-the sums divided by the choice's length in characters (``len(choice)``, without the delimiter), first index
-on ties (numpy's argmax), as in ``lm_eval.api.task.ConfigurableTask.process_results``. Standard errors are
-lm-eval's ``mean_stderr`` (sample standard deviation / √n).
-
-Context window: with ``window`` = W the model sees at most W tokens. When the continuation has L ≤ W tokens
-the input is lm-eval's ``(context + continuation)[-(W+1):][:-1]`` (the context truncated on the left), so
-scores equal lm-eval's. When L > W (lm-eval would drop scores there), the continuation is scored in blocks
-of W // 2 tokens, each block given the W tokens before its last token, so every token sees at least W // 2
-tokens of history.
+For models lm-eval cannot wrap: each choice scores log P(delimiter + choice | context); ``acc`` / ``acc_norm``
+(by character length) and ``mean_stderr`` as lm-eval's. A continuation of L ≤ W tokens sees lm-eval's
+input exactly; longer ones are scored in blocks of W // 2 with W tokens of history each.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Strided sliding-window perplexity (the standard HF recipe), batched.
 
-Windows of ``context`` tokens start every ``stride`` tokens; in each window only the tokens not scored by
-the previous window are scored (labels of the overlap are masked), so every token after the first is
-scored exactly once with up to ``context - 1`` tokens of left context. NLL is token-weighted. Only the
-logits of scored positions are computed (``logits_to_keep``) and the log-softmax runs one window at a
-time, so memory beyond the model is about (batch, stride, vocab) floats, not twice (batch, context, vocab). Windows of
-equal length are batched (the result is the same as one window at a time). Bits per byte divide the
-total NLL in bits by the UTF-8 byte count of the scored text.
+Windows of ``context`` tokens every ``stride``; each token after the first is scored once (overlap labels
+masked), NLL token-weighted. Only scored positions' logits are computed (``logits_to_keep``); bits per byte
+divide the NLL in bits by the scored text's UTF-8 bytes.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""Bundled prompt sets (JSON under ``geosteer/data/prompts/``) for output-comparison and steering studies.
-
-- ``manifold_prompts``: 120 prompts over 12 categories (ambiguous, polysemous, science, technical, code,
-  creative, reasoning, factual, math, emotional, instructions, long_context), 10 each.
-- ``steering_prompts``: 10 diverse prompts for controlled edits (layer-wide / single-surface inversion).
-- ``wall_prompts``: 5 unsafe-sounding requests and 5 structurally matched safe controls (``pair`` links
-  them) for attention-wall experiments.
-
-A set is a JSON object ``{"name", "description", "prompts": [{"category", "text", ...}]}``; any file of
-that shape can be loaded with :func:`load_prompts` too.
+"""Bundled prompt sets (JSON under ``geosteer/data/prompts/``): ``manifold_prompts`` (120 over 12
+categories), ``steering_prompts`` (10), ``wall_prompts`` (5 unsafe-sounding requests and 5 matched controls).
+Any ``{"name", "description", "prompts": [{"category", "text", ...}]}`` file loads with :func:`load_prompts`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Reading and tokenising text files in bounded memory (``geosteer ppl --text-file``).
 
-Tokenising a whole file in one call costs far more memory than the file (a fast tokenizer keeps offsets and
-more per token: a 27 MB file took 4 GB), and ``--max-tokens`` needs only a prefix. :func:`encode_file`
-reads the file in chunks, decodes UTF-8 incrementally and tokenises piece by piece, stopping as soon as
-``max_tokens`` tokens are there. Pieces are cut only where cutting does not change the tokens: at a
-single newline between two non-space characters (or, when a long stretch has none, before a single space
-between two non-space characters), and each cut is checked locally: the text around it must tokenise to
-the same tokens whole as in two parts. A cut that fails the check is not taken (the text keeps
-accumulating), so the result equals tokenising the whole prefix at once.
-
-Text with neither newlines nor spaces (one huge "word", CJK without breaks) offers no such cut. So that
-memory stays bounded whatever the line structure, a stretch longer than ``_MAX_PENDING`` characters is
-cut anyway, at the last of a few positions near its end that pass the same local check (or at its end
-if none does); only there can the tokens differ from tokenising the whole stretch at once.
+:func:`encode_file` reads in chunks, decodes UTF-8 incrementally and tokenises piece by piece, stopping at
+``max_tokens``. Pieces are cut only at a single newline (or space) between non-space characters where the
+text around the cut tokenises the same whole as in two parts, so the tokens equal tokenising the prefix at
+once; only a stretch longer than ``_MAX_PENDING`` without such a cut is cut anyway.
 """
 
 from __future__ import annotations
