@@ -157,8 +157,8 @@ def test_surfaces_shipped_starts_from_the_given_surfaces(tiny_model, concept_fil
 
 
 def test_a_levers_row_does_not_depend_on_what_ran_before_it(tiny_model, concept_file, tmp_path):
-    """A resumed run builds a lever without the levers before it (LoRA's adapters and LoReFT's orthogonal
-    completion draw random numbers): its row is the uninterrupted run's."""
+    """A resumed run builds a lever without the levers before it (LoRA's adapters are drawn at random): its
+    row is the uninterrupted run's."""
     import geosteer.bench.run as run
 
     model, tok = tiny_model("llama")

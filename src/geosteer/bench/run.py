@@ -124,7 +124,7 @@ def run_lever(model, tok, ctx: ConceptContext, name: str, cfg: BenchConfig, work
 
     t0, c0 = time.perf_counter(), time.process_time()
     # every lever starts from the seed's random state, whatever ran before it in this process (a resumed
-    # run, another lever list, a worker): LoRA's adapters and LoReFT's orthogonal completion draw from it
+    # run, another lever list, a worker): LoRA's adapters are drawn from it
     torch.manual_seed(cfg.seed)
     prepared = levers()[name].build(_setup(model, tok, ctx, cfg, work, log))
     try:
