@@ -1,18 +1,8 @@
-"""The studio's JSON request bodies as pydantic models: fields, types and choices, unknown fields refused.
+"""The studio's JSON request bodies as pydantic models: strict types, choices, unknown fields refused.
 
-Each POST body (and the Python ``Session`` API, which takes the same dicts) is validated here first, in
-pydantic's strict mode (no coercion: ``true`` is not an integer, ``2.0`` is not an integer, ``"3"`` is not a
-number), with ``extra="forbid"``; :func:`parse` turns the first problem into the studio's one-line message
-(``ValueError``, answered 400). What depends on the session is checked after this, by the session: the
-bank's layers, heads, dims and control-net size, the tokenizer's prompt length and lone surrogates, the
-generation cap, artifact names inside the workspace, which op needs a factor or value, and finite
-coefficients after an edit.
-
-Why the app parses the JSON itself and then calls :func:`parse` rather than letting FastAPI inject the
-models: FastAPI reads bodies with Python's ``json`` module, which accepts ``NaN``/``Infinity`` (pydantic
-would then name a float problem, not the JSON one) and answers a body nested 30,000 deep with a generic
-message; :func:`geosteer.studio.server.read_json` refuses both with one line, and every refusal keeps the
-studio's ``{"error": "..."}`` shape and status 400 (not FastAPI's 422 list).
+:func:`parse` turns the first problem into one line (``ValueError``, 400); what depends on the session
+(indices, prompt length, names) is checked by the session. The app parses JSON itself
+(:func:`geosteer.studio.server.read_json`) so that NaN, Infinity and deep nesting are one-line 400s too.
 """
 
 from __future__ import annotations

@@ -87,80 +87,81 @@ def apply_recipe_rest(model, bank, spec, force: bool = False) -> list:
     return [iv.attach(model) for iv in spec.with_values(surfaces=None, edits=None).build(model, force=force)]
 
 
+def studio(
+    model: str = MODEL_OPT,
+    surfaces: Path | None = surfaces_option("default: fresh zero surfaces on every layer"),
+    recipe: str | None = RECIPE_OPT,
+    settings: list[str] | None = SET_OPT,
+    port: int = typer.Option(8765, "--port", "-p"),
+    host: str = typer.Option("127.0.0.1", "--host", help="interface to bind; anything but loopback "
+                             "exposes the model to the network (a warning is printed)"),
+    workspace: Path = typer.Option(Path("studio-workspace"), "--workspace", help="the only folder the "
+                                   "studio reads artifacts from and saves them to"),
+    results: list[Path] = typer.Option([], "--results", help="folders of study result files to show "
+                                       "(read-only; default docs/results if it exists)"),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="cap on tokens per generation"),
+    threads: int = THREADS_OPT,
+    device: str = DEVICE_OPT,
+    dtype: str = DTYPE_OPT,
+    force: bool = FORCE_OPT,
+    max_queue: int = typer.Option(32, "--max-queue", help="generations queued or running at most; "
+                                  "more get 503 with Retry-After"),
+    chat: bool = CHAT_OPT,
+    system: str | None = SYSTEM_OPT,
+) -> None:
+    """Local web app to see and edit attention manifolds live (FastAPI + a static page).
+
+    --recipe/--set/--surfaces as on every steering verb: the recipe's surfaces (and edits) are the ones
+    edited, its other settings stay applied underneath for the whole session."""
+    if not 1 <= port <= 65535:
+        raise ValueError(f"--port must be in 1–65535 (got {port})")
+    if not 1 <= max_new_tokens <= 512:
+        raise ValueError(f"--max-new-tokens must be in 1–512 (got {max_new_tokens})")
+    from geosteer.errors import GeosteerError
+    from geosteer.eval.chat import check_chat_options, has_chat_template
+    from geosteer.shipped import expand
+
+    check_chat_options(chat, system)
+    spec = spec_from_options(recipe, settings, surfaces, model=model)  # a bad value: one line, before the load
+    start = Path(expand(spec.surfaces)) if spec.surfaces is not None else None  # a shipped name: its folder
+    if start is not None and not start.is_dir():
+        raise FileNotFoundError(f"surface artifact folder not found: {start}")
+    check_workspace(workspace)
+    if not 1 <= max_queue <= 1000:
+        raise ValueError(f"--max-queue must be in 1–1000 (got {max_queue})")
+    missing = [r for r in results if not r.is_dir()]
+    if missing:
+        raise FileNotFoundError(f"--results folder not found: {missing[0]}")
+    sock = listen_socket(host, port)
+    if not is_loopback(host):
+        typer.echo(f"warning: binding {host}: anyone who can reach this address can run and edit the "
+                   "model and write into the workspace; there is no authentication", err=True)
+    import uvicorn
+
+    from geosteer.studio import bankio
+    from geosteer.studio.server import create_app
+    from geosteer.studio.session import Session
+
+    try:
+        m, tok = load(model, threads=threads, device=device, dtype=dtype)
+        if chat and not has_chat_template(tok):
+            raise GeosteerError("--chat needs a tokenizer with a chat template; this model's tokenizer has "
+                                "none (leave out --chat to continue plain text)")
+        bank = bankio.open_bank(m, start, force=force)
+        apply_recipe_rest(m, bank, spec, force=force)
+    except BaseException:
+        sock.close()
+        raise
+    roots = list(results) or ([Path("docs/results")] if Path("docs/results").is_dir() else [])
+    session = Session(m, tok, bank, workspace, model_name=model,
+                      artifact_name=start.name if start else "zero surfaces",
+                      max_new_tokens_cap=max_new_tokens, max_queue=max_queue, chat=chat, system=system)
+    app_ = create_app(session, roots, allowed_hosts=allowed_hosts(host))
+    shown = f"[{host}]" if ":" in host else host
+    typer.echo(f"geosteer studio: http://{shown}:{port}/  (workspace {session.workspace})", err=True)
+    server = uvicorn.Server(uvicorn.Config(app_, host=host, port=port, log_level="warning", access_log=False))
+    server.run(sockets=[sock])
+
+
 def register(app: typer.Typer) -> None:
-
-    @app.command("studio")
-    def studio(
-        model: str = MODEL_OPT,
-        surfaces: Path | None = surfaces_option("default: fresh zero surfaces on every layer"),
-        recipe: str | None = RECIPE_OPT,
-        settings: list[str] | None = SET_OPT,
-        port: int = typer.Option(8765, "--port", "-p"),
-        host: str = typer.Option("127.0.0.1", "--host", help="interface to bind; anything but loopback "
-                                 "exposes the model to the network (a warning is printed)"),
-        workspace: Path = typer.Option(Path("studio-workspace"), "--workspace", help="the only folder the "
-                                       "studio reads artifacts from and saves them to"),
-        results: list[Path] = typer.Option([], "--results", help="folders of study result files to show "
-                                           "(read-only; default docs/results if it exists)"),
-        max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="cap on tokens per generation"),
-        threads: int = THREADS_OPT,
-        device: str = DEVICE_OPT,
-        dtype: str = DTYPE_OPT,
-        force: bool = FORCE_OPT,
-        max_queue: int = typer.Option(32, "--max-queue", help="generations queued or running at most; "
-                                      "more get 503 with Retry-After"),
-        chat: bool = CHAT_OPT,
-        system: str | None = SYSTEM_OPT,
-    ) -> None:
-        """Local web app to see and edit attention manifolds live (FastAPI + a static page).
-
-        --recipe/--set/--surfaces as on every steering verb: the recipe's surfaces (and edits) are the ones
-        edited, its other settings stay applied underneath for the whole session."""
-        if not 1 <= port <= 65535:
-            raise ValueError(f"--port must be in 1–65535 (got {port})")
-        if not 1 <= max_new_tokens <= 512:
-            raise ValueError(f"--max-new-tokens must be in 1–512 (got {max_new_tokens})")
-        from geosteer.errors import GeosteerError
-        from geosteer.eval.chat import check_chat_options, has_chat_template
-        from geosteer.shipped import expand
-
-        check_chat_options(chat, system)
-        spec = spec_from_options(recipe, settings, surfaces, model=model)  # a bad value: one line, before the load
-        start = Path(expand(spec.surfaces)) if spec.surfaces is not None else None  # a shipped name: its folder
-        if start is not None and not start.is_dir():
-            raise FileNotFoundError(f"surface artifact folder not found: {start}")
-        check_workspace(workspace)
-        if not 1 <= max_queue <= 1000:
-            raise ValueError(f"--max-queue must be in 1–1000 (got {max_queue})")
-        missing = [r for r in results if not r.is_dir()]
-        if missing:
-            raise FileNotFoundError(f"--results folder not found: {missing[0]}")
-        sock = listen_socket(host, port)
-        if not is_loopback(host):
-            typer.echo(f"warning: binding {host}: anyone who can reach this address can run and edit the "
-                       "model and write into the workspace; there is no authentication", err=True)
-        import uvicorn
-
-        from geosteer.studio import bankio
-        from geosteer.studio.server import create_app
-        from geosteer.studio.session import Session
-
-        try:
-            m, tok = load(model, threads=threads, device=device, dtype=dtype)
-            if chat and not has_chat_template(tok):
-                raise GeosteerError("--chat needs a tokenizer with a chat template; this model's tokenizer has "
-                                    "none (leave out --chat to continue plain text)")
-            bank = bankio.open_bank(m, start, force=force)
-            apply_recipe_rest(m, bank, spec, force=force)
-        except BaseException:
-            sock.close()
-            raise
-        roots = list(results) or ([Path("docs/results")] if Path("docs/results").is_dir() else [])
-        session = Session(m, tok, bank, workspace, model_name=model,
-                          artifact_name=start.name if start else "zero surfaces",
-                          max_new_tokens_cap=max_new_tokens, max_queue=max_queue, chat=chat, system=system)
-        app_ = create_app(session, roots, allowed_hosts=allowed_hosts(host))
-        shown = f"[{host}]" if ":" in host else host
-        typer.echo(f"geosteer studio: http://{shown}:{port}/  (workspace {session.workspace})", err=True)
-        server = uvicorn.Server(uvicorn.Config(app_, host=host, port=port, log_level="warning", access_log=False))
-        server.run(sockets=[sock])
+    app.command("studio")(studio)

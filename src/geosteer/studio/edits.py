@@ -1,16 +1,8 @@
-"""Studio edit requests → ``geosteer.manifold.edit`` edits of a bank's control nets, each with an undo record.
+"""Studio edit requests → :mod:`geosteer.manifold.edit` edits of a bank's control nets, each with an undo record.
 
-An edit targets a surface (layer, head, dim), a head (all its dims) or a layer (all heads and dims), and
-optionally a rectangle of the K×K control net (``rows``/``cols`` inclusive ranges; rows = query axis,
-columns = key axis, paper §5). Operations, named as the library names them (:mod:`geosteer.manifold.edit`):
-``scale`` (αC), ``invert`` (−C, gain 1 + S → 1 − S), ``zero`` (0), ``set`` (a value, e.g. one control point),
-``grid-wall`` (C = −1 on the control points: S = −1, gain 0, only where q and k lie inside the grid; past it
-value leaks) and ``wall`` (an exact region wall: gain exactly 0 for every pair with q and k in the given
-``q``/``k`` value ranges, default the whole plane, also past the grid; a region list, not coefficients).
-The studio validates the JSON request (its shape with the pydantic model
-:class:`geosteer.studio.bodies.EditBody`, then the indices against the bank; one-line messages), keeps the
-old values of the edited block for undo, and lets ``geosteer.manifold.edit.apply_edit`` do the edit (so it
-is recorded in ``bank.history`` and saved with the artifact exactly like a CLI edit).
+An edit targets a surface, a head or a layer, optionally a rectangle of the K×K control net (rows = query
+axis, paper §5), with the library's operations (``scale``, ``invert``, ``zero``, ``set``, ``grid-wall``,
+``wall``). ``apply_edit`` does the edit, so it lands in ``bank.history`` exactly like a CLI edit.
 """
 
 from __future__ import annotations

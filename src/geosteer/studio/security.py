@@ -1,32 +1,9 @@
-"""The studio's request guard: two ASGI middlewares in front of every route (:class:`HostCheck`, then
-:class:`Guard`).
+"""The studio's request guard: two ASGI middlewares in front of every route (docs/studio.md, "Security model").
 
-What they check, in order, and why (docs/studio.md, "Security model"):
-
-1. **Host** (421), :class:`HostCheck`, Starlette's ``TrustedHostMiddleware`` (the Host header parsed per
-   RFC 9112/3986, Starlette >= 1.0.1, and matched against the names the studio serves): a page that
-   DNS-rebinds its own name to 127.0.0.1 cannot talk to the studio as a same-origin page. It runs first,
-   in front of :class:`Guard`, which does the rest:
-2. **Cross-site request forgery** (403), for every method but GET/HEAD/OPTIONS (the API's state-changing
-   requests are all POSTs): any web page the user has open can send a "simple" cross-site POST (e.g.
-   ``Content-Type: text/plain``) to ``127.0.0.1:<port>`` without a CORS preflight, and the browser sends a
-   legitimate Host with it. So a state-changing request must (a) say ``Content-Type: application/json``
-   (which a cross-site page can only send after a preflight the studio never grants), (b) not come from a
-   foreign page: ``Sec-Fetch-Site`` other than ``same-origin``/``none`` and an ``Origin`` other than the
-   served origin are refused, and (c) carry the per-process token in ``X-Geosteer-Token``; the token is
-   written into the studio page (and ``/api/boot``), which other origins cannot read.
-   The GETs that run the model (:data:`COMPUTE_PATHS`: ``/api/rank``, ``/api/surface``, whose sensitivity
-   ranking and token dots need forward/backward passes) pass the same origin and token checks (no
-   Content-Type: they have no body): an ``<img src>`` on a foreign page could otherwise queue model passes
-   ahead of the user's generations. At most ``per_client`` of them run at once per client address; more
-   get 429 with ``Retry-After``.
-3. **Body size** (413): bodies are read here, up to ``limit`` bytes, whether announced by Content-Length
-   or chunked; the app then gets the buffered body.
-
-Every response gets ``X-Content-Type-Options: nosniff``, ``X-Frame-Options: DENY``, ``Referrer-Policy:
-no-referrer``, ``Cross-Origin-Opener-Policy``/``Cross-Origin-Resource-Policy: same-origin`` and, unless the
-route set its own (the HTML pages do, with a per-response script nonce), ``Content-Security-Policy:
-default-src 'none'; frame-ancestors 'none'``.
+:class:`HostCheck` (Starlette's ``TrustedHostMiddleware``) answers only the names the studio serves (421,
+DNS rebinding); :class:`Guard` then refuses cross-site state changes and model-running GETs
+(:data:`COMPUTE_PATHS`) without JSON, the served origin and the per-process token (403), caps those GETs
+per client (429), caps bodies, also chunked (413), and sets the nosniff/frame/referrer/CSP headers.
 """
 
 from __future__ import annotations

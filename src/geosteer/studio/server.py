@@ -1,20 +1,9 @@
-"""The studio's FastAPI app: a static page + a small JSON API over one ``Session``.
+"""The studio's FastAPI app: a static page and a small JSON API over one ``Session``.
 
-Security bars: the CLI binds 127.0.0.1 by default; :class:`geosteer.studio.security.HostCheck` (Starlette's
-``TrustedHostMiddleware``) answers only Host headers the studio serves (DNS-rebinding guard, 421);
-:class:`geosteer.studio.security.Guard` refuses state-changing requests that are not JSON,
-come from another site/origin or lack the per-process token (CSRF: 403), caps bodies (413, also chunked)
-and sets nosniff/frame/CSP headers. Every JSON body is parsed by us (``read_json``: malformed JSON, NaN,
-Infinity and deep nesting are a 400 with a one-line message) and then validated by its pydantic model
-(:mod:`geosteer.studio.bodies`: strict types, unknown fields refused, also a one-line 400); user errors
-are 400/404/409 ``{"error": ...}``, a full generation queue is 503 with Retry-After; anything unexpected
-is a 500 ``{"error": "internal error ..."}`` without a traceback (logged
-server-side). Paths from requests are plain names resolved inside the workspace (artifacts) or the results
-folders (pages). Requests that change state are validated whole before anything changes.
-
-Concurrency: reads (info, norm ranking, figures, static files, pages) only take the session's short state
-lock; model passes run on the session's worker thread (:mod:`geosteer.studio.worker`) and are awaited as
-futures, so waiting generations hold no thread of the server's pool.
+Requests pass :mod:`geosteer.studio.security` first; bodies are parsed by :func:`read_json` and validated
+by :mod:`geosteer.studio.bodies`. User errors are 400/404/409 ``{"error": ...}``, a full queue 503 with
+Retry-After, anything else a 500 without a traceback. Model passes run on the session's worker
+(:mod:`geosteer.studio.worker`); reads only take the short state lock (docs/studio.md).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The studio's model session: one model, one surface bank, edits with undo, cached effects.
 
-Two copies of the bank: ``self.bank`` is the *state* (what edits change, what info/surface/rank read and
-what save writes), guarded by ``self.lock``, which is only ever held for short bookkeeping (never during a
-model pass or a disk write); the *runtime* copy is attached to the model and used only by the session's
-model worker (:mod:`geosteer.studio.worker`), which copies a snapshot of the state's coefficients into it
-before each pass. So reading the state never waits for a generation, and a generation always sees one
-consistent state (the one current when it was asked for).
-
-Results are cached per *state version* (an edit makes a new version, undo returns to the version before
-the edit), so "before" continuations are computed once. The effect of a state is the greedy continuation,
-the next-token top-10 and, against a reference state, KL(P_ref ‖ P_now) in nats (the paper's steering
-measures, §5).
+``self.bank`` is the state (edited, read, saved; under the short ``self.lock``); a runtime copy attached to
+the model is used only by the worker, which copies a snapshot in before each pass. Effects (greedy
+continuation, next-token top-10, KL(P_ref ‖ P_now) in nats, paper §5) are cached per state version.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """One thread runs every model pass of a studio session, from a bounded priority queue.
 
-Why: a model pass (a 20-token greedy decode takes seconds on a CPU) must never hold up requests that only
-read the session's state (info, the norm ranking, surface figures), and waiting generations must not occupy
-the web server's thread pool (that is what made a static file wait 14 s behind 45 queued generations).
-Requests that need the model reserve a place, submit a job and await its ``concurrent.futures.Future``;
-analysis jobs (the prompt's token dots, sensitivity: one forward or backward) run before queued
-generations; beyond ``max_queue`` generations (queued + running) a reservation fails at once with
-:class:`QueueFull` (the server answers 503 with ``Retry-After``). Reserving before changing any state lets
-an edit that asks for its effect be refused whole, never applied and then refused.
+Reads never wait behind a generation, and waiting generations hold no server thread: requests reserve a
+place, submit a job and await its future. Analysis jobs run before queued generations; beyond
+``max_queue`` a reservation fails at once with :class:`QueueFull` (503), before any state changes.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""What the studio sees in its workspace folder: the surfaces artifacts it can open and the folders whose
-config it cannot read (with the one-line reason).
+"""What the studio sees in its workspace: the surfaces artifacts it can open and the broken folders (with why).
 
-Only regular files are read, non-blocking and size-capped (:func:`geosteer.readers.read_bytes`): a config
-that is a FIFO, a device such as ``/dev/zero`` or too large is listed as broken, never read. A workspace
-moved away or removed while the studio runs lists nothing (a later save creates it again).
+Only regular files are read, non-blocking and size-capped (:func:`geosteer.readers.read_bytes`).
 """
 
 from __future__ import annotations
