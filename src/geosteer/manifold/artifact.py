@@ -1,10 +1,5 @@
-"""Surface artifacts: a folder with ``surfaces.safetensors`` (coefficients, lo, hi) and
-``geosteer_config.json``.
-
-The JSON records the format and version, the base model id and shapes, grid and ranges, training info, the
-history of edits and a SHA-256 of the tensor file. Saving is atomic: both files are written into a
-temporary sibling folder that then replaces the target, so a killed save never leaves a half-written or
-mismatched artifact. Loading checks everything and names what does not fit.
+"""Surface artifacts: ``surfaces.safetensors`` (coefficients, lo, hi) and ``geosteer_config.json`` (format,
+base model, shapes, grid, training, edit history, SHA-256 of the tensors), saved atomically and checked on load.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """``SurfaceBank``: the learned surfaces of one model, as an ``nn.Module`` and an intervention.
 
-``coefficients`` (layers, heads, head_dim, K, K): rows index the query axis (a), columns the key axis (b).
-``lo``/``hi`` (layers,) are the per-layer grid ranges. ``bank.attach(model) -> remove`` puts one attention
-handler on each covered layer (so ``geosteer.steer(model, bank)`` works, with generation and the KV cache);
-``geosteer.manifold.install/uninstall`` are the persistent forms.
-
-``walls`` is a list of exact region walls (``geosteer.manifold.walls``: gain exactly 0 on a (layer, head,
-dim, q-range, k-range) region, on any layer of the model); the handler applies them after the surfaces.
-
-A model carries at most one bank: attaching a second one (or the same one twice) is refused with a message;
-``geosteer.manifold.install`` replaces the persistent bank cleanly instead.
+``coefficients`` (layers, heads, head_dim, K, K), rows the query axis; ``lo``/``hi`` the per-layer grid
+ranges; ``walls`` exact region walls applied after the surfaces. ``attach(model) -> remove`` adds one handler
+per covered layer; a model carries at most one bank (``install`` replaces it).
 """
 
 from __future__ import annotations
@@ -346,13 +339,10 @@ def attached_bank(model: nn.Module) -> SurfaceBank | None:
 
 def install(model: nn.Module, grid_size: int = 8, grid_range=(-4.0, 4.0), layers=None, *, ranges=None,
             bank: SurfaceBank | None = None, dtype: str = "float32", backend: str | None = None) -> SurfaceBank:
-    """Install surfaces on ``model`` persistently and return the bank (zero coefficients = stock model).
+    """Install surfaces on ``model`` until ``uninstall(model)`` and return the bank (zero coefficients = stock).
 
-    Persistent: the bank stays until ``uninstall(model)`` (unlike ``bank.attach(model) -> remove``, the
-    ``Intervention`` protocol that ``geosteer.steer`` uses for a ``with`` block). Pass ``bank`` to install an
-    existing (e.g. loaded) bank. A bank already installed is uninstalled first, so banks never stack.
-    ``backend``: ``triton``, ``torch``, ``cpu`` or ``auto`` (see ``geosteer.kernels.exact``; None: the
-    ``GEOSTEER_MANIFOLD_BACKEND`` environment variable, else automatic).
+    ``bank``: an existing bank to install; one already installed is uninstalled first. ``backend``:
+    ``triton``, ``torch``, ``cpu`` or ``auto`` (None: ``GEOSTEER_MANIFOLD_BACKEND``, else automatic).
     """
     if bank is None:
         cfg = ManifoldConfig.for_model(model, grid_size=grid_size, grid_range=grid_range, layers=layers,

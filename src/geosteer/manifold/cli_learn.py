@@ -36,10 +36,12 @@ from geosteer.cli.learning import (
     checkpoint_every_opt,
     command_line,
     context_opt,
+    format_prompt_files,
     layers_opt,
     log,
     lr_opt,
     out_opt,
+    read_prompt_files,
     steps_opt,
     target_file_opt,
 )
@@ -177,20 +179,17 @@ def walls_cmd(
 ) -> None:
     """Learn a short list of exact wall regions (layer, head, dim, q-box, k-box) that lower the target
     continuations' log-prob while keeping the control prompts' next-token KL under --kl-threshold."""
-    from geosteer.eval.chat import check_chat_options, format_prompts, format_targets
-    from geosteer.manifold.wall_learn import WallLearnConfig, read_controls, read_targets
+    from geosteer.manifold.wall_learn import WallLearnConfig
     from geosteer.manifold.wall_learn_train import learn_walls
     from geosteer.models.anatomy import anatomy, parse_layers
 
-    check_chat_options(chat, system)
     cfg = WallLearnConfig(candidates=candidates, steps=steps, lr=lr, kl_threshold=kl_threshold,
                           kl_weight=kl_weight, sparsity=sparsity, mode=mode, seed=seed,
                           checkpoint_every=checkpoint_every, add_bos=True if bos else None)
-    targets, controls = read_targets(target_file), read_controls(control_file)
+    sets = read_prompt_files(target_file, control_file, chat=chat, system=system)
     check_resume(resume, overwrite)
     m, tok, bank, storage = _start(surfaces, model, layers, threads, device, dtype, force)
-    targets = format_targets(tok, targets, chat, system, cfg.add_bos)
-    controls = format_prompts(tok, controls, chat, system, cfg.add_bos)
+    targets, controls, _ = format_prompt_files(tok, sets, chat, system, cfg.add_bos)
     if layers is not None:
         cfg.layers = parse_layers(layers, anatomy(m).n_layers)
     _, rep = learn_walls(m, tok, bank, targets, controls, cfg, out, resume=resume, overwrite=overwrite,
@@ -225,20 +224,15 @@ def steering_surfaces_cmd(
     """Fine-tune the surfaces so that the target continuations' log-prob rises (minus the negatives' when
     --negative-file is given) while the control prompts' next-token KL stays under --kl-threshold.
     The output is a surfaces artifact: use it with --surfaces or --set surfaces=DIR."""
-    from geosteer.eval.chat import check_chat_options, format_prompts, format_targets
-    from geosteer.manifold.wall_learn import WallLearnConfig, read_controls, read_targets
+    from geosteer.manifold.wall_learn import WallLearnConfig
     from geosteer.manifold.wall_learn_train import learn_walls
 
-    check_chat_options(chat, system)
     cfg = WallLearnConfig(steps=steps, lr=lr, kl_threshold=kl_threshold, kl_weight=kl_weight, mode="dense",
                           sparsity=0.0, seed=seed, checkpoint_every=checkpoint_every, add_bos=True if bos else None)
-    targets, controls = read_targets(target_file), read_controls(control_file)
-    negatives = read_targets(negative_file) if negative_file is not None else None
+    sets = read_prompt_files(target_file, control_file, negative_file, chat=chat, system=system)
     check_resume(resume, overwrite)
     m, tok, bank, storage = _start(surfaces, model, None, threads, device, dtype, force)
-    targets, controls, negatives = (format_targets(tok, targets, chat, system, cfg.add_bos),
-                                    format_prompts(tok, controls, chat, system, cfg.add_bos),
-                                    format_targets(tok, negatives, chat, system, cfg.add_bos))
+    targets, controls, negatives = format_prompt_files(tok, sets, chat, system, cfg.add_bos)
     _, rep = learn_walls(m, tok, bank, targets, controls, cfg, out, resume=resume, overwrite=overwrite,
                          storage_dtype=storage, command=command_line("steering-surfaces"), log=log,
                          promote=True, negatives=negatives)

@@ -101,7 +101,7 @@ def explore_cmd(
         emit(result, True)
         return
     if "sensitivity" in result:
-        emit([{k: v for k, v in r.items()} for r in result["sensitivity"]], False,
+        emit(result["sensitivity"], False,
              table_title=f"layer sensitivity: zero one layer's surfaces, next-token KL over {len(texts)} "
                          "prompts")
     if result.get("coverage"):

@@ -1,13 +1,8 @@
 """Grid coverage and wall leakage, measured on real attention.
 
-- :func:`grid_coverage` — per layer with surfaces: the fraction of attention mass (pairs (i, j) weighted by
-  a_ij, per head and dim) whose q_id or k_jd falls outside the grid [lo, hi]. There the basis is no longer
-  a partition of unity: a surface is only learnable, and a legacy C = −1 ``grid-wall`` only blocks, inside.
-  Computed in separable form, Σ_ij a_ij 1_in(q_id) 1_in(k_jd) = Σ_i 1_in(q_id) (A 1_in(k))_id.
-- :func:`wall_leakage` — for each wall region: the attention mass inside the region and the part of it
-  that still passes value, Σ a_ij 1_R |g_ij| with g the effective gain of the bank (surfaces and exact
-  walls); 0 for exact walls, > 0 for legacy grid-walls wherever q or k leave the grid.
-- :func:`heldout_windows` — a few held-out token windows to measure on.
+:func:`grid_coverage`: the attention mass whose q_id or k_jd leaves the grid (separable form);
+:func:`wall_leakage`: per wall region, the mass inside and the part still passing value (0 for exact walls);
+:func:`heldout_windows`: held-out windows to measure on.
 """
 
 from __future__ import annotations

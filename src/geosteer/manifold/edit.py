@@ -1,30 +1,10 @@
 """Editing learned surfaces (paper §5): scale, invert, zero, set a control point, walls.
 
-An :class:`Edit` selects surfaces — layers, heads, dims (None = all), or the ``top`` N surfaces by
-Frobenius norm within that selection — and optionally a part of each K×K control net: ``rows`` (query-side
-control points) and/or ``cols`` (key-side). Operations:
-
-- ``scale`` (α·C), ``invert`` (−C: the gain 1 + S becomes 1 − S), ``zero`` (0), ``set`` (a value, e.g. one
-  control point).
-- ``wall``: an exact region wall (``geosteer.manifold.walls``): the gain is exactly 0 for every pair with
-  q in the ``q=LO..HI`` range and k in the ``k=LO..HI`` range (closed, ±inf allowed, default the whole
-  line) on the selected (layer, head, dim) surfaces, also past the grid. It does not touch the
-  coefficients: it is a region list in the bank (saved with the artifact). Layers may be any model layer.
-- ``grid-wall`` (legacy, the earlier ``wall``): C = −1 on the selected control points. The basis is a
-  partition of unity only inside [lo, hi], so 1 + S = 0 only where q and k both lie inside the grid;
-  beyond it S decays to 0 and value passes (measure with ``wall_leakage``). Kept to reproduce the paper's
-  Table 3 walls; it takes no q/k ranges.
-
-Edits compose (applied in order), are validated against the bank (an index out of range is refused with
-the valid range) and are recorded in ``bank.history`` (saved with the artifact). :func:`live` applies edits
-for the duration of a ``with`` block and restores the coefficients (and history) afterwards — no files.
-
-Text form (CLI ``geosteer manifold edit OP...``): ``VERB[=NUMBER] KEY=VALUES ...`` with VERB one of
-scale/invert/zero/set/wall/grid-wall, KEYs ``layer head dim row col top q k`` (plural forms accepted),
-VALUES like ``8`` or ``5-10`` or ``1,3,7-9``, and ``q=LO..HI`` / ``k=LO..HI`` (numbers or ±inf); e.g.
-``"invert layer=8"``, ``"scale=0.5 layer=8 head=3 dim=25"``,
-``"invert layer=8 head=26 dim=25 rows=5-10"``, ``"set=1.5 layer=8 head=2 dim=4 row=5 col=5"``,
-``"wall layer=10 top=8"``, ``"wall layer=10 head=3 dim=5 q=2..inf k=-inf..0"``. Tokens may also be separated by ``:``.
+An :class:`Edit` selects surfaces (layers, heads, dims, or the ``top`` N by Frobenius norm) and optionally
+``rows``/``cols`` of each K×K control net. ``wall`` adds an exact region wall (:mod:`geosteer.manifold.walls`);
+``grid-wall`` sets C = −1 (the paper's Table 3 wall, leaky past the grid). Edits are validated against the
+bank and recorded in ``bank.history``; :func:`live` applies them for a ``with`` block. The text form
+(``"scale=0.5 layer=8 head=3 dim=25"``, ``"wall layer=10 q=2..inf"``) is in docs/guide-manifold.md, "Edit".
 """
 
 from __future__ import annotations
@@ -165,11 +145,6 @@ def _fmt_list(xs: Sequence[int]) -> str:
     if len(xs) > 1 and xs == list(range(xs[0], xs[-1] + 1)):
         return f"{xs[0]}-{xs[-1]}"
     return ",".join(map(str, xs))
-
-
-def parse_values(text: str) -> list[int]:
-    """``"5"`` → [5]; ``"5-10"`` → [5 … 10]; ``"1,3,7-9"`` → [1, 3, 7, 8, 9] (the one index parser)."""
-    return parse_indices(text, None, "index")
 
 
 def _number(v: str, text: str) -> float:

@@ -1,22 +1,10 @@
 """The attention-manifold paper's released surfaces (``surfaces_grid8.pt``) as a surfaces artifact, and back.
 
-The paper describes its checkpoint as, per layer, one K × K control net (K = grid + 3, 11 × 11 at grid 8) for
-every query head and head dimension (Llama-3.2-1B: 16 layers × 32 heads × 64 dims × 121 = 3,964,928
-coefficients, "4M parameters, 15 MB"); rows index the query axis, columns the key axis, as in geosteer. The
-file's key names are not documented, so :func:`read_released` recognises the layouts a PyTorch checkpoint of
-that description can take:
-
-- one tensor (layers, heads, head_dim, K, K) or (layers, heads·head_dim, K, K): every layer of the model, in
-  order (a list or tuple of per-layer tensors likewise);
-- a mapping whose keys name a layer: a number (``8``, ``"8"``) or a path with one
-  (``model.layers.8.self_attn.surfaces``, ``layer_8``, nested mappings joined with dots), each holding
-  (heads, head_dim, K, K), (heads·head_dim, K, K), (heads, head_dim, K·K) or (heads·head_dim, K·K);
-- either of these under ``surfaces`` / ``coefficients`` / ``state_dict`` / ``model_state_dict``, beside
-  optional settings ``grid_size`` (or ``grid``) and ``grid_range`` (or ``range``), also inside ``config``.
-
-The file is read with ``torch.load(weights_only=True)`` (no code in it runs). :func:`fit_released` checks the
-shapes against a model's layers, heads, head_dim and the grid and refuses in one line naming what it found;
-:func:`export_released` writes a bank in the per-layer state-dict layout (the round trip of the tests).
+Per layer, one K × K control net per query head and head dim (rows: query axis). The file's keys are not
+documented, so :func:`read_released` recognises the layouts such a checkpoint can take (one stacked tensor, a
+list, or a mapping keyed by layer, optionally under ``surfaces``/``state_dict``..., with ``grid_size`` and
+``grid_range``), read with ``weights_only=True``. :func:`fit_released` checks shapes against a model;
+:func:`export_released` writes the per-layer layout.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Rank-r surfaces: each K×K coefficient matrix C_d truncated to its r largest singular values.
 
-S_d(q, k) = B(q)ᵀ C_d B(k) = Σ_s σ_s (B(q)·u_s)(B(k)·w_s), so a rank-r bank has
-1 + S ≈ 1 + Σ_{s ≤ r} (B(q)·u_s)(B(k)·w_s): attention then multiplies [v, v⊙(B(k)·w_1), …] of r + 1 slices
-instead of K + 1 (the FLOP floor of ``benchmarks/manifold_speed.py`` with K replaced by r). Here the
-truncation is computed and measured (discarded singular-value energy, next-token KL against the exact bank
-on held-out text). The inference forwards of a bank from :func:`low_rank_bank` (``narrow=True``, the default)
-run :func:`geosteer.kernels.low_rank.low_rank_attention` (r + 1 slices; compiled key side and epilogue
-on the CPU in fp32, PyTorch ops elsewhere), and decoding reuses its key features of the past keys; where the
-fused Triton kernels apply, :func:`geosteer.kernels.triton_low_rank.low_rank_attention_triton` (the same
-r + 1 slices, built on chip). With autograd on the Triton backend and with ``narrow=False`` the exact kernels
-run on the truncated coefficients (same values; on the CPU the narrow path is the faster,
-docs/manifold-speed.md).
+S_d(q, k) = Σ_s σ_s (B(q)·u_s)(B(k)·w_s), so attention multiplies r + 1 slices instead of K + 1. Here the
+truncation is computed and measured (discarded energy, next-token KL); a bank from :func:`low_rank_bank`
+runs :mod:`geosteer.kernels.low_rank` (or its Triton form); with autograd on Triton or ``narrow=False`` the
+exact kernels run on the truncated coefficients (same values).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""Training rank-r surfaces directly: each C_d = U_d W_dᵀ with U_d, W_d of shape (K, r).
+"""Training rank-r surfaces directly: C_d = U_d W_dᵀ with U_d, W_d of shape (K, r).
 
-1 + S_d(q, k) = 1 + Σ_{s ≤ r} (B(q)·u_s)(B(k)·w_s), the low-rank form of :mod:`geosteer.manifold.low_rank`,
-learned instead of truncated. The factors are a ``torch.nn.utils.parametrize`` parametrisation of the bank's
-``coefficients``: the bank's kernels, walls and handler see an ordinary (layers, heads, dim, K, K) tensor,
-the optimiser and the checkpoints see U and W (2·r·K numbers per surface instead of K²). U starts at zero
-and W at seeded Gaussian entries of variance 1/K (as LoRA starts B = 0), so a fresh bank is the stock model
-and the gradient reaches U at the first step. :func:`merge_factors` writes the product back as the plain
-coefficients before the artifact is saved; the saved matrices have rank ≤ r.
+A ``parametrize`` parametrisation of the bank's ``coefficients`` (kernels see K×K, the optimiser sees U, W).
+U starts at 0 and W at Gaussian entries of variance 1/K (as LoRA), so a fresh bank is stock;
+:func:`merge_factors` writes the product back before saving.
 """
 
 from __future__ import annotations

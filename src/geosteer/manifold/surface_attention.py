@@ -1,18 +1,9 @@
 """The attention handler of a ``SurfaceBank``: one call of a covered layer through the surface kernels.
 
-The stock part is computed in the same product only when the bank's handler is the last in the chain, so
-handlers attached after it (recorders, value edits) still see and change the call. Decoding with a KV
-cache reuses the key-side features of the past keys except on the Triton backend, which builds them on
-chip: a growing ``FeatureCache`` beside a dynamic KV cache, a preallocated ``StaticFeatureCache`` written
-at the cache's rows beside transformers' static one (``cache_implementation="static"``).
-
-Under ``torch.compile`` (``torch.compiler.is_compiling()``) the handler keeps to what a graph can hold: the
-PyTorch path of the kernels (the compiled CPU extension and the host-side checks are opaque to the
-tracer), the grid range as tensors (no ``float()`` of a buffer), a boolean mask as an additive one (the
-PyTorch path finds the visible key range of a boolean mask from its data; transformers passes an explicit
-mask while tracing), surfaces computed even where they are zero, the decode feature cache only beside a
-static KV cache (static shapes, in-place writes, no host sync); so ``torch.compile(model, fullgraph=True)``
-traces the attention without breaks, and a static-cache decode step can be captured as a CUDA graph.
+The stock part joins the same product only when this handler is last in the chain. Decoding reuses key
+features (``FeatureCache`` beside a dynamic KV cache, ``StaticFeatureCache`` beside a static one; Triton
+builds them on chip). Under ``torch.compile`` it keeps to what a graph holds (PyTorch kernels, tensor grid
+ranges, additive masks, static feature cache), so ``fullgraph=True`` traces without breaks.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Learned walls: a short list of exact wall regions that suppress a target continuation.
 
-Given target prompts with a continuation to suppress and control prompts to leave alone, learn which
-(layer, head, dim) value channels and which (q, k) boxes to wall off (``geosteer.manifold.walls``: gain exactly
-0 inside the box). Three stages, all on the frozen model with its surfaces attached:
-
-1. **Candidates** (``wall_learn_candidates``): attribution patching. One forward/backward per prompt set gives
-   ∂ℓ/∂o for every attention output o_{i,h,d} of the candidate layers; zeroing channel (l, h, d) changes the
-   target continuation's log-prob by ≈ −Σ_i g_id o_id (first order). score = mean target drop − mean |change
-   of each control prompt's greedy-token log-probs|. The top-N channels get a starting box spanning the
-   ``quantiles`` of their q and k values on the target prompts.
-2. **Relaxation** (:class:`SoftWalls`): each candidate w removes the soft share
-   g_w · m_Q(q_i) m_K(k_j) of the value flow a_ij v_jd (1 + S_d(q_i, k_j)), with g_w = σ(a_w) and sigmoid box
-   edges m(x) = σ((x − lo)/t)·σ((hi − x)/t), t = temperature × the channel's q (k) spread, annealed toward
-   0. Loss (``wall_learn_train``) = target log-prob + kl_weight·max(0, control KL − kl_threshold) +
-   sparsity·Σ_w g_w: the L1 penalty on the gates is group-sparse (a gate switches a whole region).
-3. **Harden** (:meth:`SoftWalls.harden`): keep gates > 0.5, snap the boxes to exact walls. The hard walls are
-   what ships and what is evaluated; :class:`SoftWalls` with ``hard=True`` computes exactly that edit.
+1. **Candidates**: attribution patching; zeroing channel (l, h, d) changes the target log-prob by
+   ≈ −Σ_i g_id o_id; score = target drop − control change; the top N get a box over their q, k quantiles.
+2. **Relaxation** (:class:`SoftWalls`): candidate w removes g_w · m_Q(q_i) m_K(k_j) of a_ij v_jd (1 + S_d),
+   g_w = σ(a_w), m(x) = σ((x − lo)/t)·σ((hi − x)/t) with t annealed; L1 on the gates.
+3. **Harden** (:meth:`SoftWalls.harden`): gates > 0.5 become exact walls (what ships).
 """
 
 from __future__ import annotations
@@ -115,12 +104,10 @@ def _hard_box(x: torch.Tensor, lo, hi) -> torch.Tensor:
 
 
 class SoftWalls(nn.Module):
-    """Candidate walls with soft boxes and gates (parameters: ``gate``, ``q_lo/q_hi/k_lo/k_hi``).
+    """Candidate walls with soft boxes and gates (parameters ``gate``, ``q_lo/q_hi/k_lo/k_hi``).
 
-    ``cands``: dicts with layer, head, dim, q (lo, hi), k (lo, hi), q_scale, k_scale. Attach *outside* the
-    surfaces (``steer(model, soft, bank)``: the first attached handler is the outer one), so that its
-    correction removes the share of the full surface-modulated flow, as an exact wall does.
-    ``hard=True``: indicator boxes and gates thresholded at 0.5 (exactly the hardened walls' edit).
+    Attach it outside the surfaces (``steer(model, soft, bank)``) so it removes a share of the full
+    modulated flow; ``hard=True`` computes exactly the hardened walls' edit.
     """
 
     def __init__(self, cands: list[dict], bank=None, temperature: float = 0.3) -> None:

@@ -1,15 +1,8 @@
 """The wall-learning loop (``geosteer learn walls``): candidates, relaxation, hardening, artifact.
 
-Full-batch and deterministic: every step sees all target and control prompts, so a run is fixed by its
-inputs and settings. The steps run in ``geosteer.train.fit`` with the behaviour objective as its loss function
-(:class:`geosteer.train.PromptObjective`: the target term, the control-KL hinge and, for walls, the gates'
-sparsity). State (parameters, AdamW, schedule, RNG, history, the scored candidates) is a ``geosteer.train``
-checkpoint in ``<out>.train/`` (atomic), first right after scoring, then every ``checkpoint_every`` steps;
-``resume=True`` continues from it and ends with exactly the parameters of an uninterrupted run.
-``mode="dense"`` trains all surface coefficients on the same objective instead (the dense baseline of the
-study); it saves the fine-tuned surfaces. ``promote=True`` (``geosteer learn steering-surfaces``) flips the sign of
-the target term, dense mode only: the surfaces learn to *raise* the target continuations' log-prob (minus the
-negatives' when given) under the same control-KL hinge.
+Full-batch and deterministic, in ``geosteer.train.fit`` with :class:`geosteer.train.PromptObjective`; its
+checkpoint (``<out>.train/``) resumes to exactly an uninterrupted run. ``mode="dense"`` fine-tunes all
+coefficients instead; ``promote=True`` (``learn steering-surfaces``) raises the target log-prob.
 """
 
 from __future__ import annotations

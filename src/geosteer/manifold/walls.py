@@ -1,29 +1,12 @@
 """Walls that block: exact region walls on the value gain.
 
-Semantics. A wall over a region R = (layer, heads, dims, q-range, k-range) sets the gain of every pair
-(i, j) with q_id in the q-range and k_jd in the k-range to exactly 0, for every walled (head, dim):
+A wall over R = (layer, heads, dims, q-range, k-range) zeroes the gain of every pair inside it:
 
     o_id = Σ_j a_ij v_jd (1 + S_d(q_id, k_jd)) (1 − 1_R(q_id, k_jd))
 
-where 1_R is the union of the walls on that (layer, head, dim). Ranges are closed intervals [lo, hi] with
-lo < hi; a bound may be infinite (``q=2..inf``), so a region may extend past the grid: the wall does not
-depend on the spline at all (the grid is [lo, hi] of the surfaces, the spline's support [lo−3h, hi+3h)).
-The default ranges are (−inf, inf): the whole (head, dim) is silenced. Walls may sit on any layer of the
-model, also layers without surfaces (there S = 0 and the gain is 1 − 1_R).
-
-How it is computed. The value flow of a walled pair is removed by masking, never by subtraction: for the
-walled (head, dim) pairs only, the attention weights are multiplied by the boolean mask (1 − 1_R) and the
-output of that dim is recomputed from the masked weights (``walled_output``); every other (head, dim), and
-every query of a walled (head, dim) whose q lies in no wall's q-range, keeps the unwalled output bit for bit.
-So a blocked pair contributes exactly 0 (not a float residue). The compiled CPU kernels still compute the
-unwalled output; the walled dims are recomputed in PyTorch on top (cost: one (queries × keys) product per
-walled (head, dim), ``docs/manifold-study.md``).
-
-The gain with walls stays separable in q and k (query features 1_Q B(q), 1_Q and key features 1_K B(k), 1_K
-per wall), which is what a factored kernel would use; the mask form here is simpler and exact.
-
-The legacy ``grid-wall`` edit (C = −1, see ``edit.py``) is a different thing: 1 + S = 0 only where q and k
-lie inside the grid [lo, hi]; beyond it the partition of unity fails and value passes.
+Ranges are closed, may be infinite (past the grid) and default to the whole line; any layer may carry walls.
+Blocked pairs are masked out of the weights of the walled (head, dim) pairs and those outputs recomputed
+(``walled_output``), so a blocked pair contributes exactly 0; every other output is the unwalled one bit for bit.
 """
 
 from __future__ import annotations
@@ -230,12 +213,8 @@ def pair_views(query, key, value, lw: LayerWalls, rep: int):
 
 def walled_output(query, key, value, coeff, grid_size: int, lo, hi, lw: LayerWalls, *, attn_mask=None,
                   is_causal: bool = False, scaling=None, softcap=None, block: int = 128):
-    """Output of the walled (head, dim) pairs with walls applied: ``(out (b, L, P), affected (b, L, P))``.
-
-    ``affected`` marks queries whose row has at least one blocked key; only those need to replace the
-    unwalled output (elsewhere this recomputation equals it up to rounding). ``coeff`` (H, d, K, K) or None
-    (no surfaces on this layer: gain 1 outside the walls). Masks, scaling, soft-capping and GQA as in
-    :func:`geosteer.kernels.exact.modulated_attention`.
+    """Output of the walled (head, dim) pairs with walls applied: ``(out (b, L, P), affected (b, L, P))``;
+    ``affected`` marks the query rows with a blocked key. ``coeff`` (H, d, K, K) or None (gain 1 outside walls).
     """
     key, value, _, query_g, common = prepare(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
                                              scaling=scaling, softcap=softcap, dropout=0.0)
