@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from geosteer.interventions import steer
-from geosteer.models.anatomy import FAMILIES, get_submodule
+from geosteer.models.anatomy import FAMILIES
 from geosteer.record import AttentionRecorder, Recorder
 from tests.conftest import TINY_FAMILIES, sample_ids
 
@@ -18,7 +18,7 @@ def test_recorded_points_match_plain_hooks(tiny_model, family):
     model, tok = tiny_model(family)
     ids = sample_ids(tok)
     spec = FAMILIES[model.config.model_type]
-    layers = get_submodule(model, spec.layers)
+    layers = model.get_submodule(spec.layers)
     plain = {}
     handles = []
     for i, layer in enumerate(layers):

@@ -1,12 +1,7 @@
-"""Model anatomy: one canonical view of a decoder block for every supported family.
+"""Model anatomy: one canonical view of a decoder block for every supported family (the ``FAMILIES`` table).
 
-Per-family knowledge lives in the declarative `FAMILIES` table (module paths relative to the model or
-to one decoder layer, norm placement, sequential vs parallel residual). Everything else in geosteer reads
-this table through :class:`Anatomy`; no code outside this file branches on ``model_type``.
-
-Canonical block (sequential, pre-norm):  x → A = attn_update(attn(attn_norm(x))) → m = x + A
-                                            → Φ = mlp_update(mlp(mlp_norm(m))) → x' = m + Φ
-Parallel block (GPT-NeoX):               x' = x + A(attn_norm(x)) + Φ(mlp_norm(x))
+Sequential: x → A = attn_update(attn(attn_norm(x))) → m = x + A → Φ = mlp_update(mlp(mlp_norm(m))) → x' = m + Φ;
+parallel (GPT-NeoX): x' = x + A(attn_norm(x)) + Φ(mlp_norm(x)). No code elsewhere branches on ``model_type``.
 """
 
 from __future__ import annotations
@@ -99,13 +94,6 @@ FAMILIES: dict[str, FamilySpec] = {
     ),
 }
 FAMILIES["gemma3"] = FAMILIES["gemma3_text"]
-
-
-def get_submodule(root: nn.Module, path: str) -> nn.Module:
-    mod = root
-    for part in path.split("."):
-        mod = getattr(mod, part)
-    return mod
 
 
 def child_named(parent: nn.Module, names: Sequence[str], what: str) -> nn.Module:
@@ -210,12 +198,8 @@ def supported_families() -> list[str]:
 
 
 def unwrap_peft(model: nn.Module) -> nn.Module:
-    """The transformers model inside a PEFT wrapper: ``PeftModel.get_base_model()`` (or
-    ``base_model.model``) for a ``PeftModel``, ``.model`` for a bare ``LoraModel``-style tuner; else ``model``.
-
-    Layers are resolved on the unwrapped model (the wrapper forwards attribute access one level down only,
-    so ``model.layers`` would miss); LoRA layers stay in place inside it, so an intervention attached there
-    sees the adapted weights.
+    """The transformers model inside a PEFT wrapper (``get_base_model()``, or ``.model`` of a bare tuner),
+    else ``model``; LoRA layers stay in place, so an intervention there sees the adapted weights.
     """
     seen = 0
     while seen < 4:
@@ -253,8 +237,8 @@ def anatomy(model: nn.Module) -> Anatomy:
             f"unsupported architecture '{model_type}'; supported: {', '.join(supported_families())}"
         )
     try:
-        layers = get_submodule(model, spec.layers)
-        final_norm = get_submodule(model, spec.final_norm)
+        layers = model.get_submodule(spec.layers)
+        final_norm = model.get_submodule(spec.final_norm)
     except AttributeError as e:
         raise UnsupportedArchitecture(
             f"'{model_type}' model lacks the expected module path ({e}); pass a *ForCausalLM model"
@@ -280,12 +264,12 @@ def anatomy(model: nn.Module) -> Anatomy:
             BlockView(
                 index=i,
                 layer=layer,
-                attn=get_submodule(layer, spec.attn),
-                attn_norm=get_submodule(layer, spec.attn_norm),
-                mlp=get_submodule(layer, spec.mlp),
-                mlp_norm=get_submodule(layer, spec.mlp_norm),
-                attn_update=get_submodule(layer, spec.attn_update),
-                mlp_update=get_submodule(layer, spec.mlp_update),
+                attn=layer.get_submodule(spec.attn),
+                attn_norm=layer.get_submodule(spec.attn_norm),
+                mlp=layer.get_submodule(spec.mlp),
+                mlp_norm=layer.get_submodule(spec.mlp_norm),
+                attn_update=layer.get_submodule(spec.attn_update),
+                mlp_update=layer.get_submodule(spec.mlp_update),
                 sliding_window=sw,
             )
         )

@@ -47,41 +47,35 @@ def _auto_config(source: str):
         return None
 
 
-def max_positions(model_or_config) -> int | None:
-    """The number of positions the model was built for (``max_position_embeddings``, GPT-2's
-    ``n_positions``); ``None`` when its config names none."""
+def _config_int(model_or_config, keys: tuple[str, ...]) -> int | None:
+    """The first of ``keys`` that the (text) config holds as a positive integer; ``None`` when none does."""
     cfg = _text_config(getattr(model_or_config, "config", model_or_config))
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+    for key in keys:
         value = getattr(cfg, key, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
+
+
+def max_positions(model_or_config) -> int | None:
+    """The number of positions the model was built for (``max_position_embeddings``, GPT-2's ``n_positions``)."""
+    return _config_int(model_or_config, ("max_position_embeddings", "n_positions", "max_sequence_length",
+                                         "seq_length"))
 
 
 def num_layers(model_or_config) -> int | None:
-    """The number of transformer blocks named in the config; ``None`` when it names none."""
-    cfg = _text_config(getattr(model_or_config, "config", model_or_config))
-    for key in ("num_hidden_layers", "n_layer", "num_layers"):
-        value = getattr(cfg, key, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    """The number of transformer blocks named in the config."""
+    return _config_int(model_or_config, ("num_hidden_layers", "n_layer", "num_layers"))
 
 
 def num_heads(model_or_config) -> int | None:
-    """The number of query heads per layer named in the config; ``None`` when it names none."""
-    cfg = _text_config(getattr(model_or_config, "config", model_or_config))
-    for key in ("num_attention_heads", "n_head", "num_heads"):
-        value = getattr(cfg, key, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    """The number of query heads per layer named in the config."""
+    return _config_int(model_or_config, ("num_attention_heads", "n_head", "num_heads"))
 
 
 def vocab_size(model_or_config) -> int | None:
-    """The number of token ids the model scores (``vocab_size``); ``None`` when its config names none."""
-    value = getattr(_text_config(getattr(model_or_config, "config", model_or_config)), "vocab_size", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    """The number of token ids the model scores (``vocab_size``)."""
+    return _config_int(model_or_config, ("vocab_size",))
 
 
 def check_positions(model_or_config, length: int, what: str = "sequence length") -> None:

@@ -23,7 +23,6 @@ from geosteer.attention import use_geosteer_attention
 from geosteer.cache import cache_dir
 from geosteer.errors import GeosteerError, ModelNotAvailable
 from geosteer.extras import require
-from geosteer.models.anatomy import unwrap_peft
 from geosteer.models.devices import input_device, resolve_device, resolve_dtype  # noqa: F401 - re-exported
 from geosteer.models.identity import (  # noqa: F401 - re-exported (model names and their identity)
     HUB_IDS,
@@ -359,18 +358,10 @@ def load_model(
 ):
     """Return ``(model, tokenizer)`` in eval mode with geosteer's attention function registered.
 
-    ``name_or_path``: ``"smollm2"`` (default), ``"gemma3-270m"``, ``"tiny-<family>"``, a ``.gguf`` file,
-    a local HF folder, or a hub id (needs network access to the hub, or its files in the local cache with
-    ``HF_HUB_OFFLINE=1``). A bundled alias whose package is not installed falls back to its Hub id.
-    Which kind a name is: :data:`SOURCES`.
-
-    ``dtype``: a ``torch.dtype``, a name (``"bf16"``, ``"float16"``, ...) or ``"auto"`` (the checkpoint's).
-    ``device``: where the whole model goes (ignored with ``device_map``). ``device_map`` /
-    ``quantization_config`` / ``hf_kwargs`` go to ``from_pretrained`` unchanged (e.g. ``device_map="auto"``
-    spreads a large model over the GPUs and the CPU; accelerate's hooks then move activations, and geosteer
-    places each intervention's tensors on the device of the layer it acts on).
-    ``base_model``: what a fine-tuned folder derives from (``"smollm2"``, a Hub id): artifacts made for that
-    base load on it without ``force`` (:func:`declare_base`; saved as ``geosteer_base_model`` in its config).
+    ``name_or_path``: ``"smollm2"`` (default), ``"gemma3-270m"``, ``"tiny-<family>"``, a ``.gguf``, a folder
+    or a Hub id (:data:`SOURCES`). ``dtype``: a dtype, a name or ``"auto"``; ``device`` (ignored with
+    ``device_map``); ``device_map``/``quantization_config``/``hf_kwargs`` go to ``from_pretrained``.
+    ``base_model``: what a fine-tuned folder derives from (:func:`declare_base`).
     """
     name = str(name_or_path)
     source = model_source(name)
@@ -395,12 +386,6 @@ def load_model(
     use_geosteer_attention(model)
     guard_positions(model)
     return model, tok
-
-
-def unwrap(model):
-    """The transformers model inside a PEFT wrapper (``PeftModel``/``LoraModel``); ``model`` otherwise."""
-
-    return unwrap_peft(model)
 
 
 def model_id(model) -> str:

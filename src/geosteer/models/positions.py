@@ -1,10 +1,6 @@
-"""The guard on learned position tables: a forward past the model's positions is refused in one line.
-
-Families with learned absolute positions (GPT-2's ``wpe``, OPT's ``embed_positions``) index a table with
-one row per position; a longer input is an ``IndexError`` deep inside the embedding. :func:`guard_positions`
-(run by :func:`geosteer.load_model`) puts a pre-hook on each such table, so every path that runs the model
-— whatever encoded its prompt, text or pairs, and however many tokens it generated — gets the same
-:class:`~geosteer.errors.GeosteerError` naming the limit. Rotary families have no table and are left alone.
+"""The guard on learned position tables (GPT-2's ``wpe``, OPT's ``embed_positions``): :func:`guard_positions`
+(run by :func:`geosteer.load_model`) turns a forward past the model's positions, whatever its path, into one
+:class:`~geosteer.errors.GeosteerError` naming the limit instead of an ``IndexError``.
 """
 
 from __future__ import annotations
