@@ -1,11 +1,8 @@
-"""The registered attention function: value-level access on every family, stock SDPA otherwise.
+"""The registered attention function ``"geosteer"``: value-level access on every family, stock SDPA otherwise.
 
-transformers routes each attention call through ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``
-with the module, post-RoPE ``query`` (b, heads, q, d), ``key``/``value`` (b, kv_heads, k, d, before GQA
-expansion), the mask and the scaling. We register one function, ``"geosteer"``. With no handler on a
-module it calls transformers' own ``sdpa_attention_forward`` with the same arguments, so logits are
-bit-identical to the stock SDPA model. Value-level interventions add *handlers* to a module; handlers
-compose as a chain, each one receiving the call and a ``proceed`` that runs the rest of the chain.
+With no handler on a module it calls transformers' ``sdpa_attention_forward`` unchanged (bit-identical
+logits). Handlers form a chain: ``handler(call, proceed)`` gets the post-RoPE query and the keys/values
+before GQA expansion; ``proceed`` runs the rest of the chain.
 """
 
 from __future__ import annotations
@@ -102,21 +99,11 @@ _LSE_SAFE_KWARGS = {"position_ids", "use_cache", "sliding_window", "cache_positi
 
 
 def stock_attention_with_lse(call: AttentionCall) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(stock output (b, q, heads, dv), row log-sum-exp of the scaled, masked scores (b, heads, q)), or None.
+    """(stock output (b, q, heads, dv), row log-sum-exp (b, heads, q)), or None when no kernel gives both.
 
-    Two kernels return the log-sum-exp with the output, so A_tt = exp(s_tt − lse_t) costs O(T·d) after them:
-
-    - CPU, plain causal call (no mask, no cache: q_len == k_len > 1, fp32/fp64): PyTorch's fused CPU
-      flash-attention kernel, the one transformers' SDPA path runs, with the same inputs (GQA keys/values
-      repeated as SDPA's ``enable_gqa`` does): the stock output bit for bit (tested).
-    - CUDA with Triton importable (or a CPU under ``TRITON_INTERPRET=1`` with
-      ``GEOSTEER_MANIFOLD_BACKEND=triton``): the fused Triton kernel of ``geosteer.kernels.triton`` without
-      surfaces, for any mask the stock path gets (padding, sliding windows, KV cache), GQA unexpanded, any
-      float dtype: the stock output to fp32 rounding (a different kernel than SDPA's), no attention matrix.
-      ``GEOSTEER_MANIFOLD_BACKEND=torch`` or ``cpu`` turns this off.
-
-    Anything else (dropout, soft-capping or other extra arguments, attention weights requested): None, and
-    the caller uses ``proceed`` and computes what it needs itself.
+    CPU plain causal calls use PyTorch's fused flash kernel (the stock output bit for bit); CUDA (or
+    ``TRITON_INTERPRET=1`` with ``GEOSTEER_MANIFOLD_BACKEND=triton``) uses the Triton kernel without surfaces
+    (fp32 rounding). Anything else returns None and the caller uses ``proceed``.
     """
     q, k, v = call.query, call.key, call.value
     if (call.dropout or set(call.kwargs) - _LSE_SAFE_KWARGS or call.kwargs.get("output_attentions")

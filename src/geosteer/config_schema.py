@@ -1,11 +1,8 @@
 """Typed, bounded reading of artifact configs (``geosteer_config.json``): one pydantic schema per format.
 
-:func:`read_config_json` reads the file with a size cap and a nesting-depth cap (a config nested 100 000 deep
-is one line, not a ``RecursionError``); :func:`validate_config` checks a document against the schema of its
-format (:data:`SCHEMAS`): integers are integers (``2.9``, ``true`` and ``Infinity`` are refused), numbers are
-finite and bounded, ``meta``/``config``/``history`` have the right type, layer lists are unique, sorted and
-inside the model, and the base model is present. Strict mode never coerces, so a document that passes can be
-read as it is. Unknown keys are allowed here (:func:`geosteer.artifacts.check_config` warns about them).
+:func:`read_config_json` caps size and nesting; :func:`validate_config` checks a document against
+:data:`SCHEMAS` in strict mode (integers are integers, numbers finite and bounded, layer lists unique,
+sorted, in range). Unknown keys pass here (:func:`geosteer.artifacts.check_config` warns).
 """
 
 from __future__ import annotations

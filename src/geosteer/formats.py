@@ -1,10 +1,7 @@
 """The lowest layer of the artifact skeleton: the one config file name and :func:`format_of`.
 
-:class:`~geosteer.methods.ArtifactFormat`, the format table and the dispatch by the ``format`` a folder's
-config names (``load_artifact``, ``is_artifact``, ``register_format``) belong to the registry,
-:mod:`geosteer.methods`; the shared conventions (config gate, cards, atomic folders, Hub) to
-:mod:`geosteer.artifacts`. Both sit above this module, which imports only the bounded readers
-(:mod:`geosteer.readers`: regular files only, never blocking on a FIFO or a device).
+The format table and dispatch belong to :mod:`geosteer.methods`, the shared conventions to
+:mod:`geosteer.artifacts`; both sit above this module, which imports only :mod:`geosteer.readers`.
 """
 
 from __future__ import annotations

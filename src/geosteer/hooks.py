@@ -1,22 +1,9 @@
-"""Branch-level hook points with stable names, on every family through the anatomy table.
+"""Branch-level hook points per layer ℓ with TransformerLens' names, on every family (tensors (b, seq, d)).
 
-Points per layer ℓ (TransformerLens names and meanings; all tensors are (batch, seq, d_model)):
-
-- ``resid_pre``   block input x (the residual stream before the block; *not* normed)
-- ``attn_out``    residual attention update A (what the block adds for attention)
-- ``mlp_in``      the residual stream the MLP branch reads, *before* its norm (x + A, or x if parallel):
-                  TransformerLens' ``hook_mlp_in``
-- ``mlp_normed``  the MLP's input after its norm (TransformerLens' ``ln2.hook_normalized``)
-- ``mlp_out``     residual MLP update Φ
-- ``resid_post``  block output x'
-
-``resid_mid`` (TransformerLens' name for the state between attention and MLP) is accepted for ``mlp_in``.
-
-A hook is ``fn(tensor, ctx) -> tensor | None`` (None keeps the tensor). ``ctx.state`` is a per-layer dict
-that holds the block input (``ctx.state["resid_pre"]``) and, once computed, the attention update
-(``"attn_out"``) and the MLP branch's residual input (``"mlp_in"``) of the *current* forward, so hooks can
-decompose an update against its incoming hidden state without extra passes. :func:`attach_hooks` registers
-one ``fn`` on many layers.
+``resid_pre`` (block input x), ``attn_out`` (attention update A), ``mlp_in`` (the MLP branch's input before
+its norm; ``resid_mid`` is accepted), ``mlp_normed`` (after it), ``mlp_out`` (MLP update Φ), ``resid_post``.
+A hook is ``fn(tensor, ctx) -> tensor | None``; ``ctx.state`` holds this forward's ``resid_pre``,
+``attn_out`` and ``mlp_in`` of the layer. :func:`attach_hooks` registers one ``fn`` on many layers.
 """
 
 from __future__ import annotations

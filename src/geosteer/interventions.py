@@ -1,11 +1,7 @@
-"""Interventions: a small protocol, composition, and clean removal (``geosteer.interventions``).
+"""Interventions: a small protocol, composition, and clean removal.
 
-An intervention is any object with ``attach(model) -> remove`` (a zero-argument callable that undoes
-exactly what ``attach`` did). ``steer(model, a, b, ...)`` attaches them in order and always removes them
-in reverse order on exit, also on error, so after the block the model is the stock model again.
-Interventions work under ``model.generate`` with the KV cache because they act inside the forward.
-
-Usage::
+An intervention is any object with ``attach(model) -> remove``. ``steer(model, a, b, ...)`` attaches them
+in order and removes them in reverse, also on error; they act inside the forward, so ``generate`` works.
 
     with geosteer.steer(model, ScaleHook("attn_out", 0.5, layers=[3])):
         model.generate(...)

@@ -1,17 +1,9 @@
 """The method registry: each method package declares, PEFT-style, what it adds to geosteer.
 
-A :class:`Method` names its recipe keys (with defaults = the stock model) and the builder that turns their
-values into interventions, its CLI (a module or function with ``register(app)``), and its artifact formats
-(:class:`ArtifactFormat`). ``register_method`` is called by the package itself (in its
-``method.py``, imported by its ``__init__``), so adding a method touches no central file: the recipe
-(:mod:`geosteer.recipe`), the ``geosteer`` command and :func:`load_artifact` all read this registry.
-Built-in packages are listed in :data:`BUILTIN`; installed packages can add themselves through the
-``geosteer.methods`` entry-point group (the entry point names a module to import).
-
-The format table lives here too (:class:`~geosteer.artifacts.ArtifactFormat`, re-exported): every method's
-``artifacts``, the core formats of :data:`CORE_FORMATS`
-(the recipe) and any :func:`register_format` adds. :func:`load_artifact` fills the registry before it
-looks a format up, so loading never depends on what a user happened to import first.
+A :class:`Method` (registered by the package's ``method.py``) names its recipe keys, its builder, its verbs
+and its artifact formats; the recipe, the CLI and :func:`load_artifact` read only this registry. Built-ins
+are :data:`BUILTIN`; installed packages use the ``geosteer.methods`` entry-point group. The format table
+(each method's ``artifacts``, :data:`CORE_FORMATS`, :func:`register_format`) lives here too.
 """
 
 from __future__ import annotations
@@ -35,12 +27,10 @@ CORE_FORMATS = {"geosteer-recipe": "geosteer.recipe"}  # format -> the module th
 
 @dataclass(frozen=True)
 class RecipeKey:
-    """One ``key=value`` setting of a recipe. ``default`` is the stock setting (nothing attached).
+    """One ``key=value`` setting of a recipe; ``default`` is the stock setting (nothing attached).
 
-    ``kind``: ``number`` (validated as a float), ``layers`` (a layer spec, parsed by the builder with
-    :func:`geosteer.models.anatomy.parse_layers`), ``folder`` (an artifact folder: copied into a saved
-    recipe and resolved inside it on load), ``text`` or ``any``. ``inline`` turns a value into a
-    self-contained one when a recipe is saved (e.g. a JSON file of edits → the list it holds).
+    ``kind``: ``number``, ``layers``, ``folder`` (copied into a saved recipe), ``text`` or ``any``;
+    ``inline`` makes a value self-contained when a recipe is saved.
     """
 
     name: str
@@ -59,12 +49,9 @@ Builder = Callable[..., list]  # build(model, values, *, force=False) -> interve
 
 @dataclass(frozen=True)
 class Verb:
-    """One tool verb a method declares under a noun: a learner (``geosteer learn <name>``, in
-    ``Method.learners``) or a measurement (``geosteer measure <name>``, in ``Method.measures``).
+    """A learner (``geosteer learn <name>``) or measurement (``geosteer measure <name>``) of a method.
 
-    ``command``: ``"module:function"``, a typer command function (imported only when the CLI is built); its
-    docstring is its help. A learner writes an artifact through the shared learner options of
-    :mod:`geosteer.cli.learning`.
+    ``command``: ``"module:function"``, a typer command function whose docstring is its help.
     """
 
     name: str
@@ -73,16 +60,9 @@ class Verb:
 
 @dataclass(frozen=True)
 class Method:
-    """What one method package adds (see the module docstring). ``build(model, values, *, force)`` returns
-    the interventions for the values of its keys (``[]`` at the defaults); ``force`` (use artifacts recorded
-    for another base model) is what ``InterventionSpec.build(force=...)`` passes.
-    ``validate(values)`` checks its keys' values without a model (raises on a bad one).
-    ``learners`` / ``measures``: its verbs of
-    ``geosteer learn`` / ``geosteer measure`` (:class:`Verb`; a name is taken by one method only).
-    ``examples``: ``"module:function"`` (or the function),
-    ``examples(model, folder) -> {"neutral": values, "active": values}``: recipe values that attach something
-    but give the stock logits, and values that change them (artifacts saved under ``folder`` through the
-    format's writer); the contract suite (``tests/core/test_method_contract.py``) runs every method on them."""
+    """What one method package adds. ``build(model, values, *, force)`` returns its interventions (``[]`` at
+    the defaults); ``validate(values)`` checks values without a model; ``learners``/``measures`` are its verbs;
+    ``examples(model, folder) -> {"neutral": values, "active": values}`` feeds the contract suite."""
 
     name: str
     summary: str = ""
@@ -158,10 +138,6 @@ def register_format(fmt: ArtifactFormat) -> ArtifactFormat:
     """Add a format that belongs to no method (a method declares its own in ``Method.artifacts``)."""
     _EXTRA_FORMATS[fmt.name] = fmt
     return fmt
-
-
-def unregister_format(name: str) -> None:
-    _EXTRA_FORMATS.pop(name, None)
 
 
 def formats() -> dict[str, ArtifactFormat]:

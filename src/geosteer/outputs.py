@@ -1,20 +1,8 @@
 """Output folders: written whole or not at all, and never over a folder geosteer did not write.
 
-:func:`write_folder_atomic` builds a folder in a temporary sibling, records the names of the entries it
-wrote in the config (``files``) and renames it into place; :func:`recover_folder` repairs what a killed
-save left beside it (the writer runs it; a reader only refuses, :func:`check_not_interrupted`). The one
-rule for replacing an existing folder lives in :func:`check_output_folder` (run before any work by the CLI
-verbs, and again by the writer):
-
-- a missing or empty folder may be written;
-- an existing folder may be replaced only when it is a geosteer output of the *same kind* (the
-  ``format`` its ``geosteer_config.json`` names, or a task folder's ``manifest.json``) and holds nothing
-  but the entries geosteer recorded writing there (by exact name: the ``files`` list the writer puts into
-  the config; a nested folder in that list must itself hold only its own recorded files; a task folder's
-  task files by the names its manifest lists), and, where the caller asks for it, only with ``overwrite``;
-- anything else (a folder with the user's own files, another kind of artifact, a file) is refused with
-  one line (:class:`geosteer.errors.OutputRefused`: exit 2 in the CLI, 409 in the studio), and nothing in
-  it is touched.
+:func:`write_folder_atomic` writes through a temporary sibling and a rename; :func:`check_output_folder` is
+the one replacement rule (docs/concepts.md, "Output folders"); a reader only refuses a killed save's
+leftovers (:func:`check_not_interrupted`), the next writer repairs them (:func:`recover_folder`).
 """
 
 from __future__ import annotations
@@ -170,12 +158,8 @@ def _pid_alive(pid: int) -> bool:
 def recover_folder(folder: str | Path) -> list[str]:
     """Repair what a killed :func:`write_folder_atomic` left beside ``folder``; return what was done.
 
-    A save renames the old folder to ``.NAME.old-PID`` and then the new one into place; killed between
-    the two, the artifact is missing and its only copy is hidden. If ``folder`` is missing, the newest
-    ``.NAME.old-PID`` of a process that is no longer running is renamed back; other such copies (the
-    artifact exists: the kill came after both renames) are removed, as are ``.NAME.tmp-PID-*`` folders of
-    processes that are gone. Each action is logged as a warning (``geosteer.artifacts``, shown on stderr).
-    Folders of a running process are left alone: that save may still be going on.
+    A missing folder gets back the newest ``.NAME.old-PID`` of a dead process; other leftovers of dead
+    processes are removed (each logged as a warning); a running process's folders are left alone.
     """
     folder = Path(folder)
     parent, name = folder.parent, folder.name
@@ -247,16 +231,11 @@ def _settle(tmp: Path) -> None:
 
 def write_folder_atomic(folder: str | Path, fill: Callable[[Path], None], overwrite: bool = True,
                         kind: str | None = None) -> Path:
-    """Create ``folder`` by calling ``fill(tmp)`` on a temporary sibling folder, then renaming it in place.
+    """Create ``folder`` by calling ``fill(tmp)`` on a temporary sibling, then renaming it into place.
 
-    ``kind``: the format of what ``fill`` writes (default: read from the filled folder's config or
-    manifest). An existing ``folder`` is replaced only as :func:`check_output_folder` allows (checked
-    before ``fill`` runs and again before the rename); otherwise :class:`geosteer.errors.OutputRefused`
-    is raised and the folder is left as it was. A crash inside ``fill`` leaves the previous folder (if any)
-    untouched and no partial one; what a kill between the two renames leaves is repaired by
-    :func:`recover_folder` (run first here; a reader never repairs, it refuses: :func:`check_not_interrupted`).
-    The folder and its files get the modes a plain
-    ``mkdir``/``open`` would give them (the user's umask).
+    ``kind``: the format ``fill`` writes (default: read from the filled config or manifest). The folder is
+    replaced only as :func:`check_output_folder` allows (before ``fill`` and before the rename); a crash in
+    ``fill`` leaves the previous folder untouched. Modes follow the user's umask.
     """
     folder = Path(folder)
     recover_folder(folder)

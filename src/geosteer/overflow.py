@@ -1,10 +1,8 @@
 """Numbers that cannot silently overflow: finite logits before decoding, finite forwards at load.
 
-Finite but huge parameters (coefficients of 3e38) pass every "is it finite" check on the tensor and then
-overflow inside the forward: the logits become inf/NaN and greedy decoding picks token 0 for ever.
-:func:`check_logits` refuses such logits with one line; :func:`check_forward_finite` runs a short probe input
-through the model with an intervention attached (at load) and refuses it when the output is not finite while
-the stock model's is. :class:`FiniteLogits` is the same check as an HF logits processor for ``generate``.
+Huge but finite parameters overflow inside the forward. :func:`check_logits` (and :class:`FiniteLogits` for
+``generate``) refuses non-finite logits in one line; :func:`check_forward_finite` probes a forward with an
+intervention at load and refuses it when the output is not finite while the stock model's is.
 """
 
 from __future__ import annotations

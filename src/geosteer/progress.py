@@ -1,13 +1,9 @@
-"""One progress bar for every long loop: a total, a rate and an ETA (tqdm) on stderr when it is a
-terminal; silent when stderr is piped or redirected, under ``--json`` (:func:`quiet`), or with
-``GEOSTEER_PROGRESS=0``. ``GEOSTEER_PROGRESS=1`` shows bars on a non-terminal too (logs of a batch job).
-
-::
+"""One progress bar for every long loop (tqdm on a terminal's stderr; silent when piped, under ``--json``
+(:func:`quiet`) or with ``GEOSTEER_PROGRESS=0``; ``GEOSTEER_PROGRESS=1`` forces it).
 
     with progress(len(settings), "sweep", unit="setting") as step:
         for cfg in settings:
-            ...
-            step()               # one done; step(postfix="ppl 12.9") adds a note after the bar
+            step()               # step(postfix="ppl 12.9") adds a note
 """
 
 from __future__ import annotations

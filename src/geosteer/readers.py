@@ -1,11 +1,6 @@
-"""Bounded readers for files a user hands geosteer (results, prompt and pair files): they cannot be stalled.
-
-Every reader here opens regular files only (a FIFO, ``/dev/zero`` or another device is refused at once,
-without waiting for a writer), reads at most a size cap, decodes strict UTF-8, parses JSON with a nesting
-cap (no ``RecursionError``), CSV with a per-field cap, and reports any problem as one
-:class:`ReadRefused` line (a :class:`geosteer.errors.GeosteerError`) naming the file and what is valid.
-Text patterns given by a user are shell-style wildcards (:func:`match_pattern`), never regular
-expressions, so no pattern can backtrack for ever.
+"""Bounded readers for files a user hands geosteer: regular files only, size and nesting caps, strict UTF-8,
+one :class:`ReadRefused` line on any problem. User patterns are shell wildcards (:func:`match_pattern`),
+never regular expressions.
 """
 
 from __future__ import annotations

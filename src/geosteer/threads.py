@@ -1,17 +1,8 @@
-"""CPU threads on a machine that other work shares: a passive OpenMP wait and a thread count from the load.
+"""CPU threads on a shared machine: a passive OpenMP wait and a thread count from the load average.
 
-torch's CPU kernels run in OpenMP parallel regions; between regions GNU OpenMP's worker threads spin for
-a while before they sleep. On cores that other processes hold, that spinning takes time from the very
-threads that would finish the region, so a busy machine runs a generation several times slower with
-torch's default thread count than with one thread. The ``geosteer`` command therefore
-
-- asks for a passive wait (``OMP_WAIT_POLICY=PASSIVE``: idle workers sleep at once) before torch is
-  imported, unless the user set ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME`` themselves
-  (:func:`prefer_passive_wait`; the OpenMP runtime reads it once, when torch loads it);
-- without ``--threads``, uses the cores the 1-minute load average leaves free, at least one and at
-  most torch's default (:func:`threads_for_load`), unless ``OMP_NUM_THREADS`` is set.
-
-This module imports nothing heavy: it runs before torch is imported.
+:func:`prefer_passive_wait` sets ``OMP_WAIT_POLICY=PASSIVE`` before torch loads unless the user set a wait
+policy; :func:`threads_for_load` uses the cores the 1-minute load leaves free unless ``OMP_NUM_THREADS`` is
+set (docs/quickstart.md, "On a busy machine"). Imports nothing heavy.
 """
 
 from __future__ import annotations

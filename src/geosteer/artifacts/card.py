@@ -30,14 +30,8 @@ def render_model_card(*, method: str, base_model: str, title: str | None = None,
                       n_parameters: int | None = None, files: Iterable[str] = (),
                       extra: Mapping[str, Any] | None = None, tags: Iterable[str] = (),
                       license: str = "apache-2.0", datasets: Iterable[str] = ()) -> str:
-    """Model card text (README.md) with Hub YAML front matter (``huggingface_hub.ModelCardData``):
-    ``library_name: geosteer``, ``license``, ``base_model`` as the real Hub id (``smollm2`` ->
-    ``HuggingFaceTB/SmolLM2-135M-Instruct``, via :data:`geosteer.models.loading.HUB_IDS`; left out for a
-    model that has none, e.g. a tiny test model), ``datasets`` (Hub dataset ids) and tags.
-
-    ``training``: e.g. ``{"data": "bundled corpus, train split", "tokens": 300000, "steps": 300,
-    "lr": 0.02, "seed": 0}``; ``ppl_before``/``ppl_after``: held-out perplexity without/with the artifact;
-    ``command``: the exact command that produced it.
+    """Model card text with Hub front matter (``library_name: geosteer``, ``base_model`` as its Hub id,
+    ``datasets``, tags); ``training``, ``ppl_before``/``ppl_after`` and ``command`` go into the body.
     """
     import yaml
     from huggingface_hub import ModelCardData

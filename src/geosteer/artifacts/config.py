@@ -52,27 +52,17 @@ def check_config(doc: Mapping[str, Any], *, fmt: str, reader_version: int, known
     return unknown
 
 
-def _model_key(name: str) -> str:
-    """A comparable form of a model name (:func:`geosteer.models.loading.model_key`): resolved path for local
-    files/folders, an alias as its Hub id, lower-case."""
-
-    return model_key(name)
-
-
 def check_base_model(recorded: str | None, current: str | None, *, what: str = "this artifact",
                      force: bool = False) -> None:
-    """Refuse an artifact made for another base model (shapes can match by chance: tiny-llama vs tiny-qwen3).
+    """Refuse an artifact made for another base model (shapes can match by chance).
 
-    ``recorded``: the artifact's ``base_model``; ``current``: ``geosteer.models.loading.model_id(model)``.
-    Aliases and Hub ids match both ways (``smollm2`` ≡ ``HuggingFaceTB/SmolLM2-135M-Instruct``), and so does
-    a base that ``current`` declares (:func:`geosteer.models.loading.declared_bases`: ``load_model(folder,
-    base_model=...)``, the folder's model card ``base_model`` or its config's ``geosteer_base_model``).
-    Nothing is checked when either is unknown or ``force`` is set (an explicit user override).
+    Aliases, Hub ids and the bases ``current`` declares (:func:`geosteer.models.loading.declared_bases`)
+    match both ways; nothing is checked when either is unknown or ``force`` is set.
     """
-    if force or not recorded or not current or _model_key(recorded) == _model_key(current):
+    if force or not recorded or not current or model_key(recorded) == model_key(current):
         return
 
-    if any(_model_key(recorded) == _model_key(b) for b in declared_bases(current)):
+    if any(model_key(recorded) == model_key(b) for b in declared_bases(current)):
         return
     raise ArtifactError(f"{what} was made for base model '{recorded}', not for '{current}' (the model it is "
                         "being loaded on); load that model, declare a fine-tuned folder's base (CLI --base-model; "

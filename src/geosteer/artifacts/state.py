@@ -1,19 +1,9 @@
 """The artifact protocol: an object's state as ``(config, tensors)``, and the one writer and reader of it.
 
-An artifact-bearing object (an intervention with learned or edited tensors) declares its state:
-
-- ``obj.to_state() -> (config, tensors)``: the JSON-able fields of its config (the format's header is added
-  here) and a flat ``{name: tensor}`` dict (may be empty);
-- ``Class.from_state(config, tensors, model=None, *, force=False, source="") -> obj``: the object from a
-  checked config and its tensors; with ``model``, checked against it (shapes, the recorded base model unless
-  ``force``). ``source`` names the folder in its errors.
-
-:class:`ArtifactFormat` names the format (config ``format``, integer ``version``, the tensor file, the known
-config keys, the class it saves). :func:`write_state` writes any such object as a folder (config with a
-SHA-256 of the tensor file, ``*.safetensors``, model card) atomically, never over the user's files;
-:func:`read_state` reads one back, checked (version gate, schema, checksum, a readable safetensors file,
-no empty tensor) and without writing anything. A format whose class cannot carry the two
-methods passes them as ``to_state=``/``from_state=`` functions instead.
+``obj.to_state() -> (config, tensors)`` and ``Class.from_state(config, tensors, model=None, *, force=False,
+source="")`` (with ``model``: shapes and base model checked). :func:`write_state` writes a folder atomically
+(config with a SHA-256 of the tensors, safetensors, card); :func:`read_state` reads it back checked
+(version, schema, checksum, non-empty tensors) without writing.
 """
 
 from __future__ import annotations
@@ -49,13 +39,9 @@ class Stateful(Protocol):
 
 @dataclass(frozen=True)
 class ArtifactFormat:
-    """One artifact format. ``tensors``: the tensor file(s) it must hold (the state's tensors go to the
-    first); ``saves``: the class whose objects it writes; ``load(folder, model)`` / ``save(obj, folder,
-    **kw)``: set for a format with its own reader/writer, else derived from the state protocol
-    (``saves.to_state``/``saves.from_state``, or the ``to_state``/``from_state`` given here). ``describe``:
-    what ``geosteer show`` prints (default: :func:`geosteer.artifacts.describe.describe_state`). ``exports``:
-    other file formats it can be written as, by file suffix (``{".gguf": fn(ref, path) -> path}``;
-    ``geosteer show DIR --export FILE``)."""
+    """One artifact format: ``tensors`` (its file(s)), ``saves`` (the class it writes), optional own
+    ``load``/``save`` or ``to_state``/``from_state`` functions, ``describe`` (for ``geosteer show``) and
+    ``exports`` (``{".gguf": fn(ref, path)}``, ``geosteer show DIR --export FILE``)."""
 
     name: str
     version: int
