@@ -1,18 +1,9 @@
 """Write the local lm-eval tasks (data + YAML) into a folder: ``python -m geosteer.tasks.build``.
 
-::
-
     python -m geosteer.tasks.build --out tasks/ --model smollm2 --lengths 1024,2048 --ruler-n 20
-    geosteer eval --model geosteer --model_args pretrained=smollm2 \\
-        --include_path tasks/ --tasks geosteer_ruler_2048,geosteer_proxy
 
-The folder holds one ``<name>.jsonl`` and one ``<name>.yaml`` per task, ``utils.py`` (loader + RULER
-scorer, importing :mod:`geosteer.tasks.lm_eval_glue`) and ``manifest.json`` (arguments, counts, sha256 of
-each data file). Task names: ``geosteer_ruler_<task>_<length>`` (tags ``geosteer_ruler_<length>`` and
-``geosteer_ruler``), ``geosteer_proxy_cloze`` / ``geosteer_proxy_nextsent`` (tag ``geosteer_proxy``),
-``geosteer_proxy_fact`` (tag ``geosteer_fact``).
-The token lengths are counted with ``--model``'s tokenizer; a length above its
-``max_position_embeddings`` is refused.
+One ``<name>.jsonl`` and ``<name>.yaml`` per task, ``utils.py`` and ``manifest.json`` (arguments, counts,
+sha256 per file); lengths are counted with ``--model``'s tokenizer and refused past its positions.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Zero-shot multiple-choice PROXY tasks from the held-out corpus (not the standard benchmarks).
 
-The standard zero-shot sets of the paper's Table 1 (OBQA, PIQA, WinoGrande, ARC-C, HellaSwag, BoolQ,
-RTE) cannot be downloaded here. These two tasks measure the same kind of thing — does the edited model
-still rank the right continuation first — on text the model can be scored on offline:
-
-- ``proxy_cloze``: a held-out sentence without its last word; choices are the true last word and three
-  other words of the same article (LAMBADA-like, but with in-article distractors).
-- ``proxy_nextsent``: two consecutive sentences of an article as context; choices are the true next
-  sentence and three sentences from other held-out articles (HellaSwag/SWAG-like, without adversarial
-  filtering).
-- ``proxy_fact``: factual recall. A held-out sentence (with the sentence before it) cut just before a year
-  or a proper noun that does not occur in the context, so it cannot be copied; choices are the true one
-  and three of the same kind (years within ±60 of it; proper nouns of other articles). Harder than
-  ``proxy_cloze``, whose last words are often predictable from the sentence itself.
-
-Scored by lm-eval's ``multiple_choice`` (``acc``, ``acc_norm``); chance is 25 %.
+``proxy_cloze`` (last word, in-article distractors), ``proxy_nextsent`` (next sentence, distractors from
+other articles) and ``proxy_fact`` (a year or proper noun not in the context). Scored by lm-eval's
+``multiple_choice``; chance is 25 % (docs/tasks.md).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """RULER-style synthetic long-context tasks, generated locally and deterministically.
 
-RULER (Hsieh et al., 2024) has 13 tasks; 11 are synthetic and rebuilt here with RULER's templates and
-answer formats: ``niah_single_{1,2,3}``, ``niah_multikey_{1,2,3}``, ``niah_multivalue``,
-``niah_multiquery``, ``vt`` (variable tracking), ``cwe`` (common words), ``fwe`` (frequent words).
-The two QA tasks (``qa_1`` SQuAD, ``qa_2`` HotpotQA) need those data sets and are not built.
-
-Differences from RULER (also in docs/directional.md): haystacks are held-out articles of the bundled
-corpus (``geosteer.data.corpus``, split ``heldout``) instead of Paul Graham essays; words for keys, the
-common-words lists and variable names come from the corpus vocabulary and a seeded ``random.Random``
-instead of ``wonderwords``; ``cwe`` scales the common-word frequency down at short lengths; lengths are
-counted with the evaluated model's tokenizer so that prompt + answer budget fits the length exactly.
-
-Every random choice comes from ``random.Random`` seeded with a string (deterministic across processes and
-``PYTHONHASHSEED``), so the same ``(task, length, seed, n, tokenizer)`` gives byte-identical data.
+11 of RULER's 13 tasks (the two QA tasks need their data sets), with RULER's templates and answer formats,
+on held-out corpus haystacks with corpus words; the differences are listed in docs/tasks.md. Every random
+choice comes from a string-seeded ``random.Random``: the same arguments give byte-identical data.
 """
 
 from __future__ import annotations

@@ -13,27 +13,27 @@ from geosteer.cli.outputs import HTML, out_dir, out_file
 QK_PROMPT = "The theory of relativity states that"
 
 
+def report(
+    results: list[Path] = typer.Argument(..., help="tidy result files (.json/.csv), surface artifact "
+                                         "folders, recorded q/k files, or folders of these"),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file to write",
+                              callback=out_file(*HTML)),
+    title: str = typer.Option("geosteer report", "--title"),
+    png: Path | None = typer.Option(None, "--png", help="also write each figure as PNG into this folder "
+                                    "(needs kaleido and a local Chromium)", callback=out_dir()),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """One self-contained HTML report (plotly.js inline, opens offline) from result files."""
+    from geosteer.viz.report import build_report
+
+    summary = build_report(list(results), out, title=title, png_dir=png)
+    emit(summary, as_json)
+    if summary.get("png_problem"):
+        typer.echo(f"note: {summary['png_problem']}", err=True)
+
+
 def register(app: typer.Typer) -> None:
-
-    @app.command("report")
-    def report(
-        results: list[Path] = typer.Argument(..., help="tidy result files (.json/.csv), surface artifact "
-                                             "folders, recorded q/k files, or folders of these"),
-        out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file to write",
-                                  callback=out_file(*HTML)),
-        title: str = typer.Option("geosteer report", "--title"),
-        png: Path | None = typer.Option(None, "--png", help="also write each figure as PNG into this folder "
-                                        "(needs kaleido and a local Chromium)", callback=out_dir()),
-        as_json: bool = JSON_OPT,
-    ) -> None:
-        """One self-contained HTML report (plotly.js inline, opens offline) from result files."""
-        from geosteer.viz.report import build_report
-
-        summary = build_report(list(results), out, title=title, png_dir=png)
-        emit(summary, as_json)
-        if summary.get("png_problem"):
-            typer.echo(f"note: {summary['png_problem']}", err=True)
-
+    app.command("report")(report)
 
 
 def record_qk_points(model, tok, bank, surfaces: Path, model_name: str, prompt: str, top: int, out: Path) -> dict:
@@ -50,7 +50,7 @@ def record_qk_points(model, tok, bank, surfaces: Path, model_name: str, prompt: 
     with steer(model, bank):
         labels, qs, ks = S.record_qk_tensors(model, tok, prompt, layers)
     rows = S.qk_rows(labels, qs, ks, picks)
-    meta = {"kind": "qk-points", "model": model_name, "surfaces": str(Path(surfaces).resolve()), "prompt": prompt,
+    meta = {"kind": "qk-points", "model": model_name, "surfaces": str(surfaces), "prompt": prompt,
             "top_per_layer": top, "tokens": labels}
     write_records(out, rows, meta)
     return {"out": str(out), "rows": len(rows), "tokens": len(labels), "surfaces": len(picks)}

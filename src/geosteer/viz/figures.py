@@ -1,12 +1,7 @@
-"""Plotly figures of attention-manifold surfaces S_d(q, k) (paper Figures 1–3).
+"""Plotly figures of attention-manifold surfaces S_d(q, k) = b(q)ᵀ C_d b(k) (paper Eq. 1, Figures 1–3).
 
-Everything here takes plain arrays (``SurfaceView``, ``TokenPoints``), so a figure can be redrawn from a
-saved artifact and a recorded q/k file without running the model. ``geosteer.viz.surfaces`` builds the
-views from a ``SurfaceBank``.
-
-Conventions (paper §5): the control net C_d is K×K, rows along the *query* axis, columns along the *key*
-axis; S_d(q, k) = b(q)ᵀ C_d b(k) (Eq. 1). Heatmaps put the key on x and the query on y; red amplifies
-the value (S > 0, gain 1 + S > 1), blue attenuates (S < 0), S = −1 is a wall (gain 0).
+They take plain arrays (``SurfaceView``, ``TokenPoints``; built by ``geosteer.viz.surfaces``). Heatmaps put
+the key on x and the query on y; red amplifies (S > 0), blue attenuates, S = −1 is a wall.
 """
 
 from __future__ import annotations

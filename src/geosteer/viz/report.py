@@ -1,14 +1,7 @@
-"""Self-contained HTML reports: plotly.js embedded once, inline, so the file opens offline from disk.
+"""Self-contained HTML reports: plotly.js embedded once, inline, so the file opens offline.
 
-``build_report(paths, out)`` accepts any mix of
-- tidy result files (``.json`` ``{"meta", "rows"}`` / ``.csv``): figures chosen by column names
-  (``geosteer.viz.results.auto_figures``) and the table;
-- surface artifact folders (``geosteer_config.json`` inside): norms per layer, the top surfaces of the
-  strongest layer, the strongest surface's terrain and control net;
-- recorded q/k files (``meta.kind == "qk-points"``, from ``geosteer measure explore --record-qk``): the same
-  surface figures with the prompt's tokens as dots, and the token trajectories (paper Figures 1–3);
-- folders of result files (searched recursively).
-Nothing is recomputed: every figure comes from the files.
+``build_report(paths, out)`` takes tidy result files, surface artifact folders, recorded q/k files
+(``geosteer measure explore --record-qk``) and folders of them; every figure comes from the files.
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from geosteer.artifacts import CONFIG_NAME
 from geosteer.errors import GeosteerError
 from geosteer.io_utils import atomic_write_text
 from geosteer.manifold import load as load_surfaces
-from geosteer.methods import is_artifact as _is_artifact
+from geosteer.methods import is_artifact
 from geosteer.viz import figures as F
 from geosteer.viz.results import TidyResult, auto_figures, load_tidy, table_html
 
@@ -42,12 +35,6 @@ class Section:
     figures: list[go.Figure] = field(default_factory=list)
     html: str = ""  # extra (escaped) HTML: tables, notes
     source: str = ""
-
-
-def is_artifact(path: Path) -> bool:
-    """Any geosteer artifact folder (surfaces, gates, recipe, ...): see :func:`geosteer.methods.is_artifact`."""
-
-    return _is_artifact(path)
 
 
 def expand_inputs(paths: list[str | Path]) -> list[Path]:

@@ -1,23 +1,8 @@
 """Figures from any tidy result file (``{"meta": ..., "rows": [...]}`` JSON or CSV), chosen by column names.
 
-The studies write one row per layer / setting / prompt. This module never recomputes anything: it reads
-the rows and picks plots from the column names:
-
-- files holding several tables (a ``table``/``section``/``kind`` string column) are split first;
-- long-format files (``metric`` + ``value`` or ``mean`` [+ ``std``]) are pivoted to one column per metric;
-- an x column (an axis the file's ``meta.axes`` declares, else ``layer`` first, then ``step``/``epoch``,
-  then a setting such as ``scale``, ``alpha``, ``beta``, ``s_par``, ``k``…) and every other numeric or
-  boolean column as a metric (ids such as head, seed, n, run times and settings excluded: a setting is an
-  axis, never a metric) → one line figure per metric, one line per group (the low-cardinality
-  string columns, other sweep keys with ≤ 6 values and, for a sweep, the ``layer`` column); repeated x
-  within a group are averaged with a ±1 std error bar (or the row's own ``<metric>_std``);
-- a sweep that moves one setting at a time (``directional sweep``: s∥ at s⊥ = 1, then s⊥ at s∥ = 1) is
-  split into one sweep per setting; a grid keeps the other settings as line groups;
-- lm-eval ``results_*.json`` files are read as one row per task (:mod:`geosteer.viz.lm_eval_results`);
-- more than six metrics → one small-multiples panel instead of many figures;
-- two or more metrics whose names contain ``err`` also get one shared panel (the compression-error
-  panels of the directional study);
-- no usable x: bars per group, or nothing but the table.
+Nothing is recomputed. Tables are split, long formats pivoted, the x axis is a declared axis, ``layer``,
+``step`` or a setting, every other numeric column a metric, lines grouped by string columns and small sweeps
+(the column rules: docs/studio.md, "Reports and figures"); lm-eval ``results_*.json`` files are read too.
 """
 
 from __future__ import annotations
