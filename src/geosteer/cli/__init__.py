@@ -51,6 +51,7 @@ _CORE_CLIS = ("geosteer.eval.cli", "geosteer.viz.cli", "geosteer.studio.cli", "g
               "geosteer.bench.cli", "geosteer.cli.show", "geosteer.cli.nouns")
 ENTRY_POINT_GROUP = "geosteer.cli"  # installed packages add commands: an entry point naming `register(app)`
 _registered: set[str] = set()
+_READY = type("_Ready", (), {"register": None})  # stands for a module not being imported now
 
 
 def register_clis(target: typer.Typer | None = None) -> None:
@@ -69,6 +70,8 @@ def register_clis(target: typer.Typer | None = None) -> None:
     for key, cli in todo:
         if key in _registered and target is app:
             continue
+        if isinstance(cli, str) and not hasattr(sys.modules.get(cli, _READY), "register"):
+            continue  # imported first, it is importing this module now: added on the next call (main())
         try:
             register = _register_fn(cli)
         except ImportError as e:  # an installed plugin that cannot be imported must not take the CLI down
