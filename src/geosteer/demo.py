@@ -3,9 +3,10 @@
 1. load SmolLM2-135M-Instruct (converted once into the local cache), 2. held-out strided perplexity,
 3. text quality: greedy text on twenty everyday prompts scored as ``geosteer bench steering`` scores a lever
 (repeated 4-grams, fluency score), beside the perplexity, 4. greedy continuations of a few prompts. With
-trained surfaces (for SmolLM2 the package ships them: ``geosteer/assets/surfaces/smollm2-surfaces-all``, all
-30 layers trained on 262k tokens) it also shows perplexity and text quality with/without surfaces, greedy
-changes, one edit and one wall, and writes an HTML report.
+trained surfaces (for SmolLM2 the package ships them: ``geosteer/assets/surfaces/smollm2-surfaces-fluent``, all
+30 layers trained on 65k tokens with a fluency term, so they lower perplexity without making greedy text more
+repetitive) it also shows perplexity and text quality with/without surfaces, greedy changes, one edit and one
+wall, and writes an HTML report.
 Every phase says what it does and how many steps it has; bars with an ETA on a terminal.
 """
 
@@ -27,7 +28,7 @@ from geosteer.models.identity import same_model
 from geosteer.progress import progress
 from geosteer.terminal import console as make_console
 
-SHIPPED_SURFACES = Path(__file__).resolve().parent / "assets" / "surfaces" / "smollm2-surfaces-all"
+SHIPPED_SURFACES = Path(__file__).resolve().parent / "assets" / "surfaces" / "smollm2-surfaces-fluent"
 SHIPPED_FOR = "smollm2"  # the base model of the shipped surfaces
 QUALITY_TOKENS = 48  # greedy tokens per everyday prompt in the text-quality check
 DEMO_PROMPTS = [

@@ -1,9 +1,10 @@
 """Artifacts shipped inside the package, reachable by name from anywhere geosteer takes an artifact folder.
 
-``smollm2-surfaces-all`` (the trained SmolLM2 surfaces, all 30 layers) lives in
-``geosteer/assets/surfaces/``; ``--surfaces smollm2-surfaces-all``, ``--set surfaces=smollm2-surfaces-all``,
-``--recipe smollm2-surfaces-all`` and ``geosteer.load("smollm2-surfaces-all", model=m)`` all find it, in a
-clone or after ``pip install``. A local folder of the same name, where one exists, comes first.
+The trained SmolLM2 surfaces (all 30 layers) live in ``geosteer/assets/surfaces/``: ``smollm2-surfaces-fluent``
+(trained with a fluency term; the default of ``geosteer demo``) and ``smollm2-surfaces-all`` (lower perplexity,
+less fluent greedy text). ``--surfaces NAME``, ``--set surfaces=NAME``, ``--recipe NAME`` and
+``geosteer.load(NAME, model=m)`` all find them, in a clone or after ``pip install``. A local folder of the
+same name, where one exists, comes first.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ def test_shipped_surfaces_are_package_data_equal_to_the_checkout_copy():
     import geosteer
 
     assert Path(geosteer.__file__).parent in SHIPPED_SURFACES.parents  # inside the package: in the wheel
-    checkout = Path(__file__).resolve().parents[2] / "artifacts" / "smollm2-surfaces-all"
+    checkout = Path(__file__).resolve().parents[2] / "artifacts" / "smollm2-surfaces-fluent"
     for name in ("geosteer_config.json", "surfaces.safetensors"):
         assert hashlib.sha256((SHIPPED_SURFACES / name).read_bytes()).digest() == \
             hashlib.sha256((checkout / name).read_bytes()).digest(), name
