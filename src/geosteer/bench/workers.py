@@ -1,8 +1,7 @@
 """Concepts run in parallel: each in a worker process with its own copy of the model and one torch thread.
 
-A concept's levers run one after another in one process, in the same order as in a one-process run (a
-lever's training may start from the random state the previous lever's training left), and every (concept,
-lever) is written to the same checkpoint as there; the rows are those of the one-process run. Workers are
+A concept's levers run one after another in one process, each built from the seed's random state, and
+every (concept, lever) is written to the same checkpoint as in a one-process run; the rows are that run's. Workers are
 started with the ``spawn`` method (no forked OpenMP state) and take the next concept when one is done.
 """
 

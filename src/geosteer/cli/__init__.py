@@ -51,7 +51,6 @@ _CORE_CLIS = ("geosteer.eval.cli", "geosteer.viz.cli", "geosteer.studio.cli", "g
               "geosteer.bench.cli", "geosteer.cli.show", "geosteer.cli.nouns")
 ENTRY_POINT_GROUP = "geosteer.cli"  # installed packages add commands: an entry point naming `register(app)`
 _registered: set[str] = set()
-_READY = type("_Ready", (), {"register": None})  # stands for a module not being imported now
 
 
 def register_clis(target: typer.Typer | None = None) -> None:
@@ -70,7 +69,8 @@ def register_clis(target: typer.Typer | None = None) -> None:
     for key, cli in todo:
         if key in _registered and target is app:
             continue
-        if isinstance(cli, str) and not hasattr(sys.modules.get(cli, _READY), "register"):
+        half_made = sys.modules.get(cli) if isinstance(cli, str) else None
+        if half_made is not None and not hasattr(half_made, "register"):
             continue  # imported first, it is importing this module now: added on the next call (main())
         try:
             register = _register_fn(cli)
