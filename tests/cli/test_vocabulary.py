@@ -68,14 +68,14 @@ def test_an_option_name_has_one_meaning_across_verbs():
 
 
 def _site_tables() -> dict[str, tuple[str, ...]]:
-    from geosteer.directional import config, gated, measure
+    from geosteer.directional import config, measure
     from geosteer.vectors import config as vectors_config
-    from geosteer_paper.directional import mlp_internal, sweep
+    from geosteer_paper.directional import gated, mlp_internal, sweep
 
     return {
         "geosteer.directional.config.SITES": config.SITES,
-        "geosteer.directional.gated.GATED_SITES": gated.GATED_SITES,
         "geosteer_paper.directional.sweep.SWEEP_SITES": sweep.SWEEP_SITES,
+        "geosteer_paper.directional.gated.GATED_SITES": gated.GATED_SITES,
         "geosteer_paper.directional.mlp_internal.MLP_INTERNAL_SITES": mlp_internal.MLP_INTERNAL_SITES,
         "geosteer.directional.measure.RESIDUAL_SITES": measure.RESIDUAL_SITES,
         "geosteer.vectors.config.POINTS": vectors_config.POINTS,

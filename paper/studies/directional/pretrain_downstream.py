@@ -9,7 +9,7 @@ Same models, data, schedule and seeds as ``geosteer study directional pretrain``
   without weight decay by default (``--gate-wd``: decay would pull every gate toward s∥ = 0.5);
 - downstream scores of each final model on the local proxy tasks (``geosteer.tasks.proxies``: cloze,
   next sentence, fact), multiple choice by summed log-likelihood with lm-eval's acc / acc_norm
-  (``geosteer.eval.multiple_choice``, window = the training context), the variant's edit active.
+  (``geosteer_paper.multiple_choice``, window = the training context), the variant's edit active.
 
 For ``baseline``, ``attn_par`` and ``value_par`` the loop is ``pretrain.train_one``'s (tested equal). One
 JSON holds meta, per-run finals with the proxy scores, and the curves; runs already in it with the same
@@ -29,12 +29,13 @@ from pathlib import Path
 
 import torch
 
-from geosteer.directional.gated import GatedParallelScale
 from geosteer.directional.sites import ComponentScale
 from geosteer.errors import GeosteerError, one_line_errors
 from geosteer.interventions import steer
 from geosteer.io_utils import atomic_write_json
+from geosteer_paper.directional.gated import GatedParallelScale
 from geosteer_paper.directional.pretrain import byte_ids, lm_loss, sample_batch, small_model, warmup_cosine_lr
+from geosteer_paper.multiple_choice import score_multiple_choice
 
 VARIANTS = ("baseline", "attn_par", "value_par", "value_gated")
 PROXY_TASKS = ("proxy_cloze", "proxy_nextsent", "proxy_fact")
@@ -115,8 +116,6 @@ def train_variant(variant: str, seed: int, train: torch.Tensor, val_batches: lis
 
 
 def proxy_scores(model, docs: dict[str, list[dict]], window: int) -> list[dict]:
-    from geosteer.eval.multiple_choice import score_multiple_choice
-
     return [{"task": t, **score_multiple_choice(model, items, window=window)} for t, items in docs.items()]
 
 
@@ -158,7 +157,9 @@ def run(a, argv) -> None:
     meta = {"steps": a.steps, "batch": a.batch, "ctx": a.ctx, "lr": a.lr, "model": model_kw, "tokenizer": "bytes",
             "eval_every": a.eval_every, "val_batches": a.val_batches, "gate_wd": a.gate_wd, "proxy_n": a.proxy_n,
             "proxy_seed": a.proxy_seed, "gated": "GatedParallelScale(site=value_full, gate_input=normed, "
-            "per_head=False, init=0)", "scorer": "geosteer.eval.multiple_choice (lm-eval acc/acc_norm), window=ctx"}
+            "per_head=False, init=0)",
+            # the scorer's label as the committed results record it (--resume compares meta to the letter)
+            "scorer": "geosteer.eval.multiple_choice (lm-eval acc/acc_norm), window=ctx"}
     train = byte_ids("train", max_chars=4_000_000)
     held = byte_ids("heldout")
     meta["train_bytes"] = int(len(train))

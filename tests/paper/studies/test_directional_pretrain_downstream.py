@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from geosteer.directional.gated import GatedParallelScale
+from geosteer_paper.directional.gated import GatedParallelScale
 from geosteer_paper.directional.pretrain import sample_batch, train_one
 from studies.directional.pretrain_downstream import main, train_variant
 

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from geosteer.attention import add_attention_handler, attention_weights, repeat_kv, stock_attention
-from geosteer.directional.gated import GatedParallelScale
 from geosteer.directional.sites import ComponentScale
 from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
 from geosteer.models.anatomy import anatomy
+from geosteer_paper.directional.gated import GatedParallelScale
 from tests.conftest import random_ids
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from geosteer.errors import GeosteerError
-from geosteer.eval.multiple_choice import (
+from geosteer_paper.multiple_choice import (
     byte_encode,
     continuation_logprobs,
     mc_metrics,
