@@ -34,7 +34,7 @@ from geosteer.errors import GeosteerError, one_line_errors
 from geosteer.interventions import steer
 from geosteer.io_utils import atomic_write_json
 from geosteer_paper.directional.gated import GatedParallelScale
-from geosteer_paper.directional.pretrain import byte_ids, lm_loss, sample_batch, small_model, warmup_cosine_lr
+from geosteer_paper.directional.pretrain import byte_ids, lm_loss, sample_batch, small_model, train_step
 from geosteer_paper.multiple_choice import score_multiple_choice
 
 VARIANTS = ("baseline", "attn_par", "value_par", "value_gated")
@@ -81,23 +81,12 @@ def train_variant(variant: str, seed: int, train: torch.Tensor, val_batches: lis
     if extra:
         groups.append({"params": extra, "weight_decay": gate_wd})
     opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
-
-    def lr_at(step: int) -> float:
-        return warmup_cosine_lr(step, lr, steps)
-
     gen = torch.Generator().manual_seed(1000 + seed)  # same data order for every variant of a seed
     params = list(model.parameters()) + extra
     curve, t0, res_after = [], time.time(), None
     with steer(model, *ivs):
         for step in range(steps):
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step)
-            x = sample_batch(train, gen, batch, ctx)
-            loss = lm_loss(model, x)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
+            loss = train_step(model, opt, params, train, gen, step=step, steps=steps, lr=lr, batch=batch, ctx=ctx)
             if (step + 1) % eval_every == 0 or step + 1 == steps:
                 val, gate = _val(model, ivs, val_batches)
                 row = {"variant": variant, "seed": seed, "step": step + 1, "train_loss": loss.item(),

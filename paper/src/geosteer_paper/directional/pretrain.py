@@ -79,6 +79,20 @@ def warmup_cosine_lr(step: int, lr: float, steps: int) -> float:
     return lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
 
 
+def train_step(model, opt: torch.optim.Optimizer, params: list[torch.Tensor], train: torch.Tensor,
+               gen: torch.Generator, *, step: int, steps: int, lr: float, batch: int, ctx: int) -> torch.Tensor:
+    """One step of the pretraining loop: the learning rate of :func:`warmup_cosine_lr` on every parameter group,
+    a batch drawn by ``gen``, the gradients of ``params`` clipped to norm 1; returns the batch's loss."""
+    for g in opt.param_groups:
+        g["lr"] = warmup_cosine_lr(step, lr, steps)
+    loss = lm_loss(model, sample_batch(train, gen, batch, ctx))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    return loss
+
+
 def train_one(variant: str, seed: int, train: torch.Tensor, val_batches: list[torch.Tensor], *, steps: int,
               batch: int, ctx: int, lr: float, eval_every: int, model_kw: dict, log=print) -> dict:
     """Train one model; returns {"curve": [...], "final_val": float, "params": int, "seconds": float}."""
@@ -87,23 +101,13 @@ def train_one(variant: str, seed: int, train: torch.Tensor, val_batches: list[to
     model.train()
     ivs = [] if VARIANTS[variant] is None else [ComponentScale(VARIANTS[variant][0], s_par=VARIANTS[variant][1])]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-
-    def lr_at(step: int) -> float:
-        return warmup_cosine_lr(step, lr, steps)
-
     gen = torch.Generator().manual_seed(1000 + seed)  # same data order for every variant of a seed
+    params = list(model.parameters())
     curve = []
     t0 = time.time()
     with steer(model, *ivs):
         for step in range(steps):
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step)
-            x = sample_batch(train, gen, batch, ctx)
-            loss = lm_loss(model, x)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            loss = train_step(model, opt, params, train, gen, step=step, steps=steps, lr=lr, batch=batch, ctx=ctx)
             if (step + 1) % eval_every == 0 or step + 1 == steps:
                 val = mean_loss(model, val_batches)
                 curve.append({"variant": variant, "seed": seed, "step": step + 1, "train_loss": loss.item(),
