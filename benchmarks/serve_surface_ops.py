@@ -76,7 +76,7 @@ def _rows_for(n: int, coeff, reps: int) -> list[dict]:
     import torch
 
     from geosteer.kernels import exact
-    from geosteer.serve import surface_ops
+    from geosteer_vllm import surface_ops
 
     K, grid = GRID + 3, (GRID, LO, HI)
     C, H = 1 + K, HKV * REP

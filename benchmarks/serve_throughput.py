@@ -8,7 +8,7 @@ the KV-cache bytes per token of each engine (its KV cache size over its token ca
 Prompts: held-out corpus openings, ``--prompt-tokens`` tokens each (the same ids on both paths). All runs
 are eager by default; ``--compiled`` leaves vLLM's compiled path on (torch.compile on the CPU build, CUDA
 graphs on a GPU) for vLLM stock and for every steered engine whose recipes run inside the graph
-(``geosteer.serve.graph``; where a recipe cannot, its engine chooses eager itself);
+(``geosteer_vllm.graph``; where a recipe cannot, its engine chooses eager itself);
 ``--stock-compiled`` compiles vLLM stock only. fp32, on the CPU build here. The recipes: the shipped surfaces, a random
 steering vector on every layer (``vector_all``), the same vector as inline recipes at four scales mixed
 in one batch (``inline_mixed``: request i takes scale ``INLINE_SCALES[i % 4]``), ``BUILT_IN`` (a
@@ -25,7 +25,7 @@ machine add nothing; ``cpu_time`` ratios compare those. ``--repeats N`` runs eac
 interleaved round N times; the ratios use the medians. Each row records whether its engine ran compiled.
 ``--with-channels`` adds, in phase 1, an engine serving the same surfaces on the channel layout
 (``GEOSTEER_SERVE_CHANNELS=1``: every KV head carried as 1 + K channels) beside the default shared-key path
-(``geosteer.serve.shared_key``).
+(``geosteer_vllm.shared_key``).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _prompts(tok, n: int, length: int) -> list[list[int]]:
 def _vllm_run(llm, prompts, new: int, recipe) -> tuple[float, float]:
     """(seconds for ``new`` greedy tokens per prompt, seconds for the first token) of one batch. ``recipe``:
     a name, an inline recipe (a dict), None (stock), or a list of those, one per request in turn (a mixed batch)."""
-    from geosteer.serve import sampling
+    from geosteer_vllm import sampling
 
     reqs = [{"prompt_token_ids": p} for p in prompts]
     mixed = recipe if isinstance(recipe, list) else [recipe]
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
 def _engine(model: str, recipes: dict | None, kv_gib: int, kw: dict, channels: bool = False, inline=None):
     """A vLLM engine with its own KV-cache space (GiB), warmed up; (llm, KV bytes per token). ``channels``:
     its surfaces layers take the channel layout; ``inline``: it also takes inline recipes under that policy."""
-    from geosteer.serve import steered_llm
+    from geosteer_vllm import steered_llm
 
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_gib))
     if channels:
@@ -171,8 +171,8 @@ def _engine(model: str, recipes: dict | None, kv_gib: int, kw: dict, channels: b
 
 def _run(a) -> dict:
     from geosteer.models.loading import load_model
-    from geosteer.serve.inline import Policy
-    from geosteer.serve.plan import parse_recipe_args, spec_of
+    from geosteer_vllm.inline import Policy
+    from geosteer_vllm.plan import parse_recipe_args, spec_of
 
     batches = [int(b) for b in a.batches.split(",")]
     hf_batches = [] if a.no_hf else [int(b) for b in (a.hf_batches or a.batches).split(",")]

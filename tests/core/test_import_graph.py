@@ -3,7 +3,8 @@
 attention function, the methods and serving; and the
 library below the figures: only ``viz`` itself and its users (CLI modules, the
 studio, the demo app) import ``geosteer.viz``; the library never imports the paper package (``geosteer_paper``:
-the studies, checks and reproduction report), which has no cycles either."""
+the studies, checks and reproduction report) or the vLLM plugin (``geosteer_vllm``), which have no cycles
+either."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = "geosteer"
 PAPER_SRC = Path(__file__).resolve().parents[2] / "paper" / "src"
 PAPER = "geosteer_paper"
+PLUGIN_SRC = Path(__file__).resolve().parents[2] / "vllm-plugin" / "src"
+PLUGIN = "geosteer_vllm"
 
 
 def _modules(src: Path = SRC, pkg: str = PKG) -> dict[str, Path]:
@@ -130,30 +133,34 @@ def test_no_import_cycles():
     assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
-def test_no_import_cycles_in_the_paper_package():
-    mods = _modules(PAPER_SRC, PAPER)
-    assert f"{PAPER}.cli" in mods
-    found = cycles(import_graph(mods, PAPER))
-    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+def test_no_import_cycles_in_the_paper_package_and_the_vllm_plugin():
+    for src, pkg, face in ((PAPER_SRC, PAPER, "cli"), (PLUGIN_SRC, PLUGIN, "plugin")):
+        mods = _modules(src, pkg)
+        assert f"{pkg}.{face}" in mods
+        found = cycles(import_graph(mods, pkg))
+        assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
-def _names_paper(node: ast.AST) -> bool:
-    """An import of the paper package, or a string naming one of its modules (``"geosteer_paper.x:fn"``)."""
+def _names(node: ast.AST, pkg: str) -> bool:
+    """An import of ``pkg``, or a string naming one of its modules (``"geosteer_paper.x:fn"``)."""
     if isinstance(node, ast.Import):
-        return any(a.name.split(".")[0] == PAPER for a in node.names)
+        return any(a.name.split(".")[0] == pkg for a in node.names)
     if isinstance(node, ast.ImportFrom):
-        return (node.module or "").split(".")[0] == PAPER
-    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(PAPER + ".")
+        return (node.module or "").split(".")[0] == pkg
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(pkg + ".")
 
 
-def test_the_library_never_imports_the_paper_package():
-    """The rule between the two: geosteer_paper imports geosteer, never the reverse (not even by a module-path
-    string); the library finds ``geosteer study`` through the ``geosteer.cli`` entry-point group only."""
-    bad = sorted(m for m, f in _modules().items()
-                 if any(_names_paper(n) for n in ast.walk(ast.parse(f.read_text(encoding="utf-8")))))
-    assert not bad, f"library modules that name {PAPER}: {', '.join(bad)}"
-    assert _names_paper(ast.parse("from geosteer_paper.registry import studies").body[0])
-    assert _names_paper(ast.Constant("geosteer_paper.manifold.checks:basis_vs_scipy"))
+def test_the_library_never_imports_the_paper_package_or_the_vllm_plugin():
+    """The rule between them: geosteer_paper and geosteer_vllm import geosteer, never the reverse (not even by a
+    module-path string); the library finds ``geosteer study`` and ``geosteer serve`` through the
+    ``geosteer.cli`` entry-point group only."""
+    for pkg in (PAPER, PLUGIN):
+        bad = sorted(m for m, f in _modules().items()
+                     if any(_names(n, pkg) for n in ast.walk(ast.parse(f.read_text(encoding="utf-8")))))
+        assert not bad, f"library modules that name {pkg}: {', '.join(bad)}"
+    assert _names(ast.parse("from geosteer_paper.registry import studies").body[0], PAPER)
+    assert _names(ast.Constant("geosteer_vllm.router.RecipeRouter"), PLUGIN)
+    assert not _names(ast.Constant("geosteer_vllm_x.y"), PLUGIN)
 
 
 KERNEL_DEPS = ("geosteer.kernels", "geosteer.errors", "geosteer.extras", "geosteer.cache")

@@ -1,15 +1,15 @@
 """The tests mirror the code: every test module lives in tests/<folder>/, the folder named after the package of
 src/geosteer it tests (tests/manifold/test_walls.py tests src/geosteer/manifold/walls.py), or one of the folders
 for what is not a package: core (the modules at the top of src/geosteer), paper (the paper
-package, paper/src/geosteer_paper, and its scripts, paper/studies), docs (docs, examples, packaging, this layout),
-e2e (a real browser)."""
+package, paper/src/geosteer_paper, and its scripts, paper/studies), serve (the vLLM plugin,
+vllm-plugin/src/geosteer_vllm), docs (docs, examples, packaging, this layout), e2e (a real browser)."""
 
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 SRC = ROOT / "src" / "geosteer"
-NOT_PACKAGES = {"core", "docs", "e2e", "paper"}
+NOT_PACKAGES = {"core", "docs", "e2e", "paper", "serve"}
 NO_INIT = {"e2e"}  # run by file path; its modules keep their own names
 
 

@@ -56,7 +56,7 @@ def _greedy_loop(model, ids, new, interventions, steer):
 
 def vllm_greedy(llm, prompts: list[list[int]], new: int, recipes: list[str | None]):
     """Greedy tokens and their log-probs from vLLM, one recipe per prompt (all in one ``generate`` call)."""
-    from geosteer.serve import sampling
+    from geosteer_vllm import sampling
 
     params = [sampling(r, max_tokens=new, temperature=0.0, logprobs=0, ignore_eos=True)
               for r in recipes]
@@ -130,7 +130,7 @@ def example_walls():
 
 def hf_reference(model, prompts, folder, new: int):
     """:func:`hf_greedy` under the recipe or artifact at ``folder`` (None: the stock model)."""
-    from geosteer.serve.plan import spec_of
+    from geosteer_vllm.plan import spec_of
 
     if folder is None:
         return hf_greedy(model, prompts, new)

@@ -85,8 +85,8 @@ def recipe_dirs(tiny, vector_dirs, tmp_path_factory):
 @pytest.fixture(scope="module")
 def engine(tiny, recipe_dirs, vector_dirs):
     """A compiled engine (vLLM's torch.compile on the CPU build), prefix caching on, 40 tokens per step."""
-    from geosteer.serve import steered_llm
-    from geosteer.serve.inline import Policy
+    from geosteer_vllm import steered_llm
+    from geosteer_vllm.inline import Policy
 
     llm = steered_llm(tiny[2], recipe_dirs, Policy(vector_dirs), **{
         **TINY_ENGINE, "enforce_eager": False, "max_num_seqs": 16, "max_num_batched_tokens": 40,
@@ -102,7 +102,7 @@ def test_every_residual_recipe_in_the_compiled_graph_matches_hf(tiny, recipe_dir
     model, prompts, _ = tiny
     cfg = engine.llm_engine.vllm_config
     assert not cfg.model_config.enforce_eager and cfg.cache_config.enable_prefix_caching
-    from geosteer.serve import graph
+    from geosteer_vllm import graph
 
     # the surfaces run in the graph where their shared-key kernels are built (make serve builds them)
     assert cfg.model_config.hf_config.geosteer_graph == graph.attention_in_graph()
@@ -129,7 +129,7 @@ def test_every_residual_recipe_in_the_compiled_graph_matches_hf(tiny, recipe_dir
 
 def test_an_inline_recipe_the_graph_cannot_hold_is_refused(engine, vector_dirs):
     from geosteer.errors import GeosteerError
-    from geosteer.serve import sampling
+    from geosteer_vllm import sampling
 
     with pytest.raises(GeosteerError, match="compiled graph: it has 2 edits at mlp_out"):
         sampling({"scale_site": "mlp_out", "scale_par": 0.5, "alpha_mlp": 1.2}, max_tokens=2)

@@ -6,14 +6,14 @@ import pytest
 
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import FAMILIES
-from geosteer.serve.families import SERVED_FAMILIES, served_family
+from geosteer_vllm.families import SERVED_FAMILIES, served_family
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral", "gemma3"])
 def test_every_served_family_plans_surfaces_and_walls(family, tmp_path):
     from geosteer.manifold.walls import Wall
     from geosteer.models.loading import load_model
-    from geosteer.serve.plan import meta_model, plan_recipe
+    from geosteer_vllm.plan import meta_model, plan_recipe
     from tests.serve.helpers import random_surfaces
 
     model, _ = load_model(f"tiny-{family}")
@@ -35,10 +35,10 @@ def test_other_families_are_refused_naming_the_served_ones():
 
 
 def test_qwen2_with_sliding_windows_on_some_layers_is_refused_before_the_engine(tmp_path):
-    import geosteer.cli  # noqa: F401  (the CLI package registers geosteer.serve.cli's verb)
+    import geosteer.cli  # noqa: F401  (the CLI package registers geosteer_vllm.cli's verb)
     from geosteer.models.tiny import tiny_config
-    from geosteer.serve.cli import vllm_argv
-    from geosteer.serve.engine import engine_args
+    from geosteer_vllm.cli import vllm_argv
+    from geosteer_vllm.engine import engine_args
 
     cfg = tiny_config("qwen2", vocab_size=64)  # layer 0 full attention, layers 1-2 sliding (as HF builds it)
     assert len(set(cfg.layer_types)) > 1

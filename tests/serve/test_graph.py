@@ -19,10 +19,10 @@ from tests.serve.test_compiled import INLINE, recipe_dirs, tiny, vector_dirs  # 
 def test_tables_equal_the_edit_functions_on_mixed_rows(tiny, recipe_dirs, vector_dirs):  # noqa: F811
     """Every recipe's stages, run from the tables on one flat batch whose rows belong to different recipes (and
     the stock model), equal each recipe's own edit functions applied to its rows alone."""
-    from geosteer.serve import graph
-    from geosteer.serve.inline import Policy, canonical, plan_inline
-    from geosteer.serve.plan import meta_model, plan_recipe
     from geosteer.served import POINTS, Tokens
+    from geosteer_vllm import graph
+    from geosteer_vllm.inline import Policy, canonical, plan_inline
+    from geosteer_vllm.plan import meta_model, plan_recipe
 
     meta = meta_model(tiny[0].config)
     meta.config._geosteer_name = "tiny-llama"
@@ -65,9 +65,9 @@ def test_what_the_tables_cannot_hold_is_named():
     """Operations inside attention and edits without a closed form keep a recipe on the eager path; an inline
     recipe with more edits at a point than the engine's stages is refused in one line."""
     from geosteer.errors import GeosteerError
-    from geosteer.serve import graph
-    from geosteer.serve.plan import RecipePlan
     from geosteer.served import Form, ServedOps, ValueScale
+    from geosteer_vllm import graph
+    from geosteer_vllm.plan import RecipePlan
 
     ops = ServedOps(3, d_model=8)
     ops.attention(1, ValueScale(0.5, 1.0, None, False))

@@ -33,7 +33,7 @@ N_PROMPTS, NEW = 4, 8
 @pytest.mark.parametrize("family", ["qwen2", "qwen3", "mistral", "gemma3"])
 def test_family_serves_every_recipe_kind_like_hf(family, tmp_path):
     from geosteer.models.loading import load_model
-    from geosteer.serve import steered_llm
+    from geosteer_vllm import steered_llm
 
     folder = tiny_folder(family, tmp_path / family)
     model, tok = load_model(folder)

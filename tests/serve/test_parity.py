@@ -73,14 +73,14 @@ def recipe_dirs(tmp_path_factory, vectors):
 
 
 def _hf_reference(model, prompts, folder):
-    from geosteer.serve.plan import spec_of
+    from geosteer_vllm.plan import spec_of
 
     spec, _ = spec_of(folder)
     return hf_greedy(model, prompts, NEW, spec.build(model))
 
 
 def test_stock_vllm_matches_hf(hf):
-    from geosteer.serve import steered_llm
+    from geosteer_vllm import steered_llm
 
     model, prompts = hf
     ref, ref_lp = hf_greedy(model, prompts, NEW)
@@ -95,8 +95,8 @@ def test_stock_vllm_matches_hf(hf):
 
 def test_recipes_in_one_mixed_batch_match_hf(hf, recipe_dirs, vectors):
     from geosteer.recipe import InterventionSpec
-    from geosteer.serve import steered_llm
-    from geosteer.serve.inline import Policy
+    from geosteer_vllm import steered_llm
+    from geosteer_vllm.inline import Policy
 
     model, prompts = hf
     names = [*recipe_dirs, "inline"]

@@ -8,7 +8,7 @@ import torch
 from geosteer.errors import GeosteerError
 from geosteer.methods import RecipeKey
 from geosteer.recipe import InterventionSpec, save_recipe
-from geosteer.serve.plan import meta_model, parse_recipe_args, plan_recipe
+from geosteer_vllm.plan import meta_model, parse_recipe_args, plan_recipe
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_recipe_arguments(tmp_path):
 def test_an_intervention_without_served_ops_is_refused_in_one_line(meta):
     from geosteer.methods import Method, register_method, unregister_method
     from geosteer.recipe import InterventionSpec
-    from geosteer.serve.plan import plan_spec
+    from geosteer_vllm.plan import plan_spec
 
     class Toy:
         def attach(self, model):
@@ -133,7 +133,7 @@ def _surfaces(model, folder, walls=()):
 
 def test_every_recipe_splits_over_tensor_parallel_ranks_that_take_whole_heads(tmp_path, meta, tiny_folder):
     from geosteer.manifold.walls import Wall
-    from geosteer.serve.engine import engine_args
+    from geosteer_vllm.engine import engine_args
 
     model, _ = meta
     split = {"s": _surfaces(model, tmp_path / "s"),
@@ -151,8 +151,8 @@ def test_the_engine_arguments_say_where_the_steering_runs_and_why_eager(tmp_path
     """Residual recipes run in the compiled graph; exact walls, attention operations where the graph cannot
     hold them, and captures make the engine eager, and ``geosteer_eager`` names the cause."""
     from geosteer.manifold.walls import Wall
-    from geosteer.serve import graph
-    from geosteer.serve.engine import CAPTURE_EAGER, engine_args
+    from geosteer_vllm import graph
+    from geosteer_vllm.engine import CAPTURE_EAGER, engine_args
 
     model, _ = meta
     vec = {"a": str(_recipe(tmp_path, "a", scale_site="attn_out", scale_par=0.5, alpha_mlp=1.2))}
@@ -176,9 +176,9 @@ def test_the_engine_arguments_say_where_the_steering_runs_and_why_eager(tmp_path
 def test_surfaces_and_value_scales_split_by_heads_as_attention_does(tmp_path, meta):
     """Each rank's part, computed on its heads alone (and the KV heads they read, replicated when there are
     fewer KV heads than ranks, as vLLM does), is that rank's slice of the whole layer's result."""
-    from geosteer.serve import surface_ops
-    from geosteer.serve.tensor_parallel import ConcatOverRanks, shard_layer, shard_plan
     from geosteer.served import LayerOps, ValueScale
+    from geosteer_vllm import surface_ops
+    from geosteer_vllm.tensor_parallel import ConcatOverRanks, shard_layer, shard_plan
 
     model, m = meta
     surf = plan_recipe("s", _surfaces(model, tmp_path / "s"), m)
@@ -207,7 +207,7 @@ def test_surfaces_and_value_scales_split_by_heads_as_attention_does(tmp_path, me
 
 
 def test_tensor_parallel_size_among_the_vllm_arguments():
-    from geosteer.serve.engine import tensor_parallel_size
+    from geosteer_vllm.engine import tensor_parallel_size
 
     assert tensor_parallel_size(["--max-model-len", "256"]) == 1
     assert tensor_parallel_size(["-tp", "2"]) == 2
@@ -219,8 +219,8 @@ def test_tensor_parallel_size_among_the_vllm_arguments():
 
 def test_walls_are_read_after_the_surfaces_and_also_on_layers_without_them(tmp_path, meta):
     from geosteer.manifold.walls import Wall
-    from geosteer.serve.walls import WallOp
     from geosteer.served import Surface
+    from geosteer_vllm.walls import WallOp
 
     model, m = meta
     folder = _surfaces(model, tmp_path / "w", walls=[Wall(layer=1, heads=(0,), q=(0.0, 1.0), k=(0.0, 1.0)),
@@ -264,7 +264,7 @@ def test_every_method_is_served_or_refused_in_one_line(tmp_path, meta, name, req
 
     from geosteer.methods import methods
     from geosteer.recipe import InterventionSpec
-    from geosteer.serve.plan import plan_spec
+    from geosteer_vllm.plan import plan_spec
 
     model, m = meta
     if name == "toy":

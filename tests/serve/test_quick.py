@@ -89,8 +89,8 @@ def engine(tiny, recipe_dirs, vector_dirs):
     tokens, the CPU backend's smallest). 40 tokens and 16 requests per step: prompts are prefilled in chunks
     while earlier requests decode (mixed batches); the surfaces' layer 0 takes the channel layout (another
     recipe has walls there), layer 2 the shared keys."""
-    from geosteer.serve import steered_llm
-    from geosteer.serve.inline import Policy
+    from geosteer_vllm import steered_llm
+    from geosteer_vllm.inline import Policy
 
     llm = steered_llm(tiny[2], recipe_dirs, Policy(vector_dirs), max_capture=MAX_CAPTURE, **{
         **TINY_ENGINE, "max_num_seqs": 16, "max_num_batched_tokens": 40, "block_size": 32,
@@ -138,8 +138,8 @@ def test_a_steered_prefix_never_reaches_a_stock_request(tiny, recipe_dirs, engin
     model's. A control run with the cache salt switched off shows the stock requests then do read the
     steered blocks (so this check can fail)."""
     from geosteer.models.loading import load_model
-    from geosteer.serve import admission
-    from geosteer.serve.plan import spec_of
+    from geosteer_vllm import admission
+    from geosteer_vllm.plan import spec_of
 
     llm, model, steer = engine, tiny[0], recipe_dirs["vec_add"]  # resid_post on every layer: K/V of layers 1-2
     assert llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
@@ -168,8 +168,8 @@ def test_chat_completions_follow_the_chat_template_stock_and_steered(tiny, recip
     the HF path give the same ids and greedy tokens, stock and steered (a named recipe and an inline one)."""
     from geosteer.models.loading import load_model
     from geosteer.recipe import InterventionSpec
-    from geosteer.serve import sampling
-    from geosteer.serve.plan import spec_of
+    from geosteer_vllm import sampling
+    from geosteer_vllm.plan import spec_of
 
     llm, model, tok = engine, tiny[0], load_model(tiny[2])[1]
     inline = {"scale_site": "attn_out", "scale_par": 0.4, "alpha_mlp": 1.3}
@@ -215,8 +215,8 @@ def _hf_points(model, ids: list[int], point: str, layers: list[int], interventio
 
 
 def test_activations_read_from_the_engine_equal_the_hf_path(tiny, recipe_dirs, engine):
-    from geosteer.serve import activations, sampling
-    from geosteer.serve.plan import spec_of
+    from geosteer_vllm import activations, sampling
+    from geosteer_vllm.plan import spec_of
 
     model, prompts, _ = tiny
     cases = ((None, "resid_post", "prompt", [0, 2]), ("vec_add", "resid_post", "all", [1, 2]),
@@ -238,7 +238,7 @@ def test_activations_read_from_the_engine_equal_the_hf_path(tiny, recipe_dirs, e
 def test_captures_past_the_limit_or_forged_are_refused_and_the_engine_goes_on(tiny, engine):
     from vllm.exceptions import VLLMValidationError
 
-    from geosteer.serve import sampling
+    from geosteer_vllm import sampling
 
     _, prompts, _ = tiny
     big = sampling(capture={"point": "resid_post", "layers": [0, 1, 2], "positions": "all"}, max_tokens=40)

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import torch
 
-from geosteer.serve.router import RecipeRouter
+from geosteer_vllm.router import RecipeRouter
 
 ROUTES = {"base": "smollm2", "recipes": ["calm", "bold"]}
 
@@ -110,10 +110,10 @@ def test_what_reaches_vllm_holds_only_the_checked_recipe():
 @pytest.fixture()
 def inline(tmp_path):
     from geosteer.models.loading import load_model
-    from geosteer.serve import admission
-    from geosteer.serve.inline import Policy
-    from geosteer.serve.plan import meta_model
     from geosteer.vectors.apply import SteeringVectors
+    from geosteer_vllm import admission
+    from geosteer_vllm.inline import Policy
+    from geosteer_vllm.plan import meta_model
 
     model, _ = load_model("tiny-llama")
     meta = meta_model(model.config)
@@ -130,7 +130,7 @@ def inline(tmp_path):
 
 
 def test_inline_recipes_reach_vllm_as_their_canonical_text(inline):
-    from geosteer.serve import admission
+    from geosteer_vllm import admission
 
     for vectors in ("calm", "calm/", inline["calm"]):
         doc = {"model": "smollm2", "geosteer_recipe": {"vectors": vectors.rstrip("/") if vectors == "calm/" else
@@ -157,7 +157,7 @@ def test_inline_recipes_reach_vllm_as_their_canonical_text(inline):
     (["vectors"], "must be a recipe name or an object"),
 ])
 def test_bad_inline_recipes_are_400_and_load_nothing(inline, recipe, words):
-    from geosteer.serve import admission
+    from geosteer_vllm import admission
 
     before = dict(admission._ADMITTED)
     r, seen = _post({"model": "smollm2", "geosteer_recipe": recipe})
@@ -200,7 +200,7 @@ def test_run_time_recipes_behind_the_token(inline):
 
 
 def test_a_capture_comes_back_in_the_response_and_bad_ones_are_400(tmp_path):
-    from geosteer.serve import admission, capture
+    from geosteer_vllm import admission, capture
 
     admission.set_capture(str(tmp_path), 3, 4)
 

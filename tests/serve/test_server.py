@@ -70,7 +70,7 @@ def test_models_and_bad_names(server):
 
 def test_each_request_gets_its_recipe(server):
     from geosteer.models.loading import load_model
-    from geosteer.serve.plan import spec_of
+    from geosteer_vllm.plan import spec_of
 
     url, folder = server
     model, tok = load_model("smollm2")

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from geosteer.kernels import exact, ext
-from geosteer.serve import paged_kernel, shared_key
 from geosteer.served import Surface
+from geosteer_vllm import paged_kernel, shared_key
 
 HKV, REP, D, BS, BLOCKS = 2, 3, 8, 4, 16
 GRID = (4, -2.0, 2.0)

@@ -8,7 +8,7 @@ import torch
 
 from geosteer.kernels import exact, ext
 from geosteer.kernels.bspline import bspline_basis_reference
-from geosteer.serve import surface_ops
+from geosteer_vllm import surface_ops
 
 HKV, REP, D, T = 2, 3, 8, 7
 GRIDS = [(4, -2.0, 2.0), (2, -1.5, 3.0)]  # two recipes' grids on one layer

@@ -100,8 +100,8 @@ def engine(request, tiny, recipe_dirs, vector_dirs):
     """Two ranks; compiled (the surfaces in the graph where geosteer's CPU kernels are built), or eager with
     the exact walls (their layer 0 takes the channel layout for the surfaces too) and activation captures.
     40 tokens per step: prefill chunks beside decoding tokens; prefix caching on."""
-    from geosteer.serve import steered_llm
-    from geosteer.serve.inline import Policy
+    from geosteer_vllm import steered_llm
+    from geosteer_vllm.inline import Policy
 
     eager = request.param == "eager"
     extra = {"max_capture": MAX_CAPTURE} if eager else {}
@@ -118,7 +118,7 @@ def engine(request, tiny, recipe_dirs, vector_dirs):
 
 
 def test_every_splittable_recipe_over_two_ranks_matches_hf(tiny, recipe_dirs, refs, engine):
-    from geosteer.serve import graph
+    from geosteer_vllm import graph
 
     kind, llm = engine
     cfg = llm.llm_engine.vllm_config
@@ -146,8 +146,8 @@ def test_activations_read_over_two_ranks_are_written_once(tiny, recipe_dirs, eng
 
     import geosteer
     from geosteer.hooks import attach_hooks
-    from geosteer.serve import activations, admission, capture, sampling
-    from geosteer.serve.plan import spec_of
+    from geosteer_vllm import activations, admission, capture, sampling
+    from geosteer_vllm.plan import spec_of
 
     kind, llm = engine
     if kind != "eager":

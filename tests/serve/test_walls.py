@@ -1,4 +1,4 @@
-"""Exact walls as value channels (``geosteer.serve.walls``) against a naive per-(head, dim) loop; no vLLM."""
+"""Exact walls as value channels (``geosteer_vllm.walls``) against a naive per-(head, dim) loop; no vLLM."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from geosteer.kernels.bspline import bspline_basis
 from geosteer.manifold.walls import Wall, compile_layer
-from geosteer.serve.walls import apply_walls, wall_op, wall_values
+from geosteer_vllm.walls import apply_walls, wall_op, wall_values
 
 L, H, HKV, D, GRID, LO, HI = 12, 4, 2, 16, 4, -2.0, 2.0
 INF = math.inf
@@ -83,7 +83,7 @@ def test_each_set_of_overlapping_walls_gets_its_own_slot():
 
 def test_more_overlapping_walls_than_served_slots_are_refused_in_one_line():
     from geosteer.errors import GeosteerError
-    from geosteer.serve.walls import MAX_OVERLAP
+    from geosteer_vllm.walls import MAX_OVERLAP
 
     many = [Wall(layer=1, heads=(0,), dims=(3,), q=(-1.0 + 0.01 * i, INF), k=(-INF, 0.1 * i))
             for i in range(MAX_OVERLAP + 1)]
@@ -109,8 +109,8 @@ def test_walls_split_over_tensor_parallel_ranks_match_the_naive_walled_attention
     """Each rank serves the walls of its own heads (and the KV heads they read, one replicated KV head per rank
     at tp 4), every rank with the same number of channels (vLLM's KV-cache layout is the same on every rank,
     also where a rank has no walls); together they are the naive walled attention of all heads."""
-    from geosteer.serve.tensor_parallel import shard_layer
     from geosteer.served import LayerOps
+    from geosteer_vllm.tensor_parallel import shard_layer
 
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(L, n, D, generator=gen) for n in (H, HKV, HKV))

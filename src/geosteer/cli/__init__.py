@@ -27,6 +27,7 @@ from geosteer.cli.common import (  # noqa: F401 - FORCE_OPT re-exported for the 
     run_app,
 )
 from geosteer.cli.nouns import add_verbs
+from geosteer.errors import GeosteerError
 
 __all__ = ["app", "main", "emit", "MODEL_OPT", "interventions_from_options"]
 
@@ -47,9 +48,13 @@ def interventions_from_options(model, surfaces: Path | None = None, force: bool 
 
 
 _CORE_CLIS = ("geosteer.eval.cli", "geosteer.viz.cli", "geosteer.studio.cli", "geosteer.cli.demo",
-              "geosteer.cli.tasks", "geosteer.cli.evaluate", "geosteer.cli.recipe", "geosteer.serve.cli",
+              "geosteer.cli.tasks", "geosteer.cli.evaluate", "geosteer.cli.recipe",
               "geosteer.bench.cli", "geosteer.cli.show", "geosteer.cli.nouns")
 ENTRY_POINT_GROUP = "geosteer.cli"  # installed packages add commands: an entry point naming `register(app)`
+# verbs that a separate distribution adds, and how to install it: without it the verb says so
+PLUGIN_VERBS = {"serve": ("geosteer-vllm", "vLLM for your hardware, then `pip install ./vllm-plugin` from a "
+                          "geosteer checkout (or `make serve` there; docs/serving.md)"),
+                "study": ("geosteer-paper", "`pip install ./paper` from a geosteer checkout (`make dev` does)")}
 _registered: set[str] = set()
 
 
@@ -84,6 +89,23 @@ def register_clis(target: typer.Typer | None = None) -> None:
         register(target)
         if target is app:
             _registered.add(key)
+    _add_install_hints(target)
+
+
+def _add_install_hints(target: typer.Typer) -> None:
+    """A ``PLUGIN_VERBS`` verb whose distribution is not installed: one line naming what to install, exit 2."""
+    present = {c.name or (c.callback.__name__ if c.callback else "") for c in target.registered_commands}
+    present |= {g.name or "" for g in target.registered_groups}
+    for verb, (dist, how) in PLUGIN_VERBS.items():
+        if verb in present:
+            continue
+
+        def missing(dist: str = dist, verb: str = verb, how: str = how) -> None:
+            raise GeosteerError(f"`geosteer {verb}` comes with the {dist} package, which is not installed: "
+                                f"install {how}")
+
+        target.command(verb, help=f"(needs the {dist} package: {how})", add_help_option=False,
+                       context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(missing)
 
 
 def _register_fn(cli: str | Callable | EntryPoint) -> Callable[[typer.Typer], None]:

@@ -11,8 +11,8 @@ import torch
 from vllm.model_executor.layers.attention import Attention
 
 from geosteer.errors import GeosteerError
-from geosteer.serve.layers import ChannelAttention, apply_attention_ops, shared_key_layer
-from geosteer.serve.plan import surface_of
+from geosteer_vllm.layers import ChannelAttention, apply_attention_ops, shared_key_layer
+from geosteer_vllm.plan import surface_of
 
 _LAYERS: dict[str, ChannelAttention] = {}
 

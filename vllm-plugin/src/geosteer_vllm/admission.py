@@ -12,8 +12,8 @@ import hashlib
 from collections import OrderedDict
 
 from geosteer.errors import GeosteerError
-from geosteer.serve.batch import RECIPE_FIELD, SPEC_FIELD
-from geosteer.serve.inline import Policy, canonical, plan_inline
+from geosteer_vllm.batch import RECIPE_FIELD, SPEC_FIELD
+from geosteer_vllm.inline import Policy, canonical, plan_inline
 
 MAX_ADMITTED = 1024  # inline recipes kept admitted (least recently used dropped first)
 
@@ -41,7 +41,7 @@ def capture_config() -> tuple | None:
 
 def issue_capture(doc: object) -> dict:
     """A checked ``geosteer_capture`` object with the token the input processor will admit."""
-    from geosteer.serve import capture
+    from geosteer_vllm import capture
 
     if _STATE["capture"] is None:
         raise GeosteerError("this server does not capture activations (start it with --max-capture)")
@@ -49,7 +49,7 @@ def issue_capture(doc: object) -> dict:
 
 
 def collect_capture(cap: dict, n_positions: int) -> dict:
-    from geosteer.serve import capture
+    from geosteer_vllm import capture
 
     folder, _, width = _STATE["capture"]
     return capture.collect(folder, cap, width, n_positions)
@@ -57,7 +57,7 @@ def collect_capture(cap: dict, n_positions: int) -> dict:
 
 def collect_capture_quietly(cap: dict) -> None:
     """Drop a failed request's capture file."""
-    from geosteer.serve import capture
+    from geosteer_vllm import capture
 
     if _STATE["capture"] is not None:
         capture.path_of(_STATE["capture"][0], cap["token"]).unlink(missing_ok=True)
@@ -84,7 +84,7 @@ def admit(doc: object) -> str:
             raise GeosteerError("surfaces, walls and scale_site=value_full are served from recipes named at start "
                                 "(geosteer serve --recipe NAME=DIR), not inline")
         if _STATE["stages"] is not None:
-            from geosteer.serve import graph
+            from geosteer_vllm import graph
 
             graph.check_inline(plan, _STATE["stages"])
         _ADMITTED[canon] = plan

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from geosteer.errors import GeosteerError
-from geosteer.serve.walls import WallOp, wall_op
 from geosteer.served import LayerOps, ServedOps, Surface, Walls, declare
+from geosteer_vllm.walls import WallOp, wall_op
 
 
 @dataclass
@@ -79,7 +79,7 @@ def meta_model(hf_config) -> nn.Module:
     """A weightless (``meta``) Hugging Face model of ``hf_config``: what the recipe builders inspect."""
     from transformers import AutoModelForCausalLM
 
-    from geosteer.serve.families import served_family
+    from geosteer_vllm.families import served_family
 
     served_family(hf_config.model_type)
     with torch.device("meta"):

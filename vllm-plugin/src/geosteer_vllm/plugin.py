@@ -1,15 +1,15 @@
-"""The vLLM plugin (entry point ``vllm.general_plugins: geosteer = geosteer.serve.plugin:register``).
+"""The vLLM plugin (entry point ``vllm.general_plugins: geosteer = geosteer_vllm.plugin:register``).
 
 :func:`register` (in every vLLM process, idempotent) adds one architecture per served family, wraps the
-input processor (:func:`geosteer.serve.admission.check`, prefix-cache salt) and the runner's input
-preparation (:mod:`geosteer.serve.batch`).
+input processor (:func:`geosteer_vllm.admission.check`, prefix-cache salt) and the runner's input
+preparation (:mod:`geosteer_vllm.batch`).
 """
 
 from __future__ import annotations
 
 import functools
 
-from geosteer.serve.families import SERVED_FAMILIES
+from geosteer_vllm.families import SERVED_FAMILIES
 
 
 def register() -> None:
@@ -18,7 +18,7 @@ def register() -> None:
     known = ModelRegistry.get_supported_archs()
     for fam in SERVED_FAMILIES.values():
         if fam.architecture not in known:
-            ModelRegistry.register_model(fam.architecture, f"geosteer.serve.models:{fam.architecture}")
+            ModelRegistry.register_model(fam.architecture, f"geosteer_vllm.models:{fam.architecture}")
     guard_requests()
     track_recipes()
 
@@ -35,7 +35,7 @@ def guard_requests() -> None:
     @functools.wraps(orig)
     def process_inputs(self, request_id, prompt, params, *args, **kwargs):
         from geosteer.errors import GeosteerError
-        from geosteer.serve import admission, capture
+        from geosteer_vllm import admission, capture
 
         extra = getattr(params, "extra_args", None)
         if not extra or not any(k.startswith("geosteer_") for k in extra):
@@ -80,7 +80,7 @@ def track_recipes() -> None:
     @functools.wraps(orig)
     def _prepare_inputs(self, scheduler_output, num_scheduled_tokens, *args, **kwargs):
         out = orig(self, scheduler_output, num_scheduled_tokens, *args, **kwargs)
-        from geosteer.serve import batch, graph
+        from geosteer_vllm import batch, graph
 
         per_request = []
         for req_id, n in zip(self.input_batch.req_ids, num_scheduled_tokens.tolist(), strict=False):

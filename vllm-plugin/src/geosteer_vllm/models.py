@@ -1,7 +1,7 @@
 """vLLM's causal-LM classes with geosteer recipes inside, one per served family (``serve.families``).
 
 They build the stock model, then steer it with the config's ``geosteer_recipes`` through
-:func:`geosteer.serve.graph.install` (``geosteer_graph`` set) or :func:`geosteer.serve.layers.install`.
+:func:`geosteer_vllm.graph.install` (``geosteer_graph`` set) or :func:`geosteer_vllm.layers.install`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from vllm.model_executor.models.mistral import MistralForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
-from geosteer.serve import batch, graph, tensor_parallel
-from geosteer.serve.inline import plan_inline
-from geosteer.serve.layers import install
-from geosteer.serve.plan import meta_model, plan_recipe
+from geosteer_vllm import batch, graph, tensor_parallel
+from geosteer_vllm.inline import plan_inline
+from geosteer_vllm.layers import install
+from geosteer_vllm.plan import meta_model, plan_recipe
 
 logger = init_logger("vllm.geosteer")  # vLLM's handler prints it beside its own lines
 

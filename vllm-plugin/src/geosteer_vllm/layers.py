@@ -20,11 +20,11 @@ from vllm.model_executor.layers.attention import Attention
 from geosteer.directional.sites import scaled_delta
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import FAMILIES
-from geosteer.serve import batch, capture, shared_key, surface_ops
-from geosteer.serve.plan import RecipePlan, surface_of, walls_of
-from geosteer.serve.tensor_parallel import ConcatOverRanks
-from geosteer.serve.walls import WallOp, apply_walls, wall_values
 from geosteer.served import LayerOps, Surface, ValueScale
+from geosteer_vllm import batch, capture, shared_key, surface_ops
+from geosteer_vllm.plan import RecipePlan, surface_of, walls_of
+from geosteer_vllm.tensor_parallel import ConcatOverRanks
+from geosteer_vllm.walls import WallOp, apply_walls, wall_values
 
 
 def _grids(ops: list[LayerOps | None]) -> list[tuple[int, float, float]]:

@@ -14,8 +14,8 @@ import os
 import time
 
 from geosteer.errors import GeosteerError
-from geosteer.serve import admission, capture
-from geosteer.serve.batch import RECIPE_FIELD, SPEC_FIELD
+from geosteer_vllm import admission, capture
+from geosteer_vllm.batch import RECIPE_FIELD, SPEC_FIELD
 
 ROUTES_ENV = "GEOSTEER_SERVE_ROUTES"
 ADMIN_TOKEN_ENV = "GEOSTEER_ADMIN_TOKEN"

@@ -10,8 +10,8 @@ import typer
 
 from geosteer.errors import GeosteerError
 from geosteer.models.loading import BUNDLED
-from geosteer.serve.families import SERVED_FAMILIES
-from geosteer.serve.inline import Policy
+from geosteer_vllm.families import SERVED_FAMILIES
+from geosteer_vllm.inline import Policy
 
 SETUP = ("geosteer serve needs vLLM, which lives in its own environment: run `make serve` in the geosteer "
          "checkout, then `.venv-serve/bin/geosteer serve -m MODEL --recipe NAME=DIR --port P` (docs/serving.md)")
@@ -32,13 +32,13 @@ def vllm_argv(model: str, recipes: dict[str, str], host: str, port: int, memory:
               extra: list[str], inline: Policy | None = None, max_capture: int | None = None) -> tuple[list[str], dict]:
     """(vLLM server arguments, routes for the recipe router) for ``model``, ``recipes``, ``inline`` and
     ``max_capture``."""
-    from geosteer.serve.engine import engine_args, tensor_parallel_size
+    from geosteer_vllm.engine import engine_args, tensor_parallel_size
 
     kw = engine_args(model, recipes, tensor_parallel_size(extra), inline, max_capture)  # checked before vLLM
     served = served_name(model)
     argv = ["--model", kw["model"], "--dtype", kw["dtype"], "--served-model-name", served, "--host", host,
             "--port", str(port), "--gpu-memory-utilization", str(memory),
-            "--middleware", "geosteer.serve.router.RecipeRouter"]
+            "--middleware", "geosteer_vllm.router.RecipeRouter"]
     if "hf_overrides" in kw:
         argv += ["--hf-overrides", json.dumps(kw["hf_overrides"])]
     if kw.get("enforce_eager"):  # steering that cannot run inside vLLM's compiled graph (serve.graph)
@@ -80,8 +80,8 @@ def serve(
     memory: float = typer.Option(0.15, "--gpu-memory-utilization", min=0.01, max=1.0,
                                  help="vLLM's memory fraction (on the CPU build: of the RAM)"),
 ) -> None:
-    from geosteer.serve.inline import check_roots, parse_artifact_args
-    from geosteer.serve.plan import parse_recipe_args
+    from geosteer_vllm.inline import check_roots, parse_artifact_args
+    from geosteer_vllm.plan import parse_recipe_args
 
     recipes = parse_recipe_args(recipe, served_name(model))
     policy = Policy(parse_artifact_args(artifact), check_roots(allow_root))

@@ -34,7 +34,7 @@ def attention_in_graph() -> bool:
     except ImportError:
         return False
 
-    from geosteer.serve import shared_key
+    from geosteer_vllm import shared_key
 
     return (current_platform.is_cpu() and os.environ.get("GEOSTEER_SERVE_CHANNELS") != "1"
             and shared_key.compiled_available())
@@ -287,7 +287,7 @@ def install(model, model_type: str, plans: list, stages: dict, max_tokens: int, 
     for i in range(inner.start_layer, inner.end_layer):
         ops = [p.layers.get(i) for p in plans]
         if any(o is not None and o.attention for o in ops):
-            from geosteer.serve import graph_attention
+            from geosteer_vllm import graph_attention
 
             graph_attention.install(_part(inner.layers[i], spec.attn), ops, i)
     for plan in plans:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from geosteer.errors import GeosteerError
-from geosteer.serve.batch import RECIPE_FIELD, SPEC_FIELD
-from geosteer.serve.families import check_served_config, served_family
-from geosteer.serve.inline import Policy
+from geosteer_vllm.batch import RECIPE_FIELD, SPEC_FIELD
+from geosteer_vllm.families import check_served_config, served_family
+from geosteer_vllm.inline import Policy
 
 
 def resolve_model(model: str) -> tuple[str, str]:
@@ -45,8 +45,8 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
     to run eager whatever the recipes."""
     from transformers import AutoConfig
 
-    from geosteer.serve import admission, graph
-    from geosteer.serve.plan import meta_model, plan_recipe
+    from geosteer_vllm import admission, graph
+    from geosteer_vllm.plan import meta_model, plan_recipe
 
     meta = meta_model(AutoConfig.from_pretrained(folder))
     meta.config._geosteer_name = name
@@ -64,7 +64,7 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
 
 def eager_reason(plans: dict) -> str | None:
     """Why recipes ({name: RecipePlan}) make the engine run eager; None: they all run in the compiled graph."""
-    from geosteer.serve import graph
+    from geosteer_vllm import graph
 
     attention = any(p.attention_layers for p in plans.values()) and graph.attention_in_graph()
     for rname, plan in plans.items():
@@ -104,8 +104,8 @@ def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parall
         else:  # vLLM's compile cache ignores hf_overrides: the steering layout goes into its key this way
             kw["additional_config"] = {"geosteer_graph": layout}
         if max_capture:
-            from geosteer.serve import admission
-            from geosteer.serve.capture import capture_dir
+            from geosteer_vllm import admission
+            from geosteer_vllm.capture import capture_dir
 
             kw["hf_overrides"].update(geosteer_capture_dir=capture_dir(), geosteer_capture_limit=int(max_capture))
             admission.set_capture(kw["hf_overrides"]["geosteer_capture_dir"], config.num_hidden_layers,
@@ -141,7 +141,7 @@ def sampling(recipe: str | dict | None = None, capture: dict | None = None, **kw
     ``geosteer_capture`` object (``serve.capture``; read the result with :func:`activations`)."""
     from vllm import SamplingParams
 
-    from geosteer.serve import admission
+    from geosteer_vllm import admission
 
     extra = dict(kwargs.pop("extra_args", None) or {})
     if capture is not None:
@@ -156,7 +156,7 @@ def sampling(recipe: str | dict | None = None, capture: dict | None = None, **kw
 def activations(params, output) -> dict[str, list[list[float]]]:
     """The captured activations of a finished request (``params`` from :func:`sampling` with ``capture``,
     ``output`` the ``RequestOutput``): {"L": [[values] per token]} (``serve.capture``)."""
-    from geosteer.serve import admission
+    from geosteer_vllm import admission
 
     cap = params.extra_args["geosteer_capture"]
     n = len(output.prompt_token_ids) + (len(output.outputs[0].token_ids) - 1 if cap["positions"] == "all" else 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from geosteer.kernels import exact, ext
-from geosteer.serve import paged_kernel
+from geosteer_vllm import paged_kernel
 
 COMPILED = True  # False: the PyTorch path below (tests compare both)
 LAYOUTS = ("vec", "vec16")  # vLLM CPU attention ISAs whose float32 key/value layout is the one read here

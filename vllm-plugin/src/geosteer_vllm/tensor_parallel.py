@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from geosteer.errors import GeosteerError
-from geosteer.serve.walls import WallOp, wall_op
 from geosteer.served import LayerOps, Surface, ValueScale
+from geosteer_vllm.walls import WallOp, wall_op
 
 
 @dataclasses.dataclass

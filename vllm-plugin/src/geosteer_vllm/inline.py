@@ -110,7 +110,7 @@ def canonical(doc: object, policy: Policy) -> str:
 def plan_inline(canon: str, model):
     """Build an admitted inline recipe (:func:`canonical`'s text) on ``model`` (a weightless model)."""
     from geosteer.recipe import InterventionSpec
-    from geosteer.serve.plan import plan_spec
+    from geosteer_vllm.plan import plan_spec
 
     spec = InterventionSpec.from_dict(json.loads(canon))
     return plan_spec("inline", spec, model, "inline", key=f"inline:{canon}")
