@@ -18,38 +18,15 @@ from pathlib import Path
 import torch
 
 from geosteer.errors import one_line_errors
-from geosteer.interventions import steer
 from geosteer.io_utils import atomic_write_json
 from geosteer.models.loading import load_model
 from geosteer.recipe import load_recipe
-from geosteer.train.objective import forward_logits
-from geosteer.train.prompts import (
-    control_logprobs,
-    encode_controls,
-    encode_targets,
-    read_controls,
-    read_targets,
-    target_logprob,
-)
-from geosteer_paper.stats import mean_ci
-
-
-def _passes(model, tb, nb, cb, interventions) -> tuple:
-    with torch.no_grad(), steer(model, *interventions):
-        return (target_logprob(forward_logits(model, tb), tb), target_logprob(forward_logits(model, nb), nb),
-                control_logprobs(forward_logits(model, cb), cb))
+from geosteer.train.prompts import read_controls, read_targets
+from geosteer_paper.heldout import heldout_comparison
 
 
 def evaluate(model, tok, interventions, targets, negatives, controls) -> dict:
-    tb, nb, cb = encode_targets(tok, targets), encode_targets(tok, negatives), encode_controls(tok, controls)
-    ref_t, ref_n, (ref_c, valid) = _passes(model, tb, nb, cb, [])
-    out_t, out_n, (out_c, _) = _passes(model, tb, nb, cb, interventions)
-    kl = (ref_c.exp() * (ref_c - out_c)).sum(-1)  # (n, T)
-    kl_last = kl[torch.arange(kl.shape[0]), cb.lengths - 1]
-    kl_all = (kl * valid).sum(-1) / valid.sum(-1)
-    return {"target_gain": mean_ci(out_t - ref_t), "negative_drop": mean_ci(ref_n - out_n),
-            "control_kl_next": mean_ci(kl_last), "control_kl_all": mean_ci(kl_all),
-            "stock_target_logprob": float(ref_t.mean()), "stock_negative_logprob": float(ref_n.mean())}
+    return heldout_comparison(model, tok, [], interventions, targets, negatives, controls).summary("stock")
 
 
 def main() -> None:

@@ -16,44 +16,16 @@ from pathlib import Path
 
 import torch
 
-from geosteer.interventions import steer
 from geosteer.io_utils import atomic_write_json
 from geosteer.manifold import load
-from geosteer.manifold.wall_learn import (
-    control_logprobs,
-    encode_controls,
-    encode_targets,
-    read_controls,
-    read_targets,
-    target_logprob,
-)
+from geosteer.manifold.wall_learn import read_controls, read_targets
 from geosteer.models.loading import load_model
-from geosteer_paper.stats import mean_ci
-
-
-def _logprobs(model, batch, bank):
-    with torch.no_grad(), steer(model, bank):
-        return target_logprob(model(input_ids=batch.ids, use_cache=False).logits, batch)
-
-
-def _control(model, batch, bank):
-    with torch.no_grad(), steer(model, bank):
-        return control_logprobs(model(input_ids=batch.ids, use_cache=False).logits, batch)
+from geosteer_paper.heldout import heldout_comparison
 
 
 def evaluate(model, tok, reference, learned, targets, negatives, controls) -> dict:
-    tb, nb, cb = encode_targets(tok, targets), encode_targets(tok, negatives), encode_controls(tok, controls)
-    ref_t, ref_n = _logprobs(model, tb, reference), _logprobs(model, nb, reference)
-    ref_c, valid = _control(model, cb, reference)
-    out_t, out_n = _logprobs(model, tb, learned), _logprobs(model, nb, learned)
-    out_c, _ = _control(model, cb, learned)
-    kl = (ref_c.exp() * (ref_c - out_c)).sum(-1)  # (n, T)
-    kl_last = kl[torch.arange(kl.shape[0]), cb.lengths - 1]
-    kl_all = (kl * valid).sum(-1) / valid.sum(-1)
-    return {"target_gain": mean_ci(out_t - ref_t), "negative_drop": mean_ci(ref_n - out_n),
-            "margin_gain": mean_ci((out_t - out_n) - (ref_t - ref_n)),
-            "control_kl_next": mean_ci(kl_last), "control_kl_all": mean_ci(kl_all),
-            "reference_target_logprob": float(ref_t.mean()), "reference_negative_logprob": float(ref_n.mean())}
+    return heldout_comparison(model, tok, [reference], [learned], targets, negatives, controls).summary(
+        "reference", margin=True)
 
 
 def main() -> None:
