@@ -30,15 +30,14 @@ wanda50,wanda4:8,wanda2:4 --calib-seqs 32 --seq-len 128 --prompts 12 --ppl-batch
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from geosteer.errors import GeosteerError, one_line_errors
+from geosteer.errors import GeosteerError
+from geosteer_paper.scripts import command_line, run_script
 
 SITES = ("attn", "mlp", "block")
 ERRORS = ("perp_err", "par_err", "total_err")
@@ -178,8 +177,7 @@ def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
     print(f"calibrated on {meta['calib']} ({time.time() - t0:.0f} s)", flush=True)
     summary = [{"method": "none", "ppl": ppl_of(m)}]
     layer_rows: list[dict] = []
-    meta = {"command": "python paper/studies/directional/compression.py "
-                       + shlex.join(argv if argv is not None else sys.argv[1:]), **meta}
+    meta = {"command": command_line("directional/compression.py", argv), **meta}
     for meth in meths:
         t0 = time.time()
         comp, info = compress(m, meth, calib, batches=calib_batches)
@@ -201,9 +199,7 @@ def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    a = parser().parse_args(argv)
-    with one_line_errors():
-        run(a, argv)
+    run_script(parser(), run, argv)
 
 
 if __name__ == "__main__":

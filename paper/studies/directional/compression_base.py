@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from geosteer.errors import GeosteerError, one_line_errors
+from geosteer.errors import GeosteerError
+from geosteer_paper.scripts import command_line, run_script
 
 
 def parser() -> argparse.ArgumentParser:
@@ -105,17 +104,14 @@ def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
             print(f"step {step + 1}: train {loss.item():.4f} val {val:.4f} ({time.time() - t0:.0f} s)", flush=True)
     model.eval()
     model.save_pretrained(a.out)
-    meta = {"command": "python paper/studies/directional/compression_base.py "
-                       + shlex.join(argv if argv is not None else sys.argv[1:]),
+    meta = {"command": command_line("directional/compression_base.py", argv),
             "seed": a.seed, "d_model": a.d_model, "n_layers": a.n_layers, "steps": a.steps, "batch": a.batch,
             "ctx": a.ctx, "lr": a.lr, "params": sum(p.numel() for p in model.parameters()), "log": log}
     (a.out / "base_training.json").write_text(json.dumps(meta, indent=2))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    a = parser().parse_args(argv)
-    with one_line_errors():
-        run(a, argv)
+    run_script(parser(), run, argv)
 
 
 if __name__ == "__main__":

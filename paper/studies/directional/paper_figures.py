@@ -26,15 +26,14 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import shlex
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from geosteer.errors import GeosteerError, one_line_errors
+from geosteer.errors import GeosteerError
+from geosteer_paper.scripts import command_line, run_script
 
 SITES = ("attn", "mlp", "block")
 FIG1_PROMPTS = (
@@ -311,8 +310,7 @@ def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
     for name in ("max_new_tokens", "prompts", "prompt_len"):
         if getattr(a, name) < 1:
             raise GeosteerError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(a, name)})")
-    doc: dict = {"meta": {"command": "python paper/studies/directional/paper_figures.py "
-                                     + shlex.join(argv if argv is not None else sys.argv[1:]), "parts": parts}}
+    doc: dict = {"meta": {"command": command_line("directional/paper_figures.py", argv), "parts": parts}}
     if "table11" in parts:  # no model needed; checked first so a bad CSV or site fails before any loading
         sites = [s.strip() for s in a.sites.split(",") if s.strip()]
         doc["table11"] = table11_rows(read_layer_csv(a.compression_csv), sites)
@@ -353,9 +351,7 @@ def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    a = parser().parse_args(argv)
-    with one_line_errors():
-        run(a, argv)
+    run_script(parser(), run, argv)
 
 
 if __name__ == "__main__":

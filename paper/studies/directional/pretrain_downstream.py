@@ -22,20 +22,19 @@ settings are skipped (``--resume`` is the default), so a long study can be stopp
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 from geosteer.directional.sites import ComponentScale
-from geosteer.errors import GeosteerError, one_line_errors
+from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
 from geosteer.io_utils import atomic_write_json
 from geosteer_paper.directional.gated import GatedParallelScale
 from geosteer_paper.directional.pretrain import byte_ids, lm_loss, sample_batch, small_model, train_step
 from geosteer_paper.multiple_choice import score_multiple_choice
+from geosteer_paper.scripts import command_line, run_script
 
 VARIANTS = ("baseline", "attn_par", "value_par", "value_gated")
 PROXY_TASKS = ("proxy_cloze", "proxy_nextsent", "proxy_fact")
@@ -108,7 +107,7 @@ def proxy_scores(model, docs: dict[str, list[dict]], window: int) -> list[dict]:
     return [{"task": t, **score_multiple_choice(model, items, window=window)} for t, items in docs.items()]
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--seeds", default="0,1")
@@ -126,9 +125,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--no-resume", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
-    a = ap.parse_args(argv)
-    with one_line_errors():
-        run(a, argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_script(parser(), run, argv)
 
 
 def run(a, argv) -> None:
@@ -159,8 +160,7 @@ def run(a, argv) -> None:
             raise GeosteerError(f"{a.out} holds runs with other settings; use another --out or --no-resume")
         doc = old
     doc["meta"].setdefault("commands", [])
-    doc["meta"]["commands"].append("python paper/studies/directional/pretrain_downstream.py "
-                                   + shlex.join(argv if argv is not None else sys.argv[1:]))
+    doc["meta"]["commands"].append(command_line("directional/pretrain_downstream.py", argv))
     done = {(r["variant"], r["seed"]) for r in doc["runs"]}
     g = torch.Generator().manual_seed(12345)
     vals = [sample_batch(held, g, a.batch, a.ctx) for _ in range(a.val_batches)]

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
-import sys
 from pathlib import Path
+
+from geosteer_paper.scripts import command_line
 
 
 def _max_angle_deg(a, b) -> float:
@@ -65,7 +65,7 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     meta = {"model": a.model, "residuals": a.residuals, "steps": a.steps, "dt": a.dt, "seed": a.seed,
             "encoding": "bos-window",
-            "command": "python paper/studies/dynamics/well_posedness.py " + shlex.join(sys.argv[1:])}
+            "command": command_line("dynamics/well_posedness.py")}
     summary = {"order_min": min(r["observed_order"] for r in rows),
                "gap_quarter_max_deg": max(r["gap_half_quarter_deg"] for r in rows),
                "sphere_drift_max": max(r["sphere_drift"] for r in rows)}

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from geosteer_paper.scripts import command_line
+
 
 def _ppl(args: list[str]) -> dict:
     run = subprocess.run(args, capture_output=True, text=True)
@@ -38,7 +40,7 @@ def main() -> None:
     exe = str(Path(sys.executable).with_name("geosteer"))
     out = Path(a.out)
     meta = {"model": a.model, "surfaces": a.surfaces, "max_tokens": a.max_tokens, "encoding": "tokenizer",
-            "command": "python paper/studies/manifold/context_sweep.py " + shlex.join(sys.argv[1:])}
+            "command": command_line("manifold/context_sweep.py")}
     rows = json.loads(out.read_text())["rows"] if out.is_file() else []  # resume: contexts already measured
     done = {r["context"] for r in rows}
     for ctx in (int(c) for c in a.contexts.split(",") if int(c) not in done):

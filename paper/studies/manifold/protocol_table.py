@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 
 from geosteer.errors import GeosteerError, one_line_errors
+from geosteer_paper.scripts import command_line
 
 
 def rows_from(surfaces: dict, lora: dict) -> list[dict]:
@@ -59,7 +58,7 @@ def main() -> None:
                 raise GeosteerError(f"no such file: {f}")
         surfaces, lora = json.loads(a.surfaces.read_text()), json.loads(a.lora.read_text())
     rows = rows_from(surfaces, lora)
-    meta = {"command": "python paper/studies/manifold/protocol_table.py " + shlex.join(sys.argv[1:]),
+    meta = {"command": command_line("manifold/protocol_table.py"),
             "surfaces_config": surfaces["meta"]["config"], "surfaces_params": surfaces["meta"].get("params"),
             "lora_meta": lora["meta"]}
     if config is not None:

@@ -27,19 +27,18 @@ JSON result (with the command in ``meta``), per-condition summaries to a ``.summ
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 import time
 from collections.abc import Callable, Sequence
 
 import torch
 
-from geosteer.errors import GeosteerError, one_line_errors
+from geosteer.errors import GeosteerError
 from geosteer.eval.compare import PairedComparison, summarize_by
 from geosteer.eval.prompts import Prompt
 from geosteer.manifold.coverage import legacy_walls, wall_leakage
 from geosteer.manifold.edit import Edit, grid_wall, live, wall
 from geosteer.manifold.explore import layer_norms, layer_sensitivity, top_surfaces
+from geosteer_paper.scripts import command_line, run_script
 
 Log = Callable[[str], None]
 KL_EDIT = "KL(P_unedited || P_edited) of the next token after the prompt, nats"
@@ -195,8 +194,7 @@ def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
     model, tok = load_model(a.model)
     bank = load(a.surfaces, model=model)
     out = Path(a.out)
-    args = argv if argv is not None else sys.argv[1:]
-    meta = {"command": "python paper/studies/manifold/steering.py " + shlex.join(args),
+    meta = {"command": command_line("manifold/steering.py", argv),
             "model": a.model, "surfaces": a.surfaces, "max_new_tokens": a.max_new_tokens, "greedy": True,
             "threads": torch.get_num_threads(), "torch": torch.__version__}
     log = lambda s: print(s, flush=True)  # noqa: E731
@@ -235,9 +233,7 @@ def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    a = parser().parse_args(argv)
-    with one_line_errors():
-        run(a, argv)
+    run_script(parser(), run, argv)
 
 
 if __name__ == "__main__":

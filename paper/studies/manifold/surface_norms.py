@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import load_file
+
+from geosteer_paper.scripts import command_line
 
 
 def layer_row(layer: int, coef: np.ndarray) -> dict:
@@ -55,7 +55,7 @@ def main() -> None:
                "max_over_median_min": min(r["max_over_median"] for r in rows),
                "top1pct_energy_share_mean": float(np.mean([r["top1pct_energy_share"] for r in rows]))}
     meta = {"artifact": str(folder), "grid_size": config.get("grid_size"),
-            "command": "python paper/studies/manifold/surface_norms.py " + shlex.join(sys.argv[1:])}
+            "command": command_line("manifold/surface_norms.py")}
     Path(a.out).write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1) + "\n")
     print(json.dumps(summary))
 
