@@ -13,13 +13,15 @@ from pathlib import Path
 
 from scipy.stats import binomtest
 
+from geosteer_paper.lm_eval_runs import newest_file
+
 
 def samples(run: str, task: str) -> dict[int, dict]:
-    files = sorted(Path(run).rglob(f"samples_{task}_*.jsonl"))
-    if not files:
+    f = newest_file(run, f"samples_{task}_*.jsonl")
+    if f is None:
         print(f"error: no samples_{task}_*.jsonl under {run} (run lm_eval with --log_samples)", file=sys.stderr)
         raise SystemExit(2)
-    return {d["doc_id"]: d for d in map(json.loads, files[-1].read_text().splitlines())}
+    return {d["doc_id"]: d for d in map(json.loads, f.read_text().splitlines())}
 
 
 def compare(base: dict[int, dict], other: dict[int, dict], metric: str, ids: list[int]) -> dict:

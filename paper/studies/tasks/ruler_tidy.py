@@ -11,6 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
+from geosteer_paper.lm_eval_runs import newest_results
+
 
 def main() -> None:
     p = argparse.ArgumentParser()
@@ -21,10 +23,9 @@ def main() -> None:
     for arg in a.runs:
         setting, _, run = arg.rpartition("=")
         setting = setting or Path(run).name
-        files = sorted(Path(run).rglob("results_*.json"))
-        if not files:
+        doc = newest_results(run)
+        if doc is None:
             continue
-        doc = json.loads(files[-1].read_text())
         for task, res in sorted(doc["results"].items()):
             if "score,none" in res:
                 rows.append({"setting": setting, "task": task, "score": res["score,none"],

@@ -8,6 +8,8 @@ import argparse
 import json
 from pathlib import Path
 
+from geosteer_paper.lm_eval_runs import newest_results
+
 
 def main() -> None:
     p = argparse.ArgumentParser()
@@ -16,10 +18,9 @@ def main() -> None:
     a = p.parse_args()
     rows = []
     for run in a.runs:
-        files = sorted(Path(run).rglob("results_*.json"))
-        if not files:
+        doc = newest_results(run)
+        if doc is None:
             continue
-        doc = json.loads(files[-1].read_text())
         for task, res in sorted(doc["results"].items()):
             for k, v in res.items():
                 if k.endswith(",none") and not k.split(",")[0].endswith("stderr") and isinstance(v, float):
