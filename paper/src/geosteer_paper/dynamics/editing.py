@@ -149,6 +149,22 @@ def _edit_setup(model: nn.Module, layers: Sequence[int], direction: str, scale: 
     return checked, w_u
 
 
+def _targets_and_directions(model: nn.Module, ids: torch.Tensor, layer: int, w_u: torch.Tensor, target_rank: int,
+                            seeds: Sequence[int]) -> tuple[tuple, torch.Tensor, list[tuple]]:
+    """What every edit of ``layer`` starts from: the probe (:func:`_probe`), each prompt's target token (rank
+    ``target_rank`` of its stock next-token logits) and the edit directions, ``("target", -1, W_U[target])``
+    then ``("random", s, N(0, 1) draws of numpy seed s)`` per seed."""
+    probe = _probe(model, ids, layer)
+    base = probe[0]
+    if target_rank >= base.shape[-1]:
+        raise GeosteerError(f"target rank {target_rank} >= vocabulary size {base.shape[-1]}")
+    target = base.argsort(-1, descending=True)[:, target_rank]
+    u_t = w_u[target]
+    dirs = [("target", -1, u_t)]
+    dirs += [("random", s, torch.from_numpy(np.random.default_rng(s).standard_normal(u_t.shape))) for s in seeds]
+    return probe, target, dirs
+
+
 def edit_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int], kinds: Sequence[str] = EDIT_KINDS,
                direction: str = "unembed", scale: float = 1.0, target_rank: int = 10,
                seeds: Sequence[int] = range(5)) -> tuple[list[dict], list[dict]]:
@@ -159,17 +175,9 @@ def edit_study(model: nn.Module, ids: torch.Tensor, layers: Sequence[int], kinds
     layers, w_u = _edit_setup(model, layers, direction, scale, target_rank)
     records = []
     for layer in layers:
-        base, phi, act, down = _probe(model, ids, layer)
-        if target_rank >= base.shape[-1]:
-            raise GeosteerError(f"target rank {target_rank} >= vocabulary size {base.shape[-1]}")
-        target = base.argsort(-1, descending=True)[:, target_rank]
+        (base, phi, act, down), target, dirs = _targets_and_directions(model, ids, layer, w_u, target_rank, seeds)
         norms = {"ffn_out": scale * phi.norm(dim=-1, keepdim=True),   # the tensor each edit is added to
                  "down_col": scale * down.norm(dim=-1, keepdim=True)}
-        u_t = w_u[target]
-        dirs = [("target", -1, u_t)]
-        for s in seeds:
-            g = torch.from_numpy(np.random.default_rng(s).standard_normal(u_t.shape))
-            dirs.append(("random", s, g))
         for kind in kinds:
             norm = norms[kind]
             for edit, seed, d in dirs:
@@ -252,14 +260,8 @@ def down_col_locality(model: nn.Module, ids: torch.Tensor, other: torch.Tensor, 
     stock_other = model(other.to(dev)).logits.double().cpu().log_softmax(-1)
     records = []
     for layer in layers:
-        base, _, act, down = _probe(model, ids, layer)
-        if target_rank >= base.shape[-1]:
-            raise GeosteerError(f"target rank {target_rank} >= vocabulary size {base.shape[-1]}")
-        target = base.argsort(-1, descending=True)[:, target_rank]
+        (base, _, act, down), _, dirs = _targets_and_directions(model, ids, layer, w_u, target_rank, seeds)
         norm = scale * down.norm(dim=-1, keepdim=True)
-        dirs = [("target", -1, w_u[target])]
-        dirs += [("random", s, torch.from_numpy(np.random.default_rng(s).standard_normal(w_u[target].shape)))
-                 for s in seeds]
         j = act.abs().argmax(-1)
         aj = act.gather(-1, j[:, None])
         for edit, seed, d in dirs:
