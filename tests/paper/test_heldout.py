@@ -1,11 +1,16 @@
-"""heldout_comparison against one unpadded float64 forward per prompt with the sums and KLs written out as loops."""
+"""geosteer_paper.heldout: the comparison against one unpadded float64 forward per prompt with the sums and KLs
+written out as loops; the shared options, prompt files and summary line."""
+
+import argparse
+import json
 
 import pytest
 import torch
 
 from geosteer.directional.sites import ComponentScale
+from geosteer.errors import GeosteerError
 from geosteer.interventions import steer
-from geosteer_paper.heldout import heldout_comparison
+from geosteer_paper.heldout import add_prompt_options, heldout_comparison, read_prompt_sets, summary_line
 from geosteer_paper.stats import mean_ci
 
 TARGETS = [{"prompt": "The capital of France is", "target": " Paris"},
@@ -73,3 +78,24 @@ def test_summary_rows_keep_their_keys_and_order(tiny_model):
     assert margin["margin_gain"]["mean"] == pytest.approx(float(margin_gain), abs=1e-5)
     assert margin["target_gain"] == mean_ci(got.target - got.ref_target)
     assert plain["stock_negative_logprob"] == pytest.approx(float(got.ref_negative.mean()))
+
+
+def test_the_prompt_options_read_the_three_files(tmp_path):
+    for name, doc in [("t.json", TARGETS), ("n.json", NEGATIVES), ("c.json", CONTROLS)]:
+        (tmp_path / name).write_text(json.dumps(doc))
+    ap = argparse.ArgumentParser()
+    add_prompt_options(ap)
+    a = ap.parse_args(["--target", str(tmp_path / "t.json"), "--negative", str(tmp_path / "n.json"),
+                       "--controls", str(tmp_path / "c.json"), "--out", "o.json"])
+    assert a.threads == 1 and a.out == "o.json"
+    assert read_prompt_sets(a) == (TARGETS, NEGATIVES, CONTROLS)
+    (tmp_path / "n.json").write_text(json.dumps([{"prompt": "x"}]))
+    with pytest.raises(GeosteerError, match="item 0 must be an object with string 'prompt' and 'target'"):
+        read_prompt_sets(a)
+
+
+def test_summary_line_names_the_four_means():
+    row = {"target_gain": {"mean": 1.23456}, "negative_drop": {"mean": -0.5}, "control_kl_next": {"mean": 0.012345},
+           "control_kl_all": {"mean": 2e-5}}
+    assert summary_line("out/a", row) == ("out/a: target gain 1.235 nats, negative drop -0.500, "
+                                          "control KL next 0.0123, all 0.0000")

@@ -8,6 +8,7 @@ over prompts with a 95 % t interval across them (:func:`geosteer_paper.stats.mea
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ from geosteer.train.prompts import (
     control_logprobs,
     encode_controls,
     encode_targets,
+    read_controls,
+    read_targets,
     target_logprob,
 )
 from geosteer_paper.stats import mean_ci
@@ -68,3 +71,25 @@ def heldout_comparison(model, tok, reference: Sequence, steered: Sequence, targe
     kl_next = kl[torch.arange(kl.shape[0]), cb.lengths - 1]
     kl_all = (kl * valid).sum(-1) / valid.sum(-1)
     return HeldOut(ref_t, ref_n, out_t, out_n, kl_next, kl_all)
+
+
+def add_prompt_options(ap: argparse.ArgumentParser) -> None:
+    """The options every held-out evaluation script takes after its own: the prompt files (``--target``,
+    ``--negative``, ``--controls``), ``--threads`` and ``--out``."""
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--negative", required=True)
+    ap.add_argument("--controls", required=True)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", required=True)
+
+
+def read_prompt_sets(a: argparse.Namespace) -> tuple[list[dict], list[dict], list[str]]:
+    """The target, negative and control prompts named by :func:`add_prompt_options`' options."""
+    return read_targets(a.target), read_targets(a.negative), read_controls(a.controls)
+
+
+def summary_line(name: str, row: dict) -> str:
+    """One line for a summary row of :meth:`HeldOut.summary`, as the scripts print it."""
+    return (f"{name}: target gain {row['target_gain']['mean']:.3f} nats, negative drop "
+            f"{row['negative_drop']['mean']:.3f}, control KL next {row['control_kl_next']['mean']:.4f}, "
+            f"all {row['control_kl_all']['mean']:.4f}")

@@ -21,8 +21,7 @@ from geosteer.errors import one_line_errors
 from geosteer.io_utils import atomic_write_json
 from geosteer.models.loading import load_model
 from geosteer.recipe import load_recipe
-from geosteer.train.prompts import read_controls, read_targets
-from geosteer_paper.heldout import heldout_comparison
+from geosteer_paper.heldout import add_prompt_options, heldout_comparison, read_prompt_sets, summary_line
 
 
 def evaluate(model, tok, interventions, targets, negatives, controls) -> dict:
@@ -33,22 +32,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--recipe", required=True, nargs="+", help="recipe folders of the study")
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--negative", required=True)
-    ap.add_argument("--controls", required=True)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", required=True)
+    add_prompt_options(ap)
     a = ap.parse_args()
-    targets, negatives, controls = read_targets(a.target), read_targets(a.negative), read_controls(a.controls)
+    targets, negatives, controls = read_prompt_sets(a)
     specs = {folder: load_recipe(folder)[0] for folder in a.recipe}
     torch.set_num_threads(a.threads)
     model, tok = load_model(a.model)
     rows = {}
     for folder, spec in specs.items():
-        rows[folder] = r = evaluate(model, tok, spec.build(model), targets, negatives, controls)
-        print(f"{folder}: target gain {r['target_gain']['mean']:.3f} nats, negative drop "
-              f"{r['negative_drop']['mean']:.3f}, control KL next {r['control_kl_next']['mean']:.4f}, "
-              f"all {r['control_kl_all']['mean']:.4f}")
+        rows[folder] = evaluate(model, tok, spec.build(model), targets, negatives, controls)
+        print(summary_line(folder, rows[folder]))
     atomic_write_json(Path(a.out), {"model": a.model, "target": a.target, "negative": a.negative,
                                     "controls": a.controls, "command": "python " + " ".join(sys.argv),
                                     "rows": rows})

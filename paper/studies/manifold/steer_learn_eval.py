@@ -18,9 +18,8 @@ import torch
 
 from geosteer.io_utils import atomic_write_json
 from geosteer.manifold import load
-from geosteer.manifold.wall_learn import read_controls, read_targets
 from geosteer.models.loading import load_model
-from geosteer_paper.heldout import heldout_comparison
+from geosteer_paper.heldout import add_prompt_options, heldout_comparison, read_prompt_sets, summary_line
 
 
 def evaluate(model, tok, reference, learned, targets, negatives, controls) -> dict:
@@ -33,23 +32,16 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--reference", required=True, help="surfaces the run started from")
     ap.add_argument("--learned", required=True, nargs="+", help="geosteer learn steering-surfaces output folders")
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--negative", required=True)
-    ap.add_argument("--controls", required=True)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", required=True)
+    add_prompt_options(ap)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model, tok = load_model(a.model)
     reference = load(a.reference, model=model)
-    targets, negatives, controls = read_targets(a.target), read_targets(a.negative), read_controls(a.controls)
+    targets, negatives, controls = read_prompt_sets(a)
     rows = {}
     for folder in a.learned:
         rows[folder] = evaluate(model, tok, reference, load(folder, model=model), targets, negatives, controls)
-        r = rows[folder]
-        print(f"{folder}: target gain {r['target_gain']['mean']:.3f} nats, negative drop "
-              f"{r['negative_drop']['mean']:.3f}, control KL next {r['control_kl_next']['mean']:.4f}, "
-              f"all {r['control_kl_all']['mean']:.4f}")
+        print(summary_line(folder, rows[folder]))
     atomic_write_json(Path(a.out), {"model": a.model, "reference": a.reference, "target": a.target,
                                     "negative": a.negative, "controls": a.controls, "rows": rows})
 
