@@ -5,6 +5,6 @@ method's studies (``geosteer study <method> <name>``), the formula checks (``geo
 reproduction report (``geosteer study report``). Studies and checks are declared per method in
 ``geosteer_paper.<method>`` (:mod:`geosteer_paper.registry`)."""
 
-from geosteer_paper.registry import Check, Study, checks, register_check, register_study, studies
+from geosteer_paper.registry import Check, Study, checks, register_check, register_paper, register_study, studies
 
-__all__ = ["Check", "Study", "checks", "register_check", "register_study", "studies"]
+__all__ = ["Check", "Study", "checks", "register_check", "register_paper", "register_study", "studies"]

@@ -1,11 +1,12 @@
 """The paper's table: the studies and formula checks of each method, declared by this package, not by the method.
 
-``geosteer_paper.<method>`` calls :func:`register_study` / :func:`register_check` on import; :data:`PAPERS`
+``geosteer_paper.<method>`` calls :func:`register_paper` on import; :data:`PAPERS`
 lists those modules, and a plugin (or a test) may register more for any method name."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 PAPERS = ("geosteer_paper.manifold", "geosteer_paper.directional", "geosteer_paper.dynamics",
@@ -63,6 +64,14 @@ def register_check(method: str, check: Check) -> Check:
     """Add ``check`` to ``method``'s formula checks."""
     _CHECKS.setdefault(method, []).append(check)
     return check
+
+
+def register_paper(method: str, studies: Iterable[Study] = (), checks: Iterable[Check] = ()) -> None:
+    """Add ``method``'s studies and formula checks, in their order."""
+    for study in studies:
+        register_study(method, study)
+    for check in checks:
+        register_check(method, check)
 
 
 def _load() -> None:

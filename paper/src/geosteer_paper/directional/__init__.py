@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from geosteer.models.tiny import TINY_FAMILIES
-from geosteer_paper.registry import Check, Study, register_check, register_study
+from geosteer_paper.registry import Check, Study, register_paper
 
 
 def _study(name: str, module: str, function: str, paper: str) -> Study:
@@ -36,7 +36,4 @@ CHECKS = (
           _ALL),
 )
 
-for _s in STUDIES:
-    register_study("directional", _s)
-for _c in CHECKS:
-    register_check("directional", _c)
+register_paper("directional", STUDIES, CHECKS)

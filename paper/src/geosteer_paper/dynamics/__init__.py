@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from geosteer.models.tiny import TINY_FAMILIES
-from geosteer_paper.registry import Check, Study, register_check, register_study
+from geosteer_paper.registry import Check, Study, register_paper
 
 
 def _study(name: str, module: str, function: str, paper: str) -> Study:
@@ -49,7 +49,4 @@ CHECKS = (
           f"{_CHECKS}:parallel_speedup_vs_loop", 1e-12),
 )
 
-for _s in STUDIES:
-    register_study("dynamics", _s)
-for _c in CHECKS:
-    register_check("dynamics", _c)
+register_paper("dynamics", STUDIES, CHECKS)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from geosteer.models.tiny import TINY_FAMILIES
-from geosteer_paper.registry import Check, Study, register_check, register_study
+from geosteer_paper.registry import Check, Study, register_paper
 
 STUDIES = (
     Study("strength", "geosteer_paper.manifold.studies:strength",
@@ -23,7 +23,4 @@ CHECKS = (
           f"{_CHECKS}:factored_gradients_vs_per_pair", 1e-9),
 )
 
-for _s in STUDIES:
-    register_study("manifold", _s)
-for _c in CHECKS:
-    register_check("manifold", _c)
+register_paper("manifold", STUDIES, CHECKS)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from geosteer_paper.registry import Study, register_study
+from geosteer_paper.registry import Study, register_paper
 
 STUDIES = (Study("frontier", "geosteer_paper.vectors.studies.frontier:frontier_cmd",
                  "steering frontier: target shift vs control KL per lever and strength"),)
 
-for _s in STUDIES:
-    register_study("vectors", _s)
+register_paper("vectors", STUDIES)
