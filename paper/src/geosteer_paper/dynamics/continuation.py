@@ -129,19 +129,29 @@ def integrate_flow(field: ReducedField, u: torch.Tensor, steps: int = 200, dt: f
     check_method(method)
     if not (math.isfinite(dt) and dt > 0):
         raise GeosteerError(f"dt must be finite and > 0 (got {dt})")
-    u = u.double() / u.double().norm(dim=-1, keepdim=True)
-    h = dt / float(field.ambient(u).norm(dim=-1).median().clamp_min(1e-300))
+    u, h = flow_start(field, u, dt)
     for _ in range(steps):
-        if method == "euler":
-            x = u + h * field(u)
-        else:
-            k1 = field(u)
-            k2 = field(u + 0.5 * h * k1)
-            k3 = field(u + 0.5 * h * k2)
-            k4 = field(u + h * k3)
-            x = u + h / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-        u = x / x.norm(dim=-1, keepdim=True)
+        u = sphere_step(field, u, h, method)
     return u
+
+
+def flow_start(field: ReducedField, u: torch.Tensor, dt: float) -> tuple[torch.Tensor, float]:
+    """The rows of u (n, d) on the unit sphere in float64 and the step h = dt/median‖F(u)‖ (the flows' time unit)."""
+    u = u.double() / u.double().norm(dim=-1, keepdim=True)
+    return u, dt / float(field.ambient(u).norm(dim=-1).median().clamp_min(1e-300))
+
+
+def sphere_step(field: ReducedField, u: torch.Tensor, h: float, method: str = "rk4") -> torch.Tensor:
+    """One step of size h of du/dt = g(u) (``"euler"`` or ``"rk4"``), renormalised onto the sphere."""
+    if method == "euler":
+        x = u + h * field(u)
+    else:
+        k1 = field(u)
+        k2 = field(u + 0.5 * h * k1)
+        k3 = field(u + 0.5 * h * k2)
+        k4 = field(u + h * k3)
+        x = u + h / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return x / x.norm(dim=-1, keepdim=True)
 
 
 def cluster_ends(ends: torch.Tensor, cluster_deg: float = 5.0) -> tuple[np.ndarray, torch.Tensor]:

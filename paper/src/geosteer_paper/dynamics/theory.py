@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from geosteer.errors import GeosteerError
-from geosteer_paper.dynamics.continuation import cluster_ends, continue_alpha
+from geosteer_paper.dynamics.continuation import cluster_ends, continue_alpha, flow_start, sphere_step
 from geosteer_paper.dynamics.fields import ReducedField, tangent_basis, tangent_jacobian
 
 
@@ -92,26 +92,16 @@ def split_jacobian_check(V: torch.Tensor, phi: torch.nn.Module, u: torch.Tensor,
             "n_pos_JA": int((ea.real > 0).sum()), "n_pos_Jstar": int((es.real > 0).sum())}
 
 
-def _rk4_step(field: ReducedField, u: torch.Tensor, h: float) -> torch.Tensor:
-    k1 = field(u)
-    k2 = field(u + 0.5 * h * k1)
-    k3 = field(u + 0.5 * h * k2)
-    k4 = field(u + h * k3)
-    x = u + h / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-    return x / x.norm(dim=-1, keepdim=True)
-
-
 @torch.no_grad()
 def flow_path(field: ReducedField, u: torch.Tensor, steps: int, dt: float, every: int = 1) -> list[torch.Tensor]:
     """States of du/dt = g(u) (RK4, renormalised) from u (n, d), every ``every`` steps of size
     dt/median‖F(u₀)‖ (the time unit of the basin study); the first entry is u itself."""
     if steps < 1 or every < 1 or not (math.isfinite(dt) and dt > 0):
         raise GeosteerError(f"flow needs steps >= 1, every >= 1 and dt > 0 (got {steps}, {every}, {dt})")
-    u = u.double() / u.double().norm(dim=-1, keepdim=True)
-    h = dt / float(field.ambient(u).norm(dim=-1).median().clamp_min(1e-300))
+    u, h = flow_start(field, u, dt)
     path = [u]
     for k in range(1, steps + 1):
-        u = _rk4_step(field, u, h)
+        u = sphere_step(field, u, h)
         if k % every == 0 or k == steps:
             path.append(u)
     return path
