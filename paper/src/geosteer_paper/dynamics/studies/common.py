@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import check_layers, check_positions, load
+from geosteer.cli.common import check_layers, check_positions, emit, load
 from geosteer.cli.outputs import out_file, out_records
 
 TOKENS_OPT = typer.Option(2048, "--tokens", "-n", help="held-out tokens (cut into --context windows)")
@@ -82,6 +82,15 @@ def write_rows(rows: list[dict], meta: dict, out: Path | None, csv: Path | None)
         write_records(out, rows, meta)
     if csv is not None:
         write_records(csv if csv.suffix == ".csv" else csv.with_suffix(".csv"), rows, meta)
+
+
+def write_summary(summary: list[dict], tables: dict[str, list[dict]], meta: dict, out: Path | None,
+                  csv: Path | None, as_json: bool, title: str) -> None:
+    """One tidy file of the ``summary`` table then each of ``tables`` (rows tagged ``"table"``, see
+    :func:`write_rows`); shows the summary (under ``--json`` with the meta)."""
+    write_rows([{"table": "summary", **s} for s in summary]
+               + [{"table": name, **r} for name, rows in tables.items() for r in rows], meta, out, csv)
+    emit({"meta": meta, "summary": summary} if as_json else summary, as_json, table_title=title)
 
 
 def run_meta(m, **kw) -> dict:

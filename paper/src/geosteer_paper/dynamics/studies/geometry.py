@@ -19,6 +19,7 @@ from geosteer_paper.dynamics.studies.common import (
     run_meta,
     setup_model,
     write_rows,
+    write_summary,
 )
 
 BOS_OPT = typer.Option(False, "--with-bos/--no-bos", help="include position 0 (BOS) in seeds and statistics")
@@ -124,8 +125,7 @@ def pressure(model: str = MODEL_OPT, betas: str = typer.Option("1,2,4", "--betas
     rows, summ = pressure_study(m, ids, bs, chosen, vs, batch_size=batch_size, with_bos=with_bos, mode=mode,
                                 log=lambda s: typer.echo(s, err=True))
     meta = run_meta(m, tokens=int(ids.numel()), seq_len=seq_len, layers=chosen, with_bos=with_bos, mode=mode)
-    write_rows([{"table": "summary", **s} for s in summ] + [{"table": "layers", **r} for r in rows], meta, out, csv)
-    emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="diversity under pressure")
+    write_summary(summ, {"layers": rows}, meta, out, csv, as_json, "diversity under pressure")
 
 
 def gain_depth(model: str = MODEL_OPT,

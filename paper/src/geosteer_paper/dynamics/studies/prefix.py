@@ -12,7 +12,15 @@ import typer
 
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, MAX_SEEDS, MODEL_OPT, THREADS_OPT, emit
 from geosteer.models.anatomy import anatomy, parse_layers
-from geosteer_paper.dynamics.studies.common import CSV_OPT, OUT_OPT, check_choices, run_meta, setup_model, write_rows
+from geosteer_paper.dynamics.studies.common import (
+    CSV_OPT,
+    OUT_OPT,
+    check_choices,
+    run_meta,
+    setup_model,
+    write_rows,
+    write_summary,
+)
 
 PREFIX_FILE_OPT = typer.Option(None, "--prefix-file",
                                help="one prefix per line (default: held-out corpus windows)")
@@ -142,9 +150,7 @@ def anchors(model: str = MODEL_OPT, prefix_file: Path | None = PREFIX_FILE_OPT,
     meta = run_meta(m, prefixes=len(pre), prefix_tokens=shortest, suffix=suffix, k=k, seeds=seeds,
                  score_layers=score_layers, score=score, pool=pool, exclude_anchors=exclude_anchors,
                  state="resid_post, last position")
-    write_rows([{"table": "summary", **s} for s in summ] + [{"table": "pairs", **r} for r in recs]
-           + [{"table": "positions", **p} for p in pos], meta, out, csv)
-    emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="anchor vs random shift (deg)")
+    write_summary(summ, {"pairs": recs, "positions": pos}, meta, out, csv, as_json, "anchor vs random shift (deg)")
 
 
 def _edit_inputs(model: str, layers: str, seeds: int, prompts: int, other: int, seq_len: int, threads: int,
@@ -185,8 +191,7 @@ def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "
                             scale, target_rank, list(range(seeds)))
     meta = run_meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scale=scale,
                  target_rank=target_rank, seeds=seeds)
-    write_rows([{"table": "summary", **s} for s in summ] + [{"table": "edits", **r} for r in recs], meta, out, csv)
-    emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="editing specificity")
+    write_summary(summ, {"edits": recs}, meta, out, csv, as_json, "editing specificity")
 
 
 def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--layers"),
@@ -220,8 +225,7 @@ def edit_linearity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--
                        target_rank, list(range(seeds)))
     meta = run_meta(m, prompts=int(ids.shape[0]), seq_len=seq_len, direction=direction, scales=values,
                  target_rank=target_rank, seeds=seeds, fit="least-squares line through (0,0) and (s, target_move)")
-    write_rows([{"table": "summary", **s} for s in summ] + [{"table": "fits", **f} for f in fits], meta, out, csv)
-    emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="edit linearity (R²)")
+    write_summary(summ, {"fits": fits}, meta, out, csv, as_json, "edit linearity (R²)")
 
 
 def edit_locality(model: str = MODEL_OPT, layers: str = typer.Option("all", "--layers"),
@@ -246,5 +250,4 @@ def edit_locality(model: str = MODEL_OPT, layers: str = typer.Option("all", "--l
     meta = run_meta(m, prompts=prompts, other=int(w.shape[0] - prompts), seq_len=seq_len, direction=direction,
                  scale=scale, target_rank=target_rank, seeds=seeds,
                  other_text="the held-out windows right after the prompts' windows")
-    write_rows([{"table": "summary", **s} for s in summ] + [{"table": "edits", **r} for r in recs], meta, out, csv)
-    emit({"meta": meta, "summary": summ} if as_json else summ, as_json, table_title="down_col locality (KL)")
+    write_summary(summ, {"edits": recs}, meta, out, csv, as_json, "down_col locality (KL)")
