@@ -28,7 +28,7 @@ from torch import nn
 from geosteer.errors import GeosteerError
 from geosteer.hooks import HookSet, add_hook
 from geosteer.interventions import steer
-from geosteer.models.anatomy import anatomy
+from geosteer.models.anatomy import anatomy, child_named
 from geosteer.models.loading import input_device
 from geosteer_paper.dynamics.prefix import DIRECTIONS, EDIT_KINDS
 
@@ -37,12 +37,7 @@ DOWN_NAMES = ("down_proj", "c_proj", "dense_4h_to_h")
 
 def down_projection(model: nn.Module, layer: int) -> nn.Module:
     """The FFN's output (down) projection of ``layer``."""
-    mlp = anatomy(model).blocks[layer].mlp
-    for name in DOWN_NAMES:
-        mod = getattr(mlp, name, None)
-        if isinstance(mod, nn.Module):
-            return mod
-    raise GeosteerError(f"no down projection ({', '.join(DOWN_NAMES)}) in {type(mlp).__name__}")
+    return child_named(anatomy(model).blocks[layer].mlp, DOWN_NAMES, "down projection")
 
 
 class FFNOutEdit:
