@@ -17,18 +17,9 @@ from geosteer_paper.dynamics.studies.common import (
     TOKENS_OPT,
     parse_floats,
     run_meta,
-    setup_model,
+    setup_windows,
     write_rows,
 )
-
-
-def _windows(model: str, threads: int, device: str, dtype: str, seq_len: int, layers: str, tokens: int):
-    from geosteer.dynamics.diagnostics import corpus_windows
-    from geosteer.models.anatomy import anatomy, parse_layers
-
-    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
-    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
-    return m, chosen, corpus_windows(tok, "heldout", tokens, seq_len)
 
 
 def ablate(model: str = MODEL_OPT,
@@ -43,7 +34,7 @@ def ablate(model: str = MODEL_OPT,
     from geosteer.dynamics.variants import FFNVariant
 
     names = [check_variant(v.strip()) for v in variants.split(",") if v.strip()]
-    m, chosen, ids = _windows(model, threads, device, dtype, seq_len, layers, tokens)
+    m, chosen, ids = setup_windows(model, threads, device, dtype, seq_len=seq_len, layers=layers, tokens=tokens)
     base = mean_loss(m, ids, batch_size)
     rows = [{"variant": "full", "layers": layers, "loss": base, "loss_increase": 0.0}]
     for v in names:
@@ -66,7 +57,7 @@ def gains(model: str = MODEL_OPT,
     from geosteer.dynamics.variants import Gains
 
     vals = parse_floats(values, "--values")
-    m, chosen, ids = _windows(model, threads, device, dtype, seq_len, layers, tokens)
+    m, chosen, ids = setup_windows(model, threads, device, dtype, seq_len=seq_len, layers=layers, tokens=tokens)
     base = mean_loss(m, ids, batch_size)
     rows = []
     for which in ("beta_attn", "alpha_ffn"):

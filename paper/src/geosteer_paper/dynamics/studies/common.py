@@ -74,6 +74,17 @@ def setup_model(model: str, threads: int, device: str = "cpu", dtype: str = "flo
     return load(model, threads=threads, device=device, dtype=dtype)
 
 
+def setup_windows(model: str, threads: int, device: str, dtype: str, *, seq_len: int, layers: str, tokens: int):
+    """:func:`setup_model`, then the checked ``layers`` and ``tokens`` held-out tokens cut into ``seq_len``
+    windows. Returns (model, layers, windows)."""
+    from geosteer.dynamics.diagnostics import corpus_windows
+    from geosteer.models.anatomy import anatomy, parse_layers
+
+    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
+    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
+    return m, chosen, corpus_windows(tok, "heldout", tokens, seq_len)
+
+
 def write_rows(rows: list[dict], meta: dict, out: Path | None, csv: Path | None) -> None:
     """Write the tidy records to ``--out`` (.json/.csv) and ``--csv`` where given."""
     from geosteer.io_utils import write_records

@@ -18,6 +18,7 @@ from geosteer_paper.dynamics.studies.common import (
     check_choices,
     run_meta,
     setup_model,
+    setup_windows,
     write_rows,
     write_summary,
 )
@@ -158,7 +159,6 @@ def _edit_inputs(model: str, layers: str, seeds: int, prompts: int, other: int, 
     """Shared set-up of the editing verbs: check the counts and the target rank, load the model, parse the
     layers and take ``prompts + other`` held-out windows of ``seq_len`` tokens. Returns (model, layers, windows)."""
     from geosteer.cli.common import check_token_rank
-    from geosteer.dynamics.diagnostics import corpus_windows
     from geosteer_paper.dynamics.prefix import DIRECTIONS, EDIT_KINDS, check_positive
 
     check_token_rank(model, "--target-rank", target_rank)
@@ -167,9 +167,8 @@ def _edit_inputs(model: str, layers: str, seeds: int, prompts: int, other: int, 
     if kinds is not None:
         check_choices(kinds, EDIT_KINDS, "edit kind")
     check_choices(direction, DIRECTIONS, "edit direction (--direction)")
-    m, tok = setup_model(model, threads, device, dtype, seq_len=seq_len, layers=layers)
-    chosen = anatomy(m).check_layers(parse_layers(layers, anatomy(m).n_layers))
-    return m, chosen, corpus_windows(tok, "heldout", (prompts + other) * seq_len, seq_len)
+    return setup_windows(model, threads, device, dtype, seq_len=seq_len, layers=layers,
+                         tokens=(prompts + other) * seq_len)
 
 
 def edit_specificity(model: str = MODEL_OPT, layers: str = typer.Option("all", "--layers"),
