@@ -30,3 +30,26 @@ def test_the_library_loads_nothing_into_vllm_and_does_not_depend_on_it():
     installed = {ep.value for ep in entry_points(group="vllm.general_plugins")}
     assert "geosteer.serve.plugin:register" not in installed
     assert not (ROOT / "src" / "geosteer" / "serve").exists()
+
+
+def test_the_plugin_builds_as_its_own_wheel_with_its_entry_points(tmp_path):
+    """``python -m build`` (offline, no isolation) makes a geosteer-vllm wheel holding the package and the two
+    entry points, and nothing of the library."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    source = shutil.copytree(ROOT / "vllm-plugin", tmp_path / "src",  # a build writes build/ beside its source
+                             ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    r = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path),
+                        str(source)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (wheel,) = tmp_path.glob("geosteer_vllm-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "geosteer_vllm/plugin.py" in names and "geosteer_vllm/cli.py" in names
+    assert not any(n.startswith("geosteer/") for n in names)
+    (ep,) = [n for n in names if n.endswith("entry_points.txt")]
+    text = zipfile.ZipFile(wheel).read(ep).decode()
+    assert "[vllm.general_plugins]" in text and "geosteer_vllm.plugin:register" in text
+    assert "[geosteer.cli]" in text and "geosteer_vllm.cli:register" in text
