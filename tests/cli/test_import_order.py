@@ -29,3 +29,15 @@ def test_verb_module_imported_first(module: str) -> None:
     r = subprocess.run([sys.executable, "-c", PROBE, module], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "'bench'" in r.stdout  # main() added the verb whose module was half made at the first registration
+
+
+@pytest.mark.parametrize("module", ["geosteer_paper.dynamics.studies.common", "geosteer_vllm.plan"])
+def test_plugin_module_imported_first(module: str) -> None:
+    """A module of an installed plugin imported on its own (it imports ``geosteer.cli``, whose registration
+    would load the plugin's entry point while that module is half made): it imports, and ``geosteer`` then has
+    the plugin's verb."""
+    r = subprocess.run([sys.executable, "-c", PROBE.replace("registered_groups", "registered_groups) + sorted("
+                        "c.name for c in app.registered_commands if c.name"), module],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "'study'" in r.stdout and "'serve'" in r.stdout

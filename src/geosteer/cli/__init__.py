@@ -74,8 +74,7 @@ def register_clis(target: typer.Typer | None = None) -> None:
     for key, cli in todo:
         if key in _registered and target is app:
             continue
-        half_made = sys.modules.get(cli) if isinstance(cli, str) else None
-        if half_made is not None and not hasattr(half_made, "register"):
+        if _importing_now(cli):
             continue  # imported first, it is importing this module now: added on the next call (main())
         try:
             register = _register_fn(cli)
@@ -89,13 +88,28 @@ def register_clis(target: typer.Typer | None = None) -> None:
         register(target)
         if target is app:
             _registered.add(key)
-    _add_install_hints(target)
+    _add_install_hints(target, {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
 
 
-def _add_install_hints(target: typer.Typer) -> None:
-    """A ``PLUGIN_VERBS`` verb whose distribution is not installed: one line naming what to install, exit 2."""
+def _importing_now(cli: str | Callable | EntryPoint) -> bool:
+    """A core verb module that was imported first and is importing this module now (not yet its
+    ``register``), or a plugin with a module of its package still mid-import (e.g. a paper study module
+    imported on its own): registering it now would import that module half made."""
+    if isinstance(cli, str):
+        module = sys.modules.get(cli)
+        return module is not None and not hasattr(module, "register")
+    if isinstance(cli, EntryPoint):
+        root = cli.module.split(".")[0]
+        return any(getattr(getattr(m, "__spec__", None), "_initializing", False)
+                   for name, m in list(sys.modules.items()) if name == root or name.startswith(root + "."))
+    return False
+
+
+def _add_install_hints(target: typer.Typer, installed: set[str]) -> None:
+    """A ``PLUGIN_VERBS`` verb whose distribution is not installed (no entry point of that name): one line
+    naming what to install, exit 2."""
     present = {c.name or (c.callback.__name__ if c.callback else "") for c in target.registered_commands}
-    present |= {g.name or "" for g in target.registered_groups}
+    present |= {g.name or "" for g in target.registered_groups} | installed
     for verb, (dist, how) in PLUGIN_VERBS.items():
         if verb in present:
             continue
