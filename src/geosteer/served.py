@@ -52,6 +52,18 @@ EditFn = Callable[[torch.Tensor, dict, Tokens], torch.Tensor]
 PHASES = ("all", "prompt", "generation")
 
 
+def scaled_delta(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: float) -> torch.Tensor:
+    """(s∥−1)·y∥ + (s⊥−1)·y⊥ = (s⊥−1)·y + (s∥−s⊥)·α·ref: what ∥/⊥ scaling (directional paper, Eq. 11)
+    adds to y; the closed form of :class:`Form` scaling and :class:`ValueScale`.
+
+    Same convention as ``decompose`` (α = 0 for a zero reference), in as few tensor passes as possible:
+    two dot products, one scalar per token, one broadcast multiply (and one more pass when s⊥ ≠ 1)."""
+    rr = torch.linalg.vecdot(ref, ref)
+    alpha = torch.where(rr > 1e-30, torch.linalg.vecdot(y, ref) / rr.clamp_min(1e-30), 0.0)
+    par = ((s_par - s_perp) * alpha).unsqueeze(-1) * ref
+    return par if s_perp == 1.0 else par + (s_perp - 1.0) * y
+
+
 @dataclass(frozen=True, eq=False)
 class Form:
     """The closed form of a residual edit (the same edit as its function, term for term) on t at the point.

@@ -219,3 +219,26 @@ def test_no_study_package_inside_the_library():
     found = sorted(str(p.relative_to(src)) for p in src.rglob("*")
                    if p.is_dir() and p.name in ("studies", "reproduction"))
     assert not found, f"study packages inside the library: {found}"
+
+
+def test_the_vllm_plugin_reads_methods_only_through_the_served_protocol():
+    """``geosteer_vllm`` imports no method package (not even by a module-path string): what a method serves
+    it declares through ``served_ops`` (``geosteer.served``), so a new method changes nothing in the plugin."""
+    from geosteer.methods import BUILTIN
+
+    methods = tuple(BUILTIN)
+    bad = sorted(f"{m} -> {t}" for m, f in _modules(PLUGIN_SRC, PLUGIN).items()
+                 for n in ast.walk(ast.parse(f.read_text(encoding="utf-8")))
+                 for t in _imported_names(n) if t in methods or t.startswith(tuple(p + "." for p in methods)))
+    assert not bad, "plugin modules that import a method: " + "; ".join(bad)
+    assert "geosteer.manifold" in methods and "geosteer.directional" in methods
+
+
+def _imported_names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or ""]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("geosteer."):
+        return [node.value.split(":")[0]]
+    return []

@@ -21,18 +21,7 @@ from geosteer.directional.value import (
 from geosteer.errors import GeosteerError
 from geosteer.hooks import attach_hooks
 from geosteer.models.anatomy import anatomy
-from geosteer.served import Form, ValueScale
-
-
-def scaled_delta(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: float) -> torch.Tensor:
-    """(s∥−1)·y∥ + (s⊥−1)·y⊥ = (s⊥−1)·y + (s∥−s⊥)·α·ref: what Eq. 11 adds to y.
-
-    Same convention as ``decompose`` (α = 0 for a zero reference), in as few tensor passes as possible:
-    two dot products, one scalar per token, one broadcast multiply (and one more pass when s⊥ ≠ 1)."""
-    rr = torch.linalg.vecdot(ref, ref)
-    alpha = torch.where(rr > 1e-30, torch.linalg.vecdot(y, ref) / rr.clamp_min(1e-30), 0.0)
-    par = ((s_par - s_perp) * alpha).unsqueeze(-1) * ref
-    return par if s_perp == 1.0 else par + (s_perp - 1.0) * y
+from geosteer.served import Form, ValueScale, scaled_delta
 
 
 class ComponentScale:

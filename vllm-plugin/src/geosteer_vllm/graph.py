@@ -162,7 +162,7 @@ class LayerTables(nn.Module):
 
         x = state["resid_pre"]
         y = t
-        if point in SCALED:  # y + (s∥ − s⊥)·α·ref + (s⊥ − 1)·u, as geosteer.directional.sites.scaled_delta
+        if point in SCALED:  # y + (s∥ − s⊥)·α·ref + (s⊥ − 1)·u, as geosteer.served.scaled_delta
             ref = x if point != "mlp_out" else torch.where(g("ref_mlp").unsqueeze(-1), state["mlp_in"], x)
             ref = ref * g("has_ref").unsqueeze(-1)
             u = torch.where(g("delta").unsqueeze(-1), t - x, t) if point == "resid_post" else t

@@ -17,10 +17,9 @@ from vllm.config import get_current_vllm_config
 from vllm.forward_context import get_forward_context
 from vllm.model_executor.layers.attention import Attention
 
-from geosteer.directional.sites import scaled_delta
 from geosteer.errors import GeosteerError
 from geosteer.models.anatomy import FAMILIES
-from geosteer.served import LayerOps, Surface, ValueScale
+from geosteer.served import LayerOps, Surface, ValueScale, scaled_delta
 from geosteer_vllm import batch, capture, shared_key, surface_ops
 from geosteer_vllm.plan import RecipePlan, surface_of, walls_of
 from geosteer_vllm.tensor_parallel import ConcatOverRanks

@@ -45,13 +45,11 @@ def shard_layer(ops: LayerOps, rank: int, tp: int, n_heads: int) -> LayerOps:
 
 def _walls_part(op: WallOp, rank: int, tp: int, per: int) -> WallOp:
     """The walls of rank ``rank``'s heads, as wide as the widest rank's (the same KV-cache layout)."""
-    from geosteer.manifold.walls import LayerWalls
-
     lw, coeff = op.source
     parts = []
     for r in range(tp):
         keep = (lw.heads >= r * per) & (lw.heads < (r + 1) * per)
-        sub = LayerWalls(lw.heads[keep] - r * per, lw.dims[keep], lw.regions[keep])
+        sub = dataclasses.replace(lw, heads=lw.heads[keep] - r * per, dims=lw.dims[keep], regions=lw.regions[keep])
         parts.append(wall_op(sub, None if coeff is None else coeff[r * per:(r + 1) * per], op.grid_size, op.lo,
                              op.hi, min(op.rep, per)))
     return dataclasses.replace(parts[rank], width=max(p.width for p in parts))
