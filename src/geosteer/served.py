@@ -52,14 +52,19 @@ EditFn = Callable[[torch.Tensor, dict, Tokens], torch.Tensor]
 PHASES = ("all", "prompt", "generation")
 
 
-def scaled_delta(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: float) -> torch.Tensor:
+def scaled_delta(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp: float,
+                 reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """(s∥−1)·y∥ + (s⊥−1)·y⊥ = (s⊥−1)·y + (s∥−s⊥)·α·ref: what ∥/⊥ scaling (directional paper, Eq. 11)
     adds to y; the closed form of :class:`Form` scaling and :class:`ValueScale`.
 
     Same convention as ``decompose`` (α = 0 for a zero reference), in as few tensor passes as possible:
-    two dot products, one scalar per token, one broadcast multiply (and one more pass when s⊥ ≠ 1)."""
-    rr = torch.linalg.vecdot(ref, ref)
-    alpha = torch.where(rr > 1e-30, torch.linalg.vecdot(y, ref) / rr.clamp_min(1e-30), 0.0)
+    two dot products, one scalar per token, one broadcast multiply (and one more pass when s⊥ ≠ 1).
+    ``reduce``: sums the stacked dot products ⟨ref, ref⟩, ⟨y, ref⟩ over the parts of a vector split across
+    processes (tensor-parallel ranks), so that y and ref may be this process's part."""
+    rr, yr = torch.linalg.vecdot(ref, ref), torch.linalg.vecdot(y, ref)
+    if reduce is not None:
+        rr, yr = reduce(torch.stack([rr, yr]).contiguous())
+    alpha = torch.where(rr > 1e-30, yr / rr.clamp_min(1e-30), 0.0)
     par = ((s_par - s_perp) * alpha).unsqueeze(-1) * ref
     return par if s_perp == 1.0 else par + (s_perp - 1.0) * y
 

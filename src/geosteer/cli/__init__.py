@@ -70,7 +70,8 @@ def register_clis(target: typer.Typer | None = None) -> None:
     todo += [(f"method:{m.name}", m.cli) for m in methods().values() if m.cli is not None]
     todo += [(f"nouns:{m.name}", functools.partial(add_verbs, method=m))  # geosteer learn | measure <verb>
              for m in methods().values() if m.learners or m.measures]
-    todo += [(f"plugin:{ep.name}", ep) for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    plugins = entry_points(group=ENTRY_POINT_GROUP)
+    todo += [(f"plugin:{ep.name}", ep) for ep in plugins]
     for key, cli in todo:
         if key in _registered and target is app:
             continue
@@ -88,7 +89,7 @@ def register_clis(target: typer.Typer | None = None) -> None:
         register(target)
         if target is app:
             _registered.add(key)
-    _add_install_hints(target, {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    _add_install_hints(target, {ep.name for ep in plugins})
 
 
 def _importing_now(cli: str | Callable | EntryPoint) -> bool:

@@ -193,11 +193,7 @@ def _scaled_over_ranks(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp:
     the dot products ⟨ref, ref⟩ and ⟨y, ref⟩ of each token are summed over the ranks."""
     from vllm.distributed import tensor_model_parallel_all_reduce
 
-    rr, yr = tensor_model_parallel_all_reduce(torch.stack([torch.linalg.vecdot(ref, ref),
-                                                           torch.linalg.vecdot(y, ref)]).contiguous())
-    alpha = torch.where(rr > 1e-30, yr / rr.clamp_min(1e-30), 0.0)
-    par = ((s_par - s_perp) * alpha).unsqueeze(-1) * ref
-    return par if s_perp == 1.0 else par + (s_perp - 1.0) * y
+    return scaled_delta(y, ref, s_par, s_perp, reduce=tensor_model_parallel_all_reduce)
 
 
 def _apply(point: str, t: torch.Tensor, state: dict, tokens, ops: dict) -> torch.Tensor:
