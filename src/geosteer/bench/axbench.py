@@ -1,0 +1,206 @@
+"""Users' benchmarks: AxBench concept files (stanfordnlp/axbench: Concept10, Concept500, Concept16K) as geosteer
+concepts.
+
+An AxBench file is a table of rows ``{"input": an instruction, "output": a response, "output_concept": the
+concept's description, "concept_genre": "text"|"code"|"math", "category": "positive"|"negative"|"hard negative",
+"dataset_category": "instruction"|"continuation", "concept_id": int}``: ``generate/train_data.parquet`` (whose
+negative rows are one pool shared by every concept: ``concept_id`` -1, ``output_concept`` "EEEEE") or
+``inference/latent_eval_data.parquet`` (each concept with negatives of its own), or the same rows as .jsonl / .json.
+
+Each concept (rows grouped by ``concept_id``, or by ``output_concept`` in a file without ids) becomes
+``{"name", "direction": "promote", "description": its output_concept, "positive": the outputs of its positive
+rows, "negative": the outputs of its negative and hard-negative rows and of the shared pool's rows of its genre
+(all of the pool when none is of its genre), "prompts": the inputs of its rows}``; texts once each, blank ones
+dropped. A malformed file is refused in one line naming the file, the row and what is valid.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from geosteer.errors import GeosteerError
+
+SHARED_ID = -1
+EMPTY_CONCEPT = "EEEEE"  # AxBench's output_concept of the shared negative rows
+CATEGORIES = ("positive", "negative", "hard negative")
+SUFFIXES = (".jsonl", ".json", ".parquet")
+ROW = ('rows {"input": str, "output": str, "output_concept": str, "category": "positive"|"negative"|'
+       '"hard negative", optional "concept_id": int, optional "concept_genre": str}')
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _rows_jsonl(p: Path, text: str) -> list:
+    rows = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append((f"line {i}", json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise GeosteerError(f"{p}: line {i} is not valid JSON ({e.msg}); expected one row a line: "
+                                    f"{ROW}") from None
+    return rows
+
+
+def _rows_json(p: Path, text: str) -> list:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise GeosteerError(f"{p} is not valid JSON ({e}); expected a JSON list of {ROW}") from None
+    if not isinstance(doc, list):
+        raise GeosteerError(f"{p}: expected a JSON list of {ROW} (got a {type(doc).__name__})")
+    return [(f"row {i}", r) for i, r in enumerate(doc)]
+
+
+def _rows_parquet(p: Path) -> list:
+    try:
+        import pyarrow.parquet as pq
+    except ModuleNotFoundError:
+        raise GeosteerError(f"{p}: reading .parquet needs the package 'pyarrow', which is not installed: "
+                            "pip install pyarrow (or convert the file to .jsonl)") from None
+    try:
+        table = pq.read_table(p)
+    except Exception as e:  # pyarrow's errors (ArrowInvalid, OSError) for a file that is not parquet
+        raise GeosteerError(f"{p} is not a readable parquet file ({type(e).__name__}: {e})".splitlines()[0]) from None
+    return [(f"row {i}", r) for i, r in enumerate(table.to_pylist())]
+
+
+def _read_rows(path: str | Path) -> tuple[Path, list]:
+    p = Path(path)
+    if p.suffix.lower() not in SUFFIXES:
+        raise GeosteerError(f"{p}: an AxBench file is .jsonl, .json or .parquet (got {p.suffix or 'no suffix'!r})")
+    if not p.is_file():
+        raise GeosteerError(f"{p}: no such file; expected an AxBench file (.jsonl, .json or .parquet) of {ROW}")
+    if p.suffix.lower() == ".parquet":
+        return p, _rows_parquet(p)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise GeosteerError(f"{p} is not UTF-8 text; expected {ROW}") from None
+    return p, (_rows_jsonl(p, text) if p.suffix.lower() == ".jsonl" else _rows_json(p, text))
+
+
+def _check_row(p: Path, where: str, row) -> dict:
+    if not isinstance(row, dict):
+        raise GeosteerError(f"{p}: {where} is a {type(row).__name__}, not an object; expected {ROW}")
+    for key in ("input", "output", "output_concept", "category"):
+        if key not in row or row[key] is None:
+            raise GeosteerError(f"{p}: {where} has no {key!r}; expected {ROW}")
+        if not isinstance(row[key], str):
+            raise GeosteerError(f"{p}: {where}: {key!r} is a {type(row[key]).__name__}, not a string; "
+                                f"expected {ROW}")
+    if row["category"] not in CATEGORIES:
+        raise GeosteerError(f"{p}: {where}: category {row['category']!r} is not one of "
+                            f"{', '.join(CATEGORIES)}")
+    cid = row.get("concept_id")
+    if cid is not None and (isinstance(cid, bool) or not isinstance(cid, int)):
+        raise GeosteerError(f"{p}: {where}: concept_id {cid!r} is not an integer; expected {ROW}")
+    genre = row.get("concept_genre")
+    if genre is not None and not isinstance(genre, str):
+        raise GeosteerError(f"{p}: {where}: concept_genre {genre!r} is not a string; expected {ROW}")
+    return row
+
+
+def _key(row: dict):
+    """The concept a row belongs to (None: the shared negative pool)."""
+    cid = row.get("concept_id")
+    if cid == SHARED_ID or row["output_concept"] == EMPTY_CONCEPT:
+        return None
+    return ("id", cid) if cid is not None else ("concept", row["output_concept"])
+
+
+def _unique(texts) -> list[str]:
+    return list(dict.fromkeys(t for t in texts if t.strip()))
+
+
+def _name(description: str, cid, taken: set[str]) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", description).strip("-._") or "concept"
+    base = (f"{cid}-{slug}" if cid is not None else slug).lstrip("-._")[:64].rstrip("-._") or "concept"
+    name, k = base, 2
+    while name in taken or not NAME.match(name):
+        name = f"{base[:60].rstrip('-._') or 'concept'}-{k}"
+        k += 1
+    taken.add(name)
+    return name
+
+
+def _concepts(rows: list[dict]) -> list[dict]:
+    groups: dict = {}
+    shared = []
+    for r in rows:
+        key = _key(r)
+        (shared if key is None else groups.setdefault(key, [])).append(r)
+    out, taken = [], set()
+    for key, group in groups.items():
+        pos = [r for r in group if r["category"] == "positive"]
+        if not pos:
+            continue  # negatives only (e.g. hard negatives whose concept has no positive rows here)
+        genre = pos[0].get("concept_genre")
+        pool = [r for r in shared if r["category"] != "positive"]
+        pool = [r for r in pool if r.get("concept_genre") == genre] or pool
+        description = pos[0]["output_concept"]
+        out.append({"name": _name(description, key[1] if key[0] == "id" else None, taken),
+                    "direction": "promote", "description": description,
+                    "positive": _unique(r["output"] for r in pos),
+                    "negative": _unique(r["output"] for r in group + pool if r["category"] != "positive"),
+                    "prompts": _unique(r["input"] for r in group)})
+    return out
+
+
+def _validate(p: Path, concepts: list[dict]) -> None:
+    from pydantic import ValidationError
+
+    from geosteer.bench.concepts import MIN_PROMPTS, MIN_TEXTS, concept_from_dict
+
+    for c in concepts:
+        try:
+            concept_from_dict(c)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(x) for x in err.get("loc", ()))
+            raise GeosteerError(f"{p}: concept {c['name']!r} ({len(c['positive'])} positive, {len(c['negative'])} "
+                                f"negative texts, {len(c['prompts'])} prompts): {where}: {err.get('msg')}; a "
+                                f"concept needs >= {MIN_TEXTS} texts a side and >= {MIN_PROMPTS} prompts") from None
+
+
+def read_axbench(path: str | Path) -> list[dict]:
+    """The concepts of an AxBench file as geosteer concept dicts (module docstring), or a one-line
+    :class:`GeosteerError` naming the file, the row and what is valid."""
+    p, raw = _read_rows(path)
+    if not raw:
+        raise GeosteerError(f"{p} holds no rows; expected {ROW}")
+    rows = [_check_row(p, where, r) for where, r in raw]
+    concepts = _concepts(rows)
+    if not concepts:
+        raise GeosteerError(f"{p}: no concept has a positive row (category 'positive' with a concept_id other "
+                            f"than -1); expected {ROW}")
+    _validate(p, concepts)
+    return concepts
+
+
+def _first_row(p: Path):
+    if p.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        return dict.fromkeys(pq.read_schema(p).names)
+    with p.open(encoding="utf-8") as f:
+        if p.suffix.lower() == ".jsonl":
+            return json.loads(next(line for line in f if line.strip()))
+        doc = json.load(f)
+        return doc[0] if isinstance(doc, list) and doc else None
+
+
+def is_axbench(path: str | Path) -> bool:
+    """Whether ``path`` looks like an AxBench file: its first row (a parquet file's columns) has
+    ``output_concept`` or ``concept_id``. Never raises."""
+    p = Path(path)
+    if p.suffix.lower() not in SUFFIXES or not p.is_file():
+        return False
+    try:
+        row = _first_row(p)
+    except ImportError:
+        return p.suffix.lower() == ".parquet"  # read_axbench then names what is missing
+    except Exception:
+        return False
+    return isinstance(row, dict) and ("output_concept" in row or "concept_id" in row)
