@@ -1,0 +1,208 @@
+"""The benchmark's decision statistics: paired differences, a hierarchical bootstrap, Holm, the decision rule.
+
+A record is one scored item: ``{"concept", "seed", "prompt", "lever", "kl_level", "score"}``. Two levers A and
+B are compared at one KL level through the paired differences d = score_A - score_B on the same
+(concept, seed, prompt). The estimate weighs every concept the same,
+
+    D = (1/C) * sum_c mean_i d_ci,
+
+and its uncertainty comes from resampling concepts, then items within each drawn concept. Multiplicity is
+handled by Holm's step-down over one family: every (pair, KL level) comparison of a :func:`compare_pairs`
+call together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from statistics import NormalDist
+
+import numpy as np
+
+Key = tuple[str, int, str]
+
+
+def paired_differences(records: Iterable[dict], a: str, b: str, kl_level: str) -> dict[str, np.ndarray]:
+    """concept -> array of d = score_a - score_b over the (seed, prompt) items both levers have at ``kl_level``.
+
+    Items only one lever has are dropped; concepts are sorted, items within a concept by (seed, prompt).
+    A lever with two records for the same item is an error."""
+    scores: dict[str, dict[Key, float]] = {a: {}, b: {}}
+    for r in records:
+        if r["lever"] not in scores or str(r["kl_level"]) != str(kl_level):
+            continue
+        key = (str(r["concept"]), int(r["seed"]), str(r["prompt"]))
+        if key in scores[r["lever"]]:
+            raise ValueError(f"lever {r['lever']!r} has two records for {key} at kl_level {kl_level}")
+        scores[r["lever"]][key] = float(r["score"])
+    both = sorted(scores[a].keys() & scores[b].keys())
+    out: dict[str, list[float]] = {}
+    for key in both:
+        out.setdefault(key[0], []).append(scores[a][key] - scores[b][key])
+    return {c: np.asarray(d, dtype=float) for c, d in out.items()}
+
+
+def _check(diffs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    arrays = [np.asarray(diffs[c], dtype=float).ravel() for c in sorted(diffs)]
+    if not arrays:
+        raise ValueError("no paired differences (no concept has an item both levers scored)")
+    if any(x.size == 0 for x in arrays):
+        raise ValueError("a concept has no items")
+    return arrays
+
+
+def _replicates(diffs: dict[str, np.ndarray], n_boot: int, seed: int) -> np.ndarray:
+    """``n_boot`` hierarchical bootstrap replicates of the equal-weight mean.
+
+    Each replicate draws C concepts with replacement, then for every drawn concept n_c of its items with
+    replacement (a concept drawn twice gets two independent item draws), and takes
+    (1/C) * sum_j mean(drawn items of concept j)."""
+    arrays = _check(diffs)
+    rng = np.random.default_rng(seed)
+    n_c = len(arrays)
+    picks = rng.integers(0, n_c, size=(n_boot, n_c))
+    means = np.empty((n_boot, n_c))
+    for c, items in enumerate(arrays):
+        where = picks == c
+        k = int(where.sum())
+        if k:
+            draws = rng.integers(0, items.size, size=(k, items.size))
+            means[where] = items[draws].mean(axis=1)
+    return means.mean(axis=1)
+
+
+def _point(diffs: dict[str, np.ndarray]) -> float:
+    return float(np.mean([x.mean() for x in _check(diffs)]))
+
+
+def _interval(reps: np.ndarray, alpha: float) -> tuple[float, float]:
+    lo, hi = np.quantile(reps, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+def _p_value(reps: np.ndarray) -> float:
+    """p = 2 * min((k_le + 1)/(n + 1), (k_ge + 1)/(n + 1)), capped at 1; k_le = #replicates <= 0."""
+    n = reps.size
+    below = (np.count_nonzero(reps <= 0) + 1) / (n + 1)
+    above = (np.count_nonzero(reps >= 0) + 1) / (n + 1)
+    return float(min(1.0, 2 * min(below, above)))
+
+
+def hierarchical_bootstrap(diffs: dict[str, np.ndarray], n_boot: int = 4000, seed: int = 0,
+                           alpha: float = 0.05) -> dict:
+    """Equal-weight mean of the concept means, with a two-sided percentile interval at level 1 - alpha.
+
+    Returns ``{"mean", "lo", "hi", "se", "n_concepts", "n_items"}``: mean = (1/C) sum_c mean_i d_ci,
+    lo/hi = the alpha/2 and 1 - alpha/2 quantiles of the hierarchical replicates, se = their SD."""
+    reps = _replicates(diffs, n_boot, seed)
+    lo, hi = _interval(reps, alpha)
+    return {"mean": _point(diffs), "lo": lo, "hi": hi, "se": float(reps.std(ddof=1)) if n_boot > 1 else 0.0,
+            "n_concepts": len(diffs), "n_items": int(sum(np.asarray(x).size for x in diffs.values()))}
+
+
+def bootstrap_p(diffs: dict[str, np.ndarray], n_boot: int = 4000, seed: int = 0) -> float:
+    """Two-sided bootstrap p-value of D = 0 from the hierarchical replicates (same seed, same replicates as
+    :func:`hierarchical_bootstrap`): p = 2 * min((k_le + 1)/(n + 1), (k_ge + 1)/(n + 1)), capped at 1."""
+    return _p_value(_replicates(diffs, n_boot, seed))
+
+
+def _holm_order(p_values: dict[str, float]) -> list[str]:
+    """Names by ascending p; ties keep the dict's order."""
+    return sorted(p_values, key=lambda k: p_values[k])
+
+
+def holm(p_values: dict[str, float]) -> dict[str, float]:
+    """Holm-Bonferroni adjusted p-values: with p_(1) <= ... <= p_(m),
+    p~_(i) = min(1, max_{j <= i} (m - j + 1) * p_(j))."""
+    m = len(p_values)
+    out: dict[str, float] = {}
+    running = 0.0
+    for rank, name in enumerate(_holm_order(p_values), start=1):
+        running = max(running, min(1.0, (m - rank + 1) * float(p_values[name])))
+        out[name] = running
+    return {name: out[name] for name in p_values}
+
+
+def compare_pairs(records: Sequence[dict], pairs: Sequence[tuple[str, str]], kl_levels: Sequence[str],
+                  n_boot: int = 4000, seed: int = 0, alpha: float = 0.05) -> list[dict]:
+    """One result per (pair, KL level), in that order, with Holm over ALL of them as one family.
+
+    Each result: a, b, kl_level, mean, lo, hi, alpha_ci, p, p_holm, n_concepts, n_items. The comparison of
+    rank i by p (ascending, 1-based) among the m testable ones gets its interval at alpha_ci = alpha/(m - i + 1)
+    (Holm's step-down level). Every comparison uses the same bootstrap seed. A comparison with no paired item
+    (e.g. a lever that cannot reach that KL) is left out of the family and has mean/lo/hi/p/p_holm None."""
+    results: list[dict] = []
+    reps: dict[str, np.ndarray] = {}
+    p: dict[str, float] = {}
+    for a, b in pairs:
+        for level in kl_levels:
+            diffs = paired_differences(records, a, b, level)
+            row = {"a": a, "b": b, "kl_level": str(level), "mean": None, "lo": None, "hi": None, "alpha_ci": None,
+                   "p": None, "p_holm": None, "n_concepts": len(diffs),
+                   "n_items": int(sum(x.size for x in diffs.values()))}
+            if diffs:
+                name = str(len(results))
+                reps[name] = _replicates(diffs, n_boot, seed)
+                p[name] = _p_value(reps[name])
+                row["mean"] = _point(diffs)
+            results.append(row)
+    adjusted = holm(p)
+    m = len(p)
+    for rank, name in enumerate(_holm_order(p), start=1):
+        row = results[int(name)]
+        row["alpha_ci"] = alpha / (m - rank + 1)
+        row["lo"], row["hi"] = _interval(reps[name], row["alpha_ci"])
+        row["p"], row["p_holm"] = p[name], adjusted[name]
+    return results
+
+
+def decide(results_for_pair: Sequence[dict], margin: float = 0.02) -> str:
+    """The pre-registered rule over one pair's results at every KL level:
+    "beats" if lo > 0 at every level; else "loses" if hi < 0 at every level; else "equivalent" if
+    -margin < lo and hi < margin at every level; else "undecided" (also when a level has no interval)."""
+    if not results_for_pair:
+        raise ValueError("no results to decide on")
+    if any(r["lo"] is None or r["hi"] is None for r in results_for_pair):
+        return "undecided"
+    if all(r["lo"] > 0 for r in results_for_pair):
+        return "beats"
+    if all(r["hi"] < 0 for r in results_for_pair):
+        return "loses"
+    if all(r["lo"] > -margin and r["hi"] < margin for r in results_for_pair):
+        return "equivalent"
+    return "undecided"
+
+
+def minimum_detectable_effect(n_concepts: int, n_prompts: int, n_seeds: int, sd_concept: float, sd_item: float,
+                              n_comparisons: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """MDE = (z_{1 - a'/2} + z_power) * sqrt(sd_concept^2 / C + sd_item^2 / (C * P * S)), a' = alpha / m.
+
+    sd_concept: between-concept SD of the concept effect; sd_item: within-concept SD of one paired
+    difference; a' is Bonferroni's level, the conservative end of Holm."""
+    if min(n_concepts, n_prompts, n_seeds, n_comparisons) < 1:
+        raise ValueError("counts must be at least 1")
+    z = NormalDist()
+    level = alpha / n_comparisons
+    factor = z.inv_cdf(1 - level / 2) + z.inv_cdf(power)
+    c, items = n_concepts, n_concepts * n_prompts * n_seeds
+    return float(factor * math.sqrt(sd_concept**2 / c + sd_item**2 / items))
+
+
+def variance_components(diffs: dict[str, np.ndarray]) -> tuple[float, float]:
+    """(sd_concept, sd_item) of d_ci = mu + a_c + e_ci by one-way random-effects ANOVA (method of moments):
+
+    MSW = sum_c sum_i (d_ci - dbar_c)^2 / (N - C),  MSB = sum_c n_c (dbar_c - dbar)^2 / (C - 1),
+    n0 = (N - sum_c n_c^2 / N) / (C - 1),  sd_item^2 = MSW,  sd_concept^2 = max(0, (MSB - MSW) / n0).
+    dbar is the item-weighted grand mean. A component the data cannot identify (C < 2, or N = C) is NaN."""
+    arrays = _check(diffs)
+    n = np.array([x.size for x in arrays], dtype=float)
+    big_n, n_c = float(n.sum()), len(arrays)
+    means = np.array([x.mean() for x in arrays])
+    ssw = float(sum(((x - x.mean()) ** 2).sum() for x in arrays))
+    msw = ssw / (big_n - n_c) if big_n > n_c else math.nan
+    if n_c < 2 or math.isnan(msw):
+        return (math.nan, math.sqrt(msw) if not math.isnan(msw) else math.nan)
+    grand = float((n * means).sum() / big_n)
+    msb = float((n * (means - grand) ** 2).sum() / (n_c - 1))
+    n0 = (big_n - float((n**2).sum()) / big_n) / (n_c - 1)
+    return (math.sqrt(max(0.0, (msb - msw) / n0)), math.sqrt(msw))

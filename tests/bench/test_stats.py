@@ -1,0 +1,210 @@
+"""The decision statistics against hand computations on tiny inputs (geosteer.bench.stats)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from geosteer.bench.stats import (
+    _replicates,
+    bootstrap_p,
+    compare_pairs,
+    decide,
+    hierarchical_bootstrap,
+    holm,
+    minimum_detectable_effect,
+    paired_differences,
+    variance_components,
+)
+
+
+def rec(concept, seed, prompt, lever, score, kl="0.05"):
+    return {"concept": concept, "seed": seed, "prompt": prompt, "lever": lever, "kl_level": kl, "score": score}
+
+
+def test_paired_differences_drops_unpaired_items_and_sorts():
+    records = [rec("c2", 0, "p1", "A", 0.9), rec("c1", 0, "p2", "A", 0.5), rec("c1", 0, "p1", "A", 0.7),
+               rec("c1", 0, "p1", "B", 0.2), rec("c2", 0, "p1", "B", 0.4), rec("c2", 1, "p1", "B", 0.1),
+               rec("c1", 0, "p2", "A", 0.0, kl="0.2"), rec("c1", 0, "p2", "B", 0.3, kl="0.2"),  # other level
+               rec("c1", 0, "p2", "C", 0.3), rec("c1", 1, "p9", "B", 0.3)]  # another lever; B alone
+    d = paired_differences(records, "A", "B", "0.05")
+    assert list(d) == ["c1", "c2"]
+    np.testing.assert_allclose(d["c1"], [0.5])  # (c1, 0, p1) only: p2 has no B at 0.05
+    np.testing.assert_allclose(d["c2"], [0.5])
+    items = [rec("c", s, p, lv, sc) for s, p, lv, sc in
+             [(1, "a", "A", 1.0), (0, "b", "A", 2.0), (0, "a", "A", 3.0), (1, "a", "B", 0), (0, "b", "B", 0),
+              (0, "a", "B", 0)]]
+    np.testing.assert_allclose(paired_differences(items, "A", "B", "0.05")["c"], [3.0, 2.0, 1.0])  # (seed, prompt)
+    with pytest.raises(ValueError, match="two records"):
+        paired_differences(items + [rec("c", 0, "a", "A", 0.0)], "A", "B", "0.05")
+
+
+def test_bootstrap_matches_the_enumerated_distribution():
+    """2 concepts x 2 items: 4 concept draws x 4 item draws for each drawn concept, all equally likely.
+
+    A = [0, 1], B = [2, 4]. A drawn concept's item mean is its mean (0.5 or 3) with variance 0.125 or 0.5;
+    Var(one drawn mean) = (0.125 + 0.5)/2 + ((0.5 - 1.75)^2 + (3 - 1.75)^2)/2 = 1.875, so the replicate
+    (mean of two independent drawn means) has mean 1.75 and variance 0.9375."""
+    concepts = {"A": [0.0, 1.0], "B": [2.0, 4.0]}
+    values = []
+    for c1, c2 in itertools.product("AB", repeat=2):
+        for i1, i2, j1, j2 in itertools.product(range(2), repeat=4):
+            m1 = (concepts[c1][i1] + concepts[c1][i2]) / 2
+            m2 = (concepts[c2][j1] + concepts[c2][j2]) / 2
+            values.append((m1 + m2) / 2)
+    assert len(values) == 4 * 4 * 4  # 64 equally likely resamples
+    assert np.mean(values) == pytest.approx(1.75)
+    assert np.var(values) == pytest.approx(0.9375)
+    diffs = {k: np.array(v) for k, v in concepts.items()}
+    out = hierarchical_bootstrap(diffs, n_boot=40000, seed=3)
+    assert out["mean"] == pytest.approx(1.75)
+    assert out["se"] == pytest.approx(math.sqrt(0.9375), rel=0.02)
+    assert (out["n_concepts"], out["n_items"]) == (2, 4)
+    exact_lo, exact_hi = np.quantile(values, [0.025, 0.975])
+    assert out["lo"] == pytest.approx(exact_lo, abs=0.13)
+    assert out["hi"] == pytest.approx(exact_hi, abs=0.13)
+    # the replicates' distribution: the share of each exact value
+    reps = _replicates(diffs, 40000, 3)
+    assert reps.mean() == pytest.approx(1.75, abs=0.02)
+    for v in (0.0, 1.75, 2.5):
+        assert np.mean(np.isclose(reps, v)) == pytest.approx(np.mean(np.isclose(values, v)), abs=0.01)
+
+
+def test_concepts_weigh_the_same_whatever_their_item_counts():
+    diffs = {"big": np.ones(10), "small": np.zeros(2)}  # item-weighted mean would be 10/12
+    out = hierarchical_bootstrap(diffs, n_boot=20000, seed=0)
+    assert out["mean"] == pytest.approx(0.5)
+    # constant items: a replicate is the share of "big" among 2 drawn concepts: 0, 1/2, 1 w.p. 1/4, 1/2, 1/4
+    assert out["se"] == pytest.approx(math.sqrt(0.125), rel=0.03)
+    assert (out["lo"], out["hi"]) == (0.0, 1.0)
+    assert out["n_items"] == 12
+
+
+def test_unequal_item_counts_bootstrap_mean():
+    """A = [0, 1, 2] (3 items), B = [10] (1 item): E[replicate] = (1 + 10)/2 = 5.5; se^2 = Var(one drawn mean)/2
+    with Var(one drawn mean) = E[Var | concept] + Var(concept mean) = (2/9 + 0)/2 + 4.5^2 = 20.3611
+    (a mean of 3 draws from [0, 1, 2] has variance (2/3)/3 = 2/9)."""
+    diffs = {"A": np.array([0.0, 1.0, 2.0]), "B": np.array([10.0])}
+    out = hierarchical_bootstrap(diffs, n_boot=40000, seed=1, alpha=0.1)
+    assert out["mean"] == pytest.approx(5.5)
+    var_one = (2 / 3 / 3) / 2 + 4.5**2  # Var of a mean of 3 draws from [0,1,2] is (2/3)/3
+    assert out["se"] == pytest.approx(math.sqrt(var_one / 2), rel=0.02)
+
+
+def test_bootstrap_p_hand_values():
+    positive = {"a": np.array([1.0, 2.0]), "b": np.array([3.0])}
+    assert bootstrap_p(positive, n_boot=999) == pytest.approx(2 / 1000)  # no replicate <= 0: 2 * (0 + 1)/(999 + 1)
+    assert bootstrap_p({"a": np.zeros(3), "b": np.zeros(2)}, n_boot=99) == 1.0
+    # a, b are +-1 concepts: replicate <= 0 and >= 0 each with probability 3/4 (the mean is 0 w.p. 1/2)
+    assert bootstrap_p({"a": np.array([1.0]), "b": np.array([-1.0])}, n_boot=4000) == 1.0
+    assert bootstrap_p(positive, n_boot=500, seed=7) == bootstrap_p(positive, n_boot=500, seed=7)
+
+
+def test_holm_worked_example():
+    # sorted: d 0.005 x4 = 0.02, a 0.01 x3 = 0.03, c 0.03 x2 = 0.06, b 0.04 x1 = 0.04 -> max(0.06, 0.04)
+    adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005})
+    assert list(adjusted) == ["a", "b", "c", "d"]
+    assert adjusted == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06, "d": 0.02})
+    assert holm({"x": 0.6, "y": 0.7}) == {"x": 1.0, "y": 1.0}  # 1.2 capped; then monotone
+    assert holm({"x": 0.01, "y": 0.011}) == pytest.approx({"x": 0.02, "y": 0.02})
+    assert holm({}) == {}
+
+
+def test_holm_against_statsmodels():
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    p = np.random.default_rng(0).uniform(0, 0.2, size=12)
+    expected = multitest.multipletests(p, method="holm")[1]
+    got = holm({str(i): float(v) for i, v in enumerate(p)})
+    np.testing.assert_allclose([got[str(i)] for i in range(12)], expected)
+
+
+def _records():
+    rng = np.random.default_rng(5)
+    out = []
+    for c in range(6):
+        for seed in range(2):
+            for p in range(4):
+                for kl in ("0.05", "0.2"):
+                    base = rng.uniform(0.2, 0.6)
+                    item = (f"c{c}", seed, f"p{p}")
+                    out += [rec(*item, "Y", base, kl), rec(*item, "X", base + 0.3, kl),
+                            rec(*item, "Z", base + rng.normal(0, 0.01), kl)]
+    return out
+
+
+def test_compare_pairs_holm_over_all_comparisons():
+    records = _records() + [rec("c0", 0, "p0", "W", 0.5, "0.05")]  # W at 0.05 only, and Y has nothing to pair at 0.2
+    results = compare_pairs(records, [("X", "Y"), ("Z", "Y"), ("W", "Y")], ["0.05", "0.2"], n_boot=2000, seed=4)
+    assert [(r["a"], r["b"], r["kl_level"]) for r in results] == [
+        ("X", "Y", "0.05"), ("X", "Y", "0.2"), ("Z", "Y", "0.05"), ("Z", "Y", "0.2"), ("W", "Y", "0.05"),
+        ("W", "Y", "0.2")]
+    missing = results[-1]
+    assert missing["n_items"] == 0 and missing["p"] is None and missing["lo"] is None
+    tested = results[:-1]
+    m = len(tested)  # 5: the family
+    order = sorted(range(m), key=lambda i: tested[i]["p"])
+    assert [tested[i]["alpha_ci"] for i in order] == pytest.approx([0.05 / (m - k) for k in range(m)])
+    expected = holm({str(i): r["p"] for i, r in enumerate(tested)})
+    assert [r["p_holm"] for r in tested] == pytest.approx([expected[str(i)] for i in range(m)])
+    for r in tested:  # same seed, same replicates: the interval is the bootstrap's at the Holm level
+        diffs = paired_differences(records, r["a"], r["b"], r["kl_level"])
+        boot = hierarchical_bootstrap(diffs, n_boot=2000, seed=4, alpha=r["alpha_ci"])
+        assert (r["mean"], r["lo"], r["hi"]) == pytest.approx((boot["mean"], boot["lo"], boot["hi"]))
+        assert r["p"] == bootstrap_p(diffs, n_boot=2000, seed=4)
+    assert results[0]["mean"] == pytest.approx(0.3) and results[0]["lo"] == pytest.approx(0.3)
+    assert results[0]["p_holm"] == pytest.approx(min(1.0, 5 * 2 / 2001))
+    assert decide(results[0:2]) == "beats" and decide(results[2:4]) == "equivalent"
+    assert decide(results[4:6]) == "undecided"  # no interval at 0.2
+
+
+def test_decide_each_branch():
+    def r(lo, hi):
+        return {"lo": lo, "hi": hi}
+    assert decide([r(0.01, 0.2), r(0.001, 0.3)]) == "beats"
+    assert decide([r(0.001, 0.01), r(0.002, 0.015)]) == "beats"  # also inside the margin: "beats" first
+    assert decide([r(-0.3, -0.1), r(-0.2, -0.001)]) == "loses"
+    assert decide([r(-0.01, 0.015), r(-0.019, 0.019)]) == "equivalent"
+    assert decide([r(-0.01, 0.015), r(-0.021, 0.01)]) == "undecided"  # outside the margin at one level
+    assert decide([r(0.01, 0.2), r(-0.01, 0.2)]) == "undecided"  # beats at one level only
+    assert decide([r(-0.05, -0.01), r(-0.01, 0.01)]) == "undecided"
+    assert decide([r(-0.03, 0.03)], margin=0.05) == "equivalent"
+    assert decide([r(None, None), r(0.1, 0.2)]) == "undecided"
+    with pytest.raises(ValueError):
+        decide([])
+
+
+def test_minimum_detectable_effect_hand_number():
+    # C=20, P=5, S=2, m=10: alpha' = 0.005, z_0.9975 = 2.807034, z_0.8 = 0.841621 (normal tables);
+    # sqrt(0.1^2/20 + 0.2^2/200) = sqrt(0.0007) = 0.0264575 -> 3.648655 * 0.0264575 = 0.096535
+    mde = minimum_detectable_effect(20, 5, 2, sd_concept=0.1, sd_item=0.2, n_comparisons=10)
+    assert mde == pytest.approx(0.096535, abs=2e-6)
+    norm = pytest.importorskip("scipy.stats").norm
+    expected = (norm.ppf(1 - 0.01 / 2 / 4) + norm.ppf(0.9)) * math.sqrt(0.05**2 / 8 + 0.3**2 / (8 * 3 * 1))
+    got = minimum_detectable_effect(8, 3, 1, 0.05, 0.3, n_comparisons=4, alpha=0.01, power=0.9)
+    assert got == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(ValueError):
+        minimum_detectable_effect(0, 5, 2, 0.1, 0.2, 1)
+
+
+def test_variance_components_hand_values():
+    # means 2, 6; MSW = (2 + 2)/(4 - 2) = 2; MSB = 2*(4 + 4)/1 = 16; n0 = (4 - 8/4)/1 = 2; (16 - 2)/2 = 7
+    sd_c, sd_i = variance_components({"A": np.array([1.0, 3.0]), "B": np.array([5.0, 7.0])})
+    assert (sd_c, sd_i) == pytest.approx((math.sqrt(7), math.sqrt(2)))
+    # equal concept means: MSB = 0 < MSW -> clamped at 0; MSW = (25 + 25 + 0)/(4 - 2) = 25
+    assert variance_components({"A": np.array([0.0, 10.0]), "B": np.array([5.0, 5.0])}) == pytest.approx((0.0, 5.0))
+    sd_c, sd_i = variance_components({"A": np.array([1.0, 2.0])})
+    assert math.isnan(sd_c) and sd_i == pytest.approx(math.sqrt(0.5))
+
+
+def test_variance_components_recover_simulated_sds():
+    rng = np.random.default_rng(11)
+    diffs = {}
+    for c in range(2000):
+        n = int(rng.integers(5, 16))  # unequal item counts
+        diffs[f"c{c}"] = 0.05 + rng.normal(0, 0.1) + rng.normal(0, 0.3, size=n)
+    sd_c, sd_i = variance_components(diffs)
+    assert sd_c == pytest.approx(0.1, rel=0.1)
+    assert sd_i == pytest.approx(0.3, rel=0.03)
