@@ -9,26 +9,18 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from geosteer.cli import app
+from geosteer.cli.renamed import RENAMED as REMOVED_VERBS  # former spellings: refused, naming the current one
 from tests.cli_helpers import command_leaves, run_cli
 
-MAX_TOOL_VERBS = 27  # the learners and measurements under two nouns: learn scales left `geosteer study`
+MAX_TOOL_VERBS = 28  # the learners and measurements under two nouns: learn scales left `geosteer study`
 # What a user runs on their own model; a new verb outside `geosteer study` is added here on purpose.
 TOOL_VERBS = {
     "push", "info", "ppl", "generate", "compare", "report", "studio", "demo", "eval", "serve",
     "tasks build", "recipe show", "recipe save", "show", "manifold edit", "manifold import",
     "learn surfaces", "learn walls", "learn steering-surfaces", "learn scales", "learn gates", "learn vectors",
-    "measure decompose", "measure diagnose", "measure explore", "bench steering", "bench text",
+    "measure decompose", "measure diagnose", "measure explore", "bench steering", "bench text", "bench judge",
 }
-# former spellings, removed (each has one current spelling)
-REMOVED_VERBS = {"recipe keys": "recipe show --keys", "vectors export-gguf": "show --export",
-                 "vectors show": "show --export",
-                 "record-qk": "measure explore --record-qk", "directional strength": "study directional strength",
-                 "dynamics critical": "study dynamics critical", "directional ppl": "ppl --set",
-                 "dynamics ablate": "study dynamics ablate", "dynamics gains": "study dynamics gains",
-                 "manifold show": "show", "manifold train": "learn surfaces", "manifold wall-learn": "learn walls",
-                 "manifold steer-learn": "learn steering-surfaces", "study directional steer-learn": "learn scales",
-                 "vectors train": "learn vectors", "dynamics gates": "learn gates", "decompose": "measure decompose",
-                 "dynamics diagnose": "measure diagnose", "manifold explore": "measure explore"}
+
 
 
 def _tool_verbs() -> set[str]:
@@ -52,6 +44,9 @@ def test_removed_spellings_are_gone_and_their_current_ones_exist(monkeypatch, ca
     for argv in (["recipe", "keys"], ["directional", "ppl", "--site", "attn_out"], ["dynamics", "ablate"]):
         code, _, err = run_cli(monkeypatch, capsys, *argv)
         assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, (argv, err)
+    for old, new in REMOVED_VERBS.items():  # every former spelling names its current one
+        code, _, err = run_cli(monkeypatch, capsys, *old.split(), "--help")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and f"'geosteer {new}'" in err, (old, err)
 
 
 def test_recipe_show_keys_lists_every_key(monkeypatch, capsys):

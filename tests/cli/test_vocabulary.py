@@ -21,6 +21,8 @@ MLP_INTERNAL = {"carrier", "contrib"}  # the MLP's hidden activation (directiona
 
 # option -> reason: names that still carry two meanings (kinds), to be renamed with a warned alias.
 OPTION_ALLOW = {
+    "--texts": "bench judge reads the texts to score from a file; the paper's directional studies take a "
+               "number of texts (study verbs, not tool verbs)",
 }
 # table -> reason: site tables whose names are not hook points yet.
 SITE_TABLE_ALLOW = {

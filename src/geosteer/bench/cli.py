@@ -136,4 +136,7 @@ def register(app: typer.Typer) -> None:
     from geosteer.bench.cli_text import text_cmd
 
     bench.command("text")(text_cmd)
+    from geosteer.bench.cli_judge import judge_cmd
+
+    bench.command("judge")(judge_cmd)
     app.add_typer(bench, name="bench")

@@ -254,6 +254,12 @@ def run_app(app: typer.Typer, args: list[str] | None = None) -> None:
 
 def run_command(command, args: list[str] | None = None) -> None:
     """Run a built command tree (:func:`build_command`) with :func:`run_app`'s error handling."""
+    from geosteer.cli.renamed import renamed_line
+
+    line = renamed_line(list(sys.argv[1:] if args is None else args))
+    if line is not None:  # a former spelling: say the current one
+        typer.echo(f"error: {line}", err=True)
+        sys.exit(2)
     try:
         command.main(args=args, standalone_mode=False)
     except USER_ERRORS as e:
