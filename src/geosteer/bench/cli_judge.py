@@ -12,12 +12,22 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import JSON_OPT, emit
 from geosteer.errors import GeosteerError
 
 TEXTS_SHAPE = ('a JSON list of strings or of {"concept": name, "text": str}, or a text file with one text a line')
 MAX_TEXTS_BYTES = 32 * 1024 * 1024
 SHOWN = 60  # characters of a text in the table
+
+
+def _json_flag(value: bool) -> bool:
+    from geosteer.cli.common import _json_quiets_progress
+
+    return _json_quiets_progress(value)
+
+
+# geosteer.cli.common's --json, declared here so that importing this module does not import the CLI package
+# (whose import registers every verb, this one included)
+JSON_OPT = typer.Option(False, "--json", help="print JSON (no progress bars)", callback=_json_flag)
 
 
 def load_concepts(path: Path) -> list:
@@ -131,4 +141,6 @@ def judge_cmd(
     items_of = load_concepts(concepts)  # one line for a bad file, before any model loads
     items = read_texts(texts, {c.name for c in items_of})
     records = score(items_of, items, min_texts=min_texts, log=lambda s: typer.echo(s, err=True))
+    from geosteer.cli.common import emit
+
     emit(records if as_json else _table(records), as_json, table_title="judges (P(concept | text))")
