@@ -14,7 +14,8 @@ NO_MODEL = {"push", "report", "study report", "show", "manifold edit", "study di
             "study directional pretrain", "tasks build", "recipe save", "recipe show",
             "eval", "bench judge", "study manifold asymmetry", "study dynamics significance", "study checks"}
 # eval: lm-eval's own arguments pass through (its --model names the lm-eval model type); asymmetry and
-# significance read artifacts / results files only; bench judge reads texts (its judges are sentence embeddings); study checks runs on the tiny families it names itself
+# significance read artifacts / results files only; bench judge reads texts (its judges are sentence
+# embeddings); study checks runs on the tiny families it names itself
 
 
 def _option(cmd, flag: str):
