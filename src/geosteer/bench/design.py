@@ -1,8 +1,9 @@
-"""The design of the decisive steering benchmark, fixed before any run (``geosteer bench decide``).
+"""The design of the decisive steering benchmark, fixed before any run.
 
 Everything a verdict depends on is here: the control-KL levels each lever is put at, the sizes, the
-learning-rate grid and its dev concepts, the admission threshold of a judge and the decision rule. The docs
-(``docs/steering-benchmark.md``, "The decision rule") print the same values.
+learning-rate grid and its dev concepts, and the decision rule's margin and family-wise alpha
+(:func:`geosteer.bench.stats.decide`); the judges' admission threshold is
+:data:`geosteer.bench.judges.ADMISSION_AUC`.
 """
 
 from __future__ import annotations
@@ -51,7 +52,3 @@ class Design:
     def to_dict(self) -> dict:
         return asdict(self)
 
-
-def kl_key(level: float) -> str:
-    """The name of a KL level in records ("0.05", "0.2")."""
-    return f"{level:g}"

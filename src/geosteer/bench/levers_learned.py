@@ -107,7 +107,9 @@ class _LoraScale:
         return lambda: self.set(0.0)
 
 
-def build_lora(s: Setup) -> Prepared:
+def train_lora(s: Setup, lr: float, target_modules: list[str] | None = None, name: str = "lora"):
+    """PEFT LoRA (rank :data:`LORA_RANK`) injected into ``s.model`` and trained on the shared objective:
+    (adapter layers, their base scalings, trainable count, last logged step), the adapters off (scale 0)."""
     from geosteer.extras import require
 
     require("peft")
@@ -120,7 +122,7 @@ def build_lora(s: Setup) -> Prepared:
     model = s.model
     before = {id(m) for m in model.modules()}
     inject_adapter_in_model(LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0,
-                                       target_modules=None), model)
+                                       target_modules=target_modules), model)
     layers = [m for m in model.modules() if isinstance(m, LoraLayer) and id(m) not in before]
     base = [float(m.scaling["default"]) for m in layers]
     trainable = nn.ModuleList([m.lora_B for m in layers] + [m.lora_A for m in layers])
@@ -134,17 +136,20 @@ def build_lora(s: Setup) -> Prepared:
         def attach(self, model):
             return switch.attach(model)
 
-    mod = _Trainable()
     try:
-        last = fit_module(s, mod, lr=0.005, name="lora")
+        last = fit_module(s, _Trainable(), lr=lr, name=name)
     except BaseException:
         _remove_lora(model)
         raise
     switch.set(0.0)
-    n = sum(p.numel() for p in trainable.parameters())
+    return layers, base, sum(p.numel() for p in trainable.parameters()), last
+
+
+def build_lora(s: Setup) -> Prepared:
+    layers, base, n, last = train_lora(s, lr=0.005)
     pts = [Point("lora", float(x), {"rank": LORA_RANK}, fixed([_LoraScale(layers, base, float(x))]))
            for x in s.budget.strengths]
-    return Prepared(pts, n, {"train": last, "modules": len(layers)}, cleanup=lambda: _remove_lora(model))
+    return Prepared(pts, n, {"train": last, "modules": len(layers)}, cleanup=lambda: _remove_lora(s.model))
 
 
 def _remove_lora(model) -> None:

@@ -1,4 +1,4 @@
-"""The matched levers of the decisive benchmark (``geosteer bench decide``).
+"""The matched levers of the decisive steering benchmark (:mod:`geosteer.bench.design`).
 
 Every learned lever is trained by the one rule (:func:`geosteer.bench.training.fit_module`: the shared
 preference objective, the same steps, texts, gradient clipping 1.0 and control-KL hinge) at the learning rate
@@ -28,13 +28,13 @@ import torch
 from torch import nn
 
 from geosteer.bench.registry import Point, Setup, fixed, no_interventions
+from geosteer.models.anatomy import anatomy
 
 LORA_RANK = 4
 REFT_RANK = 7  # 30 layers x (2 x 7 x 576 + 7) = 242,130 on SmolLM2: LoRA rank 4 on q/v is 230,400
 SURFACE_RANK = 1  # 30 x 576 surfaces x 2 x 7 = 241,920 on SmolLM2
 SURFACE_GRID = 4
 LEARNED = ("vector", "loreft", "lora", "surfaces-rank1")
-FIXED = ("stock", "prompting", "caa", "walls")
 
 
 @dataclass
@@ -69,7 +69,11 @@ class MultiLoReFT(nn.Module):
 
     def attach(self, model: nn.Module) -> Callable[[], None]:
         undo = [u.attach(model) for u in self.units]
-        return lambda: [f() for f in reversed(undo)] and None
+
+        def detach() -> None:
+            for f in reversed(undo):
+                f()
+        return detach
 
     def n_parameters(self) -> int:
         return sum(u.n_parameters() for u in self.units)
@@ -89,17 +93,11 @@ def _strength_attr(module, name: str) -> Callable[[float], Point]:
     return at
 
 
-def _anatomy(model):
-    from geosteer.models.anatomy import anatomy
-
-    return anatomy(model)
-
-
 def build_vector(s: Setup, lr: float) -> Built:
     from geosteer.bench.modules import LearnedVector
     from geosteer.bench.training import fit_module
 
-    a = _anatomy(s.model)
+    a = anatomy(s.model)
     mod = LearnedVector(a.d_model, a.n_layers // 2)
     last = fit_module(s, mod, lr=lr, name="vector")
     return Built("vector", mod.vector.numel(), _strength_attr(mod, "vector"), info={"train": last, "lr": lr})
@@ -108,50 +106,20 @@ def build_vector(s: Setup, lr: float) -> Built:
 def build_loreft(s: Setup, lr: float) -> Built:
     from geosteer.bench.training import fit_module
 
-    a = _anatomy(s.model)
+    a = anatomy(s.model)
     mod = MultiLoReFT(a.d_model, REFT_RANK, list(range(a.n_layers)), seed=s.seed)
     last = fit_module(s, mod, lr=lr, name="loreft")
     return Built("loreft", mod.n_parameters(), _strength_attr(mod, "loreft"), info={"train": last, "lr": lr})
 
 
 def build_lora(s: Setup, lr: float) -> Built:
-    from geosteer.extras import require
+    from geosteer.bench.levers_learned import _LoraScale, _remove_lora, train_lora
 
-    require("peft")
-    from peft import LoraConfig, inject_adapter_in_model
-    from peft.tuners.lora import LoraLayer
-
-    from geosteer.bench.levers_learned import _LoraScale, _remove_lora
-    from geosteer.bench.training import fit_module
-
-    model = s.model
-    before = {id(m) for m in model.modules()}
-    inject_adapter_in_model(LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0,
-                                       target_modules=["q_proj", "v_proj"]), model)
-    layers = [m for m in model.modules() if isinstance(m, LoraLayer) and id(m) not in before]
-    base = [float(m.scaling["default"]) for m in layers]
-    trainable = nn.ModuleList([m.lora_B for m in layers] + [m.lora_A for m in layers])
-    switch = _LoraScale(layers, base, 1.0)
-
-    class _Trainable(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.adapters = trainable
-
-        def attach(self, model):
-            return switch.attach(model)
-
-    try:
-        last = fit_module(s, _Trainable(), lr=lr, name="lora")
-    except BaseException:
-        _remove_lora(model)
-        raise
-    switch.set(0.0)
+    layers, base, n, last = train_lora(s, lr, target_modules=["q_proj", "v_proj"])
 
     def at(x: float) -> Point:
         return Point("lora", float(x), {}, fixed([_LoraScale(layers, base, float(x))]))
-    n = sum(p.numel() for p in trainable.parameters())
-    return Built("lora", n, at, info={"train": last, "lr": lr}, cleanup=lambda: _remove_lora(model))
+    return Built("lora", n, at, info={"train": last, "lr": lr}, cleanup=lambda: _remove_lora(s.model))
 
 
 def build_surfaces(s: Setup, lr: float) -> Built:
@@ -175,7 +143,7 @@ def build_caa(s: Setup) -> Built:
     from geosteer.bench.prompts import training_texts
     from geosteer.vectors import extract
 
-    layer = _anatomy(s.model).n_layers // 2
+    layer = anatomy(s.model).n_layers // 2
     sv = extract(s.model, s.tok, positive=training_texts(s, s.toward), negative=training_texts(s, s.away),
                  layers=[layer], point="resid_post", method="mean_diff", positions="all")
 
