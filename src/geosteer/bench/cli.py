@@ -139,4 +139,7 @@ def register(app: typer.Typer) -> None:
     from geosteer.bench.cli_judge import judge_cmd
 
     bench.command("judge")(judge_cmd)
+    from geosteer.bench.cli_decide import decide_cmd
+
+    bench.command("decide")(decide_cmd)
     app.add_typer(bench, name="bench")

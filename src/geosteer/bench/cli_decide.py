@@ -1,0 +1,87 @@
+"""``geosteer bench decide``: the decisive steering benchmark (matched levers at matched control KL).
+
+Runs the learning-rate choice on the dev concepts, then every test concept and seed (resumable), and writes the
+tidy per-prompt records and the verdict (:mod:`geosteer.bench.decide_report`). ``--dry-run`` prints the design
+and its predicted minimum detectable effect without loading a model; ``--report-only`` assembles what the
+checkpoints hold.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from geosteer.errors import GeosteerError
+
+
+def _check(out: Path, workers: int, concepts: str | None, seeds: str | None) -> tuple[list[str] | None, tuple]:
+    from geosteer.bench.decide_concepts import by_name
+    from geosteer.bench.design import Design
+
+    if workers < 1:
+        raise GeosteerError(f"--workers must be >= 1 (got {workers})")
+    if out.exists() and not out.is_dir():
+        raise GeosteerError(f"--out {out} is a file; give a folder (new, or one of an earlier run to resume)")
+    names = [n.strip() for n in concepts.split(",") if n.strip()] if concepts else None
+    if names is not None:
+        by_name(names)  # unknown names: one line naming the valid ones
+    try:
+        seed_list = tuple(int(x) for x in seeds.split(",")) if seeds else Design().seeds
+    except ValueError:
+        raise GeosteerError(f"--seeds {seeds!r}: expected comma-separated integers, e.g. 0,1") from None
+    return names, seed_list
+
+
+def dry_run(design, n_concepts: int) -> dict:
+    """The design and its predicted minimum detectable effect (from the design's prior variance components)."""
+    from geosteer.bench.decide_report import n_comparisons
+    from geosteer.bench.stats import minimum_detectable_effect
+
+    m = n_comparisons()
+    mde = minimum_detectable_effect(n_concepts, design.test_prompts, len(design.seeds), design.prior_sd_concept,
+                                    design.prior_sd_item, m, design_alpha(), 0.8)
+    return {"design": design.to_dict(), "concepts": n_concepts, "comparisons": m,
+            "minimum_detectable_effect": mde}
+
+
+def design_alpha() -> float:
+    from geosteer.bench.design import ALPHA
+
+    return ALPHA
+
+
+def decide_cmd(
+    out: Path = typer.Option(Path("results/decide"), "--out", help="output folder (resumable)"),
+    workers: int = typer.Option(2, "--workers", help="worker processes (each its own models, one torch thread)"),
+    concepts: str = typer.Option(None, "--concepts", help="comma-separated test concept names (default: all 22)"),
+    seeds: str = typer.Option(None, "--seeds", help="comma-separated seeds (default: the design's 0,1)"),
+    dry: bool = typer.Option(False, "--dry-run", help="print the design and its predicted MDE; load nothing"),
+    report_only: bool = typer.Option(False, "--report-only", help="assemble what the checkpoints hold"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """The decisive steering benchmark on SmolLM2: every lever at control KL 0.05 and 0.2, the verdict."""
+    from dataclasses import replace
+
+    from geosteer.bench.decide_concepts import test_concepts
+    from geosteer.bench.design import Design
+
+    names, seed_list = _check(out, workers, concepts, seeds)
+    design = replace(Design(), seeds=seed_list)
+    n = len(names) if names else len(test_concepts())
+    if dry:
+        doc = dry_run(design, n)
+        typer.echo(json.dumps(doc, indent=1) if json_out else
+                   f"{n} concepts x {design.test_prompts} prompts x {len(design.seeds)} seeds, "
+                   f"{doc['comparisons']} comparisons (Holm): predicted minimum detectable effect "
+                   f"{doc['minimum_detectable_effect']:.3f} (80 % power)")
+        return
+    from geosteer.bench.decide_driver import RunSpec, run_all
+    from geosteer.bench.decide_report import write_report
+
+    spec = RunSpec("smollm2", str(out), design.to_dict())
+    if not report_only:
+        run_all(spec, workers, names)
+    doc = write_report(out, design)
+    typer.echo(json.dumps(doc["verdicts"], indent=1) if json_out else doc["markdown"])

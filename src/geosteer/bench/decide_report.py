@@ -1,0 +1,190 @@
+"""The decisive benchmark's results: tidy per-prompt records, the comparisons, the verdict per lever pair.
+
+Only concepts whose judge was admitted (AUC >= :data:`geosteer.bench.judges.ADMISSION_AUC` on the stock model's
+own labelled continuations) enter the comparisons. Each lever is compared with the stock model, with prompting
+and with LoRA (:data:`PAIRS`) at each KL level: the paired differences of the score per (concept, seed, prompt),
+a hierarchical bootstrap with Holm over every (pair, KL level) (:func:`geosteer.bench.stats.compare_pairs`), and
+the pre-registered rule (:func:`geosteer.bench.stats.decide`). Stock and prompting have one setting each, so
+their records stand at both KL levels (prompting at its own control KL, which is reported).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from geosteer.io_utils import atomic_write_text
+
+LEVERS = ("surfaces-rank1", "walls", "lora", "loreft", "vector", "caa", "prompting")
+REFERENCES = ("stock", "prompting", "lora")
+ITEM_FIELDS = ("score", "concept", "relevance", "fluency", "lexicon_concept", "judge_p", "reader_logprob",
+               "repeated")
+N_BOOT = 20000
+RENAME = {"concept": "concept_score"}  # a record's "concept" is the concept's name
+
+
+def pairs() -> list[tuple[str, str]]:
+    """(lever, reference) for every lever and each reference it is not (a pair of references once)."""
+    out = []
+    for ref in REFERENCES:
+        for lever in LEVERS:
+            if lever != ref and (ref, lever) not in out and not (lever in REFERENCES and
+                                                                 REFERENCES.index(lever) < REFERENCES.index(ref)):
+                out.append((lever, ref))
+    return out
+
+
+def n_comparisons(n_levels: int = 2) -> int:
+    return len(pairs()) * n_levels
+
+
+def _units(out: Path):
+    """(context, {lever: doc}) of every measured (concept, seed) under ``out``."""
+    for ctx_path in sorted((out / "units").glob("*/s*/context.json")):
+        ctx = json.loads(ctx_path.read_text(encoding="utf-8"))
+        levers = {}
+        for p in sorted(ctx_path.parent.glob("*.json")):
+            if p.name != "context.json":
+                doc = json.loads(p.read_text(encoding="utf-8"))
+                levers[doc["lever"]] = doc
+        yield ctx, levers
+
+
+def _rows(ctx: dict, lever: str, level: str, items: dict, extra: dict) -> list[dict]:
+    base = {"concept": ctx["concept"], "kind": ctx["kind"], "direction": ctx["direction"], "seed": ctx["seed"],
+            "lever": lever, "kl_level": level, **extra}
+    rows = []
+    for i, prompt in enumerate(ctx["prompts"]):
+        row = {**base, "prompt": prompt, "text": items["texts"][i]}
+        for k in ITEM_FIELDS:
+            if k in items:
+                row[RENAME.get(k, k)] = items[k][i]
+        rows.append(row)
+    return rows
+
+
+def records(out: Path, levels: list[str]) -> tuple[list[dict], list[dict], list[dict]]:
+    """(per-prompt records, per-concept records, per-lever-unit records) of everything under ``out``."""
+    recs, concepts, units = [], [], []
+    for ctx, levers in _units(out):
+        adm, probe = ctx["admission"], ctx["keyword_probe"]
+        concepts.append({"concept": ctx["concept"], "kind": ctx["kind"], "seed": ctx["seed"],
+                         "auc": adm["auc"], "admitted": adm["admitted"], "lexicon_auc": adm.get("lexicon_auc"),
+                         "keyword_words": " ".join(probe["words"]), "keyword_score": probe["score"],
+                         "stock_score": probe["stock_score"], "keyword_below_stock": probe["below_stock"],
+                         "levers_done": len(levers), "context_cpu_seconds": ctx["cpu_seconds"]})
+        for level in levels:
+            recs += _rows(ctx, "stock", level, ctx["stock"], {"strength": 0.0, "kl": 0.0, "reached": True,
+                                                               "admitted": adm["admitted"]})
+        for name, doc in levers.items():
+            units.append({"concept": ctx["concept"], "seed": ctx["seed"], "lever": name, "lr": doc["lr"],
+                          "params": doc["params"], "cpu_seconds": doc["cpu_seconds"],
+                          "train_cpu_seconds": doc["train_cpu_seconds"],
+                          **{f"kl_{k}": v["kl"] for k, v in doc["levels"].items()},
+                          **{f"strength_{k}": v["strength"] for k, v in doc["levels"].items()}})
+            for level, v in doc["levels"].items():
+                recs += _rows(ctx, name, level, v["items"], {"strength": v["strength"], "kl": v["kl"],
+                                                             "reached": v["reached"], "admitted": adm["admitted"]})
+    return recs, concepts, units
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return float(np.mean(xs)) if xs else None
+
+
+def lever_table(recs: list[dict], levels: list[str]) -> list[dict]:
+    """Per lever and KL level: mean score, concept, relevance, fluency, control KL over the admitted items."""
+    out = []
+    for lever in ("stock", *LEVERS):
+        for level in levels:
+            rows = [r for r in recs if r["lever"] == lever and r["kl_level"] == level and r["admitted"]]
+            if rows:
+                out.append({"lever": lever, "kl_level": level, "n_items": len(rows),
+                            "n_concepts": len({(r["concept"]) for r in rows}),
+                            **{k: _mean(r.get(k) for r in rows) for k in ("score", "concept_score", "relevance",
+                                                                           "fluency", "kl")}})
+    return out
+
+
+def by_kind(recs: list[dict], a: str, b: str, level: str) -> dict[str, float]:
+    """Mean paired difference a - b per concept kind (descriptive; not part of the decision)."""
+    from geosteer.bench.stats import paired_differences
+
+    kinds = {r["concept"]: r["kind"] for r in recs}
+    diffs = paired_differences([r for r in recs if r["admitted"]], a, b, level)
+    out: dict[str, list[float]] = {}
+    for c, d in diffs.items():
+        out.setdefault(kinds[c], []).append(float(d.mean()))
+    return {k: float(np.mean(v)) for k, v in sorted(out.items())}
+
+
+def verdicts(recs: list[dict], levels: list[str], margin: float, alpha: float) -> tuple[list[dict], list[dict]]:
+    """(comparisons, verdicts): every (pair, level) result and the decision word per pair."""
+    from geosteer.bench.stats import compare_pairs, decide
+
+    admitted = [r for r in recs if r["admitted"]]
+    comps = compare_pairs(admitted, pairs(), levels, n_boot=N_BOOT, seed=0, alpha=alpha)
+    out = []
+    for a, b in pairs():
+        rows = [c for c in comps if c["a"] == a and c["b"] == b]
+        out.append({"lever": a, "versus": b, "decision": decide(rows, margin),
+                    **{f"mean_{r['kl_level']}": r["mean"] for r in rows},
+                    **{f"ci_{r['kl_level']}": [r["lo"], r["hi"]] for r in rows},
+                    "n_concepts": max(r["n_concepts"] for r in rows)})
+    return comps, out
+
+
+def _csv(rows: list[dict]) -> str:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, keys)
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def _f(x, d: int = 3) -> str:
+    return "–" if x is None else f"{x:+.{d}f}"
+
+
+def markdown(verdict_rows: list[dict], levels: list[str]) -> str:
+    head = "| lever | versus | " + " | ".join(f"D at KL {lv} [interval]" for lv in levels) + " | decision |"
+    lines = [head, "|" + "---|" * (3 + len(levels))]
+    for v in verdict_rows:
+        cells = [f"{_f(v.get(f'mean_{lv}'))} [{_f((v.get(f'ci_{lv}') or [None])[0])}, "
+                 f"{_f((v.get(f'ci_{lv}') or [None, None])[1])}]" for lv in levels]
+        lines.append(f"| {v['lever']} | {v['versus']} | " + " | ".join(cells) + f" | **{v['decision']}** |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out: Path, design) -> dict:
+    """records.csv, concepts.csv, units.csv, results.json and verdict.md under ``out``; the results document."""
+    from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN
+    from geosteer.bench.kl_match import level_key
+
+    out = Path(out)
+    levels = [level_key(t) for t in design.kl_levels]
+    recs, concepts, units = records(out, levels)
+    comps, verdict_rows = verdicts(recs, levels, EQUIVALENCE_MARGIN, ALPHA) if recs else ([], [])
+    kinds = {f"{a}-{b}@{lv}": by_kind(recs, a, b, lv) for a, b in (("surfaces-rank1", "stock"),
+             ("surfaces-rank1", "prompting"), ("surfaces-rank1", "lora"), ("lora", "stock"),
+             ("prompting", "stock")) for lv in levels} if recs else {}
+    lrs = out / "learning_rates.json"
+    doc = {"design": design.to_dict(), "learning_rates": json.loads(lrs.read_text()) if lrs.is_file() else None,
+           "concepts": concepts, "levers": lever_table(recs, levels), "comparisons": comps,
+           "verdicts": verdict_rows, "by_kind": kinds, "units": units,
+           "markdown": markdown(verdict_rows, levels)}
+    atomic_write_text(out / "records.csv", _csv(recs))
+    atomic_write_text(out / "concepts.csv", _csv(concepts))
+    atomic_write_text(out / "units.csv", _csv(units))
+    atomic_write_text(out / "results.json", json.dumps(doc, indent=1, allow_nan=True) + "\n")
+    atomic_write_text(out / "verdict.md", doc["markdown"])
+    return doc
