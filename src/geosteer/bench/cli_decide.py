@@ -22,8 +22,9 @@ def _check(out: Path, workers: int, concepts: str | None, seeds: str | None) -> 
 
     if workers < 1:
         raise GeosteerError(f"--workers must be >= 1 (got {workers})")
-    if out.exists() and not out.is_dir():
-        raise GeosteerError(f"--out {out} is a file; give a folder (new, or one of an earlier run to resume)")
+    blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise GeosteerError(f"--out {out} lies under {blocker}, which is a file; give a folder")
     names = [n.strip() for n in concepts.split(",") if n.strip()] if concepts else None
     if names is not None:
         by_name(names)  # unknown names: one line naming the valid ones
