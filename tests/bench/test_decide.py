@@ -55,5 +55,5 @@ def test_dry_run_prints_the_mde_and_bad_input_is_one_line():
     assert ok.returncode == 0, ok.stderr[-2000:]
     doc = json.loads(ok.stdout)
     assert doc["comparisons"] == 36 and 0 < doc["minimum_detectable_effect"] < 1
-    bad = subprocess.run([*run, "--dry-run", "--concepts", "nope"], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run([*run, "--dry-run", "--only", "nope"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown concept 'nope'" in bad.stderr and "Traceback" not in bad.stderr

@@ -31,7 +31,7 @@ def _check(out: Path, workers: int, concepts: str | None, seeds: str | None) -> 
     try:
         seed_list = tuple(int(x) for x in seeds.split(",")) if seeds else Design().seeds
     except ValueError:
-        raise GeosteerError(f"--seeds {seeds!r}: expected comma-separated integers, e.g. 0,1") from None
+        raise GeosteerError(f"--seed-list {seeds!r}: expected comma-separated integers, e.g. 0,1") from None
     return names, seed_list
 
 
@@ -56,8 +56,8 @@ def design_alpha() -> float:
 def decide_cmd(
     out: Path = typer.Option(Path("results/decide"), "--out", help="output folder (resumable)"),
     workers: int = typer.Option(2, "--workers", help="worker processes (each its own models, one torch thread)"),
-    concepts: str = typer.Option(None, "--concepts", help="comma-separated test concept names (default: all 22)"),
-    seeds: str = typer.Option(None, "--seeds", help="comma-separated seeds (default: the design's 0,1)"),
+    concepts: str = typer.Option(None, "--only", help="comma-separated test concept names (default: all 22)"),
+    seeds: str = typer.Option(None, "--seed-list", help="comma-separated seeds (default: the design's 0,1)"),
     dry: bool = typer.Option(False, "--dry-run", help="print the design and its predicted MDE; load nothing"),
     report_only: bool = typer.Option(False, "--report-only", help="assemble what the checkpoints hold"),
     json_out: bool = typer.Option(False, "--json", help="print JSON"),
