@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
+from geosteer.bench import decide_templates as T
+from geosteer.bench.concepts import concept_from_dict
+from geosteer.bench.decide_templates import SPECS
+from geosteer.data.corpus import articles, split_of
+from geosteer.errors import GeosteerError
+
 TOPICS = {"arts": "Arts", "health": "Biology and health sciences", "everyday-life": "Everyday life",
           "geography": "Geography", "history": "History", "mathematics": "Mathematics", "people": "People",
           "religion": "Philosophy and religion", "physical-sciences": "Physical sciences",
@@ -76,7 +82,6 @@ def _cut(text: str, words: int = JUDGE_WORDS) -> str:
 def topic_pools() -> dict[str, dict[str, list]]:
     """topic key -> {"lever": articles, "judge": articles, "titles": article titles}, train split, hash-dealt:
     the first LEVER_TEXTS to the levers, the next JUDGE_TEXTS to the judge, the rest give titles."""
-    from geosteer.data.corpus import articles, split_of
 
     out = {}
     for key, topic in TOPICS.items():
@@ -119,7 +124,6 @@ def admission_requests() -> list[str]:
 
 def _concept(name: str, direction: str, positive: list[str], negative: list[str], prompts: list[str],
              description: str):
-    from geosteer.bench.concepts import concept_from_dict
 
     return concept_from_dict({"name": name, "direction": direction, "positive": positive, "negative": negative,
                               "prompts": prompts, "description": description})
@@ -145,7 +149,6 @@ def _deal(texts: list[str], tag: str) -> tuple[list[str], list[str]]:
 
 
 def templated_concept(name: str) -> DecideConcept:
-    from geosteer.bench import decide_templates as T
 
     spec = T.SPECS[name]
     lp, jp = _deal(spec["positive"](), f"{name}+")
@@ -157,7 +160,6 @@ def templated_concept(name: str) -> DecideConcept:
 
 def test_concepts() -> list[DecideConcept]:
     """The 22 test concepts, in the order the run takes them (kinds interleaved)."""
-    from geosteer.bench.decide_templates import SPECS
 
     promote = [topic_concept(k, "promote") for k in PROMOTED_TOPICS]
     suppress = [topic_concept(k, "suppress") for k in SUPPRESSED_TOPICS]
@@ -175,7 +177,6 @@ def dev_concepts() -> list[DecideConcept]:
 
 def by_name(names: list[str] | None = None) -> list[DecideConcept]:
     """Test and dev concepts by name (all test concepts when ``names`` is None)."""
-    from geosteer.errors import GeosteerError
 
     every = {c.name: c for c in test_concepts() + dev_concepts()}
     if names is None:

@@ -15,6 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from geosteer.bench.decide_concepts import DEV, by_name
+from geosteer.bench.decide_run import run_unit
+from geosteer.bench.decide_score import Readers
+from geosteer.bench.design import Design
+from geosteer.bench.judges import default_encoder
+from geosteer.bench.matched import LEARNED
 from geosteer.io_utils import atomic_write_text
 
 READERS = {"smollm2": "gemma3-270m", "gemma3-270m": "smollm2"}  # the fluency reader is another family
@@ -38,8 +44,6 @@ def readers(model: str, threads: int = 1):
     if model not in _LOADED:
         import torch
 
-        from geosteer.bench.decide_score import Readers
-        from geosteer.bench.judges import default_encoder
         from geosteer.models.loading import load_model
 
         torch.set_num_threads(threads)
@@ -50,7 +54,6 @@ def readers(model: str, threads: int = 1):
 
 
 def _design(doc: dict):
-    from geosteer.bench.design import Design
 
     return Design(**{**doc, "seeds": tuple(doc["seeds"]), "kl_levels": tuple(doc["kl_levels"]),
                      "lr_grid": tuple(doc["lr_grid"])})
@@ -58,8 +61,6 @@ def _design(doc: dict):
 
 def _dev_job(args) -> tuple[str, str, float, float]:
     spec, concept, lever, lr = args
-    from geosteer.bench.decide_concepts import by_name
-    from geosteer.bench.decide_run import run_unit
 
     design = _design(spec.design)
     top = max(design.kl_levels)
@@ -72,8 +73,6 @@ def _dev_job(args) -> tuple[str, str, float, float]:
 
 def _test_job(args) -> tuple[str, int]:
     spec, concept, seed, lrs = args
-    from geosteer.bench.decide_concepts import by_name
-    from geosteer.bench.decide_run import run_unit
 
     run_unit(readers(spec.model, spec.threads), by_name([concept])[0], seed, Path(spec.out),
              _design(spec.design), lrs, _say)
@@ -92,8 +91,6 @@ def _map(fn, jobs: list, workers: int):
 
 def choose_lrs(spec: RunSpec, workers: int) -> dict:
     """Phase 1: {lever: lr} and the table it came from (written to ``<out>/learning_rates.json``)."""
-    from geosteer.bench.decide_concepts import DEV
-    from geosteer.bench.matched import LEARNED
 
     design = _design(spec.design)
     jobs = [(spec, c, lever, lr) for lever in LEARNED for lr in design.lr_grid for c in DEV]
@@ -116,7 +113,6 @@ def choose_lrs(spec: RunSpec, workers: int) -> dict:
 
 def run_all(spec: RunSpec, workers: int, concepts: list[str] | None = None) -> None:
     """Both phases (each (concept, seed) as it finishes is on disk; a rerun resumes)."""
-    from geosteer.bench.decide_concepts import by_name
 
     Path(spec.out).mkdir(parents=True, exist_ok=True)
     lrs = choose_lrs(spec, workers)

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN
+from geosteer.bench.kl_match import level_key
+from geosteer.bench.stats import compare_pairs, decide, paired_differences
 from geosteer.io_utils import atomic_write_text
 
 LEVERS = ("surfaces-rank1", "walls", "lora", "loreft", "vector", "caa", "prompting")
@@ -114,7 +117,6 @@ def lever_table(recs: list[dict], levels: list[str]) -> list[dict]:
 
 def by_kind(recs: list[dict], a: str, b: str, level: str) -> dict[str, float]:
     """Mean paired difference a - b per concept kind (descriptive; not part of the decision)."""
-    from geosteer.bench.stats import paired_differences
 
     kinds = {r["concept"]: r["kind"] for r in recs}
     diffs = paired_differences([r for r in recs if r["admitted"]], a, b, level)
@@ -126,7 +128,6 @@ def by_kind(recs: list[dict], a: str, b: str, level: str) -> dict[str, float]:
 
 def verdicts(recs: list[dict], levels: list[str], margin: float, alpha: float) -> tuple[list[dict], list[dict]]:
     """(comparisons, verdicts): every (pair, level) result and the decision word per pair."""
-    from geosteer.bench.stats import compare_pairs, decide
 
     admitted = [r for r in recs if r["admitted"]]
     comps = compare_pairs(admitted, pairs(), levels, n_boot=N_BOOT, seed=0, alpha=alpha)
@@ -167,8 +168,6 @@ def markdown(verdict_rows: list[dict], levels: list[str]) -> str:
 
 def write_report(out: Path, design) -> dict:
     """records.csv, concepts.csv, units.csv, results.json and verdict.txt under ``out``; the results document."""
-    from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN
-    from geosteer.bench.kl_match import level_key
 
     out = Path(out)
     levels = [level_key(t) for t in design.kl_levels]

@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from geosteer.bench import decide_score as S
+from geosteer.bench.decide_concepts import TITLE_PROMPT, TOPICS, admission_requests, admission_titles
+from geosteer.bench.judges import EmbeddingJudge, admission, auc, discriminative_words, keyword_probe, lexicon_prob
+from geosteer.bench.kl_match import level_key, match_levels
+from geosteer.bench.matched import LEARNED, build
+from geosteer.bench.prompts import neutral_prompts, train_prompts
 from geosteer.bench.registry import Point, Setup, stock_point
+from geosteer.bench.scoring import next_token_logprobs
 from geosteer.io_utils import atomic_write_text
 
 VERSION = 1  # raised when what a unit computes changes (its files are then measured again)
@@ -40,14 +46,12 @@ def _read(path: Path, fingerprint: dict) -> dict | None:
 
 
 def controls(design) -> list[str]:
-    from geosteer.bench.prompts import neutral_prompts
 
     return list(neutral_prompts()[1][: design.control_prompts])
 
 
 def _titles_admission(r: S.Readers, out: Path, design) -> dict:
     """topic -> the stock model's continuations of "Tell me about <title>." for its admission titles (cached)."""
-    from geosteer.bench.decide_concepts import TITLE_PROMPT, TOPICS, admission_titles
 
     path = out / "admission_titles.json"
     fp = {"version": VERSION, "new_tokens": design.new_tokens}
@@ -62,7 +66,6 @@ def _titles_admission(r: S.Readers, out: Path, design) -> dict:
 
 def _admission_texts(r: S.Readers, dc, out: Path, design) -> tuple[list[str], list[str]]:
     """(labelled-positive, labelled-negative) stock continuations of the concept's admission set."""
-    from geosteer.bench.decide_concepts import admission_requests
 
     a = dc.admission
     if a["kind"] == "titles":
@@ -80,7 +83,6 @@ def _admission_texts(r: S.Readers, dc, out: Path, design) -> tuple[list[str], li
 
 def build_context(r: S.Readers, dc, seed: int, out: Path, design) -> dict:
     """The (concept, seed)'s judge, admission, keyword probe and stock readings (module docstring)."""
-    from geosteer.bench.judges import EmbeddingJudge, admission, auc, discriminative_words, keyword_probe, lexicon_prob
 
     t0, c0 = time.perf_counter(), time.process_time()
     judge = EmbeddingJudge(r.encoder, seed=seed).fit(dc.judge_positive, dc.judge_negative)
@@ -111,7 +113,6 @@ def build_context(r: S.Readers, dc, seed: int, out: Path, design) -> dict:
 
 
 def setup_for(r: S.Readers, dc, seed: int, design, work: Path) -> Setup:
-    from geosteer.bench.prompts import neutral_prompts, train_prompts
 
     c = dc.concept
     toward, away = (list(c.positive), list(c.negative)) if c.direction == "promote" else (list(c.negative),
@@ -134,10 +135,6 @@ def measure_lever(r: S.Readers, dc, seed: int, ctx: dict, name: str, lr: float |
     """Build lever ``name`` and read it at each control-KL level (points-only levers: at their own KL)."""
     import torch
 
-    from geosteer.bench.judges import EmbeddingJudge
-    from geosteer.bench.kl_match import level_key, match_levels
-    from geosteer.bench.matched import build
-    from geosteer.bench.scoring import next_token_logprobs
 
     levels = tuple(levels or design.kl_levels)
     judge = EmbeddingJudge.from_dict(ctx["judge"], r.encoder)
@@ -173,7 +170,6 @@ def measure_lever(r: S.Readers, dc, seed: int, ctx: dict, name: str, lr: float |
 
 
 def levers_for(dc) -> list[str]:
-    from geosteer.bench.matched import LEARNED
 
     extra = ["walls"] if dc.concept.direction == "suppress" else []
     return ["prompting", "caa", *LEARNED, *extra]

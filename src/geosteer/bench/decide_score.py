@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geosteer.bench.judges import lexicon_prob, relative_relevance, relevance
+from geosteer.bench.prompts import format_prompt
+from geosteer.bench.scoring import continue_prompts, kl_rows, next_token_logprobs, repeated_ngram_share, text_logprob
 from geosteer.interventions import steer
 
 
@@ -36,35 +39,30 @@ class Readers:
 
 
 def fmt(r: Readers, prompt: str, instruction: str | None = None) -> str:
-    from geosteer.bench.prompts import format_prompt
 
     return format_prompt(r.tok, prompt, r.chat, instruction)
 
 
 def generate(r: Readers, point, prompts: list[str], new_tokens: int):
     """The point's greedy continuations of ``prompts`` (raw; the point's instruction applied)."""
-    from geosteer.bench.scoring import continue_prompts
 
     with point.interventions() as ivs, steer(r.model, *ivs):
         return continue_prompts(r.model, r.tok, [fmt(r, p, point.instruction) for p in prompts], new_tokens)
 
 
 def control_logprobs(r: Readers, point, controls: list[str]):
-    from geosteer.bench.scoring import next_token_logprobs
 
     with point.interventions() as ivs, steer(r.model, *ivs):
         return next_token_logprobs(r.model, r.tok, [fmt(r, c, point.instruction) for c in controls])
 
 
 def control_kl(r: Readers, point, controls: list[str], ref) -> float:
-    from geosteer.bench.scoring import kl_rows
 
     return float(kl_rows(ref, control_logprobs(r, point, controls)).mean())
 
 
 def reader_logprob(r: Readers, texts: list[str]) -> np.ndarray:
     """Mean log-prob per token of each text read by the reader model on its own (nan for an empty text)."""
-    from geosteer.bench.scoring import text_logprob
 
     ids = [r.reader_tok(t, add_special_tokens=False)["input_ids"] if t.strip() else [] for t in texts]
     return text_logprob(r.reader, r.reader_tok, ids)
@@ -89,8 +87,6 @@ def fluency(logprob: np.ndarray, stock_logprob: np.ndarray, repeated: np.ndarray
 def read_texts(r: Readers, judge, promote: bool, prompts: list[str], texts: list[str], ids: list[list[int]],
                lexicon: str | None = None) -> dict:
     """The raw per-prompt readings of continuations: judge P, lexicon P, similarity, reader ℓ, repetition."""
-    from geosteer.bench.judges import lexicon_prob, relevance
-    from geosteer.bench.scoring import repeated_ngram_share
 
     p = np.asarray(judge.prob(texts), np.float64)
     out = {"texts": list(texts), "judge_p": p.tolist(),
@@ -106,7 +102,6 @@ def read_texts(r: Readers, judge, promote: bool, prompts: list[str], texts: list
 
 def scored(raw: dict, stock: dict) -> dict:
     """``raw`` with relevance, fluency and score per prompt, against the stock model's readings ``stock``."""
-    from geosteer.bench.judges import relative_relevance
 
     rel = relative_relevance(raw["similarity"], stock["similarity"])
     f = fluency(np.asarray(raw["reader_logprob"], np.float64), np.asarray(stock["reader_logprob"], np.float64),
