@@ -94,6 +94,16 @@ def check_output_path(path: str | Path, *, what: str = "--out", suffixes: Iterab
     return path
 
 
+def check_resumable_folder(path: str | Path, marker: str, what: str = "--out") -> Path:
+    """:func:`check_output_path` for a run's folder, which must also be new, empty, or an earlier run's (it
+    holds the file ``marker``), so that a resumed run never writes over a user's own files."""
+    path = check_output_path(path, what=what, folder=True)
+    if path.is_dir() and any(path.iterdir()) and not (path / marker).is_file():
+        raise GeosteerError(f"{what} {path} holds files of its own and no {marker}: give a new or empty "
+                            "folder, or an earlier run's folder to resume it")
+    return path
+
+
 def check_records_path(path: str | Path, what: str = "--out") -> Path:
     """:func:`check_output_path` for tidy records (``.json`` or ``.csv``, what :func:`write_records` writes)."""
     return check_output_path(path, what=what, suffixes=_RECORD_SUFFIXES)

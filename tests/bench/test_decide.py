@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from geosteer.bench.decide_score import fluency, harmonic3
+from geosteer.bench.decide_score import harmonic3
+from geosteer.bench.scoring import fluency_values as fluency
 
 
 def test_harmonic3_matches_hand():
@@ -57,3 +58,25 @@ def test_dry_run_prints_the_mde_and_bad_input_is_one_line():
     assert doc["comparisons"] == 36 and 0 < doc["minimum_detectable_effect"] < 1
     bad = subprocess.run([*run, "--dry-run", "--only", "nope"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown concept 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--workers", "0"], "--workers must be >= 1"),
+    (["--seed-list", "0,x"], "--seed-list '0,x': expected comma-separated integers"),
+    (["--only", "arts,nope"], "unknown concept 'nope'"),
+    (["--out", "MINE"], "holds files of its own and no decide_state.json"),
+    (["--out", "EMPTY", "--report-only"], "holds no run of `geosteer bench decide`"),
+])
+def test_bad_input_is_one_line_before_any_work(monkeypatch, capsys, tmp_path, args, needle):
+    from tests.cli_helpers import forbid_model_builds, one_line_exit_2, run_cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "MINE").mkdir()
+    (tmp_path / "MINE" / "records.csv").write_text("mine")
+    (tmp_path / "EMPTY").mkdir()
+    forbid_model_builds(monkeypatch)
+    code, _, err = run_cli(monkeypatch, capsys, "bench", "decide", *args)
+    one_line_exit_2(code, err)
+    assert needle in err
+    assert (tmp_path / "MINE" / "records.csv").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["EMPTY", "MINE"] and not any((tmp_path / "EMPTY").iterdir())

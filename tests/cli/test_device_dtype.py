@@ -12,10 +12,12 @@ from tests.cli_helpers import command_leaves
 # verbs that load no model (artifacts, figures, the Hub, from-scratch byte models, a tokenizer only)
 NO_MODEL = {"push", "report", "study report", "show", "manifold edit", "study directional plot",
             "study directional pretrain", "tasks build", "recipe save", "recipe show",
-            "eval", "bench judge", "bench decide", "study manifold asymmetry", "study dynamics significance", "study checks"}
+            "eval", "bench judge", "bench decide", "study manifold asymmetry", "study dynamics significance",
+            "study checks"}
 # eval: lm-eval's own arguments pass through (its --model names the lm-eval model type); asymmetry and
-# significance read artifacts / results files only; bench judge reads texts (its judges are sentence
-# embeddings); study checks runs on the tiny families it names itself
+# significance read artifacts / results files only; bench decide runs its fixed design on SmolLM2 (read by
+# Gemma); bench judge reads texts (its judges are sentence embeddings); study checks runs on the tiny families it
+# names itself
 
 
 def _option(cmd, flag: str):

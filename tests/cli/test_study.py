@@ -18,7 +18,8 @@ TOOL_VERBS = {
     "push", "info", "ppl", "generate", "compare", "report", "studio", "demo", "eval", "serve",
     "tasks build", "recipe show", "recipe save", "show", "manifold edit", "manifold import",
     "learn surfaces", "learn walls", "learn steering-surfaces", "learn scales", "learn gates", "learn vectors",
-    "measure decompose", "measure diagnose", "measure explore", "bench steering", "bench text", "bench judge", "bench decide",
+    "measure decompose", "measure diagnose", "measure explore", "bench steering", "bench text", "bench judge",
+    "bench decide",
 }
 
 

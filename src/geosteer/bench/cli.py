@@ -17,10 +17,9 @@ from geosteer.errors import GeosteerError
 def _check_out(out: Path) -> None:
     """An output folder is new, empty, or an earlier run's (which it resumes): nothing else is written over."""
     from geosteer.bench.run import STATE_FILE
+    from geosteer.io_utils import check_resumable_folder
 
-    if out.is_dir() and any(out.iterdir()) and not (out / STATE_FILE).is_file():
-        raise GeosteerError(f"--out {out} holds files of its own and no {STATE_FILE}: give a new or empty "
-                            "folder, or an earlier benchmark run's folder to resume it")
+    check_resumable_folder(out, STATE_FILE)
 
 
 def _concept_path(path: Path):

@@ -13,18 +13,21 @@ from pathlib import Path
 
 import typer
 
+from geosteer.bench.cli_judge import JSON_OPT
 from geosteer.errors import GeosteerError
 
 
-def _check(out: Path, workers: int, concepts: str | None, seeds: str | None) -> tuple[list[str] | None, tuple]:
+def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
+           report_only: bool) -> tuple[list[str] | None, tuple]:
     from geosteer.bench.decide_concepts import by_name
-    from geosteer.bench.design import Design
+    from geosteer.bench.design import STATE_FILE, Design
+    from geosteer.io_utils import check_resumable_folder
 
     if workers < 1:
         raise GeosteerError(f"--workers must be >= 1 (got {workers})")
-    blocker = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        raise GeosteerError(f"--out {out} lies under {blocker}, which is a file; give a folder")
+    check_resumable_folder(out, STATE_FILE)
+    if report_only and not (out / STATE_FILE).is_file():
+        raise GeosteerError(f"--report-only: --out {out} holds no run of `geosteer bench decide` (no {STATE_FILE})")
     names = [n.strip() for n in concepts.split(",") if n.strip()] if concepts else None
     if names is not None:
         by_name(names)  # unknown names: one line naming the valid ones
@@ -38,19 +41,14 @@ def _check(out: Path, workers: int, concepts: str | None, seeds: str | None) -> 
 def dry_run(design, n_concepts: int) -> dict:
     """The design and its predicted minimum detectable effect (from the design's prior variance components)."""
     from geosteer.bench.decide_report import n_comparisons
+    from geosteer.bench.design import ALPHA
     from geosteer.bench.stats import minimum_detectable_effect
 
     m = n_comparisons()
     mde = minimum_detectable_effect(n_concepts, design.test_prompts, len(design.seeds), design.prior_sd_concept,
-                                    design.prior_sd_item, m, design_alpha(), 0.8)
+                                    design.prior_sd_item, m, ALPHA, 0.8)
     return {"design": design.to_dict(), "concepts": n_concepts, "comparisons": m,
             "minimum_detectable_effect": mde}
-
-
-def design_alpha() -> float:
-    from geosteer.bench.design import ALPHA
-
-    return ALPHA
 
 
 def decide_cmd(
@@ -60,7 +58,7 @@ def decide_cmd(
     seeds: str = typer.Option(None, "--seed-list", help="comma-separated seeds (default: the design's 0,1)"),
     dry: bool = typer.Option(False, "--dry-run", help="print the design and its predicted MDE; load nothing"),
     report_only: bool = typer.Option(False, "--report-only", help="assemble what the checkpoints hold"),
-    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    json_out: bool = JSON_OPT,
 ) -> None:
     """The decisive steering benchmark on SmolLM2: every lever at control KL 0.05 and 0.2, the verdict."""
     from dataclasses import replace
@@ -68,7 +66,7 @@ def decide_cmd(
     from geosteer.bench.decide_concepts import test_concepts
     from geosteer.bench.design import Design
 
-    names, seed_list = _check(out, workers, concepts, seeds)
+    names, seed_list = _check(out, workers, concepts, seeds, report_only)
     design = replace(Design(), seeds=seed_list)
     n = len(names) if names else len(test_concepts())
     if dry:

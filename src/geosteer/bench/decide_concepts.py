@@ -82,7 +82,6 @@ def _cut(text: str, words: int = JUDGE_WORDS) -> str:
 def topic_pools() -> dict[str, dict[str, list]]:
     """topic key -> {"lever": articles, "judge": articles, "titles": article titles}, train split, hash-dealt:
     the first LEVER_TEXTS to the levers, the next JUDGE_TEXTS to the judge, the rest give titles."""
-
     out = {}
     for key, topic in TOPICS.items():
         arts = sorted((a for a in articles() if a.topic == topic and split_of(a.title) == "train"),
@@ -160,7 +159,6 @@ def templated_concept(name: str) -> DecideConcept:
 
 def test_concepts() -> list[DecideConcept]:
     """The 22 test concepts, in the order the run takes them (kinds interleaved)."""
-
     promote = [topic_concept(k, "promote") for k in PROMOTED_TOPICS]
     suppress = [topic_concept(k, "suppress") for k in SUPPRESSED_TOPICS]
     other = [templated_concept(n) for n in SPECS]
@@ -177,7 +175,6 @@ def dev_concepts() -> list[DecideConcept]:
 
 def by_name(names: list[str] | None = None) -> list[DecideConcept]:
     """Test and dev concepts by name (all test concepts when ``names`` is None)."""
-
     every = {c.name: c for c in test_concepts() + dev_concepts()}
     if names is None:
         return test_concepts()

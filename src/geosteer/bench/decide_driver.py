@@ -18,7 +18,7 @@ import numpy as np
 from geosteer.bench.decide_concepts import DEV, by_name
 from geosteer.bench.decide_run import run_unit
 from geosteer.bench.decide_score import Readers
-from geosteer.bench.design import Design
+from geosteer.bench.design import STATE_FILE, Design
 from geosteer.bench.judges import default_encoder
 from geosteer.bench.matched import LEARNED
 from geosteer.io_utils import atomic_write_text
@@ -85,13 +85,12 @@ def _map(fn, jobs: list, workers: int):
         return
     import multiprocessing as mp
 
-    with mp.get_context("spawn").Pool(workers, maxtasksperchild=None) as pool:
+    with mp.get_context("spawn").Pool(workers) as pool:
         yield from pool.imap_unordered(fn, jobs)
 
 
 def choose_lrs(spec: RunSpec, workers: int) -> dict:
     """Phase 1: {lever: lr} and the table it came from (written to ``<out>/learning_rates.json``)."""
-
     design = _design(spec.design)
     jobs = [(spec, c, lever, lr) for lever in LEARNED for lr in design.lr_grid for c in DEV]
     table: dict[str, dict[str, list[float]]] = {}
@@ -113,8 +112,9 @@ def choose_lrs(spec: RunSpec, workers: int) -> dict:
 
 def run_all(spec: RunSpec, workers: int, concepts: list[str] | None = None) -> None:
     """Both phases (each (concept, seed) as it finishes is on disk; a rerun resumes)."""
-
     Path(spec.out).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(Path(spec.out) / STATE_FILE, json.dumps({"format": "geosteer-decide-state",
+                                                               "model": spec.model}) + "\n")
     lrs = choose_lrs(spec, workers)
     _say(f"learning rates: {lrs}")
     design = _design(spec.design)

@@ -117,7 +117,6 @@ def lever_table(recs: list[dict], levels: list[str]) -> list[dict]:
 
 def by_kind(recs: list[dict], a: str, b: str, level: str) -> dict[str, float]:
     """Mean paired difference a - b per concept kind (descriptive; not part of the decision)."""
-
     kinds = {r["concept"]: r["kind"] for r in recs}
     diffs = paired_differences([r for r in recs if r["admitted"]], a, b, level)
     out: dict[str, list[float]] = {}
@@ -128,7 +127,6 @@ def by_kind(recs: list[dict], a: str, b: str, level: str) -> dict[str, float]:
 
 def verdicts(recs: list[dict], levels: list[str], margin: float, alpha: float) -> tuple[list[dict], list[dict]]:
     """(comparisons, verdicts): every (pair, level) result and the decision word per pair."""
-
     admitted = [r for r in recs if r["admitted"]]
     comps = compare_pairs(admitted, pairs(), levels, n_boot=N_BOOT, seed=0, alpha=alpha)
     out = []
@@ -168,7 +166,6 @@ def markdown(verdict_rows: list[dict], levels: list[str]) -> str:
 
 def write_report(out: Path, design) -> dict:
     """records.csv, concepts.csv, units.csv, results.json and verdict.txt under ``out``; the results document."""
-
     out = Path(out)
     levels = [level_key(t) for t in design.kl_levels]
     recs, concepts, units = records(out, levels)

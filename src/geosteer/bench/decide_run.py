@@ -18,7 +18,15 @@ import numpy as np
 
 from geosteer.bench import decide_score as S
 from geosteer.bench.decide_concepts import TITLE_PROMPT, TOPICS, admission_requests, admission_titles
-from geosteer.bench.judges import EmbeddingJudge, admission, auc, discriminative_words, keyword_probe, lexicon_prob
+from geosteer.bench.judges import (
+    LEXICONS,
+    EmbeddingJudge,
+    admission,
+    auc,
+    discriminative_words,
+    keyword_probe,
+    lexicon_prob,
+)
 from geosteer.bench.kl_match import level_key, match_levels
 from geosteer.bench.matched import LEARNED, build
 from geosteer.bench.prompts import neutral_prompts, train_prompts
@@ -52,7 +60,6 @@ def controls(design) -> list[str]:
 
 def _titles_admission(r: S.Readers, out: Path, design) -> dict:
     """topic -> the stock model's continuations of "Tell me about <title>." for its admission titles (cached)."""
-
     path = out / "admission_titles.json"
     fp = {"version": VERSION, "new_tokens": design.new_tokens}
     doc = _read(path, fp)
@@ -66,13 +73,12 @@ def _titles_admission(r: S.Readers, out: Path, design) -> dict:
 
 def _admission_texts(r: S.Readers, dc, out: Path, design) -> tuple[list[str], list[str]]:
     """(labelled-positive, labelled-negative) stock continuations of the concept's admission set."""
-
     a = dc.admission
     if a["kind"] == "titles":
         conts = _titles_admission(r, out, design)
         pos = conts[a["topic"]]
         neg = [t for k, v in conts.items() if k != a["topic"] for t in v]
-        return (pos, neg) if dc.concept.direction == "promote" else (pos, neg)
+        return pos, neg
     prompts = admission_requests()
     pos = S.generate(r, Point("admission", 1.0, {}, stock_point().interventions, instruction=a["positive"]),
                      prompts, design.new_tokens).texts
@@ -83,13 +89,12 @@ def _admission_texts(r: S.Readers, dc, out: Path, design) -> tuple[list[str], li
 
 def build_context(r: S.Readers, dc, seed: int, out: Path, design) -> dict:
     """The (concept, seed)'s judge, admission, keyword probe and stock readings (module docstring)."""
-
     t0, c0 = time.perf_counter(), time.process_time()
     judge = EmbeddingJudge(r.encoder, seed=seed).fit(dc.judge_positive, dc.judge_negative)
     pos, neg = _admission_texts(r, dc, out, design)
     adm = admission(judge.prob(pos), judge.prob(neg))
     adm["examples"] = {"positive": pos[:2], "negative": neg[:2]}
-    polarity = {"vader-positive": "positive", "vader-negative": "negative"}.get(dc.lexicon or "")
+    polarity = LEXICONS.get(dc.lexicon or "")
     if polarity:
         adm["lexicon_auc"] = auc(lexicon_prob(pos, polarity), lexicon_prob(neg, polarity))
     promote = dc.concept.direction == "promote"
@@ -130,17 +135,21 @@ def _level(r: S.Readers, ctx: dict, judge, dc, point: Point, design, lexicon) ->
     return S.scored(raw, ctx["stock"])
 
 
-def measure_lever(r: S.Readers, dc, seed: int, ctx: dict, name: str, lr: float | None, design, work: Path,
-                  levels: tuple[float, ...] | None = None) -> dict:
-    """Build lever ``name`` and read it at each control-KL level (points-only levers: at their own KL)."""
-    import torch
+def control_reference(r: S.Readers, design):
+    """The stock model's next-token log-probs on the control prompts (what every control KL is against)."""
+    return next_token_logprobs(r.model, r.tok, [S.fmt(r, q) for q in controls(design)])
 
+
+def measure_lever(r: S.Readers, dc, seed: int, ctx: dict, name: str, lr: float | None, design, work: Path,
+                  ref, levels: tuple[float, ...] | None = None) -> dict:
+    """Build lever ``name`` and read it at each control-KL level (points-only levers: at their own KL);
+    ``ref``: :func:`control_reference`."""
+    import torch
 
     levels = tuple(levels or design.kl_levels)
     judge = EmbeddingJudge.from_dict(ctx["judge"], r.encoder)
-    lexicon = {"vader-positive": "positive", "vader-negative": "negative"}.get(dc.lexicon or "")
+    lexicon = LEXICONS.get(dc.lexicon or "")
     ctrl = controls(design)
-    ref = next_token_logprobs(r.model, r.tok, [S.fmt(r, q) for q in ctrl])
     t0, c0 = time.perf_counter(), time.process_time()
     torch.manual_seed(seed)
     built = build(name, setup_for(r, dc, seed, design, work), lr)
@@ -170,7 +179,6 @@ def measure_lever(r: S.Readers, dc, seed: int, ctx: dict, name: str, lr: float |
 
 
 def levers_for(dc) -> list[str]:
-
     extra = ["walls"] if dc.concept.direction == "suppress" else []
     return ["prompting", "caa", *LEARNED, *extra]
 
@@ -188,15 +196,17 @@ def run_unit(r: S.Readers, dc, seed: int, out: Path, design, lrs: dict[str, floa
         log(f"{dc.name} s{seed}: judge AUC {ctx['admission']['auc']:.3f} "
             f"({'admitted' if ctx['admission']['admitted'] else 'not admitted'}), {ctx['cpu_seconds']} cpu-s")
     docs = {"context": ctx}
+    ref = None  # computed once, for the first lever that needs measuring
     for name in names or levers_for(dc):
         lr = lrs.get(name)
         tag = name if lr is None or folder == "units" else f"{name}@{lr:g}"
         lfp = {**fp, "lever": name, "lr": lr, "levels": list(levels or design.kl_levels)}
         doc = _read(base / f"{tag}.json", lfp)
         if doc is None:
+            ref = control_reference(r, design) if ref is None else ref
             try:
                 doc = {"fingerprint": lfp, **measure_lever(r, dc, seed, ctx, name, lr, design,
-                                                           out / "work" / dc.name / name, levels)}
+                                                           out / "work" / dc.name / name, ref, levels)}
             except Exception as e:  # noqa: BLE001 - one lever's failure leaves the others measured
                 log(f"{dc.name} s{seed}: {name} failed ({type(e).__name__}: {e})")
                 continue

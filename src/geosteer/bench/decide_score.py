@@ -22,14 +22,20 @@ import numpy as np
 
 from geosteer.bench.judges import lexicon_prob, relative_relevance, relevance
 from geosteer.bench.prompts import format_prompt
-from geosteer.bench.scoring import continue_prompts, kl_rows, next_token_logprobs, repeated_ngram_share, text_logprob
+from geosteer.bench.scoring import (
+    continue_prompts,
+    fluency_values,
+    kl_rows,
+    next_token_logprobs,
+    repeated_ngram_share,
+    text_logprob,
+)
 from geosteer.interventions import steer
 
 
 @dataclass
 class Readers:
     """The steered model and what reads its text: the reader model (fluency) and the sentence encoder."""
-
     model: object
     tok: object
     reader: object
@@ -45,7 +51,6 @@ def fmt(r: Readers, prompt: str, instruction: str | None = None) -> str:
 
 def generate(r: Readers, point, prompts: list[str], new_tokens: int):
     """The point's greedy continuations of ``prompts`` (raw; the point's instruction applied)."""
-
     with point.interventions() as ivs, steer(r.model, *ivs):
         return continue_prompts(r.model, r.tok, [fmt(r, p, point.instruction) for p in prompts], new_tokens)
 
@@ -63,7 +68,6 @@ def control_kl(r: Readers, point, controls: list[str], ref) -> float:
 
 def reader_logprob(r: Readers, texts: list[str]) -> np.ndarray:
     """Mean log-prob per token of each text read by the reader model on its own (nan for an empty text)."""
-
     ids = [r.reader_tok(t, add_special_tokens=False)["input_ids"] if t.strip() else [] for t in texts]
     return text_logprob(r.reader, r.reader_tok, ids)
 
@@ -76,18 +80,9 @@ def harmonic3(c: np.ndarray, rel: np.ndarray, f: np.ndarray) -> np.ndarray:
     return np.where(ok, 3.0 / (1 / safe[0] + 1 / safe[1] + 1 / safe[2]), 0.0)
 
 
-def fluency(logprob: np.ndarray, stock_logprob: np.ndarray, repeated: np.ndarray) -> np.ndarray:
-    """f per item (module docstring); a prompt the stock model left empty costs nothing in ℓ."""
-    ref = np.where(np.isnan(stock_logprob), logprob, stock_logprob)
-    gap = np.nan_to_num(logprob - ref, nan=0.0)
-    f = np.minimum(1.0, np.exp(np.minimum(gap, 0.0))) * (1.0 - np.asarray(repeated, np.float64))
-    return np.where(np.isnan(logprob), 0.0, f)
-
-
 def read_texts(r: Readers, judge, promote: bool, prompts: list[str], texts: list[str], ids: list[list[int]],
                lexicon: str | None = None) -> dict:
     """The raw per-prompt readings of continuations: judge P, lexicon P, similarity, reader ℓ, repetition."""
-
     p = np.asarray(judge.prob(texts), np.float64)
     out = {"texts": list(texts), "judge_p": p.tolist(),
            "concept": (p if promote else 1.0 - p).tolist(),
@@ -102,9 +97,8 @@ def read_texts(r: Readers, judge, promote: bool, prompts: list[str], texts: list
 
 def scored(raw: dict, stock: dict) -> dict:
     """``raw`` with relevance, fluency and score per prompt, against the stock model's readings ``stock``."""
-
     rel = relative_relevance(raw["similarity"], stock["similarity"])
-    f = fluency(np.asarray(raw["reader_logprob"], np.float64), np.asarray(stock["reader_logprob"], np.float64),
+    f = fluency_values(np.asarray(raw["reader_logprob"], np.float64), np.asarray(stock["reader_logprob"], np.float64),
                 np.asarray(raw["repeated"], np.float64))
     s = harmonic3(np.asarray(raw["concept"]), rel, f)
     return {**raw, "relevance": rel.tolist(), "fluency": f.tolist(), "score": s.tolist()}

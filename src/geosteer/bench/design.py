@@ -17,6 +17,7 @@ EQUIVALENCE_MARGIN = 0.02  # "equivalent": the whole interval inside ±0.02 at b
 ALPHA = 0.05  # family-wise, Holm over every lever pair and KL level
 LR_GRID = (1e-3, 1e-2, 1e-1)
 DEV_CONCEPTS = ("people", "no-people")  # the learning rates are chosen on these, never on a test concept
+STATE_FILE = "decide_state.json"  # marks an output folder as a decide run's (resumable)
 REFERENCES = ("stock", "prompting", "lora")  # every lever is compared with each
 
 

@@ -178,12 +178,19 @@ def measure(model, tok, point, prompts: list[str], controls: list[str], judge, p
     return Measured(cont.texts, np.asarray(concept, dtype=float), logprob, rep, kl_rows(control_ref, lp_controls))
 
 
+def fluency_values(logprob: np.ndarray, ref_logprob: np.ndarray, repeated: np.ndarray) -> np.ndarray:
+    """f = min(1, exp(ℓ − ℓ₀)) · (1 − repeated) per item; 0 where ℓ is nan (an empty continuation), no
+    log-prob penalty where ℓ₀ is nan (the stock model said nothing)."""
+    logprob, ref_logprob = np.asarray(logprob, np.float64), np.asarray(ref_logprob, np.float64)
+    ref_lp = np.where(np.isnan(ref_logprob), logprob, ref_logprob)
+    gap = np.nan_to_num(logprob - ref_lp, nan=0.0)
+    f = np.minimum(1.0, np.exp(np.minimum(gap, 0.0))) * (1.0 - np.asarray(repeated, np.float64))
+    return np.where(np.isnan(logprob), 0.0, f)
+
+
 def fluency_score(m: Measured, ref: Measured) -> np.ndarray:
     """f per prompt (module docstring) against the stock model's continuations ``ref``."""
-    ref_lp = np.where(np.isnan(ref.logprob), m.logprob, ref.logprob)  # stock said nothing: no penalty
-    gap = np.nan_to_num(m.logprob - ref_lp, nan=0.0)
-    f = np.minimum(1.0, np.exp(np.minimum(gap, 0.0))) * (1.0 - m.repeated)
-    return np.where(np.isnan(m.logprob), 0.0, f)
+    return fluency_values(m.logprob, ref.logprob, m.repeated)
 
 
 def summarize(m: Measured, ref: Measured, n_boot: int = 2000, seed: int = 0) -> dict:
