@@ -77,7 +77,7 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
                      "recipe": spec.changed()}
     ppl_table = Table(title=f"held-out perplexity (first {tokens} tokens, context 512, stride 256)")
     for col in ("state", "ppl", "bits/byte", "tokens"):
-        ppl_table.add_column(col)
+        ppl_table.add_column(col, overflow="fold")
     for i, (name, ivs) in enumerate(states):
         console.print(f"[{i + 1}/{len(states)}] held-out perplexity, {name}")
         with steer(model, *ivs):
@@ -88,9 +88,9 @@ def run_demo(model_name: str = "smollm2", tokens: int = 4096, max_new_tokens: in
     summary.update(_text_quality(model, tok, states, summary, console))
 
     gen_table = Table(title="greedy continuations", show_lines=True)
-    gen_table.add_column("prompt")
+    gen_table.add_column("prompt", overflow="fold")
     for name, _ in states:
-        gen_table.add_column(name)
+        gen_table.add_column(name, overflow="fold")
     changed = 0
     console.print(f"greedy continuations: {len(DEMO_PROMPTS)} prompts x {len(states)} states")
     with progress(len(DEMO_PROMPTS) * len(states), "generate", unit="run") as step:
@@ -145,7 +145,7 @@ def _text_quality(model, tok, states: list[tuple[str, list]], summary: dict, con
     table = Table(title="lower perplexity, and text as good? (repeated 4-grams: lower is better; fluency score "
                         "as bench steering scores it, 1 = as fluent as the stock model)")
     for col in ("state", "held-out ppl", "repeated 4-grams", "fluency score"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     out = {}
     for r in rows:
         rep, flu = r["repeated_4gram_share"]["mean"], r["fluency_score"]["mean"]
@@ -176,7 +176,7 @@ def _edit_wall_report(model, tok, ivs: list, bank, surfaces: Path, max_new_token
     edits = {"invert": Edit("invert", layers=[layer]), "wall": Edit("wall", layers=[layer], top=8)}
     table = Table(title=f"edits on layer {layer} (vs trained surfaces)", show_lines=True)
     for col in ("prompt", "surfaces", "inverted layer", "wall on top-8 surfaces"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     counts = {k: 0 for k in edits}
     kls = {k: 0.0 for k in edits}
     console.print(f"edits on layer {layer}: {len(DEMO_PROMPTS)} prompts x {len(edits)} edits")

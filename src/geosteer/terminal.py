@@ -1,11 +1,12 @@
-"""The rich console geosteer prints through: the terminal's width on a terminal; when piped or redirected,
-wide enough that no table column is cut or wrapped (rich would assume 80 columns)."""
+"""The rich console geosteer prints through: the terminal's width on a terminal; when piped or redirected
+(CI logs, files), :data:`PIPED_WIDTH` columns. Tables fold a cell that does not fit rather than cut it, so
+no value is lost at any width; ``--json`` is the machine-readable form."""
 
 from __future__ import annotations
 
 import sys
 
-PIPED_WIDTH = 10_000
+PIPED_WIDTH = 100
 
 
 def console():

@@ -76,10 +76,10 @@ def test_counter_eta():
     assert P.counter(10, 10, 9.0) == "10/10"
 
 
-def test_piped_console_does_not_cut_tables(monkeypatch):
+def test_piped_console_is_100_columns_and_folds_rather_than_cuts(monkeypatch):
     from rich.table import Table
 
-    from geosteer.terminal import console
+    from geosteer.terminal import PIPED_WIDTH, console
 
     buf = io.StringIO()
     monkeypatch.setattr("sys.stdout", buf)
@@ -88,8 +88,14 @@ def test_piped_console_does_not_cut_tables(monkeypatch):
     t = Table()
     cols = [f"column_number_{i}" for i in range(8)]
     for col in cols:
-        t.add_column(col)
-    t.add_row(*[f"value_{i}_long_enough" for i in range(8)])
+        t.add_column(col, overflow="fold")
+    cells = [f"value_{i}_long_enough" for i in range(8)]
+    t.add_row(*cells)
     c.print(t)
-    text = buf.getvalue()
-    assert all(col in text for col in cols) and "value_7_long_enough" in text
+    lines = buf.getvalue().splitlines()
+    assert PIPED_WIDTH == 100 and max(len(x) for x in lines) <= 100
+    assert "…" not in buf.getvalue()
+    # each cell's characters are all there, in order, once the folded pieces of its column are joined
+    bodies = [x.replace("┃", "│") for x in lines if x[:1] in "│┃"]
+    columns = ["".join(row.split("│")[1:-1][j].strip() for row in bodies) for j in range(8)]
+    assert all(col + cell in joined for col, cell, joined in zip(cols, cells, columns, strict=True)), columns

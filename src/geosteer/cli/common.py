@@ -171,11 +171,11 @@ def emit(obj, as_json: bool, table_title: str | None = None) -> None:
 
     from geosteer.terminal import console as make_console
 
-    console = make_console()  # piped: wide, so no column is cut
+    console = make_console()  # piped: 100 columns, cells folded, never cut
     if isinstance(obj, list) and obj and isinstance(obj[0], dict):
         t = Table(title=table_title)
         for k in obj[0]:
-            t.add_column(str(k))
+            t.add_column(str(k), overflow="fold")
         for row in obj:
             t.add_row(*[_fmt(v) for v in row.values()])
         console.print(t)
