@@ -45,11 +45,13 @@ demo: $(STAMP)
 # The suite in TEST_WORKERS pytest-xdist processes (one torch thread each on 2 cores), a test file per worker
 # at a time (module fixtures built once; the long files of tests/conftest.py LONG_FILES first, the rest in
 # collection order), then the few `serial` tests (timing-sensitive, or a long child process) alone;
-# `make test TEST_WORKERS=0` runs the first part in this one process.
+# `make test TEST_WORKERS=0` runs the first part in this one process. Last, the tests that recompute a committed
+# number run again at 4 torch threads: a result must not hang on the thread count (or the CPU) it came from.
 TEST_WORKERS ?= 2
 test: $(DEVSTAMP)
 	$(BIN)/python -m pytest -q -x --durations=15 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(BIN)/python -m pytest -q -x --durations=5 -m serial
+	GEOSTEER_TEST_THREADS=4 $(BIN)/python -m pytest -q -x -m committed
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check src paper vllm-plugin tests benchmarks

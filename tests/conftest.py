@@ -6,6 +6,7 @@ import torch
 # at most 2 torch threads (tiny models gain nothing from more); under `pytest -n N` the N workers share the cores
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) if os.environ.get("PYTEST_XDIST_WORKER") else 1
 _THREADS = max(1, min(2, (os.cpu_count() or 1) // _WORKERS))
+_THREADS = int(os.environ.get("GEOSTEER_TEST_THREADS") or _THREADS)  # make test's rerun of `committed` tests
 torch.set_num_threads(_THREADS)
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))  # and the processes a test starts

@@ -55,13 +55,15 @@ def test_png_rows_are_the_surface_with_the_highest_query_on_top():
 
 
 @pytest.mark.skipif(not (ART.is_dir() and QK.is_file()), reason="needs the shipped artifact and q/k file")
-@pytest.mark.parametrize("threads", [1, 0], ids=["one-thread", "default-threads"])
+@pytest.mark.committed
+@pytest.mark.parametrize("threads", [1, 4], ids=["one-thread", "four-threads"])
 def test_numbers_on_the_shipped_files(tmp_path, threads):
     # the committed file comes from another machine: equal within float32 rounding, whatever the thread count
+    # (four threads split the BLAS reductions differently from one, also on a 2-core machine)
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(threads or before)
+    torch.set_num_threads(threads)
     try:
         _check_shipped(tmp_path)
     finally:
