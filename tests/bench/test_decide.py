@@ -27,6 +27,17 @@ def test_fluency_matches_hand():
     assert np.allclose(got, [1.0, math.exp(-1.0) * 0.5, 0.0, 0.75], rtol=1e-12)
 
 
+def test_a_checkpoint_is_read_back_by_the_fingerprint_it_was_written_with(tmp_path):
+    """A design's tuples come back from JSON as lists: the checkpoint must still match (a run resumes)."""
+    from geosteer.bench.decide_run import _read, _write
+    from geosteer.bench.design import Design
+
+    fp = {"version": 1, "design": Design().to_dict(), "levels": (0.05, 0.2)}
+    _write(tmp_path / "u" / "x.json", {"fingerprint": fp, "value": 3})
+    assert _read(tmp_path / "u" / "x.json", fp)["value"] == 3
+    assert _read(tmp_path / "u" / "x.json", {**fp, "levels": (0.05,)}) is None
+
+
 def _grams(t: str) -> set:
     w = [x.strip("?.,!:;") for x in t.lower().split()]
     return {tuple(w[i:i + 3]) for i in range(len(w) - 2)}

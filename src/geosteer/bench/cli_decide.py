@@ -67,9 +67,10 @@ def decide_cmd(
     from geosteer.bench.design import Design
 
     names, seed_list = _check(out, workers, concepts, seeds, report_only)
-    design = replace(Design(), seeds=seed_list)
+    design = Design()  # the seeds to run stay out of it: a unit's checkpoint does not depend on them
     n = len(names) if names else len(test_concepts())
     if dry:
+        design = replace(design, seeds=seed_list)
         doc = dry_run(design, n)
         typer.echo(json.dumps(doc, indent=1) if json_out else
                    f"{n} concepts x {design.test_prompts} prompts x {len(design.seeds)} seeds, "
@@ -81,6 +82,6 @@ def decide_cmd(
 
     spec = RunSpec("smollm2", str(out), design.to_dict())
     if not report_only:
-        run_all(spec, workers, names)
+        run_all(spec, workers, names, seed_list)
     doc = write_report(out, design)
     typer.echo(json.dumps(doc["verdicts"], indent=1) if json_out else doc["markdown"])

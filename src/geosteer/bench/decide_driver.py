@@ -110,8 +110,10 @@ def choose_lrs(spec: RunSpec, workers: int) -> dict:
     return chosen
 
 
-def run_all(spec: RunSpec, workers: int, concepts: list[str] | None = None) -> None:
-    """Both phases (each (concept, seed) as it finishes is on disk; a rerun resumes)."""
+def run_all(spec: RunSpec, workers: int, concepts: list[str] | None = None,
+            seeds: tuple[int, ...] | None = None) -> None:
+    """Both phases for ``seeds`` (default: the design's); each (concept, seed) is on disk as it finishes, so a
+    rerun resumes."""
     Path(spec.out).mkdir(parents=True, exist_ok=True)
     atomic_write_text(Path(spec.out) / STATE_FILE, json.dumps({"format": "geosteer-decide-state",
                                                                "model": spec.model}) + "\n")
@@ -119,6 +121,6 @@ def run_all(spec: RunSpec, workers: int, concepts: list[str] | None = None) -> N
     _say(f"learning rates: {lrs}")
     design = _design(spec.design)
     names = [c.name for c in by_name(concepts)]
-    jobs = [(spec, c, seed, lrs) for seed in design.seeds for c in names]
+    jobs = [(spec, c, seed, lrs) for seed in (seeds or design.seeds) for c in names]
     for concept, seed in _map(_test_job, jobs, workers):
         _say(f"done: {concept} s{seed}")

@@ -50,7 +50,7 @@ def _read(path: Path, fingerprint: dict) -> dict | None:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
-    return doc if doc.get("fingerprint") == fingerprint else None
+    return doc if doc.get("fingerprint") == json.loads(json.dumps(fingerprint)) else None  # tuples read as lists
 
 
 def controls(design) -> list[str]:
@@ -71,6 +71,12 @@ def _titles_admission(r: S.Readers, out: Path, design) -> dict:
     return doc["continuations"]
 
 
+def instructed(r: S.Readers, prompts: list[str], instruction: str | None, new_tokens: int) -> list[str]:
+    """The stock model's greedy continuations of ``prompts`` with ``instruction`` as the system prompt."""
+    point = Point("instructed", 1.0, {}, stock_point().interventions, instruction=instruction)
+    return S.generate(r, point, prompts, new_tokens).texts
+
+
 def _admission_texts(r: S.Readers, dc, out: Path, design) -> tuple[list[str], list[str]]:
     """(labelled-positive, labelled-negative) stock continuations of the concept's admission set."""
     a = dc.admission
@@ -80,11 +86,8 @@ def _admission_texts(r: S.Readers, dc, out: Path, design) -> tuple[list[str], li
         neg = [t for k, v in conts.items() if k != a["topic"] for t in v]
         return pos, neg
     prompts = admission_requests()
-    pos = S.generate(r, Point("admission", 1.0, {}, stock_point().interventions, instruction=a["positive"]),
-                     prompts, design.new_tokens).texts
-    neg = S.generate(r, Point("admission", 1.0, {}, stock_point().interventions, instruction=a["negative"]),
-                     prompts, design.new_tokens).texts
-    return pos, neg
+    return (instructed(r, prompts, a["positive"], design.new_tokens),
+            instructed(r, prompts, a["negative"], design.new_tokens))
 
 
 def build_context(r: S.Readers, dc, seed: int, out: Path, design) -> dict:
