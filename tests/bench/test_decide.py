@@ -38,6 +38,17 @@ def test_a_checkpoint_is_read_back_by_the_fingerprint_it_was_written_with(tmp_pa
     assert _read(tmp_path / "u" / "x.json", {**fp, "levels": (0.05,)}) is None
 
 
+def test_cost_table_is_the_median_per_lever():
+    from geosteer.bench.decide_report import cost_markdown, cost_table
+
+    units = [{"lever": "lora", "params": 10, "cpu_seconds": c, "train_cpu_seconds": c / 2} for c in (1.0, 5.0, 3.0)]
+    units.append({"lever": "caa", "params": 0, "cpu_seconds": 7.0, "train_cpu_seconds": 1.0})
+    rows = cost_table(units)
+    assert [r["lever"] for r in rows] == ["lora", "caa"]  # the report's lever order
+    assert rows[0] == {"lever": "lora", "params": 10, "n_units": 3, "cpu_seconds": 3.0, "train_cpu_seconds": 1.5}
+    assert "| lora | 10 | 3 | 2 | 3 |" in cost_markdown(rows)  # 1.5 rounds to even
+
+
 def _grams(t: str) -> set:
     w = [x.strip("?.,!:;") for x in t.lower().split()]
     return {tuple(w[i:i + 3]) for i in range(len(w) - 2)}

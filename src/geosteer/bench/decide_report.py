@@ -164,6 +164,27 @@ def markdown(verdict_rows: list[dict], levels: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cost_table(units: list[dict]) -> list[dict]:
+    """Per lever: its parameters and the median CPU-seconds of one (concept, seed): all of it (training, the
+    KL bisection, the readings) and the training alone."""
+    out = []
+    for lever in LEVERS:
+        rows = [u for u in units if u["lever"] == lever]
+        if rows:
+            out.append({"lever": lever, "params": int(np.median([u["params"] for u in rows])), "n_units": len(rows),
+                        "cpu_seconds": float(np.median([u["cpu_seconds"] for u in rows])),
+                        "train_cpu_seconds": float(np.median([u["train_cpu_seconds"] for u in rows]))})
+    return out
+
+
+def cost_markdown(costs: list[dict]) -> str:
+    lines = ["| lever | parameters | CPU-s per concept and seed (median) | of which training | units |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {c['lever']} | {c['params']:,} | {c['cpu_seconds']:.0f} | {c['train_cpu_seconds']:.0f} | "
+              f"{c['n_units']} |" for c in costs]
+    return "\n".join(lines) + "\n"
+
+
 def write_report(out: Path, design) -> dict:
     """records.csv, concepts.csv, units.csv, results.json and verdict.txt under ``out``; the results document."""
     out = Path(out)
@@ -176,8 +197,9 @@ def write_report(out: Path, design) -> dict:
     lrs = out / "learning_rates.json"
     doc = {"design": design.to_dict(), "learning_rates": json.loads(lrs.read_text()) if lrs.is_file() else None,
            "concepts": concepts, "levers": lever_table(recs, levels), "comparisons": comps,
-           "verdicts": verdict_rows, "by_kind": kinds, "units": units,
+           "verdicts": verdict_rows, "by_kind": kinds, "units": units, "costs": cost_table(units),
            "markdown": markdown(verdict_rows, levels)}
+    doc["markdown"] += "\n" + cost_markdown(doc["costs"])
     atomic_write_text(out / "records.csv", _csv(recs))
     atomic_write_text(out / "concepts.csv", _csv(concepts))
     atomic_write_text(out / "units.csv", _csv(units))
