@@ -88,6 +88,9 @@ def test_dry_run_prints_the_mde_and_bad_input_is_one_line():
     (["--only", "arts,nope"], "unknown concept 'nope'"),
     (["--out", "MINE"], "holds files of its own and no decide_state.json"),
     (["--out", "EMPTY", "--report-only"], "holds no run of `geosteer bench decide`"),
+    (["--concepts", "NOFILE.json"], "--concepts NOFILE.json: no such file"),
+    (["--concepts", "SMALL.json"], "--concepts SMALL.json: concept 'c0': bench decide needs >= 56 positive"),
+    (["--concepts", "OK.json", "--only", "arts"], "unknown concept 'arts'"),
 ])
 def test_bad_input_is_one_line_before_any_work(monkeypatch, capsys, tmp_path, args, needle):
     from tests.cli_helpers import forbid_model_builds, one_line_exit_2, run_cli
@@ -96,9 +99,58 @@ def test_bad_input_is_one_line_before_any_work(monkeypatch, capsys, tmp_path, ar
     (tmp_path / "MINE").mkdir()
     (tmp_path / "MINE" / "records.csv").write_text("mine")
     (tmp_path / "EMPTY").mkdir()
+    _concept_file(tmp_path / "SMALL.json", 20)
+    _concept_file(tmp_path / "OK.json", 60)
     forbid_model_builds(monkeypatch)
     code, _, err = run_cli(monkeypatch, capsys, "bench", "decide", *args)
     one_line_exit_2(code, err)
     assert needle in err
     assert (tmp_path / "MINE" / "records.csv").read_text() == "mine"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["EMPTY", "MINE"] and not any((tmp_path / "EMPTY").iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["EMPTY", "MINE", "OK.json", "SMALL.json"]
+    assert not any((tmp_path / "EMPTY").iterdir())
+
+
+def _concept_file(path, n: int, names=("c0", "c1")) -> None:
+    path.write_text(json.dumps([{"name": name, "direction": d, "description": f"the {name} things",
+                                 "positive": [f"{name} positive text number {i} about things" for i in range(n)],
+                                 "negative": [f"{name} negative text number {i} about stuff" for i in range(n)],
+                                 "prompts": [f"Request {i} of {name}?" for i in range(20)]}
+                                for name, d in zip(names, ("promote", "suppress"), strict=True)]))
+
+
+def test_a_concept_file_is_dealt_into_lever_admission_and_judge_texts(tmp_path):
+    from geosteer.bench.decide_concepts import ADMISSION_TEXTS, LEVER_TEXTS, TEST_PROMPTS, by_name
+
+    _concept_file(tmp_path / "c.json", 60)
+    got = by_name(None, str(tmp_path / "c.json"))
+    assert [dc.name for dc in got] == ["c0", "c1"] and got[1].concept.direction == "suppress"
+    for dc in got:
+        c, adm = dc.concept, dc.admission
+        assert adm["kind"] == "texts" and len(adm["positive"]) == len(adm["negative"]) == ADMISSION_TEXTS
+        assert len(c.positive) == len(c.negative) == LEVER_TEXTS and len(c.prompts) == TEST_PROMPTS
+        assert len(dc.judge_positive) == len(dc.judge_negative) == 60 - LEVER_TEXTS - ADMISSION_TEXTS
+        for side in ("positive", "negative"):
+            parts = [set(getattr(c, side)), set(adm[side]), set(getattr(dc, f"judge_{side}"))]
+            assert len(set().union(*parts)) == 60 and all(" positive " in t or side == "negative" for t in parts[2])
+    assert by_name(["c1"], str(tmp_path / "c.json"))[0].name == "c1"
+    assert got[0].extra["source"] and got[0].extra["source"] == got[1].extra["source"]
+
+
+def test_dry_run_counts_the_concepts_of_a_file(tmp_path):
+    _concept_file(tmp_path / "c.json", 60)
+    run = [sys.executable, "-m", "geosteer.cli", "bench", "decide", "--dry-run", "--json", "--concepts",
+           str(tmp_path / "c.json")]
+    ok = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert json.loads(ok.stdout)["concepts"] == 2
+
+
+def test_an_axbench_file_gives_benchmark_concepts(tmp_path):
+    from geosteer.bench.decide_concepts import by_name
+
+    rows = [{"input": f"Instruction {i}?", "output": f"{cat} output {i} of the concept", "output_concept": "ocean",
+             "category": cat, "concept_id": 3} for cat in ("positive", "negative") for i in range(60)]
+    (tmp_path / "ax.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (dc,) = by_name(None, str(tmp_path / "ax.jsonl"))
+    assert dc.concept.direction == "promote" and all("positive output" in t for t in dc.concept.positive)
+    assert all("negative output" in t for t in dc.admission["negative"]) and len(dc.judge_positive) == 36

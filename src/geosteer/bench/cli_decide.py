@@ -18,7 +18,7 @@ from geosteer.errors import GeosteerError
 
 
 def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
-           report_only: bool) -> tuple[list[str] | None, tuple]:
+           report_only: bool, concepts_file: Path | None = None) -> tuple[list[str] | None, tuple]:
     from geosteer.bench.decide_concepts import by_name
     from geosteer.bench.design import STATE_FILE, Design
     from geosteer.io_utils import check_resumable_folder
@@ -28,9 +28,18 @@ def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
     check_resumable_folder(out, STATE_FILE)
     if report_only and not (out / STATE_FILE).is_file():
         raise GeosteerError(f"--report-only: --out {out} holds no run of `geosteer bench decide` (no {STATE_FILE})")
+    source = str(concepts_file) if concepts_file is not None else None
+    if source is not None:
+        try:
+            by_name(None, source)  # a bad file or a concept too small: one line, before any model loads
+        except GeosteerError as e:
+            msg = str(e)
+            if not msg.startswith("--concepts"):
+                msg = f"--concepts {msg}" if msg.startswith(source) else f"--concepts {source}: {msg}"
+            raise GeosteerError(msg) from None
     names = [n.strip() for n in concepts.split(",") if n.strip()] if concepts else None
     if names is not None:
-        by_name(names)  # unknown names: one line naming the valid ones
+        by_name(names, source)  # unknown names: one line naming the valid ones
     try:
         seed_list = tuple(int(x) for x in seeds.split(",")) if seeds else Design().seeds
     except ValueError:
@@ -54,6 +63,8 @@ def dry_run(design, n_concepts: int) -> dict:
 def decide_cmd(
     out: Path = typer.Option(Path("results/decide"), "--out", help="output folder (resumable)"),
     workers: int = typer.Option(2, "--workers", help="worker processes (each its own models, one torch thread)"),
+    concepts_file: Path = typer.Option(None, "--concepts", help="concept file (geosteer's JSON list or an AxBench "
+                                       "file) instead of the 22 bundled test concepts"),
     concepts: str = typer.Option(None, "--only", help="comma-separated test concept names (default: all 22)"),
     seeds: str = typer.Option(None, "--seed-list", help="comma-separated seeds (default: the design's 0,1)"),
     dry: bool = typer.Option(False, "--dry-run", help="print the design and its predicted MDE; load nothing"),
@@ -63,12 +74,13 @@ def decide_cmd(
     """The decisive steering benchmark on SmolLM2: every lever at control KL 0.05 and 0.2, the verdict."""
     from dataclasses import replace
 
-    from geosteer.bench.decide_concepts import test_concepts
+    from geosteer.bench.decide_concepts import by_name, test_concepts
     from geosteer.bench.design import Design
 
-    names, seed_list = _check(out, workers, concepts, seeds, report_only)
+    names, seed_list = _check(out, workers, concepts, seeds, report_only, concepts_file)
     design = Design()  # the seeds to run stay out of it: a unit's checkpoint does not depend on them
-    n = len(names) if names else len(test_concepts())
+    source = str(concepts_file) if concepts_file is not None else None
+    n = len(names) if names else len(by_name(None, source)) if source else len(test_concepts())
     if dry:
         design = replace(design, seeds=seed_list)
         doc = dry_run(design, n)
@@ -80,7 +92,7 @@ def decide_cmd(
     from geosteer.bench.decide_driver import RunSpec, run_all
     from geosteer.bench.decide_report import write_report
 
-    spec = RunSpec("smollm2", str(out), design.to_dict())
+    spec = RunSpec("smollm2", str(out), design.to_dict(), concepts_file=source)
     if not report_only:
         run_all(spec, workers, names, seed_list)
     doc = write_report(out, design)

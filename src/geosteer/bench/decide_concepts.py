@@ -9,6 +9,11 @@ subject, a clause and an ending combined), again dealt into disjoint lever and j
 Every concept has a judge set (:attr:`DecideConcept.judge_positive` / ``judge_negative``), an admission set
 (the stock model's own continuations with known labels: topic titles, or one instruction against its
 opposite) and >= 16 test prompts that share no word 3-gram with the levers' training requests.
+
+A user's concept file (geosteer's JSON or an AxBench file, :func:`file_concepts`) gives concepts of the same
+shape: each side's texts hash-dealt into LEVER_TEXTS lever texts, ADMISSION_TEXTS held-out admission texts
+(the file's own labelled texts: no labelled continuations of the stock model exist for them) and the rest,
+at least FILE_JUDGE_TEXTS, for the judge; its prompts are the test prompts.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ ADMISSION_TITLES = 10  # per topic
 ADMISSION_PROMPTS = 16  # per instruction-labelled concept
 TITLE_PROMPT = "Tell me about {}."
 PROMPTS_FILE = "decide_prompts.json"
+ADMISSION_TEXTS = 16  # per side, of a concept file's concept
+FILE_JUDGE_TEXTS = 32  # per side, at least, of a concept file's concept
 
 
 @dataclass(frozen=True)
@@ -173,11 +180,45 @@ def dev_concepts() -> list[DecideConcept]:
     return [topic_concept("people", "promote"), topic_concept("people", "suppress")]
 
 
-def by_name(names: list[str] | None = None) -> list[DecideConcept]:
-    """Test and dev concepts by name (all test concepts when ``names`` is None)."""
-    every = {c.name: c for c in test_concepts() + dev_concepts()}
+def file_concept(c, digest: str = "") -> DecideConcept:
+    """A concept of a user's file as a benchmark concept (module docstring); refused when too small."""
+    need = LEVER_TEXTS + ADMISSION_TEXTS + FILE_JUDGE_TEXTS
+    short = [f"{len(v)} {k} texts" for k, v in (("positive", c.positive), ("negative", c.negative)) if len(v) < need]
+    if short or len(c.prompts) < TEST_PROMPTS:
+        got = ", ".join(short + ([f"{len(c.prompts)} prompts"] if len(c.prompts) < TEST_PROMPTS else []))
+        raise GeosteerError(f"concept {c.name!r}: bench decide needs >= {need} positive and negative texts "
+                            f"({LEVER_TEXTS} lever + {ADMISSION_TEXTS} admission + {FILE_JUDGE_TEXTS} judge) and "
+                            f">= {TEST_PROMPTS} prompts (got {got})")
+    sides = {}
+    for side in ("positive", "negative"):
+        ordered = sorted(set(getattr(c, side)), key=lambda t: _h("decide-file", c.name, side, t))
+        sides[side] = (ordered[:LEVER_TEXTS], ordered[LEVER_TEXTS:LEVER_TEXTS + ADMISSION_TEXTS],
+                       [_cut(t) for t in ordered[LEVER_TEXTS + ADMISSION_TEXTS:]])
+    (lp, ap, jp), (ln, an, jn) = sides["positive"], sides["negative"]
+    concept = _concept(c.name, c.direction, lp, ln, list(c.prompts[:TEST_PROMPTS]), c.description or c.name)
+    return DecideConcept(concept, f"file-{c.direction}", jp, jn, {"kind": "texts", "positive": ap, "negative": an},
+                         extra={"source": digest})
+
+
+@lru_cache(maxsize=4)
+def file_concepts(path: str) -> list[DecideConcept]:
+    """The concepts of a geosteer concept file or an AxBench file, as benchmark concepts (one-line errors)."""
+    from pathlib import Path
+
+    from geosteer.bench.cli_judge import load_concepts
+
+    concepts = load_concepts(Path(path))  # a missing or malformed file: its one line
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return [file_concept(c, digest) for c in concepts]
+
+
+def by_name(names: list[str] | None = None, concepts_file: str | None = None) -> list[DecideConcept]:
+    """Test and dev concepts by name (all test concepts when ``names`` is None); with ``concepts_file``, that
+    file's concepts take the test concepts' place."""
+    tests = file_concepts(concepts_file) if concepts_file else test_concepts()
+    every = {c.name: c for c in tests + dev_concepts()}
     if names is None:
-        return test_concepts()
+        return tests
     bad = [n for n in names if n not in every]
     if bad:
         raise GeosteerError(f"unknown concept {bad[0]!r}; valid: {', '.join(every)}")

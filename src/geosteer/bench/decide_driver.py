@@ -33,6 +33,7 @@ class RunSpec:
     out: str
     design: dict
     threads: int = 1
+    concepts_file: str | None = None  # a user's concept file instead of the bundled test concepts
 
 
 def _say(line: str) -> None:
@@ -74,7 +75,7 @@ def _dev_job(args) -> tuple[str, str, float, float]:
 def _test_job(args) -> tuple[str, int]:
     spec, concept, seed, lrs = args
 
-    run_unit(readers(spec.model, spec.threads), by_name([concept])[0], seed, Path(spec.out),
+    run_unit(readers(spec.model, spec.threads), by_name([concept], spec.concepts_file)[0], seed, Path(spec.out),
              _design(spec.design), lrs, _say)
     return concept, seed
 
@@ -120,7 +121,7 @@ def run_all(spec: RunSpec, workers: int, concepts: list[str] | None = None,
     lrs = choose_lrs(spec, workers)
     _say(f"learning rates: {lrs}")
     design = _design(spec.design)
-    names = [c.name for c in by_name(concepts)]
+    names = [c.name for c in by_name(concepts, spec.concepts_file)]
     jobs = [(spec, c, seed, lrs) for seed in (seeds or design.seeds) for c in names]
     for concept, seed in _map(_test_job, jobs, workers):
         _say(f"done: {concept} s{seed}")

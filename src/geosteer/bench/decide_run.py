@@ -80,6 +80,8 @@ def instructed(r: S.Readers, prompts: list[str], instruction: str | None, new_to
 def _admission_texts(r: S.Readers, dc, out: Path, design) -> tuple[list[str], list[str]]:
     """(labelled-positive, labelled-negative) stock continuations of the concept's admission set."""
     a = dc.admission
+    if a["kind"] == "texts":
+        return list(a["positive"]), list(a["negative"])
     if a["kind"] == "titles":
         conts = _titles_admission(r, out, design)
         pos = conts[a["topic"]]
@@ -192,6 +194,8 @@ def run_unit(r: S.Readers, dc, seed: int, out: Path, design, lrs: dict[str, floa
     """Context and every lever of one (concept, seed), each read back when already measured; their docs."""
     base = out / folder / dc.name / f"s{seed}"
     fp = {"version": VERSION, "design": design.to_dict(), "concept": dc.concept.model_dump()}
+    if dc.extra.get("source"):  # a concept file's concept: its judge and admission texts come from that file
+        fp["source"] = dc.extra["source"]
     ctx = _read(base / "context.json", fp)
     if ctx is None:
         ctx = {"fingerprint": fp, **build_context(r, dc, seed, out, design)}
