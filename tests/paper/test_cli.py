@@ -21,6 +21,7 @@ def test_every_declared_study_is_under_geosteer_study_with_its_paper_item():
 
 
 def test_study_list_names_every_study_and_its_paper_item(monkeypatch, capsys):
+    monkeypatch.setattr("geosteer.terminal.PIPED_WIDTH", 1000)  # one line a row (piped it folds at 100 columns)
     code, out, _ = run_cli(monkeypatch, capsys, "study", "--list")
     assert code == 0
     lines = out.splitlines()
