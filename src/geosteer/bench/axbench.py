@@ -204,3 +204,17 @@ def is_axbench(path: str | Path) -> bool:
     except Exception:
         return False
     return isinstance(row, dict) and ("output_concept" in row or "concept_id" in row)
+
+
+def load_concepts(path: str | Path) -> list:
+    """The concepts of a geosteer concept file, of an AxBench file, or ``bundled`` (one-line errors)."""
+    from geosteer.bench.concepts import concept_from_dict, read_concepts
+
+    path = Path(path)
+    if str(path) == "bundled" and not path.exists():
+        from importlib import resources
+
+        return read_concepts(resources.files("geosteer.data").joinpath("bench_concepts.json"))
+    if is_axbench(path):
+        return [concept_from_dict(d) for d in read_axbench(path)]
+    return read_concepts(path)

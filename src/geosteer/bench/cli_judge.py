@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+from geosteer.bench.axbench import load_concepts
 from geosteer.errors import GeosteerError
 
 TEXTS_SHAPE = ('a JSON list of strings or of {"concept": name, "text": str}, or a text file with one text a line')
@@ -28,20 +29,6 @@ def _json_flag(value: bool) -> bool:
 # geosteer.cli.common's --json, declared here so that importing this module does not import the CLI package
 # (whose import registers every verb, this one included)
 JSON_OPT = typer.Option(False, "--json", help="print JSON (no progress bars)", callback=_json_flag)
-
-
-def load_concepts(path: Path) -> list:
-    """The concepts of a geosteer concept file, of an AxBench file, or ``bundled`` (one-line errors)."""
-    from geosteer.bench.axbench import is_axbench, read_axbench
-    from geosteer.bench.concepts import concept_from_dict, read_concepts
-
-    if str(path) == "bundled" and not path.exists():
-        from importlib import resources
-
-        return read_concepts(resources.files("geosteer.data").joinpath("bench_concepts.json"))
-    if is_axbench(path):
-        return [concept_from_dict(d) for d in read_axbench(path)]
-    return read_concepts(path)
 
 
 def _parse_json(p: Path, doc, names: set[str]) -> list[tuple[str | None, str]]:

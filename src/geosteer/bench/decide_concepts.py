@@ -26,6 +26,7 @@ from functools import lru_cache
 from importlib import resources
 
 from geosteer.bench import decide_templates as T
+from geosteer.bench.axbench import load_concepts
 from geosteer.bench.concepts import concept_from_dict
 from geosteer.bench.decide_templates import SPECS
 from geosteer.data.corpus import articles, split_of
@@ -204,8 +205,6 @@ def file_concept(c, digest: str = "") -> DecideConcept:
 def file_concepts(path: str) -> list[DecideConcept]:
     """The concepts of a geosteer concept file or an AxBench file, as benchmark concepts (one-line errors)."""
     from pathlib import Path
-
-    from geosteer.bench.cli_judge import load_concepts
 
     concepts = load_concepts(Path(path))  # a missing or malformed file: its one line
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
