@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,6 +48,24 @@ def test_cost_table_is_the_median_per_lever():
     assert [r["lever"] for r in rows] == ["lora", "caa"]  # the report's lever order
     assert rows[0] == {"lever": "lora", "params": 10, "n_units": 3, "cpu_seconds": 3.0, "train_cpu_seconds": 1.5}
     assert "| lora | 10 | 3 | 2 | 3 |" in cost_markdown(rows)  # 1.5 rounds to even
+
+
+def test_summary_table_has_a_row_per_lever_and_a_column_per_reference():
+    from geosteer.bench.decide_report import summary_markdown
+
+    rows = [{"lever": "lora", "versus": "stock", "decision": "loses", "mean_0.05": -0.0314, "mean_0.2": -0.05},
+            {"lever": "caa", "versus": "lora", "decision": "beats", "mean_0.05": 0.0206, "mean_0.2": None}]
+    lines = summary_markdown(rows, ["0.05", "0.2"]).splitlines()
+    assert lines[0] == "| lever | vs stock | vs lora |"
+    assert lines[2:] == ["| lora | loses (-0.031 / -0.050) | – |", "| caa | – | beats (+0.021 / –) |"]
+
+
+def test_readme_and_docs_carry_the_committed_verdict():
+    """The verdict table in README and the benchmark pages is the one the committed results hold."""
+    root = Path(__file__).resolve().parents[2]
+    doc = json.loads((root / "docs/results/decide/results.json").read_text(encoding="utf-8"))
+    for page in ("README.md", "docs/steering-decision.md", "docs/steering-benchmark.md"):
+        assert doc["summary"] in (root / page).read_text(encoding="utf-8"), page
 
 
 def _grams(t: str) -> set:

@@ -164,6 +164,18 @@ def markdown(verdict_rows: list[dict], levels: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary_markdown(verdict_rows: list[dict], levels: list[str]) -> str:
+    """One row per lever, one column per reference: the decision word and D at each KL level."""
+    refs = [r for r in REFERENCES if any(v["versus"] == r for v in verdict_rows)]
+    lines = ["| lever | " + " | ".join(f"vs {r}" for r in refs) + " |", "|" + "---|" * (1 + len(refs))]
+    for lever in ("stock", *LEVERS):
+        cells = {v["versus"]: f"{v['decision']} ({' / '.join(_f(v.get(f'mean_{lv}')) for lv in levels)})"
+                 for v in verdict_rows if v["lever"] == lever}
+        if cells:
+            lines.append(f"| {lever} | " + " | ".join(cells.get(r, "–") for r in refs) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def cost_table(units: list[dict]) -> list[dict]:
     """Per lever: its parameters and the median CPU-seconds of one (concept, seed): all of it (training, the
     KL bisection, the readings) and the training alone."""
@@ -199,7 +211,8 @@ def write_report(out: Path, design) -> dict:
            "concepts": concepts, "levers": lever_table(recs, levels), "comparisons": comps,
            "verdicts": verdict_rows, "by_kind": kinds, "units": units, "costs": cost_table(units),
            "markdown": markdown(verdict_rows, levels)}
-    doc["markdown"] += "\n" + cost_markdown(doc["costs"])
+    doc["summary"] = summary_markdown(verdict_rows, levels)
+    doc["markdown"] += "\n" + doc["summary"] + "\n" + cost_markdown(doc["costs"])
     atomic_write_text(out / "records.csv", _csv(recs))
     atomic_write_text(out / "concepts.csv", _csv(concepts))
     atomic_write_text(out / "units.csv", _csv(units))

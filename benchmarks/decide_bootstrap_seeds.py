@@ -1,0 +1,64 @@
+"""Does ``geosteer bench decide``'s verdict hang on the bootstrap's random seed?
+
+The verdict is computed at bootstrap seed 0 (fixed before the run). This study recomputes every comparison from
+the committed per-prompt records (``docs/results/decide/records.csv``) at seeds 0-5, checks that seed 0 gives the
+committed verdict, and writes each seed's decisions and intervals.
+
+    .venv/bin/python benchmarks/decide_bootstrap_seeds.py --out docs/results/decide/bootstrap_seeds.json
+
+20,000 replicates a comparison, as the benchmark; about 2 CPU-s a seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from geosteer.bench.decide_report import N_BOOT, pairs
+from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN, KL_LEVELS
+from geosteer.bench.kl_match import level_key
+from geosteer.bench.stats import compare_pairs, decide
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "decide"
+
+
+def verdicts_at(records: list[dict], seed: int) -> list[dict]:
+    """The decision word and per-level interval of every lever pair at one bootstrap seed."""
+    levels = [level_key(t) for t in KL_LEVELS]
+    comps = compare_pairs(records, pairs(), levels, n_boot=N_BOOT, seed=seed, alpha=ALPHA)
+    out = []
+    for a, b in pairs():
+        rows = [c for c in comps if c["a"] == a and c["b"] == b]
+        out.append({"lever": a, "versus": b, "decision": decide(rows, EQUIVALENCE_MARGIN),
+                    **{f"ci_{r['kl_level']}": [r["lo"], r["hi"]] for r in rows}})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--seeds", type=int, default=6)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    with open(args.results / "records.csv", newline="", encoding="utf-8") as f:
+        records = [r for r in csv.DictReader(f) if r["admitted"] == "True"]
+    committed = {(v["lever"], v["versus"]): v["decision"]
+                 for v in json.loads((args.results / "results.json").read_text(encoding="utf-8"))["verdicts"]}
+    by_seed = {}
+    for seed in range(args.seeds):
+        rows = verdicts_at(records, seed)
+        by_seed[str(seed)] = rows
+        moved = [f"{v['lever']} vs {v['versus']}: {v['decision']}" for v in rows
+                 if v["decision"] != committed[(v["lever"], v["versus"])]]
+        if seed == 0 and moved:
+            raise SystemExit(f"seed 0 does not reproduce the committed verdict: {moved}")
+        print(f"seed {seed}: " + ("as committed" if not moved else "; ".join(moved)), flush=True)
+    args.out.write_text(json.dumps({"n_boot": N_BOOT, "committed": {f"{a} vs {b}": d for (a, b), d in
+                                                                     committed.items()},
+                                    "by_seed": by_seed}, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
