@@ -60,6 +60,30 @@ def test_summary_table_has_a_row_per_lever_and_a_column_per_reference():
     assert lines[2:] == ["| lora | loses (-0.031 / -0.050) | – |", "| caa | – | beats (+0.021 / –) |"]
 
 
+def test_other_surface_forms_are_reported_apart_from_the_verdict():
+    from geosteer.bench.decide_report import exploratory, pairs
+
+    rng = np.random.default_rng(0)
+    recs = []
+    for lever, shift in (("stock", 0.0), ("lora", 0.1), ("surfaces-rank1", 0.05), ("surfaces-full", 0.2)):
+        for c in ("a", "b", "c"):
+            for i in range(4):
+                for lv in ("0.05", "0.2"):
+                    recs.append({"concept": c, "seed": 0, "prompt": f"p{i}", "lever": lever, "kl_level": lv,
+                                 "admitted": True, "score": 0.4 + shift + 0.01 * rng.standard_normal(),
+                                 "concept_score": 0.3, "relevance": 1.0, "fluency": 1.0, "kl": 0.1})
+    assert exploratory([r for r in recs if r["lever"] != "surfaces-full"], ["0.05", "0.2"]) == {}
+    doc = exploratory(recs, ["0.05", "0.2"])
+    assert [(v["lever"], v["versus"]) for v in doc["verdicts"]] == [
+        ("surfaces-full", "stock"), ("surfaces-full", "lora"), ("surfaces-full", "surfaces-rank1")]
+    assert not any(p[0] == "surfaces-full" for p in pairs())  # never in the verdict's family
+    want = np.mean([r["score"] for r in recs if r["lever"] == "surfaces-full" and r["kl_level"] == "0.2"]) - \
+        np.mean([r["score"] for r in recs if r["lever"] == "lora" and r["kl_level"] == "0.2"])
+    assert doc["verdicts"][1]["mean_0.2"] == pytest.approx(want, abs=1e-12)
+    assert doc["verdicts"][1]["decision"] == "beats"  # +0.1 with a 0.01 spread
+    assert len(doc["comparisons"]) == 6 and doc["markdown"].startswith("Other surface forms")
+
+
 def test_readme_and_docs_carry_the_committed_verdict():
     """The verdict table in README and the benchmark pages is the one the committed results hold."""
     root = Path(__file__).resolve().parents[2]
@@ -110,6 +134,7 @@ def test_dry_run_prints_the_mde_and_bad_input_is_one_line():
     (["--concepts", "NOFILE.json"], "--concepts NOFILE.json: no such file"),
     (["--concepts", "SMALL.json"], "--concepts SMALL.json: concept 'c0': bench decide needs >= 56 positive"),
     (["--concepts", "OK.json", "--only", "arts"], "unknown concept 'arts'"),
+    (["--explore", "surfaces-rank2,lora"], "--explore lora: not a surface form; valid: surfaces-rank2, surfaces-full"),
 ])
 def test_bad_input_is_one_line_before_any_work(monkeypatch, capsys, tmp_path, args, needle):
     from tests.cli_helpers import forbid_model_builds, one_line_exit_2, run_cli

@@ -15,7 +15,7 @@ def test_every_matched_lever_is_neutral_at_0_and_acts_at_1(tiny_model, concept_f
     stock = _logits(model)
     s = _setup(model, tok, concept_file, tmp_path)
     cfg = model.config
-    for name in (*matched.LEARNED, "caa"):
+    for name in (*matched.LEARNED, *matched.EXPLORATORY, "caa"):
         built = matched.build(name, s, lr=0.05)
         try:
             with built.at(0.0).interventions() as ivs:
@@ -28,6 +28,11 @@ def test_every_matched_lever_is_neutral_at_0_and_acts_at_1(tiny_model, concept_f
         d, n = cfg.hidden_size, cfg.num_hidden_layers
         if name == "loreft":
             assert built.params == n * (2 * matched.REFT_RANK * d + matched.REFT_RANK)
+        surfaces = n * cfg.num_attention_heads * (d // cfg.num_attention_heads)  # one per layer, head, dim
+        k = matched.SURFACE_GRID + 3  # cubic B-spline control points per axis
+        if name.startswith("surfaces"):
+            rank = {"surfaces-rank1": 1, **matched.EXPLORATORY}[name]
+            assert built.params == surfaces * (k * k if rank is None else 2 * rank * k), name
         if name == "lora":
             kv = cfg.num_key_value_heads * (d // cfg.num_attention_heads)
             assert built.params == n * matched.LORA_RANK * ((d + d) + (d + kv))

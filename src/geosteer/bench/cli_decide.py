@@ -17,6 +17,16 @@ from geosteer.bench.cli_judge import JSON_OPT
 from geosteer.errors import GeosteerError
 
 
+def _explore(explore: str | None) -> tuple[str, ...]:
+    from geosteer.bench.design import EXPLORATORY
+
+    names = tuple(n.strip() for n in explore.split(",") if n.strip()) if explore else ()
+    bad = [n for n in names if n not in EXPLORATORY]
+    if bad:
+        raise GeosteerError(f"--explore {','.join(bad)}: not a surface form; valid: {', '.join(EXPLORATORY)}")
+    return names
+
+
 def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
            report_only: bool, concepts_file: Path | None = None) -> tuple[list[str] | None, tuple]:
     from geosteer.bench.decide_concepts import by_name
@@ -69,6 +79,8 @@ def decide_cmd(
     seeds: str = typer.Option(None, "--seed-list", help="comma-separated seeds (default: the design's 0,1)"),
     dry: bool = typer.Option(False, "--dry-run", help="print the design and its predicted MDE; load nothing"),
     report_only: bool = typer.Option(False, "--report-only", help="assemble what the checkpoints hold"),
+    explore: str = typer.Option(None, "--explore", help="other surface forms to measure beside the matched "
+                                "levers, reported apart from the verdict: surfaces-rank2, surfaces-full"),
     json_out: bool = JSON_OPT,
 ) -> None:
     """The decisive steering benchmark on SmolLM2: every lever at control KL 0.05 and 0.2, the verdict."""
@@ -77,6 +89,7 @@ def decide_cmd(
     from geosteer.bench.decide_concepts import by_name, test_concepts
     from geosteer.bench.design import Design
 
+    extra = _explore(explore)
     names, seed_list = _check(out, workers, concepts, seeds, report_only, concepts_file)
     design = Design()  # the seeds to run stay out of it: a unit's checkpoint does not depend on them
     source = str(concepts_file) if concepts_file is not None else None
@@ -92,7 +105,7 @@ def decide_cmd(
     from geosteer.bench.decide_driver import RunSpec, run_all
     from geosteer.bench.decide_report import write_report
 
-    spec = RunSpec("smollm2", str(out), design.to_dict(), concepts_file=source)
+    spec = RunSpec("smollm2", str(out), design.to_dict(), concepts_file=source, explore=extra)
     if not report_only:
         run_all(spec, workers, names, seed_list)
     doc = write_report(out, design)

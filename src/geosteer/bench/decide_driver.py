@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from geosteer.bench.decide_concepts import DEV, by_name
-from geosteer.bench.decide_run import run_unit
+from geosteer.bench.decide_run import levers_for, run_unit
 from geosteer.bench.decide_score import Readers
 from geosteer.bench.design import STATE_FILE, Design
 from geosteer.bench.judges import default_encoder
@@ -34,6 +34,7 @@ class RunSpec:
     design: dict
     threads: int = 1
     concepts_file: str | None = None  # a user's concept file instead of the bundled test concepts
+    explore: tuple[str, ...] = ()  # other surface forms measured beside the matched levers (not in the verdict)
 
 
 def _say(line: str) -> None:
@@ -75,8 +76,9 @@ def _dev_job(args) -> tuple[str, str, float, float]:
 def _test_job(args) -> tuple[str, int]:
     spec, concept, seed, lrs = args
 
-    run_unit(readers(spec.model, spec.threads), by_name([concept], spec.concepts_file)[0], seed, Path(spec.out),
-             _design(spec.design), lrs, _say)
+    dc = by_name([concept], spec.concepts_file)[0]
+    run_unit(readers(spec.model, spec.threads), dc, seed, Path(spec.out), _design(spec.design), lrs, _say,
+             names=[*levers_for(dc), *spec.explore])
     return concept, seed
 
 
@@ -93,12 +95,13 @@ def _map(fn, jobs: list, workers: int):
 def choose_lrs(spec: RunSpec, workers: int) -> dict:
     """Phase 1: {lever: lr} and the table it came from (written to ``<out>/learning_rates.json``)."""
     design = _design(spec.design)
-    jobs = [(spec, c, lever, lr) for lever in LEARNED for lr in design.lr_grid for c in DEV]
+    learned = (*LEARNED, *spec.explore)
+    jobs = [(spec, c, lever, lr) for lever in learned for lr in design.lr_grid for c in DEV]
     table: dict[str, dict[str, list[float]]] = {}
     for _concept, lever, lr, score in _map(_dev_job, jobs, workers):
         table.setdefault(lever, {}).setdefault(f"{lr:g}", []).append(score)
     chosen = {}
-    for lever in LEARNED:
+    for lever in learned:
         means = {lr: float(np.mean(v)) for lr, v in table.get(lever, {}).items() if not np.isnan(v).any()}
         if means:
             best = max(means.values())

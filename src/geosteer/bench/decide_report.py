@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN
+from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN, EXPLORATORY, EXPLORATORY_REFERENCES
 from geosteer.bench.kl_match import level_key
 from geosteer.bench.stats import compare_pairs, decide, paired_differences
 from geosteer.io_utils import atomic_write_text
@@ -101,10 +101,10 @@ def _mean(xs) -> float | None:
     return float(np.mean(xs)) if xs else None
 
 
-def lever_table(recs: list[dict], levels: list[str]) -> list[dict]:
+def lever_table(recs: list[dict], levels: list[str], levers: list[str] | None = None) -> list[dict]:
     """Per lever and KL level: mean score, concept, relevance, fluency, control KL over the admitted items."""
     out = []
-    for lever in ("stock", *LEVERS):
+    for lever in levers or ("stock", *LEVERS):
         for level in levels:
             rows = [r for r in recs if r["lever"] == lever and r["kl_level"] == level and r["admitted"]]
             if rows:
@@ -125,18 +125,33 @@ def by_kind(recs: list[dict], a: str, b: str, level: str) -> dict[str, float]:
     return {k: float(np.mean(v)) for k, v in sorted(out.items())}
 
 
-def verdicts(recs: list[dict], levels: list[str], margin: float, alpha: float) -> tuple[list[dict], list[dict]]:
-    """(comparisons, verdicts): every (pair, level) result and the decision word per pair."""
+def verdicts(recs: list[dict], levels: list[str], margin: float, alpha: float,
+             family: list[tuple[str, str]] | None = None) -> tuple[list[dict], list[dict]]:
+    """(comparisons, verdicts): every (pair, level) result and the decision word per pair of ``family``
+    (default: the verdict's :func:`pairs`), Holm over that family alone."""
+    family = pairs() if family is None else family
     admitted = [r for r in recs if r["admitted"]]
-    comps = compare_pairs(admitted, pairs(), levels, n_boot=N_BOOT, seed=0, alpha=alpha)
+    comps = compare_pairs(admitted, family, levels, n_boot=N_BOOT, seed=0, alpha=alpha)
     out = []
-    for a, b in pairs():
+    for a, b in family:
         rows = [c for c in comps if c["a"] == a and c["b"] == b]
         out.append({"lever": a, "versus": b, "decision": decide(rows, margin),
                     **{f"mean_{r['kl_level']}": r["mean"] for r in rows},
                     **{f"ci_{r['kl_level']}": [r["lo"], r["hi"]] for r in rows},
                     "n_concepts": max(r["n_concepts"] for r in rows)})
     return comps, out
+
+
+def exploratory(recs: list[dict], levels: list[str]) -> dict:
+    """The other surface forms measured (``--explore``), each against :data:`EXPLORATORY_REFERENCES` in a Holm
+    family of their own; not part of the verdict. Empty when none was measured."""
+    present = [x for x in EXPLORATORY if any(r["lever"] == x for r in recs)]
+    if not present:
+        return {}
+    family = [(x, ref) for x in present for ref in EXPLORATORY_REFERENCES]
+    comps, rows = verdicts(recs, levels, EQUIVALENCE_MARGIN, ALPHA, family)
+    return {"comparisons": comps, "verdicts": rows, "levers": lever_table(recs, levels, present),
+            "markdown": "Other surface forms (exploratory, not part of the verdict):\n\n" + markdown(rows, levels)}
 
 
 def _csv(rows: list[dict]) -> str:
@@ -213,6 +228,10 @@ def write_report(out: Path, design) -> dict:
            "markdown": markdown(verdict_rows, levels)}
     doc["summary"] = summary_markdown(verdict_rows, levels)
     doc["markdown"] += "\n" + doc["summary"] + "\n" + cost_markdown(doc["costs"])
+    extra = exploratory(recs, levels) if recs else {}
+    if extra:
+        doc["exploratory"] = extra
+        doc["markdown"] += "\n" + extra["markdown"]
     atomic_write_text(out / "records.csv", _csv(recs))
     atomic_write_text(out / "concepts.csv", _csv(concepts))
     atomic_write_text(out / "units.csv", _csv(units))

@@ -19,6 +19,11 @@ LR_GRID = (1e-3, 1e-2, 1e-1)
 DEV_CONCEPTS = ("people", "no-people")  # the learning rates are chosen on these, never on a test concept
 STATE_FILE = "decide_state.json"  # marks an output folder as a decide run's (resumable)
 REFERENCES = ("stock", "prompting", "lora")  # every lever is compared with each
+# other forms of the surfaces, measured on request beside the matched levers (``bench decide --explore``) and
+# reported apart from the verdict, in a Holm family of their own: more rank (rank 2 is twice the budget) and
+# unfactorised K×K coefficients (``surfaces-full``, about 3.7 times); the value is the rank (None: full)
+EXPLORATORY: dict[str, int | None] = {"surfaces-rank2": 2, "surfaces-full": None}
+EXPLORATORY_REFERENCES = ("stock", "lora", "surfaces-rank1")
 
 
 @dataclass(frozen=True)

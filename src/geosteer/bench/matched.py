@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from geosteer.bench.design import EXPLORATORY
 from geosteer.bench.registry import Point, Setup, fixed, no_interventions
 from geosteer.models.anatomy import anatomy
 
@@ -122,21 +123,26 @@ def build_lora(s: Setup, lr: float) -> Built:
     return Built("lora", n, at, info={"train": last, "lr": lr}, cleanup=lambda: _remove_lora(s.model))
 
 
-def build_surfaces(s: Setup, lr: float) -> Built:
+def build_surfaces(s: Setup, lr: float, rank: int | None = SURFACE_RANK, name: str = "surfaces-rank1") -> Built:
+    """Surfaces learned from zero, each coefficient matrix of rank ``rank`` (None: unfactorised)."""
     from geosteer.bench.levers_learned import _interpolated
     from geosteer.bench.training import fit_module
     from geosteer.manifold import ManifoldConfig, SurfaceBank
     from geosteer.manifold.low_rank_train import factorise, merge_factors, trained_parameters
 
-    bank = factorise(SurfaceBank(ManifoldConfig.for_model(s.model, grid_size=SURFACE_GRID)), SURFACE_RANK,
-                     seed=s.seed)
-    n = trained_parameters(bank)
-    last = fit_module(s, bank, lr=lr, name="surfaces-rank1")
-    merge_factors(bank)
+    bank = SurfaceBank(ManifoldConfig.for_model(s.model, grid_size=SURFACE_GRID))  # S = 0: the stock model
+    if rank is None:
+        n = bank.coefficients.numel()
+    else:
+        bank = factorise(bank, rank, seed=s.seed)
+        n = trained_parameters(bank)
+    last = fit_module(s, bank, lr=lr, name=name)
+    if rank is not None:
+        merge_factors(bank)
 
     def at(x: float) -> Point:
-        return Point("surfaces-rank1", float(x), {}, _interpolated(bank, {"c": bank.coefficients}, 0.0, x))
-    return Built("surfaces-rank1", n, at, info={"train": last, "lr": lr, "rank": SURFACE_RANK})
+        return Point(name, float(x), {}, _interpolated(bank, {"c": bank.coefficients}, 0.0, x))
+    return Built(name, n, at, info={"train": last, "lr": lr, "rank": rank})
 
 
 def build_caa(s: Setup) -> Built:
@@ -174,4 +180,6 @@ def build(name: str, s: Setup, lr: float | None = None) -> Built:
     if name in LEARNED:
         return {"vector": build_vector, "loreft": build_loreft, "lora": build_lora,
                 "surfaces-rank1": build_surfaces}[name](s, float(lr))
+    if name in EXPLORATORY:
+        return build_surfaces(s, float(lr), EXPLORATORY[name], name)
     return {"prompting": build_prompting, "caa": build_caa, "walls": build_walls}[name](s)
