@@ -16,24 +16,11 @@ import csv
 import json
 from pathlib import Path
 
-from geosteer.bench.decide_report import N_BOOT, pairs
+from geosteer.bench.decide_report import N_BOOT, verdicts
 from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN, KL_LEVELS
 from geosteer.bench.kl_match import level_key
-from geosteer.bench.stats import compare_pairs, decide
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "decide"
-
-
-def verdicts_at(records: list[dict], seed: int) -> list[dict]:
-    """The decision word and per-level interval of every lever pair at one bootstrap seed."""
-    levels = [level_key(t) for t in KL_LEVELS]
-    comps = compare_pairs(records, pairs(), levels, n_boot=N_BOOT, seed=seed, alpha=ALPHA)
-    out = []
-    for a, b in pairs():
-        rows = [c for c in comps if c["a"] == a and c["b"] == b]
-        out.append({"lever": a, "versus": b, "decision": decide(rows, EQUIVALENCE_MARGIN),
-                    **{f"ci_{r['kl_level']}": [r["lo"], r["hi"]] for r in rows}})
-    return out
 
 
 def main() -> None:
@@ -48,7 +35,7 @@ def main() -> None:
                  for v in json.loads((args.results / "results.json").read_text(encoding="utf-8"))["verdicts"]}
     by_seed = {}
     for seed in range(args.seeds):
-        rows = verdicts_at(records, seed)
+        rows = verdicts(records, [level_key(t) for t in KL_LEVELS], EQUIVALENCE_MARGIN, ALPHA, seed=seed)[1]
         by_seed[str(seed)] = rows
         moved = [f"{v['lever']} vs {v['versus']}: {v['decision']}" for v in rows
                  if v["decision"] != committed[(v["lever"], v["versus"])]]

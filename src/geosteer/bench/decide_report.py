@@ -126,12 +126,12 @@ def by_kind(recs: list[dict], a: str, b: str, level: str) -> dict[str, float]:
 
 
 def verdicts(recs: list[dict], levels: list[str], margin: float, alpha: float,
-             family: list[tuple[str, str]] | None = None) -> tuple[list[dict], list[dict]]:
+             family: list[tuple[str, str]] | None = None, seed: int = 0) -> tuple[list[dict], list[dict]]:
     """(comparisons, verdicts): every (pair, level) result and the decision word per pair of ``family``
-    (default: the verdict's :func:`pairs`), Holm over that family alone."""
+    (default: the verdict's :func:`pairs`), Holm over that family alone; ``seed``: the bootstrap's."""
     family = pairs() if family is None else family
     admitted = [r for r in recs if r["admitted"]]
-    comps = compare_pairs(admitted, family, levels, n_boot=N_BOOT, seed=0, alpha=alpha)
+    comps = compare_pairs(admitted, family, levels, n_boot=N_BOOT, seed=seed, alpha=alpha)
     out = []
     for a, b in family:
         rows = [c for c in comps if c["a"] == a and c["b"] == b]
@@ -183,7 +183,7 @@ def summary_markdown(verdict_rows: list[dict], levels: list[str]) -> str:
     """One row per lever, one column per reference: the decision word and D at each KL level."""
     refs = [r for r in REFERENCES if any(v["versus"] == r for v in verdict_rows)]
     lines = ["| lever | " + " | ".join(f"vs {r}" for r in refs) + " |", "|" + "---|" * (1 + len(refs))]
-    for lever in ("stock", *LEVERS):
+    for lever in LEVERS:
         cells = {v["versus"]: f"{v['decision']} ({' / '.join(_f(v.get(f'mean_{lv}')) for lv in levels)})"
                  for v in verdict_rows if v["lever"] == lever}
         if cells:

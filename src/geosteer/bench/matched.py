@@ -131,14 +131,11 @@ def build_surfaces(s: Setup, lr: float, rank: int | None = SURFACE_RANK, name: s
     from geosteer.manifold.low_rank_train import factorise, merge_factors, trained_parameters
 
     bank = SurfaceBank(ManifoldConfig.for_model(s.model, grid_size=SURFACE_GRID))  # S = 0: the stock model
-    if rank is None:
-        n = bank.coefficients.numel()
-    else:
-        bank = factorise(bank, rank, seed=s.seed)
-        n = trained_parameters(bank)
-    last = fit_module(s, bank, lr=lr, name=name)
     if rank is not None:
-        merge_factors(bank)
+        bank = factorise(bank, rank, seed=s.seed)
+    n = trained_parameters(bank)
+    last = fit_module(s, bank, lr=lr, name=name)
+    merge_factors(bank)  # plain, frozen coefficients from here on (a plain bank: frozen only)
 
     def at(x: float) -> Point:
         return Point(name, float(x), {}, _interpolated(bank, {"c": bank.coefficients}, 0.0, x))
