@@ -17,8 +17,8 @@ from typing import Any
 
 from geosteer.errors import GeosteerError
 
-__all__ = ["MAX_CSV_FIELD", "MAX_DEPTH", "MAX_FILE_BYTES", "ReadRefused", "match_pattern", "read_bytes",
-           "read_csv_rows", "read_json", "read_text", "parse_json", "safe_regex", "search_lines"]
+__all__ = ["MAX_CSV_FIELD", "MAX_DEPTH", "MAX_FILE_BYTES", "ReadRefused", "check_regular", "match_pattern",
+           "read_bytes", "read_csv_rows", "read_json", "read_text", "parse_json", "safe_regex", "search_lines"]
 
 MAX_FILE_BYTES = 64 << 20  # a results, prompt or pair file larger than this is not one
 MAX_DEPTH = 64  # JSON nesting (a tidy results file is 3-4 levels deep)
@@ -30,9 +30,9 @@ class ReadRefused(GeosteerError):
     """A file that is not a regular file, too large, not UTF-8, too deep or malformed: one line."""
 
 
-def read_bytes(path: str | Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of the regular file ``path`` (at most ``limit``); never blocks on a FIFO or a device."""
-    path = Path(path)
+def _open_regular(path: Path, what: str, limit: int) -> int:
+    """A read-only descriptor of the regular file ``path`` of at most ``limit`` bytes (opened without blocking
+    on a FIFO or a device); anything else refused in one line."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -49,6 +49,25 @@ def read_bytes(path: str | Path, *, what: str = "file", limit: int = MAX_FILE_BY
             raise ReadRefused(f"{what} {path} is {kind}; give a regular file")
         if st.st_size > limit:
             raise ReadRefused(f"{what} {path} is {st.st_size} bytes, over the {limit >> 20} MiB a {what} may have")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_regular(path: str | Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> Path:
+    """Refuse, without reading it, a ``path`` that is not a regular file of at most ``limit`` bytes (for a file
+    another library reads, e.g. parquet); ``Path(path)``."""
+    path = Path(path)
+    os.close(_open_regular(path, what, limit))
+    return path
+
+
+def read_bytes(path: str | Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the regular file ``path`` (at most ``limit``); never blocks on a FIFO or a device."""
+    path = Path(path)
+    fd = _open_regular(path, what, limit)
+    try:
         chunks, total = [], 0
         while total <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))

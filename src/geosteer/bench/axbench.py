@@ -16,11 +16,11 @@ dropped. A malformed file is refused in one line naming the file, the row and wh
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from geosteer.errors import GeosteerError
+from geosteer.readers import ReadRefused, check_regular, parse_json, read_text
 
 SHARED_ID = -1
 EMPTY_CONCEPT = "EEEEE"  # AxBench's output_concept of the shared negative rows
@@ -28,6 +28,7 @@ CATEGORIES = ("positive", "negative", "hard negative")
 SUFFIXES = (".jsonl", ".json", ".parquet")
 ROW = ('rows {"input": str, "output": str, "output_concept": str, "category": "positive"|"negative"|'
        '"hard negative", optional "concept_id": int, optional "concept_genre": str}')
+MAX_PARQUET_BYTES = 4 << 30  # AxBench's largest table (Concept16K) is well under this
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -36,18 +37,17 @@ def _rows_jsonl(p: Path, text: str) -> list:
     for i, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                rows.append((f"line {i}", json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise GeosteerError(f"{p}: line {i} is not valid JSON ({e.msg}); expected one row a line: "
-                                    f"{ROW}") from None
+                rows.append((f"line {i}", parse_json(line, f"{p} line {i}", what="AxBench file")))
+            except ReadRefused as e:
+                raise GeosteerError(f"{e}; expected one row a line: {ROW}") from None
     return rows
 
 
 def _rows_json(p: Path, text: str) -> list:
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise GeosteerError(f"{p} is not valid JSON ({e}); expected a JSON list of {ROW}") from None
+        doc = parse_json(text, p, what="AxBench file")
+    except ReadRefused as e:
+        raise GeosteerError(f"{e}; expected a JSON list of {ROW}") from None
     if not isinstance(doc, list):
         raise GeosteerError(f"{p}: expected a JSON list of {ROW} (got a {type(doc).__name__})")
     return [(f"row {i}", r) for i, r in enumerate(doc)]
@@ -70,14 +70,15 @@ def _read_rows(path: str | Path) -> tuple[Path, list]:
     p = Path(path)
     if p.suffix.lower() not in SUFFIXES:
         raise GeosteerError(f"{p}: an AxBench file is .jsonl, .json or .parquet (got {p.suffix or 'no suffix'!r})")
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         raise GeosteerError(f"{p}: no such file; expected an AxBench file (.jsonl, .json or .parquet) of {ROW}")
-    if p.suffix.lower() == ".parquet":
-        return p, _rows_parquet(p)
     try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise GeosteerError(f"{p} is not UTF-8 text; expected {ROW}") from None
+        if p.suffix.lower() == ".parquet":
+            check_regular(p, what="AxBench file", limit=MAX_PARQUET_BYTES)
+            return p, _rows_parquet(p)
+        text = read_text(p, what="AxBench file")
+    except ReadRefused as e:
+        raise GeosteerError(f"{e}; expected {ROW}") from None
     return p, (_rows_jsonl(p, text) if p.suffix.lower() == ".jsonl" else _rows_json(p, text))
 
 
@@ -183,12 +184,12 @@ def _first_row(p: Path):
     if p.suffix.lower() == ".parquet":
         import pyarrow.parquet as pq
 
-        return dict.fromkeys(pq.read_schema(p).names)
-    with p.open(encoding="utf-8") as f:
-        if p.suffix.lower() == ".jsonl":
-            return json.loads(next(line for line in f if line.strip()))
-        doc = json.load(f)
-        return doc[0] if isinstance(doc, list) and doc else None
+        return dict.fromkeys(pq.read_schema(check_regular(p, limit=MAX_PARQUET_BYTES)).names)
+    text = read_text(p, what="AxBench file")
+    if p.suffix.lower() == ".jsonl":
+        return parse_json(next(line for line in text.splitlines() if line.strip()), p)
+    doc = parse_json(text, p)
+    return doc[0] if isinstance(doc, list) and doc else None
 
 
 def is_axbench(path: str | Path) -> bool:

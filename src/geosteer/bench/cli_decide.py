@@ -9,6 +9,7 @@ checkpoints hold.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -16,45 +17,131 @@ import typer
 from geosteer.bench.cli_judge import JSON_OPT
 from geosteer.errors import GeosteerError
 
+MAX_SEED = 2**31 - 1
+MODEL = "smollm2"
+
+
+def _names(option: str, value: str | None) -> list[str] | None:
+    """A comma-separated list of names: None when not given; empty or repeated names refused."""
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise GeosteerError(f"{option} {value!r} names nothing; give comma-separated names")
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise GeosteerError(f"{option} names {dup!r} twice; give each once")
+    return names
+
 
 def _explore(explore: str | None) -> tuple[str, ...]:
     from geosteer.bench.design import EXPLORATORY
 
-    names = tuple(n.strip() for n in explore.split(",") if n.strip()) if explore else ()
+    names = tuple(_names("--explore", explore) or ())
     bad = [n for n in names if n not in EXPLORATORY]
     if bad:
         raise GeosteerError(f"--explore {','.join(bad)}: not a surface form; valid: {', '.join(EXPLORATORY)}")
     return names
 
 
+def _seeds(seeds: str | None) -> tuple[int, ...]:
+    from geosteer.bench.design import Design
+
+    if seeds is None:
+        return Design().seeds
+    try:
+        seed_list = tuple(int(x) for x in _names("--seed-list", seeds) or ())
+    except ValueError:
+        raise GeosteerError(f"--seed-list {seeds!r}: expected comma-separated integers, e.g. 0,1") from None
+    bad = next((x for x in seed_list if not 0 <= x <= MAX_SEED), None)
+    if bad is not None:
+        raise GeosteerError(f"--seed-list: seed {bad} is out of range; seeds are integers 0 to {MAX_SEED}")
+    if len(set(seed_list)) != len(seed_list):
+        raise GeosteerError(f"--seed-list {seeds!r} names a seed twice; give each once")
+    return seed_list
+
+
+def max_workers() -> int:
+    """The most worker processes a run takes: the CPU cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _concepts(concepts_file: Path | None):
+    from geosteer.bench.decide_concepts import by_name, test_concepts
+
+    if concepts_file is None:
+        return test_concepts()
+    source = str(concepts_file)
+    try:
+        return by_name(None, source)  # a bad file or a concept too small: one line, before any model loads
+    except GeosteerError as e:
+        msg = str(e)
+        if not msg.startswith("--concepts"):
+            msg = f"--concepts {msg}" if msg.startswith(source) else f"--concepts {source}: {msg}"
+        raise GeosteerError(msg) from None
+
+
 def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
-           report_only: bool, concepts_file: Path | None = None) -> tuple[list[str] | None, tuple]:
+           report_only: bool, concepts_file: Path | None = None) -> tuple[list[str] | None, tuple, list]:
+    """Every option checked before any model loads: (``--only`` names, seeds, the test concepts)."""
     from geosteer.bench.decide_concepts import by_name
-    from geosteer.bench.design import STATE_FILE, Design
+    from geosteer.bench.design import STATE_FILE
     from geosteer.io_utils import check_resumable_folder
 
     if workers < 1:
         raise GeosteerError(f"--workers must be >= 1 (got {workers})")
+    if workers > max_workers():
+        raise GeosteerError(f"--workers {workers}: at most {max_workers()} (the CPU cores here; each worker is a "
+                            "process with its own models)")
     check_resumable_folder(out, STATE_FILE)
     if report_only and not (out / STATE_FILE).is_file():
         raise GeosteerError(f"--report-only: --out {out} holds no run of `geosteer bench decide` (no {STATE_FILE})")
-    source = str(concepts_file) if concepts_file is not None else None
-    if source is not None:
-        try:
-            by_name(None, source)  # a bad file or a concept too small: one line, before any model loads
-        except GeosteerError as e:
-            msg = str(e)
-            if not msg.startswith("--concepts"):
-                msg = f"--concepts {msg}" if msg.startswith(source) else f"--concepts {source}: {msg}"
-            raise GeosteerError(msg) from None
-    names = [n.strip() for n in concepts.split(",") if n.strip()] if concepts else None
+    tests = _concepts(concepts_file)
+    names = _names("--only", concepts)
     if names is not None:
-        by_name(names, source)  # unknown names: one line naming the valid ones
-    try:
-        seed_list = tuple(int(x) for x in seeds.split(",")) if seeds else Design().seeds
-    except ValueError:
-        raise GeosteerError(f"--seed-list {seeds!r}: expected comma-separated integers, e.g. 0,1") from None
-    return names, seed_list
+        by_name(names, str(concepts_file) if concepts_file is not None else None)  # unknown names: one line
+    return names, _seeds(seeds), tests
+
+
+def _check_models(model: str) -> str:
+    """The fluency reader of ``model``; the model or its reader not installed here is refused in one line."""
+    from geosteer.bench.decide_driver import READERS
+    from geosteer.models import loading
+    from geosteer.models.identity import HUB_IDS
+
+    reader = READERS.get(model, "gemma3-270m")
+    for name, role in ((model, "the steered model"), (reader, "the fluency reader")):
+        if name in loading.BUNDLED and not loading._bundled_here(name) and \
+                not loading._hub_cached(HUB_IDS.get(name, name)):
+            raise GeosteerError(f"bench decide needs {role} '{name}', which is not installed: run "
+                                f"`{loading.BUNDLED[name].missing_hint()}`")
+    return reader
+
+
+def _prepare(out: Path, model: str, concepts_file: Path | None, design, explore: tuple[str, ...],
+             seeds: tuple[int, ...], report_only: bool) -> dict | None:
+    """The run folder checked (its design against this one, every measured file read and verified, a killed
+    run's temporary files removed) and, for a run, the models' availability; the state to record."""
+    from geosteer.bench.decide_concepts import file_digest
+    from geosteer.bench.decide_folder import check_files, check_state, remove_stale_tmp, state_doc
+    from geosteer.bench.decide_run import LEVERS
+    from geosteer.bench.design import STATE_FILE
+
+    source = str(concepts_file) if concepts_file is not None else "bundled"
+    reader = _check_models(model) if not report_only else ""
+    want = state_doc(model, reader, {"source": source, "sha256": file_digest(source)}, design.to_dict(),
+                     list(LEVERS), list(explore), list(seeds))
+    have = check_state(out, STATE_FILE, None if report_only else want)
+    if report_only and have is not None and have.get("design") != json.loads(json.dumps(design.to_dict())):
+        raise GeosteerError(f"--report-only: --out {out} holds a run of another design (sizes "
+                            f"{have.get('design')}); report it with the geosteer version that measured it")
+    if out.is_dir():
+        remove_stale_tmp(out)
+        check_files(out)
+    return None if report_only else {"want": want, "have": have}
 
 
 def dry_run(design, n_concepts: int) -> dict:
@@ -72,7 +159,8 @@ def dry_run(design, n_concepts: int) -> dict:
 
 def decide_cmd(
     out: Path = typer.Option(Path("results/decide"), "--out", help="output folder (resumable)"),
-    workers: int = typer.Option(2, "--workers", help="worker processes (each its own models, one torch thread)"),
+    workers: int = typer.Option(2, "--workers", help="worker processes (each its own models, one torch "
+                                 "thread), at most the CPU cores"),
     concepts_file: Path = typer.Option(None, "--concepts", help="concept file (geosteer's JSON list or an AxBench "
                                        "file) instead of the 22 bundled test concepts"),
     concepts: str = typer.Option(None, "--only", help="comma-separated test concept names (default: all 22)"),
@@ -86,14 +174,13 @@ def decide_cmd(
     """The decisive steering benchmark on SmolLM2: every lever at control KL 0.05 and 0.2, the verdict."""
     from dataclasses import replace
 
-    from geosteer.bench.decide_concepts import by_name, test_concepts
-    from geosteer.bench.design import Design
+    from geosteer.bench.design import STATE_FILE, Design
 
     extra = _explore(explore)
-    names, seed_list = _check(out, workers, concepts, seeds, report_only, concepts_file)
+    names, seed_list, tests = _check(out, workers, concepts, seeds, report_only, concepts_file)
     design = Design()  # the seeds to run stay out of it: a unit's checkpoint does not depend on them
     source = str(concepts_file) if concepts_file is not None else None
-    n = len(names) if names else len(by_name(None, source)) if source else len(test_concepts())
+    n = len(names) if names else len(tests)
     if dry:
         design = replace(design, seeds=seed_list)
         doc = dry_run(design, n)
@@ -102,11 +189,14 @@ def decide_cmd(
                    f"{doc['comparisons']} comparisons (Holm): predicted minimum detectable effect "
                    f"{doc['minimum_detectable_effect']:.3f} (80 % power)")
         return
+    state = _prepare(out, MODEL, concepts_file, design, extra, seed_list, report_only)
     from geosteer.bench.decide_driver import RunSpec, run_all
+    from geosteer.bench.decide_folder import record_state
     from geosteer.bench.decide_report import write_report
 
-    spec = RunSpec("smollm2", str(out), design.to_dict(), concepts_file=source, explore=extra)
-    if not report_only:
-        run_all(spec, workers, names, seed_list)
+    if state is not None:
+        record_state(out, STATE_FILE, state["want"], state["have"])
+        run_all(RunSpec(MODEL, str(out), design.to_dict(), concepts_file=source, explore=extra), workers, names,
+                seed_list)
     doc = write_report(out, design)
     typer.echo(json.dumps(doc["verdicts"], indent=1) if json_out else doc["markdown"])

@@ -7,13 +7,13 @@ A sentiment concept (:func:`geosteer.bench.judges.lexicon_of`) is also scored by
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from geosteer.bench.axbench import load_concepts
 from geosteer.errors import GeosteerError
+from geosteer.readers import ReadRefused, parse_json, read_text
 
 TEXTS_SHAPE = ('a JSON list of strings or of {"concept": name, "text": str}, or a text file with one text a line')
 MAX_TEXTS_BYTES = 32 * 1024 * 1024
@@ -54,21 +54,17 @@ def _parse_json(p: Path, doc, names: set[str]) -> list[tuple[str | None, str]]:
 def read_texts(path: Path, names: set[str]) -> list[tuple[str | None, str]]:
     """(concept name or None for every concept, text) for each text of ``--texts`` (one-line errors)."""
     p = Path(path)
-    if not p.is_file():
-        raise GeosteerError(f"--texts {p}: no such file; expected {TEXTS_SHAPE}")
-    if p.stat().st_size > MAX_TEXTS_BYTES:
-        raise GeosteerError(f"--texts {p}: larger than {MAX_TEXTS_BYTES >> 20} MiB")
     try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise GeosteerError(f"--texts {p} is not UTF-8 text; expected {TEXTS_SHAPE}") from None
-    as_json = p.suffix.lower() == ".json"
-    if as_json or text.lstrip().startswith("["):
-        try:
-            return _parse_json(p, json.loads(text), names)
-        except json.JSONDecodeError as e:
-            if as_json:
-                raise GeosteerError(f"--texts {p} is not valid JSON ({e}); expected {TEXTS_SHAPE}") from None
+        text = read_text(p, what="--texts", limit=MAX_TEXTS_BYTES)
+        as_json = p.suffix.lower() == ".json"
+        if as_json or text.lstrip().startswith("["):
+            try:
+                return _parse_json(p, parse_json(text, p, what="--texts"), names)
+            except ReadRefused as e:
+                if as_json or "is not valid JSON" not in str(e):
+                    raise
+    except ReadRefused as e:
+        raise GeosteerError(f"{e}; expected {TEXTS_SHAPE}") from None
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise GeosteerError(f"--texts {p} holds no text; expected {TEXTS_SHAPE}")

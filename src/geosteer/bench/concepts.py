@@ -14,12 +14,12 @@ and test (the reported numbers).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from geosteer.errors import GeosteerError
+from geosteer.readers import ReadRefused, parse_json, read_text
 
 MIN_TEXTS = 4  # per side: two for the levers, two for the judge
 MIN_PROMPTS = 2  # one validation, one test
@@ -64,16 +64,18 @@ def read_concepts(path: str | Path) -> list:
     """The concepts of ``path`` (pydantic models), or a one-line :class:`GeosteerError` naming what is wrong."""
     from pydantic import ValidationError
 
-    p = path if hasattr(path, "read_text") and not isinstance(path, str) else Path(path)
-    if not p.is_file():
-        raise GeosteerError(f"--concepts {p}: no such file; expected {SHAPE}")
+    if hasattr(path, "read_text") and not isinstance(path, (str, Path)):  # a bundled package resource
+        p, text = path, path.read_text(encoding="utf-8")
+    else:
+        p = Path(path)
+        try:
+            text = read_text(p, what="--concepts", limit=MAX_FILE_BYTES)
+        except ReadRefused as e:
+            raise GeosteerError(f"{e}; expected {SHAPE}") from None
     try:
-        text = p.read_text(encoding="utf-8")
-        if len(text) > MAX_FILE_BYTES:
-            raise GeosteerError(f"--concepts {p}: larger than {MAX_FILE_BYTES >> 20} MiB")
-        doc = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise GeosteerError(f"--concepts {p} is not valid JSON ({e}); expected {SHAPE}") from None
+        doc = parse_json(text, p, what="--concepts")
+    except ReadRefused as e:
+        raise GeosteerError(f"{e}; expected {SHAPE}") from None
     _, adapter = _schema()
     if not isinstance(doc, list) or not doc:
         raise GeosteerError(f"--concepts {p}: expected a non-empty list; {SHAPE}")

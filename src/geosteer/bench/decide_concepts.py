@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 from geosteer.bench import decide_templates as T
 from geosteer.bench.axbench import load_concepts
@@ -203,22 +204,45 @@ def file_concept(c, digest: str = "") -> DecideConcept:
 
 @lru_cache(maxsize=4)
 def file_concepts(path: str) -> list[DecideConcept]:
-    """The concepts of a geosteer concept file or an AxBench file, as benchmark concepts (one-line errors)."""
-    from pathlib import Path
+    """The concepts of a geosteer concept file or an AxBench file, as benchmark concepts (one-line errors); a
+    concept named like a dev concept is refused."""
 
     concepts = load_concepts(Path(path))  # a missing or malformed file: its one line
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    clash = [c.name for c in concepts if c.name in DEV]
+    if clash:
+        raise GeosteerError(f"concept {clash[0]!r}: {', '.join(DEV)} are the names of the dev concepts the "
+                            "learning rates are chosen on; rename the file's concept")
+    digest = file_digest(path)
     return [file_concept(c, digest) for c in concepts]
 
 
+def file_digest(path: str) -> str:
+    """SHA-256 of a concept file's bytes (read by the bounded reader), or of the bundled file's name."""
+    from geosteer.readers import read_bytes
+
+    if path == "bundled" and not Path(path).exists():
+        return hashlib.sha256(b"bundled").hexdigest()
+    return hashlib.sha256(read_bytes(path, what="--concepts")).hexdigest()
+
+
 def by_name(names: list[str] | None = None, concepts_file: str | None = None) -> list[DecideConcept]:
-    """Test and dev concepts by name (all test concepts when ``names`` is None); with ``concepts_file``, that
-    file's concepts take the test concepts' place."""
+    """Test concepts by name (all of them when ``names`` is None); with ``concepts_file``, that file's concepts
+    take the test concepts' place. A dev concept is never a test concept (:func:`dev_by_name`)."""
     tests = file_concepts(concepts_file) if concepts_file else test_concepts()
-    every = {c.name: c for c in tests + dev_concepts()}
+    every = {c.name: c for c in tests}
     if names is None:
         return tests
     bad = [n for n in names if n not in every]
     if bad:
-        raise GeosteerError(f"unknown concept {bad[0]!r}; valid: {', '.join(every)}")
+        dev = f" ({bad[0]!r} is a dev concept, used only to choose the learning rates)" if bad[0] in DEV else ""
+        shown = ", ".join(list(every)[:30]) + (", ..." if len(every) > 30 else "")
+        raise GeosteerError(f"unknown concept {bad[0]!r}{dev}; valid test concepts: {shown}")
     return [every[n] for n in names]
+
+
+def dev_by_name(name: str) -> DecideConcept:
+    """The dev concept ``name`` (one of :data:`DEV`)."""
+    found = [c for c in dev_concepts() if c.name == name]
+    if not found:
+        raise GeosteerError(f"unknown dev concept {name!r}; valid: {', '.join(DEV)}")
+    return found[0]

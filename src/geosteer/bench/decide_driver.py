@@ -8,20 +8,19 @@ Phase 2 runs every test concept at seed 0, then at the next seeds, each (concept
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from geosteer.bench.decide_concepts import DEV, by_name
+from geosteer.bench.decide_concepts import DEV, by_name, dev_by_name
+from geosteer.bench.decide_folder import write_sealed
 from geosteer.bench.decide_run import levers_for, run_unit
 from geosteer.bench.decide_score import Readers
-from geosteer.bench.design import STATE_FILE, Design
+from geosteer.bench.design import Design
 from geosteer.bench.judges import default_encoder
 from geosteer.bench.matched import LEARNED
-from geosteer.io_utils import atomic_write_text
 
 READERS = {"smollm2": "gemma3-270m", "gemma3-270m": "smollm2"}  # the fluency reader is another family
 _LOADED: dict = {}
@@ -66,7 +65,7 @@ def _dev_job(args) -> tuple[str, str, float, float]:
 
     design = _design(spec.design)
     top = max(design.kl_levels)
-    docs = run_unit(readers(spec.model, spec.threads), by_name([concept])[0], 0, Path(spec.out), design,
+    docs = run_unit(readers(spec.model, spec.threads), dev_by_name(concept), 0, Path(spec.out), design,
                     {lever: lr}, _say, levels=(top,), names=[lever], folder="dev")
     doc = docs.get(f"{lever}@{lr:g}")
     score = float(np.mean(next(iter(doc["levels"].values()))["items"]["score"])) if doc else float("nan")
@@ -110,7 +109,7 @@ def choose_lrs(spec: RunSpec, workers: int) -> dict:
                         "seed 0; ties: the smaller learning rate",
            "grid": list(design.lr_grid), "table": {k: {lr: float(np.mean(v)) for lr, v in t.items()}
                                                    for k, t in table.items()}, "chosen": chosen}
-    atomic_write_text(Path(spec.out) / "learning_rates.json", json.dumps(doc, indent=1) + "\n")
+    write_sealed(Path(spec.out) / "learning_rates.json", doc)
     return chosen
 
 
@@ -119,8 +118,6 @@ def run_all(spec: RunSpec, workers: int, concepts: list[str] | None = None,
     """Both phases for ``seeds`` (default: the design's); each (concept, seed) is on disk as it finishes, so a
     rerun resumes."""
     Path(spec.out).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(Path(spec.out) / STATE_FILE, json.dumps({"format": "geosteer-decide-state",
-                                                               "model": spec.model}) + "\n")
     lrs = choose_lrs(spec, workers)
     _say(f"learning rates: {lrs}")
     design = _design(spec.design)

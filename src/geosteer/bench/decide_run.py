@@ -18,6 +18,7 @@ import numpy as np
 
 from geosteer.bench import decide_score as S
 from geosteer.bench.decide_concepts import TITLE_PROMPT, TOPICS, admission_requests, admission_titles
+from geosteer.bench.decide_folder import read_sealed, write_sealed
 from geosteer.bench.judges import (
     LEXICONS,
     EmbeddingJudge,
@@ -32,24 +33,24 @@ from geosteer.bench.matched import LEARNED, build
 from geosteer.bench.prompts import neutral_prompts, train_prompts
 from geosteer.bench.registry import Point, Setup, stock_point
 from geosteer.bench.scoring import next_token_logprobs
-from geosteer.io_utils import atomic_write_text
 
 VERSION = 1  # raised when what a unit computes changes (its files are then measured again)
 KL_TOL = 0.1  # relative tolerance of the KL bisection
 S_MAX = 64.0
 MAX_EVALS = 10  # fresh control-KL evaluations per level
+LEVERS = ("prompting", "caa", *LEARNED, "walls")  # the matched levers (walls: on suppressed concepts)
 
 
 def _write(path: Path, doc: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=True) + "\n")
+    write_sealed(path, doc)
 
 
 def _read(path: Path, fingerprint: dict) -> dict | None:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    """The sealed file ``path`` when it was measured with ``fingerprint``; None when it is missing or was
+    measured otherwise; a changed or unreadable file is refused (:func:`decide_folder.read_sealed`)."""
+    if not path.exists() and not path.is_symlink():
         return None
+    doc = read_sealed(path)
     return doc if doc.get("fingerprint") == json.loads(json.dumps(fingerprint)) else None  # tuples read as lists
 
 
