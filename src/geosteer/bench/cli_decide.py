@@ -107,17 +107,17 @@ def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
 
 
 def _check_models(model: str) -> str:
-    """The fluency reader of ``model``; the model or its reader not installed here is refused in one line."""
+    """The fluency reader of ``model``; the model or its reader not installed here (nor in the Hub cache or
+    reachable) is refused in one line with the install command."""
     from geosteer.bench.decide_driver import READERS
     from geosteer.models import loading
-    from geosteer.models.identity import HUB_IDS
 
     reader = READERS.get(model, "gemma3-270m")
     for name, role in ((model, "the steered model"), (reader, "the fluency reader")):
-        if name in loading.BUNDLED and not loading._bundled_here(name) and \
-                not loading._hub_cached(HUB_IDS.get(name, name)):
-            raise GeosteerError(f"bench decide needs {role} '{name}', which is not installed: run "
-                                f"`{loading.BUNDLED[name].missing_hint()}`")
+        try:
+            loading.check_hub_source(name)
+        except GeosteerError as e:
+            raise GeosteerError(f"bench decide needs {role} '{name}': {e}") from None
     return reader
 
 
