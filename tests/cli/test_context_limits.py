@@ -31,6 +31,8 @@ BASE = {
     "study manifold strength": ["-s", "{s}", "--scales", "1", "--max-new-tokens", "2", "-o", "{out}.json"],
     "learn scales": ["--target-file", "{targets}", "--control-file", "{controls}", "--steps",
                                       "1", "--layers", "1", "-o", "{out}"],
+    "learn loreft": ["--target-file", "{targets}", "--control-file", "{controls}", "--steps", "1", "--layers", "1",
+                     "--rank", "2", "-o", "{out}"],
     "study dynamics prefix-spread": ["--prefix-file", "{prefixes}", "--no-control", "-o", "{out}.json"],
     "study dynamics anchors": ["--prefix-file", "{prefixes}", "--seeds", "1", "-o", "{out}.json"],
 }

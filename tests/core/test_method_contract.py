@@ -25,7 +25,7 @@ from geosteer.methods import methods, unregister_method
 from geosteer.recipe import InterventionSpec, save_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILTIN = ["manifold", "directional", "dynamics", "vectors"]
+BUILTIN = ["manifold", "directional", "dynamics", "vectors", "loreft"]
 FAMILIES = ["llama", "qwen3", "gpt2"]  # test_neutral.py covers every family for the core hooks
 
 
