@@ -19,7 +19,7 @@ from geosteer.artifacts.describe import describe
 from geosteer.errors import ArtifactError
 from geosteer.formats import CONFIG_NAME, format_of
 
-BUILTIN = ("geosteer.manifold", "geosteer.directional", "geosteer.dynamics", "geosteer.vectors")
+BUILTIN = ("geosteer.manifold", "geosteer.directional", "geosteer.dynamics", "geosteer.vectors", "geosteer.loreft")
 ENTRY_POINT_GROUP = "geosteer.methods"
 KINDS = ("any", "number", "layers", "folder", "text")
 CORE_FORMATS = {"geosteer-recipe": "geosteer.recipe"}  # format -> the module that declares it (as FORMAT)
