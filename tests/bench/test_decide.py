@@ -51,13 +51,19 @@ def test_cost_table_is_the_median_per_lever():
 
 
 def test_summary_table_has_a_row_per_lever_and_a_column_per_reference():
-    from geosteer.bench.decide_report import summary_markdown
+    from geosteer.bench.endpoints_report import summary_markdown
 
-    rows = [{"lever": "lora", "versus": "stock", "decision": "loses", "mean_0.05": -0.0314, "mean_0.2": -0.05},
-            {"lever": "caa", "versus": "lora", "decision": "beats", "mean_0.05": 0.0206, "mean_0.2": None}]
-    lines = summary_markdown(rows, ["0.05", "0.2"]).splitlines()
-    assert lines[0] == "| lever | vs stock | vs lora |"
-    assert lines[2:] == ["| lora | loses (-0.031 / -0.050) | – |", "| caa | – | beats (+0.021 / –) |"]
+    def cell(mean, lo=None, hi=None):
+        return {"mean": mean, "lo": lo, "hi": hi}
+    rows = [{"lever": "lora", "versus": "stock", "decision": "worse", "concept_0.05": cell(0.0114, -0.01, 0.03),
+             "concept_0.2": cell(0.05, 0.01, 0.09), "fluency_0.05": cell(-0.1), "fluency_0.2": cell(-0.25),
+             "relevance_0.05": cell(-0.06), "relevance_0.2": cell(-0.1)},
+            {"lever": "caa", "versus": "lora", "decision": "beats"}]
+    lines = summary_markdown(rows, ["0.05", "0.2"], ("lora", "caa"), ("stock", "prompting", "lora")).splitlines()
+    assert lines[0] == ("| lever | concept gain over stock, KL 0.05 | concept gain over stock, KL 0.2 | "
+                        "fluency Δℓ, KL 0.05 / 0.2 | relevance Δ, KL 0.05 / 0.2 | vs stock | vs lora |")
+    assert lines[2:] == ["| lora | +0.011 [-0.010, +0.030] | +0.050 [+0.010, +0.090] | -0.100 / -0.250 | "
+                         "-0.060 / -0.100 | worse | – |", "| caa | – | – | – / – | – / – | – | beats |"]
 
 
 def test_other_surface_forms_are_reported_apart_from_the_verdict():
@@ -71,17 +77,38 @@ def test_other_surface_forms_are_reported_apart_from_the_verdict():
                 for lv in ("0.05", "0.2"):
                     recs.append({"concept": c, "seed": 0, "prompt": f"p{i}", "lever": lever, "kl_level": lv,
                                  "admitted": True, "score": 0.4 + shift + 0.01 * rng.standard_normal(),
-                                 "concept_score": 0.3, "relevance": 1.0, "fluency": 1.0, "kl": 0.1})
+                                 "concept_score": 0.3 + shift + 0.001 * rng.standard_normal(), "relevance": 1.0,
+                                 "fluency": 1.0, "reader_logprob": -2.0 + 0.001 * rng.standard_normal(),
+                                 "kl": 0.1})
     assert exploratory([r for r in recs if r["lever"] != "surfaces-full"], ["0.05", "0.2"]) == {}
     doc = exploratory(recs, ["0.05", "0.2"])
     assert [(v["lever"], v["versus"]) for v in doc["verdicts"]] == [
         ("surfaces-full", "stock"), ("surfaces-full", "lora"), ("surfaces-full", "surfaces-rank1")]
     assert not any(p[0] == "surfaces-full" for p in pairs())  # never in the verdict's family
-    want = np.mean([r["score"] for r in recs if r["lever"] == "surfaces-full" and r["kl_level"] == "0.2"]) - \
-        np.mean([r["score"] for r in recs if r["lever"] == "lora" and r["kl_level"] == "0.2"])
-    assert doc["verdicts"][1]["mean_0.2"] == pytest.approx(want, abs=1e-12)
-    assert doc["verdicts"][1]["decision"] == "beats"  # +0.1 with a 0.01 spread
-    assert len(doc["comparisons"]) == 6 and doc["markdown"].startswith("Other surface forms")
+    want = np.mean([r["concept_score"] for r in recs if r["lever"] == "surfaces-full" and r["kl_level"] == "0.2"]) - \
+        np.mean([r["concept_score"] for r in recs if r["lever"] == "lora" and r["kl_level"] == "0.2"])
+    assert doc["verdicts"][1]["concept_0.2"]["mean"] == pytest.approx(want, abs=1e-12)
+    assert doc["verdicts"][1]["decision"] == "beats"  # +0.1 concept at no cost
+    assert doc["rule"]["claims"] == 9 and doc["markdown"].startswith("Other surface forms")
+
+
+def test_the_committed_tables_are_read_back_as_written():
+    from geosteer.bench.decide_report import read_tables
+
+    root = Path(__file__).resolve().parents[2] / "docs/results/decide"
+    recs, concepts, units = read_tables(root)
+    doc = json.loads((root / "results.json").read_text(encoding="utf-8"))
+    assert concepts == doc["concepts"] and units == doc["units"]
+    assert recs[0]["admitted"] is True and isinstance(recs[0]["seed"], int) and recs[0]["kl_level"] == "0.05"
+
+
+def test_the_keyword_probe_is_judged_on_the_concept_score_alone():
+    from geosteer.bench.decide_report import keyword_concept
+
+    probe = {"judge_p": 0.9, "stock_judge_p": 0.2}
+    assert keyword_concept(probe, {"positive_scores": [0.5, 0.95, 0.8]}) == {
+        "keyword_judge_p": 0.9, "stock_judge_p": 0.2, "on_topic_judge_p": 0.8, "keyword_below_on_topic": False}
+    assert keyword_concept(probe, {})["keyword_below_on_topic"] is None  # no on-topic readings recorded
 
 
 def test_readme_and_docs_carry_the_committed_verdict():
@@ -120,7 +147,7 @@ def test_dry_run_prints_the_mde_and_bad_input_is_one_line():
     ok = subprocess.run([*run, "--dry-run", "--json"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr[-2000:]
     doc = json.loads(ok.stdout)
-    assert doc["comparisons"] == 36 and 0 < doc["minimum_detectable_effect"] < 1
+    assert doc["comparisons"] == 54 and 0 < doc["minimum_detectable_effect"] < 1  # 18 pairs x 3 endpoints
     bad = subprocess.run([*run, "--dry-run", "--only", "nope"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown concept 'nope'" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -177,16 +177,18 @@ def test_decide_each_branch():
 
 
 def test_minimum_detectable_effect_hand_number():
-    # C=20, P=5, S=2, m=10: alpha' = 0.005, z_0.9975 = 2.807034, z_0.8 = 0.841621 (normal tables);
-    # sqrt(0.1^2/20 + 0.2^2/200) = sqrt(0.0007) = 0.0264575 -> 3.648655 * 0.0264575 = 0.096535
+    # C=20, P=5, S=2, m=10: alpha' = 0.005, df = 19: t_0.9975 = 3.173725, t_0.8 = 0.860951 (t tables);
+    # sqrt(0.1^2/20 + 0.2^2/200) = sqrt(0.0007) = 0.0264575 -> 4.034676 * 0.0264575 = 0.106747
     mde = minimum_detectable_effect(20, 5, 2, sd_concept=0.1, sd_item=0.2, n_comparisons=10)
-    assert mde == pytest.approx(0.096535, abs=2e-6)
-    norm = pytest.importorskip("scipy.stats").norm
-    expected = (norm.ppf(1 - 0.01 / 2 / 4) + norm.ppf(0.9)) * math.sqrt(0.05**2 / 8 + 0.3**2 / (8 * 3 * 1))
+    assert mde == pytest.approx(0.106747, abs=2e-6)
+    t = pytest.importorskip("scipy.stats").t
+    expected = (t.ppf(1 - 0.01 / 2 / 4, 7) + t.ppf(0.9, 7)) * math.sqrt(0.05**2 / 8 + 0.3**2 / (8 * 3 * 1))
     got = minimum_detectable_effect(8, 3, 1, 0.05, 0.3, n_comparisons=4, alpha=0.01, power=0.9)
     assert got == pytest.approx(expected, rel=1e-9)
     with pytest.raises(ValueError):
         minimum_detectable_effect(0, 5, 2, 0.1, 0.2, 1)
+    with pytest.raises(ValueError):
+        minimum_detectable_effect(1, 5, 2, 0.1, 0.2, 1)  # one concept: no t test
 
 
 def test_variance_components_hand_values():

@@ -2,10 +2,11 @@
 
 Only concepts whose judge was admitted (AUC >= :data:`geosteer.bench.judges.ADMISSION_AUC` on the stock model's
 own labelled continuations) enter the comparisons. Each lever is compared with the stock model, with prompting
-and with LoRA (:data:`PAIRS`) at each KL level: the paired differences of the score per (concept, seed, prompt),
-a hierarchical bootstrap with Holm over every (pair, KL level) (:func:`geosteer.bench.stats.compare_pairs`), and
-the pre-registered rule (:func:`geosteer.bench.stats.decide`). Stock and prompting have one setting each, so
-their records stand at both KL levels (prompting at its own control KL, which is reported).
+and with LoRA (:func:`pairs`) at each KL level on the rule's endpoints (:mod:`geosteer.bench.endpoints`): the
+concept gain, the fluency and relevance costs, concept-level t intervals, Holm over the claims made, "at every
+level" as an intersection-union test. Stock and prompting have one setting each, so their records stand at both
+KL levels (prompting at its own control KL, which is reported). The earlier reading of AxBench's score alone (a
+hierarchical bootstrap, :func:`verdicts`) is kept in ``results.json`` as ``earlier_rule``, for comparison.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN, EXPLORATORY, EXPLORATORY_REFERENCES
+from geosteer.bench import endpoints as E
+from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN, EXPLORATORY, EXPLORATORY_REFERENCES, Design
+from geosteer.bench.endpoints_report import detail_markdown, rule_markdown, rule_summary, summary_markdown
 from geosteer.bench.kl_match import level_key
 from geosteer.bench.stats import compare_pairs, decide, paired_differences
 from geosteer.io_utils import atomic_write_text
@@ -26,7 +29,7 @@ from geosteer.io_utils import atomic_write_text
 LEVERS = ("surfaces-rank1", "walls", "lora", "loreft", "vector", "caa", "prompting")
 REFERENCES = ("stock", "prompting", "lora")
 ITEM_FIELDS = ("score", "concept", "relevance", "fluency", "lexicon_concept", "judge_p", "reader_logprob",
-               "repeated")
+               "repeated", "similarity")
 N_BOOT = 20000
 RENAME = {"concept": "concept_score"}  # a record's "concept" is the concept's name
 
@@ -42,8 +45,9 @@ def pairs() -> list[tuple[str, str]]:
     return out
 
 
-def n_comparisons(n_levels: int = 2) -> int:
-    return len(pairs()) * n_levels
+def n_comparisons() -> int:
+    """The verdict's Holm family: one claim per (pair, tested endpoint); KL levels do not multiply it."""
+    return E.n_claims(len(pairs()))
 
 
 def _units(out: Path):
@@ -71,6 +75,17 @@ def _rows(ctx: dict, lever: str, level: str, items: dict, extra: dict) -> list[d
     return rows
 
 
+def keyword_concept(probe: dict, adm: dict) -> dict:
+    """The keyword probe judged on the concept score alone: the judge's P(concept) of the bare word list beside
+    its mean P on the stock continuations and, where the admission recorded them (``positive_scores``), its
+    median P on genuine on-topic texts; the probe passes when the list scores below that on-topic text."""
+    on_topic = adm.get("positive_scores")
+    median = float(np.median(on_topic)) if on_topic else None
+    p = probe.get("judge_p")
+    return {"keyword_judge_p": p, "stock_judge_p": probe.get("stock_judge_p"), "on_topic_judge_p": median,
+            "keyword_below_on_topic": None if p is None or median is None else bool(p < median)}
+
+
 def records(out: Path, levels: list[str]) -> tuple[list[dict], list[dict], list[dict]]:
     """(per-prompt records, per-concept records, per-lever-unit records) of everything under ``out``."""
     recs, concepts, units = [], [], []
@@ -80,6 +95,7 @@ def records(out: Path, levels: list[str]) -> tuple[list[dict], list[dict], list[
                          "auc": adm["auc"], "admitted": adm["admitted"], "lexicon_auc": adm.get("lexicon_auc"),
                          "keyword_words": " ".join(probe["words"]), "keyword_score": probe["score"],
                          "stock_score": probe["stock_score"], "keyword_below_stock": probe["below_stock"],
+                         **keyword_concept(probe, adm),
                          "levers_done": len(levers), "context_cpu_seconds": ctx["cpu_seconds"]})
         for level in levels:
             recs += _rows(ctx, "stock", level, ctx["stock"], {"strength": 0.0, "kl": 0.0, "reached": True,
@@ -111,7 +127,7 @@ def lever_table(recs: list[dict], levels: list[str], levers: list[str] | None = 
                 out.append({"lever": lever, "kl_level": level, "n_items": len(rows),
                             "n_concepts": len({(r["concept"]) for r in rows}),
                             **{k: _mean(r.get(k) for r in rows) for k in ("score", "concept_score", "relevance",
-                                                                           "fluency", "kl")}})
+                                                                           "fluency", "reader_logprob", "kl")}})
     return out
 
 
@@ -127,8 +143,9 @@ def by_kind(recs: list[dict], a: str, b: str, level: str) -> dict[str, float]:
 
 def verdicts(recs: list[dict], levels: list[str], margin: float, alpha: float,
              family: list[tuple[str, str]] | None = None, seed: int = 0) -> tuple[list[dict], list[dict]]:
-    """(comparisons, verdicts): every (pair, level) result and the decision word per pair of ``family``
-    (default: the verdict's :func:`pairs`), Holm over that family alone; ``seed``: the bootstrap's."""
+    """The earlier rule (AxBench's score alone): (comparisons, verdicts) of every (pair, level) by the
+    hierarchical bootstrap, Holm over the (pair, level) family (default: :func:`pairs`), its decision per pair;
+    ``seed``: the bootstrap's. Kept for comparison with :func:`endpoint_verdict`, the rule in force."""
     family = pairs() if family is None else family
     admitted = [r for r in recs if r["admitted"]]
     comps = compare_pairs(admitted, family, levels, n_boot=N_BOOT, seed=seed, alpha=alpha)
@@ -142,16 +159,32 @@ def verdicts(recs: list[dict], levels: list[str], margin: float, alpha: float,
     return comps, out
 
 
-def exploratory(recs: list[dict], levels: list[str]) -> dict:
-    """The other surface forms measured (``--explore``), each against :data:`EXPLORATORY_REFERENCES` in a Holm
-    family of their own; not part of the verdict. Empty when none was measured."""
+def endpoint_verdict(recs: list[dict], levels: list[str], design, family: list[tuple[str, str]] | None = None,
+                     levers: tuple[str, ...] = LEVERS, references: tuple[str, ...] = REFERENCES) -> dict:
+    """The rule in force (:mod:`geosteer.bench.endpoints`) over ``family`` (default :func:`pairs`) on the
+    admitted records: every interval (``endpoints``), the word per pair (``verdicts``), the rule's constants and
+    MDEs (``rule``), and the tables (``summary``: one row per lever; ``markdown``: the rule line, the summary and
+    every tested comparison)."""
+    family = pairs() if family is None else family
+    admitted = [r for r in recs if r["admitted"]]
+    rows = E.compare(admitted, family, levels, ALPHA)
+    verdict_rows = E.verdicts(rows, family)
+    rule = rule_summary(rows, len(family), design, ALPHA)
+    summary = summary_markdown(verdict_rows, levels, levers, references)
+    md = rule_markdown(rule) + "\n" + summary + "\n" + detail_markdown(rows, levels)
+    return {"endpoints": rows, "verdicts": verdict_rows, "rule": rule, "summary": summary, "markdown": md}
+
+
+def exploratory(recs: list[dict], levels: list[str], design=None) -> dict:
+    """The other surface forms measured (``--explore``), each against :data:`EXPLORATORY_REFERENCES` by the rule's
+    endpoints in a Holm family of their own; not part of the verdict. Empty when none was measured."""
     present = [x for x in EXPLORATORY if any(r["lever"] == x for r in recs)]
     if not present:
         return {}
     family = [(x, ref) for x in present for ref in EXPLORATORY_REFERENCES]
-    comps, rows = verdicts(recs, levels, EQUIVALENCE_MARGIN, ALPHA, family)
-    return {"comparisons": comps, "verdicts": rows, "levers": lever_table(recs, levels, present),
-            "markdown": "Other surface forms (exploratory, not part of the verdict):\n\n" + markdown(rows, levels)}
+    doc = endpoint_verdict(recs, levels, design or Design(), family, tuple(present), EXPLORATORY_REFERENCES)
+    return {**doc, "levers": lever_table(recs, levels, present),
+            "markdown": "Other surface forms (exploratory, not part of the verdict):\n\n" + doc["markdown"]}
 
 
 def _csv(rows: list[dict]) -> str:
@@ -163,32 +196,6 @@ def _csv(rows: list[dict]) -> str:
     w.writeheader()
     w.writerows(rows)
     return buf.getvalue()
-
-
-def _f(x, d: int = 3) -> str:
-    return "–" if x is None else f"{x:+.{d}f}"
-
-
-def markdown(verdict_rows: list[dict], levels: list[str]) -> str:
-    head = "| lever | versus | " + " | ".join(f"D at KL {lv} [interval]" for lv in levels) + " | decision |"
-    lines = [head, "|" + "---|" * (3 + len(levels))]
-    for v in verdict_rows:
-        cells = [f"{_f(v.get(f'mean_{lv}'))} [{_f((v.get(f'ci_{lv}') or [None])[0])}, "
-                 f"{_f((v.get(f'ci_{lv}') or [None, None])[1])}]" for lv in levels]
-        lines.append(f"| {v['lever']} | {v['versus']} | " + " | ".join(cells) + f" | **{v['decision']}** |")
-    return "\n".join(lines) + "\n"
-
-
-def summary_markdown(verdict_rows: list[dict], levels: list[str]) -> str:
-    """One row per lever, one column per reference: the decision word and D at each KL level."""
-    refs = [r for r in REFERENCES if any(v["versus"] == r for v in verdict_rows)]
-    lines = ["| lever | " + " | ".join(f"vs {r}" for r in refs) + " |", "|" + "---|" * (1 + len(refs))]
-    for lever in LEVERS:
-        cells = {v["versus"]: f"{v['decision']} ({' / '.join(_f(v.get(f'mean_{lv}')) for lv in levels)})"
-                 for v in verdict_rows if v["lever"] == lever}
-        if cells:
-            lines.append(f"| {lever} | " + " | ".join(cells.get(r, "–") for r in refs) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def cost_table(units: list[dict]) -> list[dict]:
@@ -212,29 +219,70 @@ def cost_markdown(costs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+TEXT_FIELDS = frozenset({"concept", "kind", "direction", "lever", "kl_level", "prompt", "text", "keyword_words"})
+
+
+def _typed(key: str, value: str):
+    """A CSV cell back as the report wrote it: '' is None, True/False booleans, numbers numbers."""
+    if key in TEXT_FIELDS:
+        return value
+    if value == "":
+        return None
+    if value in ("True", "False"):
+        return value == "True"
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def read_tables(folder: Path) -> tuple[list[dict], list[dict], list[dict]]:
+    """(records, concepts, units) read back from a report's records.csv, concepts.csv and units.csv, typed as
+    :func:`records` returns them: the committed results can be re-read without their checkpoints."""
+    out = []
+    for name in ("records.csv", "concepts.csv", "units.csv"):
+        with open(Path(folder) / name, newline="", encoding="utf-8") as f:
+            out.append([{k: _typed(k, v) for k, v in row.items()} for row in csv.DictReader(f)])
+    return out[0], out[1], out[2]
+
+
 def write_report(out: Path, design) -> dict:
     """records.csv, concepts.csv, units.csv, results.json and verdict.txt under ``out``; the results document."""
     out = Path(out)
     levels = [level_key(t) for t in design.kl_levels]
     recs, concepts, units = records(out, levels)
-    comps, verdict_rows = verdicts(recs, levels, EQUIVALENCE_MARGIN, ALPHA) if recs else ([], [])
-    kinds = {f"{a}-{b}@{lv}": by_kind(recs, a, b, lv) for a, b in (("surfaces-rank1", "stock"),
-             ("surfaces-rank1", "prompting"), ("surfaces-rank1", "lora"), ("lora", "stock"),
-             ("prompting", "stock")) for lv in levels} if recs else {}
-    lrs = out / "learning_rates.json"
-    doc = {"design": design.to_dict(), "learning_rates": json.loads(lrs.read_text()) if lrs.is_file() else None,
-           "concepts": concepts, "levers": lever_table(recs, levels), "comparisons": comps,
-           "verdicts": verdict_rows, "by_kind": kinds, "units": units, "costs": cost_table(units),
-           "markdown": markdown(verdict_rows, levels)}
-    doc["summary"] = summary_markdown(verdict_rows, levels)
-    doc["markdown"] += "\n" + doc["summary"] + "\n" + cost_markdown(doc["costs"])
-    extra = exploratory(recs, levels) if recs else {}
-    if extra:
-        doc["exploratory"] = extra
-        doc["markdown"] += "\n" + extra["markdown"]
     atomic_write_text(out / "records.csv", _csv(recs))
     atomic_write_text(out / "concepts.csv", _csv(concepts))
     atomic_write_text(out / "units.csv", _csv(units))
-    atomic_write_text(out / "results.json", json.dumps(doc, indent=1, allow_nan=True) + "\n")
-    atomic_write_text(out / "verdict.txt", doc["markdown"])
+    return write_results(out, design, recs, concepts, units)
+
+
+def write_results(out: Path, design, recs: list[dict], concepts: list[dict], units: list[dict]) -> dict:
+    """results.json and verdict.txt under ``out`` from the tidy records (:func:`records`, or the committed CSV
+    files read back by :func:`read_tables`); the results document."""
+    levels = [level_key(t) for t in design.kl_levels]
+    comps, old = verdicts(recs, levels, EQUIVALENCE_MARGIN, ALPHA) if recs else ([], [])
+    rule = endpoint_verdict(recs, levels, design) if recs else {"endpoints": [], "verdicts": [], "rule": {},
+                                                                "summary": "", "markdown": ""}
+    kinds = {f"{a}-{b}@{lv}": by_kind(recs, a, b, lv) for a, b in (("surfaces-rank1", "stock"),
+             ("surfaces-rank1", "prompting"), ("surfaces-rank1", "lora"), ("lora", "stock"),
+             ("prompting", "stock")) for lv in levels} if recs else {}
+    lrs = Path(out) / "learning_rates.json"
+    doc = {"design": design.to_dict(), "learning_rates": json.loads(lrs.read_text()) if lrs.is_file() else None,
+           "concepts": concepts, "levers": lever_table(recs, levels), "rule": rule["rule"],
+           "endpoints": rule["endpoints"], "verdicts": rule["verdicts"], "summary": rule["summary"],
+           "earlier_rule": {"what": "AxBench's score alone, hierarchical bootstrap, Holm over (pair, KL level); "
+                                    "superseded", "comparisons": comps, "verdicts": old},
+           "by_kind": kinds, "units": units, "costs": cost_table(units)}
+    doc["markdown"] = rule["markdown"] + "\n" + cost_markdown(doc["costs"])
+    extra = exploratory(recs, levels, design) if recs else {}
+    if extra:
+        doc["exploratory"] = extra
+        doc["markdown"] += "\n" + extra["markdown"]
+    atomic_write_text(Path(out) / "results.json", json.dumps(doc, indent=1, allow_nan=True) + "\n")
+    atomic_write_text(Path(out) / "verdict.txt", doc["markdown"])
     return doc

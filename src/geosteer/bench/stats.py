@@ -1,32 +1,40 @@
-"""The benchmark's decision statistics: paired differences, a hierarchical bootstrap, Holm, the decision rule.
+"""The benchmark's statistics: paired differences, a hierarchical bootstrap, Holm, the earlier score rule, the MDE.
 
-A record is one scored item: ``{"concept", "seed", "prompt", "lever", "kl_level", "score"}``. Two levers A and
-B are compared at one KL level through the paired differences d = score_A - score_B on the same
-(concept, seed, prompt). The estimate weighs every concept the same,
+A record is one scored item: ``{"concept", "seed", "prompt", "lever", "kl_level", "score", ...}``. Two levers A
+and B are compared at one KL level through the paired differences d = field_A - field_B on the same
+(concept, seed, prompt) (the score by default; the rule in force reads other fields,
+:mod:`geosteer.bench.endpoints`). The estimate weighs every concept the same,
 
     D = (1/C) * sum_c mean_i d_ci,
 
-and its uncertainty comes from resampling concepts, then items within each drawn concept. Multiplicity is
-handled by Holm's step-down over one family: every (pair, KL level) comparison of a :func:`compare_pairs`
-call together.
+and in :func:`compare_pairs` its uncertainty comes from resampling concepts, then items within each drawn
+concept, with Holm's step-down over every (pair, KL level) of the call; :func:`decide` is the earlier rule on the
+score alone. The rule in force uses concept-level t intervals instead (:mod:`geosteer.bench.tdist`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from statistics import NormalDist
 
 import numpy as np
+
+from geosteer.bench.tdist import detectable
 
 Key = tuple[str, int, str]
 
 
-def paired_differences(records: Iterable[dict], a: str, b: str, kl_level: str) -> dict[str, np.ndarray]:
-    """concept -> array of d = score_a - score_b over the (seed, prompt) items both levers have at ``kl_level``.
+def _reading(value) -> float:
+    """A record's value as a float; nan for a missing one (None, '' or nan)."""
+    return math.nan if value is None or value == "" else float(value)
 
-    Items only one lever has are dropped; concepts are sorted, items within a concept by (seed, prompt).
-    A lever with two records for the same item is an error."""
+
+def paired_differences(records: Iterable[dict], a: str, b: str, kl_level: str,
+                       field: str = "score") -> dict[str, np.ndarray]:
+    """concept -> array of d = field_a - field_b over the (seed, prompt) items both levers have at ``kl_level``.
+
+    Items only one lever has, or where either reading of ``field`` is missing (nan), are dropped; concepts are
+    sorted, items within a concept by (seed, prompt). A lever with two records for the same item is an error."""
     scores: dict[str, dict[Key, float]] = {a: {}, b: {}}
     for r in records:
         if r["lever"] not in scores or str(r["kl_level"]) != str(kl_level):
@@ -34,8 +42,9 @@ def paired_differences(records: Iterable[dict], a: str, b: str, kl_level: str) -
         key = (str(r["concept"]), int(r["seed"]), str(r["prompt"]))
         if key in scores[r["lever"]]:
             raise ValueError(f"lever {r['lever']!r} has two records for {key} at kl_level {kl_level}")
-        scores[r["lever"]][key] = float(r["score"])
-    both = sorted(scores[a].keys() & scores[b].keys())
+        scores[r["lever"]][key] = _reading(r.get(field))
+    both = sorted(k for k in scores[a].keys() & scores[b].keys()
+                  if not (math.isnan(scores[a][k]) or math.isnan(scores[b][k])))
     out: dict[str, list[float]] = {}
     for key in both:
         out.setdefault(key[0], []).append(scores[a][key] - scores[b][key])
@@ -157,7 +166,8 @@ def compare_pairs(records: Sequence[dict], pairs: Sequence[tuple[str, str]], kl_
 
 
 def decide(results_for_pair: Sequence[dict], margin: float = 0.02) -> str:
-    """The pre-registered rule over one pair's results at every KL level:
+    """The earlier rule on the score alone (superseded by :func:`geosteer.bench.endpoints.decide`: its "loses"
+    is also what a lever that does not move the concept gets), over one pair's results at every KL level:
     "beats" if lo > 0 at every level; else "loses" if hi < 0 at every level; else "equivalent" if
     -margin < lo and hi < margin at every level; else "undecided" (also when a level has no interval)."""
     if not results_for_pair:
@@ -175,17 +185,18 @@ def decide(results_for_pair: Sequence[dict], margin: float = 0.02) -> str:
 
 def minimum_detectable_effect(n_concepts: int, n_prompts: int, n_seeds: int, sd_concept: float, sd_item: float,
                               n_comparisons: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """MDE = (z_{1 - a'/2} + z_power) * sqrt(sd_concept^2 / C + sd_item^2 / (C * P * S)), a' = alpha / m.
+    """MDE = (t_{1 - a'/2, C - 1} + t_{power, C - 1}) * sqrt(sd_concept^2 / C + sd_item^2 / (C * P * S)),
+    a' = alpha / m: the concept-level t test's (:func:`geosteer.bench.tdist.detectable`).
 
     sd_concept: between-concept SD of the concept effect; sd_item: within-concept SD of one paired
-    difference; a' is Bonferroni's level, the conservative end of Holm."""
+    difference; a' is Bonferroni's level, the conservative end of Holm; C >= 2 (a t test needs a spread)."""
     if min(n_concepts, n_prompts, n_seeds, n_comparisons) < 1:
         raise ValueError("counts must be at least 1")
-    z = NormalDist()
-    level = alpha / n_comparisons
-    factor = z.inv_cdf(1 - level / 2) + z.inv_cdf(power)
+    if n_concepts < 2:
+        raise ValueError("a concept-level t test needs at least 2 concepts")
     c, items = n_concepts, n_concepts * n_prompts * n_seeds
-    return float(factor * math.sqrt(sd_concept**2 / c + sd_item**2 / items))
+    se = math.sqrt(sd_concept**2 / c + sd_item**2 / items)
+    return detectable(se, c - 1, alpha / n_comparisons, power)
 
 
 def variance_components(diffs: dict[str, np.ndarray]) -> tuple[float, float]:
