@@ -23,6 +23,8 @@ BUILTIN = ("geosteer.manifold", "geosteer.directional", "geosteer.dynamics", "ge
 ENTRY_POINT_GROUP = "geosteer.methods"
 KINDS = ("any", "number", "layers", "folder", "text")
 CORE_FORMATS = {"geosteer-recipe": "geosteer.recipe"}  # format -> the module that declares it (as FORMAT)
+FLOAT32_MAX = 3.4028234663852886e38
+NUMBER_BOUNDS = (-FLOAT32_MAX, FLOAT32_MAX)  # a number key's default bounds: float32's finite range
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,8 @@ class RecipeKey:
     """One ``key=value`` setting of a recipe; ``default`` is the stock setting (nothing attached).
 
     ``kind``: ``number``, ``layers``, ``folder`` (copied into a saved recipe), ``text`` or ``any``;
-    ``inline`` makes a value self-contained when a recipe is saved.
+    ``inline`` makes a value self-contained when a recipe is saved; ``bounds``: the (low, high) a ``number``
+    takes (default :data:`NUMBER_BOUNDS`, float32's finite range: what the kernels compute in).
     """
 
     name: str
@@ -38,6 +41,7 @@ class RecipeKey:
     help: str = ""
     kind: str = "any"
     inline: Callable[[Any], Any] | None = None
+    bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

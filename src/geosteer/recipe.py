@@ -24,7 +24,7 @@ from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, ArtifactWarning, is_
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.formats import format_of
 from geosteer.io_utils import link_leaving
-from geosteer.methods import Method, RecipeKey, methods, recipe_keys, register_method
+from geosteer.methods import NUMBER_BOUNDS, Method, RecipeKey, methods, recipe_keys, register_method
 from geosteer.models.anatomy import parse_layers
 from geosteer.shipped import names as shipped_names
 from geosteer.shipped import shipped
@@ -56,17 +56,30 @@ def register_builder(name: str, keys: Sequence[str], build: Builder) -> None:
     register_method(Method(name, keys=tuple(RecipeKey(k) for k in keys), build=only_given))
 
 
-def _num(name: str, v: Any) -> float:
-    """``v`` as a finite float; booleans (``true`` in a JSON recipe) and non-finite values are refused."""
+def _num(name: str, v: Any, bounds: tuple[float, float] | None = None) -> float:
+    """``v`` as a finite float within ``bounds`` (default :data:`~geosteer.methods.NUMBER_BOUNDS`, float32's
+    range); booleans (``true`` in a JSON recipe), non-finite values and values out of bounds are refused."""
     if isinstance(v, bool):
         raise GeosteerError(f"{name} must be a number, not a boolean (got {v!r})")
     try:
         x = float(v)
     except (TypeError, ValueError, OverflowError):
-        raise GeosteerError(f"{name} must be a number (got {v!r})") from None
-    if not math.isfinite(x):
-        raise GeosteerError(f"{name} must be a finite number (got {v!r})")
+        raise GeosteerError(f"{name} must be a number (got {_short(v)})") from None
+    lo, hi = bounds or NUMBER_BOUNDS
+    if not (math.isfinite(x) and lo <= x <= hi):
+        where = "" if bounds else " (float32's range)"
+        raise GeosteerError(f"{name} must be a finite number in {_bound_text(lo)} to {_bound_text(hi)}{where} "
+                            f"(got {_short(v)})")
     return x
+
+
+def _bound_text(x: float) -> str:
+    return f"{x:g}" if abs(x) >= 1e16 else str(int(x)) if x == int(x) else repr(x)
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _check_value(name: str, key: RecipeKey, v: Any) -> Any:
@@ -74,17 +87,25 @@ def _check_value(name: str, key: RecipeKey, v: Any) -> Any:
     if v is None:
         return None
     if key.kind == "number":
-        return _num(name, v)
+        return _num(name, v, key.bounds)
     if key.kind == "layers" and isinstance(v, str):
         try:
             parse_layers(v, 1 << 20)  # the syntax; the range is checked against the model when built
         except (GeosteerError, ValueError) as e:
             raise GeosteerError(f"{name}: {e}") from None
-    if key.kind == "folder" and isinstance(v, (str, Path)) and not (Path(v).is_dir() or is_repo_id(v)
-                                                                     or shipped(v) is not None):
-        raise GeosteerError(f"{name}={v}: no such folder (give an artifact folder, a Hub repo id "
+    if key.kind == "folder" and isinstance(v, (str, Path)) and not _names_folder(v):
+        raise GeosteerError(f"{name}={_short(str(v))}: no such folder (give an artifact folder, a Hub repo id "
                             f"org/name[@revision] or a shipped artifact: {', '.join(shipped_names())})")
     return v
+
+
+def _names_folder(v: str | Path) -> bool:
+    """Whether ``v`` names a folder, a Hub repo id or a shipped artifact; a name the system cannot look up
+    (longer than a file name may be, a NUL) names none."""
+    try:
+        return Path(v).is_dir() or is_repo_id(v) or shipped(v) is not None
+    except (OSError, ValueError):
+        return False
 
 
 def valid_keys_text() -> str:

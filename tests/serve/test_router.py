@@ -206,7 +206,7 @@ def test_a_capture_comes_back_in_the_response_and_bad_ones_are_400(tmp_path):
 
     async def engine(scope, receive, send):  # stands in for vLLM: writes the capture as the steered layers do
         doc = json.loads((await receive())["body"])
-        cap = doc["vllm_xargs"]["geosteer_capture"]
+        cap = json.loads(doc["vllm_xargs"]["geosteer_capture"])  # JSON text: vLLM's vllm_xargs schema
         for layer in cap["layers"]:
             for pos in range(5):  # 3 prompt tokens, 2 generated: 4 run, and a position past them
                 capture.record(str(tmp_path), cap["token"], layer, torch.tensor([pos]), torch.full((1, 4), pos + 0.5))

@@ -222,7 +222,7 @@ def test_artifact_roundtrip_load_artifact_and_recipe(tiny_model, tmp_path):
     torch.testing.assert_close(_logits(model, ids, *loaded.build(model)), want, rtol=0, atol=0)
     assert InterventionSpec.from_dict({"vectors": str(folder), "vector_scale": 0}).build(model) == []
     for bad, msg in (({"vector_mode": "push"}, "unknown vector mode 'push'"),
-                     ({"vector_from": "-1"}, "vector_from must be a token index"),
+                     ({"vector_from": "-1"}, "vector_from must be a finite number in 0 to 2147483647"),
                      ({"vector_phase": "decode"}, "unknown vector phase"),
                      ({"vector_layers": "1"}, "vector_layers= needs vectors=")):
         with pytest.raises(GeosteerError, match=msg):

@@ -57,13 +57,19 @@ def parse_positions(spec: str | int) -> int | str:
                             "last two tokens)") from None
 
 
+MAX_TOKEN_INDEX = 2**31 - 1  # vector_from's bound: the largest position an engine's int32 indices hold
+
+
 def check_from_token(value) -> int:
+    bad = f"vector_from must be a token index in 0-{MAX_TOKEN_INDEX} (got {str(value)[:40]!r})"
+    if isinstance(value, bool):
+        raise GeosteerError(bad)
     try:
         v = float(value)
-    except (TypeError, ValueError):
-        raise GeosteerError(f"vector_from must be a token index >= 0 (got {value!r})") from None
-    if not math.isfinite(v) or v < 0 or v != int(v):
-        raise GeosteerError(f"vector_from must be a token index >= 0 (got {value!r})")
+    except (TypeError, ValueError, OverflowError):
+        raise GeosteerError(bad) from None
+    if not math.isfinite(v) or not 0 <= v <= MAX_TOKEN_INDEX or v != int(v):
+        raise GeosteerError(bad)
     return int(v)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from geosteer.methods import Method, RecipeKey, Verb, register_method
 from geosteer.vectors.artifact import VECTORS
+from geosteer.vectors.config import MAX_TOKEN_INDEX
 
 
 def _validate(v: dict) -> None:
@@ -55,7 +56,7 @@ METHOD = register_method(Method(
         RecipeKey("vectors", None, "steering-vectors artifact folder", kind="folder"),
         RecipeKey("vector_scale", 1.0, "multiplier s (0: the stock model)", kind="number"),
         RecipeKey("vector_mode", "add", "add | ablate | ablate_add | norm_match", kind="text"),
-        RecipeKey("vector_from", 0, "steer tokens from this index on", kind="number"),
+        RecipeKey("vector_from", 0, "steer tokens from this index on", kind="number", bounds=(0, MAX_TOKEN_INDEX)),
         RecipeKey("vector_phase", "all", "all | prompt | generation", kind="text"),
         RecipeKey("vector_layers", None, "which of the artifact's layers (default: all it holds)", kind="layers"),
     ),

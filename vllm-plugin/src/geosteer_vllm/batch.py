@@ -7,6 +7,7 @@ decoder layers read :func:`groups`, :func:`ops` and :func:`tokens`.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -28,6 +29,8 @@ _PROMPT_LEN: torch.Tensor | None = None  # (tokens,) prompt length of each token
 _GROUPS: dict[int, torch.Tensor | None] = {}
 _CAPTURES: list[tuple] = []  # this step's captures: (token, point, layers, positions, first row, end row)
 _CAPTURE_DIR: list[str] = []
+_FAILED: OrderedDict = OrderedDict()  # failures already logged (bounded)
+logger = logging.getLogger("vllm.geosteer")  # vLLM's handler prints it beside its own lines
 
 
 def set_recipes(plans: list, build: Callable | None = None) -> None:
@@ -59,6 +62,29 @@ def plan_for(extra: dict | None):
     else:
         return None
     return None if plan.neutral else plan
+
+
+def failed(what: str, err: BaseException) -> None:
+    """Log a failure of one request's steering inside the engine's step, once per ``what``: the engine goes
+    on, and the rows it concerns keep the values they had (the front refuses every such request first, so this
+    is the last guard, not a path a request is meant to take)."""
+    if what in _FAILED:
+        return
+    _FAILED[what] = True
+    while len(_FAILED) > 256:
+        _FAILED.popitem(last=False)
+    logger.error("geosteer: %s failed inside the engine's step, left unsteered: %s: %s", what,
+                 type(err).__name__, str(err)[:300])
+
+
+def plan_or_stock(req_id: str, extra: dict | None):
+    """:func:`plan_for`, or None (the stock model) for a request whose recipe cannot be built here, logged
+    by :func:`failed`: one request must not stop the engine."""
+    try:
+        return plan_for(extra)
+    except Exception as e:  # noqa: BLE001 - any failure of one request's recipe stays with that request
+        failed(f"the recipe of request {str(req_id)[:80]}", e)
+        return None
 
 
 def set_capture_dir(folder: str | None) -> None:

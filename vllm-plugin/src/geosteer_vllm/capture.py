@@ -8,6 +8,7 @@ state at a hook point. The front issues a token; the input processor admits only
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -54,8 +55,14 @@ def issue(spec: dict) -> dict:
     return {**spec, "token": token}
 
 
-def admit(cap: object, prompt_len: int, max_tokens: int, width: int, limit: int) -> str:
-    """The input processor's check of a capture in ``extra_args``: issued here, within ``limit``; its token."""
+def admit(cap: object, prompt_len: int, max_tokens: int, width: int, limit: int) -> dict:
+    """The input processor's check of a capture in ``extra_args`` (the object, or its JSON text as the OpenAI
+    server's ``vllm_xargs`` carries it): issued here, within ``limit``; the capture object."""
+    if isinstance(cap, str) and len(cap) <= 4096:
+        try:
+            cap = json.loads(cap)
+        except (ValueError, RecursionError):
+            cap = None
     token = cap.get("token") if isinstance(cap, dict) else None
     if not isinstance(token, str) or token not in _ISSUED or {**_ISSUED[token], "token": token} != cap:
         raise GeosteerError(f"{FIELD} is given as a request field ({FIELD}: {{point, layers, positions}}); "
@@ -65,7 +72,7 @@ def admit(cap: object, prompt_len: int, max_tokens: int, width: int, limit: int)
     if size > limit:
         raise GeosteerError(f"{FIELD}: {len(cap['layers'])} layers x {tokens} tokens x {width} values = {size} "
                             f"values, over this server's limit of {limit}; ask for fewer layers or tokens")
-    return token
+    return cap
 
 
 def forget(token: str) -> None:
@@ -111,9 +118,19 @@ def collect(folder: str, cap: dict, width: int, n_positions: int) -> dict[str, l
 
 
 def capture_dir() -> str:
-    """A private folder for this server's capture files."""
+    """A private folder for this server's capture files, removed when the process that made it exits (also
+    on SIGTERM, which vLLM's server turns into an orderly exit)."""
+    import atexit
+    import shutil
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="geosteer-capture-")
     os.chmod(folder, 0o700)
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:  # not a forked worker leaving before the server does
+            shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(remove)
     return folder

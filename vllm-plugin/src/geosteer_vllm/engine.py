@@ -16,7 +16,7 @@ from typing import Any
 from geosteer.errors import GeosteerError
 from geosteer_vllm.batch import RECIPE_FIELD, SPEC_FIELD
 from geosteer_vllm.families import check_served_config, served_family
-from geosteer_vllm.inline import Policy
+from geosteer_vllm.inline import Policy, check_artifacts
 
 
 def resolve_model(model: str) -> tuple[str, str]:
@@ -53,6 +53,8 @@ def check_recipes(folder: str, name: str, recipes: dict[str, str], tensor_parall
     plans = {}
     for rname, rfolder in recipes.items():
         plans[rname] = plan_recipe(rname, rfolder, meta)
+    if inline is not None:
+        check_artifacts(inline, meta)
     if meta.config.num_attention_heads % tensor_parallel_size:  # each rank takes whole heads (serve.tensor_parallel)
         raise GeosteerError(f"{meta.config.num_attention_heads} attention heads do not split over "
                             f"tensor_parallel_size={tensor_parallel_size}")

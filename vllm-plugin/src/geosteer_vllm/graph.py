@@ -212,8 +212,13 @@ class Rows:
             if old is None:
                 raise GeosteerError(f"more than {self.size - self.first_inline} inline recipes in one step")
             row = self.inline.pop(old)[0]
+        try:
+            self.write(row, plan)
+        except BaseException:
+            for tab in self.tables.values():  # a row half written is no recipe's
+                tab.clear(row)
+            raise
         self.inline[id(plan)] = (row, plan)  # the plan is kept so its id is not reused while it holds a row
-        self.write(row, plan)
         return row
 
     def write(self, row: int, plan) -> None:
@@ -232,7 +237,13 @@ class Rows:
         """Each token's row and prompt length for ``[(plan or None, n tokens, prompt length, ...), ...]``."""
         ids, plens, counts, in_use = [], [], [], set()
         for plan, n, plen, *_ in per_request:
-            row = 0 if plan is None else self.row_of(plan, in_use)
+            try:
+                row = 0 if plan is None else self.row_of(plan, in_use)
+            except Exception as e:  # noqa: BLE001 - one recipe's rows, not the engine's step
+                from geosteer_vllm.batch import failed
+
+                failed(f"recipe '{plan.name}' ({plan.source})", e)
+                row = 0
             in_use.add(row)
             ids.append(row)
             plens.append(plen)

@@ -47,6 +47,30 @@ def parse_artifact_args(items: list[str]) -> dict[str, str]:
     return out
 
 
+def check_artifacts(policy: Policy, model) -> None:
+    """Build each ``--artifact`` on ``model`` (a weightless copy of the served model) as the recipe of it
+    alone, as a request naming it would: a folder that is no artifact of a folder key, values that are not
+    finite, an artifact made for another model, or one inline recipes cannot use is one line."""
+    from geosteer.formats import format_of
+    from geosteer.recipe import RECIPE, load_recipe
+    from geosteer_vllm.plan import plan_spec
+
+    for name, folder in policy.artifacts.items():
+        where = f"--artifact {name}={folder}"
+        fmt = format_of(folder)
+        if fmt is None or fmt == RECIPE.name:
+            raise GeosteerError(f"{where}: not an artifact a folder key takes (a steering-vectors, gates or "
+                                "learned-scales folder with its geosteer_config.json); serve a recipe with --recipe")
+        try:
+            spec, _ = load_recipe(folder)
+            plan = plan_spec(name, spec, model, folder, key=f"artifact:{name}")
+        except (GeosteerError, ValueError, OSError) as e:
+            raise GeosteerError(f"{where}: {e}") from None
+        if plan.attention_layers:
+            raise GeosteerError(f"{where}: a {fmt} artifact acts inside attention, which inline recipes cannot "
+                                "use; serve it with --recipe NAME=DIR")
+
+
 def check_roots(items: list[str]) -> list[str]:
     for root in items:
         if not Path(root).is_dir():
@@ -61,10 +85,13 @@ def _folder(key: str, value: object, policy: Policy) -> str:
         return policy.artifacts[value]
     p = Path(value)
     for root in policy.roots:
-        target = (p if p.is_absolute() else Path(root) / p).resolve()
-        if target.is_relative_to(root) and target.is_dir() and _stays_inside(target, policy.roots):
-            return str(target)
-    raise GeosteerError(f"{key}={value}: not an artifact this server may load; {policy.describe()}")
+        try:
+            target = (p if p.is_absolute() else Path(root) / p).resolve()
+            if target.is_relative_to(root) and target.is_dir() and _stays_inside(target, policy.roots):
+                return str(target)
+        except (OSError, ValueError):  # a name the system cannot look up (too long): no artifact
+            continue
+    raise GeosteerError(f"{key}={value[:80]!r}: not an artifact this server may load; {policy.describe()}")
 
 
 def _stays_inside(folder: Path, roots: list[str]) -> bool:

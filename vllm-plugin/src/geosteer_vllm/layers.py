@@ -197,22 +197,30 @@ def _scaled_over_ranks(y: torch.Tensor, ref: torch.Tensor, s_par: float, s_perp:
 
 
 def _apply(point: str, t: torch.Tensor, state: dict, tokens, ops: dict) -> torch.Tensor:
-    """Run each recipe's edits at ``point`` on its own rows (``ops``: {group: (rows, LayerOps)})."""
-    for rows, o in ops.values():
+    """Run each recipe's edits at ``point`` on its own rows (``ops``: {group: (rows, LayerOps)}); a recipe
+    whose edit fails leaves its rows as they were (``batch.failed``), the others go on."""
+    for r, (rows, o) in ops.items():
         fns = getattr(o, point)
         if not fns:
             continue
-        if rows is None:
-            for fn in fns:
-                t = fn(t, state, tokens)
-            continue
-        sub = t[rows]
-        st = _Rows(state, rows)
-        tok = tokens[rows]
-        for fn in fns:
-            sub = fn(sub, st, tok)
-        t = t.index_copy(0, rows, sub)
+        try:
+            t = _edits(fns, t, state, tokens, rows)
+        except Exception as e:  # noqa: BLE001 - one recipe's rows, not the engine's step
+            batch.failed(f"recipe '{batch.plan(r).name}' at {point}", e)
     return t
+
+
+def _edits(fns: list, t: torch.Tensor, state: dict, tokens, rows: torch.Tensor | None) -> torch.Tensor:
+    if rows is None:
+        for fn in fns:
+            t = fn(t, state, tokens)
+        return t
+    sub = t[rows]
+    st = _Rows(state, rows)
+    tok = tokens[rows]
+    for fn in fns:
+        sub = fn(sub, st, tok)
+    return t.index_copy(0, rows, sub)
 
 
 class _Rows(dict):
@@ -287,7 +295,10 @@ def _capture(i: int, point: str, t, tokens) -> None:
             keep = tokens.in_prompt[a:b]
             pos, vals = pos[keep], vals[keep]
         if pos.numel():
-            capture.record(batch.capture_dir(), token, i, pos, vals)
+            try:
+                capture.record(batch.capture_dir(), token, i, pos, vals)
+            except (OSError, GeosteerError) as e:  # the request's capture comes back incomplete (a one-line error)
+                batch.failed(f"the capture of layer {i} to {batch.capture_dir()}", e)
 
 
 def install(model, model_type: str, plans: list[RecipePlan], every_layer: bool = False) -> None:

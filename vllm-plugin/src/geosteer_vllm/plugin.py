@@ -57,12 +57,15 @@ def guard_requests() -> None:
                     raise GeosteerError("this server does not capture activations (start it with --max-capture)")
                 limit = int(getattr(cfg, "geosteer_capture_limit", 0) or 0)
                 max_tokens = params.max_tokens or max(self.model_config.max_model_len - n, 0)
-                token = capture.admit(extra[capture.FIELD], n, max_tokens, cfg.hidden_size, limit)
+                cap = capture.admit(extra[capture.FIELD], n, max_tokens, cfg.hidden_size, limit)
             except GeosteerError as e:
                 from vllm.exceptions import VLLMValidationError
 
                 raise VLLMValidationError(str(e), parameter=capture.FIELD) from None
-            req.cache_salt = f"geosteer-capture-{token}"  # its prefix is computed, never read from the cache
+            for p in {id(x): x for x in (params, getattr(req, "sampling_params", None)) if x is not None}.values():
+                if p.extra_args is not None:
+                    p.extra_args[capture.FIELD] = cap  # the engine's layers read the object
+            req.cache_salt = f"geosteer-capture-{cap['token']}"  # its prefix is computed, never read from the cache
         return req
 
     process_inputs._geosteer = True
@@ -86,7 +89,8 @@ def track_recipes() -> None:
         for req_id, n in zip(self.input_batch.req_ids, num_scheduled_tokens.tolist(), strict=False):
             state = self.requests.get(req_id)
             extra = getattr(getattr(state, "sampling_params", None), "extra_args", None) or {}
-            per_request.append((batch.plan_for(extra), int(n), int(getattr(state, "num_prompt_tokens", 0) or 0),
+            per_request.append((batch.plan_or_stock(req_id, extra), int(n),
+                                int(getattr(state, "num_prompt_tokens", 0) or 0),
                                 extra.get("geosteer_capture")))
         batch.set_rows(per_request)
         graph.write_rows(getattr(self, "model", None), per_request)

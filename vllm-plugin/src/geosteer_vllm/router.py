@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import re
 import time
 
 from geosteer.errors import GeosteerError
@@ -23,6 +24,8 @@ FIELD = RECIPE_FIELD
 GENERATE = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
 ADMIN = "/v1/geosteer/recipes"
 MAX_BODY = 8 << 20  # bytes of a request body the router reads
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a run-time recipe's name (an OpenAI model id)
+NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
 class RouteError(Exception):
@@ -67,8 +70,8 @@ def route(doc: dict, base: str, recipes: list[str], runtime: dict | None = None)
         raise RouteError(404, f"unknown model {model[:80]!r}; valid: {valid}", "model")
     extra = {k: v for k, v in (xargs or {}).items() if k not in (FIELD, SPEC_FIELD)}
     extra.update(_recipe_args(given, recipes, runtime))
-    if doc.get(capture.FIELD) is not None:
-        extra[capture.FIELD] = _capture_args(doc)
+    if doc.get(capture.FIELD) is not None:  # vllm_xargs holds strings and numbers: the object as JSON text
+        extra[capture.FIELD] = json.dumps(_capture_args(doc), separators=(",", ":"))
     out = {k: v for k, v in doc.items() if k not in (FIELD, "vllm_xargs", capture.FIELD)}
     out["model"] = base
     if extra:
@@ -163,7 +166,7 @@ class RecipeRouter:
             return await _json(send, e.status, _error(e.status, str(e), e.param))
         cap = (routed.get("vllm_xargs") or {}).get(capture.FIELD)
         if cap is not None:
-            send = _Collect(send, cap)
+            send = _Collect(send, json.loads(cap))
         headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
         sent = False
@@ -202,8 +205,8 @@ class RecipeRouter:
 
     def _add(self, doc: dict) -> dict:
         name, recipe = doc.get("name"), doc.get("recipe")
-        if not isinstance(name, str) or not name or "/" in name or len(name) > 128:
-            raise RouteError(400, "name must be a plain recipe name (no '/', at most 128 characters)", "name")
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise RouteError(400, f"name must be a recipe name: {NAME_RULE} (got {str(name)[:40]!r})", "name")
         if name == self.base or name in self.recipes:
             raise RouteError(409, f"'{name}' names the base model or a recipe loaded at start; valid new names: "
                              f"anything but {', '.join([self.base, *self.recipes])}", "name")
@@ -244,7 +247,7 @@ class _Collect:
 def _parse(body: bytes) -> dict:
     try:
         doc = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # also UnicodeDecodeError, and integers past Python's digit limit
         doc = None
     if not isinstance(doc, dict):
         raise RouteError(400, "the request body must be a JSON object", None)
