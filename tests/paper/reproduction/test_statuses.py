@@ -22,10 +22,14 @@ def _crit(**kw) -> dict:
     return {"claim": Q, **kw}
 
 
+# the headline below the paper's 2.0, tested against the paper's number too (a magnitude)
+HEAD = [_crit(kind="below", value="x", threshold=2.0), _crit(kind="below", value="x", threshold=2.0, role="magnitude")]
+
+
 def _item(**over) -> Item:
     base = {"id": "1.1", "name": "n", "claim": "c", "results_file": "r.json", "reading": "r",
             "ours": {"x": {"path": "x"}, "y": {"path": "y"}, "se": {"path": "se"}, "p": {"path": "p"}},
-            "criteria": [_crit(kind="below", value="x", threshold=2.0)]}
+            "criteria": HEAD, "paper_numbers": [2.0]}
     return Item.model_validate({**base, **over})
 
 
@@ -57,17 +61,19 @@ def test_each_status_follows_from_the_numbers(tmp_path):
 
 def test_inconclusive_within_two_standard_errors_or_above_the_p_threshold(tmp_path):
     # |0.91 - 0.84| = 0.07 against the paper's 0.015: 0.055 past the band; 2 s.e. = 0.094 -> undecided
-    close = [_crit(kind="close", values=["x", "y"], band=0.015, se=["se"])]
-    assert _status(tmp_path, {"x": 0.91, "y": 0.84, "se": 0.047}, criteria=close)[0] == "inconclusive"
-    assert _status(tmp_path, {"x": 0.91, "y": 0.84, "se": 0.02}, criteria=close)[0] == "diverges"  # 0.055 > 0.04
-    assert _status(tmp_path, {"x": 0.91, "y": 0.90, "se": 0.001}, criteria=close)[0] == "reproduces"
-    order = [_crit(kind="order", values=["x", "y"], p="p")]
+    close = [_crit(kind="close", values=["x", "y"], band=0.015, se=["se"], role=role)
+             for role in ("claim", "magnitude")]
+    nums = {"paper_numbers": [0.015]}
+    assert _status(tmp_path, {"x": 0.91, "y": 0.84, "se": 0.047}, criteria=close, **nums)[0] == "inconclusive"
+    assert _status(tmp_path, {"x": 0.91, "y": 0.84, "se": 0.02}, criteria=close, **nums)[0] == "diverges"
+    assert _status(tmp_path, {"x": 0.91, "y": 0.90, "se": 0.001}, criteria=close, **nums)[0] == "reproduces"
+    order = [_crit(kind="order", values=["x", "y"], p="p")] + HEAD
     assert _status(tmp_path, {"x": 0.857, "y": 0.847, "p": 0.58}, criteria=order)[0] == "inconclusive"
     assert _status(tmp_path, {"x": 0.857, "y": 0.847, "p": 0.01}, criteria=order)[0] == "diverges"
 
 
 def test_a_verdict_in_the_results_file_never_changes_a_status(tmp_path):
-    crit = [_crit(kind="below", value="x", threshold=2.0)]
+    crit = HEAD
     for flags in ({"pass": False}, {"pass": True}, {"reproduces": False, "status": "diverges"}):
         assert _status(tmp_path, {"x": 1.0, **flags}, criteria=crit)[0] == "reproduces"
         assert _status(tmp_path, {"x": 5.0, **flags}, criteria=crit)[0] == "diverges"
@@ -98,6 +104,8 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 def _quoted(x: float, quotes: list[str]) -> bool:
     """Whether |x| is written in one of the quotes, as is or as a percentage."""
+    quotes = [re.sub(r"\bthe one\b", "the 1", q) for q in quotes]
+    quotes = [re.sub(r"(\d+(?:\.\d+)?)M\b", lambda m: f"{float(m.group(1)) * 1e6:.0f}", q) for q in quotes]
     found = [float(n) for q in quotes for n in _NUMBER.findall(q.replace(",", ""))]
     return any(abs(abs(x) - n) <= 1e-9 * max(1.0, n) or abs(abs(x) * 100 - n) <= 1e-7 * max(1.0, n)
                for n in found)
@@ -134,6 +142,49 @@ def test_reproducing_items_test_the_numbers_the_paper_states():
             assert it.id in NUMBERS_NOT_TESTED, (
                 f"item {it.id} reproduces, its paper value {it.paper_value!r} states a number, and it carries "
                 "no paper_numbers for a magnitude criterion")
+
+
+def test_a_criterion_against_geosteer_itself_never_reproduces(tmp_path):
+    # the parameter-overhead item: geosteer's own count compared with geosteer's own count
+    own = [_crit(kind="equals", value="x", ref=2090880.0, against="self")]
+    st, why = _status(tmp_path, {"x": 2090880.0}, criteria=own + HEAD[1:])
+    assert st == "partial" and "compares geosteer with itself" in why and "against geosteer itself" in why
+    assert _status(tmp_path, {"x": 5.0}, criteria=own[:0] + HEAD)[0] == "diverges"
+    # an equality with a number the paper does not state must say whose number it is
+    with pytest.raises(ValueError, match="not one of paper_numbers"):
+        _item(criteria=[_crit(kind="equals", value="x", ref=2090880.0)])
+
+
+def test_an_item_that_quotes_a_procedure_is_a_definition(tmp_path):
+    # criteria that only test the run's setup against the paper's procedure (a token budget, a context)
+    setup = [_crit(kind="within_rel", value="x", ref=1.28e6, band=0.2, role="setup"),
+             _crit(kind="equals", value="y", ref=128, role="setup")]
+    nums = {"paper_numbers": [1.28e6, 128]}
+    for x in (262144.0, 1.28e6):  # whether the setup matches or not, the item states no finding
+        st, why = _status(tmp_path, {"x": x, "y": 128}, criteria=setup, **nums)
+        assert st == "definition" and why.startswith("the paper states a procedure")
+    # a failed setup beside a holding headline is a partial, never a divergence
+    st, why = _status(tmp_path, {"x": 1.0, "y": 64}, criteria=HEAD + setup[1:], paper_numbers=[2.0, 128])
+    assert st == "partial" and "fails (setup)" in why
+    with pytest.raises(ValueError, match="setup criterion bound"):
+        _item(criteria=setup, paper_numbers=[128])
+
+
+def test_an_item_without_a_paper_number_is_at_most_partial(tmp_path):
+    st, why = _status(tmp_path, {"x": 1.0}, criteria=HEAD[:1], paper_numbers=[])
+    assert st == "partial" and "states no number" in why
+    assert _status(tmp_path, {"x": 5.0}, criteria=HEAD[:1], paper_numbers=[])[0] == "diverges"
+    # a formula's number is its identity: an exact relation tested to a tolerance may reproduce
+    assert _status(tmp_path, {"x": 1.0}, criteria=HEAD[:1], paper_numbers=[], claim_kind="formula")[0] == "reproduces"
+
+
+def test_shipped_items_that_reproduce_state_a_paper_number_and_compare_with_it():
+    for r in evaluate_items(load_items(), [REPO]):
+        if r.status == "reproduces" and not r.item.check:
+            assert r.item.paper_numbers or r.item.claim_kind == "formula", r.item.id
+            assert all(c.against == "paper" for c in r.item.criteria), r.item.id
+    five = {r.item.id: r for r in evaluate_items(load_items(), [REPO])}["1.5"]
+    assert five.status != "reproduces"
 
 
 def test_the_guard_fails_on_a_direction_only_item(tmp_path):

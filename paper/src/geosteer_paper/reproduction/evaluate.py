@@ -3,12 +3,15 @@ tested; the status follows from the outcomes and the kind of the paper's sentenc
 results file carries.
 
 - not run: no results file, or a value unreadable;
-- goes beyond / definition: the sentence is future work or a limitation / a procedure, not a finding;
+- goes beyond / definition: the sentence is future work or a limitation / a procedure, not a finding; an item
+  whose criteria only test the run's setup against the paper's procedure (role ``setup``) quotes a procedure;
 - diverges: a criterion testing the headline claim fails (decided beyond 2 s.e. where a s.e. is given);
 - inconclusive: none fails but one lies within 2 s.e. of its bound;
-- partial: the headline holds, but a magnitude or another part of the claim fails, a part is untested, or
-  the paper states a number that no magnitude criterion tests;
-- reproduces: every criterion holds and every number the paper states is tested."""
+- partial: the headline holds, but a magnitude, another part of the claim or the setup fails, a part is
+  untested, the paper states a number that no magnitude criterion tests, a criterion compares geosteer with
+  itself (``against: self``), or the paper states no number at all (a formula excepted: its number is the
+  identity);
+- reproduces: every criterion holds, every number the paper states is tested, and at least one is."""
 
 from __future__ import annotations
 
@@ -195,25 +198,45 @@ def status_of(item: Item, outcomes: list[tuple[Criterion, str]]) -> str:
     """The status that the criteria's outcomes ("holds" / "fails" / "undecided") and the item give."""
     if item.claim_kind in ("future work", "limitation", "extension"):
         return "goes beyond"
-    if item.claim_kind == "procedure":
+    if item.claim_kind == "procedure" or (outcomes and all(c.role == "setup" for c, _ in outcomes)):
         return "definition"
     if any(o == "fails" and c.role == "claim" for c, o in outcomes):
         return "diverges"
     if any(o == "undecided" for _, o in outcomes):
         return "inconclusive"
-    magnitude_tested = any(c.role == "magnitude" for c, _ in outcomes)
-    if (any(o == "fails" for _, o in outcomes) or item.untested
-            or (item.paper_numbers and not magnitude_tested)):
+    if (any(o == "fails" for _, o in outcomes) or item.untested or _numbers_untested(item, outcomes)
+            or _self_compared(outcomes) or _no_paper_number(item)):
         return "partial"
     return "reproduces"
 
 
+def _numbers_untested(item: Item, outcomes) -> bool:
+    """The paper states numbers and no criterion compares with them (a magnitude or setup criterion)."""
+    return bool(item.paper_numbers) and not any(c.role in ("magnitude", "setup") for c, *_ in outcomes)
+
+
+def _self_compared(outcomes) -> bool:
+    """A criterion whose bound is geosteer's own number: it tests the project against itself."""
+    return any(c.against == "self" for c, *_ in outcomes)
+
+
+def _no_paper_number(item: Item) -> bool:
+    """The paper states no number for the claim (a formula's number is its identity, tested by its check)."""
+    return not item.paper_numbers and item.claim_kind != "formula"
+
+
 def _why(item: Item, outcomes: list[tuple[Criterion, str, str]], status: str) -> str:
-    parts = [f"{o}{'' if c.role == 'claim' else f' ({c.role})'}: {t}" for c, o, t in outcomes]
-    if item.paper_numbers and not any(c.role == "magnitude" for c, _, _ in outcomes):
+    parts = [f"{o}{'' if c.role == 'claim' else f' ({c.role})'}"
+             f"{' against geosteer itself' if c.against == 'self' else ''}: {t}" for c, o, t in outcomes]
+    if _numbers_untested(item, outcomes):
         parts.append("the paper's numbers (" + ", ".join(_g(x) for x in item.paper_numbers)
                      + ") are tested by no criterion")
     parts += [f"untested: {u}" for u in item.untested]
+    if status == "partial":
+        if _self_compared(outcomes):
+            parts.append("a criterion compares geosteer with itself, so the item cannot reproduce")
+        if _no_paper_number(item):
+            parts.append("the paper states no number for this claim: at most partial")
     if status == "goes beyond":
         parts.insert(0, f"the paper states {item.claim_kind}, not a finding")
     elif status == "definition":

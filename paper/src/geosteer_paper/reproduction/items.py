@@ -19,7 +19,7 @@ from geosteer.errors import GeosteerError
 AGGREGATES = ("first", "last", "min", "max", "mean", "sum", "count")
 CRITERIA = ("below", "above", "between", "within_rel", "within_abs", "sign", "equals", "order", "close",
             "difference")
-ROLES = ("claim", "magnitude", "part")
+ROLES = ("claim", "magnitude", "part", "setup")
 CLAIM_KINDS = ("finding", "formula", "procedure", "future work", "limitation", "extension")
 ENCODINGS = ("tokenizer", "bos-first", "bos-window", "none")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -72,7 +72,8 @@ class Criterion(_Strict):
     band: float | None = None  # within_rel: relative; within_abs: absolute
     sign: Literal[1, -1] | None = None
     claim: str = Field(min_length=1)  # the paper's sentence this criterion tests, quoted
-    role: Literal["claim", "magnitude", "part"] = "claim"
+    role: Literal["claim", "magnitude", "part", "setup"] = "claim"  # setup: the run follows the paper's procedure
+    against: Literal["paper", "self"] = "paper"  # self: the bound is geosteer's own number, not the paper's
     se: list[str] | None = None  # names of standard errors (combined in quadrature): undecided within 2 s.e.
     p: str | None = None  # name of a p-value: undecided above 0.05
 
@@ -152,9 +153,13 @@ class Item(_Strict):
         for c in self.criteria:
             if c.role == "magnitude" and not c.bounds():
                 raise ValueError(f"magnitude criterion '{c.kind}' compares against no number")
-            stray = [b for b in c.bounds() if c.role == "magnitude" and not _among(b, self.paper_numbers)]
+            stray = [b for b in c.bounds() if c.role in ("magnitude", "setup") and not _among(b, self.paper_numbers)]
             if stray:
-                raise ValueError(f"magnitude criterion bound {stray[0]:g} is not one of paper_numbers")
+                raise ValueError(f"{c.role} criterion bound {stray[0]:g} is not one of paper_numbers")
+            if (c.kind in ("equals", "within_rel", "within_abs") and c.against == "paper" and c.ref
+                    and not _among(c.ref, self.paper_numbers)):
+                raise ValueError(f"criterion '{c.kind}' compares with {c.ref:g}, which is not one of paper_numbers: "
+                                 "add the paper's number or declare against 'self'")
         for p in [self.results_file] + [q.file for q in self.ours.values()]:
             if p is not None and (Path(p).is_absolute() or ".." in Path(p).parts):
                 raise ValueError(f"results path '{p}' must be relative and stay under the results root")

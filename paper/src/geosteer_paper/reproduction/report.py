@@ -18,13 +18,16 @@ _ENCODING = {"bos-first": "measured with texts encoded BOS-first (geosteer's enc
                            "protocol, unchanged)",
              "none": "no text encoding involved"}
 _LEGEND = ("Statuses are computed from the numbers, never chosen and never read from a verdict a results file "
-           "carries. **reproduces**: every criterion holds, and every number the paper states is tested "
-           "against the paper's own band; **partial**: the headline claim holds, but a number the paper states "
-           "is missed or untested, or another part of the claim fails or is not assessed; **diverges**: a "
+           "carries. **reproduces**: every criterion holds, the paper states a number (a formula's is its "
+           "identity) and every number it states is tested against the paper's own band; **partial**: the "
+           "headline claim holds, but a number the paper states is missed or untested, another part of the claim "
+           "fails or is not assessed, a criterion compares geosteer with its own number, or the paper states no "
+           "number at all; **diverges**: a "
            "criterion on the headline claim fails; **inconclusive**: none fails, but one lies within two "
            "standard errors of its bound (or names a p-value above 0.05); **goes beyond**: the paper's sentence "
            "is future work, a limitation or an extension, so there is nothing to reproduce; **definition**: the "
-           "sentence states a procedure, not a finding; **not run**: no results file. Each criterion quotes "
+           "sentence states a procedure, not a finding (so does an item whose criteria only check the run's setup "
+           "against the paper's procedure); **not run**: no results file. Each criterion quotes "
            "the paper's sentence it tests.")
 
 
