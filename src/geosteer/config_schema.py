@@ -7,7 +7,6 @@ sorted, in range). Unknown keys pass here (:func:`geosteer.artifacts.check_confi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from geosteer.errors import ArtifactError
 from geosteer.formats import CONFIG_NAME, MAX_CONFIG_BYTES
+from geosteer.readers import ReadRefused, parse_json, read_text
 
 MAX_DEPTH = 64
 MAX_LAYERS = 100_000
@@ -202,47 +202,21 @@ SCHEMAS: dict[str, type[BaseModel]] = {"geosteer-surfaces": SurfacesConfig, "geo
                                        "geosteer-directional-scales": ScalesConfig}
 
 
-def _depth_ok(doc: Any, limit: int) -> bool:
-    stack = [(doc, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, (dict, list)):
-            if depth > limit:
-                return False
-            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
-    return True
-
-
 def parse_config_text(text: str, source: str | Path) -> Any:
     """The JSON document in ``text``; too deep or invalid JSON is one :class:`ArtifactError` line."""
     try:
-        doc = json.loads(text)
-    except RecursionError:
-        doc = None
-        deep = True
-    except (json.JSONDecodeError, ValueError) as e:
-        raise ArtifactError(f"{source} is not valid JSON ({e})") from None
-    else:
-        deep = not _depth_ok(doc, MAX_DEPTH)
-    if deep:
-        raise ArtifactError(f"{source} is nested deeper than {MAX_DEPTH} levels; a geosteer config is not")
-    return doc
+        return parse_json(text, source, max_depth=MAX_DEPTH, what="config")
+    except ReadRefused as e:
+        raise ArtifactError(str(e).removeprefix("config ")) from None
 
 
 def read_config_json(path: str | Path) -> Any:
     """Read a config file: at most :data:`MAX_CONFIG_BYTES`, UTF-8, valid JSON, at most :data:`MAX_DEPTH` deep."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as e:
-        raise ArtifactError(f"cannot read {path} ({e.strerror or type(e).__name__})") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ArtifactError(f"{path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; a geosteer config is not")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ArtifactError(f"{path} is not valid JSON ({e})") from None
+        text = read_text(path, what="config", limit=MAX_CONFIG_BYTES)
+    except ReadRefused as e:
+        raise ArtifactError(str(e)) from None
     return parse_config_text(text, path)
 
 

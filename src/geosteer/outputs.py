@@ -20,6 +20,7 @@ from pathlib import Path
 
 from geosteer.errors import ArtifactError, OutputRefused
 from geosteer.io_utils import check_output_path, default_mode, raise_if_disk_full, tree_bytes
+from geosteer.readers import ReadRefused, read_json
 
 CONFIG_NAME = "geosteer_config.json"  # = geosteer.formats.CONFIG_NAME (not imported: formats reads artifacts)
 CARD_NAME = "README.md"
@@ -31,10 +32,8 @@ _log = logging.getLogger("geosteer.artifacts")
 
 def _read_doc(path: Path) -> dict | None:
     try:
-        if not path.is_file() or path.stat().st_size > _MAX_CONFIG_BYTES:
-            return None
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        doc = read_json(path, what="config", limit=_MAX_CONFIG_BYTES)
+    except ReadRefused:
         return None
     return doc if isinstance(doc, dict) else None
 

@@ -6,8 +6,10 @@ model), so the last in sorted order is the newest run's.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from geosteer.errors import GeosteerError
+from geosteer.io_utils import read_json
 
 
 def newest_file(run: str | Path, pattern: str) -> Path | None:
@@ -19,4 +21,9 @@ def newest_file(run: str | Path, pattern: str) -> Path | None:
 def newest_results(run: str | Path) -> dict | None:
     """The newest aggregated results object (``results_*.json``) under ``run``, or None when there is none."""
     f = newest_file(run, "results_*.json")
-    return None if f is None else json.loads(f.read_text())
+    if f is None:
+        return None
+    doc = read_json(f, "lm-eval results file")
+    if not isinstance(doc, dict):
+        raise GeosteerError(f"lm-eval results file {f} is not a JSON object")
+    return doc

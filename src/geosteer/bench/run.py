@@ -24,6 +24,7 @@ from geosteer.bench.operating import choose_operating_point
 from geosteer.bench.registry import Point, Setup, stock_point
 from geosteer.bench.scoring import Measured, measure, next_token_logprobs, summarize
 from geosteer.io_utils import atomic_write_text
+from geosteer.readers import ReadRefused, read_json
 
 STATE_FILE = "bench_state.json"  # marks an output folder as a benchmark's (resumable)
 
@@ -154,13 +155,15 @@ def _cache_path(out: Path, concept: str, lever: str) -> Path:
 
 
 def read_cached(path: Path, fingerprint: str) -> dict | None:
-    if not path.is_file():
+    """The cached result at ``path`` when it was measured with ``fingerprint``; None when it is missing,
+    unreadable (the bounded reader refuses it) or was measured otherwise (it is then measured again)."""
+    if not path.exists() and not path.is_symlink():
         return None
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        doc = read_json(path, what="cache file")
+    except ReadRefused:
         return None
-    return doc if doc.get("fingerprint") == fingerprint else None
+    return doc if isinstance(doc, dict) and doc.get("fingerprint") == fingerprint else None
 
 
 def stock_row(ctx: ConceptContext, cfg: BenchConfig) -> dict:

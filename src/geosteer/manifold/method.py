@@ -17,16 +17,17 @@ def edit_list(edits: Any) -> list:
     if isinstance(edits, (list, tuple)):
         return list(edits)
     p = Path(str(edits))
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         if str(edits).endswith(".json"):
             raise GeosteerError(f"edits file not found: {p} (a JSON list of surface edits)")
         return [e.strip() for e in str(edits).split(";") if e.strip()]
     from geosteer.config_schema import parse_config_text
+    from geosteer.readers import ReadRefused, read_text
 
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise GeosteerError(f"edits file {p} is not a readable UTF-8 text file ({type(e).__name__})") from None
+        text = read_text(p, what="edits file")
+    except ReadRefused as e:
+        raise GeosteerError(str(e)) from None
     doc = parse_config_text(text, f"edits file {p}")  # valid JSON, bounded nesting
     doc = doc.get("edits", doc) if isinstance(doc, dict) else doc
     if not isinstance(doc, list):

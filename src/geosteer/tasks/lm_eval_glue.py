@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from geosteer.tasks.ruler import string_match_all, string_match_part
@@ -13,7 +12,11 @@ def load_jsonl(path: str | Path):
     download)."""
     import datasets
 
-    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    from geosteer.readers import parse_json, read_text
+
+    text = read_text(path, what="task file")
+    rows = [parse_json(line, f"{path} line {i}", what="task file")
+            for i, line in enumerate(text.splitlines(), 1) if line.strip()]
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
 
 

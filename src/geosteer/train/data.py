@@ -17,6 +17,9 @@ import torch
 
 from geosteer.data.corpus import SPLITS, split_texts
 from geosteer.errors import GeosteerError
+from geosteer.readers import ReadRefused, read_text
+
+MAX_TEXT_BYTES = 1 << 30  # a training text file is read whole
 
 
 def load_texts(source: str | Path | None = "train") -> list[str]:
@@ -27,13 +30,13 @@ def load_texts(source: str | Path | None = "train") -> list[str]:
     if isinstance(source, str) and source in SPLITS:
         return split_texts(source)
     path = Path(source)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise GeosteerError(f"training text '{source}' is neither a corpus split ({', '.join(SPLITS)}) "
                             "nor a readable text file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise GeosteerError(f"cannot read training text {path} as UTF-8 ({type(e).__name__})") from None
+        text = read_text(path, what="training text", limit=MAX_TEXT_BYTES)
+    except ReadRefused as e:
+        raise GeosteerError(f"{e} (a corpus split: {', '.join(SPLITS)})") from None
     docs = [d.strip() for d in text.split("\n\n") if d.strip()]
     if not docs:
         raise GeosteerError(f"training text file {path} is empty")

@@ -92,16 +92,28 @@ def _row_space(cfg: ComponentScaleConfig) -> str | None:
     return setting_key(cfg.site, cfg.s_par, cfg.s_perp, cfg.value_space)[3]
 
 
+def _earlier_rows(out: Path) -> list[dict]:
+    """The rows an earlier run wrote to ``out`` (bounded reader); a file that is not such records is one line."""
+    from geosteer.errors import GeosteerError
+    from geosteer.io_utils import read_json
+
+    doc = read_json(out, "sweep results file")
+    rows = doc.get("rows", []) if isinstance(doc, dict) else None
+    keys = {"site", "s_par", "s_perp"}
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and keys <= set(r) for r in rows):
+        raise GeosteerError(f"sweep results file {out} holds no sweep records to resume from; give a new --out")
+    return rows
+
+
 def run_sweep(model, tok, ids: torch.Tensor, settings: Sequence[ComponentScaleConfig], out: str | Path,
               *, context: int = 512, stride: int = 256, batch_size: int = 2, meta: dict | None = None,
               resume: bool = True, log=print) -> list[dict]:
     """Baseline + each setting's strided PPL on ``ids``; tidy rows written to ``out`` after each setting."""
-    import json
 
     out = Path(out)
     rows: list[dict] = []
-    if resume and out.is_file() and out.suffix == ".json":
-        rows = json.loads(out.read_text()).get("rows", [])
+    if resume and (out.exists() or out.is_symlink()) and out.suffix == ".json":
+        rows = _earlier_rows(out)
     done = {setting_key(r["site"], r["s_par"], r["s_perp"], r.get("value_space")) for r in rows}
     meta = dict(meta or {}, context=context, stride=stride, tokens=int(ids.numel()))
 

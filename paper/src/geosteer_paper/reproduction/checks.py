@@ -74,16 +74,19 @@ def run_checks(checks: list, families: list[str] | None = None, on_done: Callabl
 
 
 def read_checks(path: Path) -> dict[str, list[dict]]:
-    """The records of a checks file by item; {} when the file is missing or not a checks file."""
-    import json
+    """The records of a checks file by item; {} when the file is missing or not a checks file. The file is
+    read by the bounded reader: a pipe, a device, a file too large, too deep or not UTF-8 text is refused in
+    one line naming it (:class:`geosteer.readers.ReadRefused`)."""
+    from geosteer.readers import read_json
 
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
         return {}
+    data = read_json(path, what="checks file")
     rows = data.get("rows") if isinstance(data, dict) else None
     out: dict[str, list[dict]] = {}
     for r in rows if isinstance(rows, list) else []:
-        if isinstance(r, dict) and {"item", "check", "family", "max_abs_error", "tolerance"} <= set(r):
+        if isinstance(r, dict) and {"item", "check", "family", "max_abs_error", "tolerance"} <= set(r) and \
+                all(isinstance(r[k], str) for k in ("check", "family")):
             out.setdefault(str(r["item"]), []).append(r)
     return out

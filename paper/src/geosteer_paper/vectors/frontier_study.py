@@ -8,7 +8,6 @@ point, fields :data:`frontier.RECORD_FIELDS` + ``extra``); each point's record i
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -138,6 +137,17 @@ def _const(ivs: list) -> Callable:
     return ctx
 
 
+def _cached_point(path: Path) -> dict:
+    """A cached point's record, read by the bounded reader; anything else than a record is one line."""
+    from geosteer.errors import GeosteerError
+    from geosteer.io_utils import read_json
+
+    doc = read_json(path, "cached point")
+    if not isinstance(doc, dict) or not {"behaviour", "lever", "setting"} <= set(doc):
+        raise GeosteerError(f"cached point {path} is not a point's record; delete it to measure it again")
+    return doc
+
+
 def run_behaviour(model, tok, b: Behaviour, reference: list, surfaces: str | None, plan: Plan, cache: Path,
                   ppl_ids, log: Callable[[str], None] = print) -> list[dict]:
     """Every point of ``plan`` for one behaviour (cached per point under ``cache``)."""
@@ -148,8 +158,8 @@ def run_behaviour(model, tok, b: Behaviour, reference: list, surfaces: str | Non
     records = []
     for p in _points(model, tok, b, reference, surfaces, plan, cache / "runs", log):
         path = folder / f"{p.key}.json"
-        if path.is_file():
-            records.append(json.loads(path.read_text()))
+        if path.exists() or path.is_symlink():
+            records.append(_cached_point(path))
             continue
         if plan.cached_only:
             log(f"{b.name} | {p.lever} | {p.setting}: not in the cache, left out")

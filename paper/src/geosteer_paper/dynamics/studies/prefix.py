@@ -46,10 +46,12 @@ def _prefix_lines(prefix_file: Path | None, n: int, plen: int) -> list[str] | No
         check_positive(n, "--prefixes")
         check_positive(plen, "--prefix-len")
         return None
+    from geosteer.readers import ReadRefused, read_text
+
     try:
-        lines = [ln for ln in Path(prefix_file).read_text(encoding="utf-8").splitlines() if ln.strip()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise GeosteerError(f"cannot read prefix file {prefix_file} as UTF-8 text ({type(e).__name__})") from None
+        lines = [ln for ln in read_text(prefix_file, what="prefix file").splitlines() if ln.strip()]
+    except ReadRefused as e:
+        raise GeosteerError(str(e)) from None
     if len(lines) < 2:
         raise GeosteerError(f"prefix file {prefix_file} needs at least 2 non-blank lines (got {len(lines)})")
     return lines

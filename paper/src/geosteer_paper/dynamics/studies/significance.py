@@ -4,7 +4,6 @@ and permutation p of the difference of layer means. Reads results files only; no
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -18,11 +17,15 @@ COMMUTATOR = ("commutator", "ffn_half", "attn_half", "reorder_angle_deg", "cos_p
 
 def _read_rows(path: Path) -> list[dict]:
     from geosteer.errors import GeosteerError
+    from geosteer.io_utils import read_json
 
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise GeosteerError(f"results file not found: {path} (run the diagnose and commutator studies first)")
-    data = json.loads(path.read_text())
-    return data["rows"] if isinstance(data, dict) else data
+    data = read_json(path, "results file")
+    rows = data.get("rows") if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise GeosteerError(f"results file {path} holds no list of records (rows); run the study again")
+    return rows
 
 
 def layer_values(folder: Path) -> dict[str, list[float]]:
