@@ -1,8 +1,9 @@
-"""Does ``geosteer bench decide``'s verdict hang on the bootstrap's random seed?
+"""Does ``geosteer bench decide``'s earlier score rule hang on the bootstrap's random seed?
 
-The verdict is computed at bootstrap seed 0 (fixed before the run). This study recomputes every comparison from
-the committed per-prompt records (``docs/results/decide/records.csv``) at seeds 0-5, checks that seed 0 gives the
-committed verdict, and writes each seed's decisions and intervals.
+The earlier rule (AxBench's score alone, a hierarchical bootstrap; ``earlier_rule`` in ``results.json``,
+superseded by the concept-level t rule, which has no random seed) is computed at bootstrap seed 0. This study
+recomputes every comparison from the committed per-prompt records (``docs/results/decide/records.csv``) at seeds
+0-5, checks that seed 0 gives the committed earlier verdict, and writes each seed's decisions and intervals.
 
     .venv/bin/python benchmarks/decide_bootstrap_seeds.py --out docs/results/decide/bootstrap_seeds.json
 
@@ -31,8 +32,8 @@ def main() -> None:
     args = ap.parse_args()
     with open(args.results / "records.csv", newline="", encoding="utf-8") as f:
         records = [r for r in csv.DictReader(f) if r["admitted"] == "True"]
-    committed = {(v["lever"], v["versus"]): v["decision"]
-                 for v in json.loads((args.results / "results.json").read_text(encoding="utf-8"))["verdicts"]}
+    earlier = json.loads((args.results / "results.json").read_text(encoding="utf-8"))["earlier_rule"]
+    committed = {(v["lever"], v["versus"]): v["decision"] for v in earlier["verdicts"]}
     by_seed = {}
     for seed in range(args.seeds):
         rows = verdicts(records, [level_key(t) for t in KL_LEVELS], EQUIVALENCE_MARGIN, ALPHA, seed=seed)[1]
