@@ -1,11 +1,13 @@
 """The learned levers: each trained once per concept on the shared objective (:mod:`geosteer.bench.training`),
 then measured at the budget's strengths s (the learned change scaled by s; s = 0 is the stock model).
 
-- ``vector``: a preference-trained steering vector (:class:`geosteer.bench.modules.LearnedVector`), middle layer;
-- ``loreft``: LoReFT, rank 4, middle layer (:class:`geosteer.bench.modules.LoReFT`);
+- ``vector``: a preference-trained steering vector after the middle layer, saved as steering vectors
+  (:class:`geosteer.vectors.TrainableVectors`; s is the recipe's ``vector_scale``);
+- ``loreft``: LoReFT, rank 4, after the middle layer, saved as a LoReFT artifact (:mod:`geosteer.loreft`; s is
+  the recipe's ``loreft_strength``);
 - ``lora``: PEFT LoRA, rank 4, on peft's default attention projections of every layer (s scales the
   adapters' ``scaling``);
-- ``ffn-gates``: one gain per layer on the FFN update (:class:`geosteer.dynamics.gates.FFNGates`), α ← 1 + s(α − 1);
+- ``ffn-gates``: one gain per layer on the FFN update (:class:`geosteer.dynamics.FFNGates`), α ← 1 + s(α − 1);
 - ``scales``: learned s∥/s⊥ per layer at ``attn_out`` (``geosteer.directional.steer_learn.learn_scales``),
   each scale ← 1 + s(scale − 1);
 - ``surfaces``: steering surfaces learned from zero surfaces on every layer, grid 4
@@ -22,7 +24,8 @@ from collections.abc import Iterator
 
 import torch
 
-from geosteer.bench.registry import Lever, Point, Prepared, Setup, fixed, register_lever
+from geosteer import anatomy
+from geosteer.bench.registry import Lever, Point, Prepared, Setup, fixed, recipe_point, register_lever
 
 LORA_RANK = 4
 REFT_RANK = 4
@@ -30,21 +33,7 @@ SURFACE_GRID = 4
 
 
 def _middle(model) -> int:
-    from geosteer.models.anatomy import anatomy
-
     return anatomy(model).n_layers // 2
-
-
-def _scaled_attr(module, attr: str, s: float):
-    @contextlib.contextmanager
-    def ctx() -> Iterator[list]:
-        old = getattr(module, attr)
-        setattr(module, attr, s)
-        try:
-            yield [module]
-        finally:
-            setattr(module, attr, old)
-    return ctx
 
 
 def _interpolated(module, params: dict[str, torch.Tensor], neutral: float, s: float, attach: bool = True):
@@ -69,27 +58,24 @@ def _points(name: str, s: Setup, make, params: dict) -> list[Point]:
 
 
 def build_vector(s: Setup) -> Prepared:
-    from geosteer.bench.modules import LearnedVector
-    from geosteer.bench.training import fit_module
-    from geosteer.models.anatomy import anatomy
+    """The preference-trained vector, saved as steering vectors; its strength is ``vector_scale``."""
+    from geosteer.bench.training import train_vector
 
-    layer = _middle(s.model)
-    mod = LearnedVector(anatomy(s.model).d_model, layer)
-    last = fit_module(s, mod, lr=0.05, name="vector")
-    return Prepared(_points("vector", s, lambda x: _scaled_attr(mod, "strength", x), {"layer": layer}),
-                    mod.vector.numel(), {"train": last, "norm": round(float(mod.vector.norm()), 4)})
+    folder, info = train_vector(s, lr=0.05)
+    pts = [recipe_point("vector", x, {"vectors": folder, "vector_scale": x}, {"layer": info["layer"]})
+           for x in s.budget.strengths]
+    return Prepared(pts, anatomy(s.model).d_model, {"train": info["train"], "norm": info["norm"]})
 
 
 def build_loreft(s: Setup) -> Prepared:
-    from geosteer.bench.modules import LoReFT
-    from geosteer.bench.training import fit_module
-    from geosteer.models.anatomy import anatomy
+    """LoReFT after the middle layer, saved as a LoReFT artifact; its strength is ``loreft_strength``."""
+    from geosteer.bench.training import train_loreft
 
     layer = _middle(s.model)
-    mod = LoReFT(anatomy(s.model).d_model, REFT_RANK, layer, seed=s.seed)
-    last = fit_module(s, mod, lr=0.002, name="loreft")
-    return Prepared(_points("loreft", s, lambda x: _scaled_attr(mod, "strength", x),
-                            {"layer": layer, "rank": REFT_RANK}), mod.n_parameters(), {"train": last})
+    folder, info = train_loreft(s, lr=0.002, rank=REFT_RANK, layers=[layer])
+    pts = [recipe_point("loreft", x, {"loreft": folder, "loreft_strength": x}, {"layer": layer, "rank": REFT_RANK})
+           for x in s.budget.strengths]
+    return Prepared(pts, info["params"], {"train": info["train"]})
 
 
 class _LoraScale:
@@ -166,7 +152,7 @@ def _remove_lora(model) -> None:
 
 def build_gates(s: Setup) -> Prepared:
     from geosteer.bench.training import fit_module
-    from geosteer.dynamics.gates import FFNGates
+    from geosteer.dynamics import FFNGates
 
     gates = FFNGates.for_model(s.model)
     last = fit_module(s, gates, lr=0.02, name="ffn-gates")

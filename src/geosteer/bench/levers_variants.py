@@ -21,7 +21,7 @@ import dataclasses
 
 from torch import nn
 
-from geosteer.bench.levers_learned import SURFACE_GRID, _interpolated, _middle, _points
+from geosteer.bench.levers_learned import SURFACE_GRID, _interpolated, _points
 from geosteer.bench.registry import Lever, Point, Prepared, Setup, register_lever
 
 LR = 0.02  # the surfaces' learning rate (as the surfaces lever)
@@ -95,28 +95,26 @@ class _SurfacesAndVector(nn.Module):
 
 
 def build_surfaces_vector(s: Setup) -> Prepared:
+    """Surfaces and a middle-layer vector trained together; the vector is saved as steering vectors, and s
+    scales both (the coefficients × s, ``vector_scale`` = s)."""
     import contextlib
 
-    from geosteer.bench.modules import LearnedVector
-    from geosteer.bench.training import fit_module
-    from geosteer.models.anatomy import anatomy
+    from geosteer.bench.training import fit_module, save_vector, vector_module
+    from geosteer.recipe import InterventionSpec
 
-    layer = _middle(s.model)
-    both = _SurfacesAndVector(_bank(s.model), LearnedVector(anatomy(s.model).d_model, layer))
+    both = _SurfacesAndVector(_bank(s.model), vector_module(s))
     both.bank.coefficients.requires_grad_(True)
     last = fit_module(s, both, lr=LR, name="surfaces+vector")
+    folder = save_vector(s, both.vector, "surfaces+vector")
+    layer = both.vector.layers[0]
 
     def make(x: float):
         @contextlib.contextmanager
         def ctx():
-            both.vector.strength = x
-            try:
-                with _interpolated(both.bank, {"c": both.bank.coefficients}, 0.0, x)() as ivs:
-                    yield [*ivs, both.vector]
-            finally:
-                both.vector.strength = 1.0
+            with _interpolated(both.bank, {"c": both.bank.coefficients}, 0.0, x)() as ivs:
+                yield [*ivs, InterventionSpec(vectors=folder, vector_scale=x)]
         return ctx
-    n = both.bank.n_parameters() + both.vector.vector.numel()
+    n = both.bank.n_parameters() + both.vector.vectors.numel()
     return Prepared(_points("surfaces+vector", s, make, {"layer": layer, "grid": SURFACE_GRID}), n,
                     {"train": last})
 

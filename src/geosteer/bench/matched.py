@@ -8,8 +8,10 @@ rank 4 on q/v of every layer:
 - ``lora``: PEFT LoRA rank 4 on ``q_proj`` and ``v_proj`` of every layer;
 - ``surfaces-rank1``: attention-value surfaces S_d(q, k) on every layer, each K×K coefficient matrix of rank 1
   (C = u wᵀ, u starting at zero: the stock model);
-- ``loreft``: LoReFT h + Rᵀ(W h + b − R h) after every layer at rank 7;
-- ``vector``: a preference-trained vector after the middle layer (d numbers: a vector cannot be matched);
+- ``loreft``: LoReFT h + Rᵀ(W h + b − R h) after every layer at rank 7, saved as a LoReFT artifact
+  (:mod:`geosteer.loreft`; s is the recipe's ``loreft_strength``);
+- ``vector``: a preference-trained vector after the middle layer (d numbers: a vector cannot be matched), saved
+  as steering vectors (s is the recipe's ``vector_scale``);
 - ``caa``: the mean-difference vector after the middle layer (learns nothing);
 - ``walls``: learned exact walls on zero surfaces (suppressed concepts only; on or off).
 
@@ -20,15 +22,13 @@ strength: they are measured at their own control KL.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
 from geosteer.bench.design import EXPLORATORY
-from geosteer.bench.registry import Point, Setup, fixed, no_interventions
+from geosteer.bench.registry import Point, Setup, fixed, no_interventions, recipe_point
 from geosteer.models.anatomy import anatomy
 
 LORA_RANK = 4
@@ -50,67 +50,24 @@ class Built:
     cleanup: Callable[[], None] = lambda: None
 
 
-class MultiLoReFT(nn.Module):
-    """LoReFT (:class:`geosteer.bench.modules.LoReFT`) after each of ``layers``, one strength for all."""
-
-    def __init__(self, d_model: int, rank: int, layers: list[int], seed: int = 0) -> None:
-        super().__init__()
-        from geosteer.bench.modules import LoReFT
-
-        self.units = nn.ModuleList([LoReFT(d_model, rank, layer, seed=seed + i) for i, layer in enumerate(layers)])
-
-    @property
-    def strength(self) -> float:
-        return self.units[0].strength
-
-    @strength.setter
-    def strength(self, s: float) -> None:
-        for u in self.units:
-            u.strength = s
-
-    def attach(self, model: nn.Module) -> Callable[[], None]:
-        undo = [u.attach(model) for u in self.units]
-
-        def detach() -> None:
-            for f in reversed(undo):
-                f()
-        return detach
-
-    def n_parameters(self) -> int:
-        return sum(u.n_parameters() for u in self.units)
-
-
-def _strength_attr(module, name: str) -> Callable[[float], Point]:
-    def at(s: float) -> Point:
-        @contextlib.contextmanager
-        def ctx() -> Iterator[list]:
-            old = module.strength
-            module.strength = s
-            try:
-                yield [module]
-            finally:
-                module.strength = old
-        return Point(name, float(s), {}, ctx)
-    return at
-
-
 def build_vector(s: Setup, lr: float) -> Built:
-    from geosteer.bench.modules import LearnedVector
-    from geosteer.bench.training import fit_module
+    from geosteer.bench.training import train_vector
 
-    a = anatomy(s.model)
-    mod = LearnedVector(a.d_model, a.n_layers // 2)
-    last = fit_module(s, mod, lr=lr, name="vector")
-    return Built("vector", mod.vector.numel(), _strength_attr(mod, "vector"), info={"train": last, "lr": lr})
+    folder, info = train_vector(s, lr=lr)
+
+    def at(x: float) -> Point:
+        return recipe_point("vector", x, {"vectors": folder, "vector_scale": x})
+    return Built("vector", anatomy(s.model).d_model, at, info={"train": info["train"], "lr": lr})
 
 
 def build_loreft(s: Setup, lr: float) -> Built:
-    from geosteer.bench.training import fit_module
+    from geosteer.bench.training import train_loreft
 
-    a = anatomy(s.model)
-    mod = MultiLoReFT(a.d_model, REFT_RANK, list(range(a.n_layers)), seed=s.seed)
-    last = fit_module(s, mod, lr=lr, name="loreft")
-    return Built("loreft", mod.n_parameters(), _strength_attr(mod, "loreft"), info={"train": last, "lr": lr})
+    folder, info = train_loreft(s, lr=lr, rank=REFT_RANK, layers=None)
+
+    def at(x: float) -> Point:
+        return recipe_point("loreft", x, {"loreft": folder, "loreft_strength": x})
+    return Built("loreft", info["params"], at, info={"train": info["train"], "lr": lr})
 
 
 def build_lora(s: Setup, lr: float) -> Built:

@@ -4,7 +4,8 @@ A lever is ``build(setup) -> Prepared``: whatever it learns from the concept's l
 prompting; a mean difference for CAA; a run of the shared training objective for the learned levers,
 :mod:`geosteer.bench.levers_learned`), and the candidate :class:`Point` s the operating-point rule chooses
 from. Every point's interventions are reached through geosteer's public API (the recipe, the method
-packages' learners, :func:`geosteer.steer`); a point of strength 0 is the stock model. ``cleanup()`` undoes
+packages' faces, :func:`geosteer.steer`; :func:`recipe_point` for a lever saved as its method's artifact); a
+point of strength 0 is the stock model. ``cleanup()`` undoes
 anything a lever changed in the model (LoRA's adapter layers).
 """
 
@@ -46,6 +47,15 @@ def fixed(ivs: list) -> Callable[[], contextlib.AbstractContextManager[list]]:
     def ctx() -> Iterator[list]:
         yield list(ivs)
     return ctx
+
+
+def recipe_point(lever: str, strength: float, values: dict, params: dict | None = None) -> Point:
+    """A point whose one intervention is the recipe ``values`` (:class:`geosteer.recipe.InterventionSpec`,
+    built from the method registry when attached): a learned lever saved as its method's artifact, at the
+    strength its recipe key gives (0: the stock model)."""
+    from geosteer.recipe import InterventionSpec
+
+    return Point(lever, float(strength), dict(params or {}), fixed([InterventionSpec(**values)]))
 
 
 def stock_point(lever: str = "stock") -> Point:

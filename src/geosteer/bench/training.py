@@ -1,4 +1,4 @@
-"""The one training objective of every learned lever, and the run of it for the benchmark's own modules.
+"""The one training objective of every learned lever, and the run of it on any trainable intervention.
 
 Every learned lever (preference vector, LoReFT, LoRA, FFN gates, ∥/⊥ scales, steering surfaces; walls
 only suppress) optimises :class:`geosteer.train.PromptObjective` with ``promote=True``: raise the summed
@@ -6,6 +6,10 @@ log-prob of the toward texts and lower that of the away texts, each as the answe
 (:func:`geosteer.bench.prompts.training_pairs`), plus the control-KL hinge (τ = ``setup.train_tau`` on the
 neutral training controls, against the stock model), for the budget's number of full-batch AdamW steps at
 the lever's learning rate. The levers differ in what they parametrise, not in what they are asked.
+
+The preference-trained vector and LoReFT are trained here on their methods' public trainable forms
+(:class:`geosteer.vectors.TrainableVectors`, :meth:`geosteer.loreft.LoReFT.trainable`) and saved as those
+methods' artifacts, so that a lever's point is a recipe (:func:`geosteer.bench.registry.recipe_point`).
 """
 
 from __future__ import annotations
@@ -54,3 +58,48 @@ def fit_module(setup, module: nn.Module, lr: float, name: str) -> dict:
     module.requires_grad_(False)
     last = res.history[-1] if res.history else {}
     return {k: round(float(v), 5) for k, v in last.items() if isinstance(v, (int, float))}
+
+
+def _middle(model) -> int:
+    from geosteer import anatomy
+
+    return anatomy(model).n_layers // 2
+
+
+def vector_module(setup, layer: int | None = None):
+    """A trainable steering vector after ``layer`` (default: the middle one), zero (the stock model)."""
+    from geosteer.vectors import TrainableVectors
+
+    return TrainableVectors.for_model(setup.model, [_middle(setup.model) if layer is None else int(layer)])
+
+
+def save_vector(setup, module, name: str, info: dict | None = None) -> str:
+    """The trained vector as a steering-vectors artifact in the lever's work folder (recipe key ``vectors``;
+    ``vector_scale`` is its strength)."""
+    from geosteer.methods import save_artifact
+
+    sv = module.to_vectors(setup.model, {"objective": "bench preference", "n_positive": len(setup.toward),
+                                         "n_negative": len(setup.away), **(info or {})})
+    return str(save_artifact(sv, setup.work / name))
+
+
+def train_vector(setup, lr: float, name: str = "vector") -> tuple[str, dict]:
+    """A preference-trained vector after the middle layer: (its artifact folder, its record)."""
+    mod = vector_module(setup)
+    last = fit_module(setup, mod, lr=lr, name=name)
+    return save_vector(setup, mod, name, {"lr": lr}), {"train": last, "layer": mod.layers[0], "lr": lr,
+                                                       "norm": round(float(mod.vectors.norm()), 4)}
+
+
+def train_loreft(setup, lr: float, rank: int, layers: list[int] | None, name: str = "loreft") -> tuple[str, dict]:
+    """LoReFT (rank ``rank`` after each of ``layers``, None: every layer) trained on the shared objective:
+    (its artifact folder, its record: trainable count, last step, layers)."""
+    from geosteer.loreft import LoReFT
+    from geosteer.methods import save_artifact
+
+    lo = LoReFT.for_model(setup.model, rank, layers, seed=setup.seed).trainable()
+    last = fit_module(setup, lo, lr=lr, name=name)
+    lo.freeze()
+    lo.meta = {"objective": "bench preference", "lr": lr, "train": last}
+    return str(save_artifact(lo, setup.work / name)), {"train": last, "layers": lo.layers, "rank": rank,
+                                                        "params": lo.n_parameters(), "lr": lr}

@@ -114,7 +114,11 @@ class LoReFT(nn.Module):
     def delta(self, h: torch.Tensor, layer: int) -> torch.Tensor:
         """The unscaled edit Rᵀ(W h + b − R h) of ``layer`` on ``h`` (…, d)."""
         i = self._row[int(layer)]
-        return loreft_delta(h, self.R[i], self.W[i], self.b[i])
+        R = self._R if getattr(self, "_R", None) is not None else self.R
+        return loreft_delta(h, R[i], self.W[i], self.b[i])
+
+    def _forget_R(self, *_) -> None:  # noqa: N802 - the paper's symbol
+        self._R = None
 
     def edit(self, h: torch.Tensor, layer: int) -> torch.Tensor:
         return h + self.strength * self.delta(h, layer)
@@ -129,7 +133,23 @@ class LoReFT(nn.Module):
         if self.strength == 0:
             return lambda: None  # the stock model
         self.check_model(model)
-        return attach_hooks(model, POINT, self.layers, lambda h, ctx: self.edit(h, ctx.layer))
+        from torch.nn.utils import parametrize
+
+        if not parametrize.is_parametrized(self, "R"):
+            return attach_hooks(model, POINT, self.layers, lambda h, ctx: self.edit(h, ctx.layer))
+        # trained: the orthogonal map of R computed once per forward, not once per layer
+        def remember(module, args) -> None:
+            self._R = self.R
+
+        handles = [model.register_forward_pre_hook(remember), model.register_forward_hook(self._forget_R)]
+        remove = attach_hooks(model, POINT, self.layers, lambda h, ctx: self.edit(h, ctx.layer))
+
+        def detach() -> None:
+            remove()
+            for handle in handles:
+                handle.remove()
+            self._R = None
+        return detach
 
     def served_ops(self, ops) -> None:
         """The same edit on each served layer (``geosteer.served``), every token; no closed :class:`Form`

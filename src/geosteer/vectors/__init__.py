@@ -9,7 +9,8 @@ from geosteer.vectors.artifact import VECTORS, export_gguf, import_gguf, load_ve
 from geosteer.vectors.config import METHODS, MODES, PHASES, POINTS, ApplyConfig, ExtractConfig
 from geosteer.vectors.extract import AGGREGATORS, collect_activations, extract
 from geosteer.vectors.method import METHOD
+from geosteer.vectors.trained import TrainableVectors
 
 __all__ = ["AGGREGATORS", "METHOD", "METHODS", "MODES", "PHASES", "POINTS", "VECTORS", "ApplyConfig",
-           "ExtractConfig", "SteeringVectors", "collect_activations", "export_gguf", "extract", "import_gguf",
-           "load_vectors", "push_vectors", "save_vectors", "steer_tensor"]
+           "ExtractConfig", "SteeringVectors", "TrainableVectors", "collect_activations", "export_gguf", "extract",
+           "import_gguf", "load_vectors", "push_vectors", "save_vectors", "steer_tensor"]
