@@ -25,6 +25,7 @@ from geosteer.bench.endpoints_report import detail_markdown, rule_markdown, rule
 from geosteer.bench.kl_match import level_key
 from geosteer.bench.stats import compare_pairs, decide, paired_differences
 from geosteer.io_utils import atomic_write_text
+from geosteer.readers import read_csv_rows
 
 LEVERS = ("surfaces-rank1", "walls", "lora", "loreft", "vector", "caa", "prompting")
 REFERENCES = ("stock", "prompting", "lora")
@@ -243,10 +244,8 @@ def _typed(key: str, value: str):
 def read_tables(folder: Path) -> tuple[list[dict], list[dict], list[dict]]:
     """(records, concepts, units) read back from a report's records.csv, concepts.csv and units.csv, typed as
     :func:`records` returns them: the committed results can be re-read without their checkpoints."""
-    out = []
-    for name in ("records.csv", "concepts.csv", "units.csv"):
-        with open(Path(folder) / name, newline="", encoding="utf-8") as f:
-            out.append([{k: _typed(k, v) for k, v in row.items()} for row in csv.DictReader(f)])
+    out = [[{k: _typed(k, v or "") for k, v in row.items()} for row in read_csv_rows(Path(folder) / name, what=name)]
+           for name in ("records.csv", "concepts.csv", "units.csv")]
     return out[0], out[1], out[2]
 
 
