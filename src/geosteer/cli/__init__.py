@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
@@ -56,6 +57,56 @@ PLUGIN_VERBS = {"serve": ("geosteer-vllm", "vLLM for your hardware, then `pip in
                           "geosteer checkout (or `make serve` there; docs/serving.md)"),
                 "study": ("geosteer-paper", "`pip install ./paper` from a geosteer checkout (`make dev` does)")}
 _registered: set[str] = set()
+# the one line `geosteer --help` lists for each verb (its own --help keeps the full text); a verb not named
+# here shows the first sentence of its help, parenthesised asides left out
+SUMMARIES = {
+    "push": "Upload an artifact folder to the Hugging Face Hub",
+    "info": "A model's anatomy: shapes, block wiring, per-layer parts",
+    "ppl": "Perplexity and bits per byte of a text or corpus split",
+    "generate": "Continue one or more prompts, stock or steered",
+    "compare": "Stock vs steered on a prompt set: changes, KL, samples",
+    "report": "One self-contained HTML report from result files",
+    "studio": "Local web app to see and edit surfaces live",
+    "demo": "The main job: stock vs steered, side by side",
+    "eval": "lm-evaluation-harness with --model geosteer registered",
+    "show": "What an artifact holds: base model, settings, shapes",
+    "serve": "Serve steered recipes through vLLM (geosteer-vllm)",
+    "tasks": "Build local lm-eval tasks from the bundled corpus",
+    "recipe": "Recipes: every setting of a run as key=value",
+    "bench": "Steering benchmarks on your own model and concepts",
+    "learn": "Learn an artifact on a frozen model",
+    "measure": "Measure a model or its surfaces",
+    "manifold": "Edit or import attention-manifold surfaces",
+    "study": "The papers' studies and the reproduction report",
+}
+SUMMARY_CHARS = 60  # fits one line of an 80-column terminal beside the longest verb name
+
+
+def summary(text: str | None) -> str:
+    """One line for a verb's help: its first sentence without parenthesised asides, at most
+    :data:`SUMMARY_CHARS` characters (cut at a word, with an ellipsis)."""
+    first = re.split(r"(?<=[.!?])\s|\n\s*\n", (text or "").strip(), maxsplit=1)[0]
+    first = " ".join(re.sub(r"\s*\([^()]*\)", "", first).split()).rstrip(".")
+    if len(first) <= SUMMARY_CHARS:
+        return first
+    return first[: SUMMARY_CHARS - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+
+
+def _one_line_summaries(target: typer.Typer) -> None:
+    """Give every top-level verb of ``target`` a one-line ``short_help`` (:data:`SUMMARIES`, else
+    :func:`summary` of its help) unless it has one."""
+    for info in [*target.registered_commands, *target.registered_groups]:
+        if info.short_help:
+            continue
+        name = getattr(info, "name", None) or (info.callback.__name__ if getattr(info, "callback", None) else "")
+        if name in SUMMARIES:
+            info.short_help = SUMMARIES[name]
+            continue
+        text = info.help or (info.callback.__doc__ if getattr(info, "callback", None) else None)
+        if text is None and getattr(info, "typer_instance", None) is not None:
+            text = info.typer_instance.info.help
+        if text:
+            info.short_help = summary(text if isinstance(text, str) else None)
 
 
 def register_clis(target: typer.Typer | None = None) -> None:
@@ -90,6 +141,7 @@ def register_clis(target: typer.Typer | None = None) -> None:
         if target is app:
             _registered.add(key)
     _add_install_hints(target, {ep.name for ep in plugins})
+    _one_line_summaries(target)
 
 
 def _importing_now(cli: str | Callable | EntryPoint) -> bool:

@@ -25,7 +25,7 @@ from geosteer.cli.common import (
 from geosteer.cli.outputs import out_records
 from geosteer.cli.recipe import RECIPE_OPT, SET_OPT, SURFACES_OPT, spec_from_options
 from geosteer.errors import GeosteerError
-from geosteer.eval.chat import check_chat_options, format_prompt, format_prompts
+from geosteer.eval.chat import check_chat_options, format_prompts
 
 BOS_OPT = typer.Option(False, "--bos", help="put the BOS token first (default: encode as the model's "
                                             "tokenizer does, with its own BOS convention)")
@@ -160,7 +160,8 @@ def ppl(
 
 def generate_cmd(
     model: str = MODEL_OPT,
-    prompt: str = typer.Option(..., "--prompt", "-p"),
+    prompt: list[str] = typer.Option(..., "--prompt", "-p", help="the text to continue (repeatable: each "
+                                     "prompt is continued in turn)"),
     max_new_tokens: int = typer.Option(50),
     greedy: bool = typer.Option(True, "--greedy/--sample", help="greedy (default) or sampling"),
     temperature: float | None = typer.Option(None, help="sampling temperature > 0 (implies --sample); "
@@ -180,14 +181,14 @@ def generate_cmd(
     dtype: str = DTYPE_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Continue a prompt (greedy, or sampling with a seed).
+    """Continue a prompt, or each of several (greedy, or sampling with a seed).
 
-    --max-new-tokens beyond the model's positions is capped at what fits (with a note on stderr)."""
+    --max-new-tokens beyond the model's positions is capped at what fits (with a note on stderr). Several
+    --prompt options print one row each (--json: a list)."""
     from geosteer.eval.generation import cap_new_tokens, generate, prompt_ids
     from geosteer.interventions import steer
 
-    if not prompt:
-        raise GeosteerError("--prompt is empty; give the text to continue")
+    prompts = _read_prompts(prompt, None)
     if max_new_tokens < 1:
         raise GeosteerError(f"max_new_tokens (--max-new-tokens) must be >= 1 (got {max_new_tokens})")
     if temperature is not None:
@@ -199,15 +200,19 @@ def generate_cmd(
     spec = spec_from_options(recipe, settings, surfaces, model=model)  # checked before the model loads
     m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
     add_bos = True if bos else None
-    shown, prompt = prompt, format_prompt(tok, prompt, chat, system, add_bos)
-    max_new_tokens, note = cap_new_tokens(m, prompt_ids(tok, prompt, add_bos).shape[1], max_new_tokens)
+    shown, prompts = prompts, format_prompts(tok, prompts, chat, system, add_bos)
+    longest = max(prompt_ids(tok, p, add_bos).shape[1] for p in prompts)
+    max_new_tokens, note = cap_new_tokens(m, longest, max_new_tokens)
     if note:
-        typer.echo(f"note: {note}", err=True)
+        typer.echo(f"note: {note}" + (" (longest prompt)" if len(prompts) > 1 else ""), err=True)
+    rows = []
     with steer(m, *spec.build(m, force=force)):
-        res = generate(m, tok, prompt, max_new_tokens, greedy=greedy,
-                       temperature=1.0 if temperature is None or greedy else temperature,
-                       top_k=top_k, seed=seed, add_bos=add_bos)
-    emit(res.to_dict() if as_json else {"prompt": shown, "continuation": res.text}, as_json)
+        for text, formatted in zip(shown, prompts, strict=True):
+            res = generate(m, tok, formatted, max_new_tokens, greedy=greedy,
+                           temperature=1.0 if temperature is None or greedy else temperature,
+                           top_k=top_k, seed=seed, add_bos=add_bos)
+            rows.append(res.to_dict() if as_json else {"prompt": text, "continuation": res.text})
+    emit(rows[0] if len(rows) == 1 else rows, as_json)
 
 
 def compare(
