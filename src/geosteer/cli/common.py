@@ -16,7 +16,7 @@ import typer
 
 from geosteer.errors import GeosteerError
 
-MODEL_HELP = "smollm2 | gemma3-270m | tiny-<family> | .gguf file | folder | hub id"
+MODEL_HELP = "smollm2 | gemma3-270m | qwen2.5-0.5b | qwen2.5-1.5b | tiny-<family> | .gguf file | folder | hub id"
 MODEL_OPT = typer.Option("smollm2", "--model", "-m", help=MODEL_HELP)
 THREADS_OPT = typer.Option(0, "--threads", help="torch CPU threads (0: the cores the 1-minute load average "
                            "leaves free, at least 1, at most torch's default; OMP_NUM_THREADS wins when set). Idle "

@@ -12,6 +12,8 @@ from pathlib import Path
 HUB_IDS: dict[str, str] = {
     "smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",
     "gemma3-270m": "google/gemma-3-270m",
+    "qwen2.5-0.5b": "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+    "qwen2.5-1.5b": "Qwen/Qwen2.5-Coder-1.5B-Instruct",
 }
 
 

