@@ -18,6 +18,7 @@ from geosteer_paper.registry import studies
 from geosteer_paper.reproduction import evaluate_items, load_items, report_html, report_json, report_markdown
 from geosteer_paper.reproduction.checks import declared_checks, run_checks, select
 from geosteer_paper.reproduction.evaluate import counts
+from geosteer_paper.reproduction.ladder import evaluate_ladder, ladder_markdown, load_ladder
 from geosteer_paper.study_methods import add_studies
 
 study_app = typer.Typer(no_args_is_help=False, invoke_without_command=True,
@@ -89,9 +90,10 @@ def report_cmd(
     results = evaluate_items(papers, [results_root or Path.cwd()])
     command = _command_line(results_root, items, as_json, out, html)
     titles = {p.paper: f"Paper {p.number}: {p.title}" for p in papers}
+    ladder = None if items else ladder_markdown(evaluate_ladder(load_ladder(), results_root or Path.cwd()))
     if out is not None:
         atomic_write_text(out, report_json(results, command) if as_json else
-                          report_markdown(results, command, titles))
+                          report_markdown(results, command, titles, ladder))
     if html is not None:
         atomic_write_text(html, report_html(results, command, titles))
     total = counts(results)[-1]

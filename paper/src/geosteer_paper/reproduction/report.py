@@ -59,8 +59,10 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def report_markdown(results: list[ItemResult], command: str, titles: dict[str, str]) -> str:
-    """The markdown report: counts per paper and status, then one table per paper."""
+def report_markdown(results: list[ItemResult], command: str, titles: dict[str, str],
+                    extra: list[str] | None = None) -> str:
+    """The markdown report: counts per paper and status, one table per paper, then ``extra`` lines (the
+    scale ladder)."""
     lines = ["# Reproduction report", "",
              "Every item of the three papers: the paper's claim and number, geosteer's number read from its "
              "results file, and a status computed from the criterion declared beside the item "
@@ -86,6 +88,8 @@ def report_markdown(results: list[ItemResult], command: str, titles: dict[str, s
             lines.append("| " + " | ".join(_cell(x) for x in [
                 f"{it.id} {it.name}", _claim_text(r), _paper_value(r), _ours_text(r) + model, _MARK[r.status],
                 r.why, _reading(r), src]) + " |")
+    if extra:
+        lines += ["", *extra]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,41 @@
+#!/bin/bash
+# The scale ladder: run one study on each rung, one model at a time, resumable (a rung whose results file
+# exists is skipped), each run's wall time and peak RSS appended to docs/results/ladder/costs.csv.
+# Usage: paper/studies/ladder/run.sh STUDY [MODEL ...]
+#   STUDY: deficit | value-sweep | parallel (the commands are the criteria's, reproduction/ladder.json)
+#   MODEL: smollm2 gemma3-270m qwen2.5-0.5b qwen2.5-1.5b (all four by default)
+# A model that does not load by name yet can be given as a GGUF file: QWEN05_GGUF=/path QWEN15_GGUF=/path.
+# DTYPE=float32 by default (bfloat16 also works; the dtype is recorded in costs.csv).
+set -u
+cd "$(dirname "$0")/../../.."
+STUDY=$1; shift
+MODELS=${*:-smollm2 gemma3-270m qwen2.5-0.5b qwen2.5-1.5b}
+DTYPE=${DTYPE:-float32}
+BIN=${BIN:-.venv/bin}
+export GEOSTEER_PROGRESS=0
+mkdir -p docs/results/ladder/$STUDY
+COSTS=docs/results/ladder/costs.csv
+[ -f $COSTS ] || echo "date,study,model,dtype,wall_s,peak_rss_mib,exit,command" > $COSTS
+for name in $MODELS; do
+  out=docs/results/ladder/$STUDY/$name.json
+  [ -f "$out" ] && { echo "skip $name: $out exists"; continue; }
+  m=$name
+  [ "$name" = qwen2.5-0.5b ] && m=${QWEN05_GGUF:-$name}
+  [ "$name" = qwen2.5-1.5b ] && m=${QWEN15_GGUF:-$name}
+  case $STUDY in
+    deficit) cmd="$BIN/geosteer measure diagnose -m $m --tokens 2048 --context 256 --no-ov --threads 2 --dtype $DTYPE --out $out" ;;
+    value-sweep) cmd="$BIN/geosteer study directional sweep -m $m --sites value_exclude_self,attn_out,mlp_out --value-space head,concat --s-par-grid 0,0.5,3 --s-perp-grid none --tokens 1024 --context 512 --stride 512 --threads 2 --dtype $DTYPE --out $out" ;;
+    parallel) cmd="$BIN/geosteer study dynamics parallelize -m $m --counts 0,4,8 --seeds 5 --threshold 0.05 --defect-tokens 1024 --tokens 1024 --context 256 --threads 2 --dtype $DTYPE --out $out" ;;
+    *) echo "unknown study '$STUDY' (deficit | value-sweep | parallel)"; exit 2 ;;
+  esac
+  echo "run $name: $cmd"
+  tfile=$(mktemp)
+  /usr/bin/time -v -o "$tfile" nice -n 10 $cmd
+  rc=$?
+  wall=$(awk -F': ' '/Elapsed \(wall clock\)/{print $2}' "$tfile" | awk -F: '{s=0; for(i=1;i<=NF;i++) s=s*60+$i; printf "%.0f", s}')
+  rss=$(awk -F': ' '/Maximum resident set size/{printf "%.0f", $2/1024}' "$tfile")
+  rm -f "$tfile"
+  shown=${cmd//$m/$name}
+  echo "$(date -u +%FT%TZ),$STUDY,$name,$DTYPE,$wall,$rss,$rc,\"${shown#$BIN/}\"" >> $COSTS
+  echo "done $name: exit $rc, ${wall}s, peak RSS ${rss} MiB"
+done
