@@ -4,11 +4,12 @@ The committed folder holds the tidy records, not the run's checkpoints, so ``--r
 this reads ``records.csv``, ``concepts.csv`` and ``units.csv`` back and writes ``results.json`` and ``verdict.txt``
 through the report's own code (:func:`geosteer.bench.decide_report.write_results`), then recomputes the verdict
 on subsets of the data: seed 0 alone, the promoted or the suppressed topics alone, either alternate half of the
-concepts (sorted by name), and without each concept in turn. Each subset is a fresh Holm family.
+concepts (sorted by name), and without each concept in turn. Each subset is a fresh Holm family. It also reads
+the verdict off the BCa intervals reported beside the t intervals.
 
     .venv/bin/python benchmarks/decide_reanalysis.py --rewrite --sensitivity docs/results/decide/sensitivity.json
 
-A few CPU-seconds (the earlier score rule's bootstrap, kept in ``results.json``, takes most of it).
+About 30 CPU-seconds.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 from collections import Counter
 from pathlib import Path
+from statistics import median
 
 from geosteer.bench import endpoints as E
 from geosteer.bench.decide_report import pairs, read_tables, write_results
@@ -46,6 +48,24 @@ def verdict(recs: list[dict], levels: list[str]) -> list[dict]:
     """Per pair: the word, and per endpoint and level the reading, mean and interval."""
     family = [p for p in pairs() if any(r["lever"] == p[0] for r in recs)]
     return E.verdicts(E.compare(recs, family, levels, ALPHA), family)
+
+
+def bca_view(recs: list[dict], levels: list[str]) -> dict:
+    """The verdict read off the BCa intervals instead of the t intervals (all the data): the readings that
+    change, the words, and the BCa / t width ratio."""
+    admitted = [r for r in recs if r["admitted"]]
+    rows = [r for r in E.compare(admitted, pairs(), levels, ALPHA) if r["endpoint"] != "score" and r["bca"]]
+    alt = [{**r, "lo": r["bca"][0], "hi": r["bca"][1]} for r in rows]
+    for r in alt:
+        r["reading"] = E.reading(r)
+    changed = [f"{r['a']} vs {r['b']} {r['endpoint']} at {r['kl_level']}: {t['reading']} -> {r['reading']}"
+               for r, t in zip(alt, rows, strict=True) if r["reading"] != t["reading"]]
+    words = {f"{a} vs {b}": E.decide([r for r in alt if (r["a"], r["b"]) == (a, b)]) for a, b in pairs()}
+    ratio = median((r["bca"][1] - r["bca"][0]) / (r["hi"] - r["lo"]) for r in rows)
+    out = {"tested_intervals": len(rows), "readings_changed": changed, "words": words, "width_ratio_median": ratio}
+    print(f"BCa: {len(changed)} of {len(rows)} readings change; words "
+          f"{dict(Counter(words.values()))}; median width ratio {out['width_ratio_median']:.2f}", flush=True)
+    return out
 
 
 def sensitivity(recs: list[dict], levels: list[str]) -> dict:
@@ -78,7 +98,7 @@ def main() -> None:
         print(doc["summary"], flush=True)
     if args.sensitivity is not None:
         doc = {"rule": "geosteer.bench.endpoints (concept-level t, Holm over claims, intersection-union over levels)",
-               "subsets": sensitivity(recs, levels)}
+               "subsets": sensitivity(recs, levels), "bca": bca_view(recs, levels)}
         args.sensitivity.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 

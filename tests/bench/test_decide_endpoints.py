@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from geosteer.bench.endpoints import CONCEPT_MARGIN, FLUENCY_MARGIN, RELEVANCE_MARGIN, compare, decide, reading
-from geosteer.bench.stats import paired_differences
+from geosteer.bench.stats import bca_interval, paired_differences
 from geosteer.bench.tdist import concept_t, detectable, t_cdf, t_quantile, t_sf
 
 
@@ -145,3 +145,23 @@ def test_decide_each_word():
     assert decide(missing) == "undecided"
     with pytest.raises(ValueError):
         decide([])
+
+
+def test_bca_interval_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    x = np.array([0.31, -0.02, 0.05, 0.4, 0.12, 0.9, 0.0, 0.22, -0.1, 0.6, 0.15, 0.07])
+    want = stats.bootstrap((x,), np.mean, confidence_level=0.95, method="BCa", n_resamples=100000,
+                           random_state=1).confidence_interval
+    got = bca_interval(x, 0.05, 100000, seed=1)
+    assert got == pytest.approx((want.low, want.high), abs=0.01)
+    assert bca_interval([1.0, 1.0, 1.0]) is None and bca_interval([0.0, 1.0]) is None
+
+
+def test_compare_reports_a_bca_interval_beside_the_t_interval():
+    recs = _records({"A": 0.2}, {"A": 0.0})
+    rows = compare(recs, [("A", "stock")], ["0.05", "0.2"])
+    for r in rows:
+        diffs = paired_differences(recs, "A", "stock", r["kl_level"], {"concept": "concept_score", "score": "score",
+                                   "fluency": "reader_logprob", "relevance": "relevance"}[r["endpoint"]])
+        want = bca_interval([d.mean() for d in diffs.values()], r["alpha_ci"], 20000, seed=0)
+        assert r["bca"] == (None if want is None else list(want))

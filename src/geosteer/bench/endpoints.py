@@ -14,6 +14,9 @@ For lever A against a reference B at one control-KL level, every endpoint is a p
   the lever cannot gain here and the test is conservative for the lever.
 - **score** (descriptive): AxBench's harmonic mean of the three scores; an unadjusted 95 % interval, no word.
 
+Beside each t interval, a BCa bootstrap interval over the same concept means at the same level is reported as a
+second view (:func:`geosteer.bench.stats.bca_interval`); the words read the t interval.
+
 Each (pair, tested endpoint) is one claim "at every KL level", an intersection-union test: its p is the largest
 of the levels' two-sided p (against 0 for the concept, against −margin for a cost), and it holds only where every
 level's interval shows it, each at the same level (no doubling). Holm's step-down runs over the claims made:
@@ -32,13 +35,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from geosteer.bench.stats import holm, paired_differences
+import numpy as np
+
+from geosteer.bench.stats import bca_interval, holm, paired_differences
 from geosteer.bench.tdist import concept_t, detectable
 
 CONCEPT_MARGIN = 0.02  # P(concept): "no effect" when the whole interval is inside ±0.02
 FLUENCY_MARGIN = 0.10  # nats per token: a text at most ~10 % less probable per token than the reference's
 RELEVANCE_MARGIN = 0.10  # relative relevance: at least ~90 % of the reference's prompt-continuation similarity
 POWER = 0.8
+N_BCA = 20000  # replicates of the BCa interval, reported beside the t interval (not part of the decision)
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,8 @@ def compare(records: Sequence[dict], pairs: Sequence[tuple[str, str]], levels: S
     """One row per (pair, endpoint, KL level), the tested endpoints with Holm over the claims (module doc).
 
     Each row: a, b, endpoint, kl_level, mean, se, df, lo, hi, p (this level's), alpha_ci, p_claim (the claim's
-    intersection-union p), p_holm, mde (the difference this interval finds with ``power``), reading. A claim
+    intersection-union p), p_holm, mde (the difference this interval finds with ``power``), reading, bca (the
+    BCa bootstrap interval over the concept means at the same level, a second view: not part of the decision). A claim
     with a level that has fewer than 2 concepts is left out of the family (its rows: no interval)."""
     rows: list[dict] = []
     claims: dict[str, list[dict]] = {}
@@ -124,7 +131,15 @@ def compare(records: Sequence[dict], pairs: Sequence[tuple[str, str]], levels: S
         r.setdefault("p_holm", None)
         r["mde"] = detectable(r["se"], r["df"], r["alpha_ci"], power) if r["se"] is not None else None
         r["reading"] = reading(r)
+        r["bca"] = _bca(records, r) if r["se"] is not None else None
     return rows
+
+
+def _bca(records: Sequence[dict], row: dict) -> list[float] | None:
+    """The second interval: BCa over the concept means, at the row's level (bootstrap seed 0)."""
+    diffs = paired_differences(records, row["a"], row["b"], row["kl_level"], field=ENDPOINTS[row["endpoint"]].field)
+    out = bca_interval([np.mean(d) for d in diffs.values()], row["alpha_ci"], N_BCA, seed=0)
+    return None if out is None else list(out)
 
 
 def decide(rows_for_pair: Sequence[dict]) -> str:
@@ -163,6 +178,6 @@ def verdicts(rows: Sequence[dict], pairs: Sequence[tuple[str, str]]) -> list[dic
         v: dict = {"lever": a, "versus": b, "decision": decide(mine) if mine else "undecided",
                    "n_concepts": max((r["n_concepts"] for r in mine), default=0)}
         for r in mine:
-            v[f"{r['endpoint']}_{r['kl_level']}"] = {k: r[k] for k in ("mean", "lo", "hi", "reading", "mde")}
+            v[f"{r['endpoint']}_{r['kl_level']}"] = {k: r[k] for k in ("mean", "lo", "hi", "reading", "mde", "bca")}
         out.append(v)
     return out
