@@ -157,3 +157,31 @@ def test_the_learner_raises_the_target_and_keeps_r_orthonormal(tiny_model, tmp_p
 def test_learn_loreft_is_a_learner_verb(monkeypatch, capsys):
     code, out, err = run_cli(monkeypatch, capsys, "learn", "loreft", "--help")
     assert code == 0 and "--rank" in out, err
+
+
+def test_a_loreft_recipe_is_planned_for_serving(tiny_model, tmp_path):
+    plan = pytest.importorskip("geosteer_vllm.plan")
+    from geosteer.recipe import save_recipe
+
+    model, _ = tiny_model("llama")
+    lo = _random(model, [1])
+    recipe = save_recipe(tmp_path / "r", InterventionSpec(loreft=str(lo.save(tmp_path / "lo")), loreft_strength=2.0),
+                         base_model="tiny-llama")
+    meta = plan.meta_model(model.config)
+    meta.config._geosteer_name = "tiny-llama"
+    planned = plan.plan_recipe("r", recipe, meta)
+    assert list(planned.layers) == [1]
+    (fn,) = planned.layers[1].resid_post
+    x = torch.randn(5, model.config.hidden_size)
+    torch.testing.assert_close(fn(x, {}, Tokens(torch.arange(5), torch.full((5,), 5))),
+                               lo.with_(strength=2.0).edit(x, 1), atol=1e-6, rtol=0)
+
+
+def test_show_describes_a_loreft(tiny_model, tmp_path, monkeypatch, capsys):
+    model, _ = tiny_model("llama")
+    folder = _random(model, [0, 2]).save(tmp_path / "lo")
+    code, out, err = run_cli(monkeypatch, capsys, "show", str(folder), "--json")
+    assert code == 0, err
+    info = json.loads(out)
+    assert info["format"] == "geosteer-loreft" and info["rank"] == 3
+    assert [row["layer"] for row in info["layers"]] == [0, 2]

@@ -249,7 +249,7 @@ def build_shipped(s: Setup) -> Prepared:
 
 
 register_lever(Lever("vector", build_vector, "preference-trained steering vector (BiPO/RePS style), one layer"))
-register_lever(Lever("loreft", build_loreft, f"LoReFT rank {REFT_RANK}, one layer", version=2))
+register_lever(Lever("loreft", build_loreft, f"LoReFT rank {REFT_RANK}, one layer", version=3))  # 3: geosteer.loreft's start
 register_lever(Lever("lora", build_lora, f"PEFT LoRA rank {LORA_RANK}, attention projections", needs="peft"))
 register_lever(Lever("ffn-gates", build_gates, "learned FFN gain per layer (FFN edit)"))
 register_lever(Lever("scales", build_scales, "learned ∥/⊥ scales per layer at attn_out"))
