@@ -225,3 +225,38 @@ def test_an_axbench_file_gives_benchmark_concepts(tmp_path):
     (dc,) = by_name(None, str(tmp_path / "ax.jsonl"))
     assert dc.concept.direction == "promote" and all("positive output" in t for t in dc.concept.positive)
     assert all("negative output" in t for t in dc.admission["negative"]) and len(dc.judge_positive) == 36
+
+
+def _items(rng, shift: float, n: int = 4) -> dict:
+    c = np.clip(0.3 + shift + 0.01 * rng.standard_normal(n), 0.01, 0.99)
+    return {"texts": [f"text {i}" for i in range(n)], "score": (c / 2).tolist(), "concept": c.tolist(),
+            "relevance": [1.0] * n, "fluency": [1.0] * n, "judge_p": c.tolist(),
+            "reader_logprob": (-2.0 + 0.01 * rng.standard_normal(n)).tolist(), "repeated": [0.0] * n,
+            "similarity": [0.5] * n}
+
+
+def test_the_report_reads_a_run_folder_and_writes_the_verdict(tmp_path):
+    """write_report over checkpoint files of the run's layout: the records, the endpoint verdict, the tables."""
+    from geosteer.bench.decide_report import write_report
+    from geosteer.bench.design import Design
+
+    rng = np.random.default_rng(1)
+    for concept in ("a", "b", "c"):
+        unit = tmp_path / "units" / concept / "s0"
+        unit.mkdir(parents=True)
+        ctx = {"concept": concept, "kind": "topic-promote", "direction": "promote", "seed": 0,
+               "prompts": [f"prompt {i}" for i in range(4)], "cpu_seconds": 1.0, "stock": _items(rng, 0.0),
+               "admission": {"auc": 0.9, "admitted": True, "positive_scores": [0.7, 0.8, 0.9]},
+               "keyword_probe": {"words": ["x", "y"], "score": 0.01, "stock_score": 0.4, "below_stock": True,
+                                 "judge_p": 0.95, "stock_judge_p": 0.3}}
+        (unit / "context.json").write_text(json.dumps(ctx))
+        doc = {"lever": "caa", "lr": 0.0, "params": 0, "cpu_seconds": 2.0, "train_cpu_seconds": 0.1,
+               "levels": {lv: {"kl": float(lv), "strength": 1.0, "reached": True, "items": _items(rng, 0.3)}
+                          for lv in ("0.05", "0.2")}}
+        (unit / "caa.json").write_text(json.dumps(doc))
+    out = write_report(tmp_path, Design())
+    caa = next(v for v in out["verdicts"] if (v["lever"], v["versus"]) == ("caa", "stock"))
+    assert caa["decision"] == "beats" and caa["concept_0.2"]["reading"] == "gain"
+    assert out["concepts"][0]["keyword_below_on_topic"] is False and out["concepts"][0]["on_topic_judge_p"] == 0.8
+    assert "| caa | +0.3" in out["summary"] and (tmp_path / "verdict.txt").read_text().startswith("Holm over")
+    assert "similarity" in (tmp_path / "records.csv").read_text().splitlines()[0]
