@@ -11,11 +11,19 @@ from geosteer.cli.outputs import out_artifact
 from geosteer.errors import GeosteerError
 
 
-def _names(spec: str) -> list[str] | None:
-    """'all' -> None (every task), 'none' -> [], else the comma-separated names."""
+def _names(spec: str, option: str) -> list[str] | None:
+    """'all' -> None (every task), 'none' -> [], else the comma-separated names (at least one, each once)."""
     if spec == "all":
         return None
-    return [] if spec == "none" else [x.strip() for x in spec.split(",") if x.strip()]
+    if spec == "none":
+        return []
+    names = [x.strip() for x in spec.split(",") if x.strip()]
+    if not names:
+        raise GeosteerError(f"{option} {spec!r} names no task; give task names, 'all' or 'none'")
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise GeosteerError(f"{option} names {dup!r} twice; give each task once")
+    return names
 
 
 def build_cmd(
@@ -41,8 +49,11 @@ def build_cmd(
     except ValueError:
         raise GeosteerError(f"--lengths takes integers separated by commas (got {lengths!r})") from None
     check_counts(ruler_n, proxy_n, lens)  # before the tokenizer loads
-    m = build(out, model=model, lengths=lens, ruler_tasks=_names(ruler_tasks), ruler_n=ruler_n,
-              proxy_tasks=_names(proxy_tasks), proxy_n=proxy_n, seed=seed)
+    ruler, proxy = _names(ruler_tasks, "--ruler-tasks"), _names(proxy_tasks, "--proxy-tasks")
+    if ruler == [] and proxy == []:
+        raise GeosteerError("--ruler-tasks none and --proxy-tasks none build nothing; give at least one task")
+    m = build(out, model=model, lengths=lens, ruler_tasks=ruler, ruler_n=ruler_n, proxy_tasks=proxy,
+              proxy_n=proxy_n, seed=seed)
     emit({"out": str(out), "tasks": m["tasks"]} if as_json else
          {"out": str(out), "tasks": ", ".join(f"{k} ({v})" for k, v in m["tasks"].items())}, as_json)
 

@@ -55,6 +55,7 @@ def check_model_args(args: Mapping[str, Any]) -> None:
     if not isinstance(pretrained, str) or not pretrained.strip():
         raise GeosteerError(f"--model_args pretrained={pretrained!r}: give a model name, folder or Hub id "
                             "(e.g. pretrained=smollm2)")
+    check_pretrained(pretrained)
     dtype = args.get("dtype", "float32")
     if not isinstance(dtype, str) and dtype is not None and not hasattr(dtype, "is_floating_point"):
         raise GeosteerError(f"--model_args dtype={dtype!r}: give a dtype name")
@@ -63,6 +64,39 @@ def check_model_args(args: Mapping[str, Any]) -> None:
             resolve_dtype(dtype)
         except GeosteerError as e:
             raise GeosteerError(f"--model_args dtype={dtype}: {e}") from None
+
+
+def check_pretrained(name: str) -> None:
+    """Refuse, in one line and before lm-eval or a model loads, a ``pretrained`` that names no loadable model: an
+    unknown short name or tiny family, a missing folder or ``.gguf`` file, a malformed Hub id, or a Hub id that is
+    neither in the local cache nor reachable."""
+    from pathlib import Path
+
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from geosteer.models.loading import check_hub_source, known_names
+
+    what = f"--model_args pretrained={name}"
+    valid = f"valid: {', '.join(known_names())}, a .gguf file, a model folder or a Hub id (org/name)"
+    p = Path(name).expanduser()
+    if name in BUNDLED or p.is_dir() or (name.endswith(".gguf") and p.is_file()):
+        pass
+    elif name.startswith("tiny-"):
+        if name not in known_names():
+            raise GeosteerError(f"{what}: unknown tiny model; {valid}")
+    elif name.endswith(".gguf") or name.startswith((".", "/", "~")) or p.exists():
+        raise GeosteerError(f"{what}: no such model folder or .gguf file; {valid}")
+    elif "/" not in name:
+        raise GeosteerError(f"{what}: unknown model; {valid}")
+    else:
+        try:
+            validate_repo_id(name)
+        except HFValidationError:
+            raise GeosteerError(f"{what}: not a Hub id (org/name: letters, digits, '-', '_', '.'); {valid}") from None
+    try:
+        check_hub_source(name)
+    except GeosteerError as e:
+        raise GeosteerError(f"{what}: {e}") from None
 
 
 def _dtype_name(dtype: Any) -> Any:
@@ -108,7 +142,11 @@ class GeosteerLM(HFLM):
         target, tok, name = _resolve_pretrained(pretrained, dtype)
         if tok is not None:
             kwargs.setdefault("tokenizer", tok)
-        super().__init__(pretrained=target, dtype=dtype, **kwargs)
+        try:
+            super().__init__(pretrained=target, dtype=dtype, **kwargs)
+        except OSError as e:  # a Hub id that does not exist, a folder without a model: one line
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise GeosteerError(f"--model_args pretrained={pretrained}: cannot load it ({first})") from None
         self.geosteer_spec = spec
         self._removers: list = []
         self._attach(name)

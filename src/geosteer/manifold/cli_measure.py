@@ -7,9 +7,19 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, JSON_OPT, THREADS_OPT, check_layers, emit, set_threads
+from geosteer.cli.common import (
+    DEVICE_OPT,
+    DTYPE_OPT,
+    JSON_OPT,
+    THREADS_OPT,
+    check_layers,
+    emit,
+    model_config,
+    set_threads,
+)
 from geosteer.cli.common import load as load_model  # `load` below is geosteer.manifold.load (surfaces)
 from geosteer.cli.outputs import out_file, out_records
+from geosteer.cli.preflight import check_prompt_positions, tokenizer_of
 from geosteer.viz.cli import QK_PROMPT
 
 SURF_OPT = typer.Option(..., "--surfaces", "-s", help="surfaces artifact folder")
@@ -75,7 +85,12 @@ def explore_cmd(
         if not name:
             raise ValueError("the artifact does not name its base model; pass --model")
         check_layers(name, "--layers", layers)
+        checks = [(list(prompt or []), "--prompt")] + ([([qk_prompt], "--qk-prompt")] if record_qk else [])
+        for texts, what in checks:  # longer than the model's positions: refused before it loads
+            check_prompt_positions(tokenizer_of(name), model_config(name), texts, what)
         m, tok = load_model(name, threads=threads, device=device, dtype=dtype)
+        for texts, what in checks:
+            check_prompt_positions(tok, m, texts, what)
         bank = load(surfaces, model=m, force=force)
     if record_qk is not None:
         from geosteer.viz.cli import record_qk_points

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import check_layers, emit, load
+from geosteer.cli.common import check_layers, emit, load, model_config
 from geosteer.cli.learning import (
     CHAT_OPT,
     DEVICE_OPT,
@@ -25,6 +25,7 @@ from geosteer.cli.learning import (
     layers_opt,
     out_opt,
 )
+from geosteer.cli.preflight import check_prompt_positions, tokenizer_of
 
 
 def _read_json(path: Path, what: str, check) -> list:
@@ -87,6 +88,11 @@ def chat_formatted(tok, prompts: dict, chat: bool, system: str | None, special_t
             for k, v in prompts.items()}
 
 
+def _texts(prompts: dict) -> list[str]:
+    """Every prompt of :func:`read_prompt_sets`' keyword arguments, pairs flattened."""
+    return [x for v in prompts.values() for item in v for x in (item if isinstance(item, list) else [item])]
+
+
 def check_out(out: Path, overwrite: bool) -> None:
     """Refuse an output that would replace anything but a steering-vectors artifact (and that one without
     ``--overwrite``)."""
@@ -134,8 +140,13 @@ def vectors_cmd(model: str = MODEL_OPT,
     check_layers(model, "--layers", layers)  # the syntax; the range too where the config names it
     prompts = read_prompt_sets(pairs, positive, negative, cfg.method)
     check_out(out, overwrite)
+    if not chat:  # prompts longer than the model's positions: refused before the model loads
+        check_prompt_positions(tokenizer_of(model), model_config(model), _texts(prompts), "prompt",
+                               special_tokens=special_tokens)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
-    sv = extract(m, tok, layers=layers, config=cfg, **chat_formatted(tok, prompts, chat, system, special_tokens))
+    formatted = chat_formatted(tok, prompts, chat, system, special_tokens)
+    check_prompt_positions(tok, m, _texts(formatted), "prompt", special_tokens=special_tokens)
+    sv = extract(m, tok, layers=layers, config=cfg, **formatted)
     sv.save(out, command=command_line("vectors"))
     counts = {k: len(v) for k, v in prompts.items()}
     emit({"out": str(out), "point": sv.point, "method": method, **counts, "layers": list(sv.vectors),
