@@ -165,3 +165,14 @@ def test_compare_reports_a_bca_interval_beside_the_t_interval():
                                    "fluency": "reader_logprob", "relevance": "relevance"}[r["endpoint"]])
         want = bca_interval([d.mean() for d in diffs.values()], r["alpha_ci"], 20000, seed=0)
         assert r["bca"] == (None if want is None else list(want))
+
+
+def test_a_claim_without_an_interval_at_every_level_is_left_out_of_the_family():
+    recs = [r for r in _records({"A": 0.2, "B": 0.0}, {"A": 0.0, "B": -0.5})
+            if not (r["lever"] == "B" and r["kl_level"] == "0.2" and r["concept"] != "c0")]  # B at 0.2: 1 concept
+    rows = compare(recs, [("A", "stock"), ("B", "stock")], ["0.05", "0.2"])
+    b_rows = [r for r in rows if r["a"] == "B" and r["endpoint"] != "score"]
+    assert all(r["lo"] is None and r["p_holm"] is None and r["reading"] == "–" for r in b_rows)
+    a_rows = [r for r in rows if r["a"] == "A" and r["endpoint"] != "score"]
+    assert sorted({r["alpha_ci"] for r in a_rows}) == pytest.approx([0.05 / 3, 0.05 / 2, 0.05])  # 3 claims
+    assert decide([r for r in rows if r["a"] == "B"]) == "undecided"

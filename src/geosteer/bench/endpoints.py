@@ -107,8 +107,8 @@ def compare(records: Sequence[dict], pairs: Sequence[tuple[str, str]], levels: S
 
     Each row: a, b, endpoint, kl_level, mean, se, df, lo, hi, p (this level's), alpha_ci, p_claim (the claim's
     intersection-union p), p_holm, mde (the difference this interval finds with ``power``), reading, bca (the
-    BCa bootstrap interval over the concept means at the same level, a second view: not part of the decision). A claim
-    with a level that has fewer than 2 concepts is left out of the family (its rows: no interval)."""
+    BCa bootstrap interval over the concept means at the same level, a second view: not part of the decision).
+    A claim with a level that has fewer than 2 concepts is left out of the family (its rows: no interval)."""
     rows: list[dict] = []
     claims: dict[str, list[dict]] = {}
     for a, b in pairs:
@@ -117,6 +117,9 @@ def compare(records: Sequence[dict], pairs: Sequence[tuple[str, str]], levels: S
             rows += level_rows
             if ep.role != "descriptive" and all(r["p"] is not None for r in level_rows):
                 claims[f"{a}|{b}|{ep.name}"] = level_rows
+            elif ep.role != "descriptive":  # not testable at every level: no interval at any
+                for r in level_rows:
+                    r.update(lo=None, hi=None)
     p_claim = {k: max(r["p"] for r in v) for k, v in claims.items()}
     adjusted, m = holm(p_claim), len(p_claim)
     for rank, key in enumerate(sorted(p_claim, key=lambda k: p_claim[k]), start=1):
