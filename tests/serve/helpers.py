@@ -178,3 +178,57 @@ def random_vector_dirs(model, root, layers_by_point: dict[str, tuple[int, ...]])
     return {point: str(SteeringVectors({i: 0.5 * torch.randn(d, generator=gen) for i in layers}, point=point,
                                        base_model="tiny-llama", d_model=d, n_layers=n).save(root / point))
             for point, layers in layers_by_point.items()}
+
+
+# ---- a live `geosteer serve` (test_server.py, test_server_limits.py) ----------------------------------------
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args: list[str], log_path, env: dict | None = None, wait_s: int = 900):
+    """``geosteer serve ARGS --port P`` in a subprocess, once /health answers: (url, process). The caller
+    stops it with :func:`stop_server`; a server that exits or does not come up fails with its log's tail."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    port = free_port()
+    exe = Path(sys.executable).parent / "geosteer"
+    log = open(log_path, "w")  # noqa: SIM115 - the server writes it until stop_server
+    proc = subprocess.Popen([str(exe), "serve", *args, "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})})
+    proc.log = log
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(wait_s):  # engine start: minutes on a busy 2-core machine
+        if proc.poll() is not None:
+            log.close()
+            raise AssertionError(f"server exited {proc.returncode}: {Path(log_path).read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return url, proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    stop_server(proc)
+    raise AssertionError(f"server did not come up in {wait_s} s: {Path(log_path).read_text()[-3000:]}")
+
+
+def stop_server(proc) -> int:
+    """SIGTERM, then SIGKILL after 60 s; the exit code."""
+    import subprocess
+
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    proc.log.close()
+    return proc.returncode

@@ -64,6 +64,16 @@ def plan_for(extra: dict | None):
     return None if plan.neutral else plan
 
 
+LIMIT = 1e37  # the largest magnitude a recipe's edit hands on (float32 holds 3.4e38: a sum of a few stays finite)
+
+
+def bounded(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with NaN as 0 and every value within ±:data:`LIMIT`: what a recipe's edits hand on, so that a recipe
+    whose numbers overflow the model garbles only its own rows, never the KV-cache blocks that later requests
+    reuse (a stale NaN there reaches them through attention)."""
+    return torch.nan_to_num(t, nan=0.0, posinf=LIMIT, neginf=-LIMIT).clamp(-LIMIT, LIMIT)
+
+
 def failed(what: str, err: BaseException) -> None:
     """Log a failure of one request's steering inside the engine's step, once per ``what``: the engine goes
     on, and the rows it concerns keep the values they had (the front refuses every such request first, so this

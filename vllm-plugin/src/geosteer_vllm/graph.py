@@ -16,6 +16,7 @@ from torch import nn
 
 from geosteer.errors import GeosteerError
 from geosteer.served import POINTS, FormEdit
+from geosteer_vllm.batch import bounded
 
 INLINE_STAGES = 1  # stages at each point of each layer reserved for inline recipes
 SCALED = {"attn_out": ("resid_pre",), "mlp_out": ("resid_pre", "mlp_in"), "resid_post": ("resid_pre",)}
@@ -151,10 +152,12 @@ class LayerTables(nn.Module):
 
     def run(self, point: str, t: torch.Tensor, state: dict, rows: torch.Tensor, pos: torch.Tensor,
             in_prompt: torch.Tensor) -> torch.Tensor:
-        """The stages at ``point`` on every token of the flat batch ``t`` (n, d)."""
-        for s in range(self.stages.get(point, 0)):
+        """The stages at ``point`` on every token of the flat batch ``t`` (n, d), kept finite (``batch.bounded``)."""
+        if not self.stages.get(point, 0):
+            return t
+        for s in range(self.stages[point]):
             t = self._stage(point, s, t, state, rows, pos, in_prompt)
-        return t
+        return bounded(t)
 
     def _stage(self, point, s, t, state, rows, pos, in_prompt):
         def g(f):

@@ -214,13 +214,13 @@ def _edits(fns: list, t: torch.Tensor, state: dict, tokens, rows: torch.Tensor |
     if rows is None:
         for fn in fns:
             t = fn(t, state, tokens)
-        return t
+        return batch.bounded(t)
     sub = t[rows]
     st = _Rows(state, rows)
     tok = tokens[rows]
     for fn in fns:
         sub = fn(sub, st, tok)
-    return t.index_copy(0, rows, sub)
+    return t.index_copy(0, rows, batch.bounded(sub))
 
 
 class _Rows(dict):
