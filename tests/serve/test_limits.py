@@ -290,3 +290,35 @@ def test_an_edit_that_fails_in_the_step_leaves_its_rows_and_the_others_are_steer
         batch.set_rows([])
     assert out[:2].eq(0).all() and out[2:].eq(1).all()
     assert "recipe 'bad' at attn_out failed inside the engine's step" in caplog.text
+
+
+def test_a_recipe_that_overflows_the_model_hands_on_finite_values():
+    """An edit whose numbers overflow float32 leaves its rows finite (NaN as 0, within ±LIMIT), on the eager
+    path and in the compiled path's tables; other rows keep their values bit for bit."""
+    pytest.importorskip("vllm")
+    from geosteer.served import Form, LayerOps, Tokens
+    from geosteer_vllm import batch, graph, layers
+    from geosteer_vllm.plan import RecipePlan
+
+    def gain(t, state, tokens):
+        return t * 3.4e38 * 10  # inf; inf - inf below is NaN
+
+    def nan(t, state, tokens):
+        return t * 3.4e38 * 10 - t * 3.4e38 * 10
+
+    t = torch.randn(6, 4)
+    plans = [RecipePlan(n, "inline", {0: LayerOps(mlp_out=[fn])}) for n, fn in (("gain", gain), ("nan", nan))]
+    batch.set_rows([(plans[0], 2, 2), (plans[1], 2, 2), (None, 2, 2)])
+    try:
+        ops = {r: (rows, batch.ops(r, 0)) for r, rows in batch.groups(6).items()}
+        out = layers._apply("mlp_out", t, {}, Tokens(torch.arange(6), torch.full((6,), 2)), ops)
+    finally:
+        batch.set_rows([])
+    assert torch.isfinite(out).all() and out.abs().max() <= batch.LIMIT
+    assert out[2:4].eq(0).all() and torch.equal(out[4:], t[4:])
+
+    tab = graph.LayerTables({"mlp_out": 1}, 3, 4, torch.float32, "cpu")
+    tab.write(1, "mlp_out", 0, Form(vector=torch.ones(4), scale=3.4e38))
+    y = tab.run("mlp_out", t, {"resid_pre": t, "mlp_in": t}, torch.tensor([1, 1, 0, 0, 0, 0]), torch.arange(6),
+                torch.ones(6, dtype=torch.bool))
+    assert torch.isfinite(y).all() and torch.equal(y[2:], t[2:])
