@@ -354,4 +354,17 @@ def _inner_folder(folder: Path, root: Path, key: str, value: Any, allow_outside:
     if q is not None:
         raise ArtifactError(f"{folder}: {q.relative_to(folder)} is a link to {q.resolve()}, outside "
                             f"the recipe folder; {hint}")
+    _check_inner_format(folder, key, value, target)
     return target
+
+
+def _check_inner_format(folder: Path, key: str, value: Any, target: Path) -> None:
+    """A recipe's folder key names an artifact of a format its method takes, never the recipe itself."""
+    if target.resolve() == folder.resolve():
+        raise ArtifactError(f"{folder}: {key}={value} is the recipe folder itself; it must name the {key} "
+                            "artifact's own folder inside the recipe")
+    want = sorted(f.name for f in recipe_keys()[key][0].artifacts)
+    got = format_of(target) if target.is_dir() else None
+    if want and got not in want:
+        held = f"a {got} artifact" if got else "no geosteer artifact" if target.is_dir() else "nothing"
+        raise ArtifactError(f"{folder}: {key}={value} holds {held}; {key} takes a {' or '.join(want)} artifact")

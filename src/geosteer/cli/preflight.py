@@ -57,3 +57,74 @@ def check_prompt_positions(tok, config, prompts: Iterable[str], what: str, *, sp
             which = what if len(texts) == 1 else f"{what} {i + 1}"
             raise GeosteerError(f"{which} is {n} tokens, longer than the model's {limit} positions "
                                 f"(max_position_embeddings); shorten it to at most {limit - extra} tokens")
+
+
+def _shape_fields(doc: dict) -> dict[str, int]:
+    """The model sizes an artifact's config records: d_model, n_layers, n_heads, head_dim (a surfaces
+    artifact keeps them in ``model``)."""
+    out = {}
+    for part in (doc, doc.get("model") if isinstance(doc.get("model"), dict) else {}):
+        for key in ("d_model", "n_layers", "n_heads", "head_dim"):
+            value = part.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                out.setdefault(key, value)
+    layers = doc.get("layers")
+    if isinstance(layers, list) and layers and all(isinstance(x, int) for x in layers):
+        out["top_layer"] = max(layers)
+    return out
+
+
+def _check_shapes(doc: dict, config, what: str, model: str) -> None:
+    """Refuse an artifact whose recorded sizes do not fit the config of ``--model``."""
+    from geosteer.models.limits import _config_int
+
+    if config is None:
+        return
+    have = {"d_model": _config_int(config, ("hidden_size", "n_embd", "d_model")),
+            "n_layers": _config_int(config, ("num_hidden_layers", "n_layer", "num_layers")),
+            "n_heads": _config_int(config, ("num_attention_heads", "n_head", "num_heads")),
+            "head_dim": _config_int(config, ("head_dim",))}
+    if have["head_dim"] is None and have["d_model"] and have["n_heads"]:
+        have["head_dim"] = have["d_model"] // have["n_heads"]
+    rec = _shape_fields(doc)
+    for key in ("d_model", "n_layers", "n_heads", "head_dim"):
+        if key in rec and have[key] is not None and rec[key] != have[key]:
+            raise GeosteerError(f"{what} was made for a model with {key} {rec[key]}; --model {model} has "
+                                f"{have[key]}: use it with the model it was made for")
+    if "top_layer" in rec and have["n_layers"] is not None and rec["top_layer"] >= have["n_layers"]:
+        raise GeosteerError(f"{what} acts on layer {rec['top_layer']}; --model {model} has layers "
+                            f"0..{have['n_layers'] - 1}")
+
+
+def check_spec_artifacts(spec, model: str, *, force: bool = False, base_model: str | None = None) -> None:
+    """Every artifact folder ``spec`` names, checked before ``--model`` loads: an artifact of the format its key
+    takes, readable on its own (config, tensors, checksum), made for this base model (unless ``force``; a
+    recipe's own base model too) and for its sizes (hidden size, layers, heads). One line each."""
+    from geosteer.artifacts.config import check_base_model
+    from geosteer.methods import artifact_format, load, recipe_keys
+    from geosteer.models.identity import same_model
+
+    config = None
+    recipe = getattr(spec, "_recipe", None)
+    checks: list[tuple[str, str | None]] = [(f"recipe {recipe[0]}", recipe[1])] if recipe else []
+    values = spec.to_dict()
+    for key, (method, rk) in recipe_keys().items():
+        value = values.get(key)
+        if rk.kind != "folder" or value is None:
+            continue
+        folder, fmt = artifact_format(value)
+        want = sorted(f.name for f in method.artifacts)
+        if want and fmt.name not in want:
+            raise GeosteerError(f"{key}={value} is a {fmt.name} artifact; {key} takes a {' or '.join(want)} one")
+        load(folder)  # the artifact on its own: its config field by field, its tensors and checksum
+        doc = fmt.read(folder)
+        what = f"{fmt.name} artifact {folder}"
+        checks.append((what, doc.get("base_model")))
+        if config is None:
+            from geosteer.cli.common import model_config
+
+            config = model_config(model)
+        _check_shapes(doc, config, what, model)
+    for what, recorded in checks:
+        if recorded and not force and not (base_model and same_model(recorded, base_model)):
+            check_base_model(recorded, model, what=what)

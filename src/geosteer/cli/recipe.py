@@ -52,9 +52,13 @@ def _same_folder(a: Path | str, b: Path | str) -> bool:
 
 
 def spec_from_options(recipe: str | None = None, settings: list[str] | None = None,
-                      surfaces: Path | str | None = None, *, model: str | None = None):
+                      surfaces: Path | str | None = None, *, model: str | None = None, force: bool = False,
+                      base_model: str | None = None):
     """The :class:`~geosteer.recipe.InterventionSpec` that ``--recipe``, ``--set`` and ``--surfaces`` name;
-    with ``model`` (the ``--model`` name) its layer lists are also checked against that model's config."""
+    with ``model`` (the ``--model`` name) its layer lists and every artifact it names are also checked against
+    that model, before it loads (:func:`geosteer.cli.preflight.check_spec_artifacts`; ``force``: --force,
+    ``base_model``: --base-model)."""
+    from geosteer.cli.preflight import check_spec_artifacts
     from geosteer.recipe import InterventionSpec, load_recipe, parse_settings
 
     settings = with_surfaces(settings, surfaces)
@@ -62,6 +66,7 @@ def spec_from_options(recipe: str | None = None, settings: list[str] | None = No
     spec = parse_settings(settings, base)
     if model is not None:
         _check_layer_keys(spec, model)
+        check_spec_artifacts(spec, model, force=force, base_model=base_model)
     return spec
 
 

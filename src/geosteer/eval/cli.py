@@ -141,7 +141,8 @@ def ppl(
         check_text_file(text_file, "--text-file")
     check_positions(model, "--context", context)
     text = None if text_file else split_text(corpus)
-    spec = spec_from_options(recipe, settings, surfaces, model=model)  # checked before the model loads
+    spec = spec_from_options(recipe, settings, surfaces, model=model, force=force,
+                             base_model=base_model)  # checked before the model loads
     m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
     add_bos = True if bos else None
     ids = encode_file(tok, text_file, max_tokens=max_tokens, add_bos=add_bos) if text_file is not None else None
@@ -197,7 +198,8 @@ def generate_cmd(
     elif top_k < 0:
         _check_sampling(1.0, top_k)
     check_chat_options(chat, system)
-    spec = spec_from_options(recipe, settings, surfaces, model=model)  # checked before the model loads
+    spec = spec_from_options(recipe, settings, surfaces, model=model, force=force,
+                             base_model=base_model)  # checked before the model loads
     m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
     add_bos = True if bos else None
     shown, prompts = prompts, format_prompts(tok, prompts, chat, system, add_bos)
@@ -254,7 +256,8 @@ def compare(
                             "continuation, which compare always reports; give T > 0 or --seeds 0")
     prompts = _read_prompts(prompt, prompts_file)
     check_chat_options(chat, system)
-    spec = spec_from_options(recipe, settings, surfaces, model=model)  # checked before the model loads
+    spec = spec_from_options(recipe, settings, surfaces, model=model, force=force,
+                             base_model=base_model)  # checked before the model loads
     m, tok = load(model, threads=threads, device=device, dtype=dtype, base_model=base_model)
     add_bos = True if bos else None
     shown, prompts = prompts, format_prompts(tok, prompts, chat, system, add_bos)

@@ -122,7 +122,8 @@ def studio(
     from geosteer.shipped import expand
 
     check_chat_options(chat, system)
-    spec = spec_from_options(recipe, settings, surfaces, model=model)  # a bad value: one line, before the load
+    spec = spec_from_options(recipe, settings, surfaces, model=model,
+                             force=force)  # a bad value: one line, before the load
     start = Path(expand(spec.surfaces)) if spec.surfaces is not None else None  # a shipped name: its folder
     if start is not None and not start.is_dir():
         raise FileNotFoundError(f"surface artifact folder not found: {start}")
