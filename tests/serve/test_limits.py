@@ -322,3 +322,17 @@ def test_a_recipe_that_overflows_the_model_hands_on_finite_values():
     y = tab.run("mlp_out", t, {"resid_pre": t, "mlp_in": t}, torch.tensor([1, 1, 0, 0, 0, 0]), torch.arange(6),
                 torch.ones(6, dtype=torch.bool))
     assert torch.isfinite(y).all() and torch.equal(y[2:], t[2:])
+
+
+def test_a_value_the_system_cannot_look_up_is_a_400_not_a_500(tiny, inline):
+    from transformers import AutoModelForCausalLM
+
+    from tests.serve.helpers import random_surfaces
+
+    if not (tiny["root"] / "surf").is_dir():
+        random_surfaces(AutoModelForCausalLM.from_pretrained(tiny["folder"]), tiny["root"] / "surf")
+    doc = {"surfaces": "surf", "edits": "a" * 300}  # read as a file name first: too long to look up
+    with pytest.raises(GeosteerError, match="this recipe cannot be built: .*File name too long"):
+        admission.admit(doc)
+    r, seen = _post(doc)
+    assert r.status_code == 400 and not seen, r.text

@@ -77,9 +77,12 @@ def admit(doc: object) -> str:
     if not inline_enabled():
         raise GeosteerError("this server takes recipes by name only; valid: "
                             f"{', '.join(_STATE['named']) or 'none'}")
-    canon = canonical(doc, _STATE["policy"] or Policy())
+    try:
+        canon = canonical(doc, _STATE["policy"] or Policy())
+        plan = _ADMITTED.get(canon) or plan_inline(canon, _STATE["meta"])
+    except (OSError, ValueError) as e:  # a value the system or a builder cannot take (a name too long to look up)
+        raise GeosteerError(f"this recipe cannot be built: {' '.join(str(e).split())[:200]}") from None
     if canon not in _ADMITTED:
-        plan = plan_inline(canon, _STATE["meta"])
         if plan.attention_layers:
             raise GeosteerError("surfaces, walls and scale_site=value_full are served from recipes named at start "
                                 "(geosteer serve --recipe NAME=DIR), not inline")
