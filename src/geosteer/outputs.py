@@ -7,6 +7,7 @@ leftovers (:func:`check_not_interrupted`), the next writer repairs them (:func:`
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -135,7 +136,25 @@ def check_output_folder(folder: str | Path, kind: str | None, *, overwrite: bool
     if not overwrite:
         raise OutputRefused(f"{what} {folder} already exists (a {kind} artifact); pass overwrite to replace it, "
                             "or choose another folder")
+    _check_replaceable(folder, what)
     return folder
+
+
+_NOT_PERMITTED = (errno.EPERM, errno.EACCES, errno.EROFS)
+
+
+def _check_replaceable(folder: Path, what: str) -> None:
+    """Refuse, with one line, a folder this process cannot change (immutable, read-only, another user's): a
+    probe file is created in it and removed."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".geosteer-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        if e.errno not in _NOT_PERMITTED:
+            raise
+        raise OutputRefused(f"{what} {folder} cannot be replaced ({e.strerror}: an immutable or read-only "
+                            "folder); nothing was changed: choose another folder") from None
 
 
 _TMP_PID = re.compile(r"\.tmp-(\d+)-")
@@ -264,5 +283,8 @@ def write_folder_atomic(folder: str | Path, fill: Callable[[Path], None], overwr
         written = tree_bytes(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         raise_if_disk_full(e, folder, written=written)  # a full disk: one line naming the folder and the space
+        if isinstance(e, OSError) and e.errno in _NOT_PERMITTED:
+            raise OutputRefused(f"output folder {folder} cannot be written or replaced ({e.strerror}); nothing "
+                                "was changed: choose another folder") from None
         raise
     return folder

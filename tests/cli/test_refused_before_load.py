@@ -57,3 +57,49 @@ def test_eval_refuses_a_pretrained_that_names_no_model(monkeypatch, capsys, name
                            f"pretrained={name}", "--tasks", "x")
     one_line_exit_2(code, err)
     assert f"pretrained={name}" in err and needle in err
+
+
+def test_overwrite_onto_a_folder_that_cannot_change(monkeypatch, capsys, tmp_path):
+    import shutil
+    import subprocess
+
+    pairs = tmp_path / "pairs.json"
+    pairs.write_text(json.dumps([["I love it", "I hate it"], ["a good day", "a bad day"]]))
+    out = tmp_path / "v"
+    code, _, err = run_cli(monkeypatch, capsys, "learn", "vectors", "-m", "tiny-llama", "--pairs", str(pairs),
+                           "--out", str(out))
+    assert code == 0, err
+    before = sorted(p.name for p in out.iterdir())
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(out)]).returncode != 0:
+        pytest.skip("no immutable flag here (chattr needs root and a file system that has it)")
+    try:
+        line = refused_before_load(monkeypatch, capsys, "learn", "vectors", "-m", "tiny-llama", "--pairs",
+                                   str(pairs), "--out", str(out), "--overwrite")
+    finally:
+        subprocess.run(["chattr", "-i", str(out)])
+    assert "cannot be replaced (Operation not permitted" in line
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_a_folder_that_cannot_be_replaced_at_the_rename_is_one_line(monkeypatch, tmp_path):
+    import errno
+    import os
+
+    from geosteer.errors import GeosteerError
+    from geosteer.outputs import write_folder_atomic
+
+    def fill(tmp):
+        (tmp / "manifest.json").write_text(json.dumps({"format": "geosteer-tasks", "tasks": {}}))
+
+    real = os.replace
+
+    def replace(a, b):
+        if ".tmp-" in str(a):
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        return real(a, b)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(GeosteerError, match="cannot be written or replaced") as e:
+        write_folder_atomic(tmp_path / "t", fill, kind="geosteer-tasks")
+    assert "\n" not in str(e.value) and not (tmp_path / "t").exists()
+    assert not any(p.name.startswith(".t.") for p in tmp_path.iterdir())
