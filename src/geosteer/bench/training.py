@@ -16,6 +16,11 @@ from __future__ import annotations
 
 from torch import nn
 
+from geosteer import anatomy
+from geosteer.loreft import LoReFT
+from geosteer.methods import save_artifact
+from geosteer.vectors import TrainableVectors
+
 KL_WEIGHT = 100.0
 
 
@@ -61,23 +66,17 @@ def fit_module(setup, module: nn.Module, lr: float, name: str) -> dict:
 
 
 def _middle(model) -> int:
-    from geosteer import anatomy
-
     return anatomy(model).n_layers // 2
 
 
-def vector_module(setup, layer: int | None = None):
+def vector_module(setup, layer: int | None = None) -> TrainableVectors:
     """A trainable steering vector after ``layer`` (default: the middle one), zero (the stock model)."""
-    from geosteer.vectors import TrainableVectors
-
     return TrainableVectors.for_model(setup.model, [_middle(setup.model) if layer is None else int(layer)])
 
 
-def save_vector(setup, module, name: str, info: dict | None = None) -> str:
+def save_vector(setup, module: TrainableVectors, name: str, info: dict | None = None) -> str:
     """The trained vector as a steering-vectors artifact in the lever's work folder (recipe key ``vectors``;
     ``vector_scale`` is its strength)."""
-    from geosteer.methods import save_artifact
-
     sv = module.to_vectors(setup.model, {"objective": "bench preference", "n_positive": len(setup.toward),
                                          "n_negative": len(setup.away), **(info or {})})
     return str(save_artifact(sv, setup.work / name))
@@ -94,9 +93,6 @@ def train_vector(setup, lr: float, name: str = "vector") -> tuple[str, dict]:
 def train_loreft(setup, lr: float, rank: int, layers: list[int] | None, name: str = "loreft") -> tuple[str, dict]:
     """LoReFT (rank ``rank`` after each of ``layers``, None: every layer) trained on the shared objective:
     (its artifact folder, its record: trainable count, last step, layers)."""
-    from geosteer.loreft import LoReFT
-    from geosteer.methods import save_artifact
-
     lo = LoReFT.for_model(setup.model, rank, layers, seed=setup.seed).trainable()
     last = fit_module(setup, lo, lr=lr, name=name)
     lo.freeze()

@@ -16,6 +16,7 @@ from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_base_model, lo
 from geosteer.config_schema import Count, Header, Layers, Name
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.loreft.intervention import POINT, LoReFT
+from geosteer.models.loading import model_id
 
 WEIGHTS_NAME = "loreft.safetensors"
 ORTHONORMAL_TOL = 1e-3  # |R Rᵀ − I| above this: R is not orthonormal (LoReFT's premise)
@@ -80,8 +81,6 @@ def from_state(cfg: dict, tensors: dict, model=None, *, force: bool = False, sou
         raise ArtifactError(f"{source}: {e}") from None
     lo.n_layers = cfg.get("n_layers")
     if model is not None:
-        from geosteer.models.loading import model_id
-
         check_base_model(lo.base_model, model_id(model), what=f"LoReFT at {source}", force=force)
         lo.check_model(model)
     return lo

@@ -18,11 +18,14 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
+from torch.nn.utils.parametrizations import orthogonal
 
 from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.hooks import attach_hooks
 from geosteer.methods import save_artifact
 from geosteer.models.anatomy import anatomy
+from geosteer.models.loading import model_id
 
 POINT = "resid_post"
 
@@ -84,8 +87,6 @@ class LoReFT(nn.Module):
     def for_model(cls, model: nn.Module, rank: int, layers: Sequence[int] | None = None, *,
                   seed: int = 0) -> LoReFT:
         """:meth:`neutral` for ``model`` (``layers`` None: every layer), recording its model id."""
-        from geosteer.models.loading import model_id
-
         an = anatomy(model)
         return cls.neutral(an.d_model, rank, an.check_layers(layers), seed=seed, base_model=model_id(model))
 
@@ -133,8 +134,6 @@ class LoReFT(nn.Module):
         if self.strength == 0:
             return lambda: None  # the stock model
         self.check_model(model)
-        from torch.nn.utils import parametrize
-
         if not parametrize.is_parametrized(self, "R"):
             return attach_hooks(model, POINT, self.layers, lambda h, ctx: self.edit(h, ctx.layer))
         # trained: the orthogonal map of R computed once per forward, not once per layer
@@ -164,9 +163,6 @@ class LoReFT(nn.Module):
     # -- training -------------------------------------------------------------------------------------------
     def trainable(self) -> LoReFT:
         """R, W and b trainable, R kept orthonormal (an orthogonal parametrization); :meth:`freeze` ends it."""
-        from torch.nn.utils import parametrize
-        from torch.nn.utils.parametrizations import orthogonal
-
         if not parametrize.is_parametrized(self, "R"):
             start = self.R.detach().clone()
             orthogonal(self, "R")
@@ -177,8 +173,6 @@ class LoReFT(nn.Module):
 
     def freeze(self) -> LoReFT:
         """R a plain tensor again (its trained value); nothing trainable."""
-        from torch.nn.utils import parametrize
-
         if parametrize.is_parametrized(self, "R"):
             parametrize.remove_parametrizations(self, "R", leave_parametrized=True)
         self.requires_grad_(False)

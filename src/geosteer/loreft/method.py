@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 
-from geosteer.loreft.artifact import LOREFT
+import torch
+
+from geosteer.errors import GeosteerError
+from geosteer.loreft.artifact import LOREFT, load_loreft
+from geosteer.loreft.intervention import LoReFT
 from geosteer.methods import Method, RecipeKey, Verb, register_method
+from geosteer.models.anatomy import anatomy
 
 
 def _validate(v: dict) -> None:
-    from geosteer.errors import GeosteerError
-
     s = v["loreft_strength"]
     if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(float(s)):
         raise GeosteerError(f"loreft_strength must be a finite number (got {s!r})")
@@ -22,18 +25,11 @@ def _build(model, v: dict, *, force: bool = False) -> list:
     """The LoReFT artifact at ``loreft_strength`` (0: nothing attached)."""
     if v["loreft"] is None or float(v["loreft_strength"]) == 0:
         return []
-    from geosteer.loreft.artifact import load_loreft
-
     return [load_loreft(v["loreft"], model, force=force).with_(strength=float(v["loreft_strength"]))]
 
 
 def _examples(model, folder) -> dict:
     """For the contract suite: a fresh LoReFT (W = R, b = 0: the stock model), then a random one."""
-    import torch
-
-    from geosteer.loreft.intervention import LoReFT
-    from geosteer.models.anatomy import anatomy
-
     n = anatomy(model).n_layers
     neutral = LoReFT.for_model(model, 2, [0, n - 1], seed=0)
     active = LoReFT.for_model(model, 2, [0, n - 1], seed=1)
