@@ -75,7 +75,9 @@ def test_unsupported_family_is_refused():
 def test_recipe_arguments(tmp_path):
     assert parse_recipe_args([f"a={tmp_path}"]) == {"a": str(tmp_path.resolve())}
     for bad, msg in ((["a"], "NAME=DIR"), ([f"a={tmp_path}", f"a={tmp_path}"], "repeated"),
-                     ([f"x/y={tmp_path}"], "not a plain name"), (["a=/nonexistent-dir"], "folder not found")):
+                     ([f"x/y={tmp_path}"], "not a plain name"), (["a=/nonexistent-dir"], "folder not found"),
+                     ([f"a b={tmp_path}"], "letters, digits"), ([f"a\nb={tmp_path}"], "letters, digits"),
+                     ([f"{'a' * 129}={tmp_path}"], "letters, digits")):
         with pytest.raises(GeosteerError, match=msg):
             parse_recipe_args(bad)
     with pytest.raises(GeosteerError, match="recipe name 'smollm2' is the base model's id"):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from geosteer.errors import GeosteerError
 from geosteer.io_utils import link_leaving
+from geosteer_vllm.plan import NAME, NAME_RULE
 
 MAX_KEYS = 64
 MAX_VALUE = 4096  # characters of one value
@@ -39,8 +40,8 @@ def parse_artifact_args(items: list[str]) -> dict[str, str]:
     for item in items:
         name, sep, folder = item.partition("=")
         name = name.strip()
-        if not sep or not name or "/" in name or name in out:
-            raise GeosteerError(f"--artifact needs NAME=DIR with a plain, unique NAME (got '{item}')")
+        if not sep or not NAME.fullmatch(name) or name in out:
+            raise GeosteerError(f"--artifact needs NAME=DIR with a unique NAME of {NAME_RULE} (got {item[:120]!r})")
         if not Path(folder).is_dir():
             raise GeosteerError(f"--artifact {name}: folder not found: {folder}")
         out[name] = str(Path(folder).resolve())

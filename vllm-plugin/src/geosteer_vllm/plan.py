@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from torch import nn
 from geosteer.errors import GeosteerError
 from geosteer.served import LayerOps, ServedOps, Surface, Walls, declare
 from geosteer_vllm.walls import WallOp, wall_op
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a recipe's name: an OpenAI model id
+NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
 @dataclass
@@ -124,9 +128,10 @@ def parse_recipe_args(items: list[str], base: str | None = None) -> dict[str, st
         name = name.strip()
         if not sep or not name or not folder:
             raise GeosteerError(f"--recipe needs NAME=DIR (got '{item}')")
-        if "/" in name or name in out:
-            raise GeosteerError(f"recipe name '{name}' is {'repeated' if name in out else 'not a plain name'}; "
-                                "each --recipe needs its own NAME (used as the OpenAI model id)")
+        if not NAME.fullmatch(name) or name in out:
+            why = "repeated" if name in out else f"not a plain name ({NAME_RULE})"
+            raise GeosteerError(f"recipe name {name[:80]!r} is {why}; each --recipe needs its own NAME (used as "
+                                "the OpenAI model id)")
         if base is not None and name == base:
             raise GeosteerError(f"recipe name '{name}' is the base model's id, which names the stock model; "
                                 "give the recipe another NAME")

@@ -11,12 +11,12 @@ from __future__ import annotations
 import hmac
 import json
 import os
-import re
 import time
 
 from geosteer.errors import GeosteerError
 from geosteer_vllm import admission, capture
 from geosteer_vllm.batch import RECIPE_FIELD, SPEC_FIELD
+from geosteer_vllm.plan import NAME, NAME_RULE
 
 ROUTES_ENV = "GEOSTEER_SERVE_ROUTES"
 ADMIN_TOKEN_ENV = "GEOSTEER_ADMIN_TOKEN"
@@ -24,8 +24,6 @@ FIELD = RECIPE_FIELD
 GENERATE = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
 ADMIN = "/v1/geosteer/recipes"
 MAX_BODY = 8 << 20  # bytes of a request body the router reads
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # a run-time recipe's name (an OpenAI model id)
-NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
 class RouteError(Exception):
