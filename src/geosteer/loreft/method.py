@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from geosteer.errors import GeosteerError
@@ -14,10 +12,8 @@ from geosteer.models.anatomy import anatomy
 
 
 def _validate(v: dict) -> None:
-    s = v["loreft_strength"]
-    if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(float(s)):
-        raise GeosteerError(f"loreft_strength must be a finite number (got {s!r})")
-    if v["loreft"] is None and float(s) != 1.0:
+    """``loreft_strength`` (a finite number: the recipe's check) only with ``loreft``."""
+    if v["loreft"] is None and float(v["loreft_strength"]) != 1.0:
         raise GeosteerError("loreft_strength= needs loreft= (a LoReFT artifact folder)")
 
 
