@@ -159,8 +159,8 @@ def dry_run(design, n_concepts: int) -> dict:
 
 def decide_cmd(
     out: Path = typer.Option(Path("results/decide"), "--out", help="output folder (resumable)"),
-    workers: int = typer.Option(2, "--workers", help="worker processes (each its own models, one torch "
-                                 "thread), at most the CPU cores"),
+    workers: int | None = typer.Option(None, "--workers", help="worker processes (each its own models, one "
+                                        "torch thread), at most the CPU cores; default 2 (1 on one core)"),
     concepts_file: Path = typer.Option(None, "--concepts", help="concept file (geosteer's JSON list or an AxBench "
                                        "file) instead of the 22 bundled test concepts"),
     concepts: str = typer.Option(None, "--only", help="comma-separated test concept names (default: all 22)"),
@@ -177,6 +177,7 @@ def decide_cmd(
     from geosteer.bench.design import STATE_FILE, Design
 
     extra = _explore(explore)
+    workers = min(2, max_workers()) if workers is None else workers
     names, seed_list, tests = _check(out, workers, concepts, seeds, report_only, concepts_file)
     design = Design()  # the seeds to run stay out of it: a unit's checkpoint does not depend on them
     source = str(concepts_file) if concepts_file is not None else None
