@@ -142,3 +142,25 @@ def test_a_levers_row_does_not_depend_on_what_ran_before_it(tiny_model, concept_
     whole = rows(["vector", "lora", "loreft"], "whole", 3)
     assert rows(["lora"], "lora", 11)["lora"] == whole["lora"]
     assert rows(["loreft"], "loreft", 17)["loreft"] == whole["loreft"]
+
+
+@pytest.mark.parametrize(("name", "key", "strength_key"), [("vector", "vectors", "vector_scale"),
+                                                          ("loreft", "loreft", "loreft_strength")])
+def test_learned_levers_are_their_methods_artifacts_at_one_strength(tiny_model, concept_file, tmp_path, name, key,
+                                                                     strength_key):
+    """The vector and LoReFT levers are saved as their methods' artifacts; each point is the recipe of that
+    artifact at the point's strength (s = 1: the object as trained, loaded with ``geosteer.load``)."""
+    import geosteer
+    from geosteer.recipe import InterventionSpec
+
+    model, tok = tiny_model("llama")
+    prepared = levers()[name].build(_setup(model, tok, concept_file, tmp_path))
+    for p in prepared.points:
+        with p.interventions() as ivs:
+            (spec,) = ivs
+        assert isinstance(spec, InterventionSpec) and getattr(spec, strength_key) == p.strength
+    folder = getattr(spec, key)
+    trained = geosteer.load(folder, model=model)
+    one = next(p for p in prepared.points if p.strength == 1.0)
+    with one.interventions() as ivs:
+        torch.testing.assert_close(_logits(model, ivs), _logits(model, [trained]), atol=0, rtol=0)
