@@ -103,3 +103,16 @@ def test_an_artifact_of_another_format_under_a_key(monkeypatch, capsys, tmp_path
     line = refused_before_load(monkeypatch, capsys, "generate", "-m", "tiny-llama", "-p", "hi",
                                "--set", f"surfaces={folder}")
     assert "surfaces=" in line and "geosteer-vectors artifact; surfaces takes a geosteer-surfaces one" in line
+
+
+@pytest.mark.parametrize("verb", [["measure", "explore", "--no-sensitivity", "--coverage-windows", "0",
+                                   "--record-qk", "{tmp}/qk.json"], ["bench", "text"]])
+def test_surfaces_of_another_base_model_before_load(monkeypatch, capsys, tmp_path, verb):
+    import geosteer
+    from geosteer.manifold import install, save
+
+    m, _ = geosteer.load_model("tiny-gpt2")
+    surf = save(install(m, grid_size=4), tmp_path / "s")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in verb]
+    line = refused_before_load(monkeypatch, capsys, *args, "-m", "tiny-llama", "--surfaces", str(surf))
+    assert "made for base model 'tiny-gpt2'" in line

@@ -11,6 +11,7 @@ import typer
 
 from geosteer.cli.common import CHAT_OPT, DEVICE_OPT, DTYPE_OPT, MODEL_OPT, SYSTEM_OPT, THREADS_OPT, emit, load
 from geosteer.cli.outputs import out_records
+from geosteer.cli.preflight import check_artifact
 from geosteer.errors import GeosteerError
 
 
@@ -67,6 +68,8 @@ def text_cmd(
                             f"(got {ppl_tokens})")
     grid = parse_strengths(strengths)
     paths = _check_surfaces(surfaces)
+    for path in paths:  # another base model's or another shape's surfaces: refused before the model loads
+        check_artifact("surfaces", path, model)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
     prompts = format_prompts(tok, list(everyday_prompts()), chat, system, True)  # encoded BOS first
     states = [State("stock", [], 0.0)]

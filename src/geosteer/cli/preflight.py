@@ -128,3 +128,10 @@ def check_spec_artifacts(spec, model: str, *, force: bool = False, base_model: s
     for what, recorded in checks:
         if recorded and not force and not (base_model and same_model(recorded, base_model)):
             check_base_model(recorded, model, what=what)
+
+
+def check_artifact(key: str, folder, model: str, *, force: bool = False) -> None:
+    """:func:`check_spec_artifacts` for one artifact folder given to recipe key ``key`` (e.g. ``surfaces``)."""
+    from geosteer.recipe import InterventionSpec
+
+    check_spec_artifacts(InterventionSpec().with_values(**{key: str(folder)}), model, force=force)

@@ -19,7 +19,7 @@ from geosteer.cli.common import (
 )
 from geosteer.cli.common import load as load_model  # `load` below is geosteer.manifold.load (surfaces)
 from geosteer.cli.outputs import out_file, out_records
-from geosteer.cli.preflight import check_prompt_positions, tokenizer_of
+from geosteer.cli.preflight import check_artifact, check_prompt_positions, tokenizer_of
 from geosteer.viz.cli import QK_PROMPT
 
 SURF_OPT = typer.Option(..., "--surfaces", "-s", help="surfaces artifact folder")
@@ -85,6 +85,7 @@ def explore_cmd(
         if not name:
             raise ValueError("the artifact does not name its base model; pass --model")
         check_layers(name, "--layers", layers)
+        check_artifact("surfaces", surfaces, name, force=force)
         checks = [(list(prompt or []), "--prompt")] + ([([qk_prompt], "--qk-prompt")] if record_qk else [])
         for texts, what in checks:  # longer than the model's positions: refused before it loads
             check_prompt_positions(tokenizer_of(name), model_config(name), texts, what)
