@@ -249,30 +249,29 @@ def _bundled_here(name: str) -> bool:
     return name in BUNDLED and (BUNDLED[name].installed() or (cache_dir() / name / _MARKER).is_file())
 
 
-def _load_bundled(name: str, req: LoadRequest):
+def _load_cached(folder: Path, dtype, req: LoadRequest):
+    """A converted cache folder: tokenizer and model, without transformers' progress bars."""
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    folder = cached_folder(name)
     tok = AutoTokenizer.from_pretrained(str(folder))
     hf_logging.disable_progress_bar()
     try:
-        model = _from_pretrained(str(folder), req.dtype, req.device_map, req.quantization_config, req.hf_kwargs)
+        model = _from_pretrained(str(folder), dtype, req.device_map, req.quantization_config, req.hf_kwargs)
     finally:
         hf_logging.enable_progress_bar()
+    return model, tok
+
+
+def _load_bundled(name: str, req: LoadRequest):
+    model, tok = _load_cached(cached_folder(name), req.dtype, req)
     model.config._geosteer_name = name
     return model, tok
 
 
 def _load_gguf_file(name: str, req: LoadRequest):
     """A ``.gguf`` file: dequantised once into the cache (:func:`gguf_cache_folder`), then loaded from there."""
-    from transformers import AutoTokenizer
-
-    folder = gguf_cache_folder(name)
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    dtype = torch.float32 if req.dtype == "auto" else req.dtype
-    model = _from_pretrained(str(folder), dtype, req.device_map, req.quantization_config, req.hf_kwargs)
-    return model, tok
+    return _load_cached(gguf_cache_folder(name), torch.float32 if req.dtype == "auto" else req.dtype, req)
 
 
 def _load_folder(name: str, req: LoadRequest):
