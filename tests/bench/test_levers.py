@@ -4,6 +4,7 @@ operating-point rule is applied to each of them (LoReFT's formula is tested with
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -164,3 +165,21 @@ def test_learned_levers_are_their_methods_artifacts_at_one_strength(tiny_model, 
     one = next(p for p in prepared.points if p.strength == 1.0)
     with one.interventions() as ivs:
         torch.testing.assert_close(_logits(model, ivs), _logits(model, [trained]), atol=0, rtol=0)
+
+
+def test_builds_of_one_lever_sharing_a_work_folder_keep_their_own_artifacts(tiny_model, concept_file, tmp_path):
+    """Builds at other rates or seeds share the work folder (also in parallel processes): each keeps its own
+    artifact, and its cleanup removes only that."""
+    from geosteer.bench import matched
+
+    model, tok = tiny_model("llama")
+    s = _setup(model, tok, concept_file, tmp_path)
+    a, b = matched.build("vector", s, lr=0.05), matched.build("vector", s, lr=0.5)
+    with a.at(1.0).interventions() as ia, b.at(1.0).interventions() as ib:
+        (sa,), (sb,) = ia, ib
+        assert sa.vectors != sb.vectors
+        assert (_logits(model, ia) - _logits(model, ib)).abs().max() > 1e-6
+    a.cleanup()
+    assert not Path(sa.vectors).exists() and Path(sb.vectors).is_dir()
+    b.cleanup()
+    assert not Path(sb.vectors).exists()

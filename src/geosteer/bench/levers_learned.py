@@ -59,23 +59,24 @@ def _points(name: str, s: Setup, make, params: dict) -> list[Point]:
 
 def build_vector(s: Setup) -> Prepared:
     """The preference-trained vector, saved as steering vectors; its strength is ``vector_scale``."""
-    from geosteer.bench.training import train_vector
+    from geosteer.bench.training import remove_artifact, train_vector
 
     folder, info = train_vector(s, lr=0.05)
     pts = [recipe_point("vector", x, {"vectors": folder, "vector_scale": x}, {"layer": info["layer"]})
            for x in s.budget.strengths]
-    return Prepared(pts, anatomy(s.model).d_model, {"train": info["train"], "norm": info["norm"]})
+    return Prepared(pts, anatomy(s.model).d_model, {"train": info["train"], "norm": info["norm"]},
+                    cleanup=lambda: remove_artifact(folder))
 
 
 def build_loreft(s: Setup) -> Prepared:
     """LoReFT after the middle layer, saved as a LoReFT artifact; its strength is ``loreft_strength``."""
-    from geosteer.bench.training import train_loreft
+    from geosteer.bench.training import remove_artifact, train_loreft
 
     layer = _middle(s.model)
     folder, info = train_loreft(s, lr=0.002, rank=REFT_RANK, layers=[layer])
     pts = [recipe_point("loreft", x, {"loreft": folder, "loreft_strength": x}, {"layer": layer, "rank": REFT_RANK})
            for x in s.budget.strengths]
-    return Prepared(pts, info["params"], {"train": info["train"]})
+    return Prepared(pts, info["params"], {"train": info["train"]}, cleanup=lambda: remove_artifact(folder))
 
 
 class _LoraScale:
@@ -249,7 +250,8 @@ def build_shipped(s: Setup) -> Prepared:
 
 
 register_lever(Lever("vector", build_vector, "preference-trained steering vector (BiPO/RePS style), one layer"))
-register_lever(Lever("loreft", build_loreft, f"LoReFT rank {REFT_RANK}, one layer", version=3))  # 3: geosteer.loreft's start
+# loreft version 3: geosteer.loreft's starting R
+register_lever(Lever("loreft", build_loreft, f"LoReFT rank {REFT_RANK}, one layer", version=3))
 register_lever(Lever("lora", build_lora, f"PEFT LoRA rank {LORA_RANK}, attention projections", needs="peft"))
 register_lever(Lever("ffn-gates", build_gates, "learned FFN gain per layer (FFN edit)"))
 register_lever(Lever("scales", build_scales, "learned ∥/⊥ scales per layer at attn_out"))

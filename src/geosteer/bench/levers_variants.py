@@ -99,7 +99,7 @@ def build_surfaces_vector(s: Setup) -> Prepared:
     scales both (the coefficients × s, ``vector_scale`` = s)."""
     import contextlib
 
-    from geosteer.bench.training import fit_module, save_vector, vector_module
+    from geosteer.bench.training import fit_module, remove_artifact, save_vector, vector_module
     from geosteer.recipe import InterventionSpec
 
     both = _SurfacesAndVector(_bank(s.model), vector_module(s))
@@ -116,7 +116,7 @@ def build_surfaces_vector(s: Setup) -> Prepared:
         return ctx
     n = both.bank.n_parameters() + both.vector.vectors.numel()
     return Prepared(_points("surfaces+vector", s, make, {"layer": layer, "grid": SURFACE_GRID}), n,
-                    {"train": last})
+                    {"train": last}, cleanup=lambda: remove_artifact(folder))
 
 
 def build_kl(s: Setup) -> Prepared:

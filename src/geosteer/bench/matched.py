@@ -51,23 +51,25 @@ class Built:
 
 
 def build_vector(s: Setup, lr: float) -> Built:
-    from geosteer.bench.training import train_vector
+    from geosteer.bench.training import remove_artifact, train_vector
 
     folder, info = train_vector(s, lr=lr)
 
     def at(x: float) -> Point:
         return recipe_point("vector", x, {"vectors": folder, "vector_scale": x})
-    return Built("vector", anatomy(s.model).d_model, at, info={"train": info["train"], "lr": lr})
+    return Built("vector", anatomy(s.model).d_model, at, info={"train": info["train"], "lr": lr},
+                 cleanup=lambda: remove_artifact(folder))
 
 
 def build_loreft(s: Setup, lr: float) -> Built:
-    from geosteer.bench.training import train_loreft
+    from geosteer.bench.training import remove_artifact, train_loreft
 
     folder, info = train_loreft(s, lr=lr, rank=REFT_RANK, layers=None)
 
     def at(x: float) -> Point:
         return recipe_point("loreft", x, {"loreft": folder, "loreft_strength": x})
-    return Built("loreft", info["params"], at, info={"train": info["train"], "lr": lr})
+    return Built("loreft", info["params"], at, info={"train": info["train"], "lr": lr},
+                 cleanup=lambda: remove_artifact(folder))
 
 
 def build_lora(s: Setup, lr: float) -> Built:

@@ -14,6 +14,10 @@ methods' artifacts, so that a lever's point is a recipe (:func:`geosteer.bench.r
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 from torch import nn
 
 from geosteer import anatomy
@@ -74,12 +78,24 @@ def vector_module(setup, layer: int | None = None) -> TrainableVectors:
     return TrainableVectors.for_model(setup.model, [_middle(setup.model) if layer is None else int(layer)])
 
 
+def _artifact_folder(setup, name: str) -> Path:
+    """A fresh folder for one build's artifact under the setup's work folder: builds of the same lever at
+    other learning rates or seeds may share that work folder, also at the same time in other processes."""
+    Path(setup.work).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=setup.work)) / name
+
+
+def remove_artifact(folder: str) -> None:
+    """Delete what :func:`save_vector` / :func:`train_loreft` wrote (a lever's cleanup)."""
+    shutil.rmtree(Path(folder).parent, ignore_errors=True)
+
+
 def save_vector(setup, module: TrainableVectors, name: str, info: dict | None = None) -> str:
-    """The trained vector as a steering-vectors artifact in the lever's work folder (recipe key ``vectors``;
-    ``vector_scale`` is its strength)."""
+    """The trained vector as a steering-vectors artifact in a fresh folder under the lever's work folder
+    (recipe key ``vectors``; ``vector_scale`` is its strength; :func:`remove_artifact` deletes it)."""
     sv = module.to_vectors(setup.model, {"objective": "bench preference", "n_positive": len(setup.toward),
                                          "n_negative": len(setup.away), **(info or {})})
-    return str(save_artifact(sv, setup.work / name))
+    return str(save_artifact(sv, _artifact_folder(setup, name)))
 
 
 def train_vector(setup, lr: float, name: str = "vector") -> tuple[str, dict]:
@@ -92,10 +108,10 @@ def train_vector(setup, lr: float, name: str = "vector") -> tuple[str, dict]:
 
 def train_loreft(setup, lr: float, rank: int, layers: list[int] | None, name: str = "loreft") -> tuple[str, dict]:
     """LoReFT (rank ``rank`` after each of ``layers``, None: every layer) trained on the shared objective:
-    (its artifact folder, its record: trainable count, last step, layers)."""
+    (its artifact folder, its record: trainable count, last step, layers); :func:`remove_artifact` deletes it."""
     lo = LoReFT.for_model(setup.model, rank, layers, seed=setup.seed).trainable()
     last = fit_module(setup, lo, lr=lr, name=name)
     lo.freeze()
     lo.meta = {"objective": "bench preference", "lr": lr, "train": last}
-    return str(save_artifact(lo, setup.work / name)), {"train": last, "layers": lo.layers, "rank": rank,
+    return str(save_artifact(lo, _artifact_folder(setup, name))), {"train": last, "layers": lo.layers, "rank": rank,
                                                         "params": lo.n_parameters(), "lr": lr}
