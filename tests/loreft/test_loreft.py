@@ -185,3 +185,15 @@ def test_show_describes_a_loreft(tiny_model, tmp_path, monkeypatch, capsys):
     info = json.loads(out)
     assert info["format"] == "geosteer-loreft" and info["rank"] == 3
     assert [row["layer"] for row in info["layers"]] == [0, 2]
+
+
+def test_the_learner_resumes_exactly(tiny_model, tmp_path):
+    model, tok = tiny_model("llama")
+    targets = [{"prompt": p, "target": " yes"} for p in PROMPTS]
+    cfg = LoReFTLearnConfig(layers=[0, 1], rank=2, steps=4, lr=0.02, kl_threshold=0.5, checkpoint_every=1)
+    whole, _ = learn_loreft(model, tok, targets, CONTROLS, cfg, tmp_path / "whole", log=None)
+    _, rep = learn_loreft(model, tok, targets, CONTROLS, cfg, tmp_path / "cut", stop_at=2, log=None)
+    assert rep["stopped"] and not (tmp_path / "cut").exists()
+    resumed, _ = learn_loreft(model, tok, targets, CONTROLS, cfg, tmp_path / "cut", resume=True, log=None)
+    for name in ("R", "W", "b"):
+        torch.testing.assert_close(getattr(resumed, name), getattr(whole, name), atol=1e-6, rtol=0)

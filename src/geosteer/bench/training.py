@@ -109,7 +109,7 @@ def train_vector(setup, lr: float, name: str = "vector") -> tuple[str, dict]:
 def train_loreft(setup, lr: float, rank: int, layers: list[int] | None, name: str = "loreft") -> tuple[str, dict]:
     """LoReFT (rank ``rank`` after each of ``layers``, None: every layer) trained on the shared objective:
     (its artifact folder, its record: trainable count, last step, layers); :func:`remove_artifact` deletes it."""
-    lo = LoReFT.for_model(setup.model, rank, layers, seed=setup.seed).trainable()
+    lo = LoReFT.for_model(setup.model, rank, layers, seed=setup.seed).trainable(seed=setup.seed)
     last = fit_module(setup, lo, lr=lr, name=name)
     lo.freeze()
     lo.meta = {"objective": "bench preference", "lr": lr, "train": last}

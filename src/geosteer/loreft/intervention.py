@@ -161,13 +161,18 @@ class LoReFT(nn.Module):
             ops.edit(layer, POINT, lambda t, st, tokens, layer=layer: self.edit(t, layer))
 
     # -- training -------------------------------------------------------------------------------------------
-    def trainable(self) -> LoReFT:
-        """R, W and b trainable, R kept orthonormal (an orthogonal parametrization); :meth:`freeze` ends it."""
+    def trainable(self, seed: int = 0) -> LoReFT:
+        """R, W and b trainable, R kept orthonormal (an orthogonal parametrization); :meth:`freeze` ends it.
+
+        The parametrization completes R's rows to a full orthogonal basis at random; ``seed`` fixes that
+        completion (so that a resumed run continues the same one) without touching the global random state."""
         if not parametrize.is_parametrized(self, "R"):
             start = self.R.detach().clone()
-            orthogonal(self, "R")
-            with torch.no_grad():
-                self.R = start  # the parametrization's right inverse: R as it was
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(seed))
+                orthogonal(self, "R")
+                with torch.no_grad():
+                    self.R = start  # the parametrization's right inverse: R as it was
         self.requires_grad_(True)
         return self
 

@@ -100,7 +100,7 @@ def learn_loreft(model, tok, targets: list[dict], controls: list[str], cfg: LoRe
         raise GeosteerError("the target and control prompt sets must not be empty")
     out = Path(out)
     check_output_folder(out, "geosteer-loreft", what="--out")
-    lo = LoReFT.for_model(model, cfg.rank, cfg.layers, seed=cfg.seed).trainable()
+    lo = LoReFT.for_model(model, cfg.rank, cfg.layers, seed=cfg.seed).trainable(seed=cfg.seed)
     sets = PromptSets(encode_targets(tok, targets), encode_controls(tok, controls),
                       encode_targets(tok, negatives) if negatives else None)
     ref = _references(model, sets)
