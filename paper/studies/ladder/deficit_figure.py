@@ -29,7 +29,8 @@ PAPER = [{"model": "GPT-2", "params": 124e6, "deficit": 0.41}, {"model": "Llama-
 
 
 def count_params(folder: Path) -> int:
-    """Elements of every tensor in ``folder/model.safetensors``, from its header alone."""
+    """Elements of every tensor in ``folder/model.safetensors``, from its header alone (as loaded: the Qwen
+    GGUF files store the output matrix apart from the embedding, so both count)."""
     with open(folder / "model.safetensors", "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
@@ -42,6 +43,14 @@ def deficit(path: Path) -> tuple[float, list[float], dict]:
                   key=lambda r: r["layer"])
     per_layer = [r["mean"] for r in rows]
     return sum(per_layer) / len(per_layer), per_layer, d["meta"]
+
+
+def _spearman(x: list[float], y: list[float]) -> float:
+    """Spearman's rho (no ties in these data)."""
+    rx = {i: r for r, i in enumerate(sorted(range(len(x)), key=x.__getitem__))}
+    ry = {i: r for r, i in enumerate(sorted(range(len(y)), key=y.__getitem__))}
+    n = len(x)
+    return 1 - 6 * sum((rx[i] - ry[i]) ** 2 for i in range(n)) / (n * (n * n - 1))
 
 
 def svg(points: list[dict]) -> str:
@@ -78,7 +87,8 @@ def svg(points: list[dict]) -> str:
         ours = p["source"] == "geosteer"
         fill, stroke = ("#1f77b4", "#1f77b4") if ours else ("white", "#d62728")
         out += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{fill}" stroke="{stroke}" stroke-width="2"/>',
-                f'<text x="{x + 8:.1f}" y="{y - 8:.1f}">{p["model"]} {p["deficit"]:.3f}</text>']
+                f'<text x="{x + (8 if x < w * 0.7 else -8):.1f}" y="{y - 8:.1f}" '
+                f'text-anchor="{"start" if x < w * 0.7 else "end"}">{p["model"]} {p["deficit"]:.3f}</text>']
     out += [f'<circle cx="{w - 170}" cy="{top + 5}" r="5" fill="#1f77b4"/>',
             f'<text x="{w - 160}" y="{top + 9}">geosteer (this ladder)</text>',
             f'<circle cx="{w - 170}" cy="{top + 22}" r="5" fill="white" stroke="#d62728" stroke-width="2"/>',
@@ -101,9 +111,15 @@ def main() -> None:
         points.append({"model": LABELS[m], "name": m, "source": "geosteer", "params": count_params(cache_dir() / m),
                        "deficit": mean, "per_layer": per_layer, "tokens": meta["tokens"], "seq_len": meta["seq_len"],
                        "results_file": str(path)})
+    ours = {p["name"]: p for p in points}
+    summary = {f"deficit_{m.replace('.', '').replace('-', '_')}": ours[m]["deficit"] for m in ours}
+    if len(ours) >= 3:  # the ladder's rule for a trend: rank correlation with size, and the family step
+        summary["spearman_rho_log_params"] = _spearman([math.log(p["params"]) for p in ours.values()],
+                                                       [p["deficit"] for p in ours.values()])
     points += [{**p, "source": "paper"} for p in PAPER]
     doc = {"command": "paper/studies/ladder/run.sh deficit; python paper/studies/ladder/deficit_figure.py "
-                      f"--out {a.out}" + (f" --svg {a.svg}" if a.svg else ""), "points": points}
+                      f"--out {a.out}" + (f" --svg {a.svg}" if a.svg else ""), "summary": summary,
+           "points": points}
     atomic_write_text(Path(a.out), json.dumps(doc, indent=1) + "\n")
     if a.svg:
         atomic_write_text(Path(a.svg), svg(points))
