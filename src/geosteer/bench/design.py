@@ -1,9 +1,10 @@
 """The design of the decisive steering benchmark, fixed before any run.
 
-Everything a verdict depends on is here: the control-KL levels each lever is put at, the sizes, the
-learning-rate grid and its dev concepts, and the decision rule's margin and family-wise alpha
-(:func:`geosteer.bench.stats.decide`); the judges' admission threshold is
-:data:`geosteer.bench.judges.ADMISSION_AUC`.
+Everything a verdict depends on is here: the control-KL levels each lever is put at (the frontier, and the
+two of them the decision rule reads), the sizes, the training rule of the learned levers
+(:mod:`geosteer.bench.train_rule`: the pool, the mini-batch, the control-KL target, the step cap, the clipping,
+the learning-rate grid and its dev concepts), and the decision rule's margin and family-wise alpha; the judges'
+admission threshold is :data:`geosteer.bench.judges.ADMISSION_AUC`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,16 @@ from dataclasses import asdict, dataclass, field
 
 from geosteer.bench.budget import Budget
 
-KL_LEVELS = (0.05, 0.2)  # nats: control next-token KL each lever's strength is bisected to
+KL_LEVELS = (0.02, 0.05, 0.1, 0.2, 0.5)  # nats: control next-token KL each lever's strength is bisected to
+DECISION_LEVELS = (0.05, 0.2)  # the levels the decision rule reads (each must be one of the design's levels)
+MAX_LEVELS = 10
+MAX_LEVEL = 5.0  # nats
+TRAIN_KL = 0.1  # nats: every learned lever is trained until its own change (s = 1) reaches this control KL
 EQUIVALENCE_MARGIN = 0.02  # "equivalent": the whole interval inside ±0.02 at both KL levels
 ALPHA = 0.05  # family-wise, Holm over every lever pair and KL level
-LR_GRID = (1e-3, 1e-2, 1e-1)
-DEV_CONCEPTS = ("people", "no-people")  # the learning rates are chosen on these, never on a test concept
+LR_GRID = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # extended by x3 steps past an edge choice (train_rule.LrSearch)
+DEV_CONCEPTS = ("people", "no-people", "no-mathematics", "no-everyday-life")  # the learning rates and the step
+# cap are chosen on these, never on a test concept
 STATE_FILE = "decide_state.json"  # marks an output folder as a decide run's (resumable)
 REFERENCES = ("stock", "prompting", "lora")  # every lever is compared with each
 # other forms of the surfaces, measured on request beside the matched levers (``bench decide --explore``) and
@@ -34,11 +40,18 @@ class Design:
     new_tokens: int = 32
     control_prompts: int = 16
     train_controls: int = 8
-    train_texts: int = 8
+    train_texts: int = 32  # the pool a side that mini-batches are drawn from (train_rule.pool_pairs)
     train_words: int = 24
-    steps: int = 8
+    steps: int = 96  # the dev phase's step cap; the test phase's is set there (train_rule.step_cap)
+    batch_texts: int = 8  # texts a side per mini-batch
+    train_kl: float = TRAIN_KL
+    kl_every: int = 2  # steps between the s = 1 control-KL checks
+    kl_tol: float = 0.1  # relative: a lever has reached the target when its KL >= (1 - tol) x target
+    hinge_tau: float = 0.3  # the objective's control-KL hinge (above the target, so the target is reachable)
+    grad_clip: float = 1.0
     seeds: tuple[int, ...] = (0, 1)
     kl_levels: tuple[float, ...] = KL_LEVELS
+    decision_levels: tuple[float, ...] = DECISION_LEVELS
     lr_grid: tuple[float, ...] = LR_GRID
     bootstrap: int = 4000
     # variance components for the predicted minimum detectable effect (``--dry-run``): the between-concept
@@ -57,4 +70,38 @@ class Design:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def rule(self, steps: int | None = None):
+        """The training rule (:class:`geosteer.bench.train_rule.TrainRule`) at a step cap (default: the design's)."""
+        from geosteer.bench.train_rule import TrainRule
+
+        return TrainRule(max_steps=int(steps or self.steps), pool=self.train_texts, batch=self.batch_texts,
+                         kl_target=self.train_kl, kl_every=self.kl_every, kl_tol=self.kl_tol,
+                         hinge_tau=self.hinge_tau, grad_clip=self.grad_clip)
+
+
+def parse_levels(text: str, option: str = "--kl-levels") -> tuple[float, ...]:
+    """Comma-separated control-KL levels: each in (0, MAX_LEVEL], sorted, unique, at most MAX_LEVELS, and holding
+    the decision rule's levels; else one line."""
+    import math
+
+    from geosteer.errors import GeosteerError
+
+    try:
+        levels = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise GeosteerError(f"{option} {text!r}: expected comma-separated numbers, e.g. "
+                            "0.02,0.05,0.1,0.2,0.5") from None
+    bad = next((x for x in levels if not (math.isfinite(x) and 0 < x <= MAX_LEVEL)), None)
+    if bad is not None:
+        raise GeosteerError(f"{option}: level {bad:g} is out of range; each level is in (0, {MAX_LEVEL:g}] nats")
+    if len(levels) > MAX_LEVELS:
+        raise GeosteerError(f"{option}: {len(levels)} levels; at most {MAX_LEVELS}")
+    if list(levels) != sorted(set(levels)):
+        raise GeosteerError(f"{option} {text!r}: give the levels sorted, each once")
+    missing = [x for x in DECISION_LEVELS if x not in levels]
+    if missing:
+        raise GeosteerError(f"{option} {text!r}: must hold the decision rule's levels "
+                            f"{', '.join(f'{x:g}' for x in DECISION_LEVELS)}")
+    return levels
 

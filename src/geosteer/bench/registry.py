@@ -81,6 +81,8 @@ class Setup:
     train_tau: float = 0.1
     log: Callable[[str], None] | None = None
     surfaces: str | None = None  # shipped surfaces to start from (the ``surfaces-shipped`` lever)
+    rule: object | None = None  # the training rule (geosteer.bench.train_rule.TrainRule); None: the budget's
+    kl_probe: Callable[[], float] | None = None  # the model's control KL against stock, as it is now (the stop)
 
 
 @dataclass

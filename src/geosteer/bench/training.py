@@ -3,9 +3,10 @@
 Every learned lever (preference vector, LoReFT, LoRA, FFN gates, ∥/⊥ scales, steering surfaces; walls
 only suppress) optimises :class:`geosteer.train.PromptObjective` with ``promote=True``: raise the summed
 log-prob of the toward texts and lower that of the away texts, each as the answer to a generic request
-(:func:`geosteer.bench.prompts.training_pairs`), plus the control-KL hinge (τ = ``setup.train_tau`` on the
-neutral training controls, against the stock model), for the budget's number of full-batch AdamW steps at
-the lever's learning rate. The levers differ in what they parametrise, not in what they are asked.
+(:func:`geosteer.bench.prompts.training_pairs`), plus the control-KL hinge (on the neutral training controls,
+against the stock model), by one training rule (:mod:`geosteer.bench.train_rule`: the setup's ``rule``, else the
+budget's number of full-batch AdamW steps) at the lever's learning rate. The levers differ in what they
+parametrise, not in what they are asked.
 
 The preference-trained vector and LoReFT are trained here on their methods' public trainable forms
 (:class:`geosteer.vectors.TrainableVectors`, :meth:`geosteer.loreft.LoReFT.trainable`) and saved as those
@@ -21,6 +22,7 @@ from pathlib import Path
 from torch import nn
 
 from geosteer import anatomy
+from geosteer.bench.train_rule import TrainRule, fit_rule, pool_pairs
 from geosteer.loreft import LoReFT
 from geosteer.methods import save_artifact
 from geosteer.vectors import TrainableVectors
@@ -28,45 +30,51 @@ from geosteer.vectors import TrainableVectors
 KL_WEIGHT = 100.0
 
 
-def prompt_sets(setup):
-    """The encoded training sets (toward targets, controls, away negatives), BOS first."""
+def rule_of(setup) -> TrainRule:
+    """The setup's training rule; a setup without one (``bench steering``): its budget's steps, full batch on its
+    lever texts, no KL stop."""
+    if getattr(setup, "rule", None) is not None:
+        return setup.rule
+    b = setup.budget
+    return TrainRule(max_steps=b.steps, pool=b.train_texts, hinge_tau=setup.train_tau)
+
+
+def prompt_sets(setup, rule: TrainRule | None = None):
+    """The encoded training sets (toward pool, controls, away pool), BOS first."""
     from geosteer.bench.prompts import training_pairs
     from geosteer.train.objective import PromptSets
     from geosteer.train.prompts import encode_controls, encode_targets
 
     tok = setup.tok
-    return PromptSets(encode_targets(tok, training_pairs(setup, setup.toward), True),
-                      encode_controls(tok, setup.train_controls, True),
-                      encode_targets(tok, training_pairs(setup, setup.away), True))
+    if rule is None or getattr(setup, "rule", None) is None:
+        toward, away = training_pairs(setup, setup.toward), training_pairs(setup, setup.away)
+    else:
+        toward, away = pool_pairs(setup, setup.toward, rule.pool), pool_pairs(setup, setup.away, rule.pool)
+    return PromptSets(encode_targets(tok, toward, True), encode_controls(tok, setup.train_controls, True),
+                      encode_targets(tok, away, True))
 
 
 def fit_module(setup, module: nn.Module, lr: float, name: str) -> dict:
-    """Train ``module`` (an intervention with ``attach``) on the shared objective with
-    :func:`geosteer.train.fit`; returns the last step's logged numbers."""
-    import hashlib
-
+    """Train ``module`` (an intervention with ``attach``) on the shared objective by the setup's training rule
+    (:func:`geosteer.bench.train_rule.fit_rule`); the last logged numbers, the run's summary and per-step log."""
     import torch
 
-    from geosteer.train import FullBatch, RunConfig, TrainConfig, fit
     from geosteer.train.objective import PromptObjective, forward_logits
     from geosteer.train.prompts import control_logprobs
 
-    sets = prompt_sets(setup)
+    rule = rule_of(setup)
+    sets = prompt_sets(setup, rule)
     with torch.no_grad():
         ref = control_logprobs(forward_logits(setup.model, sets.controls), sets.controls)[0]
-    objective = PromptObjective(ref, True, setup.train_tau, KL_WEIGHT)
-    steps = setup.budget.steps
-    tcfg = TrainConfig(lr=lr, steps=steps, batch_size=1, seq_len=1, warmup_steps=0, min_lr_ratio=1.0,
-                       grad_clip=1.0, seed=setup.seed, checkpoint_every=0, eval_before_after=False,
-                       log_every=max(1, steps))
-    digest = hashlib.sha256(b"".join(b.ids.numpy().tobytes() for b in (sets.targets, sets.controls,
-                                                                         sets.negatives))).hexdigest()
-    options = RunConfig(out_dir=None, progress=False, log=None, interventions=(module,), move_model=False,
-                        record={"lever": name})
-    res = fit(setup.model, module, tcfg, FullBatch(sets, digest, sets.tokens), loss=objective, options=options)
-    module.requires_grad_(False)
-    last = res.history[-1] if res.history else {}
-    return {k: round(float(v), 5) for k, v in last.items() if isinstance(v, (int, float))}
+    objective = PromptObjective(ref, True, rule.hinge_tau, KL_WEIGHT)
+    out = fit_rule(setup, module, lr, name, sets, objective, rule, getattr(setup, "kl_probe", None))
+    out["pool"] = [int(sets.targets.ids.shape[0]), int(sets.negatives.ids.shape[0])]
+    return out
+
+
+def brief(record: dict) -> dict:
+    """A training record without its per-step log (what an artifact's metadata keeps)."""
+    return {k: v for k, v in record.items() if k != "log"}
 
 
 def _middle(model) -> int:
@@ -112,6 +120,6 @@ def train_loreft(setup, lr: float, rank: int, layers: list[int] | None, name: st
     lo = LoReFT.for_model(setup.model, rank, layers, seed=setup.seed).trainable(seed=setup.seed)
     last = fit_module(setup, lo, lr=lr, name=name)
     lo.freeze()
-    lo.meta = {"objective": "bench preference", "lr": lr, "train": last}
+    lo.meta = {"objective": "bench preference", "lr": lr, "train": brief(last)}
     return str(save_artifact(lo, _artifact_folder(setup, name))), {"train": last, "layers": lo.layers, "rank": rank,
                                                         "params": lo.n_parameters(), "lr": lr}
