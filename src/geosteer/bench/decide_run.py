@@ -39,6 +39,12 @@ KL_TOL = 0.1  # relative tolerance of the KL bisection
 S_MAX = 64.0
 MAX_EVALS = 10  # fresh control-KL evaluations per level
 LEVERS = ("prompting", "caa", *LEARNED, "walls")  # the matched levers (walls: on suppressed concepts)
+STRENGTH_RANGE = (0.5, 2.0)  # a matched strength outside it reads a lever far from what it was trained to
+
+
+def in_range(strength: float) -> bool:
+    """Whether a matched strength is within :data:`STRENGTH_RANGE`."""
+    return STRENGTH_RANGE[0] <= float(strength) <= STRENGTH_RANGE[1]
 
 
 def _write(path: Path, doc: dict) -> None:
@@ -123,7 +129,7 @@ def build_context(r: S.Readers, dc, seed: int, out: Path, design) -> dict:
             "cpu_seconds": round(time.process_time() - c0, 1)}
 
 
-def setup_for(r: S.Readers, dc, seed: int, design, work: Path) -> Setup:
+def setup_for(r: S.Readers, dc, seed: int, design, work: Path, rule=None, kl_probe=None) -> Setup:
 
     c = dc.concept
     toward, away = (list(c.positive), list(c.negative)) if c.direction == "promote" else (list(c.negative),
@@ -131,7 +137,7 @@ def setup_for(r: S.Readers, dc, seed: int, design, work: Path) -> Setup:
     return Setup(model=r.model, tok=r.tok, concept=c, toward=toward, away=away,
                  train_prompts=[S.fmt(r, p) for p in train_prompts()],
                  train_controls=[S.fmt(r, q) for q in neutral_prompts()[0][: design.train_controls]],
-                 budget=design.budget(), chat=r.chat, seed=seed, work=work)
+                 budget=design.budget(), chat=r.chat, seed=seed, work=work, rule=rule, kl_probe=kl_probe)
 
 
 def _level(r: S.Readers, ctx: dict, judge, dc, point: Point, design, lexicon) -> dict:
@@ -147,9 +153,10 @@ def control_reference(r: S.Readers, design):
 
 
 def measure_lever(r: S.Readers, dc, seed: int, ctx: dict, name: str, lr: float | None, design, work: Path,
-                  ref, levels: tuple[float, ...] | None = None) -> dict:
-    """Build lever ``name`` and read it at each control-KL level (points-only levers: at their own KL);
-    ``ref``: :func:`control_reference`."""
+                  ref, levels: tuple[float, ...] | None = None, steps: int | None = None) -> dict:
+    """Build lever ``name`` (a learned one by the design's training rule, capped at ``steps``) and read it at
+    each control-KL level (points-only levers: at their own KL); ``ref``: :func:`control_reference`. A matched
+    strength outside :data:`STRENGTH_RANGE` is flagged (``strength_in_range``)."""
     import torch
 
     levels = tuple(levels or design.kl_levels)
@@ -158,7 +165,9 @@ def measure_lever(r: S.Readers, dc, seed: int, ctx: dict, name: str, lr: float |
     ctrl = controls(design)
     t0, c0 = time.perf_counter(), time.process_time()
     torch.manual_seed(seed)
-    built = build(name, setup_for(r, dc, seed, design, work), lr)
+    def probe() -> float:  # the model as it is now (the lever attached while it trains) against stock
+        return S.control_kl(r, stock_point(), ctrl, ref)
+    built = build(name, setup_for(r, dc, seed, design, work, design.rule(steps), probe), lr)
     train_s, train_cpu = time.perf_counter() - t0, time.process_time() - c0
     out: dict = {}
     try:
@@ -167,7 +176,7 @@ def measure_lever(r: S.Readers, dc, seed: int, ctx: dict, name: str, lr: float |
                 return S.control_kl(r, built.at(s), ctrl, ref)
             matched = match_levels(kl_at, levels, s_max=S_MAX, tol=KL_TOL, max_evals=MAX_EVALS)
             for key, m in matched.items():
-                out[key] = {**m, "own_kl": False,
+                out[key] = {**m, "own_kl": False, "strength_in_range": in_range(m["strength"]),
                             "items": _level(r, ctx, judge, dc, built.at(m["strength"]), design, lexicon)}
         else:
             for point in built.points[:1]:
@@ -191,7 +200,7 @@ def levers_for(dc) -> list[str]:
 
 def run_unit(r: S.Readers, dc, seed: int, out: Path, design, lrs: dict[str, float], log=print,
              levels: tuple[float, ...] | None = None, names: list[str] | None = None,
-             folder: str = "units") -> dict:
+             folder: str = "units", steps: int | None = None) -> dict:
     """Context and every lever of one (concept, seed), each read back when already measured; their docs."""
     base = out / folder / dc.name / f"s{seed}"
     fp = {"version": VERSION, "design": design.to_dict(), "concept": dc.concept.model_dump()}
@@ -208,13 +217,14 @@ def run_unit(r: S.Readers, dc, seed: int, out: Path, design, lrs: dict[str, floa
     for name in names or levers_for(dc):
         lr = lrs.get(name)
         tag = name if lr is None or folder == "units" else f"{name}@{lr:g}"
-        lfp = {**fp, "lever": name, "lr": lr, "levels": list(levels or design.kl_levels)}
+        lfp = {**fp, "lever": name, "lr": lr, "levels": list(levels or design.kl_levels), "steps": steps}
         doc = _read(base / f"{tag}.json", lfp)
         if doc is None:
             ref = control_reference(r, design) if ref is None else ref
             try:
                 doc = {"fingerprint": lfp, **measure_lever(r, dc, seed, ctx, name, lr, design,
-                                                           out / "work" / dc.name / name, ref, levels)}
+                                                           out / "work" / dc.name / name, ref, levels,
+                                                           steps)}
             except Exception as e:  # noqa: BLE001 - one lever's failure leaves the others measured
                 log(f"{dc.name} s{seed}: {name} failed ({type(e).__name__}: {e})")
                 continue
