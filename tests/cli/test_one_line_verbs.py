@@ -1,9 +1,12 @@
-"""``geosteer --help`` lists each verb on one line; ``generate`` continues every ``--prompt`` it is given."""
+"""``geosteer --help`` lists each verb on one line; ``generate`` continues every ``--prompt`` it is given; an
+option that takes one value, given twice, is refused (not the last one kept silently)."""
 
 from __future__ import annotations
 
 import json
 import re
+
+import pytest
 
 from tests.cli_helpers import run_cli
 
@@ -40,3 +43,28 @@ def test_generate_continues_every_prompt(monkeypatch, capsys):
     code, out, err = run_cli(monkeypatch, capsys, "generate", "-m", "tiny-llama", "-p", "One", "-p", "Two",
                              "--max-new-tokens", "3")
     assert code == 0 and "One" in out and "Two" in out
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["generate", "-m", "tiny-llama", "-p", "A", "--max-new-tokens", "2", "--max-new-tokens", "3"],
+     "--max-new-tokens given 2 times"),
+    (["generate", "-m", "tiny-llama", "-m", "tiny-gpt2", "-p", "A"], "-m given 2 times"),
+    (["generate", "--model=tiny-llama", "--model", "tiny-gpt2", "-p", "A"], "--model given 2 times"),
+    (["generate", "-m", "tiny-llama", "-p", "A", "--greedy", "--sample"], "--greedy and --sample contradict"),
+    (["ppl", "-m", "tiny-llama", "--corpus", "heldout", "--corpus", "train"], "--corpus given 2 times"),
+])
+def test_a_one_value_option_given_twice_is_refused(monkeypatch, capsys, args, needle):
+    from tests.cli_helpers import refused_before_load
+
+    assert needle in refused_before_load(monkeypatch, capsys, *args)
+
+
+def test_repeatable_options_and_values_that_look_like_options(monkeypatch, capsys):
+    from geosteer.cli.once import repeated_option
+    from tests.cli_helpers import geosteer_command
+
+    gen = geosteer_command().commands["generate"]
+    assert repeated_option(gen, ["-p", "A", "-p", "B", "--set", "a=1", "--set", "b=2"]) is None
+    assert repeated_option(gen, ["-p", "-m", "-m", "tiny-llama"]) is None  # "-m" the prompt, then the option
+    assert repeated_option(gen, ["--json", "--json", "-p", "x"]) is None  # the same switch twice
+    assert repeated_option(gen, ["-p", "x", "--", "--seed", "1"]) is None

@@ -129,7 +129,7 @@ def test_one_bad_value_is_refused_before_any_model_is_built(verb, flag, kind, tm
     cmd = LEAVES[verb]
     bad = str(tmp_path / "afile" / "x") if kind == "path" else BAD[kind]  # a path under a plain file
     args = [*verb.split(), *_arguments(verb, flag, bad, tmp_path, inputs)]
-    if "--model" in {o for p in cmd.params for o in p.opts} and flag != "--model":
+    if "--model" in {o for p in cmd.params for o in p.opts} and flag != "--model" and "--model" not in args:
         args += ["--model", "tiny-llama"]
     args += args_extra
     with pytest.raises(SystemExit) as e:

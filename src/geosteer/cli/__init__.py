@@ -28,6 +28,7 @@ from geosteer.cli.common import (  # noqa: F401 - FORCE_OPT re-exported for the 
     run_app,
 )
 from geosteer.cli.nouns import add_verbs
+from geosteer.cli.once import refuse_repeats
 from geosteer.errors import GeosteerError
 
 __all__ = ["app", "main", "emit", "MODEL_OPT", "interventions_from_options"]
@@ -142,6 +143,7 @@ def register_clis(target: typer.Typer | None = None) -> None:
             _registered.add(key)
     _add_install_hints(target, {ep.name for ep in plugins})
     _one_line_summaries(target)
+    refuse_repeats(target)
 
 
 def _importing_now(cli: str | Callable | EntryPoint) -> bool:

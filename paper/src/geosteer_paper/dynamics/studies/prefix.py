@@ -51,7 +51,7 @@ def _prefix_lines(prefix_file: Path | None, n: int, plen: int) -> list[str] | No
     try:
         lines = [ln for ln in read_text(prefix_file, what="prefix file").splitlines() if ln.strip()]
     except ReadRefused as e:
-        raise GeosteerError(str(e)) from None
+        raise GeosteerError(f"cannot read {e}") from None
     if len(lines) < 2:
         raise GeosteerError(f"prefix file {prefix_file} needs at least 2 non-blank lines (got {len(lines)})")
     return lines
