@@ -25,6 +25,15 @@ from geosteer.viz.cli import QK_PROMPT
 SURF_OPT = typer.Option(..., "--surfaces", "-s", help="surfaces artifact folder")
 
 
+def _check_before_load(name: str, layers: str | None, surfaces: Path, force: bool,
+                       prompts: list[tuple[list[str], str]]) -> None:
+    """--layers, the surfaces and the prompts against the model ``name``, before it loads (one line each)."""
+    check_layers(name, "--layers", layers)
+    check_artifact("surfaces", surfaces, name, force=force)
+    for texts, what in prompts:  # longer than the model's positions
+        check_prompt_positions(tokenizer_of(name), model_config(name), texts, what)
+
+
 def explore_cmd(
     surfaces: Path = SURF_OPT,
     model: str = typer.Option(None, "--model", "-m", help="base model (default: the artifact's)"),
@@ -84,11 +93,8 @@ def explore_cmd(
         name = model or doc.get("base_model")
         if not name:
             raise ValueError("the artifact does not name its base model; pass --model")
-        check_layers(name, "--layers", layers)
-        check_artifact("surfaces", surfaces, name, force=force)
         checks = [(list(prompt or []), "--prompt")] + ([([qk_prompt], "--qk-prompt")] if record_qk else [])
-        for texts, what in checks:  # longer than the model's positions: refused before it loads
-            check_prompt_positions(tokenizer_of(name), model_config(name), texts, what)
+        _check_before_load(name, layers, surfaces, force, checks)
         m, tok = load_model(name, threads=threads, device=device, dtype=dtype)
         for texts, what in checks:
             check_prompt_positions(tok, m, texts, what)
