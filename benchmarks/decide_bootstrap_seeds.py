@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from geosteer.bench.decide_report import N_BOOT, verdicts
-from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN, KL_LEVELS
+from geosteer.bench.design import ALPHA, DECISION_LEVELS, EQUIVALENCE_MARGIN
 from geosteer.bench.kl_match import level_key
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "decide"
@@ -36,7 +36,7 @@ def main() -> None:
     committed = {(v["lever"], v["versus"]): v["decision"] for v in earlier["verdicts"]}
     by_seed = {}
     for seed in range(args.seeds):
-        rows = verdicts(records, [level_key(t) for t in KL_LEVELS], EQUIVALENCE_MARGIN, ALPHA, seed=seed)[1]
+        rows = verdicts(records, [level_key(t) for t in DECISION_LEVELS], EQUIVALENCE_MARGIN, ALPHA, seed=seed)[1]
         by_seed[str(seed)] = rows
         moved = [f"{v['lever']} vs {v['versus']}: {v['decision']}" for v in rows
                  if v["decision"] != committed[(v["lever"], v["versus"])]]

@@ -22,7 +22,7 @@ from statistics import median
 
 from geosteer.bench import endpoints as E
 from geosteer.bench.decide_report import pairs, read_tables, write_results
-from geosteer.bench.design import ALPHA, KL_LEVELS, Design
+from geosteer.bench.design import ALPHA, DECISION_LEVELS, EARLIER
 from geosteer.bench.kl_match import level_key
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "decide"
@@ -92,9 +92,9 @@ def main() -> None:
     ap.add_argument("--sensitivity", type=Path, default=None, help="write the subsets' verdicts here (JSON)")
     args = ap.parse_args()
     recs, concepts, units = read_tables(args.results)
-    levels = [level_key(t) for t in KL_LEVELS]
+    levels = [level_key(t) for t in DECISION_LEVELS]
     if args.rewrite:
-        doc = write_results(args.results, Design(), recs, concepts, units)
+        doc = write_results(args.results, EARLIER, recs, concepts, units)
         print(doc["summary"], flush=True)
     if args.sensitivity is not None:
         doc = {"rule": "geosteer.bench.endpoints (concept-level t, Holm over claims, intersection-union over levels)",

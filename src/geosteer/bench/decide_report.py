@@ -19,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from geosteer.bench import decide_training as T
 from geosteer.bench import endpoints as E
+from geosteer.bench.decide_frontier import FIGURE, frontier, frontier_markdown
 from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN, EXPLORATORY, EXPLORATORY_REFERENCES, Design
 from geosteer.bench.endpoints_report import detail_markdown, rule_markdown, rule_summary, summary_markdown
 from geosteer.bench.kl_match import level_key
@@ -106,10 +108,12 @@ def records(out: Path, levels: list[str]) -> tuple[list[dict], list[dict], list[
                           "params": doc["params"], "cpu_seconds": doc["cpu_seconds"],
                           "train_cpu_seconds": doc["train_cpu_seconds"],
                           **{f"kl_{k}": v["kl"] for k, v in doc["levels"].items()},
-                          **{f"strength_{k}": v["strength"] for k, v in doc["levels"].items()}})
+                          **{f"strength_{k}": v["strength"] for k, v in doc["levels"].items()},
+                          **T.unit_row(ctx, name, doc)})
             for level, v in doc["levels"].items():
                 recs += _rows(ctx, name, level, v["items"], {"strength": v["strength"], "kl": v["kl"],
-                                                             "reached": v["reached"], "admitted": adm["admitted"]})
+                                                             "reached": v["reached"], "admitted": adm["admitted"],
+                                                             "strength_in_range": v.get("strength_in_range")})
     return recs, concepts, units
 
 
@@ -257,31 +261,75 @@ def write_report(out: Path, design) -> dict:
     atomic_write_text(out / "records.csv", _csv(recs))
     atomic_write_text(out / "concepts.csv", _csv(concepts))
     atomic_write_text(out / "units.csv", _csv(units))
+    steps = T.step_rows(_units(out))
+    if steps:
+        atomic_write_text(out / "training.csv", _csv(steps))
     return write_results(out, design, recs, concepts, units)
 
 
 def write_results(out: Path, design, recs: list[dict], concepts: list[dict], units: list[dict]) -> dict:
     """results.json and verdict.txt under ``out`` from the tidy records (:func:`records`, or the committed CSV
     files read back by :func:`read_tables`); the results document."""
-    levels = [level_key(t) for t in design.kl_levels]
-    comps, old = verdicts(recs, levels, EQUIVALENCE_MARGIN, ALPHA) if recs else ([], [])
-    rule = endpoint_verdict(recs, levels, design) if recs else {"endpoints": [], "verdicts": [], "rule": {},
-                                                                "summary": "", "markdown": ""}
+    levels = [level_key(t) for t in design.kl_levels]  # the frontier's
+    rule_levels = [level_key(t) for t in decision_levels(design)]  # the decision rule's
+    comps, old = verdicts(recs, rule_levels, EQUIVALENCE_MARGIN, ALPHA) if recs else ([], [])
+    rule = endpoint_verdict(recs, rule_levels, design) if recs else {"endpoints": [], "verdicts": [], "rule": {},
+                                                                     "summary": "", "markdown": ""}
     kinds = {f"{a}-{b}@{lv}": by_kind(recs, a, b, lv) for a, b in (("surfaces-rank1", "stock"),
              ("surfaces-rank1", "prompting"), ("surfaces-rank1", "lora"), ("lora", "stock"),
-             ("prompting", "stock")) for lv in levels} if recs else {}
-    lrs = Path(out) / "learning_rates.json"
-    doc = {"design": design.to_dict(), "learning_rates": json.loads(lrs.read_text()) if lrs.is_file() else None,
+             ("prompting", "stock")) for lv in rule_levels} if recs else {}
+    lrs = _learning_rates(Path(out))
+    front = frontier(recs, levels, LEVERS)
+    training = T.summary(units, lrs)
+    doc = {"model": _model(Path(out)), "design": design.to_dict(), "kl_levels": levels,
+           "decision_levels": rule_levels, "learning_rates": lrs, "frontier": front, "training": training,
+           "strength_outside": [{k: r[k] for k in ("lever", "kl_level", "units", "strength_outside")}
+                                for r in front if r["strength_outside"]],
            "concepts": concepts, "levers": lever_table(recs, levels), "rule": rule["rule"],
            "endpoints": rule["endpoints"], "verdicts": rule["verdicts"], "summary": rule["summary"],
            "earlier_rule": {"what": "AxBench's score alone, hierarchical bootstrap, Holm over (pair, KL level); "
                                     "superseded", "comparisons": comps, "verdicts": old},
            "by_kind": kinds, "units": units, "costs": cost_table(units)}
-    doc["markdown"] = rule["markdown"] + "\n" + cost_markdown(doc["costs"])
+    doc["markdown"] = "\n".join(x for x in (rule["markdown"], frontier_markdown(front, levels),
+                                            T.summary_markdown(training), cost_markdown(doc["costs"])) if x)
     extra = exploratory(recs, levels, design) if recs else {}
     if extra:
         doc["exploratory"] = extra
         doc["markdown"] += "\n" + extra["markdown"]
     atomic_write_text(Path(out) / "results.json", json.dumps(doc, indent=1, allow_nan=True) + "\n")
     atomic_write_text(Path(out) / "verdict.txt", doc["markdown"])
+    _figure(Path(out))
     return doc
+
+
+def decision_levels(design) -> tuple[float, ...]:
+    """The levels the decision rule reads: the design's ``decision_levels`` (an earlier design: all its levels)."""
+    return tuple(getattr(design, "decision_levels", None) or design.kl_levels)
+
+
+def _learning_rates(out: Path) -> dict | None:
+    path = out / "learning_rates.json"
+    if not path.is_file():
+        return None
+    from geosteer.readers import read_json
+
+    return read_json(path, what="learning_rates.json")
+
+
+def _model(out: Path) -> str | None:
+    """The steered model the run folder records (None: no record)."""
+    from geosteer.bench.design import STATE_FILE
+    from geosteer.readers import read_json
+
+    path = out / STATE_FILE
+    return read_json(path, what=STATE_FILE).get("model") if path.is_file() else None
+
+
+def _figure(out: Path) -> Path | None:
+    """The frontier figure beside results.json (:mod:`geosteer.bench.decide_frontier`); None without plotly."""
+    from geosteer.bench.decide_frontier import write_figure
+
+    try:
+        return write_figure(out / "results.json", out / FIGURE)
+    except ImportError:
+        return None

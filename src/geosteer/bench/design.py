@@ -80,6 +80,11 @@ class Design:
                          hinge_tau=self.hinge_tau, grad_clip=self.grad_clip)
 
 
+# the design of the committed run (docs/results/decide/): two KL levels, 8 + 8 texts, 8 full-batch steps, a
+# three-point grid; its tables are rebuilt with it
+EARLIER = Design(train_texts=8, steps=8, batch_texts=8, kl_levels=DECISION_LEVELS, lr_grid=(1e-3, 1e-2, 1e-1))
+
+
 def parse_levels(text: str, option: str = "--kl-levels") -> tuple[float, ...]:
     """Comma-separated control-KL levels: each in (0, MAX_LEVEL], sorted, unique, at most MAX_LEVELS, and holding
     the decision rule's levels; else one line."""

@@ -1,0 +1,104 @@
+"""The frontier (concept gain over stock at every control-KL level, per lever), its figure, the training
+summary and the per-step log, the strength flag, and the --kl-levels option."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from geosteer.bench.design import DECISION_LEVELS, KL_LEVELS, Design, parse_levels
+from geosteer.errors import GeosteerError
+from tests.bench.test_decide import _items
+
+LEVELS = ("0.02", "0.05", "0.1", "0.2", "0.5")
+
+
+def _run_folder(root, gains: dict[str, float]) -> None:
+    rng = np.random.default_rng(3)
+    for concept, gain in gains.items():
+        unit = root / "units" / concept / "s0"
+        unit.mkdir(parents=True)
+        ctx = {"concept": concept, "kind": "topic-promote", "direction": "promote", "seed": 0,
+               "prompts": [f"prompt {i}" for i in range(4)], "cpu_seconds": 1.0, "stock": _items(rng, 0.0),
+               "admission": {"auc": 0.9, "admitted": True},
+               "keyword_probe": {"words": ["x"], "score": 0.01, "stock_score": 0.4, "below_stock": True}}
+        (unit / "context.json").write_text(json.dumps(ctx))
+        log = [{"step": i, "loss": 1.0 / i, "grad_norm": 0.5, "margin": 0.1 * i, **({"kl_s1": 0.03 * i} if i % 2 == 0
+                else {})} for i in range(1, 5)]
+        train = {"steps": 4, "reached": True, "capped": False, "final_kl": 0.12, "kl_target": 0.1, "final_loss": 0.25,
+                 "final_margin": 0.4, "pool": [32, 32], "log": log}
+        levels = {lv: {"kl": float(lv), "strength": float(lv) / 0.1, "reached": True,
+                       "strength_in_range": 0.5 <= float(lv) / 0.1 <= 2, "items": _items(rng, gain * float(lv))}
+                  for lv in LEVELS}
+        doc = {"lever": "vector", "lr": 0.01, "params": 8, "cpu_seconds": 2.0, "train_cpu_seconds": 1.0,
+               "levels": levels, "info": {"train": train, "lr": 0.01}}
+        (unit / "vector.json").write_text(json.dumps(doc))
+    (root / "learning_rates.json").write_text(json.dumps({
+        "search": {"vector": {"grid": [0.001, 0.01, 0.1], "chosen": 0.01, "interior": True}},
+        "step_cap": {"cap": 5}}))
+
+
+def test_the_report_gives_the_frontier_the_figure_and_the_training(tmp_path):
+    from geosteer.bench.decide_report import write_report
+    from geosteer.bench.tdist import concept_t
+
+    _run_folder(tmp_path, {"a": 1.0, "b": 2.0, "c": 1.5})
+    doc = write_report(tmp_path, Design())
+    assert doc["kl_levels"] == list(LEVELS) and doc["decision_levels"] == ["0.05", "0.2"]
+    rows = {r["kl_level"]: r for r in doc["frontier"] if r["lever"] == "vector"}
+    assert list(rows) == list(LEVELS)
+    recs = [r for r in _csv(tmp_path / "records.csv")]
+    for lv, r in rows.items():  # by hand: per-concept mean of vector - stock concept scores, then t over concepts
+        def scores(c, lever, lv=lv):
+            return np.asarray([float(x["concept_score"]) for x in recs
+                               if (x["concept"], x["kl_level"], x["lever"]) == (c, lv, lever)])
+        means = {c: scores(c, "vector") - scores(c, "stock") for c in ("a", "b", "c")}
+        want = concept_t(means, 0.05)
+        assert math.isclose(r["mean"], want["mean"]) and math.isclose(r["lo"], want["lo"]) and r["n_concepts"] == 3
+        assert r["strength_outside"] == (0 if lv in ("0.05", "0.1", "0.2") else 3) and math.isclose(r["kl"], float(lv))
+    assert rows["0.5"]["mean"] > rows["0.02"]["mean"]
+    assert {x["kl_level"] for x in doc["strength_outside"]} == {"0.02", "0.5"}
+    assert [r["a"] for r in doc["endpoints"]] and {r["kl_level"] for r in doc["endpoints"]} == {"0.05", "0.2"}
+    train = doc["training"][0]
+    assert (train["lever"], train["lr"], train["interior"], train["step_cap"], train["steps_max"],
+            train["reached"]) == ("vector", 0.01, True, 5, 4, 3)
+    steps = _csv(tmp_path / "training.csv")
+    assert len(steps) == 12 and {"loss", "margin", "kl_s1", "lever", "concept"} <= set(steps[0])
+    text = (tmp_path / "verdict.txt").read_text()
+    assert "Concept gain over stock against control KL" in text and "How the learned levers were trained" in text
+    html = (tmp_path / "frontier.html").read_text()
+    assert "vector" in html and "concept gain over stock" in html
+
+
+def _csv(path):
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_figure_draws_one_line_per_lever_with_interval_bars():
+    from geosteer.bench.decide_frontier import figure
+
+    rows = [{"lever": lever, "kl_level": lv, "kl": float(lv), "mean": 0.1 * i, "lo": 0.1 * i - 0.05,
+             "hi": 0.1 * i + 0.02, "n_concepts": 4} for lever in ("caa", "lora") for i, lv in enumerate(LEVELS)]
+    fig = figure({"model": "tiny", "frontier": rows})
+    assert [t.name for t in fig.data] == ["caa", "lora"]
+    assert list(fig.data[0].error_y.array) == pytest.approx([0.02] * 5)
+    assert list(fig.data[0].error_y.arrayminus) == pytest.approx([0.05] * 5)
+    assert fig.layout.title.text.startswith("tiny")
+
+
+def test_kl_levels_are_bounded():
+    assert parse_levels("0.02,0.05,0.1,0.2,0.5") == KL_LEVELS and len(KL_LEVELS) >= 5
+    assert set(DECISION_LEVELS) <= set(KL_LEVELS)
+    for text, needle in (("0.05,x", "expected comma-separated numbers"), ("0,0.05,0.2", "out of range"),
+                         ("0.05,0.2,6", "out of range"), ("0.05,0.2,nan", "out of range"),
+                         ("0.2,0.05", "sorted, each once"), ("0.05,0.05,0.2", "sorted, each once"),
+                         (",".join(f"{x / 100:g}" for x in range(1, 12)) + ",0.2", "at most 10"),
+                         ("0.02,0.05,0.1", "must hold the decision rule's levels")):
+        with pytest.raises(GeosteerError, match=needle):
+            parse_levels(text)
