@@ -101,3 +101,32 @@ def test_the_pool_is_passages_taken_in_turn():
     assert pool_texts(texts, 32, 3) == ["a b c", "h i j", "k l m", "d e f", "n o p", "g"]
     assert pool_texts(texts, 4, 3) == ["a b c", "h i j", "k l m", "d e f"]
     assert len(pool_texts([" ".join(f"w{i}" for i in range(200))] * 8, 32, 24)) == 9  # duplicates count once
+
+
+def test_the_dev_phase_extends_each_levers_grid_and_sets_the_step_cap(tmp_path, monkeypatch):
+    """choose_lrs over a fake dev job: rounds until every lever's choice is interior, the cap from the steps
+    the levers needed at their chosen rates, all of it in learning_rates.json."""
+    from geosteer.bench import decide_driver as D
+    from geosteer.bench.decide_concepts import DEV
+    from geosteer.bench.decide_folder import read_sealed
+    from geosteer.bench.design import DEV_CONCEPTS, Design
+
+    peak = {"vector": 0.3, "loreft": 1e-3 / 3, "lora": 1e-2, "surfaces-rank1": 3e-3}
+    calls = []
+
+    def fake(args):
+        spec, concept, lever, lr = args
+        calls.append((lever, lr))
+        return concept, lever, lr, -abs(math.log(lr / peak[lever])), 10 if lever != "lora" else 20
+
+    monkeypatch.setattr(D, "_dev_job", fake)
+    spec = D.RunSpec("tiny", str(tmp_path), Design().to_dict())
+    lrs, cap = D.choose_lrs(spec, workers=1)
+    assert lrs == pytest.approx(peak) and cap == 25  # lora needed 20 steps: x 1.25
+    assert len(DEV) >= 4 and tuple(DEV) == DEV_CONCEPTS
+    assert len(calls) == len(set(calls)) * len(DEV)  # every (lever, lr) once per dev concept
+    doc = read_sealed(tmp_path / "learning_rates.json")
+    assert all(s["interior"] for s in doc["search"].values())
+    assert doc["search"]["vector"]["extended"] == {"down": 0, "up": 2}
+    assert doc["search"]["loreft"]["extended"] == {"down": 2, "up": 0}  # 1e-3/3 is interior after 1e-3/9
+    assert doc["step_cap"]["all_reached"] and doc["steps_needed"]["lora"] == [20] * len(DEV)

@@ -48,7 +48,7 @@ PROMOTED_TOPICS = ("arts", "health", "everyday-life", "geography", "history", "m
                    "physical-sciences", "society", "technology")
 SUPPRESSED_TOPICS = ("arts", "health", "geography", "history", "religion", "physical-sciences", "society",
                      "technology")
-DEV = ("people", "no-people")
+DEV = ("people", "no-people", "no-mathematics", "no-everyday-life")  # topics no test concept suppresses
 LEVER_TEXTS = 8  # per side
 JUDGE_TEXTS = 200  # per side (negatives: twice as many, spread over the other topics)
 JUDGE_WORDS = 40  # judge texts are cut to about a continuation's length
@@ -179,7 +179,8 @@ def test_concepts() -> list[DecideConcept]:
 
 def dev_concepts() -> list[DecideConcept]:
     """The dev concepts the learning rates are chosen on (never a test concept)."""
-    return [topic_concept("people", "promote"), topic_concept("people", "suppress")]
+    return [topic_concept("people", "promote"), topic_concept("people", "suppress"),
+            topic_concept("mathematics", "suppress"), topic_concept("everyday-life", "suppress")]
 
 
 def file_concept(c, digest: str = "") -> DecideConcept:

@@ -1,9 +1,13 @@
 """The decisive benchmark's run: learning rates chosen on the dev concepts, then every test (concept, seed).
 
-Phase 1 trains each learned lever at every learning rate of the grid on each dev concept (seed 0) and reads it
-at the highest KL level; a lever's learning rate is the one with the best mean score there (ties: the smaller).
-Phase 2 runs every test concept at seed 0, then at the next seeds, each (concept, seed) in one worker process
-(its own copy of the models, one torch thread). Everything is checkpointed (:mod:`geosteer.bench.decide_run`).
+Phase 1 trains each learned lever by the training rule (:mod:`geosteer.bench.train_rule`, capped at the design's
+steps) at every learning rate of the grid on each dev concept (seed 0) and reads it at the training target's
+control KL; a lever's learning rate is the one with the best mean score there (ties: the smaller), the grid
+extended by x3 steps past an edge choice until the choice is interior (:class:`~geosteer.bench.train_rule.LrSearch`,
+in rounds); the test phase's step cap is set from the steps the levers needed at their chosen rates
+(:func:`~geosteer.bench.train_rule.step_cap`). Phase 2 runs every test concept at seed 0, then at the next seeds,
+each (concept, seed) in one worker process (its own copy of the models, one torch thread). Everything is
+checkpointed (:mod:`geosteer.bench.decide_run`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from geosteer.bench.decide_score import Readers
 from geosteer.bench.design import Design
 from geosteer.bench.judges import default_encoder
 from geosteer.bench.matched import LEARNED
+from geosteer.bench.train_rule import LrSearch, step_cap
 
 READERS = {"smollm2": "gemma3-270m", "gemma3-270m": "smollm2"}  # the fluency reader is another family
 _LOADED: dict = {}
@@ -56,28 +61,28 @@ def readers(model: str, threads: int = 1):
 
 def _design(doc: dict):
 
-    return Design(**{**doc, "seeds": tuple(doc["seeds"]), "kl_levels": tuple(doc["kl_levels"]),
-                     "lr_grid": tuple(doc["lr_grid"])})
+    return Design(**{**doc, **{k: tuple(doc[k]) for k in ("seeds", "kl_levels", "decision_levels", "lr_grid")}})
 
 
-def _dev_job(args) -> tuple[str, str, float, float]:
+def _dev_job(args) -> tuple[str, str, float, float, int | None]:
+    """(concept, lever, lr, mean score at the training target's KL, steps it needed: None if not reached)."""
     spec, concept, lever, lr = args
 
     design = _design(spec.design)
-    top = max(design.kl_levels)
     docs = run_unit(readers(spec.model, spec.threads), dev_by_name(concept), 0, Path(spec.out), design,
-                    {lever: lr}, _say, levels=(top,), names=[lever], folder="dev")
+                    {lever: lr}, _say, levels=(design.train_kl,), names=[lever], folder="dev")
     doc = docs.get(f"{lever}@{lr:g}")
     score = float(np.mean(next(iter(doc["levels"].values()))["items"]["score"])) if doc else float("nan")
-    return concept, lever, lr, score
+    train = ((doc or {}).get("info") or {}).get("train") or {}
+    return concept, lever, lr, score, (int(train["steps"]) if train.get("reached") else None)
 
 
 def _test_job(args) -> tuple[str, int]:
-    spec, concept, seed, lrs = args
+    spec, concept, seed, lrs, steps = args
 
     dc = by_name([concept], spec.concepts_file)[0]
     run_unit(readers(spec.model, spec.threads), dc, seed, Path(spec.out), _design(spec.design), lrs, _say,
-             names=[*levers_for(dc), *spec.explore])
+             names=[*levers_for(dc), *spec.explore], steps=steps)
     return concept, seed
 
 
@@ -91,26 +96,30 @@ def _map(fn, jobs: list, workers: int):
         yield from pool.imap_unordered(fn, jobs)
 
 
-def choose_lrs(spec: RunSpec, workers: int) -> dict:
-    """Phase 1: {lever: lr} and the table it came from (written to ``<out>/learning_rates.json``)."""
+def choose_lrs(spec: RunSpec, workers: int) -> tuple[dict, int]:
+    """Phase 1: ({lever: lr}, the test phase's step cap), and the record they came from
+    (``<out>/learning_rates.json``)."""
     design = _design(spec.design)
     learned = (*LEARNED, *spec.explore)
-    jobs = [(spec, c, lever, lr) for lever in learned for lr in design.lr_grid for c in DEV]
-    table: dict[str, dict[str, list[float]]] = {}
-    for _concept, lever, lr, score in _map(_dev_job, jobs, workers):
-        table.setdefault(lever, {}).setdefault(f"{lr:g}", []).append(score)
-    chosen = {}
-    for lever in learned:
-        means = {lr: float(np.mean(v)) for lr, v in table.get(lever, {}).items() if not np.isnan(v).any()}
-        if means:
-            best = max(means.values())
-            chosen[lever] = min(float(lr) for lr, m in means.items() if m == best)
-    doc = {"criterion": f"mean score at control KL {max(design.kl_levels):g} over the dev concepts {list(DEV)}, "
-                        "seed 0; ties: the smaller learning rate",
-           "grid": list(design.lr_grid), "table": {k: {lr: float(np.mean(v)) for lr, v in t.items()}
-                                                   for k, t in table.items()}, "chosen": chosen}
+    searches = {lever: LrSearch(design.lr_grid) for lever in learned}
+    needed: dict[tuple[str, float], list[int | None]] = {}
+    while jobs := [(spec, c, lever, lr) for lever, s in searches.items() for lr in s.pending() for c in DEV]:
+        scores: dict[tuple[str, float], list[float]] = {}
+        for _concept, lever, lr, score, steps in _map(_dev_job, jobs, workers):
+            scores.setdefault((lever, lr), []).append(score)
+            needed.setdefault((lever, lr), []).append(steps)
+        for (lever, lr), v in scores.items():
+            searches[lever].add(lr, float("nan") if np.isnan(v).any() else float(np.mean(v)))
+    chosen = {lever: s.chosen() for lever, s in searches.items() if s.chosen() is not None}
+    cap = step_cap([n for lever, lr in chosen.items() for n in needed.get((lever, lr), [])], design.steps)
+    doc = {"criterion": f"mean score at control KL {design.train_kl:g} (the training target) over the dev "
+                        f"concepts {list(DEV)}, seed 0; ties: the smaller learning rate; the grid extended by x3 "
+                        "past an edge choice until interior (at most 3 steps a side)",
+           "dev_concepts": list(DEV), "grid": list(design.lr_grid),
+           "search": {lever: s.to_dict() for lever, s in searches.items()}, "chosen": chosen,
+           "steps_needed": {lever: needed.get((lever, lr), []) for lever, lr in chosen.items()}, "step_cap": cap}
     write_sealed(Path(spec.out) / "learning_rates.json", doc)
-    return chosen
+    return chosen, cap["cap"]
 
 
 def run_all(spec: RunSpec, workers: int, concepts: list[str] | None = None,
@@ -118,10 +127,10 @@ def run_all(spec: RunSpec, workers: int, concepts: list[str] | None = None,
     """Both phases for ``seeds`` (default: the design's); each (concept, seed) is on disk as it finishes, so a
     rerun resumes."""
     Path(spec.out).mkdir(parents=True, exist_ok=True)
-    lrs = choose_lrs(spec, workers)
-    _say(f"learning rates: {lrs}")
+    lrs, cap = choose_lrs(spec, workers)
+    _say(f"learning rates: {lrs}; step cap {cap}")
     design = _design(spec.design)
     names = [c.name for c in by_name(concepts, spec.concepts_file)]
-    jobs = [(spec, c, seed, lrs) for seed in (seeds or design.seeds) for c in names]
+    jobs = [(spec, c, seed, lrs, cap) for seed in (seeds or design.seeds) for c in names]
     for concept, seed in _map(_test_job, jobs, workers):
         _say(f"done: {concept} s{seed}")
