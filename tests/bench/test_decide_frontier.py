@@ -102,3 +102,43 @@ def test_kl_levels_are_bounded():
                          ("0.02,0.05,0.1", "must hold the decision rule's levels")):
         with pytest.raises(GeosteerError, match=needle):
             parse_levels(text)
+
+
+@pytest.mark.parametrize("levels,needle", [
+    ("0.05,0.2,9", "--kl-levels: level 9 is out of range"),
+    ("0.2,0.05", "give the levels sorted, each once"),
+    ("0.05,0.2,a", "expected comma-separated numbers"),
+])
+def test_bad_kl_levels_are_one_line_before_any_model_loads(monkeypatch, capsys, tmp_path, levels, needle):
+    from tests.bench.test_decide_inputs import _decide
+
+    err = _decide(monkeypatch, capsys, tmp_path, "--kl-levels", levels, "--out", "run")
+    assert needle in err and not (tmp_path / "run").exists()
+
+
+def test_a_folder_of_other_levels_is_refused(monkeypatch, capsys, tmp_path):
+    from tests.bench.test_decide_inputs import _decide, _seal_state
+
+    _seal_state(tmp_path / "run")  # the default levels
+    err = _decide(monkeypatch, capsys, tmp_path, "--out", "run", "--report-only", "--kl-levels", "0.05,0.2")
+    assert "holds a run of another design" in err
+
+
+def test_the_dry_run_estimates_cpu_hours_from_the_committed_costs(tmp_path):
+    from geosteer.bench.cli_decide import dry_run
+    from geosteer.bench.decide_cost import COMMITTED, COMMITTED_CONTEXT
+    from geosteer.bench.design import EARLIER
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[2] / "docs/results/decide/results.json"
+    doc = json.loads(root.read_text(encoding="utf-8"))
+    for c in doc["costs"]:
+        assert (c["cpu_seconds"], c["train_cpu_seconds"]) == pytest.approx(COMMITTED[c["lever"]]), c["lever"]
+    assert float(np.median([c["context_cpu_seconds"] for c in doc["concepts"]])) == COMMITTED_CONTEXT
+    five, two = dry_run(Design(), 22, 8), dry_run(Design(kl_levels=(0.05, 0.2)), 22, 8)
+    assert five["cost"]["test_cpu_hours"] > two["cost"]["test_cpu_hours"] > 0
+    assert 0 < five["minimum_detectable_effect"] < 1
+    # the committed design gives the committed per-lever costs, the learned levers' training + its KL checks
+    earlier = dry_run(EARLIER, 16, 7)["cost"]["per_lever_cpu_seconds"]
+    assert earlier["caa"] == pytest.approx(COMMITTED["caa"][0], abs=0.1)
+    assert earlier["lora"] == pytest.approx(COMMITTED["lora"][1] * 1.15 + COMMITTED["lora"][0] - COMMITTED["lora"][1],
+                                            abs=0.1)

@@ -144,17 +144,23 @@ def _prepare(out: Path, model: str, concepts_file: Path | None, design, explore:
     return None if report_only else {"want": want, "have": have}
 
 
-def dry_run(design, n_concepts: int) -> dict:
-    """The design and its predicted minimum detectable effect (from the design's prior variance components)."""
+def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, explore: tuple[str, ...] = ()) -> dict:
+    """The design, its predicted minimum detectable effect (from the design's prior variance components) and its
+    CPU-hour estimate (:mod:`geosteer.bench.decide_cost`; ``suppressed``: the concepts walls run on)."""
+    from geosteer.bench.decide_concepts import DEV
+    from geosteer.bench.decide_cost import estimate
     from geosteer.bench.decide_report import n_comparisons
+    from geosteer.bench.decide_run import LEVERS
     from geosteer.bench.design import ALPHA
+    from geosteer.bench.matched import LEARNED
     from geosteer.bench.stats import minimum_detectable_effect
 
     m = n_comparisons()
     mde = minimum_detectable_effect(n_concepts, design.test_prompts, len(design.seeds), design.prior_sd_concept,
                                     design.prior_sd_item, m, ALPHA, 0.8)
+    cost = estimate(design, n_concepts, suppressed, (*LEVERS, *explore), (*LEARNED, *explore), len(DEV), workers)
     return {"design": design.to_dict(), "concepts": n_concepts, "comparisons": m,
-            "minimum_detectable_effect": mde}
+            "minimum_detectable_effect": mde, "cost": cost}
 
 
 def decide_cmd(
@@ -169,26 +175,35 @@ def decide_cmd(
     report_only: bool = typer.Option(False, "--report-only", help="assemble what the checkpoints hold"),
     explore: str = typer.Option(None, "--explore", help="other surface forms to measure beside the matched "
                                 "levers, reported apart from the verdict: surfaces-rank2, surfaces-full"),
+    kl_levels: str = typer.Option(None, "--kl-levels", help="comma-separated control-KL levels of the frontier "
+                                  "(each in (0, 5] nats, sorted, at most 10, holding the rule's 0.05 and 0.2); "
+                                  "default 0.02,0.05,0.1,0.2,0.5"),
     json_out: bool = JSON_OPT,
 ) -> None:
-    """The decisive steering benchmark on SmolLM2: every lever at control KL 0.05 and 0.2, the verdict."""
+    """The decisive steering benchmark on SmolLM2: every lever at each control-KL level, the verdict at 0.05 and
+    0.2."""
     from dataclasses import replace
 
-    from geosteer.bench.design import STATE_FILE, Design
+    from geosteer.bench.design import KL_LEVELS, STATE_FILE, Design, parse_levels
 
+    levels = parse_levels(kl_levels) if kl_levels is not None else KL_LEVELS
     extra = _explore(explore)
     workers = min(2, max_workers()) if workers is None else workers
     names, seed_list, tests = _check(out, workers, concepts, seeds, report_only, concepts_file)
-    design = Design()  # the seeds to run stay out of it: a unit's checkpoint does not depend on them
+    design = Design(kl_levels=levels)  # the seeds to run stay out of it: a unit's checkpoint does not depend on them
     source = str(concepts_file) if concepts_file is not None else None
     n = len(names) if names else len(tests)
     if dry:
         design = replace(design, seeds=seed_list)
-        doc = dry_run(design, n)
+        chosen = [c for c in tests if names is None or c.name in names]
+        doc = dry_run(design, n, sum(c.concept.direction == "suppress" for c in chosen), workers, extra)
+        cost = doc["cost"]
         typer.echo(json.dumps(doc, indent=1) if json_out else
-                   f"{n} concepts x {design.test_prompts} prompts x {len(design.seeds)} seeds, "
-                   f"{doc['comparisons']} comparisons (Holm): predicted minimum detectable effect "
-                   f"{doc['minimum_detectable_effect']:.3f} (80 % power)")
+                   f"{n} concepts x {design.test_prompts} prompts x {len(design.seeds)} seeds x "
+                   f"{len(design.kl_levels)} KL levels, {doc['comparisons']} comparisons (Holm): predicted minimum "
+                   f"detectable effect {doc['minimum_detectable_effect']:.3f} (80 % power); at most "
+                   f"{cost['cpu_hours']:.1f} CPU-hours (dev {cost['dev_cpu_hours']:.1f}, test "
+                   f"{cost['test_cpu_hours']:.1f}), about {cost['wall_hours']:.1f} h on {workers} workers")
         return
     state = _prepare(out, MODEL, concepts_file, design, extra, seed_list, report_only)
     from geosteer.bench.decide_driver import RunSpec, run_all

@@ -1,0 +1,55 @@
+"""The CPU-hour estimate of a bench decide design, from the per-lever costs the committed run recorded.
+
+The committed run (``docs/results/decide/results.json``, ``costs``: median CPU-seconds per (concept, seed) on 2
+CPU cores, one torch thread per worker) trained every learned lever 8 full-batch steps on 8 + 8 texts and read
+it at 2 KL levels. A new design's cost per lever and (concept, seed) is estimated as
+
+    train × (steps × batch) / (8 × 8) × (1 + KL checks) + (rest / 2) × levels
+
+(the training part scaled by the texts it reads, the bisection and readings by the levels; prompting and walls
+have one setting, so their rest does not scale), plus each (concept, seed)'s context. The test phase is read at
+the design's step cap (an upper bound: the run's cap, set on the dev concepts, is at most that); the dev phase
+trains every learned lever at every rate of the grid (extensions add to it) on each dev concept and reads one
+level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# from docs/results/decide/results.json: lever -> (CPU-s per concept and seed, of which training), medians
+COMMITTED = {"surfaces-rank1": (127.45, 87.2), "walls": (61.1, 48.7), "lora": (91.95, 63.2),
+             "loreft": (99.85, 69.4), "vector": (75.85, 46.85), "caa": (31.05, 1.4), "prompting": (10.9, 0.0)}
+COMMITTED_CONTEXT = 13.8  # CPU-s per (concept, seed): judge, admission, stock readings (median)
+COMMITTED_STEPS, COMMITTED_TEXTS, COMMITTED_LEVELS = 8, 8, 2
+ONE_SETTING = ("prompting", "walls")  # measured at their own KL: their readings do not scale with the levels
+CHECK_SHARE = 0.3  # an s = 1 control-KL check costs about this share of a training step
+
+
+def lever_seconds(lever: str, design, steps: int, levels: int, learned: Sequence[str]) -> float:
+    """Estimated CPU-seconds of one lever on one (concept, seed) (module docstring)."""
+    total, train = COMMITTED.get(lever, COMMITTED["surfaces-rank1"])  # an exploratory form: like the surfaces
+    rest = total - train
+    if lever in learned:
+        scale = steps * design.batch_texts / (COMMITTED_STEPS * COMMITTED_TEXTS)
+        train *= scale * (1 + CHECK_SHARE / max(1, design.kl_every))
+    if lever not in ONE_SETTING:
+        rest *= levels / COMMITTED_LEVELS
+    return train + rest
+
+
+def estimate(design, concepts: int, suppressed: int, levers: Sequence[str], learned: Sequence[str],
+             dev_concepts: int, workers: int = 2) -> dict:
+    """CPU-hours of the dev phase and the test phase (levels x levers x concepts x seeds), their sum, and the
+    wall-clock hours on ``workers`` cores; walls run on the ``suppressed`` concepts only."""
+    seeds, levels = len(design.seeds), len(design.kl_levels)
+    per_lever = {lv: lever_seconds(lv, design, design.steps, levels, learned) for lv in levers}
+    test = seeds * (concepts * COMMITTED_CONTEXT + sum(
+        s * (suppressed if lv == "walls" else concepts) for lv, s in per_lever.items()))
+    dev = dev_concepts * COMMITTED_CONTEXT + dev_concepts * len(design.lr_grid) * sum(
+        lever_seconds(lv, design, design.steps, 1, learned) for lv in learned)
+    hours = {"dev": dev / 3600, "test": test / 3600}
+    return {"cpu_hours": round(hours["dev"] + hours["test"], 2), "dev_cpu_hours": round(hours["dev"], 2),
+            "test_cpu_hours": round(hours["test"], 2), "wall_hours": round((dev + test) / 3600 / max(1, workers), 2),
+            "workers": workers, "per_lever_cpu_seconds": {k: round(v, 1) for k, v in per_lever.items()},
+            "basis": "docs/results/decide/results.json costs; the test phase at the design's step cap (at most)"}
