@@ -33,9 +33,12 @@ def allowed_hosts(host: str) -> list[str] | None:
 
 
 def check_workspace(workspace: Path) -> None:
-    """Refuse (one line, before the model loads) a workspace that is a file or lies under one."""
+    """Refuse (one line, before the model loads) a workspace that is a file or lies under one, or a symlink
+    that loops."""
     from geosteer.errors import GeosteerError
+    from geosteer.studio.workspace import resolved_workspace
 
+    resolved_workspace(workspace)
     for p in (workspace, *workspace.parents):
         if p.exists():
             if not p.is_dir():

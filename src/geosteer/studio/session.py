@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -34,24 +33,12 @@ from geosteer.studio.bodies import EffectBody, parse
 from geosteer.studio.edits import EditSpec, UndoRecord, apply_edit, parse_edit, undo_edit
 from geosteer.studio.views import SurfaceViews
 from geosteer.studio.worker import ModelWorker, done
+from geosteer.studio.workspace import resolved_workspace, safe_child
 from geosteer.viz import surfaces as S
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # matched whole (fullmatch)
 RESERVED = ("results",)  # workspace/results holds the study result files the studio serves
 MAX_HISTORY = 100
 MAX_PROMPT_TOKENS = 256
-
-
-def safe_child(root: Path, name: str, what: str = "name") -> Path:
-    """``root / name`` for a plain name (letters, digits, . _ -, no path separators, not '.'/'..')."""
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name in (".", "..") or ".." in name:
-        raise ValueError(f"invalid {what} {name!r}: use 1–64 letters, digits, '.', '_' or '-' "
-                         "(starting with a letter or digit, no '..', no '/')")
-    root = root.resolve()
-    p = (root / name).resolve()
-    if p.parent != root:
-        raise ValueError(f"invalid {what} {name!r}: must stay inside the workspace")
-    return p
 
 
 def clone_bank(bank):
@@ -77,7 +64,7 @@ class Session(SurfaceViews):
         self.chat, self.system = chat, system  # prompts through the chat template (as a user message)
         self.bank = clone_bank(bank)  # the state (never attached)
         self._runtime = bank  # attached to the model, used by the worker only
-        self.workspace = Path(workspace).resolve()
+        self.workspace = resolved_workspace(Path(workspace))
         try:
             self.workspace.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):

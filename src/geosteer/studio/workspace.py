@@ -1,4 +1,5 @@
-"""What the studio sees in its workspace: the surfaces artifacts it can open and the broken folders (with why).
+"""What the studio sees in its workspace: the surfaces artifacts it can open and the broken folders (with why),
+and the names it saves and loads under (plain names that stay inside it; a symlink loop is a one-line refusal).
 
 Only regular files are read, non-blocking and size-capped (:func:`geosteer.readers.read_bytes`).
 """
@@ -6,11 +7,39 @@ Only regular files are read, non-blocking and size-capped (:func:`geosteer.reade
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
+from geosteer.errors import GeosteerError
 from geosteer.formats import CONFIG_NAME, MAX_CONFIG_BYTES
 from geosteer.studio import bankio
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # matched whole (fullmatch)
+
+
+def safe_child(root: Path, name: str, what: str = "name") -> Path:
+    """``root / name`` for a plain name (letters, digits, . _ -, no path separators, not '.'/'..')."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name in (".", "..") or ".." in name:
+        raise ValueError(f"invalid {what} {name!r}: use 1–64 letters, digits, '.', '_' or '-' "
+                         "(starting with a letter or digit, no '..', no '/')")
+    root = root.resolve()
+    try:
+        p = (root / name).resolve()
+    except (RuntimeError, OSError):  # a symlink loop: RuntimeError up to Python 3.12, OSError (ELOOP) after
+        raise ValueError(f"invalid {what} {name!r}: it is a symlink that loops back on itself in the "
+                         "workspace; remove it or choose another name") from None
+    if p.parent != root:
+        raise ValueError(f"invalid {what} {name!r}: must stay inside the workspace")
+    return p
+
+
+def resolved_workspace(workspace: Path) -> Path:
+    """The workspace's real path; a symlink loop on the way is a one-line :class:`GeosteerError`."""
+    try:
+        return workspace.resolve()
+    except (RuntimeError, OSError):
+        raise GeosteerError(f"workspace {workspace} is a symlink that loops back on itself") from None
 
 
 def entries(workspace: Path) -> list[Path]:
