@@ -1,6 +1,7 @@
 #!/bin/bash
-# The scale ladder: run one study on each rung, one model at a time, resumable (a rung whose results file
-# exists is skipped), each run's wall time and peak RSS appended to docs/results/ladder/costs.csv.
+# The scale ladder: run one study on each rung, one model at a time, resumable (a rung with a finished run on
+# record is skipped; the studies resume a partial results file), each run's wall time and peak RSS appended
+# to docs/results/ladder/costs.csv.
 # Usage: paper/studies/ladder/run.sh STUDY [MODEL ...]
 #   STUDY: deficit | value-sweep | parallel (the commands are the criteria's, reproduction/ladder.json)
 #   MODEL: smollm2 gemma3-270m qwen2.5-0.5b qwen2.5-1.5b (all four by default)
@@ -18,7 +19,8 @@ COSTS=docs/results/ladder/costs.csv
 [ -f $COSTS ] || echo "date,study,model,dtype,wall_s,peak_rss_mib,exit,command" > $COSTS
 for name in $MODELS; do
   out=docs/results/ladder/$STUDY/$name.json
-  [ -f "$out" ] && { echo "skip $name: $out exists"; continue; }
+  # finished = a run that exited 0 is on record; a partial results file is resumed by the study itself
+  grep -q "^[^,]*,$STUDY,$name,[^,]*,[^,]*,[^,]*,0," $COSTS && [ -f "$out" ] && { echo "skip $name: done"; continue; }
   m=$name
   [ "$name" = qwen2.5-0.5b ] && m=${QWEN05_GGUF:-$name}
   [ "$name" = qwen2.5-1.5b ] && m=${QWEN15_GGUF:-$name}
