@@ -28,7 +28,7 @@ def _probe(model, tok):
     return kl, controls, ref
 
 
-@pytest.mark.parametrize("name", ["vector", "lora"])
+@pytest.mark.parametrize("name", matched.LEARNED)
 def test_a_lever_trained_to_a_kl_target_reaches_it_or_reports_the_cap(tiny_model, concept_file, tmp_path, name):
     model, tok = tiny_model("llama")
     stock = _logits(model)
