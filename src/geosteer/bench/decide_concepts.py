@@ -49,7 +49,9 @@ PROMOTED_TOPICS = ("arts", "health", "everyday-life", "geography", "history", "m
 SUPPRESSED_TOPICS = ("arts", "health", "geography", "history", "religion", "physical-sciences", "society",
                      "technology")
 DEV = ("people", "no-people", "no-mathematics", "no-everyday-life")  # topics no test concept suppresses
-LEVER_TEXTS = 8  # per side
+LEVER_TEXTS = 8  # per side of a file's concept (the training pool is their passages)
+TOPIC_LEVER_TEXTS = 16  # articles per side of a topic (their 24-word passages fill a pool of 32)
+TEMPLATED_LEVER_TEXTS = 32  # per side of a templated concept (one sentence each: the pool is these sentences)
 JUDGE_TEXTS = 200  # per side (negatives: twice as many, spread over the other topics)
 JUDGE_WORDS = 40  # judge texts are cut to about a continuation's length
 TEST_PROMPTS = 16
@@ -90,13 +92,14 @@ def _cut(text: str, words: int = JUDGE_WORDS) -> str:
 @lru_cache(maxsize=1)
 def topic_pools() -> dict[str, dict[str, list]]:
     """topic key -> {"lever": articles, "judge": articles, "titles": article titles}, train split, hash-dealt:
-    the first LEVER_TEXTS to the levers, the next JUDGE_TEXTS to the judge, the rest give titles."""
+    the first TOPIC_LEVER_TEXTS to the levers, the next JUDGE_TEXTS to the judge, the rest give titles."""
     out = {}
     for key, topic in TOPICS.items():
         arts = sorted((a for a in articles() if a.topic == topic and split_of(a.title) == "train"),
                       key=lambda a: _h("decide", topic, a.title))
-        out[key] = {"lever": arts[:LEVER_TEXTS], "judge": arts[LEVER_TEXTS:LEVER_TEXTS + JUDGE_TEXTS],
-                    "titles": [a.title for a in arts[LEVER_TEXTS + JUDGE_TEXTS:]]}
+        n = TOPIC_LEVER_TEXTS
+        out[key] = {"lever": arts[:n], "judge": arts[n:n + JUDGE_TEXTS],
+                    "titles": [a.title for a in arts[n + JUDGE_TEXTS:]]}
     return out
 
 
@@ -141,7 +144,7 @@ def topic_concept(key: str, direction: str) -> DecideConcept:
     """A topic promoted on neutral requests, or suppressed ("no-<topic>") on requests about its own titles."""
     pool = topic_pools()[key]
     pos = [a.text for a in pool["lever"]]
-    neg = _others(key, "lever", LEVER_TEXTS)
+    neg = _others(key, "lever", TOPIC_LEVER_TEXTS)
     prompts = test_requests() if direction == "promote" else [TITLE_PROMPT.format(t) for t in test_titles(key)]
     name = key if direction == "promote" else f"no-{key}"
     c = _concept(name, direction, pos, neg, prompts, DESCRIPTIONS[key])
@@ -153,7 +156,7 @@ def topic_concept(key: str, direction: str) -> DecideConcept:
 def _deal(texts: list[str], tag: str) -> tuple[list[str], list[str]]:
     """(lever texts, judge texts) of one templated side."""
     ordered = sorted(set(texts), key=lambda t: _h("decide", tag, t))
-    return ordered[:LEVER_TEXTS], ordered[LEVER_TEXTS:]
+    return ordered[:TEMPLATED_LEVER_TEXTS], ordered[TEMPLATED_LEVER_TEXTS:]
 
 
 def templated_concept(name: str) -> DecideConcept:
