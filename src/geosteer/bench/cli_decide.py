@@ -171,7 +171,8 @@ def decide_cmd(
                                        "file) instead of the 22 bundled test concepts"),
     concepts: str = typer.Option(None, "--only", help="comma-separated test concept names (default: all 22)"),
     seeds: str = typer.Option(None, "--seed-list", help="comma-separated seeds (default: the design's 0,1)"),
-    dry: bool = typer.Option(False, "--dry-run", help="print the design and its predicted MDE; load nothing"),
+    dry: bool = typer.Option(False, "--dry-run", help="print the design, its CPU-hour estimate and predicted MDE; "
+                             "load nothing"),
     report_only: bool = typer.Option(False, "--report-only", help="assemble what the checkpoints hold"),
     explore: str = typer.Option(None, "--explore", help="other surface forms to measure beside the matched "
                                 "levers, reported apart from the verdict: surfaces-rank2, surfaces-full"),

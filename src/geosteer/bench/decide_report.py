@@ -2,10 +2,13 @@
 
 Only concepts whose judge was admitted (AUC >= :data:`geosteer.bench.judges.ADMISSION_AUC` on the stock model's
 own labelled continuations) enter the comparisons. Each lever is compared with the stock model, with prompting
-and with LoRA (:func:`pairs`) at each KL level on the rule's endpoints (:mod:`geosteer.bench.endpoints`): the
-concept gain, the fluency and relevance costs, concept-level t intervals, Holm over the claims made, "at every
-level" as an intersection-union test. Stock and prompting have one setting each, so their records stand at both
-KL levels (prompting at its own control KL, which is reported). The earlier reading of AxBench's score alone (a
+and with LoRA (:func:`pairs`) at the rule's KL levels (the design's ``decision_levels``) on the rule's endpoints
+(:mod:`geosteer.bench.endpoints`): the concept gain, the fluency and relevance costs, concept-level t intervals,
+Holm over the claims made, "at every level" as an intersection-union test. At every level of the design the
+frontier (:mod:`geosteer.bench.decide_frontier`) gives each lever's concept gain over stock, and the training
+summary (:mod:`geosteer.bench.decide_training`) how each learned lever was trained. Stock and prompting have one
+setting each, so their records stand at every KL level (prompting at its own control KL, which is reported).
+The earlier reading of AxBench's score alone (a
 hierarchical bootstrap, :func:`verdicts`) is kept in ``results.json`` as ``earlier_rule``, for comparison.
 """
 
