@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.bench.workers import check_workers
+from geosteer.bench.workers import check_seed, check_workers
 from geosteer.cli.common import DEVICE_OPT, DTYPE_OPT, MODEL_OPT, THREADS_OPT, emit, load
 from geosteer.cli.outputs import out_dir
 from geosteer.errors import GeosteerError
@@ -81,6 +81,7 @@ def steering_cmd(
     b = get_budget(budget)
     _check_options(kl_budget, train_tau, chosen, surfaces)
     check_workers(workers)
+    check_seed(seed)
     items = read_concepts(_concept_path(concepts))  # refused in one line before any model loads
     _check_out(out)
     _run(items, chosen, b, model, out, seed, kl_budget, train_tau, chat, surfaces, figures, device, dtype, threads,

@@ -9,15 +9,14 @@ checkpoints hold.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import typer
 
 from geosteer.bench.cli_judge import JSON_OPT
+from geosteer.bench.workers import MAX_SEED, cpu_cores
 from geosteer.errors import GeosteerError
 
-MAX_SEED = 2**31 - 1
 MODEL = "smollm2"
 
 
@@ -61,14 +60,6 @@ def _seeds(seeds: str | None) -> tuple[int, ...]:
     return seed_list
 
 
-def max_workers() -> int:
-    """The most worker processes a run takes: the CPU cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def _concepts(concepts_file: Path | None):
     from geosteer.bench.decide_concepts import by_name, test_concepts
 
@@ -93,8 +84,8 @@ def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
 
     if workers < 1:
         raise GeosteerError(f"--workers must be >= 1 (got {workers})")
-    if workers > max_workers():
-        raise GeosteerError(f"--workers {workers}: at most {max_workers()} (the CPU cores here; each worker is a "
+    if workers > cpu_cores():
+        raise GeosteerError(f"--workers {workers}: at most {cpu_cores()} (the CPU cores here; each worker is a "
                             "process with its own models)")
     check_resumable_folder(out, STATE_FILE)
     if report_only and not (out / STATE_FILE).is_file():
@@ -189,7 +180,7 @@ def decide_cmd(
 
     levels = parse_levels(kl_levels) if kl_levels is not None else KL_LEVELS
     extra = _explore(explore)
-    workers = min(2, max_workers()) if workers is None else workers
+    workers = min(2, cpu_cores()) if workers is None else workers
     names, seed_list, tests = _check(out, workers, concepts, seeds, report_only, concepts_file)
     design = Design(kl_levels=levels)  # the seeds to run stay out of it: a unit's checkpoint does not depend on them
     source = str(concepts_file) if concepts_file is not None else None

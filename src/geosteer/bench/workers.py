@@ -25,9 +25,30 @@ class LoadSpec:
     threads: int = 1
 
 
+MAX_SEED = 2**31 - 1  # seeds every generator a benchmark seeds takes (numpy, torch, Python)
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def check_workers(workers: int) -> None:
+    """``--workers``: 0 (automatic) up to the CPU cores (each worker is a process with its own model)."""
     if workers < 0:
         raise GeosteerError(f"--workers must be >= 0 (0: one per core the load leaves free; got {workers})")
+    if workers > cpu_cores():
+        raise GeosteerError(f"--workers {workers}: at most {cpu_cores()} (the CPU cores here; each worker is a "
+                            "process with its own model)")
+
+
+def check_seed(seed: int, option: str = "--seed") -> None:
+    """A seed in 0..2**31-1, checked before any model loads."""
+    if not 0 <= seed <= MAX_SEED:
+        raise GeosteerError(f"{option}: seed {seed} is out of range; seeds are integers 0 to {MAX_SEED}")
 
 
 def resolve_workers(workers: int, pending: int, device: str = "cpu", threads: int = 0,
