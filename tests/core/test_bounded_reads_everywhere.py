@@ -29,7 +29,6 @@ ALLOWED = {
     ("src/geosteer/manifold/importer.py", "open(path, 'rb')"): "a safetensors header, after a size check",
     ("src/geosteer/models/loading.py", ""): "the model cache's own marker and GGUF magic bytes",
     ("src/geosteer/models/bundled.py", ""): "the model packages' own chunks",
-    ("src/geosteer/models/identity.py", ""): "a model folder's config and card, errors caught",
     ("src/geosteer/bench/decide_report.py", ""): "run files the CLI has verified (sealed) before the report",
     ("paper/src/geosteer_paper/reproduction/items.py", "p.read_text"): "the package's shipped item files",
 }
@@ -109,3 +108,14 @@ def test_read_back_files_are_one_line_without_hanging(tmp_path, monkeypatch, cap
     _hostile(tmp_path / "cache.json", kind)
     assert read_cached(tmp_path / "cache.json", "fp") is None  # unreadable: measured again
     assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "deep"])
+def test_a_model_folders_declared_base_is_read_bounded(tmp_path, kind):
+    from geosteer.models.identity import declared_bases
+
+    _hostile(tmp_path / "m" / "config.json", kind)
+    _hostile(tmp_path / "m" / "README.md", "fifo" if kind == "deep" else kind)
+    t0 = time.monotonic()
+    assert declared_bases(str(tmp_path / "m")) == []
+    assert time.monotonic() - t0 < 10

@@ -4,8 +4,9 @@ model a fine-tuned folder declares. Artifacts record a base model; these decide 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from geosteer.readers import ReadRefused, read_json, read_text
 
 # geosteer alias -> the Hub id of the same weights (model cards link to it; the fallback when the bundled
 # package is absent)
@@ -56,10 +57,10 @@ def declared_bases(name: str) -> list[str]:
     if not folder.is_dir():
         return out
     try:
-        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        cfg = read_json(folder / "config.json", what="model config")
         if isinstance(cfg, dict) and isinstance(cfg.get("geosteer_base_model"), str):
             out.append(cfg["geosteer_base_model"])
-    except (OSError, ValueError):
+    except ReadRefused:
         pass
     out.extend(_card_bases(folder / "README.md"))
     return out
@@ -68,8 +69,8 @@ def declared_bases(name: str) -> list[str]:
 def _card_bases(readme: Path) -> list[str]:
     """``base_model`` of a model card's YAML front matter (a name or a list of names); [] without one."""
     try:
-        text = readme.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = read_text(readme, what="model card")
+    except ReadRefused:
         return []
     if not text.startswith("---"):
         return []
