@@ -94,7 +94,8 @@ def _check_value(name: str, key: RecipeKey, v: Any) -> Any:
         except (GeosteerError, ValueError) as e:
             raise GeosteerError(f"{name}: {e}") from None
     if key.kind == "folder" and isinstance(v, (str, Path)) and not _names_folder(v):
-        raise GeosteerError(f"{name}={_short(str(v))}: no such folder (give an artifact folder, a Hub repo id "
+        shown = str(v) if len(str(v)) <= 200 and str(v).isprintable() else _short(str(v))  # the path as typed
+        raise GeosteerError(f"{name}={shown}: no such folder (give an artifact folder, a Hub repo id "
                             f"org/name[@revision] or a shipped artifact: {', '.join(shipped_names())})")
     return v
 
