@@ -282,7 +282,7 @@ def write_results(out: Path, design, recs: list[dict], concepts: list[dict], uni
              ("surfaces-rank1", "prompting"), ("surfaces-rank1", "lora"), ("lora", "stock"),
              ("prompting", "stock")) for lv in rule_levels} if recs else {}
     lrs = _learning_rates(Path(out))
-    front = frontier(recs, levels, LEVERS)
+    front = frontier(recs, levels, [*LEVERS, *(x for x in EXPLORATORY if any(r["lever"] == x for r in recs))])
     training = T.summary(units, lrs)
     doc = {"model": _model(Path(out)), "design": design.to_dict(), "kl_levels": levels,
            "decision_levels": rule_levels, "learning_rates": lrs, "frontier": front, "training": training,
