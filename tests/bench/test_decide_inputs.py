@@ -207,3 +207,21 @@ def test_bench_steering_seeds_and_workers_are_bounded(monkeypatch, capsys, tmp_p
                            "--out", "o", *args)
     one_line_exit_2(code, err)
     assert needle in err and not (tmp_path / "o").exists()
+
+
+def test_report_only_reports_the_design_the_folder_records(monkeypatch, capsys, tmp_path):
+    from geosteer.bench.cli_decide import MODEL
+    from geosteer.bench.decide_folder import record_state, state_doc
+    from geosteer.bench.decide_run import LEVERS
+    from geosteer.bench.design import STATE_FILE, Design
+
+    design = Design(kl_levels=(0.05, 0.1, 0.2))
+    out = tmp_path / "run"
+    out.mkdir()
+    record_state(out, STATE_FILE, state_doc(MODEL, "gemma3-270m", {"source": "bundled", "sha256": "x"},
+                                            design.to_dict(), list(LEVERS), [], [0]), None)
+    monkeypatch.chdir(tmp_path)
+    forbid_model_builds(monkeypatch)
+    code, _, err = run_cli(monkeypatch, capsys, "bench", "decide", "--out", "run", "--report-only", "--json")
+    assert code == 0, err
+    assert json.loads((out / "results.json").read_text())["design"]["kl_levels"] == [0.05, 0.1, 0.2]

@@ -113,7 +113,7 @@ def _check_models(model: str) -> str:
 
 
 def _prepare(out: Path, model: str, concepts_file: Path | None, design, explore: tuple[str, ...],
-             seeds: tuple[int, ...], report_only: bool) -> dict | None:
+             seeds: tuple[int, ...], report_only: bool) -> dict:
     """The run folder checked (its design against this one, every measured file read and verified, a killed
     run's temporary files removed) and, for a run, the models' availability; the state to record."""
     from geosteer.bench.decide_concepts import file_digest
@@ -126,13 +126,23 @@ def _prepare(out: Path, model: str, concepts_file: Path | None, design, explore:
     want = state_doc(model, reader, {"source": source, "sha256": file_digest(source)}, design.to_dict(),
                      list(LEVERS), list(explore), list(seeds))
     have = check_state(out, STATE_FILE, None if report_only else want)
-    if report_only and have is not None and have.get("design") != json.loads(json.dumps(design.to_dict())):
-        raise GeosteerError(f"--report-only: --out {out} holds a run of another design (sizes "
-                            f"{have.get('design')}); report it with the geosteer version that measured it")
     if out.is_dir():
         remove_stale_tmp(out)
         check_files(out)
-    return None if report_only else {"want": want, "have": have}
+    return {"want": want, "have": have}
+
+
+def _recorded_design(out: Path, have: dict | None, design):
+    """The design a run folder records (what ``--report-only`` reports), else ``design``."""
+    from geosteer.bench.decide_driver import _design
+
+    if have is None or not isinstance(have.get("design"), dict):
+        return design
+    try:
+        return _design(have["design"])
+    except (TypeError, KeyError, ValueError):
+        raise GeosteerError(f"--report-only: --out {out} records a design this version of geosteer cannot read; "
+                            "report it with the version that measured it") from None
 
 
 def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, explore: tuple[str, ...] = ()) -> dict:
@@ -202,7 +212,9 @@ def decide_cmd(
     from geosteer.bench.decide_folder import record_state
     from geosteer.bench.decide_report import write_report
 
-    if state is not None:
+    if report_only:
+        design = _recorded_design(out, state["have"], design)
+    else:
         record_state(out, STATE_FILE, state["want"], state["have"])
         run_all(RunSpec(MODEL, str(out), design.to_dict(), concepts_file=source, explore=extra), workers, names,
                 seed_list)
