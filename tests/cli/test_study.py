@@ -12,12 +12,14 @@ from geosteer.cli import app
 from geosteer.cli.renamed import RENAMED as REMOVED_VERBS  # former spellings: refused, naming the current one
 from tests.cli_helpers import command_leaves, run_cli
 
-MAX_TOOL_VERBS = 29  # the learners and measurements under two nouns: learn scales left `geosteer study`
+MAX_TOOL_VERBS = 30  # the learners and measurements under two nouns: learn scales left `geosteer study`;
+# learn loreft came with LoReFT as a method
 # What a user runs on their own model; a new verb outside `geosteer study` is added here on purpose.
 TOOL_VERBS = {
     "push", "info", "ppl", "generate", "compare", "report", "studio", "demo", "eval", "serve",
     "tasks build", "recipe show", "recipe save", "show", "manifold edit", "manifold import",
     "learn surfaces", "learn walls", "learn steering-surfaces", "learn scales", "learn gates", "learn vectors",
+    "learn loreft",
     "measure decompose", "measure diagnose", "measure explore", "bench steering", "bench text", "bench judge",
     "bench decide",
 }
