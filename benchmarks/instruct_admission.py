@@ -152,8 +152,10 @@ def run_model(args) -> None:
            "load_s": round(load_s, 1), "units": {}}
     costs["runs"].append(run)
     forms = args.forms.split(",")
+    wanted = args.conditions.split(",") if args.conditions else list(conditions())
     for form in forms:
-        for cond, instruction in conditions().items():
+        for cond in wanted:
+            instruction = conditions()[cond]
             path = base / "texts" / f"{form}-{cond}.jsonl"
             if path.is_file():
                 continue
@@ -173,16 +175,23 @@ def run_model(args) -> None:
                   f"peak RSS {peak_rss_mb():.0f} MB", flush=True)
 
 
-def admission_rows(model: str, base: Path) -> list[dict]:
+def judges() -> list[tuple[object, object]]:
+    """(concept, its embedding judge): bench decide's concepts and judges (seed 0)."""
+    from geosteer.bench.decide_concepts import by_name
+    from geosteer.bench.judges import EmbeddingJudge
+
+    return [(dc, EmbeddingJudge(seed=0).fit(dc.judge_positive, dc.judge_negative)) for dc in by_name(list(CONCEPTS))]
+
+
+def admission_rows(model: str, base: Path, trained: list[tuple[object, object]]) -> list[dict]:
     """Per (concept, form): bench decide's admission on the model's texts (module docstring)."""
-    from geosteer.bench.decide_concepts import admission_requests, by_name, neutral_requests
-    from geosteer.bench.judges import LEXICONS, EmbeddingJudge, admission, auc, lexicon_prob
+    from geosteer.bench.decide_concepts import admission_requests, neutral_requests
+    from geosteer.bench.judges import LEXICONS, admission, auc, lexicon_prob
 
     adm_idx = [list(neutral_requests()).index(r) - FIRST for r in admission_requests()]
     sides = concept_sides()
     out = []
-    for dc in by_name(list(CONCEPTS)):
-        judge = EmbeddingJudge(seed=0).fit(dc.judge_positive, dc.judge_negative)
+    for dc, judge in trained:
         polarity = LEXICONS.get(dc.lexicon or "")
         for form in FORMS:
             paths = [base / "texts" / f"{form}-{c}.jsonl" for c in sides[dc.name]]
@@ -205,6 +214,9 @@ def admission_rows(model: str, base: Path) -> list[dict]:
 
 
 def rate_rows(model: str, base: Path) -> list[dict]:
+    """Per (form, condition): refusal, persona and "As an AI" counts and rates, empty texts, mean VADER compound."""
+    from geosteer.bench.judges import lexicon_prob
+
     out = []
     for form in FORMS:
         for cond, instruction in conditions().items():
@@ -213,11 +225,7 @@ def rate_rows(model: str, base: Path) -> list[dict]:
                 continue
             rows = read_jsonl(path)
             n = len(rows)
-            vader = None
-            if cond in ("cheerful", "gloomy", "none"):
-                from geosteer.bench.judges import lexicon_prob
-
-                vader = round(float(np.mean(lexicon_prob([r["text"] for r in rows], "positive")) * 2 - 1), 3)
+            vader = round(float(np.mean(lexicon_prob([r["text"] for r in rows], "positive")) * 2 - 1), 3)
             row = {"model": model, "form": form, "condition": cond, "instruction": instruction or "", "n": n}
             for key in ("refusal", "persona", "as_an_ai"):
                 k = sum(r[key] for r in rows)
@@ -242,9 +250,10 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 def summarise(out: Path) -> None:
     rates, adms = [], []
+    trained = judges()
     for base in sorted(p for p in out.iterdir() if (p / "texts").is_dir()):
         rates += rate_rows(base.name, base)
-        adms += admission_rows(base.name, base)
+        adms += admission_rows(base.name, base, trained)
     write_csv(out / "rates.csv", rates)
     write_csv(out / "admission.csv", adms)
     doc = {"command": "benchmarks/instruct_admission.py --summarise --out " + str(out),
@@ -265,6 +274,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=40)
     ap.add_argument("--forms", default="chat,qa")
     ap.add_argument("--batch", type=int, default=BATCH)
+    ap.add_argument("--conditions", default=None, help="comma-separated, in the order to run (default: all)")
     ap.add_argument("--sizing", action="store_true")
     ap.add_argument("--summarise", action="store_true")
     args = ap.parse_args()
