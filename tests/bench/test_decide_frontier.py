@@ -117,11 +117,13 @@ def test_bad_kl_levels_are_one_line_before_any_model_loads(monkeypatch, capsys, 
 
 
 def test_a_folder_of_other_levels_is_refused(monkeypatch, capsys, tmp_path):
+    from geosteer.bench import cli_decide
     from tests.bench.test_decide_inputs import _decide, _seal_state
 
+    monkeypatch.setattr(cli_decide, "_check_models", lambda model: "gemma3-270m")  # counted as installed
     _seal_state(tmp_path / "run")  # the default levels
-    err = _decide(monkeypatch, capsys, tmp_path, "--out", "run", "--report-only", "--kl-levels", "0.05,0.2")
-    assert "holds a run of another design" in err
+    err = _decide(monkeypatch, capsys, tmp_path, "--out", "run", "--kl-levels", "0.05,0.2")
+    assert "holds a run of another design: design" in err and "kl_levels=[0.02, 0.05, 0.1, 0.2, 0.5]" in err
 
 
 def test_the_dry_run_estimates_cpu_hours_from_the_committed_costs(tmp_path):
@@ -142,3 +144,50 @@ def test_the_dry_run_estimates_cpu_hours_from_the_committed_costs(tmp_path):
     assert earlier["caa"] == pytest.approx(COMMITTED["caa"][0], abs=0.1)
     assert earlier["lora"] == pytest.approx(COMMITTED["lora"][1] * 1.15 + COMMITTED["lora"][0] - COMMITTED["lora"][1],
                                             abs=0.1)
+
+
+class _Encoder:
+    """A deterministic stand-in for the sentence encoder: hashed bag-of-words unit rows."""
+
+    name_or_path = "hashed-words"
+
+    def encode(self, texts):
+        import hashlib
+
+        out = np.zeros((len(texts), 384), np.float32)
+        for i, t in enumerate(texts):
+            for w in (t or "").lower().split():
+                out[i, int(hashlib.sha256(w.encode()).hexdigest(), 16) % 384] += 1.0
+            out[i] /= max(1e-6, float(np.linalg.norm(out[i])))
+        return out
+
+
+def test_one_unit_on_a_tiny_model_is_trained_by_the_rule_and_read_at_every_level(tiny_model, tmp_path):
+    """run_unit end to end: the learned lever's record holds its per-step log, every level is read, each
+    matched strength is flagged in or out of [0.5, 2], and the step cap is in the unit's fingerprint."""
+    from geosteer.bench.concepts import concept_from_dict
+    from geosteer.bench.decide_concepts import DecideConcept
+    from geosteer.bench.decide_run import run_unit
+    from geosteer.bench.decide_score import Readers
+    from tests.bench.conftest import CATS
+
+    model, tok = tiny_model("llama")
+    c = concept_from_dict({**CATS, "prompts": CATS["prompts"][:2]})
+    pos = [f"{t} ({i})" for i in range(34) for t in CATS["positive"]][:200]  # the judge's minimum a side
+    neg = [f"{t} ({i})" for i in range(34) for t in CATS["negative"]][:200]
+    dc = DecideConcept(c, "file-promote", pos, neg,
+                       {"kind": "texts", "positive": CATS["positive"][:3], "negative": CATS["negative"][:3]})
+    design = Design(test_prompts=2, new_tokens=3, control_prompts=2, train_controls=2, train_texts=4, train_words=6,
+                    steps=6, batch_texts=2, kl_levels=(0.02, 0.05, 0.2), train_kl=0.05, kl_every=1)
+    r = Readers(model, tok, model, tok, _Encoder(), chat=False)
+    docs = run_unit(r, dc, 0, tmp_path, design, {"vector": 0.05}, log=lambda _: None, names=["vector", "caa"],
+                    steps=4)
+    vec = docs["vector"]
+    assert set(vec["levels"]) == {"0.02", "0.05", "0.2"} and vec["fingerprint"]["steps"] == 4
+    train = vec["info"]["train"]
+    assert 1 <= train["steps"] <= 4 and len(train["log"]) == train["steps"] and train["pool"] == [4, 4]
+    assert train["reached"] or train["capped"]
+    for v in (*vec["levels"].values(), *docs["caa"]["levels"].values()):
+        assert v["strength_in_range"] == (0.5 <= v["strength"] <= 2)
+    again = run_unit(r, dc, 0, tmp_path, design, {"vector": 0.05}, log=lambda _: None, names=["vector"], steps=4)
+    assert again["vector"] == json.loads(json.dumps(vec))  # read back, not trained again
