@@ -61,7 +61,9 @@ def readers(model: str, threads: int = 1):
 
 def _design(doc: dict):
 
-    return Design(**{**doc, **{k: tuple(doc[k]) for k in ("seeds", "kl_levels", "decision_levels", "lr_grid")}})
+    """A design from its recorded dict (a field an earlier design did not record takes its default)."""
+    tuples = ("seeds", "kl_levels", "decision_levels", "lr_grid")
+    return Design(**{**doc, **{k: tuple(doc[k]) for k in tuples if k in doc}})
 
 
 def _dev_job(args) -> tuple[str, str, float, float, int | None]:
