@@ -64,7 +64,7 @@ def test_the_report_gives_the_frontier_the_figure_and_the_training(tmp_path):
     assert [r["a"] for r in doc["endpoints"]] and {r["kl_level"] for r in doc["endpoints"]} == {"0.05", "0.2"}
     train = doc["training"][0]
     assert (train["lever"], train["lr"], train["interior"], train["step_cap"], train["steps_max"],
-            train["reached"]) == ("vector", 0.01, True, 5, 4, 3)
+            train["reached"], train["pool_min"]) == ("vector", 0.01, True, 5, 4, 3, 32)
     steps = _csv(tmp_path / "training.csv")
     assert len(steps) == 12 and {"loss", "margin", "kl_s1", "lever", "concept"} <= set(steps[0])
     text = (tmp_path / "verdict.txt").read_text()

@@ -28,7 +28,10 @@ def unit_row(ctx: dict, name: str, doc: dict) -> dict:
     t = train_record(doc)
     if t is None:
         return {}
-    return {f"train_{k}": t.get(k) for k in SUMMARY_KEYS}
+    row = {f"train_{k}": t.get(k) for k in SUMMARY_KEYS}
+    pool = t.get("pool")
+    row["train_pool"] = min(pool) if pool else None  # the smaller side (a plain number: units.csv keeps it)
+    return row
 
 
 def step_rows(units: Iterable[tuple[dict, dict]]) -> list[dict]:
@@ -51,7 +54,7 @@ def _median(xs) -> float | None:
 def summary(units: Sequence[dict], lrs: dict | None) -> list[dict]:
     """Per learned lever: the learning rate chosen, whether it is interior, the grid it came from, the step cap,
     and over its test units the median and largest steps taken, how many reached the target, the median final
-    control KL at s = 1."""
+    control KL at s = 1, the smallest training pool a side (the rule asks for 32)."""
     search = (lrs or {}).get("search") or {}
     cap = (lrs or {}).get("step_cap") or {}
     out = []
@@ -64,6 +67,7 @@ def summary(units: Sequence[dict], lrs: dict | None) -> list[dict]:
                     "steps_max": max(int(u["train_steps"]) for u in rows),
                     "reached": sum(bool(u.get("train_reached")) for u in rows),
                     "final_kl_median": _median(u.get("train_final_kl") for u in rows),
+                    "pool_min": min((int(u["train_pool"]) for u in rows if u.get("train_pool")), default=None),
                     "kl_target": rows[0].get("train_kl_target")})
     return out
 
@@ -77,10 +81,11 @@ def summary_markdown(rows: Sequence[dict]) -> str:
         return ""
     lines = ["How the learned levers were trained (one rule; test units):", "",
              "| lever | lr chosen | interior | steps (median / max) | step cap | reached the KL target | "
-             "final s=1 KL (median) |", "|---|---|---|---|---|---|---|"]
+             "final s=1 KL (median) | smallest pool a side |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         interior = "–" if r["interior"] is None else ("yes" if r["interior"] else "no (grid edge)")
         lines.append(f"| {r['lever']} | {_g(r['lr'])} | {interior} | {_g(r['steps_median'], '{:.0f}')} / "
                      f"{r['steps_max']} | {_g(r['step_cap'])} | {r['reached']}/{r['units']} | "
-                     f"{_g(r['final_kl_median'], '{:.4f}')} (target {_g(r['kl_target'])}) |")
+                     f"{_g(r['final_kl_median'], '{:.4f}')} (target {_g(r['kl_target'])}) | "
+                     f"{_g(r.get('pool_min'), '{:d}')} |")
     return "\n".join(lines) + "\n"
