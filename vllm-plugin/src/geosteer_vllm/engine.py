@@ -98,9 +98,14 @@ def engine_args(model: str, recipes: dict[str, str] | None = None, tensor_parall
         # graph captured once per batch shape would freeze. Prefix caching stays on (each recipe's own salt)
         layout, why = check_recipes(folder, name, dict(recipes or {}), tensor_parallel_size, inline,
                                     eager=CAPTURE_EAGER if max_capture else None)
+        from geosteer_vllm.runners import pin
+
+        note = pin()  # a model runner whose steps the plugin follows, chosen before vLLM chooses (serve.runners)
         kw["hf_overrides"] = {"architectures": [family.architecture], "geosteer_recipes": dict(recipes or {}),
                               "geosteer_model_name": name, "geosteer_inline": inline is not None,
                               "geosteer_graph": layout is not None, "geosteer_eager": why}
+        if note:
+            kw["hf_overrides"]["geosteer_runner_note"] = note
         if layout is None:
             kw["enforce_eager"] = True
         else:  # vLLM's compile cache ignores hf_overrides: the steering layout goes into its key this way

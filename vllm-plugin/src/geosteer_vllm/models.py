@@ -13,7 +13,7 @@ from vllm.model_executor.models.mistral import MistralForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
-from geosteer_vllm import batch, graph, tensor_parallel
+from geosteer_vllm import batch, graph, runners, tensor_parallel
 from geosteer_vllm.inline import plan_inline
 from geosteer_vllm.layers import install
 from geosteer_vllm.plan import meta_model, plan_recipe
@@ -27,6 +27,7 @@ class SteeredCausalLM:
     ``geosteer_capture_dir`` every layer can write captured activations there (``serve.capture``)."""
 
     def __init__(self, *, vllm_config, prefix: str = "") -> None:
+        runner = runners.check(vllm_config)  # never on a runner whose steps the plugin does not follow
         cfg = vllm_config.model_config.hf_config
         recipes = dict(getattr(cfg, "geosteer_recipes", None) or {})
         meta = meta_model(cfg)
@@ -44,8 +45,9 @@ class SteeredCausalLM:
             captures = captures if rank == 0 else None
         graph_on = bool(getattr(cfg, "geosteer_graph", False))
         if rank == 0:
-            logger.info("geosteer: %d named recipe(s)%s; %s", len(plans), ", inline recipes" if inline else "",
-                        _where(cfg, vllm_config.model_config.enforce_eager))
+            logger.info("geosteer: %d named recipe(s)%s; %s; %s", len(plans), ", inline recipes" if inline else "",
+                        _where(cfg, vllm_config.model_config.enforce_eager),
+                        runners.describe(runner, getattr(cfg, "geosteer_runner_note", None)))
         if graph_on:  # the steering runs from tables inside the compiled graph
             stages = graph.stages_of(plans, cfg.num_hidden_layers, inline)
             batch.set_recipes(plans, (lambda canon: _fitted(plan_inline(canon, meta), stages)) if inline else None)

@@ -1,8 +1,8 @@
 """The vLLM plugin (entry point ``vllm.general_plugins: geosteer = geosteer_vllm.plugin:register``).
 
 :func:`register` (in every vLLM process, idempotent) adds one architecture per served family, wraps the
-input processor (:func:`geosteer_vllm.admission.check`, prefix-cache salt) and the runner's input
-preparation (:mod:`geosteer_vllm.batch`).
+input processor (:func:`geosteer_vllm.admission.check`, prefix-cache salt) and the model runners' input
+preparation (:mod:`geosteer_vllm.runners`, :mod:`geosteer_vllm.batch`).
 """
 
 from __future__ import annotations
@@ -73,28 +73,8 @@ def guard_requests() -> None:
 
 
 def track_recipes() -> None:
-    """Wrap ``GPUModelRunner._prepare_inputs`` (the CPU runner inherits it) to fill the recipe table."""
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    """Hook the model runners' input preparation to fill each step's recipe rows (:mod:`geosteer_vllm.runners`:
+    V1's ``_prepare_inputs``, V2's ``add_requests``/``prepare_inputs``)."""
+    from geosteer_vllm import runners
 
-    orig = GPUModelRunner._prepare_inputs
-    if getattr(orig, "_geosteer", False):
-        return
-
-    @functools.wraps(orig)
-    def _prepare_inputs(self, scheduler_output, num_scheduled_tokens, *args, **kwargs):
-        out = orig(self, scheduler_output, num_scheduled_tokens, *args, **kwargs)
-        from geosteer_vllm import batch, graph
-
-        per_request = []
-        for req_id, n in zip(self.input_batch.req_ids, num_scheduled_tokens.tolist(), strict=False):
-            state = self.requests.get(req_id)
-            extra = getattr(getattr(state, "sampling_params", None), "extra_args", None) or {}
-            per_request.append((batch.plan_or_stock(req_id, extra), int(n),
-                                int(getattr(state, "num_prompt_tokens", 0) or 0),
-                                extra.get("geosteer_capture")))
-        batch.set_rows(per_request)
-        graph.write_rows(getattr(self, "model", None), per_request)
-        return out
-
-    _prepare_inputs._geosteer = True
-    GPUModelRunner._prepare_inputs = _prepare_inputs
+    runners.track()
