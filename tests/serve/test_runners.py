@@ -224,3 +224,15 @@ def test_v2_rows_follow_a_streamed_request_re_added_with_new_settings(v2_runner)
     _step(v2_runner, [_new("s", 5, None)], {"s": 2})  # the same id again: V2 removes it, then adds it
     assert v2_runner._geosteer_extra == {"s": None} and batch.groups(2) == {}
     assert batch._PROMPT_LEN.tolist() == [5, 5]
+
+
+@pytest.mark.parametrize("option, words", [({"enable_dbo": True}, "--enable-dbo"),
+                                           ({"ubatch_size": 2}, "--ubatch-size"),
+                                           ({"prefill_context_parallel_size": 2}, "--prefill-context-parallel")])
+def test_a_step_run_in_parts_is_refused_where_the_model_is_built(option, words):
+    """The rows describe whole steps: microbatches or a partitioned prefill would give tokens other rows."""
+    par = {"enable_dbo": False, "ubatch_size": 0, "prefill_context_parallel_size": 1}
+    assert runners.check(types.SimpleNamespace(parallel_config=types.SimpleNamespace(**par))) == "V1"
+    with pytest.raises(GeosteerError) as e:
+        runners.check(types.SimpleNamespace(parallel_config=types.SimpleNamespace(**{**par, **option})))
+    assert "\n" not in str(e.value) and words in str(e.value)

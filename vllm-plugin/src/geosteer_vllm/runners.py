@@ -66,7 +66,12 @@ def hooked(cls) -> bool:
 
 def check(vllm_config, frame=None) -> str:
     """"V1" or "V2": the runner a steered model is built on (the one whose ``load_model`` is on the call stack
-    from ``frame``, else the one ``vllm_config`` picks); a runner the plugin does not follow is refused."""
+    from ``frame``, else the one ``vllm_config`` picks); a runner the plugin does not follow is refused, and so
+    is a step the model runs in parts (the rows describe whole steps)."""
+    split = _split_steps(vllm_config)
+    if split:
+        raise GeosteerError(f"geosteer cannot steer with {split}: the model then runs on parts of a step, whose "
+                            "tokens would take other requests' recipe rows; start the server without it")
     runner = _building_runner(frame or sys._getframe(1))
     if runner is not None:
         if hooked(type(runner)):
@@ -80,6 +85,16 @@ def check(vllm_config, frame=None) -> str:
         name = "vLLM's V2 model runner"
     raise GeosteerError(f"geosteer cannot steer on {name} (its requests would be served as the stock model); "
                         f"start the server with {ENV}=0")
+
+
+def _split_steps(vllm_config) -> str | None:
+    """The vLLM option that runs the model on parts of a step (microbatches, prefill context parallelism)."""
+    par = getattr(vllm_config, "parallel_config", None)
+    if getattr(par, "enable_dbo", False) or (getattr(par, "ubatch_size", 1) or 1) > 1:
+        return "microbatches (--enable-dbo or --ubatch-size)"
+    if (getattr(par, "prefill_context_parallel_size", 1) or 1) > 1:
+        return "prefill context parallelism (--prefill-context-parallel-size)"
+    return None
 
 
 def _building_runner(frame):
