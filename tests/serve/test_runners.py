@@ -228,11 +228,27 @@ def test_v2_rows_follow_a_streamed_request_re_added_with_new_settings(v2_runner)
 
 @pytest.mark.parametrize("option, words", [({"enable_dbo": True}, "--enable-dbo"),
                                            ({"ubatch_size": 2}, "--ubatch-size"),
-                                           ({"prefill_context_parallel_size": 2}, "--prefill-context-parallel")])
+                                           ({"prefill_context_parallel_size": 2}, "--prefill-context-parallel"),
+                                           ({"enable_adaptive_verification": True}, "adaptive verification")])
 def test_a_step_run_in_parts_is_refused_where_the_model_is_built(option, words):
-    """The rows describe whole steps: microbatches or a partitioned prefill would give tokens other rows."""
+    """The rows describe whole steps: microbatches, a partitioned prefill or drafts moved between requests on
+    the device would give tokens other rows."""
     par = {"enable_dbo": False, "ubatch_size": 0, "prefill_context_parallel_size": 1}
-    assert runners.check(types.SimpleNamespace(parallel_config=types.SimpleNamespace(**par))) == "V1"
+
+    def config(**kw):
+        spec = types.SimpleNamespace(enable_adaptive_verification=kw.pop("enable_adaptive_verification", False))
+        return types.SimpleNamespace(parallel_config=types.SimpleNamespace(**{**par, **kw}), speculative_config=spec)
+
+    assert runners.check(config()) == "V1"
     with pytest.raises(GeosteerError) as e:
-        runners.check(types.SimpleNamespace(parallel_config=types.SimpleNamespace(**{**par, **option})))
+        runners.check(config(**option))
     assert "\n" not in str(e.value) and words in str(e.value)
+
+
+def test_a_v2_step_whose_tokens_do_not_add_up_is_logged_and_steers_no_token(v2_runner, caplog):
+    batch.set_recipes([_plan("calm")])
+    ib = _step(v2_runner, [_new("a", 3, {"geosteer_recipe": "calm"})], {"a": 3})
+    assert list(batch.groups(3)) == [0]
+    ib.num_tokens = 2  # what adaptive verification leaves after moving drafts on the device
+    runners.fill_v2(v2_runner, ib)
+    assert batch.groups(3) == {} and "the token rows of a step failed" in caplog.text

@@ -88,12 +88,15 @@ def check(vllm_config, frame=None) -> str:
 
 
 def _split_steps(vllm_config) -> str | None:
-    """The vLLM option that runs the model on parts of a step (microbatches, prefill context parallelism)."""
+    """The vLLM option that runs the model on parts of a step (microbatches, prefill context parallelism) or
+    moves its tokens between requests on the device (adaptive verification of drafts)."""
     par = getattr(vllm_config, "parallel_config", None)
     if getattr(par, "enable_dbo", False) or (getattr(par, "ubatch_size", 1) or 1) > 1:
         return "microbatches (--enable-dbo or --ubatch-size)"
     if (getattr(par, "prefill_context_parallel_size", 1) or 1) > 1:
         return "prefill context parallelism (--prefill-context-parallel-size)"
+    if getattr(getattr(vllm_config, "speculative_config", None), "enable_adaptive_verification", False):
+        return "adaptive verification of speculative drafts (enable_adaptive_verification)"
     return None
 
 
@@ -170,10 +173,16 @@ def fill_v2(runner, input_batch) -> None:
     n = input_batch.num_reqs
     counts = [int(c) for c in input_batch.num_scheduled_tokens[:n]]
     plens = runner.req_states.prompt_len.np[input_batch.idx_mapping_np[:n]].tolist()
-    if sum(counts) != input_batch.num_tokens:  # drafts reallocated on the device (adaptive verification)
-        batch.failed("the token rows of a step whose drafts vLLM reallocates",
+    extra_of = _extras(runner).get
+    if sum(counts) != input_batch.num_tokens:  # refused at start (check); rows that fit no token are none's
+        batch.failed("the token rows of a step",
                      GeosteerError(f"{sum(counts)} scheduled tokens for {input_batch.num_tokens} in the batch"))
-    fill(getattr(runner, "model", None), input_batch.req_ids[:n], counts, plens, _extras(runner).get)
+        extra_of = _none
+    fill(getattr(runner, "model", None), input_batch.req_ids[:n], counts, plens, extra_of)
+
+
+def _none(req_id):
+    return None
 
 
 def track_v2() -> bool:
