@@ -26,10 +26,16 @@ def test_an_unset_runner_choice_becomes_v1_and_the_note_says_so():
     assert runners.describe("V1", note) == f"vLLM's V1 model runner ({ENV} was unset: geosteer set it to 0)"
 
 
-def test_a_users_choice_is_kept_and_a_malformed_one_refused_in_one_line():
+def test_a_users_choice_is_kept_and_a_malformed_one_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(runners, "_has_triton", lambda: True)
     for value in ("0", " 0 ", "1"):
         env = {ENV: value}
         assert runners.pin(env) is None and env == {ENV: value}
+    monkeypatch.setattr(runners, "_has_triton", lambda: False)  # vLLM's CPU build
+    assert runners.pin({ENV: "0"}) is None
+    with pytest.raises(GeosteerError) as e:
+        runners.pin({ENV: "1"})
+    assert "\n" not in str(e.value) and "needs Triton" in str(e.value)
     for value in ("yes", "", "true"):
         with pytest.raises(GeosteerError) as e:
             runners.pin({ENV: value})
@@ -57,10 +63,12 @@ def test_serve_refuses_a_malformed_runner_choice_in_one_line_before_vllm_starts(
 
     monkeypatch.setattr(cli, "_run_vllm", lambda argv: pytest.fail("vLLM was started"))
     monkeypatch.setenv("GEOSTEER_SERVE_ROUTES", "{}")  # serve sets it for its router
-    monkeypatch.setenv(ENV, "yes")
-    code, _, err = run_cli(monkeypatch, capsys, "serve", "-m", "smollm2")
-    one_line_exit_2(code, err)
-    assert f"{ENV} must be 0" in err
+    refused = {"yes": f"{ENV} must be 0", **({} if runners._has_triton() else {"1": "needs Triton"})}
+    for value, words in refused.items():
+        monkeypatch.setenv(ENV, value)
+        code, _, err = run_cli(monkeypatch, capsys, "serve", "-m", "smollm2")
+        one_line_exit_2(code, err)
+        assert words in err
     started = []
     monkeypatch.setattr(cli, "_run_vllm", started.append)
     monkeypatch.delenv(ENV)

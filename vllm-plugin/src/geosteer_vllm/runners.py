@@ -36,18 +36,30 @@ def pin(environ=None) -> str | None:
     """Before an engine that steers is made: ``VLLM_USE_V2_MODEL_RUNNER`` set to 0 where it was unset (vLLM
     would pick V2 wherever Triton is installed; V1 is the runner every serving test runs end to end), and
     then a note saying so (the worker's start line carries it, :func:`describe`); None where the user chose.
-    A value that is not an integer is refused in one line (vLLM would stop with a traceback)."""
+    A value that is not an integer, or V2 on a vLLM build without Triton, is refused in one line (vLLM would
+    stop with a traceback)."""
     environ = os.environ if environ is None else environ
     value = environ.get(ENV)
     if value is None:
         environ[ENV] = "0"
         return f"{ENV} was unset: geosteer set it to 0"
     try:
-        int(value.strip())
+        v2 = bool(int(value.strip()))
     except ValueError:
         raise GeosteerError(f"{ENV} must be 0 (vLLM's V1 model runner) or 1 (its V2 runner); got "
                             f"'{value[:40]}'") from None
+    if v2 and not _has_triton():
+        raise GeosteerError(f"{ENV}={value.strip()}: vLLM's V2 model runner needs Triton, which this vLLM build "
+                            f"does not have (vLLM's CPU build runs V1: unset {ENV} or set it to 0)")
     return None
+
+
+def _has_triton() -> bool:
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except ImportError:
+        return True  # vLLM decides
+    return bool(HAS_TRITON)
 
 
 def describe(runner_kind: str, note: str | None) -> str:
