@@ -118,4 +118,4 @@ serve-test: $(SERVE_STAMP)
 serve-ci: $(SERVE_STAMP)
 	$(SERVE_BIN)/python -m pytest -q -x -p no:cacheprovider tests/serve/test_quick.py tests/serve/test_plan.py \
 		tests/serve/test_router.py tests/serve/test_walls.py tests/serve/test_families.py tests/serve/test_shared_key.py \
-		tests/serve/test_graph.py tests/serve/test_limits.py tests/serve/test_qwen_parity.py
+		tests/serve/test_graph.py tests/serve/test_limits.py tests/serve/test_qwen_parity.py tests/serve/test_runners.py
