@@ -130,3 +130,15 @@ def test_cli_base_model_option_declares_a_folders_base(tmp_path, capsys):
     except SystemExit as ok:
         assert ok.code in (0, None)
     assert json.loads(capsys.readouterr().out)["prompt"] == "Hello"
+
+
+def test_recorded_name_reads_a_saved_folders_name_without_loading(tmp_path):
+    from geosteer.models.identity import recorded_name
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama", "_geosteer_name": "smollm2"}')
+    assert recorded_name(str(folder)) == "smollm2"
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    assert recorded_name(str(folder)) == str(folder)
+    assert recorded_name("tiny-llama") == "tiny-llama"

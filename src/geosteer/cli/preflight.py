@@ -102,7 +102,7 @@ def check_spec_artifacts(spec, model: str, *, force: bool = False, base_model: s
     recipe's own base model too) and for its sizes (hidden size, layers, heads). One line each."""
     from geosteer.artifacts.config import check_base_model
     from geosteer.methods import artifact_format, load, recipe_keys
-    from geosteer.models.identity import same_model
+    from geosteer.models.identity import recorded_name, same_model
 
     config = None
     recipe = getattr(spec, "_recipe", None)
@@ -126,7 +126,8 @@ def check_spec_artifacts(spec, model: str, *, force: bool = False, base_model: s
             config = model_config(model)
         _check_shapes(doc, config, what, model)
     for what, recorded in checks:
-        if recorded and not force and not (base_model and same_model(recorded, base_model)):
+        if recorded and not force and not (base_model and same_model(recorded, base_model)) \
+                and not same_model(recorded, recorded_name(model)):
             check_base_model(recorded, model, what=what)
 
 

@@ -39,6 +39,21 @@ def same_model(a: str, b: str) -> bool:
     return model_key(a) == model_key(b)
 
 
+def recorded_name(name: str) -> str:
+    """The name :func:`geosteer.models.loading.model_id` will give ``name`` once loaded, read without loading:
+    a folder saved from a geosteer-loaded model keeps that model's name (``_geosteer_name`` in its
+    ``config.json``); any other name is itself."""
+    folder = Path(str(name)).expanduser()
+    if not folder.is_dir():
+        return str(name)
+    try:
+        cfg = read_json(folder / "config.json", what="model config")
+    except ReadRefused:
+        return str(name)
+    recorded = cfg.get("_geosteer_name") if isinstance(cfg, dict) else None
+    return recorded if isinstance(recorded, str) and recorded else str(name)
+
+
 _DECLARED_BASES: dict[str, str] = {}  # model_key -> the base model declared with load_model(base_model=...)
 
 
