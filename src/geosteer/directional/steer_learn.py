@@ -7,8 +7,6 @@ in :func:`geosteer.train.fit` (resume exact). The result is a recipe folder.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import tempfile
 from collections.abc import Callable
@@ -65,14 +63,7 @@ class ScaleLearnConfig:
 
 
 def _fingerprint(sets: PromptSets, cfg: ScaleLearnConfig, layers: list[int]) -> str:
-    h = hashlib.sha256()
-    for b in (sets.targets, sets.controls) + ((sets.negatives,) if sets.negatives is not None else ()):
-        h.update(b.ids.numpy().tobytes())
-        if b.target is not None:
-            h.update(b.target.numpy().tobytes())
-    h.update(json.dumps({**cfg.to_dict(), "layers": layers, "steps": None, "checkpoint_every": None},
-                        sort_keys=True).encode())
-    return h.hexdigest()
+    return sets.fingerprint({**cfg.to_dict(), "layers": layers, "steps": None, "checkpoint_every": None})
 
 
 def stock_references(model, sets: PromptSets) -> dict:

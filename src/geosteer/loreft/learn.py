@@ -7,8 +7,6 @@ R kept orthonormal, full batch in :func:`geosteer.train.fit` (resume exact). The
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -59,14 +57,7 @@ class LoReFTLearnConfig:
 
 
 def _fingerprint(sets: PromptSets, cfg: LoReFTLearnConfig, layers: list[int]) -> str:
-    h = hashlib.sha256()
-    for b in (sets.targets, sets.controls) + ((sets.negatives,) if sets.negatives is not None else ()):
-        h.update(b.ids.numpy().tobytes())
-        if b.target is not None:
-            h.update(b.target.numpy().tobytes())
-    h.update(json.dumps({**cfg.to_dict(), "layers": layers, "steps": None, "checkpoint_every": None},
-                        sort_keys=True).encode())
-    return h.hexdigest()
+    return sets.fingerprint({**cfg.to_dict(), "layers": layers, "steps": None, "checkpoint_every": None})
 
 
 def train_eval(model, lo: LoReFT, sets: PromptSets, ref: dict) -> dict:

@@ -12,6 +12,8 @@ distributions (KL_next: after each control prompt; KL_all: over all its position
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +70,17 @@ class PromptSets:
         """Real (unpadded) tokens in one pass over all the sets."""
         sets = [self.targets, self.controls] + ([self.negatives] if self.negatives is not None else [])
         return int(sum(int(b.lengths.sum()) for b in sets))
+
+    def fingerprint(self, config: dict) -> str:
+        """SHA-256 of the token ids (and targets) of every set and of ``config`` as sorted JSON: what a
+        resumed run must find unchanged."""
+        h = hashlib.sha256()
+        for b in (self.targets, self.controls) + ((self.negatives,) if self.negatives is not None else ()):
+            h.update(b.ids.numpy().tobytes())
+            if b.target is not None:
+                h.update(b.target.numpy().tobytes())
+        h.update(json.dumps(config, sort_keys=True).encode())
+        return h.hexdigest()
 
 
 def forward_logits(model: nn.Module, batch: Batch) -> torch.Tensor:
