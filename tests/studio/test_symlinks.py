@@ -5,11 +5,11 @@ that is itself a looping symlink is refused in one line before the model loads."
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
 from tests.cli_helpers import refused_before_load
+from tests.studio.test_workspace import _answer
 
 LOOPS = {"loop": "loop", "ping": "pong", "pong": "ping", "via": "loop"}  # name -> where its link points
 
@@ -20,16 +20,6 @@ def env(studio_env):
     for name, target in LOOPS.items():
         os.symlink(target, e["ws"] / name)
     return e
-
-
-def _answer(client, method: str, url: str, **kw):
-    """The response, or fail when none came within 30 s (a listing that loops)."""
-    box: list = []
-    t = threading.Thread(target=lambda: box.append(getattr(client, method)(url, **kw)), daemon=True)
-    t.start()
-    t.join(30)
-    assert box, f"{method.upper()} {url} did not answer within 30 s"
-    return box[0]
 
 
 @pytest.mark.parametrize("name", sorted(LOOPS))
