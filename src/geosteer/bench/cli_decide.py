@@ -15,6 +15,7 @@ import typer
 
 from geosteer.bench.cli_judge import JSON_OPT
 from geosteer.bench.workers import MAX_SEED, cpu_cores
+from geosteer.cli.common import comma_names
 from geosteer.errors import GeosteerError
 
 MODEL = "smollm2"
@@ -22,15 +23,7 @@ MODEL = "smollm2"
 
 def _names(option: str, value: str | None) -> list[str] | None:
     """A comma-separated list of names: None when not given; empty or repeated names refused."""
-    if value is None:
-        return None
-    names = [n.strip() for n in value.split(",") if n.strip()]
-    if not names:
-        raise GeosteerError(f"{option} {value!r} names nothing; give comma-separated names")
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup is not None:
-        raise GeosteerError(f"{option} names {dup!r} twice; give each once")
-    return names
+    return None if value is None else comma_names(option, value)
 
 
 def _explore(explore: str | None) -> tuple[str, ...]:

@@ -295,3 +295,17 @@ def run_command(command, args: list[str] | None = None) -> None:
         if name == "Abort":
             sys.exit(1)
         raise
+
+
+
+def comma_names(option: str, value: str, *, empty: str = "nothing; give comma-separated names",
+                each: str = "each") -> list[str]:
+    """The comma-separated names of ``option``'s ``value``; none at all (``{option} {value!r} names
+    {empty}``) or one given twice (``give {each} once``) refused in one line."""
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise GeosteerError(f"{option} {value!r} names {empty}")
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise GeosteerError(f"{option} names {dup!r} twice; give {each} once")
+    return names

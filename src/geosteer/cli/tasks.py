@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from geosteer.cli.common import JSON_OPT, emit
+from geosteer.cli.common import JSON_OPT, comma_names, emit
 from geosteer.cli.outputs import out_artifact
 from geosteer.errors import GeosteerError
 
@@ -17,13 +17,7 @@ def _names(spec: str, option: str) -> list[str] | None:
         return None
     if spec == "none":
         return []
-    names = [x.strip() for x in spec.split(",") if x.strip()]
-    if not names:
-        raise GeosteerError(f"{option} {spec!r} names no task; give task names, 'all' or 'none'")
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup is not None:
-        raise GeosteerError(f"{option} names {dup!r} twice; give each task once")
-    return names
+    return comma_names(option, spec, empty="no task; give task names, 'all' or 'none'", each="each task")
 
 
 def build_cmd(
