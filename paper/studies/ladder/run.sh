@@ -1,9 +1,11 @@
 #!/bin/bash
 # The scale ladder: run one study on each rung, one model at a time, resumable (a rung with a finished run on
 # record is skipped; the studies resume a partial results file), each run's wall time and peak RSS appended
-# to docs/results/ladder/costs.csv.
+# to docs/results/ladder/costs.csv with the mean 1-minute load average while it ran (sampled every 15 s).
 # Usage: paper/studies/ladder/run.sh STUDY [MODEL ...]
-#   STUDY: deficit | value-sweep | parallel (the commands are the criteria's, reproduction/ladder.json)
+#   STUDY: deficit | value-sweep | parallel | compression | ruler-2k | ruler-4k (the commands are the
+#   criteria's, reproduction/ladder.json; the RULER-style items run paper/studies/ladder/ruler.sh, which keeps
+#   its task folder and lm-eval outputs under runs/ladder-STUDY-MODEL)
 #   MODEL: smollm2 gemma3-270m qwen2.5-0.5b qwen2.5-1.5b (all four by default)
 # A model that does not load by name yet can be given as a GGUF file: QWEN05_GGUF=/path QWEN15_GGUF=/path.
 # DTYPE=float32 by default (bfloat16 also works; the dtype is recorded in costs.csv).
@@ -16,7 +18,7 @@ BIN=${BIN:-.venv/bin}
 export GEOSTEER_PROGRESS=0
 mkdir -p docs/results/ladder/$STUDY
 COSTS=docs/results/ladder/costs.csv
-[ -f $COSTS ] || echo "date,study,model,dtype,wall_s,peak_rss_mib,exit,command" > $COSTS
+[ -f $COSTS ] || echo "date,study,model,dtype,wall_s,peak_rss_mib,exit,command,load_avg" > $COSTS
 for name in $MODELS; do
   out=docs/results/ladder/$STUDY/$name.json
   # finished = a run that exited 0 is on record; a partial results file is resumed by the study itself
@@ -28,16 +30,23 @@ for name in $MODELS; do
     deficit) cmd="$BIN/geosteer measure diagnose -m $m --tokens 2048 --context 256 --no-ov --threads 2 --dtype $DTYPE --out $out" ;;
     value-sweep) cmd="$BIN/geosteer study directional sweep -m $m --sites value_exclude_self,attn_out,mlp_out --value-space head,concat --s-par-grid 0,0.5,3 --s-perp-grid none --tokens 1024 --context 512 --stride 512 --threads 2 --dtype $DTYPE --out $out" ;;
     parallel) cmd="$BIN/geosteer study dynamics parallelize -m $m --counts 0,4,8 --seeds 5 --threshold 0.05 --defect-tokens 1024 --tokens 1024 --context 256 --threads 2 --dtype $DTYPE --out $out" ;;
-    *) echo "unknown study '$STUDY' (deficit | value-sweep | parallel)"; exit 2 ;;
+    compression) d=docs/results/ladder/compression/$name
+      cmd="$BIN/python paper/studies/directional/compression.py --model $m --methods rtn3,awq3,gptq3,wanda50,wanda4:8,wanda2:4 --calib-seqs 16 --seq-len 128 --prompts 12 --ppl-batches 16 --out-dir $d --threads 2 && $BIN/python paper/studies/directional/paper_figures.py --parts table11 --compression-csv $d/compression_layers.csv --out $out" ;;
+    ruler-2k) cmd="paper/studies/ladder/ruler.sh $m 2048 5 $out runs/ladder-ruler-2k-$name" ;;
+    ruler-4k) cmd="paper/studies/ladder/ruler.sh $m 4096 20 $out runs/ladder-ruler-4k-$name" ;;
+    *) echo "unknown study '$STUDY' (deficit | value-sweep | parallel | compression | ruler-2k | ruler-4k)"; exit 2 ;;
   esac
   echo "run $name: $cmd"
-  tfile=$(mktemp)
-  /usr/bin/time -v -o "$tfile" nice -n 10 $cmd
+  tfile=$(mktemp); lfile=$(mktemp)
+  ( while :; do cut -d' ' -f1 /proc/loadavg >> "$lfile"; sleep 15; done ) & sampler=$!
+  OMP_NUM_THREADS=2 /usr/bin/time -v -o "$tfile" nice -n 10 bash -c "$cmd"
   rc=$?
+  kill $sampler
+  load=$(awk '{s+=$1; n++} END {if (n) printf "%.1f", s/n}' "$lfile")
   wall=$(awk -F': ' '/Elapsed \(wall clock\)/{print $2}' "$tfile" | awk -F: '{s=0; for(i=1;i<=NF;i++) s=s*60+$i; printf "%.0f", s}')
   rss=$(awk -F': ' '/Maximum resident set size/{printf "%.0f", $2/1024}' "$tfile")
-  rm -f "$tfile"
-  shown=${cmd//$m/$name}
-  echo "$(date -u +%FT%TZ),$STUDY,$name,$DTYPE,$wall,$rss,$rc,\"${shown#$BIN/}\"" >> $COSTS
-  echo "done $name: exit $rc, ${wall}s, peak RSS ${rss} MiB"
+  rm -f "$tfile" "$lfile"
+  shown=${cmd//$m/$name}; shown=${shown//$BIN\//}
+  echo "$(date -u +%FT%TZ),$STUDY,$name,$DTYPE,$wall,$rss,$rc,\"$shown\",$load" >> $COSTS
+  echo "done $name: exit $rc, ${wall}s, peak RSS ${rss} MiB, mean load $load"
 done
