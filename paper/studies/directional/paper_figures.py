@@ -14,6 +14,9 @@ layer, with App. F's cosine approximation) and Table 11 (layerwise compression-e
   Pearson r(e, e⊥), Spearman ρ(e, e⊥), ρ(e, e∥) (scipy; e = ``total_err_mean``, e⊥ = ``perp_err_mean``,
   e∥ = ``par_err_mean``), and Perp/Total, Para/Total = the mean over layers of the per-layer ratios
   ``perp_err_mean / total_err_mean`` and ``par_err_mean / total_err_mean`` (the paper does not define them).
+  When Study 2's ``compression_summary.json`` lies beside the CSV, its Spearman ρ of each error against PPL
+  across the methods (``meta.spearman``, ``meta.spearman_quantisers``) is copied into this file's meta, so one
+  file holds both the across-method and the across-layer statistics.
 
 One JSON (meta with the command, and the rows of each part) plus a plotly HTML drawn from that JSON.
 
@@ -238,6 +241,21 @@ def table11_rows(rows: Sequence[dict], sites: Sequence[str] = SITES) -> list[dic
     return out
 
 
+def summary_spearman(csv_path: Path) -> dict:
+    """The across-method Spearman rows of the ``compression_summary.json`` beside Study 2's CSV (empty when
+    there is none, or it holds none)."""
+    from geosteer.readers import read_json
+
+    path = Path(csv_path).with_name("compression_summary.json")
+    if not path.is_file():
+        return {}
+    doc = read_json(path, what="compression summary")  # a malformed file: one line (ReadRefused)
+    meta = doc.get("meta") if isinstance(doc, dict) else None
+    if not isinstance(meta, dict):
+        raise GeosteerError(f"compression summary {path} has no meta object")
+    return {k: meta[k] for k in ("spearman", "spearman_quantisers") if isinstance(meta.get(k), list)}
+
+
 def paper_table11() -> list[dict]:
     """The paper's Table 11 rows with the method of ours we set beside each."""
     keys = ("pearson_e_perp", "spearman_e_perp", "spearman_e_par", "perp_over_total", "par_over_total")
@@ -317,6 +335,7 @@ def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
         doc["table11_paper"] = paper_table11()
         doc["meta"]["table11"] = {"csv": str(a.compression_csv), "perp_over_total": "mean over layers of "
                                   "perp_err_mean/total_err_mean (per-layer means of Study 2's CSV)"}
+        doc["meta"].update(summary_spearman(a.compression_csv))
     if {"fig1", "fig11"} & set(parts):
         from geosteer.models.anatomy import anatomy, parse_layers
         from geosteer.models.loading import load_model, model_id

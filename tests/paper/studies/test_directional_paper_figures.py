@@ -230,3 +230,33 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch, extra, msg)
     if "--fig1-layers" in extra:
         assert "layer" in err and "9" in err
     assert not (tmp_path / "x.json").exists() and not (tmp_path / "x.html").exists()
+
+
+def test_table11_carries_the_summary_spearman_rows_the_ladder_reads(tmp_path):
+    """The across-method ρ of the summary beside the CSV lands in the Table-11 file's meta, where the scale
+    ladder's item 3.21 reads it (ρ(⊥) − ρ(∥), attention); without a summary the meta has none."""
+    from geosteer_paper.reproduction.ladder import _read, load_ladder
+
+    _write_csv(tmp_path / "layers.csv", n_layers=4)
+    main(["--parts", "table11", "--compression-csv", str(tmp_path / "layers.csv"), "--out", str(tmp_path / "a.json")])
+    assert "spearman" not in json.loads((tmp_path / "a.json").read_text())["meta"]
+    rho = [{"site": s, "error": e, "spearman_rho_vs_ppl": v, "p_value": 0.5, "n_methods": 3}
+           for s in SITES for e, v in (("perp_err", 0.9), ("par_err", -0.3), ("total_err", 0.1))]
+    (tmp_path / "compression_summary.json").write_text(json.dumps(
+        {"meta": {"spearman": rho, "spearman_quantisers": rho[:3], "command": "x"}, "rows": []}))
+    main(["--parts", "table11", "--compression-csv", str(tmp_path / "layers.csv"), "--out", str(tmp_path / "b.json")])
+    meta = json.loads((tmp_path / "b.json").read_text())["meta"]
+    assert meta["spearman"] == rho and meta["spearman_quantisers"] == rho[:3] and meta["command"] != "x"
+    (item,) = [it for it in load_ladder().items if it.id == "3.21"]
+    assert _read(item, tmp_path / "b.json") == pytest.approx(0.9 - (-0.3))
+
+
+def test_table11_malformed_summary_is_one_line_exit_2(tmp_path, capsys):
+    _write_csv(tmp_path / "layers.csv", n_layers=3)
+    (tmp_path / "compression_summary.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit) as e:
+        main(["--parts", "table11", "--compression-csv", str(tmp_path / "layers.csv"),
+              "--out", str(tmp_path / "x.json")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "has no meta object" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "x.json").exists()
