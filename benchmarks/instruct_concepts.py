@@ -1,0 +1,222 @@
+"""Can sentiment, register and refusal be admitted on the instruct models with stronger prompts and answer judges?
+
+For one model and one prompt style (``geosteer.bench.instruct_concepts.STYLES``: ``chat``, a system prompt with the
+style and an example sentence; ``text``, a plain-text continuation prompt without the chat template), greedy
+continuations of ``--new-tokens`` (40) tokens for the first ``--n`` requests of
+``geosteer.bench.instruct_concepts.requests()`` under each condition (``--conditions``), in batches of ``--batch``.
+Every answer is written to ``<out>/<model>/texts/<style>-<condition>.jsonl``; requests already answered are read
+back, so a killed run resumes and a larger ``--n`` adds only the new requests. Each batch's wall time and the load
+average are written to ``<out>/<model>/costs.jsonl``.
+
+``--summarise`` reads every (model, style, concept) whose two sides exist and writes ``tries.csv`` /
+``tries.json``: per judge (VADER for sentiment, the refusal detector for refusal, the embedding judge trained on
+the answers and read on held-out requests, and ``bench decide``'s own templated judge) the AUC against
+``ADMISSION_AUC``; refusals per side; n; seed. ``--write-concepts FILE --model M --style S --only C1,C2`` writes
+those concepts' answers as a concept file for ``geosteer bench decide --concepts``.
+
+    nice -n 10 .venv/bin/python benchmarks/instruct_concepts.py --model qwen2.5-0.5b --style chat --n 24
+    .venv/bin/python benchmarks/instruct_concepts.py --summarise
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from geosteer.bench import instruct_concepts as IC
+
+OUT = Path("docs/results/instruct/concepts")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def append_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def generate(args) -> None:
+    import torch
+
+    from geosteer.bench.scoring import continue_prompts
+    from geosteer.models.loading import load_model
+
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    model, tok = load_model(args.model, dtype="float32")
+    base = args.out / args.model
+    append_jsonl(base / "costs.jsonl", [{"event": "load", "seconds": round(time.perf_counter() - t0, 1),
+                                         "threads": args.threads, "loadavg": os.getloadavg()[0]}])
+    reqs = IC.requests()[:args.n]
+    for cond in args.conditions.split(","):
+        path = base / "texts" / f"{args.style}-{cond}.jsonl"
+        done = {r["request"] for r in read_jsonl(path)}
+        todo = [(i, r) for i, r in enumerate(reqs) if r not in done]
+        for j in range(0, len(todo), args.batch):
+            chunk = todo[j:j + args.batch]
+            prompts = [IC.prompt_for(tok, args.style, cond, r) for _, r in chunk]
+            t1, load = time.perf_counter(), os.getloadavg()[0]
+            out = continue_prompts(model, tok, prompts, args.new_tokens)
+            secs = time.perf_counter() - t1
+            rows = [{"model": args.model, "style": args.style, "condition": cond, "index": i, "request": r,
+                     "prompt": p, "text": t, "n_tokens": len(ids), "refusal": IC.is_refusal(t)}
+                    for (i, r), p, t, ids in zip(chunk, prompts, out.texts, out.ids, strict=True)]
+            append_jsonl(path, rows)
+            tokens = sum(r["n_tokens"] for r in rows)
+            append_jsonl(base / "costs.jsonl", [{"event": "batch", "style": args.style, "condition": cond,
+                                                 "rows": len(rows), "new_tokens": args.new_tokens,
+                                                 "generated_tokens": tokens, "seconds": round(secs, 2),
+                                                 "threads": args.threads, "loadavg_before": load,
+                                                 "loadavg_after": os.getloadavg()[0]}])
+            print(f"{args.model} {args.style}-{cond}: {len(rows)} answers in {secs:.0f} s, "
+                  f"{sum(r['refusal'] for r in rows)} refusals", flush=True)
+
+
+def sides(base: Path, style: str, concept: str) -> tuple[list[dict], list[dict]] | None:
+    """The two sides' answers to the requests both sides answered (in request order), or None."""
+    pc, nc = IC.CONCEPTS[concept]
+    pos = {r["request"]: r for r in read_jsonl(base / "texts" / f"{style}-{pc}.jsonl")}
+    neg = {r["request"]: r for r in read_jsonl(base / "texts" / f"{style}-{nc}.jsonl")}
+    both = [q for q in IC.requests() if q in pos and q in neg]
+    return ([pos[q] for q in both], [neg[q] for q in both]) if both else None
+
+
+def templated_judge(concept: str):
+    from geosteer.bench.decide_templates import SPECS
+    from geosteer.bench.judges import EmbeddingJudge
+
+    spec = SPECS[concept]
+    return EmbeddingJudge(seed=0).fit(spec["positive"](), spec["negative"](), min_texts=1)
+
+
+def try_rows(model: str, base: Path, style: str, concept: str, judges: dict) -> list[dict]:
+    from geosteer.bench.judges import ADMISSION_AUC, admission
+
+    got = sides(base, style, concept)
+    if got is None:
+        return []
+    pos, neg = got
+    pt, nt = [r["text"] for r in pos], [r["text"] for r in neg]
+    reqs = [r["request"] for r in pos]
+    pc, nc = IC.CONCEPTS[concept]
+    common = {"model": model, "style": style, "concept": concept, "positive": pc, "negative": nc, "n": len(pos),
+              "refusals_positive": sum(IC.is_refusal(t) for t in pt),
+              "refusals_negative": sum(IC.is_refusal(t) for t in nt),
+              "distinct_positive": len(set(pt)), "distinct_negative": len(set(nt)), "threshold": ADMISSION_AUC}
+    out = []
+    a = IC.answer_judge_auc(pt, nt, reqs, reqs)
+    out.append({**common, "judge": "answer-trained (held-out requests)", "seed": 0, "auc": round(a["auc"], 4),
+                "detail": f"{a['folds']} folds by request, fold AUCs {a['fold_aucs']}"})
+    if concept in judges:
+        t = admission(judges[concept].prob(pt), judges[concept].prob(nt))
+        out.append({**common, "judge": "decide's templated judge", "seed": 0, "auc": round(t["auc"], 4),
+                    "detail": "trained on the concept's templated sentences"})
+    if concept in IC.VADER_POLARITY:
+        out.append({**common, "judge": "VADER", "seed": "", "auc": round(IC.vader_auc(pt, nt,
+                                                                                    IC.VADER_POLARITY[concept]), 4),
+                    "detail": "compound score, no training"})
+    if concept == "refusal":
+        out.append({**common, "judge": "refusal detector", "seed": "", "auc": round(IC.refusal_auc(pt, nt), 4),
+                    "detail": "refusal patterns in the first 100 characters"})
+    for r in out:
+        r["admitted"] = bool(r["auc"] >= ADMISSION_AUC)
+    return out
+
+
+def costs(base: Path) -> dict:
+    """(style, condition) -> generation seconds and rows, summed over batches."""
+    out: dict = {}
+    for r in read_jsonl(base / "costs.jsonl"):
+        if r.get("event") == "batch":
+            c = out.setdefault(f"{r['style']}-{r['condition']}", {"seconds": 0.0, "rows": 0, "tokens": 0,
+                                                                   "loadavg": []})
+            c["seconds"] += r["seconds"]
+            c["rows"] += r["rows"]
+            c["tokens"] += r["generated_tokens"]
+            c["loadavg"].append(r["loadavg_before"])
+    for c in out.values():
+        c["seconds"] = round(c["seconds"], 1)
+        c["loadavg"] = [round(min(c["loadavg"]), 1), round(max(c["loadavg"]), 1)]
+    return out
+
+
+def summarise(out: Path) -> None:
+    judges = {c: templated_judge(c) for c in IC.CONCEPTS}
+    rows, cost = [], {}
+    for base in sorted(p for p in out.iterdir() if (p / "texts").is_dir()):
+        cost[base.name] = costs(base)
+        for style in IC.STYLES:
+            for concept in IC.CONCEPTS:
+                rows += try_rows(base.name, base, style, concept, judges)
+    for r in rows:
+        c = cost[r["model"]]
+        parts = [c.get(f"{r['style']}-{x}", {}) for x in (r["positive"], r["negative"])]
+        r["generation_seconds"] = round(sum(p.get("seconds", 0) for p in parts), 1)
+        r["command"] = (f"nice -n 10 .venv/bin/python benchmarks/instruct_concepts.py --model {r['model']} "
+                        f"--style {r['style']} --n {r['n']} --conditions {r['positive']},{r['negative']} "
+                        "--threads 1")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "tries.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    doc = {"command": "benchmarks/instruct_concepts.py --summarise", "generation": "greedy, 40 new tokens, fp32",
+           "styles": IC.STYLES, "concepts": IC.CONCEPTS, "refusal_patterns": list(IC.REFUSAL),
+           "folds": IC.FOLDS, "costs": cost, "tries": rows}
+    (out / "tries.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    for r in rows:
+        print(f"{r['model']:13} {r['style']:4} {r['concept']:19} {r['judge']:35} n={r['n']:3} auc={r['auc']:.3f} "
+              f"{'ADMITTED' if r['admitted'] else '-'} ref={r['refusals_positive']}/{r['refusals_negative']}")
+
+
+def write_concepts(args) -> None:
+    docs = []
+    for concept in args.only.split(","):
+        got = sides(args.out / args.model, args.style, concept)
+        if got is None:
+            raise SystemExit(f"{concept}: no answers of {args.model} in style {args.style}")
+        docs.append(IC.concept_doc(concept, [r["text"] for r in got[0]], [r["text"] for r in got[1]]))
+    Path(args.write_concepts).write_text(json.dumps(docs, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"{args.write_concepts}: " + ", ".join(f"{d['name']} ({len(d['positive'])}+/{len(d['negative'])}-)"
+                                                  for d in docs))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="qwen2.5-0.5b")
+    ap.add_argument("--style", default="chat", choices=list(IC.STYLES))
+    ap.add_argument("--conditions", default="cheerful,gloomy,formal,casual,refuse,none")
+    ap.add_argument("--n", type=int, default=24)
+    ap.add_argument("--new-tokens", type=int, default=40)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--summarise", action="store_true")
+    ap.add_argument("--write-concepts", default=None)
+    ap.add_argument("--only", default=",".join(IC.CONCEPTS))
+    args = ap.parse_args()
+    if args.summarise:
+        summarise(args.out)
+    elif args.write_concepts:
+        write_concepts(args)
+    else:
+        generate(args)
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
