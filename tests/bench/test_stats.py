@@ -16,6 +16,7 @@ from geosteer.bench.stats import (
     hierarchical_bootstrap,
     holm,
     minimum_detectable_effect,
+    paired_clusters,
     paired_differences,
     variance_components,
 )
@@ -150,7 +151,7 @@ def test_compare_pairs_holm_over_all_comparisons():
     expected = holm({str(i): r["p"] for i, r in enumerate(tested)})
     assert [r["p_holm"] for r in tested] == pytest.approx([expected[str(i)] for i in range(m)])
     for r in tested:  # same seed, same replicates: the interval is the bootstrap's at the Holm level
-        diffs = paired_differences(records, r["a"], r["b"], r["kl_level"])
+        diffs = paired_clusters(records, r["a"], r["b"], r["kl_level"])
         boot = hierarchical_bootstrap(diffs, n_boot=2000, seed=4, alpha=r["alpha_ci"])
         assert (r["mean"], r["lo"], r["hi"]) == pytest.approx((boot["mean"], boot["lo"], boot["hi"]))
         assert r["p"] == bootstrap_p(diffs, n_boot=2000, seed=4)
@@ -210,3 +211,64 @@ def test_variance_components_recover_simulated_sds():
     sd_c, sd_i = variance_components(diffs)
     assert sd_c == pytest.approx(0.1, rel=0.1)
     assert sd_i == pytest.approx(0.3, rel=0.03)
+
+
+def _cluster_table() -> tuple[dict, dict]:
+    """One concept, 6 prompts at 2 seeds, each prompt's two items identical (perfectly correlated): as items
+    (12 independent draws) and as prompt clusters."""
+    per_prompt = np.array([0.9, -0.3, 0.4, 0.1, -0.6, 0.7])
+    items = np.repeat(per_prompt, 2)
+    return {"A": items}, {"A": [np.array([x, x]) for x in per_prompt]}
+
+
+def _naive_replicates(concepts: dict[str, list[list[float]]], n_boot: int, seed: int) -> np.ndarray:
+    """An independent two-stage cluster bootstrap, written as loops: concepts with replacement, then each drawn
+    concept's clusters with replacement, the concept's mean over the drawn clusters' items."""
+    rng = np.random.default_rng(seed + 1000)
+    names = sorted(concepts)
+    out = np.empty(n_boot)
+    for b in range(n_boot):
+        means = []
+        for _ in names:
+            clusters = concepts[names[rng.integers(len(names))]]
+            drawn = [clusters[rng.integers(len(clusters))] for _ in clusters]
+            means.append(sum(sum(c) for c in drawn) / sum(len(c) for c in drawn))
+        out[b] = np.mean(means)
+    return out
+
+
+def test_prompts_are_resampled_as_clusters():
+    """With one concept, the replicate SD is the plug-in SE of the mean over the resampled units: over 12 items
+    sd/sqrt(12) when they are drawn independently, over 6 prompt clusters sd/sqrt(6): clustering widens it."""
+    iid, clustered = _cluster_table()
+    per_prompt = np.array([c[0] for c in clustered["A"]])
+    want_iid = np.repeat(per_prompt, 2).std(ddof=0) / np.sqrt(12)
+    want_cluster = per_prompt.std(ddof=0) / np.sqrt(6)
+    se_iid = hierarchical_bootstrap(iid, n_boot=40000, seed=2)["se"]
+    se_cluster = hierarchical_bootstrap(clustered, n_boot=40000, seed=2)["se"]
+    assert se_iid == pytest.approx(want_iid, rel=0.03) and se_cluster == pytest.approx(want_cluster, rel=0.03)
+    assert se_cluster / se_iid == pytest.approx(np.sqrt(2), rel=0.05)
+    full = hierarchical_bootstrap(clustered, n_boot=40000, seed=2)
+    assert full["mean"] == pytest.approx(per_prompt.mean()) and full["n_items"] == 12
+
+
+def test_cluster_bootstrap_matches_an_independent_implementation():
+    """Several concepts with unequal cluster sizes: the replicate SD and quantiles agree with a loop version."""
+    rng = np.random.default_rng(5)
+    concepts = {f"c{c}": [list(rng.normal(0.1 * c, 0.3, size=int(rng.integers(1, 4)))) for _ in range(5 + c)]
+                for c in range(4)}
+    diffs = {c: [np.array(v) for v in cl] for c, cl in concepts.items()}
+    ours = _replicates(diffs, 20000, 3)
+    naive = _naive_replicates(concepts, 20000, 3)
+    assert ours.std() == pytest.approx(naive.std(), rel=0.04)
+    assert np.quantile(ours, [0.025, 0.975]) == pytest.approx(np.quantile(naive, [0.025, 0.975]), abs=0.02)
+    want = np.mean([sum(map(sum, cl)) / sum(map(len, cl)) for cl in concepts.values()])
+    assert hierarchical_bootstrap(diffs, n_boot=10)["mean"] == pytest.approx(want)
+
+
+def test_paired_clusters_group_a_prompts_seeds():
+    records = [rec("c", seed, p, lever, v + (lever == "A"), "0.05") for seed in (0, 1) for p in ("p1", "p0")
+               for lever, v in (("A", 0.1 * seed), ("B", 0.0))]
+    got = paired_clusters(records, "A", "B", "0.05")
+    assert list(got) == ["c"] and [list(x) for x in got["c"]] == [[1.0, 1.1], [1.0, 1.1]]
+    assert sorted(np.concatenate(got["c"])) == sorted(paired_differences(records, "A", "B", "0.05")["c"])

@@ -9,16 +9,25 @@ checkpoints hold.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
 
 from geosteer.bench.cli_judge import JSON_OPT
-from geosteer.bench.workers import MAX_SEED, cpu_cores
 from geosteer.cli.common import comma_names
 from geosteer.errors import GeosteerError
 
 MODEL = "smollm2"
+MAX_SEED = 2**31 - 1  # seeds every generator the benchmark seeds takes (numpy, torch, Python)
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _names(option: str, value: str | None) -> list[str] | None:
@@ -68,6 +77,29 @@ def _concepts(concepts_file: Path | None):
         raise GeosteerError(msg) from None
 
 
+def _named(name: str):
+    """The named design ``name`` (:data:`geosteer.bench.design.DESIGNS`); else one line."""
+    from geosteer.bench.design import DESIGNS
+
+    if name not in DESIGNS:
+        raise GeosteerError(f"--design {name!r}: not a named design; valid: {', '.join(DESIGNS)}")
+    return DESIGNS[name]
+
+
+def _take(tests: list, design, name: str, names: list[str] | None,
+          concepts_file: Path | None) -> tuple[list, list[str] | None]:
+    """(the test concepts the design takes, the ``--only`` names or, for a design of some kinds, theirs): a
+    design's ``kinds`` select among the bundled concepts (a concept file's are all taken)."""
+    if concepts_file is not None or not design.kinds:
+        return tests, names
+    keep = [c for c in tests if c.kind in design.kinds]
+    bad = [n for n in names or () if n not in {c.name for c in keep}]
+    if bad:
+        raise GeosteerError(f"--only {bad[0]}: the {name} design takes the {' and '.join(design.kinds)} concepts "
+                            "only")
+    return keep, names if names is not None else [c.name for c in keep]
+
+
 def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
            report_only: bool, concepts_file: Path | None = None) -> tuple[list[str] | None, tuple, list]:
     """Every option checked before any model loads: (``--only`` names, seeds, the test concepts)."""
@@ -109,19 +141,20 @@ def _prepare(out: Path, model: str, concepts_file: Path | None, design, explore:
              seeds: tuple[int, ...], report_only: bool) -> dict:
     """The run folder checked (its design against this one, every measured file read and verified, a killed
     run's temporary files removed) and, for a run, the models' availability; the state to record."""
-    from geosteer.bench.decide_concepts import file_digest
+    from geosteer.bench.decide_concepts import file_digest, pool_record
+    from geosteer.bench.decide_draw import record
     from geosteer.bench.decide_folder import check_files, check_state, remove_stale_tmp, state_doc
-    from geosteer.bench.decide_run import LEVERS
+    from geosteer.bench.decide_run import LEVERS, VERSION
     from geosteer.bench.design import STATE_FILE
 
     source = str(concepts_file) if concepts_file is not None else "bundled"
     reader = _check_models(model) if not report_only else ""
     want = state_doc(model, reader, {"source": source, "sha256": file_digest(source)}, design.to_dict(),
-                     list(LEVERS), list(explore), list(seeds))
+                     list(LEVERS), list(explore), list(seeds), record(pool_record()))
     have = check_state(out, STATE_FILE, None if report_only else want)
     if out.is_dir():
         remove_stale_tmp(out)
-        check_files(out)
+        check_files(out, VERSION)
     return {"want": want, "have": have}
 
 
@@ -141,8 +174,9 @@ def _recorded_design(out: Path, have: dict | None, design):
 def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, explore: tuple[str, ...] = ()) -> dict:
     """The design, its predicted minimum detectable effect (from the design's prior variance components) and its
     CPU-hour estimate (:mod:`geosteer.bench.decide_cost`; ``suppressed``: the concepts walls run on)."""
-    from geosteer.bench.decide_concepts import DEV
+    from geosteer.bench.decide_concepts import DEV, pool_record
     from geosteer.bench.decide_cost import estimate
+    from geosteer.bench.decide_draw import record
     from geosteer.bench.decide_report import n_comparisons
     from geosteer.bench.decide_run import LEVERS
     from geosteer.bench.design import ALPHA
@@ -154,7 +188,7 @@ def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, expl
                                     design.prior_sd_item, m, ALPHA, 0.8)
     cost = estimate(design, n_concepts, suppressed, (*LEVERS, *explore), (*LEARNED, *explore), len(DEV), workers)
     return {"design": design.to_dict(), "concepts": n_concepts, "comparisons": m,
-            "minimum_detectable_effect": mde, "cost": cost}
+            "minimum_detectable_effect": mde, "cost": cost, "draws": record(pool_record())}
 
 
 def decide_cmd(
@@ -172,20 +206,28 @@ def decide_cmd(
                                 "levers, reported apart from the verdict: surfaces-rank2, surfaces-full"),
     kl_levels: str = typer.Option(None, "--kl-levels", help="comma-separated control-KL levels of the frontier "
                                   "(each in (0, 5] nats, sorted, at most 10, holding the rule's 0.05 and 0.2); "
-                                  "default 0.02,0.05,0.1,0.2,0.5"),
+                                  "default: the design's (full: 0.02,0.05,0.1,0.2,0.5)"),
+    design_name: str = typer.Option("full", "--design", help="the named design: full (every bundled concept, "
+                                    "5 KL levels, up to 96 steps of 8 passages a side) or trimmed (the 18 topic "
+                                    "concepts, 3 KL levels, up to 32 steps of 4 passages, a 3-point grid: about 12 "
+                                    "CPU-hours on 2 cores)"),
     json_out: bool = JSON_OPT,
 ) -> None:
     """The decisive steering benchmark on SmolLM2: every lever at each control-KL level, the verdict at 0.05 and
     0.2."""
     from dataclasses import replace
 
-    from geosteer.bench.design import KL_LEVELS, STATE_FILE, Design, parse_levels
+    from geosteer.bench.decide_draw import summary_line
+    from geosteer.bench.design import STATE_FILE, parse_levels
 
-    levels = parse_levels(kl_levels) if kl_levels is not None else KL_LEVELS
+    base = _named(design_name)
+    levels = parse_levels(kl_levels) if kl_levels is not None else base.kl_levels
     extra = _explore(explore)
     workers = min(2, cpu_cores()) if workers is None else workers
     names, seed_list, tests = _check(out, workers, concepts, seeds, report_only, concepts_file)
-    design = Design(kl_levels=levels)  # the seeds to run stay out of it: a unit's checkpoint does not depend on them
+    tests, names = _take(tests, base, design_name, names, concepts_file)
+    design = replace(base, kl_levels=levels)  # the seeds to run stay out of it: a unit's checkpoint does not
+    # depend on them
     source = str(concepts_file) if concepts_file is not None else None
     n = len(names) if names else len(tests)
     if dry:
@@ -198,7 +240,8 @@ def decide_cmd(
                    f"{len(design.kl_levels)} KL levels, {doc['comparisons']} comparisons (Holm): predicted minimum "
                    f"detectable effect {doc['minimum_detectable_effect']:.3f} (80 % power); at most "
                    f"{cost['cpu_hours']:.1f} CPU-hours (dev {cost['dev_cpu_hours']:.1f}, test "
-                   f"{cost['test_cpu_hours']:.1f}), about {cost['wall_hours']:.1f} h on {workers} workers")
+                   f"{cost['test_cpu_hours']:.1f}), about {cost['wall_hours']:.1f} h on {workers} workers\n"
+                   f"{summary_line()}")
         return
     state = _prepare(out, MODEL, concepts_file, design, extra, seed_list, report_only)
     from geosteer.bench.decide_driver import RunSpec, run_all
@@ -212,4 +255,4 @@ def decide_cmd(
         run_all(RunSpec(MODEL, str(out), design.to_dict(), concepts_file=source, explore=extra), workers, names,
                 seed_list)
     doc = write_report(out, design)
-    typer.echo(json.dumps(doc["verdicts"], indent=1) if json_out else doc["markdown"])
+    typer.echo(json.dumps(doc["verdicts"], indent=1) if json_out else f"{doc['markdown']}\n{summary_line()}")

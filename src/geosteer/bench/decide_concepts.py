@@ -1,19 +1,26 @@
-"""The concepts of the decisive steering benchmark, built deterministically from the bundled corpus and templates.
+"""The concepts of the decisive steering benchmark: fixed pools, and what each seed draws from them.
 
 Topic concepts come from the corpus's topics (:mod:`geosteer.data.corpus`, train split only): each topic's
-articles are dealt by title hash into a lever pool (what the levers learn from), a judge pool (>= 200 texts a
-side, disjoint from the levers') and a title pool (the prompts "Tell me about <title>." that a suppressed topic is
-tested on, and the admission prompts). Sentiment, register and refusal texts are templated sentences (a
-subject, a clause and an ending combined), again dealt into disjoint lever and judge pools.
+articles are dealt once by title hash into a text pool (up to TOPIC_TEXT_POOL articles, what lever and judge texts
+are drawn from) and a title pool (the rest, at least TITLE_RESERVE: its first ADMISSION_TITLES are the admission
+titles, the others the titles "Tell me about <title>." a suppressed topic is tested on). Sentiment, register and
+refusal texts are templated sentences (a subject, a clause and an ending combined); the neutral requests a
+promoted concept is tested on are a bundled list (ADMISSION_PROMPTS of them kept for admission).
+
+Each (concept, seed) draws from these pools (:mod:`geosteer.bench.decide_draw`, keyed by seed, concept name and
+purpose): a topic's TOPIC_LEVER_TEXTS lever articles and JUDGE_TEXTS judge articles a side (disjoint; the
+negatives from the other topics' pools, in turn), a templated concept's TEMPLATED_LEVER_TEXTS lever sentences a
+side and JUDGE_TEXTS judge sentences, and TEST_PROMPTS test prompts. So a second seed redraws the lever texts, the
+test prompts and the judge's training texts; the admission sets stay fixed.
 
 Every concept has a judge set (:attr:`DecideConcept.judge_positive` / ``judge_negative``), an admission set
 (the stock model's own continuations with known labels: topic titles, or one instruction against its
-opposite) and >= 16 test prompts that share no word 3-gram with the levers' training requests.
+opposite) and TEST_PROMPTS test prompts that share no word 3-gram with the levers' training requests.
 
 A user's concept file (geosteer's JSON or an AxBench file, :func:`file_concepts`) gives concepts of the same
-shape: each side's texts hash-dealt into LEVER_TEXTS lever texts, ADMISSION_TEXTS held-out admission texts
-(the file's own labelled texts: no labelled continuations of the stock model exist for them) and the rest,
-at least FILE_JUDGE_TEXTS, for the judge; its prompts are the test prompts.
+shape: each side's ADMISSION_TEXTS held-out admission texts dealt once by hash (the file's own labelled texts:
+no labelled continuations of the stock model exist for them), and per seed LEVER_TEXTS lever texts drawn from
+the rest, the remainder (at least FILE_JUDGE_TEXTS) for the judge; its test prompts are drawn from its prompts.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from geosteer.bench import decide_draw as D
 from geosteer.bench import decide_templates as T
 from geosteer.bench.axbench import load_concepts
 from geosteer.bench.concepts import concept_from_dict
@@ -51,6 +59,8 @@ SUPPRESSED_TOPICS = ("arts", "health", "geography", "history", "religion", "phys
 DEV = ("people", "no-people", "no-mathematics", "no-everyday-life")  # topics no test concept suppresses
 LEVER_TEXTS = 8  # per side of a file's concept (the training pool is their passages)
 TOPIC_LEVER_TEXTS = 16  # articles per side of a topic (their 24-word passages fill a pool of 32)
+TOPIC_TEXT_POOL = 320  # articles per topic that lever and judge texts are drawn from (a small topic: fewer)
+TITLE_RESERVE = 32  # titles per topic at least (ADMISSION_TITLES for admission, the rest to draw test prompts)
 TEMPLATED_LEVER_TEXTS = 32  # per side of a templated concept (one sentence each: the pool is these sentences)
 JUDGE_TEXTS = 200  # per side (negatives: twice as many, spread over the other topics)
 JUDGE_WORDS = 40  # judge texts are cut to about a continuation's length
@@ -91,42 +101,50 @@ def _cut(text: str, words: int = JUDGE_WORDS) -> str:
 
 @lru_cache(maxsize=1)
 def topic_pools() -> dict[str, dict[str, list]]:
-    """topic key -> {"lever": articles, "judge": articles, "titles": article titles}, train split, hash-dealt:
-    the first TOPIC_LEVER_TEXTS to the levers, the next JUDGE_TEXTS to the judge, the rest give titles."""
+    """topic key -> {"texts": articles, "titles": article titles}, train split, dealt once by title hash: the
+    first min(TOPIC_TEXT_POOL, n - TITLE_RESERVE) articles are the text pool, the rest give titles."""
     out = {}
     for key, topic in TOPICS.items():
         arts = sorted((a for a in articles() if a.topic == topic and split_of(a.title) == "train"),
                       key=lambda a: _h("decide", topic, a.title))
-        n = TOPIC_LEVER_TEXTS
-        out[key] = {"lever": arts[:n], "judge": arts[n:n + JUDGE_TEXTS],
-                    "titles": [a.title for a in arts[n + JUDGE_TEXTS:]]}
+        n = min(TOPIC_TEXT_POOL, len(arts) - TITLE_RESERVE)
+        out[key] = {"texts": arts[:n], "titles": [a.title for a in arts[n:]]}
     return out
 
 
-def _others(key: str, part: str, n: int) -> list[str]:
-    """``n`` texts of ``part`` from the other topics, taken in turn (round robin)."""
-    pools = [topic_pools()[k][part] for k in TOPICS if k != key]
-    flat = [a for row in itertools.zip_longest(*pools) for a in row if a is not None]
-    return [a.text for a in flat[:n]]
+def _others(key: str, name: str, seed: int) -> list[str]:
+    """The other topics' text pools, each in the (seed, concept) order, taken in turn (round robin)."""
+    return [a.text for a in D.interleave([D.shuffled(topic_pools()[k]["texts"], seed, name, f"negative:{k}")
+                                          for k in TOPICS if k != key])]
 
 
-def test_titles(key: str) -> list[str]:
-    return topic_pools()[key]["titles"][:TEST_PROMPTS]
+def test_titles(key: str, seed: int = 0, name: str | None = None) -> list[str]:
+    """The titles a suppressed topic is tested on: TEST_PROMPTS drawn from its title pool (admission's left out)."""
+    pool = topic_pools()[key]["titles"][ADMISSION_TITLES:]
+    return D.draw(pool, TEST_PROMPTS, seed, name or f"no-{key}", "prompts")
 
 
 def admission_titles(key: str) -> list[str]:
-    return topic_pools()[key]["titles"][TEST_PROMPTS:TEST_PROMPTS + ADMISSION_TITLES]
+    return topic_pools()[key]["titles"][:ADMISSION_TITLES]
 
 
 @lru_cache(maxsize=1)
 def neutral_requests() -> tuple[str, ...]:
-    """The neutral request pool: the first TEST_PROMPTS are test prompts, the next ADMISSION_PROMPTS admission."""
+    """The bundled neutral requests: the ADMISSION_PROMPTS from TEST_PROMPTS on are admission's, the rest the
+    pool test prompts are drawn from (:func:`request_pool`)."""
     return tuple(json.loads(resources.files("geosteer.data").joinpath("prompts", PROMPTS_FILE)
                             .read_text(encoding="utf-8")))
 
 
-def test_requests() -> list[str]:
-    return list(neutral_requests()[:TEST_PROMPTS])
+def request_pool() -> list[str]:
+    """The neutral requests a promoted concept's test prompts are drawn from (admission's left out)."""
+    every = neutral_requests()
+    return list(every[:TEST_PROMPTS] + every[TEST_PROMPTS + ADMISSION_PROMPTS:])
+
+
+def test_requests(seed: int = 0, name: str = "") -> list[str]:
+    """TEST_PROMPTS neutral requests drawn for (seed, concept ``name``)."""
+    return D.draw(request_pool(), TEST_PROMPTS, seed, name, "prompts")
 
 
 def admission_requests() -> list[str]:
@@ -140,54 +158,66 @@ def _concept(name: str, direction: str, positive: list[str], negative: list[str]
                               "prompts": prompts, "description": description})
 
 
-def topic_concept(key: str, direction: str) -> DecideConcept:
-    """A topic promoted on neutral requests, or suppressed ("no-<topic>") on requests about its own titles."""
-    pool = topic_pools()[key]
-    pos = [a.text for a in pool["lever"]]
-    neg = _others(key, "lever", TOPIC_LEVER_TEXTS)
-    prompts = test_requests() if direction == "promote" else [TITLE_PROMPT.format(t) for t in test_titles(key)]
+def topic_concept(key: str, direction: str, seed: int = 0) -> DecideConcept:
+    """A topic promoted on neutral requests, or suppressed ("no-<topic>") on requests about its own titles; its
+    lever, judge and test draws are the seed's."""
     name = key if direction == "promote" else f"no-{key}"
-    c = _concept(name, direction, pos, neg, prompts, DESCRIPTIONS[key])
-    return DecideConcept(c, f"topic-{direction}", [_cut(a.text) for a in pool["judge"]],
-                         [_cut(t) for t in _others(key, "judge", 2 * JUDGE_TEXTS)],
-                         {"kind": "titles", "topic": key})
+    pool = topic_pools()[key]["texts"]
+    own = D.shuffled(pool, seed, name, "positive")
+    n = TOPIC_LEVER_TEXTS
+    if len(own) < n + JUDGE_TEXTS:
+        raise GeosteerError(f"topic {key!r}: {len(own)} articles; a concept draws {n} lever + {JUDGE_TEXTS} judge")
+    others = _others(key, name, seed)
+    prompts = (test_requests(seed, name) if direction == "promote"
+               else [TITLE_PROMPT.format(t) for t in test_titles(key, seed, name)])
+    c = _concept(name, direction, [a.text for a in own[:n]], others[:n], prompts, DESCRIPTIONS[key])
+    pools = {"lever": [len(pool), len(others)], "judge": [len(pool) - n, len(others) - n],
+             "prompts": len(request_pool()) if direction == "promote" else len(topic_pools()[key]["titles"])
+             - ADMISSION_TITLES}
+    return DecideConcept(c, f"topic-{direction}", [_cut(a.text) for a in own[n:n + JUDGE_TEXTS]],
+                         [_cut(t) for t in others[n:n + 2 * JUDGE_TEXTS]], {"kind": "titles", "topic": key},
+                         extra={"seed": seed, "pools": pools})
 
 
-def _deal(texts: list[str], tag: str) -> tuple[list[str], list[str]]:
-    """(lever texts, judge texts) of one templated side."""
-    ordered = sorted(set(texts), key=lambda t: _h("decide", tag, t))
-    return ordered[:TEMPLATED_LEVER_TEXTS], ordered[TEMPLATED_LEVER_TEXTS:]
-
-
-def templated_concept(name: str) -> DecideConcept:
-
+def templated_concept(name: str, seed: int = 0) -> DecideConcept:
+    """A templated concept: per side, TEMPLATED_LEVER_TEXTS lever sentences and JUDGE_TEXTS judge sentences drawn
+    for the seed (disjoint); test prompts drawn from the neutral requests."""
     spec = T.SPECS[name]
-    lp, jp = _deal(spec["positive"](), f"{name}+")
-    ln, jn = _deal(spec["negative"](), f"{name}-")
-    c = _concept(name, "promote", lp, ln, test_requests(), spec["description"])
+    sides = []
+    for side, sign in (("positive", "+"), ("negative", "-")):
+        pool = sorted(set(spec[side]()), key=lambda t, tag=f"{name}{sign}": _h("decide", tag, t))
+        order = D.shuffled(pool, seed, name, side)
+        sides.append((order[:TEMPLATED_LEVER_TEXTS], order[TEMPLATED_LEVER_TEXTS:TEMPLATED_LEVER_TEXTS + JUDGE_TEXTS],
+                      len(pool)))
+    (lp, jp, n_p), (ln, jn, n_n) = sides
+    c = _concept(name, "promote", lp, ln, test_requests(seed, name), spec["description"])
+    pools = {"lever": [n_p, n_n], "judge": [n_p - TEMPLATED_LEVER_TEXTS, n_n - TEMPLATED_LEVER_TEXTS],
+             "prompts": len(request_pool())}
     return DecideConcept(c, spec["kind"], jp, jn, {"kind": "instruction", "positive": spec["instruction"],
-                                                   "negative": spec["opposite"]}, spec.get("lexicon"))
+                                                   "negative": spec["opposite"]}, spec.get("lexicon"),
+                         extra={"seed": seed, "pools": pools})
 
 
-def test_concepts() -> list[DecideConcept]:
-    """The 22 test concepts, in the order the run takes them (kinds interleaved)."""
-    promote = [topic_concept(k, "promote") for k in PROMOTED_TOPICS]
-    suppress = [topic_concept(k, "suppress") for k in SUPPRESSED_TOPICS]
-    other = [templated_concept(n) for n in SPECS]
+def test_concepts(seed: int = 0) -> list[DecideConcept]:
+    """The 22 test concepts as drawn for ``seed``, in the order the run takes them (kinds interleaved)."""
+    promote = [topic_concept(k, "promote", seed) for k in PROMOTED_TOPICS]
+    suppress = [topic_concept(k, "suppress", seed) for k in SUPPRESSED_TOPICS]
+    other = [templated_concept(n, seed) for n in SPECS]
     out = []
     for row in itertools.zip_longest(other, promote, suppress):
         out += [c for c in row if c is not None]
     return out
 
 
-def dev_concepts() -> list[DecideConcept]:
+def dev_concepts(seed: int = 0) -> list[DecideConcept]:
     """The dev concepts the learning rates are chosen on (never a test concept)."""
-    return [topic_concept("people", "promote"), topic_concept("people", "suppress"),
-            topic_concept("mathematics", "suppress"), topic_concept("everyday-life", "suppress")]
+    return [topic_concept("people", "promote", seed), topic_concept("people", "suppress", seed),
+            topic_concept("mathematics", "suppress", seed), topic_concept("everyday-life", "suppress", seed)]
 
 
-def file_concept(c, digest: str = "") -> DecideConcept:
-    """A concept of a user's file as a benchmark concept (module docstring); refused when too small."""
+def file_concept(c, digest: str = "", seed: int = 0) -> DecideConcept:
+    """A concept of a user's file as a benchmark concept drawn for ``seed`` (module docstring); refused when too
+    small."""
     need = LEVER_TEXTS + ADMISSION_TEXTS + FILE_JUDGE_TEXTS
     short = [f"{len(v)} {k} texts" for k, v in (("positive", c.positive), ("negative", c.negative)) if len(v) < need]
     if short or len(c.prompts) < TEST_PROMPTS:
@@ -195,29 +225,36 @@ def file_concept(c, digest: str = "") -> DecideConcept:
         raise GeosteerError(f"concept {c.name!r}: bench decide needs >= {need} positive and negative texts "
                             f"({LEVER_TEXTS} lever + {ADMISSION_TEXTS} admission + {FILE_JUDGE_TEXTS} judge) and "
                             f">= {TEST_PROMPTS} prompts (got {got})")
-    sides = {}
+    sides, sizes = {}, []
     for side in ("positive", "negative"):
-        ordered = sorted(set(getattr(c, side)), key=lambda t: _h("decide-file", c.name, side, t))
-        sides[side] = (ordered[:LEVER_TEXTS], ordered[LEVER_TEXTS:LEVER_TEXTS + ADMISSION_TEXTS],
-                       [_cut(t) for t in ordered[LEVER_TEXTS + ADMISSION_TEXTS:]])
+        ordered = sorted(set(getattr(c, side)), key=lambda t, s=side: _h("decide-file", c.name, s, t))
+        rest = D.shuffled(ordered[ADMISSION_TEXTS:], seed, c.name, side)
+        sides[side] = (rest[:LEVER_TEXTS], ordered[:ADMISSION_TEXTS], [_cut(t) for t in rest[LEVER_TEXTS:]])
+        sizes.append(len(rest))
     (lp, ap, jp), (ln, an, jn) = sides["positive"], sides["negative"]
-    concept = _concept(c.name, c.direction, lp, ln, list(c.prompts[:TEST_PROMPTS]), c.description or c.name)
+    prompts = D.draw(list(c.prompts), TEST_PROMPTS, seed, c.name, "prompts")
+    concept = _concept(c.name, c.direction, lp, ln, prompts, c.description or c.name)
+    pools = {"lever": sizes, "judge": [n - LEVER_TEXTS for n in sizes], "prompts": len(c.prompts)}
     return DecideConcept(concept, f"file-{c.direction}", jp, jn, {"kind": "texts", "positive": ap, "negative": an},
-                         extra={"source": digest})
+                         extra={"source": digest, "seed": seed, "pools": pools})
 
 
 @lru_cache(maxsize=4)
-def file_concepts(path: str) -> list[DecideConcept]:
-    """The concepts of a geosteer concept file or an AxBench file, as benchmark concepts (one-line errors); a
-    concept named like a dev concept is refused."""
-
+def _file_rows(path: str) -> tuple[list, str]:
+    """(the concepts of a file, its SHA-256), a concept named like a dev concept refused."""
     concepts = load_concepts(Path(path))  # a missing or malformed file: its one line
     clash = [c.name for c in concepts if c.name in DEV]
     if clash:
         raise GeosteerError(f"concept {clash[0]!r}: {', '.join(DEV)} are the names of the dev concepts the "
                             "learning rates are chosen on; rename the file's concept")
-    digest = file_digest(path)
-    return [file_concept(c, digest) for c in concepts]
+    return concepts, file_digest(path)
+
+
+def file_concepts(path: str, seed: int = 0) -> list[DecideConcept]:
+    """The concepts of a geosteer concept file or an AxBench file, as benchmark concepts drawn for ``seed``
+    (one-line errors); a concept named like a dev concept is refused."""
+    concepts, digest = _file_rows(path)
+    return [file_concept(c, digest, seed) for c in concepts]
 
 
 def file_digest(path: str) -> str:
@@ -229,10 +266,11 @@ def file_digest(path: str) -> str:
     return hashlib.sha256(read_bytes(path, what="--concepts")).hexdigest()
 
 
-def by_name(names: list[str] | None = None, concepts_file: str | None = None) -> list[DecideConcept]:
-    """Test concepts by name (all of them when ``names`` is None); with ``concepts_file``, that file's concepts
-    take the test concepts' place. A dev concept is never a test concept (:func:`dev_by_name`)."""
-    tests = file_concepts(concepts_file) if concepts_file else test_concepts()
+def by_name(names: list[str] | None = None, concepts_file: str | None = None, seed: int = 0) -> list[DecideConcept]:
+    """Test concepts by name (all of them when ``names`` is None), drawn for ``seed``; with ``concepts_file``,
+    that file's concepts take the test concepts' place. A dev concept is never a test concept
+    (:func:`dev_by_name`)."""
+    tests = file_concepts(concepts_file, seed) if concepts_file else test_concepts(seed)
     every = {c.name: c for c in tests}
     if names is None:
         return tests
@@ -244,9 +282,23 @@ def by_name(names: list[str] | None = None, concepts_file: str | None = None) ->
     return [every[n] for n in names]
 
 
-def dev_by_name(name: str) -> DecideConcept:
-    """The dev concept ``name`` (one of :data:`DEV`)."""
-    found = [c for c in dev_concepts() if c.name == name]
+def dev_by_name(name: str, seed: int = 0) -> DecideConcept:
+    """The dev concept ``name`` (one of :data:`DEV`), drawn for ``seed``."""
+    found = [c for c in dev_concepts(seed) if c.name == name]
     if not found:
         raise GeosteerError(f"unknown dev concept {name!r}; valid: {', '.join(DEV)}")
     return found[0]
+
+
+def pool_record() -> dict:
+    """The pools the seeds draw from, their sizes, for the run's record (:func:`geosteer.bench.decide_draw.record`)."""
+    return {"topic_texts": f"up to {TOPIC_TEXT_POOL} articles per topic ({TOPIC_LEVER_TEXTS} lever + "
+                           f"{JUDGE_TEXTS} judge drawn a side; negatives from the other topics in turn)",
+            "topic_titles": f"at least {TITLE_RESERVE - ADMISSION_TITLES} titles per topic after the "
+                            f"{ADMISSION_TITLES} admission titles ({TEST_PROMPTS} drawn)",
+            "neutral_requests": f"{len(request_pool())} requests ({TEST_PROMPTS} drawn; {ADMISSION_PROMPTS} more "
+                                "kept for admission)",
+            "templated": f"every templated sentence a side, >= 300 ({TEMPLATED_LEVER_TEXTS} lever + "
+                         f"{JUDGE_TEXTS} judge drawn)",
+            "file": f"a side's texts after its {ADMISSION_TEXTS} admission texts ({LEVER_TEXTS} lever drawn, the "
+                    f"rest judge); the file's prompts ({TEST_PROMPTS} drawn)"}

@@ -62,7 +62,7 @@ def readers(model: str, threads: int = 1):
 def _design(doc: dict):
 
     """A design from its recorded dict (a field an earlier design did not record takes its default)."""
-    tuples = ("seeds", "kl_levels", "decision_levels", "lr_grid")
+    tuples = ("seeds", "kl_levels", "decision_levels", "lr_grid", "kinds")
     return Design(**{**doc, **{k: tuple(doc[k]) for k in tuples if k in doc}})
 
 
@@ -71,7 +71,7 @@ def _dev_job(args) -> tuple[str, str, float, float, int | None]:
     spec, concept, lever, lr = args
 
     design = _design(spec.design)
-    docs = run_unit(readers(spec.model, spec.threads), dev_by_name(concept), 0, Path(spec.out), design,
+    docs = run_unit(readers(spec.model, spec.threads), dev_by_name(concept, 0), 0, Path(spec.out), design,
                     {lever: lr}, _say, levels=(design.train_kl,), names=[lever], folder="dev")
     doc = docs.get(f"{lever}@{lr:g}")
     score = float(np.mean(next(iter(doc["levels"].values()))["items"]["score"])) if doc else float("nan")
@@ -82,7 +82,7 @@ def _dev_job(args) -> tuple[str, str, float, float, int | None]:
 def _test_job(args) -> tuple[str, int]:
     spec, concept, seed, lrs, steps = args
 
-    dc = by_name([concept], spec.concepts_file)[0]
+    dc = by_name([concept], spec.concepts_file, seed)[0]  # the seed's draw of its texts and prompts
     run_unit(readers(spec.model, spec.threads), dc, seed, Path(spec.out), _design(spec.design), lrs, _say,
              names=[*levers_for(dc), *spec.explore], steps=steps)
     return concept, seed

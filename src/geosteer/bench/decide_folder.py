@@ -23,7 +23,7 @@ from geosteer.io_utils import atomic_write_text
 from geosteer.readers import ReadRefused, read_json
 
 STATE_FORMAT = "geosteer-decide-state"
-STATE_VERSION = 2
+STATE_VERSION = 3  # 3: each seed redraws a concept's lever texts, test prompts and judge texts
 SUM_KEY = "sha256"
 MEASURED = ("units", "dev")  # folders of measured (concept, seed) files: <folder>/<concept>/s<seed>/*.json
 TOP_FILES = ("admission_titles.json", "learning_rates.json")
@@ -75,14 +75,15 @@ def read_sealed(path: Path, keys: tuple[str, ...] = ()) -> dict:
 
 
 def state_doc(model: str, reader: str, concepts: dict, design: dict, levers: list[str], explore: list[str],
-              seeds: list[int]) -> dict:
-    """What ``decide_state.json`` records (module docstring)."""
+              seeds: list[int], draws: dict | None = None) -> dict:
+    """What ``decide_state.json`` records (module docstring); ``draws``: what a seed redraws and from which pools
+    (:func:`geosteer.bench.decide_draw.record`)."""
     return {"format": STATE_FORMAT, "version": STATE_VERSION, "model": model, "reader": reader,
             "concepts": concepts, "design": design, "levers": list(levers), "explore": list(explore),
-            "seeds": list(seeds)}
+            "seeds": list(seeds), "draws": draws}
 
 
-_SAME = ("model", "reader", "concepts", "design", "levers")  # what a resumed run must share with the folder's
+_SAME = ("model", "reader", "concepts", "design", "levers", "draws")  # what a resumed run must share with the folder's
 
 
 def _describe(key: str, value) -> str:
@@ -134,12 +135,20 @@ def _measured_files(out: Path) -> list[Path]:
     return sorted(files)
 
 
-def check_files(out: Path) -> int:
-    """Read every measured file of the run folder ``out`` and verify it (:func:`read_sealed`); their count."""
+def check_files(out: Path, version: int | None = None) -> int:
+    """Read every measured file of the run folder ``out`` and verify it (:func:`read_sealed`), and, given
+    ``version``, that it was measured by that unit version (an earlier one's units are never pooled with these);
+    their count."""
     out = Path(out)
     files = _measured_files(out)
     for p in files:
-        read_sealed(p, CONTEXT_KEYS if p.name == "context.json" else LEVER_KEYS)
+        doc = read_sealed(p, CONTEXT_KEYS if p.name == "context.json" else LEVER_KEYS)
+        fp = doc.get("fingerprint")
+        got = fp.get("version") if isinstance(fp, dict) else None
+        if version is not None and got != version:
+            raise GeosteerError(f"run file {p} was measured by another version of bench decide (unit version "
+                                f"{got}, this one {version}); its units cannot be pooled with new ones: give a new "
+                                "--out")
     for name in TOP_FILES:
         p = out / name
         if p.exists() or p.is_symlink():

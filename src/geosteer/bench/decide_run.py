@@ -10,8 +10,10 @@ resumes where it stopped: ``<out>/units/<concept>/s<seed>/{context,<lever>}.json
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +36,8 @@ from geosteer.bench.prompts import neutral_prompts, train_prompts
 from geosteer.bench.registry import Point, Setup, stock_point
 from geosteer.bench.scoring import next_token_logprobs
 
-VERSION = 1  # raised when what a unit computes changes (its files are then measured again)
+VERSION = 2  # raised when what a unit computes changes (its files are then measured again); 2: seeds redraw
+# the lever texts, test prompts and judge texts, and admission records the judge's scores
 KL_TOL = 0.1  # relative tolerance of the KL bisection
 S_MAX = 64.0
 MAX_EVALS = 10  # fresh control-KL evaluations per level
@@ -99,12 +102,30 @@ def _admission_texts(r: S.Readers, dc, out: Path, design) -> tuple[list[str], li
             instructed(r, prompts, a["negative"], design.new_tokens))
 
 
+def keyword_check(probe_judge_p: float, on_topic: Sequence[float]) -> dict:
+    """The keyword probe judged on the concept score alone: the judge's P(concept) of the bare word list against
+    its median P on genuine on-topic text (the admission's labelled-positive continuations). The judge passes
+    when the list scores below that median and fails (a word list games it) otherwise; None without on-topic
+    scores."""
+    median = float(np.median(np.asarray(on_topic, np.float64))) if len(on_topic) else None
+    return {"judge_p": float(probe_judge_p), "on_topic_judge_p": median,
+            "passed": None if median is None else bool(float(probe_judge_p) < median)}
+
+
+def judge_digest(dc) -> str:
+    """SHA-256 of the texts a concept's judge is trained on (a seed's draw of them)."""
+    body = json.dumps([list(dc.judge_positive), list(dc.judge_negative)], ensure_ascii=False)
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
 def build_context(r: S.Readers, dc, seed: int, out: Path, design) -> dict:
     """The (concept, seed)'s judge, admission, keyword probe and stock readings (module docstring)."""
     t0, c0 = time.perf_counter(), time.process_time()
     judge = EmbeddingJudge(r.encoder, seed=seed).fit(dc.judge_positive, dc.judge_negative)
     pos, neg = _admission_texts(r, dc, out, design)
-    adm = admission(judge.prob(pos), judge.prob(neg))
+    pos_p, neg_p = judge.prob(pos), judge.prob(neg)
+    adm = admission(pos_p, neg_p)
+    adm["positive_scores"], adm["negative_scores"] = pos_p.tolist(), neg_p.tolist()
     adm["examples"] = {"positive": pos[:2], "negative": neg[:2]}
     polarity = LEXICONS.get(dc.lexicon or "")
     if polarity:
@@ -119,13 +140,13 @@ def build_context(r: S.Readers, dc, seed: int, out: Path, design) -> dict:
     ids = r.tok(probe_text, add_special_tokens=False)["input_ids"]
     probe = S.scored(S.read_texts(r, judge, True, prompts, [probe_text] * len(prompts), [ids] * len(prompts)),
                      stock)
-    keyword = {"words": words, "judge_p": probe["judge_p"][0], "score": float(np.mean(probe["score"])),
-               "stock_score": float(np.mean(stock["score"])),
+    keyword = {"words": words, **keyword_check(probe["judge_p"][0], adm["positive_scores"]),
+               "score": float(np.mean(probe["score"])), "stock_score": float(np.mean(stock["score"])),
                "stock_judge_p": float(np.mean(stock["judge_p"]))}
     keyword["below_stock"] = keyword["score"] < keyword["stock_score"]
     return {"concept": dc.name, "kind": dc.kind, "direction": dc.concept.direction, "seed": seed,
-            "judge": judge.to_dict(), "admission": adm, "keyword_probe": keyword, "prompts": prompts,
-            "stock": stock, "seconds": round(time.perf_counter() - t0, 1),
+            "pools": dc.extra.get("pools"), "judge": judge.to_dict(), "admission": adm, "keyword_probe": keyword,
+            "prompts": prompts, "stock": stock, "seconds": round(time.perf_counter() - t0, 1),
             "cpu_seconds": round(time.process_time() - c0, 1)}
 
 
@@ -203,7 +224,8 @@ def run_unit(r: S.Readers, dc, seed: int, out: Path, design, lrs: dict[str, floa
              folder: str = "units", steps: int | None = None) -> dict:
     """Context and every lever of one (concept, seed), each read back when already measured; their docs."""
     base = out / folder / dc.name / f"s{seed}"
-    fp = {"version": VERSION, "design": design.to_dict(), "concept": dc.concept.model_dump()}
+    fp = {"version": VERSION, "design": design.to_dict(), "concept": dc.concept.model_dump(),
+          "judge_texts": judge_digest(dc)}
     if dc.extra.get("source"):  # a concept file's concept: its judge and admission texts come from that file
         fp["source"] = dc.extra["source"]
     ctx = _read(base / "context.json", fp)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from geosteer.bench.budget import Budget
-
 KL_LEVELS = (0.02, 0.05, 0.1, 0.2, 0.5)  # nats: control next-token KL each lever's strength is bisected to
 DECISION_LEVELS = (0.05, 0.2)  # the levels the decision rule reads (each must be one of the design's levels)
 MAX_LEVELS = 10
@@ -30,6 +28,17 @@ REFERENCES = ("stock", "prompting", "lora")  # every lever is compared with each
 # unfactorised K×K coefficients (``surfaces-full``, about 3.7 times); the value is the rank (None: full)
 EXPLORATORY: dict[str, int | None] = {"surfaces-rank2": 2, "surfaces-full": None}
 EXPLORATORY_REFERENCES = ("stock", "lora", "surfaces-rank1")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a lever reads of the design (a :class:`geosteer.bench.registry.Setup`'s ``budget``): at most
+    ``train_texts`` lever texts a side, each cut to ``train_words`` words, and ``steps``, the walls learner's steps
+    and the step cap of a setup without a training rule."""
+
+    train_texts: int
+    train_words: int
+    steps: int
 
 
 @dataclass(frozen=True)
@@ -55,18 +64,17 @@ class Design:
     lr_grid: tuple[float, ...] = LR_GRID
     bootstrap: int = 4000
     # variance components for the predicted minimum detectable effect (``--dry-run``): the between-concept
-    # and within-concept standard deviations of a paired score difference, read off the earlier benchmark's
-    # committed per-lever results (its TF-IDF judge; a rough prior, replaced by the run's own estimate)
-    prior_sd_concept: float = 0.04
-    prior_sd_item: float = 0.15
+    # and within-concept standard deviations of a paired concept-score difference, the medians over the lever
+    # pairs and both decision levels of the committed run (docs/results/decide, stats.variance_components);
+    # the report gives the achieved one beside it
+    prior_sd_concept: float = 0.062
+    prior_sd_item: float = 0.152
+    kinds: tuple[str, ...] = ()  # the kinds of bundled test concepts taken (empty: every kind; a concept file: all)
     extra: dict = field(default_factory=dict)
 
     def budget(self) -> Budget:
-        """The :class:`Budget` the learned levers read (texts, words, steps, controls)."""
-        return Budget("decide", validation_prompts=0, test_prompts=self.test_prompts, new_tokens=self.new_tokens,
-                      control_prompts=self.control_prompts, train_controls=self.train_controls,
-                      train_texts=self.train_texts, train_words=self.train_words, steps=self.steps,
-                      strengths=(1.0,), caa_layers=(0.5,), caa_multipliers=(1.0,), bootstrap=self.bootstrap)
+        """The :class:`Budget` the levers read (texts, words, steps)."""
+        return Budget(train_texts=self.train_texts, train_words=self.train_words, steps=self.steps)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,8 +89,19 @@ class Design:
 
 
 # the design of the committed run (docs/results/decide/): two KL levels, 8 + 8 texts, 8 full-batch steps, a
-# three-point grid; its tables are rebuilt with it
-EARLIER = Design(train_texts=8, steps=8, batch_texts=8, kl_levels=DECISION_LEVELS, lr_grid=(1e-3, 1e-2, 1e-1))
+# three-point grid, the priors it was sized with; its tables are rebuilt with it
+EARLIER = Design(train_texts=8, steps=8, batch_texts=8, kl_levels=DECISION_LEVELS, lr_grid=(1e-3, 1e-2, 1e-1),
+                 prior_sd_concept=0.04, prior_sd_item=0.15)
+
+
+TOPIC_KINDS = ("topic-promote", "topic-suppress")
+# the named designs of ``bench decide --design``: "full" is the default; "trimmed" fits about 12 CPU-hours on 2
+# cores: the 18 topic concepts (the ones a 135M model's judges are admitted on: sentiment, register and refusal
+# have no labelled continuations there), the frontier at three levels, 32 steps of 4 passages a side, a 3-point
+# learning-rate grid (extended past an edge choice like any grid)
+DESIGNS = {"full": Design(),
+           "trimmed": Design(kinds=TOPIC_KINDS, kl_levels=(0.05, 0.1, 0.2), steps=32, batch_texts=4,
+                             lr_grid=(3e-3, 1e-2, 3e-2))}
 
 
 def parse_levels(text: str, option: str = "--kl-levels") -> tuple[float, ...]:

@@ -7,8 +7,9 @@ and B are compared at one KL level through the paired differences d = field_A - 
 
     D = (1/C) * sum_c mean_i d_ci,
 
-and in :func:`compare_pairs` its uncertainty comes from resampling concepts, then items within each drawn
-concept, with Holm's step-down over every (pair, KL level) of the call; :func:`decide` is the earlier rule on the
+and in :func:`compare_pairs` its uncertainty comes from resampling concepts, then prompts within each drawn
+concept as clusters (a prompt's items at every seed are drawn together: :func:`paired_clusters`), with Holm's
+step-down over every (pair, KL level) of the call; :func:`decide` is the earlier rule on the
 score alone. The rule in force uses concept-level t intervals instead (:mod:`geosteer.bench.tdist`).
 """
 
@@ -30,12 +31,8 @@ def _reading(value) -> float:
     return math.nan if value is None or value == "" else float(value)
 
 
-def paired_differences(records: Iterable[dict], a: str, b: str, kl_level: str,
-                       field: str = "score") -> dict[str, np.ndarray]:
-    """concept -> array of d = field_a - field_b over the (seed, prompt) items both levers have at ``kl_level``.
-
-    Items only one lever has, or where either reading of ``field`` is missing (nan), are dropped; concepts are
-    sorted, items within a concept by (seed, prompt). A lever with two records for the same item is an error."""
+def _paired(records: Iterable[dict], a: str, b: str, kl_level: str, field: str) -> list[tuple[Key, float]]:
+    """((concept, seed, prompt), field_a - field_b) for every item both levers read at ``kl_level``, sorted."""
     scores: dict[str, dict[Key, float]] = {a: {}, b: {}}
     for r in records:
         if r["lever"] not in scores or str(r["kl_level"]) != str(kl_level):
@@ -46,43 +43,81 @@ def paired_differences(records: Iterable[dict], a: str, b: str, kl_level: str,
         scores[r["lever"]][key] = _reading(r.get(field))
     both = sorted(k for k in scores[a].keys() & scores[b].keys()
                   if not (math.isnan(scores[a][k]) or math.isnan(scores[b][k])))
+    return [(key, scores[a][key] - scores[b][key]) for key in both]
+
+
+def paired_differences(records: Iterable[dict], a: str, b: str, kl_level: str,
+                       field: str = "score") -> dict[str, np.ndarray]:
+    """concept -> array of d = field_a - field_b over the (seed, prompt) items both levers have at ``kl_level``.
+
+    Items only one lever has, or where either reading of ``field`` is missing (nan), are dropped; concepts are
+    sorted, items within a concept by (seed, prompt). A lever with two records for the same item is an error."""
     out: dict[str, list[float]] = {}
-    for key in both:
-        out.setdefault(key[0], []).append(scores[a][key] - scores[b][key])
+    for key, d in _paired(records, a, b, kl_level, field):
+        out.setdefault(key[0], []).append(d)
     return {c: np.asarray(d, dtype=float) for c, d in out.items()}
 
 
-def _check(diffs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    arrays = [np.asarray(diffs[c], dtype=float).ravel() for c in sorted(diffs)]
-    if not arrays:
+def paired_clusters(records: Iterable[dict], a: str, b: str, kl_level: str,
+                    field: str = "score") -> dict[str, list[np.ndarray]]:
+    """concept -> the paired differences of :func:`paired_differences` grouped by prompt: one array per prompt
+    (its items at every seed), prompts sorted; what the bootstrap resamples as clusters."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for (concept, _seed, prompt), d in _paired(records, a, b, kl_level, field):
+        out.setdefault(concept, {}).setdefault(prompt, []).append(d)
+    return {c: [np.asarray(v[p], dtype=float) for p in sorted(v)] for c, v in out.items()}
+
+
+Diffs = dict[str, np.ndarray] | dict[str, list[np.ndarray]]
+
+
+def _clusters(value) -> tuple[np.ndarray, np.ndarray]:
+    """(sum, size) of each cluster of one concept: an array is one item per cluster, a list one array per cluster."""
+    if isinstance(value, list | tuple):
+        parts = [np.asarray(x, dtype=float).ravel() for x in value]
+        return np.array([x.sum() for x in parts]), np.array([x.size for x in parts], dtype=float)
+    x = np.asarray(value, dtype=float).ravel()
+    return x, np.ones(x.size)
+
+
+def _check(diffs: Diffs) -> list[tuple[np.ndarray, np.ndarray]]:
+    out = [_clusters(diffs[c]) for c in sorted(diffs)]
+    if not out:
         raise ValueError("no paired differences (no concept has an item both levers scored)")
-    if any(x.size == 0 for x in arrays):
+    if any(n.sum() == 0 for _, n in out):
         raise ValueError("a concept has no items")
-    return arrays
+    if any((n == 0).any() for _, n in out):
+        raise ValueError("a cluster has no items")
+    return out
 
 
-def _replicates(diffs: dict[str, np.ndarray], n_boot: int, seed: int) -> np.ndarray:
+def _n_items(diffs: Diffs) -> int:
+    return int(sum(n.sum() for _, n in _check(diffs))) if diffs else 0
+
+
+def _replicates(diffs: Diffs, n_boot: int, seed: int) -> np.ndarray:
     """``n_boot`` hierarchical bootstrap replicates of the equal-weight mean.
 
-    Each replicate draws C concepts with replacement, then for every drawn concept n_c of its items with
-    replacement (a concept drawn twice gets two independent item draws), and takes
-    (1/C) * sum_j mean(drawn items of concept j)."""
-    arrays = _check(diffs)
+    Each replicate draws C concepts with replacement, then for every drawn concept J_c of its clusters with
+    replacement (a concept drawn twice gets two independent draws; a cluster is one item when the concept's value
+    is an array, one prompt's items when it is a list of arrays, :func:`paired_clusters`), and takes
+    (1/C) * sum_j (sum of the drawn clusters' items / their count) for the drawn concepts j."""
+    clusters = _check(diffs)
     rng = np.random.default_rng(seed)
-    n_c = len(arrays)
+    n_c = len(clusters)
     picks = rng.integers(0, n_c, size=(n_boot, n_c))
     means = np.empty((n_boot, n_c))
-    for c, items in enumerate(arrays):
+    for c, (sums, sizes) in enumerate(clusters):
         where = picks == c
         k = int(where.sum())
         if k:
-            draws = rng.integers(0, items.size, size=(k, items.size))
-            means[where] = items[draws].mean(axis=1)
+            draws = rng.integers(0, sums.size, size=(k, sums.size))
+            means[where] = sums[draws].sum(axis=1) / sizes[draws].sum(axis=1)
     return means.mean(axis=1)
 
 
-def _point(diffs: dict[str, np.ndarray]) -> float:
-    return float(np.mean([x.mean() for x in _check(diffs)]))
+def _point(diffs: Diffs) -> float:
+    return float(np.mean([s.sum() / n.sum() for s, n in _check(diffs)]))
 
 
 def _interval(reps: np.ndarray, alpha: float) -> tuple[float, float]:
@@ -98,7 +133,7 @@ def _p_value(reps: np.ndarray) -> float:
     return float(min(1.0, 2 * min(below, above)))
 
 
-def hierarchical_bootstrap(diffs: dict[str, np.ndarray], n_boot: int = 4000, seed: int = 0,
+def hierarchical_bootstrap(diffs: Diffs, n_boot: int = 4000, seed: int = 0,
                            alpha: float = 0.05) -> dict:
     """Equal-weight mean of the concept means, with a two-sided percentile interval at level 1 - alpha.
 
@@ -107,10 +142,10 @@ def hierarchical_bootstrap(diffs: dict[str, np.ndarray], n_boot: int = 4000, see
     reps = _replicates(diffs, n_boot, seed)
     lo, hi = _interval(reps, alpha)
     return {"mean": _point(diffs), "lo": lo, "hi": hi, "se": float(reps.std(ddof=1)) if n_boot > 1 else 0.0,
-            "n_concepts": len(diffs), "n_items": int(sum(np.asarray(x).size for x in diffs.values()))}
+            "n_concepts": len(diffs), "n_items": _n_items(diffs)}
 
 
-def bootstrap_p(diffs: dict[str, np.ndarray], n_boot: int = 4000, seed: int = 0) -> float:
+def bootstrap_p(diffs: Diffs, n_boot: int = 4000, seed: int = 0) -> float:
     """Two-sided bootstrap p-value of D = 0 from the hierarchical replicates (same seed, same replicates as
     :func:`hierarchical_bootstrap`): p = 2 * min((k_le + 1)/(n + 1), (k_ge + 1)/(n + 1)), capped at 1."""
     return _p_value(_replicates(diffs, n_boot, seed))
@@ -137,7 +172,8 @@ def compare_pairs(records: Sequence[dict], pairs: Sequence[tuple[str, str]], kl_
                   n_boot: int = 4000, seed: int = 0, alpha: float = 0.05) -> list[dict]:
     """One result per (pair, KL level), in that order, with Holm over ALL of them as one family.
 
-    Each result: a, b, kl_level, mean, lo, hi, alpha_ci, p, p_holm, n_concepts, n_items. The comparison of
+    Each result: a, b, kl_level, mean, lo, hi, alpha_ci, p, p_holm, n_concepts, n_items; within a concept the
+    bootstrap resamples prompts as clusters (:func:`paired_clusters`). The comparison of
     rank i by p (ascending, 1-based) among the m testable ones gets its interval at alpha_ci = alpha/(m - i + 1)
     (Holm's step-down level). Every comparison uses the same bootstrap seed. A comparison with no paired item
     (e.g. a lever that cannot reach that KL) is left out of the family and has mean/lo/hi/p/p_holm None."""
@@ -146,10 +182,9 @@ def compare_pairs(records: Sequence[dict], pairs: Sequence[tuple[str, str]], kl_
     p: dict[str, float] = {}
     for a, b in pairs:
         for level in kl_levels:
-            diffs = paired_differences(records, a, b, level)
+            diffs = paired_clusters(records, a, b, level)
             row = {"a": a, "b": b, "kl_level": str(level), "mean": None, "lo": None, "hi": None, "alpha_ci": None,
-                   "p": None, "p_holm": None, "n_concepts": len(diffs),
-                   "n_items": int(sum(x.size for x in diffs.values()))}
+                   "p": None, "p_holm": None, "n_concepts": len(diffs), "n_items": _n_items(diffs)}
             if diffs:
                 name = str(len(results))
                 reps[name] = _replicates(diffs, n_boot, seed)
@@ -206,7 +241,8 @@ def variance_components(diffs: dict[str, np.ndarray]) -> tuple[float, float]:
     MSW = sum_c sum_i (d_ci - dbar_c)^2 / (N - C),  MSB = sum_c n_c (dbar_c - dbar)^2 / (C - 1),
     n0 = (N - sum_c n_c^2 / N) / (C - 1),  sd_item^2 = MSW,  sd_concept^2 = max(0, (MSB - MSW) / n0).
     dbar is the item-weighted grand mean. A component the data cannot identify (C < 2, or N = C) is NaN."""
-    arrays = _check(diffs)
+    _check(diffs)
+    arrays = [np.asarray(diffs[c], dtype=float).ravel() for c in sorted(diffs)]
     n = np.array([x.size for x in arrays], dtype=float)
     big_n, n_c = float(n.sum()), len(arrays)
     means = np.array([x.mean() for x in arrays])
