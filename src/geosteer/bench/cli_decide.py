@@ -15,7 +15,6 @@ from pathlib import Path
 import typer
 
 from geosteer.bench.cli_judge import JSON_OPT
-from geosteer.cli.common import comma_names
 from geosteer.errors import GeosteerError
 
 MODEL = "smollm2"
@@ -32,6 +31,8 @@ def cpu_cores() -> int:
 
 def _names(option: str, value: str | None) -> list[str] | None:
     """A comma-separated list of names: None when not given; empty or repeated names refused."""
+    from geosteer.cli.common import comma_names  # here: importing geosteer.cli registers this module's command
+
     return None if value is None else comma_names(option, value)
 
 
