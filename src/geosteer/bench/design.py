@@ -65,8 +65,8 @@ class Design:
     bootstrap: int = 4000
     # variance components for the predicted minimum detectable effect (``--dry-run``): the between-concept
     # and within-concept standard deviations of a paired concept-score difference, the medians over the lever
-    # pairs and both decision levels of the committed run (docs/results/decide, stats.variance_components);
-    # the report gives the achieved one beside it
+    # pairs and both decision levels of the committed run (benchmarks/decide_priors.py: 0.0622, 0.1516); the
+    # report gives the achieved MDE beside the predicted one
     prior_sd_concept: float = 0.062
     prior_sd_item: float = 0.152
     kinds: tuple[str, ...] = ()  # the kinds of bundled test concepts taken (empty: every kind; a concept file: all)
