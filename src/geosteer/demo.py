@@ -1,7 +1,7 @@
 """``geosteer demo``: the main job on the bundled default model, in a few minutes on 2 CPU cores.
 
 1. load SmolLM2-135M-Instruct (converted once into the local cache), 2. held-out strided perplexity,
-3. text quality: greedy text on twenty everyday prompts scored as ``geosteer bench steering`` scores a lever
+3. text quality: greedy text on twenty everyday prompts scored as ``geosteer bench text`` scores it
 (repeated 4-grams, fluency score), beside the perplexity, 4. greedy continuations of a few prompts. With
 trained surfaces (for SmolLM2 the package ships them: ``geosteer/assets/surfaces/smollm2-surfaces-fluent``, all
 30 layers trained on 65k tokens with a fluency term, so they lower perplexity without making greedy text more
@@ -143,7 +143,7 @@ def _text_quality(model, tok, states: list[tuple[str, list]], summary: dict, con
                   f"{len(states)} states")
     rows = measure_states(model, tok, [State(n, ivs) for n, ivs in states], prompts, QUALITY_TOKENS)
     table = Table(title="lower perplexity, and text as good? (repeated 4-grams: lower is better; fluency score "
-                        "as bench steering scores it, 1 = as fluent as the stock model)")
+                        "as bench text scores it, 1 = as fluent as the stock model)")
     for col in ("state", "held-out ppl", "repeated 4-grams", "fluency score"):
         table.add_column(col, overflow="fold")
     out = {}

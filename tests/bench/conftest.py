@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from geosteer.bench.budget import Budget
+from geosteer.bench.design import Budget
 
 CATS = {"name": "cats", "direction": "promote", "description": "cats",
         "positive": ["The cat purred on the warm windowsill.", "Cats chase mice and sleep all day.",
@@ -18,10 +18,8 @@ CATS = {"name": "cats", "direction": "promote", "description": "cats",
         "prompts": ["Tell me about your day.", "What should I cook tonight?", "Describe the city.",
                     "Write a sentence."]}
 
-# every lever measured at strength 0 and 1; two training steps; one prompt per split
-TINY = Budget("tiny", validation_prompts=1, test_prompts=1, new_tokens=4, control_prompts=2, train_controls=2,
-              train_texts=2, train_words=6, steps=2, strengths=(0.0, 1.0), caa_layers=(0.0, 1.0),
-              caa_multipliers=(0.0, 2.0), bootstrap=50)
+# two lever texts a side of six words, two training steps (a setup without a training rule)
+TINY = Budget(train_texts=2, train_words=6, steps=2)
 
 
 @pytest.fixture

@@ -69,6 +69,10 @@ def test_the_report_gives_the_frontier_the_figure_and_the_training(tmp_path):
     assert len(steps) == 12 and {"loss", "margin", "kl_s1", "lever", "concept"} <= set(steps[0])
     text = (tmp_path / "verdict.txt").read_text()
     assert "Concept gain over stock against control KL" in text and "How the learned levers were trained" in text
+    view = json.loads((tmp_path / "results.json").read_text())["axbench_view"]  # AxBench's protocol, its CSV
+    assert [r["lever"] for r in view["levers"]] == ["vector"] and view["levers"][0]["n_concepts"] == 3
+    chosen = _csv(tmp_path / "axbench_view.csv")
+    assert len(chosen) == 3 and {r["kl_level"] for r in chosen} <= set(LEVELS) and "AxBench's protocol" in text
     html = (tmp_path / "frontier.html").read_text()
     assert "vector" in html and "concept gain over stock" in html
 

@@ -195,18 +195,13 @@ def test_a_missing_reader_is_refused_with_its_install_command(monkeypatch, capsy
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--seed", "-1"], "--seed: seed -1 is out of range"),
-    (["--seed", str(2**70)], "is out of range; seeds are integers 0 to 2147483647"),
-    (["--workers", "100000"], "--workers 100000: at most"),
-])
-def test_bench_steering_seeds_and_workers_are_bounded(monkeypatch, capsys, tmp_path, args, needle):
+@pytest.mark.parametrize("args", [[], ["-m", "tiny-llama", "--concepts", "bundled", "--out", "o"], ["--help"]])
+def test_the_retired_bench_steering_names_bench_decide(monkeypatch, capsys, tmp_path, args):
     monkeypatch.chdir(tmp_path)
     forbid_model_builds(monkeypatch)
-    code, _, err = run_cli(monkeypatch, capsys, "bench", "steering", "-m", "tiny-llama", "--concepts", "bundled",
-                           "--out", "o", *args)
+    code, _, err = run_cli(monkeypatch, capsys, "bench", "steering", *args)
     one_line_exit_2(code, err)
-    assert needle in err and not (tmp_path / "o").exists()
+    assert "'geosteer bench decide'" in err and not (tmp_path / "o").exists()
 
 
 def test_report_only_reports_the_design_the_folder_records(monkeypatch, capsys, tmp_path):

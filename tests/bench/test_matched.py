@@ -41,5 +41,4 @@ def test_every_matched_lever_is_neutral_at_0_and_acts_at_1(tiny_model, concept_f
 def test_the_design_budget_carries_its_sizes():
     d = Design()
     b = d.budget()
-    assert (b.steps, b.train_texts, b.train_words, b.test_prompts) == (d.steps, d.train_texts, d.train_words,
-                                                                       d.test_prompts)
+    assert (b.steps, b.train_texts, b.train_words) == (d.steps, d.train_texts, d.train_words)

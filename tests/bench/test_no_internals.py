@@ -24,14 +24,10 @@ BENCH = SRC / "geosteer" / "bench"
 #: (bench module, internal module) -> why it is still imported. Each wants the method's package face to export
 #: what the bench calls (the method packages belong to their methods' owners).
 ALLOWED: dict[tuple[str, str], str] = {
-    ("geosteer.bench.levers_learned", "geosteer.directional.steer_learn"):
-        "the scales learner (learn_scales, ScaleLearnConfig) is not on geosteer.directional's face",
     ("geosteer.bench.levers_learned", "geosteer.manifold.wall_learn"):
         "WallLearnConfig is not on geosteer.manifold's face",
     ("geosteer.bench.levers_learned", "geosteer.manifold.wall_learn_train"):
-        "the walls/steering-surfaces learner (learn_walls) is not on geosteer.manifold's face",
-    ("geosteer.bench.levers_variants", "geosteer.manifold.low_rank_train"):
-        "rank-r surfaces (factorise, merge_factors, trained_parameters) are not on geosteer.manifold's face",
+        "the walls learner (learn_walls) is not on geosteer.manifold's face",
     ("geosteer.bench.matched", "geosteer.manifold.low_rank_train"):
         "rank-r surfaces (factorise, merge_factors, trained_parameters) are not on geosteer.manifold's face",
     ("geosteer.bench.text_quality", "geosteer.manifold.strength"):

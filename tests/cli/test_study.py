@@ -20,7 +20,7 @@ TOOL_VERBS = {
     "tasks build", "recipe show", "recipe save", "show", "manifold edit", "manifold import",
     "learn surfaces", "learn walls", "learn steering-surfaces", "learn scales", "learn gates", "learn vectors",
     "learn loreft",
-    "measure decompose", "measure diagnose", "measure explore", "bench steering", "bench text", "bench judge",
+    "measure decompose", "measure diagnose", "measure explore", "bench text", "bench judge",
     "bench decide",
 }
 

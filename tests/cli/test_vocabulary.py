@@ -227,7 +227,6 @@ SURFACES_NOT_FRONT_DOOR = {
     "measure explore": "the surfaces measured (sensitivity, coverage, walls): the object of the measurement",
     "manifold edit": "the artifact edited into a new folder; no model runs",
     "bench text": "surfaces artifacts compared as levers, several at once, each at several strengths",
-    "bench steering": "the shipped surfaces as one lever among many of the benchmark",
 }
 FRONT_DOOR_HOMES = ("recipe show", "recipe save")  # read and write recipes; run no model
 

@@ -82,7 +82,7 @@ def _hostile(path: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["fifo", "zero", "deep"])
 def test_read_back_files_are_one_line_without_hanging(tmp_path, monkeypatch, capsys, kind):
-    from geosteer.bench.run import read_cached
+    from geosteer.bench.decide_folder import read_sealed
     from geosteer.errors import GeosteerError
     from geosteer.manifold.method import edit_list
     from geosteer.outputs import folder_kind
@@ -105,8 +105,9 @@ def test_read_back_files_are_one_line_without_hanging(tmp_path, monkeypatch, cap
         _hostile(p, kind)
         with pytest.raises(error, match=needle):
             read(str(p))
-    _hostile(tmp_path / "cache.json", kind)
-    assert read_cached(tmp_path / "cache.json", "fp") is None  # unreadable: measured again
+    _hostile(tmp_path / "unit.json", kind)
+    with pytest.raises(GeosteerError, match=needle):  # a checkpoint that cannot be read is refused, not read
+        read_sealed(tmp_path / "unit.json")
     assert time.monotonic() - t0 < 30
 
 

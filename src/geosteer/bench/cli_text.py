@@ -26,14 +26,20 @@ def parse_strengths(spec: str) -> list[float]:
     return vals
 
 
-def _check_surfaces(refs: list[Path]) -> list[str]:
+def _check_surfaces(refs: list[Path], grid: list[float]) -> list[str]:
+    """The surfaces' folders; a missing or damaged artifact, or one with exact walls (on or off: strength 1
+    only) at another strength, is one line before the model loads."""
     from geosteer.manifold import read_config
     from geosteer.shipped import expand
 
     out = []
     for ref in refs:
         path = expand(str(ref))
-        read_config(path)  # a missing or damaged artifact: one line, before the model loads
+        walls = read_config(path).get("walls") or []
+        other = [s for s in grid if s != 1]
+        if walls and other:
+            raise GeosteerError(f"--surfaces {ref}: these surfaces carry {len(walls)} exact wall(s), which are on "
+                                f"or off, so they have no strength {other[0]:g}; give --strengths 1")
         out.append(str(path))
     return out
 
@@ -55,10 +61,10 @@ def text_cmd(
     """Greedy continuations of twenty everyday prompts by the stock model and by each surfaces artifact at each
     strength: share of repeated 4-grams, the steering benchmark's fluency score (against the stock model's
     own continuations) and held-out perplexity, with 95 % intervals over prompts."""
-    from geosteer.bench.text_quality import State, everyday_prompts, measure_states, scaled_bank
+    from geosteer.bench.text_quality import State, everyday_prompts, measure_states
     from geosteer.eval.chat import check_chat_options, format_prompts
     from geosteer.io_utils import write_records
-    from geosteer.manifold import load as load_surfaces
+    from geosteer.recipe import InterventionSpec
 
     check_chat_options(chat, system)
     if new_tokens < 4:
@@ -67,20 +73,19 @@ def text_cmd(
         raise GeosteerError(f"--ppl-tokens must be 0 (no perplexity) or more than one 512-token window "
                             f"(got {ppl_tokens})")
     grid = parse_strengths(strengths)
-    paths = _check_surfaces(surfaces)
+    paths = _check_surfaces(surfaces, grid)
     for path in paths:  # another base model's or another shape's surfaces: refused before the model loads
         check_artifact("surfaces", path, model)
     m, tok = load(model, threads=threads, device=device, dtype=dtype)
     prompts = format_prompts(tok, list(everyday_prompts()), chat, system, True)  # encoded BOS first
     states = [State("stock", [], 0.0)]
-    for ref, path in zip(surfaces, paths, strict=True):
-        bank = load_surfaces(path, model=m)
-        states += [State(str(ref), [scaled_bank(bank, s) if s != 1 else bank], s) for s in grid]
+    for ref, path in zip(surfaces, paths, strict=True):  # the recipe of the surfaces at each strength, built now
+        states += [State(str(ref), InterventionSpec(surfaces=path, surfaces_strength=s).build(m), s) for s in grid]
     rows = measure_states(m, tok, states, prompts, new_tokens, ppl_tokens, seed,
                           log=lambda s: typer.echo(s, err=True))
     meta = {"command": "geosteer " + " ".join(sys.argv[1:]), "model": model, "chat": chat, "system": system,
             "new_tokens": new_tokens, "ppl_tokens": ppl_tokens, "n_prompts": len(prompts),
-            "measures": "repeated-4-gram share and fluency score as geosteer bench steering scores them"}
+            "measures": "repeated-4-gram share and fluency score (the stock model reads each continuation)"}
     if out is not None:
         write_records(out, rows, meta=meta)
     emit([_flat(r) for r in rows], False, table_title="text quality (means over prompts, 95 % intervals)")

@@ -1,28 +1,21 @@
-"""The concept file of the steering benchmark and its deterministic splits.
+"""The concept file of the steering benchmark (``bench decide --concepts``, ``bench judge --concepts``).
 
 A concept file is a JSON list; each concept is ``{"name", "direction": "promote"|"suppress", "positive":
 [texts that show the concept], "negative": [texts that do not], "prompts": [prompts to continue]}``, with an
-optional ``"description"`` (the words the prompting lever's instruction uses; default: the name).
-
-Splits are hash-based, so they depend only on the texts, the concept's name and the seed, never on the order
-of the file: the items of a list are sorted by SHA-256 of (seed, name, part, text) and dealt alternately, so
-the two sides differ in size by at most one. Positive and negative texts go to the levers (what they learn
-from) and the judge (what it is trained on); prompts to validation (choosing each lever's operating point)
-and test (the reported numbers).
+optional ``"description"`` (the words the prompting lever's instruction uses; default: the name). How a concept's
+texts are dealt to the levers, the judge and its admission is :mod:`geosteer.bench.decide_concepts`'.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from geosteer.errors import GeosteerError
 from geosteer.readers import ReadRefused, parse_json, read_text
 
-MIN_TEXTS = 4  # per side: two for the levers, two for the judge
-MIN_PROMPTS = 2  # one validation, one test
+MIN_TEXTS = 4  # per side (bench decide asks more of a file: decide_concepts.file_concept)
+MIN_PROMPTS = 2
 MAX_FILE_BYTES = 32 * 1024 * 1024
 
 
@@ -93,46 +86,6 @@ def read_concepts(path: str | Path) -> list:
 def concept_from_dict(doc: dict):
     """A concept from its ``model_dump()`` (how a concept travels to a worker process)."""
     return _schema()[0].model_validate(doc)
-
-
-def _key(seed: int, name: str, part: str, text: str) -> str:
-    return hashlib.sha256(f"{seed}\0{name}\0{part}\0{text}".encode()).hexdigest()
-
-
-def deal(items: list[str], seed: int, name: str, part: str) -> tuple[list[str], list[str]]:
-    """``items`` sorted by their hash and dealt alternately into two lists (first, second)."""
-    ordered = sorted(items, key=lambda t: _key(seed, name, part, t))
-    return ordered[0::2], ordered[1::2]
-
-
-@dataclass(frozen=True)
-class Splits:
-    """One concept's splits: texts for the levers and for the judge, prompts for validation and test."""
-
-    lever_positive: list[str]
-    lever_negative: list[str]
-    judge_positive: list[str]
-    judge_negative: list[str]
-    validation: list[str]
-    test: list[str]
-
-
-def split_concept(concept, seed: int = 0, max_validation: int | None = None,
-                  max_test: int | None = None) -> Splits:
-    """The deterministic splits of ``concept`` (module docstring); prompts capped per side when asked."""
-    lp, jp = deal(list(concept.positive), seed, concept.name, "positive")
-    ln, jn = deal(list(concept.negative), seed, concept.name, "negative")
-    val, test = deal(list(concept.prompts), seed, concept.name, "prompts")
-    return Splits(lp, ln, jp, jn, val[:max_validation] if max_validation else val,
-                  test[:max_test] if max_test else test)
-
-
-def toward_away(concept, splits: Splits) -> tuple[list[str], list[str]]:
-    """(texts to move towards, texts to move away from): positive/negative for a promoted concept, the
-    other way round for a suppressed one."""
-    if concept.direction == "promote":
-        return splits.lever_positive, splits.lever_negative
-    return splits.lever_negative, splits.lever_positive
 
 
 def describe(concept) -> str:

@@ -9,7 +9,9 @@ frontier (:mod:`geosteer.bench.decide_frontier`) gives each lever's concept gain
 summary (:mod:`geosteer.bench.decide_training`) how each learned lever was trained. Stock and prompting have one
 setting each, so their records stand at every KL level (prompting at its own control KL, which is reported).
 The earlier reading of AxBench's score alone (a
-hierarchical bootstrap, :func:`verdicts`) is kept in ``results.json`` as ``earlier_rule``, for comparison.
+hierarchical bootstrap, :func:`verdicts`) is kept in ``results.json`` as ``earlier_rule``, for comparison; AxBench's
+own protocol (each lever's strength chosen on half of the test prompts, :mod:`geosteer.bench.axbench_view`) is
+``axbench_view`` there and in ``axbench_view.csv``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from geosteer.bench import axbench_view as A
 from geosteer.bench import decide_training as T
 from geosteer.bench import endpoints as E
 from geosteer.bench.decide_frontier import FIGURE, frontier, frontier_markdown
@@ -257,7 +260,8 @@ def read_tables(folder: Path) -> tuple[list[dict], list[dict], list[dict]]:
 
 
 def write_report(out: Path, design) -> dict:
-    """records.csv, concepts.csv, units.csv, results.json and verdict.txt under ``out``; the results document."""
+    """records.csv, concepts.csv, units.csv, results.json, axbench_view.csv and verdict.txt under ``out``; the
+    results document."""
     out = Path(out)
     levels = [level_key(t) for t in design.kl_levels]
     recs, concepts, units = records(out, levels)
@@ -271,8 +275,8 @@ def write_report(out: Path, design) -> dict:
 
 
 def write_results(out: Path, design, recs: list[dict], concepts: list[dict], units: list[dict]) -> dict:
-    """results.json and verdict.txt under ``out`` from the tidy records (:func:`records`, or the committed CSV
-    files read back by :func:`read_tables`); the results document."""
+    """results.json, axbench_view.csv and verdict.txt under ``out`` from the tidy records (:func:`records`, or the
+    committed CSV files read back by :func:`read_tables`); the results document."""
     levels = [level_key(t) for t in design.kl_levels]  # the frontier's
     rule_levels = [level_key(t) for t in decision_levels(design)]  # the decision rule's
     comps, old = verdicts(recs, rule_levels, EQUIVALENCE_MARGIN, ALPHA) if recs else ([], [])
@@ -282,7 +286,8 @@ def write_results(out: Path, design, recs: list[dict], concepts: list[dict], uni
              ("surfaces-rank1", "prompting"), ("surfaces-rank1", "lora"), ("lora", "stock"),
              ("prompting", "stock")) for lv in rule_levels} if recs else {}
     lrs = _learning_rates(Path(out))
-    front = frontier(recs, levels, [*LEVERS, *(x for x in EXPLORATORY if any(r["lever"] == x for r in recs))])
+    measured = [*LEVERS, *(x for x in EXPLORATORY if any(r["lever"] == x for r in recs))]
+    front = frontier(recs, levels, measured)
     training = T.summary(units, lrs)
     doc = {"model": _model(Path(out)), "design": design.to_dict(), "kl_levels": levels,
            "decision_levels": rule_levels, "learning_rates": lrs, "frontier": front, "training": training,
@@ -293,8 +298,11 @@ def write_results(out: Path, design, recs: list[dict], concepts: list[dict], uni
            "earlier_rule": {"what": "AxBench's score alone, hierarchical bootstrap, Holm over (pair, KL level); "
                                     "superseded", "comparisons": comps, "verdicts": old},
            "by_kind": kinds, "units": units, "costs": cost_table(units)}
+    doc["axbench_view"] = A.view(recs, levels, measured)
+    atomic_write_text(Path(out) / A.CSV_NAME, _csv(doc["axbench_view"]["choices"]))
     doc["markdown"] = "\n".join(x for x in (rule["markdown"], frontier_markdown(front, levels),
-                                            T.summary_markdown(training), cost_markdown(doc["costs"])) if x)
+                                            A.markdown(doc["axbench_view"]), T.summary_markdown(training),
+                                            cost_markdown(doc["costs"])) if x)
     extra = exploratory(recs, levels, design) if recs else {}
     if extra:
         doc["exploratory"] = extra

@@ -1,7 +1,7 @@
 """Prompts of the steering benchmark: one formatting for every lever, the training pairs, the neutral sets.
 
 Every prompt (concept prompts, training prompts, neutral control prompts) goes through
-:func:`format_prompt`: the tokenizer's chat template when the run is a chat run (``--chat``; an
+:func:`format_prompt`: the tokenizer's chat template when the run is a chat run (``bench decide``'s is; an
 instruction becomes the system prompt), the plain text otherwise (an instruction becomes a line before
 it). The formatted text never starts with the BOS token: every encoding puts it in front once (BOS first,
 as :mod:`geosteer.train.prompts` encodes).

@@ -1,12 +1,10 @@
-"""The lever registry of the steering benchmark: what a lever is, and what it builds.
+"""What a lever of the steering benchmark is built from and what it yields.
 
-A lever is ``build(setup) -> Prepared``: whatever it learns from the concept's lever split (nothing for
-prompting; a mean difference for CAA; a run of the shared training objective for the learned levers,
-:mod:`geosteer.bench.levers_learned`), and the candidate :class:`Point` s the operating-point rule chooses
-from. Every point's interventions are reached through geosteer's public API (the recipe, the method
-packages' faces, :func:`geosteer.steer`; :func:`recipe_point` for a lever saved as its method's artifact); a
-point of strength 0 is the stock model. ``cleanup()`` undoes
-anything a lever changed in the model (LoRA's adapter layers).
+A lever is built (:func:`geosteer.bench.matched.build`) from a :class:`Setup`: the model, the concept, its lever
+texts and prompts; it yields :class:`Point` s, one setting each. Every point's interventions are reached through
+geosteer's public API (the recipe, the method packages' faces, :func:`geosteer.steer`; :func:`recipe_point` for a
+lever saved as its method's artifact); a point of strength 0 is the stock model. A :class:`Prepared` lever's
+``cleanup()`` undoes anything it changed in the model (LoRA's adapter layers).
 """
 
 from __future__ import annotations
@@ -15,8 +13,6 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from geosteer.errors import GeosteerError
 
 
 @dataclass
@@ -65,7 +61,8 @@ def stock_point(lever: str = "stock") -> Point:
 @dataclass
 class Setup:
     """What a lever learns from: the model, the concept, its lever texts (``toward`` / ``away``), training
-    and control prompts (already formatted: :func:`geosteer.bench.prompts.format_prompt`), the budget."""
+    and control prompts (already formatted: :func:`geosteer.bench.prompts.format_prompt`), the budget
+    (:class:`geosteer.bench.design.Budget`)."""
 
     model: object
     tok: object
@@ -79,50 +76,15 @@ class Setup:
     seed: int
     work: Path
     train_tau: float = 0.1
-    log: Callable[[str], None] | None = None
-    surfaces: str | None = None  # shipped surfaces to start from (the ``surfaces-shipped`` lever)
     rule: object | None = None  # the training rule (geosteer.bench.train_rule.TrainRule); None: the budget's
     kl_probe: Callable[[], float] | None = None  # the model's control KL against stock, as it is now (the stop)
 
 
 @dataclass
 class Prepared:
-    """A lever made ready for one concept: its candidate points, its trainable parameter count."""
+    """A lever made ready for one concept: its points, its trainable parameter count."""
 
     points: list[Point]
     params: int
     info: dict = field(default_factory=dict)
     cleanup: Callable[[], None] = lambda: None
-
-
-@dataclass(frozen=True)
-class Lever:
-    """A registered lever: ``build(setup) -> Prepared``; ``needs``: a module it imports (an optional
-    extra); ``description``: one line for the docs and ``--help``; ``version``: part of every checkpoint's
-    fingerprint; ``members``: for a family (:mod:`geosteer.bench.family`), the levers whose candidate points
-    it chooses from (its ``build`` is then never called)."""
-
-    name: str
-    build: Callable[[Setup], Prepared]
-    description: str
-    needs: str | None = None
-    version: int = 1  # raised when what the lever computes changes (its checkpoints are then measured again)
-    members: tuple[str, ...] = ()
-
-
-_LEVERS: dict[str, Lever] = {}
-
-
-def register_lever(lever: Lever) -> Lever:
-    if lever.name in _LEVERS:
-        raise GeosteerError(f"lever {lever.name!r} is already registered")
-    for m in lever.members:
-        if m not in _LEVERS or _LEVERS[m].members:
-            raise GeosteerError(f"family {lever.name!r}: member {m!r} must be a registered lever, not a family")
-    _LEVERS[lever.name] = lever
-    return lever
-
-
-def registered() -> dict[str, Lever]:
-    """The levers registered so far (:func:`geosteer.bench.catalog.levers` registers the built-in ones first)."""
-    return dict(_LEVERS)

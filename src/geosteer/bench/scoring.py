@@ -1,20 +1,15 @@
-"""What the steering benchmark measures for one point (a lever at one setting) on a set of prompts.
+"""The readings the steering benchmark's scores are made of, for whatever is attached to the model.
 
-Per prompt, the greedy continuation of ``new_tokens`` tokens (stopping at an end-of-sequence token) is scored:
+- greedy continuations of formatted prompts (:func:`continue_prompts`, BOS first, cut at an end token);
+- a text's mean log-prob per token read on its own (:func:`text_logprob`) and the share of its repeated 4-grams
+  (:func:`repeated_ngram_share`);
+- **fluency** f = min(1, exp(ℓ − ℓ₀)) · (1 − repeated-4-gram share), ℓ₀ being the same log-prob of the reference's
+  continuation of that prompt; an empty continuation scores f = 0 (:func:`fluency_values`);
+- the next-token log-probs after each prompt (:func:`next_token_logprobs`) and their KL against a reference
+  (:func:`kl_rows`): the control KL.
 
-- **concept score** c: the judge's P(concept | continuation) for a promoted concept, 1 − P for a suppressed
-  one (:mod:`geosteer.bench.judge`);
-- **fluency**: the stock model's mean log-prob per token of the continuation read on its own (BOS first,
-  no prompt: how likely the text is as text, whatever it is about), and the share of repeated 4-grams of
-  its tokens (4-grams that occurred earlier in the same continuation);
-- **fluency score** f = min(1, exp(ℓ − ℓ₀)) · (1 − repeated-4-gram share), where ℓ₀ is the same log-prob of the
-  stock model's own continuation of that prompt; an empty continuation scores f = 0;
-- **score** = 2cf / (c + f), the harmonic mean (0 when both are 0), in the spirit of AxBench's harmonic
-  mean of its concept, instruction and fluency ratings.
-
-**Control KL** is measured on neutral prompts: the next-token KL(P_stock ‖ P_point) after each prompt (the
-point's instruction, for the prompting lever, applied to them as to every prompt). Every mean comes with a
-95 % percentile bootstrap interval over prompts (seeded).
+How ``bench decide`` combines them with its judges is :mod:`geosteer.bench.decide_score`; ``bench text`` reads
+:class:`Measured` with a 95 % percentile bootstrap interval over prompts (:func:`bootstrap`, seeded).
 """
 
 from __future__ import annotations
@@ -24,8 +19,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from geosteer.interventions import steer
 
 
 def bootstrap(x, n_boot: int = 2000, seed: int = 0) -> dict:
@@ -51,12 +44,6 @@ def repeated_ngram_share(ids: list[int], n: int = 4) -> float:
         rep += g in seen
         seen.add(g)
     return rep / len(grams)
-
-
-def harmonic(c: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """2cf / (c + f), 0 where c + f = 0."""
-    s = c + f
-    return np.where(s > 0, 2 * c * f / np.where(s > 0, s, 1), 0.0)
 
 
 @dataclass
@@ -146,36 +133,13 @@ def kl_rows(ref: torch.Tensor, other: torch.Tensor) -> np.ndarray:
 
 @dataclass
 class Measured:
-    """Per-prompt values of one point on one prompt set (and its control KL per neutral prompt)."""
+    """Per-prompt readings of one state on one prompt set (and its control KL per neutral prompt)."""
 
     texts: list[str]
     concept: np.ndarray
     logprob: np.ndarray
     repeated: np.ndarray
     kl: np.ndarray
-
-    def to_dict(self) -> dict:
-        return {"texts": self.texts, "concept": self.concept.tolist(), "logprob": self.logprob.tolist(),
-                "repeated": self.repeated.tolist(), "kl": self.kl.tolist()}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Measured:
-        return cls(list(d["texts"]), *(np.asarray(d[k], dtype=float) for k in ("concept", "logprob",
-                                                                                 "repeated", "kl")))
-
-
-def measure(model, tok, point, prompts: list[str], controls: list[str], judge, promote: bool,
-            new_tokens: int, control_ref: torch.Tensor, fmt) -> Measured:
-    """Generate and score ``point`` on ``prompts`` (raw) and ``controls`` (raw); ``fmt(prompt, instruction)``
-    formats a prompt; ``control_ref``: the stock model's next-token log-probs on the controls."""
-    with point.interventions() as ivs, steer(model, *ivs):
-        cont = continue_prompts(model, tok, [fmt(p, point.instruction) for p in prompts], new_tokens)
-        lp_controls = next_token_logprobs(model, tok, [fmt(c, point.instruction) for c in controls])
-    p = judge.prob(cont.texts)
-    concept = p if promote else 1.0 - p
-    logprob = text_logprob(model, tok, cont.ids)  # nothing attached: the stock model reads the text
-    rep = np.array([repeated_ngram_share(x) for x in cont.ids])
-    return Measured(cont.texts, np.asarray(concept, dtype=float), logprob, rep, kl_rows(control_ref, lp_controls))
 
 
 def fluency_values(logprob: np.ndarray, ref_logprob: np.ndarray, repeated: np.ndarray) -> np.ndarray:
@@ -191,16 +155,3 @@ def fluency_values(logprob: np.ndarray, ref_logprob: np.ndarray, repeated: np.nd
 def fluency_score(m: Measured, ref: Measured) -> np.ndarray:
     """f per prompt (module docstring) against the stock model's continuations ``ref``."""
     return fluency_values(m.logprob, ref.logprob, m.repeated)
-
-
-def summarize(m: Measured, ref: Measured, n_boot: int = 2000, seed: int = 0) -> dict:
-    """Means and 95 % intervals of one point's measurements (against the stock model's ``ref``)."""
-    f = fluency_score(m, ref)
-    score = harmonic(m.concept, f)
-    return {"concept_score": bootstrap(m.concept, n_boot, seed),
-            "fluency": {"logprob": bootstrap(m.logprob[~np.isnan(m.logprob)], n_boot, seed),
-                        "repeated_4gram_share": bootstrap(m.repeated, n_boot, seed),
-                        "score": bootstrap(f, n_boot, seed)},
-            "control_kl": bootstrap(m.kl, n_boot, seed),
-            "score": bootstrap(score, n_boot, seed), "n_prompts": int(len(m.texts)),
-            "n_controls": int(len(m.kl))}

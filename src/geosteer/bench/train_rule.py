@@ -1,6 +1,6 @@
 """The one training rule of every learned lever: a pool, mini-batches, a control-KL target, a step cap, one clip.
 
-Every learned lever (the preference-trained vector, LoReFT, LoRA, the surfaces, the FFN gates) is trained by
+Every learned lever (the preference-trained vector, LoReFT, LoRA, the surfaces) is trained by
 :func:`fit_rule` on the shared preference objective (:mod:`geosteer.bench.training`):
 
 - **the pool**: each side's lever texts cut into passages of ``train_words`` words, taken in turn from the texts

@@ -1,8 +1,8 @@
 """The one training objective of every learned lever, and the run of it on any trainable intervention.
 
-Every learned lever (preference vector, LoReFT, LoRA, FFN gates, ∥/⊥ scales, steering surfaces; walls
-only suppress) optimises :class:`geosteer.train.PromptObjective` with ``promote=True``: raise the summed
-log-prob of the toward texts and lower that of the away texts, each as the answer to a generic request
+Every learned lever (preference vector, LoReFT, LoRA, steering surfaces; walls only suppress) optimises
+:class:`geosteer.train.PromptObjective` with ``promote=True``: raise the summed log-prob of the toward texts and
+lower that of the away texts, each as the answer to a generic request
 (:func:`geosteer.bench.prompts.training_pairs`), plus the control-KL hinge (on the neutral training controls,
 against the stock model), by one training rule (:mod:`geosteer.bench.train_rule`: the setup's ``rule``, else the
 budget's number of full-batch AdamW steps) at the lever's learning rate. The levers differ in what they
@@ -31,8 +31,8 @@ KL_WEIGHT = 100.0
 
 
 def rule_of(setup) -> TrainRule:
-    """The setup's training rule; a setup without one (``bench steering``): its budget's steps, full batch on its
-    lever texts, no KL stop."""
+    """The setup's training rule; a setup without one: its budget's steps, full batch on its lever texts, no KL
+    stop."""
     if getattr(setup, "rule", None) is not None:
         return setup.rule
     b = setup.budget

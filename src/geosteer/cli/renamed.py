@@ -13,6 +13,7 @@ RENAMED = {
     "manifold steer-learn": "learn steering-surfaces", "study directional steer-learn": "learn scales",
     "vectors train": "learn vectors", "dynamics gates": "learn gates", "decompose": "measure decompose",
     "dynamics diagnose": "measure diagnose", "manifold explore": "measure explore",
+    "bench steering": "bench decide",  # retired: the one steering benchmark is bench decide
 }
 
 
