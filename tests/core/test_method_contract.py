@@ -23,6 +23,7 @@ import geosteer
 from geosteer.interventions import steer
 from geosteer.methods import methods, unregister_method
 from geosteer.recipe import InterventionSpec, save_recipe
+from tests.conftest import TINY_FAMILIES
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILTIN = ["manifold", "directional", "dynamics", "vectors", "loreft"]
@@ -84,6 +85,35 @@ def test_neutral_values_give_the_stock_logits(method, tiny_model, tmp_path, fami
     stock = _logits(model, ids)
     torch.testing.assert_close(_logits(model, ids, spec), stock, rtol=0, atol=2e-5)
     assert torch.equal(_logits(model, ids), stock)  # removed cleanly
+
+
+#: each built-in's learned object and its one strength key (s = 0: the stock model, s = 1: as trained)
+STRENGTHS = {"manifold": ("surfaces", "surfaces_strength"), "directional": ("scale_learned", "scale_learned_strength"),
+             "dynamics": ("gates", "gates_strength"), "vectors": ("vectors", "vector_scale"),
+             "loreft": ("loreft", "loreft_strength")}
+
+
+def test_every_strength_key_is_a_number_defaulting_to_1():
+    for name, (folder, strength) in STRENGTHS.items():
+        keys = {k.name: k for k in methods()[name].keys}
+        assert keys[folder].kind == "folder" and keys[strength].kind == "number" and keys[strength].default == 1.0
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+@pytest.mark.parametrize("name", list(STRENGTHS))
+def test_strength_0_is_the_stock_model_and_1_the_artifact(name, tiny_model, tmp_path, family):
+    """The active example's learned object alone: strength 0 attaches nothing and gives the stock logits
+    exactly; strength 1 gives the logits of the artifact without the key, bit for bit."""
+    model, tok = tiny_model(family)
+    folder, strength = STRENGTHS[name]
+    artifact = {folder: _examples(methods()[name], model, tmp_path)["active"][folder]}
+    ids = _ids(tok)
+    stock = _logits(model, ids)
+    assert InterventionSpec(**artifact, **{strength: 0.0}).build(model) == []
+    assert torch.equal(_logits(model, ids, InterventionSpec(**artifact, **{strength: 0.0})), stock)
+    plain = _logits(model, ids, InterventionSpec(**artifact))
+    assert (plain - stock).abs().max() > 1e-4, f"{name}: the learned object changes nothing"
+    assert torch.equal(_logits(model, ids, InterventionSpec(**artifact, **{strength: 1.0})), plain)
 
 
 def test_artifacts_and_recipe_round_trip(method, tiny_model, tmp_path):

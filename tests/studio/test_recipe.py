@@ -86,3 +86,29 @@ def test_studio_bad_settings_before_the_model_loads(args, needle, monkeypatch, c
                            *args)
     one_line_exit_2(code, err)
     assert needle in err
+
+
+def test_the_studio_bank_takes_the_recipes_surfaces_strength(recipe, tiny_model):
+    """``surfaces_strength`` scales the studio's bank after its edits; the other settings still build."""
+    import geosteer.manifold as M
+    from geosteer.errors import GeosteerError
+    from geosteer.manifold.walls import Wall
+    from geosteer.recipe import load_recipe
+    from geosteer.studio.cli import apply_recipe_rest
+
+    folder, tmp = recipe
+    model, _ = tiny_model("llama")
+    spec = load_recipe(folder)[0].with_values(surfaces_strength=0.5)
+    bank = M.load(folder / "surfaces", model=model)
+    (edited,) = _by_hand(model, folder)[:1]
+    removes = apply_recipe_rest(model, bank, spec)
+    try:
+        torch.testing.assert_close(bank.coefficients, 0.5 * edited.coefficients, rtol=0, atol=0)
+        assert len(removes) == 2  # the ∥/⊥ scaling and the gains
+    finally:
+        for r in reversed(removes):
+            r()
+    walled = M.load(folder / "surfaces", model=model)
+    walled.set_walls([Wall(layer=1)])
+    with pytest.raises(GeosteerError, match="surfaces_strength=0.5: these surfaces carry 1 exact wall"):
+        apply_recipe_rest(model, walled, spec)

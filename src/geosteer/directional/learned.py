@@ -61,6 +61,22 @@ class LearnedScales(nn.Module):
         return [{"layer": layer, "s_par": float(p), "s_perp": float(q)}
                 for layer, p, q in zip(self.layers, self.s_par.detach(), self.s_perp.detach(), strict=True)]
 
+    def at_strength(self, s: float) -> LearnedScales:
+        """A copy at strength ``s``: each scale ← 1 + s·(scale − 1), so the edit (s∥−1)·y∥ + (s⊥−1)·y⊥ is × s
+        (0: scales of one, the stock model; 1: these scales, returned as they are). Non-finite scales are
+        refused."""
+        s = float(s)
+        if s == 1.0:
+            return self
+        par, perp = (1.0 + s * (t.detach().float().cpu() - 1.0) for t in (self.s_par, self.s_perp))
+        if not bool(torch.isfinite(par).all() and torch.isfinite(perp).all()):
+            raise GeosteerError(f"scale_learned_strength={s:g}: the scales 1 + s·(scale − 1) overflow float32")
+        out = LearnedScales(self.site, self.layers, par, perp).to(self.s_par.device)
+        for name in ("base_model", "n_layers", "meta"):  # what the artifact reader records
+            if hasattr(self, name):
+                setattr(out, name, getattr(self, name))
+        return out
+
     def attach(self, model: nn.Module) -> Callable[[], None]:
         site, row = self.site, self._row
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from geosteer.directional.config import DEFAULT_VALUE_SPACE
 from geosteer.directional.scales_artifact import SCALES
+from geosteer.errors import GeosteerError
 from geosteer.methods import Method, RecipeKey, Verb, register_method
 
 
 def _validate(v: dict) -> None:
-    """``scale_site`` and ``scale_value_space`` checked."""
+    """``scale_site`` and ``scale_value_space`` checked; ``scale_learned_strength`` only with ``scale_learned``."""
     from geosteer.directional.config import check_site, check_value_space
 
     check_value_space(v["scale_value_space"])
+    if v["scale_learned"] is None and float(v["scale_learned_strength"]) != 1.0:
+        raise GeosteerError("scale_learned_strength= needs scale_learned= (a learned-scales artifact folder)")
     if v["scale_site"] is not None:
         check_site(v["scale_site"])
 
@@ -29,12 +32,13 @@ def _build(model, v: dict) -> list:
 
 
 def _build_with_learned(model, v: dict, *, force: bool = False) -> list:
-    """Learned per-layer scales (``scale_learned``, an artifact folder) first, then the fixed scaling."""
+    """Learned per-layer scales (``scale_learned``, an artifact folder, at ``scale_learned_strength``; 0: none)
+    first, then the fixed scaling."""
     out = []
-    if v["scale_learned"] is not None:
+    if v["scale_learned"] is not None and float(v["scale_learned_strength"]) != 0:
         from geosteer.directional.scales_artifact import load_scales
 
-        out.append(load_scales(v["scale_learned"], model, force=force))
+        out.append(load_scales(v["scale_learned"], model, force=force).at_strength(v["scale_learned_strength"]))
     return out + _build(model, v)
 
 
@@ -59,6 +63,8 @@ METHOD = register_method(Method(
     keys=(
         RecipeKey("scale_learned", None, "learned per-layer s∥/s⊥ artifact folder (geosteer learn "
                   "scales)", kind="folder"),
+        RecipeKey("scale_learned_strength", 1.0, "strength s of the learned scales, each ← 1 + s·(scale − 1) (0: "
+                  "the stock model, 1: as trained)", kind="number"),
         RecipeKey("scale_site", None, "component scaling site (paper Eq. 11)", kind="text"),
         RecipeKey("scale_par", 1.0, "s∥", kind="number"),
         RecipeKey("scale_perp", 1.0, "s⊥", kind="number"),

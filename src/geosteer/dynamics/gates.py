@@ -14,7 +14,7 @@ from torch import nn
 
 from geosteer.artifacts import CONFIG_NAME, ArtifactFormat, check_base_model, load_state, render_model_card, write_state
 from geosteer.dynamics.config import GateConfig
-from geosteer.errors import ArtifactError
+from geosteer.errors import ArtifactError, GeosteerError
 from geosteer.hooks import attach_hooks
 from geosteer.methods import push_artifact
 from geosteer.models.anatomy import anatomy
@@ -68,6 +68,20 @@ class FFNGates(nn.Module):
         for i, layer in enumerate(self.layers):
             ops.edit(layer, "mlp_out", lambda t, st, tokens, a=alpha[i]: t * a.to(device=t.device, dtype=t.dtype),
                      Form(float(alpha[i]), float(alpha[i])))
+
+    def at_strength(self, s: float) -> FFNGates:
+        """A copy at strength ``s``: each gate α ← 1 + s·(α − 1), the learned change × s (0: gates of one,
+        the stock model; 1: these gates, returned as they are). Non-finite gates are refused."""
+        s = float(s)
+        if s == 1.0:
+            return self
+        out = FFNGates(self.n_layers, self.layers, base_model=self.base_model)
+        out.extra = dict(self.extra)
+        with torch.no_grad():
+            out.alpha.copy_(1.0 + s * (self.alpha.detach().float() - 1.0))
+        if not bool(torch.isfinite(out.alpha).all()):
+            raise GeosteerError(f"gates_strength={s:g}: the gates 1 + s·(α − 1) overflow float32")
+        return out.to(self.alpha.device)
 
     def table(self) -> list[dict]:
         alpha = self.alpha.detach()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from geosteer.dynamics.gates import GATES
+from geosteer.errors import GeosteerError
 from geosteer.methods import Method, RecipeKey, Verb, register_method
 
 
@@ -10,11 +11,13 @@ def _validate(v: dict) -> None:
     from geosteer.dynamics.config import check_variant
 
     check_variant(v["mlp_variant"])
+    if v["gates"] is None and float(v["gates_strength"]) != 1.0:
+        raise GeosteerError("gates_strength= needs gates= (an FFN gate artifact folder)")
 
 
 def _build(model, v: dict, *, force: bool = False) -> list:
-    """FFN variant, gates, gains, parallel layers: in this order. ``force``: gates recorded for another
-    base model are used anyway."""
+    """FFN variant, gates (at ``gates_strength``; 0: none), gains, parallel layers: in this order. ``force``:
+    gates recorded for another base model are used anyway."""
     from geosteer.models.anatomy import anatomy, parse_layers
 
     n = anatomy(model).n_layers
@@ -23,10 +26,10 @@ def _build(model, v: dict, *, force: bool = False) -> list:
         from geosteer.dynamics.variants import FFNVariant
 
         out.append(FFNVariant(v["mlp_variant"], parse_layers(v["mlp_layers"], n)))
-    if v["gates"] is not None:
+    if v["gates"] is not None and float(v["gates_strength"]) != 0:
         from geosteer.dynamics.gates import load_gates
 
-        out.append(load_gates(v["gates"], model, force=force))
+        out.append(load_gates(v["gates"], model, force=force).at_strength(v["gates_strength"]))
     if v["beta_attn"] != 1.0 or v["alpha_mlp"] != 1.0:
         from geosteer.dynamics.variants import Gains
 
@@ -60,6 +63,8 @@ METHOD = register_method(Method(
                   kind="text"),
         RecipeKey("mlp_layers", None, "layers of the variant", kind="layers"),
         RecipeKey("gates", None, "FFN gate artifact folder", kind="folder"),
+        RecipeKey("gates_strength", 1.0, "strength s of the gates, α ← 1 + s·(α − 1) (0: the stock model, 1: as "
+                  "trained)", kind="number"),
         RecipeKey("beta_attn", 1.0, "attention branch gain (App. C.1 Eq. 24)", kind="number"),
         RecipeKey("alpha_mlp", 1.0, "MLP (FFN) branch gain α_F", kind="number"),
         RecipeKey("gain_layers", None, "layers of the gains", kind="layers"),

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from geosteer.errors import GeosteerError
 from geosteer.manifold.artifact import SURFACES
+from geosteer.manifold.surface_checks import check_surfaces
 from geosteer.methods import Method, RecipeKey, Verb, register_method
 
 
@@ -38,11 +41,33 @@ def edit_list(edits: Any) -> list:
 def _validate(v: dict) -> None:
     if v["edits"] is not None and v["surfaces"] is None:
         raise GeosteerError("edits= needs surfaces= (the edits change a surfaces artifact)")
+    if v["surfaces"] is None and float(v["surfaces_strength"]) != 1.0:
+        raise GeosteerError("surfaces_strength= needs surfaces= (a surfaces artifact folder)")
+
+
+def at_strength(bank, s: float):
+    """``bank`` with every coefficient × ``s`` (in place; returned): the correction S → s·S, so the gain
+    1 + S becomes 1 + s·S (0: the stock model, 1: the bank as it is). Exact walls are on or off, so surfaces
+    carrying them take only 0 (walls off) or 1; non-finite products are refused."""
+    s = float(s)
+    if s == 1.0:
+        return bank
+    if bank.walls and s != 0.0:
+        raise GeosteerError(f"surfaces_strength={s:g}: these surfaces carry {len(bank.walls)} exact wall(s), which "
+                            f"are on or off; give 0 or 1, or scale the surfaces alone with edits=\"scale={s:g}\"")
+    if bank.walls:
+        bank.set_walls([])  # s = 0: walls off too (the stock model)
+    with torch.no_grad():
+        bank.coefficients.mul_(s)
+    check_surfaces(bank.coefficients, bank.lo, bank.hi, bank.layers, source=f"surfaces_strength={s:g}")
+    bank.history = [*bank.history, {"edit": f"strength={s:g} (all surfaces)"}]
+    return bank
 
 
 def _build(model, v: dict, *, force: bool = False) -> list:
-    """The surfaces (edited if ``edits`` is given); ``force``: also when recorded for another base model."""
-    if v["surfaces"] is None:
+    """The surfaces (edited if ``edits`` is given) at ``surfaces_strength`` (0: nothing attached); ``force``:
+    also when recorded for another base model."""
+    if v["surfaces"] is None or float(v["surfaces_strength"]) == 0:
         return []
     from geosteer.manifold.artifact import load
     from geosteer.manifold.edit import Edit, apply_edits
@@ -54,13 +79,11 @@ def _build(model, v: dict, *, force: bool = False) -> list:
             apply_edits(bank, [Edit.from_dict(e) if isinstance(e, dict) else e for e in edits])
         except (ValueError, TypeError) as e:
             raise GeosteerError(f"bad surface edit in edits={v['edits']!r}: {e}") from None
-    return [bank]
+    return [at_strength(bank, v["surfaces_strength"])]
 
 
 def _examples(model, folder) -> dict:
     """For the contract suite: zero surfaces (the stock model) and random ones, saved under ``folder``."""
-    import torch
-
     from geosteer.manifold.artifact import save
     from geosteer.manifold.bank import install, uninstall
 
@@ -80,6 +103,8 @@ METHOD = register_method(Method(
         RecipeKey("surfaces", None, "surfaces artifact folder", kind="folder"),
         RecipeKey("edits", None, "edits of those surfaces (text form, ';'-separated), a list, or a JSON file",
                   inline=lambda e: edit_list(e) or None),
+        RecipeKey("surfaces_strength", 1.0, "strength s of the (edited) surfaces, coefficients × s (0: the stock "
+                  "model, 1: as trained); surfaces with exact walls take 0 or 1", kind="number"),
     ),
     build=_build,
     examples=_examples,

@@ -79,15 +79,18 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 
 def apply_recipe_rest(model, bank, spec, force: bool = False) -> list:
-    """What a recipe adds besides its surfaces: its surface ``edits`` made on ``bank``, and every other
-    method's interventions attached to ``model`` for the session; returns their ``remove`` functions."""
+    """What a recipe adds besides its surfaces: its surface ``edits`` made on ``bank`` and its
+    ``surfaces_strength`` (coefficients × s), and every other method's interventions attached to ``model``
+    for the session; returns their ``remove`` functions."""
     from geosteer.manifold.edit import Edit, apply_edits
-    from geosteer.manifold.method import edit_list
+    from geosteer.manifold.method import at_strength, edit_list
 
     edits = edit_list(spec.edits)
     if edits:
         apply_edits(bank, [Edit.from_dict(e) if isinstance(e, dict) else e for e in edits])
-    return [iv.attach(model) for iv in spec.with_values(surfaces=None, edits=None).build(model, force=force)]
+    at_strength(bank, spec.surfaces_strength)
+    rest = spec.with_values(surfaces=None, edits=None, surfaces_strength=1.0)
+    return [iv.attach(model) for iv in rest.build(model, force=force)]
 
 
 def studio(
