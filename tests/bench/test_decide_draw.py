@@ -136,8 +136,10 @@ def test_the_keyword_probe_fails_when_the_word_list_scores_like_on_topic_text():
     assert keyword_check(0.2, [])["passed"] is None
 
 
-def test_the_context_records_the_judges_scores_and_the_probe(tiny_model, tmp_path):
-    """build_context stores the judge's P on the admission texts and judges the keyword list against them."""
+@pytest.mark.parametrize("n_judge", [200, 40])
+def test_the_context_records_the_judges_scores_and_the_probe(tiny_model, tmp_path, n_judge):
+    """build_context stores the judge's P on the admission texts and judges the keyword list against them; a
+    concept file's concept trains its judge on the texts it has (at least FILE_JUDGE_TEXTS a side)."""
     from geosteer.bench.concepts import concept_from_dict
     from geosteer.bench.decide_concepts import DecideConcept
     from geosteer.bench.decide_run import build_context
@@ -148,10 +150,11 @@ def test_the_context_records_the_judges_scores_and_the_probe(tiny_model, tmp_pat
 
     model, tok = tiny_model("llama")
     c = concept_from_dict({**CATS, "prompts": CATS["prompts"][:2]})
-    pos = [f"{t} ({i})" for i in range(34) for t in CATS["positive"]][:200]
-    neg = [f"{t} ({i})" for i in range(34) for t in CATS["negative"]][:200]
+    pos = [f"{t} ({i})" for i in range(34) for t in CATS["positive"]][:n_judge]
+    neg = [f"{t} ({i})" for i in range(34) for t in CATS["negative"]][:n_judge]
     dc = DecideConcept(c, "file-promote", pos, neg,
-                       {"kind": "texts", "positive": CATS["positive"][:3], "negative": CATS["negative"][:3]})
+                       {"kind": "texts", "positive": CATS["positive"][:3], "negative": CATS["negative"][:3]},
+                       extra={"source": "abc"} if n_judge < 200 else {})
     r = Readers(model, tok, model, tok, _Encoder(), chat=False)
     ctx = build_context(r, dc, 0, tmp_path, Design(test_prompts=2, new_tokens=3))
     adm, probe = ctx["admission"], ctx["keyword_probe"]

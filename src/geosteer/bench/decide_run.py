@@ -19,10 +19,17 @@ from pathlib import Path
 import numpy as np
 
 from geosteer.bench import decide_score as S
-from geosteer.bench.decide_concepts import TITLE_PROMPT, TOPICS, admission_requests, admission_titles
+from geosteer.bench.decide_concepts import (
+    FILE_JUDGE_TEXTS,
+    TITLE_PROMPT,
+    TOPICS,
+    admission_requests,
+    admission_titles,
+)
 from geosteer.bench.decide_folder import read_sealed, write_sealed
 from geosteer.bench.judges import (
     LEXICONS,
+    MIN_JUDGE_TEXTS,
     EmbeddingJudge,
     admission,
     auc,
@@ -121,7 +128,8 @@ def judge_digest(dc) -> str:
 def build_context(r: S.Readers, dc, seed: int, out: Path, design) -> dict:
     """The (concept, seed)'s judge, admission, keyword probe and stock readings (module docstring)."""
     t0, c0 = time.perf_counter(), time.process_time()
-    judge = EmbeddingJudge(r.encoder, seed=seed).fit(dc.judge_positive, dc.judge_negative)
+    least = FILE_JUDGE_TEXTS if dc.extra.get("source") else MIN_JUDGE_TEXTS  # a file's concept: its own minimum
+    judge = EmbeddingJudge(r.encoder, seed=seed).fit(dc.judge_positive, dc.judge_negative, least)
     pos, neg = _admission_texts(r, dc, out, design)
     pos_p, neg_p = judge.prob(pos), judge.prob(neg)
     adm = admission(pos_p, neg_p)
