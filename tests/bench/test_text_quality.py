@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from geosteer import manifold
-from geosteer.bench.text_quality import State, everyday_prompts, measure_states, scaled_bank
+from geosteer.bench.text_quality import State, everyday_prompts, measure_states
 from tests.cli_helpers import refused_before_load, run_cli
 from tests.conftest import random_bank
 
@@ -37,7 +37,7 @@ def _naive(model, tok, prompt: str, n: int, *ivs) -> tuple[list[int], float]:
 def test_rows_match_a_naive_greedy_loop_and_strength_0_is_the_stock_model(tiny_model):
     model, tok = tiny_model("llama")
     bank = random_bank(model, seed=3, scale=0.8, grid_size=4, layers=[1, 2])
-    states = [State("stock", [], 0.0), State("surfaces", [scaled_bank(bank, 0.0)], 0.0),
+    states = [State("stock", [], 0.0), State("surfaces", [manifold.SurfaceBank(bank.config)], 0.0),
               State("surfaces", [bank], 1.0)]
     rows = measure_states(model, tok, states, PROMPTS, 12)
     for row, ivs in ((rows[0], []), (rows[2], [bank])):
@@ -54,9 +54,10 @@ def test_rows_match_a_naive_greedy_loop_and_strength_0_is_the_stock_model(tiny_m
 
 
 def test_cli_writes_rows_and_refuses_bad_input_before_loading(tiny_model, tmp_path, monkeypatch, capsys):
-    model, _ = tiny_model("llama")
+    model, tok = tiny_model("llama")
     art = tmp_path / "surf"
-    manifold.save(random_bank(model, seed=1, scale=0.5, grid_size=4, layers=[1]), art)
+    bank = random_bank(model, seed=1, scale=0.5, grid_size=4, layers=[1])
+    manifold.save(bank, art)
     out = tmp_path / "tq.json"
     code, _, err = run_cli(monkeypatch, capsys, "bench", "text", "-m", "tiny-llama", "-s", str(art), "--strengths",
                            "0.5,1", "--new-tokens", "6", "--ppl-tokens", "0", "--threads", "1", "--out", str(out))
@@ -64,8 +65,22 @@ def test_cli_writes_rows_and_refuses_bad_input_before_loading(tiny_model, tmp_pa
     doc = json.loads(out.read_text())
     assert [(r["state"], r["strength"]) for r in doc["rows"]] == [("stock", 0.0), (str(art), 0.5), (str(art), 1.0)]
     assert doc["meta"]["command"].startswith("geosteer bench text")
+    from geosteer.eval.chat import format_prompts
+
+    half = manifold.SurfaceBank(bank.config)  # strength 0.5 by hand: the coefficients halved
+    with torch.no_grad():
+        half.coefficients.copy_(0.5 * bank.coefficients)
+    prompts = format_prompts(tok, list(everyday_prompts()), False, None, True)
+    by_hand = measure_states(model, tok, [State("stock", [], 0.0), State("half", [half], 0.5)], prompts, 6)[1]
+    assert doc["rows"][1]["examples"] == by_hand["examples"]
+    for k in ("repeated_4gram_share", "fluency_score", "logprob"):
+        assert doc["rows"][1][k]["mean"] == pytest.approx(by_hand[k]["mean"], abs=1e-6), k
+    walled = random_bank(model, seed=1, scale=0.5, grid_size=4, layers=[1])
+    walled.set_walls([{"layer": 1, "heads": [0]}])
+    manifold.save(walled, tmp_path / "walled")
     base = ["bench", "text", "-m", "tiny-llama"]
     for extra, what in ((["--strengths", "0"], "--strengths"), (["--strengths", "a"], "--strengths"),
+                        (["-s", str(tmp_path / "walled"), "--strengths", "0.5,1"], "exact wall"),
                         (["--new-tokens", "2"], "--new-tokens"), (["--ppl-tokens", "100"], "--ppl-tokens"),
                         (["-s", str(tmp_path / "nope")], "nope"), (["--system", "x"], "--chat")):
         assert what in refused_before_load(monkeypatch, capsys, *base, *extra)

@@ -7,7 +7,8 @@ rank 4 on q/v of every layer:
 
 - ``lora``: PEFT LoRA rank 4 on ``q_proj`` and ``v_proj`` of every layer;
 - ``surfaces-rank1``: attention-value surfaces S_d(q, k) on every layer, each K×K coefficient matrix of rank 1
-  (C = u wᵀ, u starting at zero: the stock model);
+  (C = u wᵀ, u starting at zero: the stock model), saved as a surfaces artifact (s is the recipe's
+  ``surfaces_strength``);
 - ``loreft``: LoReFT h + Rᵀ(W h + b − R h) after every layer at rank 7, saved as a LoReFT artifact
   (:mod:`geosteer.loreft`; s is the recipe's ``loreft_strength``);
 - ``vector``: a preference-trained vector after the middle layer (d numbers: a vector cannot be matched), saved
@@ -83,11 +84,10 @@ def build_lora(s: Setup, lr: float) -> Built:
 
 
 def build_surfaces(s: Setup, lr: float, rank: int | None = SURFACE_RANK, name: str = "surfaces-rank1") -> Built:
-    """Surfaces learned from zero, each coefficient matrix of rank ``rank`` (None: unfactorised)."""
-    from geosteer.bench.levers_learned import _interpolated
-    from geosteer.bench.training import fit_module
-    from geosteer.manifold import ManifoldConfig, SurfaceBank
-    from geosteer.manifold.low_rank_train import factorise, merge_factors, trained_parameters
+    """Surfaces learned from zero, each coefficient matrix of rank ``rank`` (None: unfactorised), saved as a
+    surfaces artifact; its strength is the recipe's ``surfaces_strength`` (coefficients × s)."""
+    from geosteer.bench.training import _artifact_folder, fit_module, remove_artifact
+    from geosteer.manifold import ManifoldConfig, SurfaceBank, factorise, merge_factors, save, trained_parameters
 
     bank = SurfaceBank(ManifoldConfig.for_model(s.model, grid_size=SURFACE_GRID))  # S = 0: the stock model
     if rank is not None:
@@ -95,10 +95,12 @@ def build_surfaces(s: Setup, lr: float, rank: int | None = SURFACE_RANK, name: s
     n = trained_parameters(bank)
     last = fit_module(s, bank, lr=lr, name=name)
     merge_factors(bank)  # plain, frozen coefficients from here on (a plain bank: frozen only)
+    folder = str(save(bank, _artifact_folder(s, name), training={"objective": "bench preference", "lr": lr,
+                                                                 "rank": rank}))
 
     def at(x: float) -> Point:
-        return Point(name, float(x), {}, _interpolated(bank, {"c": bank.coefficients}, 0.0, x))
-    return Built(name, n, at, info={"train": last, "lr": lr, "rank": rank})
+        return recipe_point(name, x, {"surfaces": folder, "surfaces_strength": x})
+    return Built(name, n, at, info={"train": last, "lr": lr, "rank": rank}, cleanup=lambda: remove_artifact(folder))
 
 
 def build_caa(s: Setup) -> Built:

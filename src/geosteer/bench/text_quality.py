@@ -1,6 +1,7 @@
 """Does an intervention keep text good? The steering benchmark's fluency measures on everyday prompts.
 
-For each state (the stock model, or steering surfaces at a strength s: coefficients × s), on each prompt the
+For each state (the stock model, or a recipe: e.g. surfaces at the strength ``surfaces_strength`` s,
+coefficients × s), on each prompt the
 greedy continuation (:func:`geosteer.bench.scoring.continue_prompts`), then, exactly as the benchmark scores
 a lever (:mod:`geosteer.bench.scoring`): the share of repeated 4-grams of its tokens, the stock model's mean
 log-prob per token of the continuation read on its own, and the fluency score
@@ -35,13 +36,6 @@ class State:
     name: str
     interventions: list
     strength: float = 1.0
-
-
-def scaled_bank(bank, strength: float):
-    """A copy of a surface bank with every coefficient × ``strength`` (0: the stock model)."""
-    from geosteer.manifold.strength import scaled
-
-    return scaled(bank, strength)
 
 
 def measure_states(model, tok, states: list[State], prompts: list[str], new_tokens: int,

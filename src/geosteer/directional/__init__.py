@@ -9,6 +9,7 @@ from geosteer.directional.decompose import component_scale, decompose
 from geosteer.directional.measure import DirectionalMeasure, measure_generation, measure_text
 from geosteer.directional.method import METHOD
 from geosteer.directional.sites import ComponentScale
+from geosteer.directional.steer_learn import ScaleLearnConfig, learn_scales
 
-__all__ = ["METHOD", "SITES", "ComponentScale", "ComponentScaleConfig", "DirectionalMeasure", "check_site",
-           "component_scale", "decompose", "measure_generation", "measure_text"]
+__all__ = ["METHOD", "SITES", "ComponentScale", "ComponentScaleConfig", "DirectionalMeasure", "ScaleLearnConfig",
+           "check_site", "component_scale", "decompose", "learn_scales", "measure_generation", "measure_text"]

@@ -8,7 +8,11 @@
 from geosteer.manifold.artifact import load, read_config, save
 from geosteer.manifold.bank import SurfaceBank, attached_bank, install, uninstall
 from geosteer.manifold.config import ManifoldConfig
+from geosteer.manifold.low_rank_train import factorise, merge_factors, trained_parameters
 from geosteer.manifold.method import METHOD, SURFACES
+from geosteer.manifold.wall_learn import WallLearnConfig
+from geosteer.manifold.wall_learn_train import learn_walls
 
-__all__ = ["METHOD", "SURFACES", "ManifoldConfig", "SurfaceBank", "attached_bank", "install", "load", "read_config",
-           "save", "uninstall"]
+__all__ = ["METHOD", "SURFACES", "ManifoldConfig", "SurfaceBank", "WallLearnConfig", "attached_bank", "factorise",
+           "install", "learn_walls", "load", "merge_factors", "read_config", "save", "trained_parameters",
+           "uninstall"]
