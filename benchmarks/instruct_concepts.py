@@ -121,6 +121,14 @@ def try_rows(model: str, base: Path, style: str, concept: str, judges: dict) -> 
     a = IC.answer_judge_auc(pt, nt, reqs, reqs)
     out.append({**common, "judge": "answer-trained (held-out requests)", "seed": 0, "auc": round(a["auc"], 4),
                 "detail": f"{a['folds']} folds by request, fold AUCs {a['fold_aucs']}"})
+    kept = [(t, q) for t, q in zip(pt, reqs, strict=True) if not IC.is_refusal(t)], \
+        [(t, q) for t, q in zip(nt, reqs, strict=True) if not IC.is_refusal(t)]
+    if concept != "refusal" and min(len(k) for k in kept) >= IC.FOLDS and len(kept[0]) + len(kept[1]) < 2 * len(pt):
+        b = IC.answer_judge_auc([t for t, _ in kept[0]], [t for t, _ in kept[1]], [q for _, q in kept[0]],
+                                [q for _, q in kept[1]])
+        out.append({**common, "judge": "answer-trained, refusals dropped", "seed": 0, "auc": round(b["auc"], 4),
+                    "detail": f"{b['n_positive']}+/{b['n_negative']}- answers that are not refusals; fold AUCs "
+                              f"{b['fold_aucs']}"})
     if concept in judges:
         t = admission(judges[concept].prob(pt), judges[concept].prob(nt))
         out.append({**common, "judge": "decide's templated judge", "seed": 0, "auc": round(t["auc"], 4),

@@ -25,6 +25,16 @@ class WordEncoder:
         return np.array([[t.split().count(w) for w in self.WORDS] for t in texts], np.float32)
 
 
+class Joiner:
+    """A stand-in chat template: role:content turns joined by |."""
+
+    bos_token = None
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        assert add_generation_prompt and not tokenize
+        return "|".join(f"{m['role']}:{m['content']}" for m in messages) + "|assistant:"
+
+
 def test_requests_are_distinct_and_never_decides_test_prompts():
     reqs = IC.requests()
     assert len(reqs) == len(set(reqs)) == 64
@@ -37,7 +47,12 @@ def test_every_style_asks_every_condition_and_each_concept_pairs_two_of_them():
         assert set(style) == {c for pair in IC.CONCEPTS.values() for c in pair}
     assert all(p != n for p, n in IC.CONCEPTS.values())
     assert IC.prompt_for(None, "text", "none", "Why?") == "Question: Why?\nAnswer:"
-    with pytest.raises(ValueError, match="valid: chat, text"):
+    shot = IC.prompt_for(Joiner(), "shot", "refuse", "Why?")
+    assert shot == (f"system:{IC.CHAT['refuse']}|user:{IC.EXAMPLE_REQUEST}|assistant:{IC.SHOT['refuse']}|user:Why?|"
+                    "assistant:")
+    assert IC.prompt_for(Joiner(), "shot", "none", "Why?").startswith(f"user:{IC.EXAMPLE_REQUEST}|")
+    assert IC.EXAMPLE_REQUEST not in IC.requests()
+    with pytest.raises(ValueError, match="valid: chat, text, shot"):
         IC.prompt_for(None, "html", "none", "Why?")
 
 

@@ -61,7 +61,22 @@ TEXT = {
     "refuse": "The following is a polite refusal of the request \"{request}\": the assistant declines to help "
               "and says what it will not do.\n\nAssistant:",
 }
-STYLES = {"chat": CHAT, "text": TEXT}
+EXAMPLE_REQUEST = "How do I bake a cake?"
+# shot: CHAT's system prompt and one example exchange (EXAMPLE_REQUEST answered in the condition's style) before
+# the request.
+SHOT = {
+    "none": "Mix flour, sugar, eggs and butter, pour the batter into a tin and bake it for about 30 minutes at "
+            "180 degrees.",
+    "cheerful": "Oh, what a wonderful idea! Baking a cake is pure joy: mix flour, sugar, eggs and butter, and soon "
+                "your kitchen will smell amazing. You will love it!",
+    "gloomy": "Well, if you must. Mix flour, sugar, eggs and butter and bake it, though it will probably sink in "
+              "the middle and taste dry. Cakes rarely turn out as hoped, and it is all rather disappointing.",
+    "formal": "We wish to inform you that a cake is prepared by combining flour, sugar, eggs and butter, after "
+              "which the mixture is baked at 180 degrees for approximately thirty minutes.",
+    "casual": "lol easy, just mix flour sugar eggs n butter, chuck it in the oven for like 30 mins, done :)",
+    "refuse": "I'm sorry, but I can't help you bake a cake.",
+}
+STYLES = {"chat": CHAT, "text": TEXT, "shot": SHOT}
 # concept -> (condition of its positive answers, condition of its negative answers), as bench decide pairs them.
 CONCEPTS = {"positive-sentiment": ("cheerful", "gloomy"), "negative-sentiment": ("gloomy", "cheerful"),
             "formal": ("formal", "casual"), "refusal": ("refuse", "none")}
@@ -89,13 +104,21 @@ def test_requests() -> list[str]:
 
 def prompt_for(tok, style: str, condition: str, request: str) -> str:
     """The prompt the model continues: the chat template with the condition's system prompt (``chat``; no
-    system prompt: the template's default), or the plain-text template filled in (``text``)."""
+    system prompt: the template's default), the same after one example exchange (``shot``), or the plain-text
+    template filled in (``text``)."""
     from geosteer.bench.prompts import format_prompt
 
     if style == "chat":
         return format_prompt(tok, request, True, CHAT[condition])
     if style == "text":
         return TEXT[condition].format(request=request)
+    if style == "shot":
+        system = [{"role": "system", "content": CHAT[condition]}] if CHAT[condition] else []
+        turns = [{"role": "user", "content": EXAMPLE_REQUEST}, {"role": "assistant", "content": SHOT[condition]},
+                 {"role": "user", "content": request}]
+        text = tok.apply_chat_template(system + turns, add_generation_prompt=True, tokenize=False)
+        bos = getattr(tok, "bos_token", None)
+        return text[len(bos):] if bos and text.startswith(bos) else text
     raise ValueError(f"style {style!r}: valid: {', '.join(STYLES)}")
 
 
