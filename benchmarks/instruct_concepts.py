@@ -24,12 +24,14 @@ import argparse
 import csv
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from geosteer.bench import instruct_concepts as IC
+from geosteer.bench.judges import auc
 
 OUT = Path("docs/results/instruct/concepts")
 
@@ -103,46 +105,51 @@ def templated_judge(concept: str):
     return EmbeddingJudge(seed=0).fit(spec["positive"](), spec["negative"](), min_texts=1)
 
 
+def judge_aucs(concept: str, pt: list[str], nt: list[str], reqs: list[str], templated) -> list[tuple]:
+    """(judge, seed, AUC, detail) of every judge that reads this concept's two sides."""
+    out = []
+    a = IC.answer_judge_auc(pt, nt, reqs, reqs)
+    out.append(("answer-trained (held-out requests)", 0, a["auc"],
+                f"{a['folds']} folds by request, fold AUCs {a['fold_aucs']}"))
+    if templated is not None:
+        out.append(("decide's templated judge", 0, auc(templated.prob(pt), templated.prob(nt)),
+                    "trained on the concept's templated sentences"))
+    polarity = IC.VADER_POLARITY.get(concept)
+    if polarity:
+        out.append(("VADER", "", IC.vader_auc(pt, nt, polarity), "compound score, no training"))
+    if concept == "refusal":
+        out.append(("refusal detector", "", IC.refusal_auc(pt, nt), "refusal patterns in the first 100 characters"))
+        return out
+    kp = [(t, q) for t, q in zip(pt, reqs, strict=True) if not IC.is_refusal(t)]
+    kn = [(t, q) for t, q in zip(nt, reqs, strict=True) if not IC.is_refusal(t)]
+    if len(kp) + len(kn) == 2 * len(pt) or min(len(kp), len(kn)) < IC.FOLDS:
+        return out
+    b = IC.answer_judge_auc([t for t, _ in kp], [t for t, _ in kn], [q for _, q in kp], [q for _, q in kn])
+    kept = f"{len(kp)}+/{len(kn)}- answers that are not refusals"
+    out.append(("answer-trained, refusals dropped", 0, b["auc"], f"{kept}; fold AUCs {b['fold_aucs']}"))
+    if polarity:
+        out.append(("VADER, refusals dropped", "", IC.vader_auc([t for t, _ in kp], [t for t, _ in kn], polarity),
+                    kept))
+    return out
+
+
 def try_rows(model: str, base: Path, style: str, concept: str, judges: dict) -> list[dict]:
-    from geosteer.bench.judges import ADMISSION_AUC, admission
+    """One row per judge of a (model, style, concept) whose two sides were answered."""
+    from geosteer.bench.judges import ADMISSION_AUC
 
     got = sides(base, style, concept)
     if got is None:
         return []
     pos, neg = got
     pt, nt = [r["text"] for r in pos], [r["text"] for r in neg]
-    reqs = [r["request"] for r in pos]
     pc, nc = IC.CONCEPTS[concept]
     common = {"model": model, "style": style, "concept": concept, "positive": pc, "negative": nc, "n": len(pos),
               "refusals_positive": sum(IC.is_refusal(t) for t in pt),
               "refusals_negative": sum(IC.is_refusal(t) for t in nt),
               "distinct_positive": len(set(pt)), "distinct_negative": len(set(nt)), "threshold": ADMISSION_AUC}
-    out = []
-    a = IC.answer_judge_auc(pt, nt, reqs, reqs)
-    out.append({**common, "judge": "answer-trained (held-out requests)", "seed": 0, "auc": round(a["auc"], 4),
-                "detail": f"{a['folds']} folds by request, fold AUCs {a['fold_aucs']}"})
-    kept = [(t, q) for t, q in zip(pt, reqs, strict=True) if not IC.is_refusal(t)], \
-        [(t, q) for t, q in zip(nt, reqs, strict=True) if not IC.is_refusal(t)]
-    if concept != "refusal" and min(len(k) for k in kept) >= IC.FOLDS and len(kept[0]) + len(kept[1]) < 2 * len(pt):
-        b = IC.answer_judge_auc([t for t, _ in kept[0]], [t for t, _ in kept[1]], [q for _, q in kept[0]],
-                                [q for _, q in kept[1]])
-        out.append({**common, "judge": "answer-trained, refusals dropped", "seed": 0, "auc": round(b["auc"], 4),
-                    "detail": f"{b['n_positive']}+/{b['n_negative']}- answers that are not refusals; fold AUCs "
-                              f"{b['fold_aucs']}"})
-    if concept in judges:
-        t = admission(judges[concept].prob(pt), judges[concept].prob(nt))
-        out.append({**common, "judge": "decide's templated judge", "seed": 0, "auc": round(t["auc"], 4),
-                    "detail": "trained on the concept's templated sentences"})
-    if concept in IC.VADER_POLARITY:
-        out.append({**common, "judge": "VADER", "seed": "", "auc": round(IC.vader_auc(pt, nt,
-                                                                                    IC.VADER_POLARITY[concept]), 4),
-                    "detail": "compound score, no training"})
-    if concept == "refusal":
-        out.append({**common, "judge": "refusal detector", "seed": "", "auc": round(IC.refusal_auc(pt, nt), 4),
-                    "detail": "refusal patterns in the first 100 characters"})
-    for r in out:
-        r["admitted"] = bool(r["auc"] >= ADMISSION_AUC)
-    return out
+    return [{**common, "judge": j, "seed": seed, "auc": round(a, 4), "admitted": bool(a >= ADMISSION_AUC),
+             "detail": d} for j, seed, a, d in judge_aucs(concept, pt, nt, [r["request"] for r in pos],
+                                                          judges.get(concept))]
 
 
 def costs(base: Path) -> dict:
@@ -198,9 +205,30 @@ def write_concepts(args) -> None:
         if got is None:
             raise SystemExit(f"{concept}: no answers of {args.model} in style {args.style}")
         docs.append(IC.concept_doc(concept, [r["text"] for r in got[0]], [r["text"] for r in got[1]]))
-    Path(args.write_concepts).write_text(json.dumps(docs, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"{args.write_concepts}: " + ", ".join(f"{d['name']} ({len(d['positive'])}+/{len(d['negative'])}-)"
-                                                  for d in docs))
+    path = Path(args.write_concepts)
+    path.write_text(json.dumps(docs, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"{path}: " + ", ".join(f"{d['name']} ({len(d['positive'])}+/{len(d['negative'])}-)" for d in docs))
+    checked = decide_admission(path)
+    checked.update({"model": args.model, "style": args.style, "command": " ".join(sys.argv)})
+    path.with_name(path.name.replace(".concepts.json", ".admission.json")).write_text(
+        json.dumps(checked, indent=1) + "\n", encoding="utf-8")
+
+
+def decide_admission(path: Path) -> dict:
+    """What ``bench decide`` computes for each concept of the file at seed 0: its embedding judge trained on the
+    file's judge texts, read on the file's held-out admission texts."""
+    from geosteer.bench.decide_concepts import by_name
+    from geosteer.bench.judges import EmbeddingJudge, admission
+
+    out = {"file": str(path), "seed": 0, "concepts": {}}
+    for dc in by_name(None, str(path)):
+        judge = EmbeddingJudge(seed=0).fit(dc.judge_positive, dc.judge_negative, min_texts=1)
+        a = admission(judge.prob(dc.admission["positive"]), judge.prob(dc.admission["negative"]))
+        a.update(judge_texts=[len(dc.judge_positive), len(dc.judge_negative)])
+        out["concepts"][dc.name] = a
+        print(f"{dc.name}: bench decide's admission AUC {a['auc']:.3f} on {a['n_positive']}+/{a['n_negative']}- "
+              f"held-out answers ({'admitted' if a['admitted'] else 'not admitted'})")
+    return out
 
 
 def main() -> None:
