@@ -23,12 +23,7 @@ BENCH = SRC / "geosteer" / "bench"
 
 #: (bench module, internal module) -> why it is still imported. Each wants the method's package face to export
 #: what the bench calls (the method packages belong to their methods' owners).
-ALLOWED: dict[tuple[str, str], str] = {
-    ("geosteer.bench.levers_learned", "geosteer.manifold.wall_learn"):
-        "WallLearnConfig, imported from its module; geosteer.manifold's face exports it",
-    ("geosteer.bench.levers_learned", "geosteer.manifold.wall_learn_train"):
-        "the walls learner (learn_walls), imported from its module; geosteer.manifold's face exports it",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _module_name(path: Path) -> str:

@@ -3,39 +3,16 @@
 - PEFT LoRA injected into the model and trained on the shared objective (:func:`train_lora`), its strength s
   scaling the adapters' ``scaling`` (:class:`_LoraScale`; s = 0 is the stock model), :func:`_remove_lora` putting
   the original layers back;
-- a module's parameters set to neutral + s·(trained − neutral) while a point is open (:func:`_interpolated`);
 - learned exact walls on zero surfaces suppressing the away texts (walls only suppress; on or off,
   :func:`build_walls`).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
-import torch
-
 from geosteer.bench.registry import Point, Prepared, Setup, fixed
 
 LORA_RANK = 4
 SURFACE_GRID = 4
-
-
-def _interpolated(module, params: dict[str, torch.Tensor], neutral: float, s: float, attach: bool = True):
-    """Parameters set to neutral + s·(trained − neutral) while open (restored after)."""
-    @contextlib.contextmanager
-    def ctx() -> Iterator[list]:
-        saved = {n: p.detach().clone() for n, p in params.items()}
-        try:
-            with torch.no_grad():
-                for p in params.values():
-                    p.copy_(neutral + s * (p - neutral))
-            yield [module] if attach else []
-        finally:
-            with torch.no_grad():
-                for n, p in params.items():
-                    p.copy_(saved[n])
-    return ctx
 
 
 class _LoraScale:
@@ -113,8 +90,7 @@ def build_walls(s: Setup) -> Prepared:
     """Walls learned on zero surfaces against the away texts: one point, the walls on (no point when the learner
     found no wall)."""
     from geosteer.bench.prompts import training_pairs
-    from geosteer.manifold.wall_learn import WallLearnConfig
-    from geosteer.manifold.wall_learn_train import learn_walls
+    from geosteer.manifold import WallLearnConfig, learn_walls
 
     cfg = WallLearnConfig(mode="walls", steps=s.budget.steps, lr=0.1, kl_threshold=s.train_tau, seed=s.seed,
                           add_bos=True, checkpoint_every=0, sparsity=0.002, candidates=64)
