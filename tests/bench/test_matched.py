@@ -42,3 +42,15 @@ def test_the_design_budget_carries_its_sizes():
     d = Design()
     b = d.budget()
     assert (b.steps, b.train_texts, b.train_words) == (d.steps, d.train_texts, d.train_words)
+
+
+def test_the_prompting_lever_asks_for_the_concept_or_forbids_it():
+    from types import SimpleNamespace
+
+    up = SimpleNamespace(name="golden_gate-bridge", direction="promote", description=None)
+    down = SimpleNamespace(name="cats", direction="suppress", description="house cats")
+    assert matched.instruction_for(up) == "Whatever you are asked, make your answer about golden gate bridge."
+    assert matched.instruction_for(down) == "Whatever you are asked, do not mention house cats in your answer."
+    s = SimpleNamespace(concept=down)
+    (point,) = matched.build_prompting(s).points
+    assert point.instruction == matched.instruction_for(down) and point.strength == 1.0

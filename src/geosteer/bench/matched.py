@@ -116,9 +116,17 @@ def build_caa(s: Setup) -> Built:
     return Built("caa", 0, at, info={"layer": layer})
 
 
-def build_prompting(s: Setup) -> Built:
-    from geosteer.bench.levers import instruction_for
+def instruction_for(concept) -> str:
+    """The prompting lever's instruction for ``concept``."""
+    from geosteer.bench.concepts import describe
 
+    what = describe(concept)
+    if concept.direction == "promote":
+        return f"Whatever you are asked, make your answer about {what}."
+    return f"Whatever you are asked, do not mention {what} in your answer."
+
+
+def build_prompting(s: Setup) -> Built:
     text = instruction_for(s.concept)
     return Built("prompting", 0, points=[Point("prompting", 1.0, {}, no_interventions, instruction=text)],
                  info={"instruction": text})
