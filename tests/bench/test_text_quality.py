@@ -4,13 +4,14 @@ surfaces at a strength, against an independent recomputation; bad input refused 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
 import torch
 
 from geosteer import manifold
-from geosteer.bench.text_quality import State, everyday_prompts, measure_states
+from geosteer.bench.text_quality import State, bootstrap, everyday_prompts, measure_states
 from tests.cli_helpers import refused_before_load, run_cli
 from tests.conftest import random_bank
 
@@ -84,3 +85,10 @@ def test_cli_writes_rows_and_refuses_bad_input_before_loading(tiny_model, tmp_pa
                         (["--new-tokens", "2"], "--new-tokens"), (["--ppl-tokens", "100"], "--ppl-tokens"),
                         (["-s", str(tmp_path / "nope")], "nope"), (["--system", "x"], "--chat")):
         assert what in refused_before_load(monkeypatch, capsys, *base, *extra)
+
+
+def test_bootstrap_against_hand_values():
+    b = bootstrap([1.0, 2.0, 3.0, 4.0], n_boot=500, seed=0)
+    assert b["mean"] == 2.5 and 1.0 <= b["lo"] < 2.5 < b["hi"] <= 4.0
+    assert math.isnan(bootstrap([1.0])["lo"]) and bootstrap([1.0])["mean"] == 1.0
+    assert math.isnan(bootstrap([])["mean"])

@@ -9,29 +9,15 @@
   (:func:`kl_rows`): the control KL.
 
 How ``bench decide`` combines them with its judges is :mod:`geosteer.bench.decide_score`; ``bench text`` reads
-:class:`Measured` with a 95 % percentile bootstrap interval over prompts (:func:`bootstrap`, seeded).
+them on everyday prompts (:mod:`geosteer.bench.text_quality`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-
-def bootstrap(x, n_boot: int = 2000, seed: int = 0) -> dict:
-    """{mean, lo, hi}: the mean of ``x`` and its 95 % percentile bootstrap interval (resampling items)."""
-    a = np.asarray(x, dtype=float)
-    if a.size == 0:
-        return {"mean": math.nan, "lo": math.nan, "hi": math.nan}
-    if a.size == 1:
-        return {"mean": float(a[0]), "lo": math.nan, "hi": math.nan}
-    rng = np.random.default_rng(seed)
-    means = a[rng.integers(0, a.size, size=(n_boot, a.size))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return {"mean": float(a.mean()), "lo": float(lo), "hi": float(hi)}
 
 
 def repeated_ngram_share(ids: list[int], n: int = 4) -> float:
@@ -131,17 +117,6 @@ def kl_rows(ref: torch.Tensor, other: torch.Tensor) -> np.ndarray:
     return (ref.exp() * (ref - other)).sum(-1).clamp_min(0).double().numpy()
 
 
-@dataclass
-class Measured:
-    """Per-prompt readings of one state on one prompt set (and its control KL per neutral prompt)."""
-
-    texts: list[str]
-    concept: np.ndarray
-    logprob: np.ndarray
-    repeated: np.ndarray
-    kl: np.ndarray
-
-
 def fluency_values(logprob: np.ndarray, ref_logprob: np.ndarray, repeated: np.ndarray) -> np.ndarray:
     """f = min(1, exp(ℓ − ℓ₀)) · (1 − repeated) per item; 0 where ℓ is nan (an empty continuation), no
     log-prob penalty where ℓ₀ is nan (the stock model said nothing)."""
@@ -150,8 +125,3 @@ def fluency_values(logprob: np.ndarray, ref_logprob: np.ndarray, repeated: np.nd
     gap = np.nan_to_num(logprob - ref_lp, nan=0.0)
     f = np.minimum(1.0, np.exp(np.minimum(gap, 0.0))) * (1.0 - np.asarray(repeated, np.float64))
     return np.where(np.isnan(logprob), 0.0, f)
-
-
-def fluency_score(m: Measured, ref: Measured) -> np.ndarray:
-    """f per prompt (module docstring) against the stock model's continuations ``ref``."""
-    return fluency_values(m.logprob, ref.logprob, m.repeated)

@@ -13,6 +13,7 @@ whether a state lowers perplexity *and* keeps greedy text as good as the stock m
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -20,6 +21,19 @@ from importlib import resources
 import numpy as np
 
 EVERYDAY_FILE = "everyday_prompts.json"
+
+
+def bootstrap(x, n_boot: int = 2000, seed: int = 0) -> dict:
+    """{mean, lo, hi}: the mean of ``x`` and its 95 % percentile bootstrap interval (resampling items)."""
+    a = np.asarray(x, dtype=float)
+    if a.size == 0:
+        return {"mean": math.nan, "lo": math.nan, "hi": math.nan}
+    if a.size == 1:
+        return {"mean": float(a[0]), "lo": math.nan, "hi": math.nan}
+    rng = np.random.default_rng(seed)
+    means = a[rng.integers(0, a.size, size=(n_boot, a.size))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return {"mean": float(a.mean()), "lo": float(lo), "hi": float(hi)}
 
 
 @lru_cache(maxsize=1)
@@ -43,14 +57,7 @@ def measure_states(model, tok, states: list[State], prompts: list[str], new_toke
     """One row per state: repeated-4-gram share, stock log-prob, fluency score (means, 95 % bootstrap
     intervals over prompts), held-out perplexity (``ppl_tokens`` > 0) and two example continuations.
     ``prompts`` are already formatted (chat template or plain); the first state must be the stock model."""
-    from geosteer.bench.scoring import (
-        Measured,
-        bootstrap,
-        continue_prompts,
-        fluency_score,
-        repeated_ngram_share,
-        text_logprob,
-    )
+    from geosteer.bench.scoring import continue_prompts, fluency_values, repeated_ngram_share, text_logprob
     from geosteer.interventions import steer
 
     if not states or states[0].interventions:
@@ -63,12 +70,11 @@ def measure_states(model, tok, states: list[State], prompts: list[str], new_toke
             cont = continue_prompts(model, tok, prompts, new_tokens)
         rep = np.array([repeated_ngram_share(x) for x in cont.ids])
         lp = text_logprob(model, tok, cont.ids)  # nothing attached: the stock model reads the text
-        m = Measured(cont.texts, np.zeros(len(prompts)), lp, rep, np.zeros(0))
-        ref = ref or m
-        f = fluency_score(m, ref)
+        ref = lp if ref is None else ref  # the stock model's own continuations: ℓ₀
+        f = fluency_values(lp, ref, rep)
         row = {"state": st.name, "strength": st.strength,
-               "repeated_4gram_share": bootstrap(m.repeated, seed=seed),
-               "logprob": bootstrap(m.logprob[~np.isnan(m.logprob)], seed=seed),
+               "repeated_4gram_share": bootstrap(rep, seed=seed),
+               "logprob": bootstrap(lp[~np.isnan(lp)], seed=seed),
                "fluency_score": bootstrap(f, seed=seed), "n_prompts": len(prompts),
                "examples": cont.texts[:2]}
         if ppl_tokens:
