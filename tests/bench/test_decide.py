@@ -235,11 +235,8 @@ def _items(rng, shift: float, n: int = 4) -> dict:
             "similarity": [0.5] * n}
 
 
-def test_the_report_reads_a_run_folder_and_writes_the_verdict(tmp_path):
-    """write_report over checkpoint files of the run's layout: the records, the endpoint verdict, the tables."""
-    from geosteer.bench.decide_report import write_report
-    from geosteer.bench.design import Design
-
+def _run_folder(tmp_path) -> None:
+    """Checkpoint files of the run's layout: three concepts, CAA ahead of stock at both levels."""
     rng = np.random.default_rng(1)
     for concept in ("a", "b", "c"):
         unit = tmp_path / "units" / concept / "s0"
@@ -254,9 +251,35 @@ def test_the_report_reads_a_run_folder_and_writes_the_verdict(tmp_path):
                "levels": {lv: {"kl": float(lv), "strength": 1.0, "reached": True, "items": _items(rng, 0.3)}
                           for lv in ("0.05", "0.2")}}
         (unit / "caa.json").write_text(json.dumps(doc))
+
+
+def test_the_report_reads_a_run_folder_and_writes_the_verdict(tmp_path):
+    """write_report over checkpoint files of the run's layout: the records, the endpoint verdict, the tables."""
+    from geosteer.bench.decide_report import write_report
+    from geosteer.bench.design import Design
+
+    _run_folder(tmp_path)
     out = write_report(tmp_path, Design())
     caa = next(v for v in out["verdicts"] if (v["lever"], v["versus"]) == ("caa", "stock"))
     assert caa["decision"] == "beats" and caa["concept_0.2"]["reading"] == "gain"
     assert out["concepts"][0]["keyword_below_on_topic"] is False and out["concepts"][0]["on_topic_judge_p"] == 0.8
     assert "| caa | +0.3" in out["summary"] and (tmp_path / "verdict.txt").read_text().startswith("Holm over")
     assert "similarity" in (tmp_path / "records.csv").read_text().splitlines()[0]
+
+
+def test_the_report_states_what_a_seed_of_the_run_redraws(tmp_path):
+    """results.json's ``draws`` and verdict.txt's last line are the run folder's record (decide_state.json), not
+    this version's; a folder without a record says nothing about its draws."""
+    from geosteer.bench.decide_report import write_report
+    from geosteer.bench.design import STATE_FILE, Design
+
+    _run_folder(tmp_path)
+    out = write_report(tmp_path, Design())
+    assert out["draws"] is None and "seed redraws" not in (tmp_path / "verdict.txt").read_text()
+    draws = {"redrawn": ["test prompts", "lever texts"], "fixed": ["the pools"], "pools": {"topics": "3 topics"}}
+    (tmp_path / STATE_FILE).write_text(json.dumps({"model": "m", "draws": draws}))
+    out = write_report(tmp_path, Design())
+    assert json.loads((tmp_path / "results.json").read_text())["draws"] == draws == out["draws"]
+    want = "seed redraws: test prompts; lever texts. Not redrawn: the pools."
+    assert (tmp_path / "verdict.txt").read_text().splitlines()[-1] == want
+    assert out["markdown"].startswith("Holm over") and out["markdown"].endswith(want + "\n")

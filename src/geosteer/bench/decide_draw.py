@@ -67,6 +67,8 @@ def record(pools: dict) -> dict:
     return {"redrawn": list(REDRAWN), "fixed": list(FIXED), "pools": pools}
 
 
-def summary_line() -> str:
-    """One line for the dry run and the report: what a seed redraws and what it does not."""
-    return ("seed redraws: " + "; ".join(REDRAWN) + ". Not redrawn: " + "; ".join(FIXED) + ".")
+def summary_line(recorded: dict | None = None) -> str:
+    """One line for the dry run and the report: what a seed redraws and what it does not (``recorded``: a run's
+    :func:`record`; None: this version's)."""
+    redrawn, fixed = (recorded["redrawn"], recorded["fixed"]) if recorded else (REDRAWN, FIXED)
+    return "seed redraws: " + "; ".join(redrawn) + ". Not redrawn: " + "; ".join(fixed) + "."

@@ -11,7 +11,8 @@ setting each, so their records stand at every KL level (prompting at its own con
 The earlier reading of AxBench's score alone (a
 hierarchical bootstrap, :func:`verdicts`) is kept in ``results.json`` as ``earlier_rule``, for comparison; AxBench's
 own protocol (each lever's strength chosen on half of the test prompts, :mod:`geosteer.bench.axbench_view`) is
-``axbench_view`` there and in ``axbench_view.csv``.
+``axbench_view`` there and in ``axbench_view.csv``. What a seed of the run redraws and keeps, as the run folder's
+``decide_state.json`` records it, is ``draws`` in ``results.json`` and the last line of ``verdict.txt``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 from geosteer.bench import axbench_view as A
 from geosteer.bench import decide_training as T
 from geosteer.bench import endpoints as E
+from geosteer.bench.decide_draw import summary_line
 from geosteer.bench.decide_frontier import FIGURE, frontier, frontier_markdown
 from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN, EXPLORATORY, EXPLORATORY_REFERENCES, Design
 from geosteer.bench.endpoints_report import detail_markdown, rule_markdown, rule_summary, summary_markdown
@@ -289,7 +291,7 @@ def write_results(out: Path, design, recs: list[dict], concepts: list[dict], uni
     measured = [*LEVERS, *(x for x in EXPLORATORY if any(r["lever"] == x for r in recs))]
     front = frontier(recs, levels, measured)
     training = T.summary(units, lrs)
-    doc = {"model": _model(Path(out)), "design": design.to_dict(), "kl_levels": levels,
+    doc = {"model": _model(Path(out)), "draws": _draws(Path(out)), "design": design.to_dict(), "kl_levels": levels,
            "decision_levels": rule_levels, "learning_rates": lrs, "frontier": front, "training": training,
            "strength_outside": [{k: r[k] for k in ("lever", "kl_level", "units", "strength_outside")}
                                 for r in front if r["strength_outside"]],
@@ -307,6 +309,8 @@ def write_results(out: Path, design, recs: list[dict], concepts: list[dict], uni
     if extra:
         doc["exploratory"] = extra
         doc["markdown"] += "\n" + extra["markdown"]
+    if doc["draws"]:
+        doc["markdown"] += "\n" + summary_line(doc["draws"]) + "\n"
     atomic_write_text(Path(out) / "results.json", json.dumps(doc, indent=1, allow_nan=True) + "\n")
     atomic_write_text(Path(out) / "verdict.txt", doc["markdown"])
     _figure(Path(out))
@@ -327,13 +331,25 @@ def _learning_rates(out: Path) -> dict | None:
     return read_json(path, what="learning_rates.json")
 
 
-def _model(out: Path) -> str | None:
-    """The steered model the run folder records (None: no record)."""
+def _state(out: Path) -> dict:
+    """The run folder's recorded state (``decide_state.json``; empty: no record)."""
     from geosteer.bench.design import STATE_FILE
     from geosteer.readers import read_json
 
     path = out / STATE_FILE
-    return read_json(path, what=STATE_FILE).get("model") if path.is_file() else None
+    doc = read_json(path, what=STATE_FILE) if path.is_file() else {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _model(out: Path) -> str | None:
+    """The steered model the run folder records (None: no record)."""
+    return _state(out).get("model")
+
+
+def _draws(out: Path) -> dict | None:
+    """What a seed of the run redraws and keeps, as the run folder records it (None: no record)."""
+    draws = _state(out).get("draws")
+    return draws if isinstance(draws, dict) else None
 
 
 def _figure(out: Path) -> Path | None:
