@@ -86,6 +86,7 @@ def test_the_view_matches_a_hand_computation():
     means = [np.mean([scores[(c, lv)][p] for p in _halves(c)[1]]) for c, (lv, _) in hand.items()]
     assert row["score"] == pytest.approx(np.mean(means))
     assert sum(row["chosen"].values()) == 2 and "| x |" in markdown(doc)
+    assert "not the verdict" in markdown(doc) and "by default" in markdown(doc)
 
 
 def test_a_number_on_the_reporting_half_never_moves_the_choice():

@@ -138,7 +138,9 @@ def markdown(doc: dict) -> str:
     if not doc.get("levers"):
         return ""
     lines = [f"AxBench's protocol (strength chosen per concept and seed on half of the test prompts, split seed "
-             f"{doc['split_seed']}; score on the other half; paired with stock, 95 % concept-level t; descriptive):",
+             f"{doc['split_seed']}; score on the other half; paired with stock, 95 % concept-level t; descriptive, "
+             "not the verdict: stock sits at the ceiling of the score's capped relevance and fluency, so a lever "
+             "that does not move the concept scores below it by default):",
              "", "| lever | score | stock | difference | levels chosen |", "|---|---|---|---|---|"]
     for r in doc["levers"]:
         ci = "" if r["lo"] is None else f" [{r['lo']:+.3f}, {r['hi']:+.3f}]"
