@@ -13,7 +13,8 @@ UTF-8 bytes, calibration sequences and prompts are ``--seq-len`` bytes, and the 
 exp of the mean next-byte loss on ``--ppl-batches`` fixed held-out batches of 16 windows (the pretraining
 study's validation protocol, generator seed 12345, drawn from the held-out bytes before the prompts).
 Files: ``compression_layers.csv`` (per layer, site and method) and ``compression_summary.json`` (per
-method; rewritten after each method).
+method; rewritten after each method). Resumable: a rerun of the same command into the same folder keeps the
+methods it finished (and the uncompressed PPL) and runs only the rest.
 
     python paper/studies/directional/compression.py \\
         --methods rtn3,rtn4,awqlite3,awqlite4,wanda30,wanda50,wanda60,wanda4:8,wanda2:4 --ppl-tokens 2048 \\
@@ -75,6 +76,33 @@ def spearman_rows(summary: list[dict], kinds: Sequence[str] | None = None) -> li
             out.append({"site": site, "error": stat, "spearman_rho_vs_ppl": float(rho), "p_value": float(p),
                         "n_methods": len(comp)})
     return out
+
+
+def _number(v: str | None):
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except (TypeError, ValueError):
+            pass
+    return v
+
+
+def finished(out_dir: Path, command: str) -> tuple[list[dict], list[dict]]:
+    """(summary rows, layer rows) of an earlier run of the same ``command`` in ``out_dir``, restricted to the
+    methods its summary records; empty when there is none or it was another command."""
+    from geosteer.readers import read_csv_rows, read_json
+
+    summ, layers = out_dir / "compression_summary.json", out_dir / "compression_layers.csv"
+    if not summ.is_file():
+        return [], []
+    doc = read_json(summ, what="compression summary")
+    if not isinstance(doc, dict) or not isinstance(doc.get("meta"), dict) or doc["meta"].get("command") != command:
+        return [], []
+    rows = [r for r in doc.get("rows", []) if isinstance(r, dict) and "method" in r]
+    done = {r["method"] for r in rows}
+    lrows = read_csv_rows(layers, what="compression layers") if layers.is_file() else []
+    return rows, [{k: (v if k == "method" else _number(v)) for k, v in r.items()} for r in lrows
+                  if r.get("method") in done]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -170,15 +198,20 @@ def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
             raise GeosteerError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(a, name)})")
     if a.threads:
         torch.set_num_threads(a.threads)
+    command = command_line("directional/compression.py", argv)
+    summary, layer_rows = finished(a.out_dir, command)
+    done = {r["method"] for r in summary}
+    if done:
+        print(f"resuming: {', '.join(sorted(done))} done", flush=True)
     byte_level = (Path(a.model) / "base_training.json").is_file()
     m, calib_batches, prompt_ids, ppl_of, meta = (byte_setup if byte_level else token_setup)(a)
     t0 = time.time()
     calib = calibrate(m, calib_batches)
     print(f"calibrated on {meta['calib']} ({time.time() - t0:.0f} s)", flush=True)
-    summary = [{"method": "none", "ppl": ppl_of(m)}]
-    layer_rows: list[dict] = []
-    meta = {"command": command_line("directional/compression.py", argv), **meta}
-    for meth in meths:
+    if "none" not in done:
+        summary.insert(0, {"method": "none", "ppl": ppl_of(m)})
+    meta = {"command": command, **meta}
+    for meth in (x for x in meths if x not in done):
         t0 = time.time()
         comp, info = compress(m, meth, calib, batches=calib_batches)
         ppl = ppl_of(comp)

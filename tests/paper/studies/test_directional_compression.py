@@ -71,3 +71,32 @@ def test_byte_level_base_runs_awq_and_gptq(tmp_path):
     assert 200 < rows["none"]["ppl"] < 300  # an untrained model over 256 bytes is near uniform
     assert all(rows[m]["block_total_err"] > 0 for m in ("rtn4", "gptq4", "awq4-perp4"))
     assert len(doc["meta"]["spearman_quantisers"]) == 9
+
+
+def test_a_rerun_of_the_same_command_resumes_the_finished_methods(tmp_path, monkeypatch, capsys):
+    """A run cut after its first method: the rerun keeps that method's rows (and the uncompressed PPL)
+    unrecomputed and adds the rest; another command starts afresh."""
+    import studies.directional.compression as comp
+
+    args = ["--model", "tiny-llama", "--methods", "rtn4,wanda50,wanda2:4", "--calib-seqs", "1", "--seq-len", "16",
+            "--prompts", "1", "--ppl-tokens", "48", "--context", "32", "--stride", "32", "--out-dir", str(tmp_path)]
+    main(args)
+    full = json.loads((tmp_path / "compression_summary.json").read_text())
+    full_csv = (tmp_path / "compression_layers.csv").read_text()
+    cut = {**full, "rows": full["rows"][:2]}  # none and rtn4 finished; the layer CSV still holds every method
+    cut["rows"][1] = {**cut["rows"][1], "ppl": 123.0}  # a marker: a resumed method is not recomputed
+    (tmp_path / "compression_summary.json").write_text(json.dumps(cut))
+    done = []
+    real = comp.method_row
+    monkeypatch.setattr(comp, "method_row", lambda meth, *a: done.append(meth) or real(meth, *a))
+    capsys.readouterr()
+    main(args)
+    assert "resuming: none, rtn4 done" in capsys.readouterr().out and done == ["wanda50", "wanda2:4"]
+    doc = json.loads((tmp_path / "compression_summary.json").read_text())
+    assert [r["method"] for r in doc["rows"]] == ["none", "rtn4", "wanda50", "wanda2:4"]
+    assert doc["rows"][1]["ppl"] == 123.0 and doc["rows"][0] == full["rows"][0]
+    assert doc["rows"][2:] == full["rows"][2:] and len(doc["meta"]["spearman"]) == 9
+    assert (tmp_path / "compression_layers.csv").read_text() == full_csv
+    done.clear()
+    main([*args[:-2], "--ppl-tokens", "40", "--out-dir", str(tmp_path)])  # another command: all three again
+    assert done == ["rtn4", "wanda50", "wanda2:4"]
