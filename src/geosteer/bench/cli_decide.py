@@ -256,4 +256,4 @@ def decide_cmd(
         run_all(RunSpec(MODEL, str(out), design.to_dict(), concepts_file=source, explore=extra), workers, names,
                 seed_list)
     doc = write_report(out, design)
-    typer.echo(json.dumps(doc["verdicts"], indent=1) if json_out else doc["markdown"].rstrip("\n"))  # ends with the draws
+    typer.echo(json.dumps(doc["verdicts"], indent=1) if json_out else doc["markdown"].rstrip("\n"))
