@@ -34,6 +34,7 @@ from geosteer.bench import instruct_concepts as IC
 from geosteer.bench.judges import auc
 
 OUT = Path("docs/results/instruct/concepts")
+OPENING = 5  # words cut from each answer's start in the check that the judge reads more than a fixed opening
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -120,6 +121,10 @@ def judge_aucs(concept: str, pt: list[str], nt: list[str], reqs: list[str], temp
     if concept == "refusal":
         out.append(("refusal detector", "", IC.refusal_auc(pt, nt), "refusal patterns in the first 100 characters"))
         return out
+    cut = [" ".join(t.split()[OPENING:]) for t in pt], [" ".join(t.split()[OPENING:]) for t in nt]
+    c = IC.answer_judge_auc(cut[0], cut[1], reqs, reqs)
+    out.append((f"answer-trained, first {OPENING} words cut", 0, c["auc"],
+                f"the same answers without their opening; fold AUCs {c['fold_aucs']}"))
     kp = [(t, q) for t, q in zip(pt, reqs, strict=True) if not IC.is_refusal(t)]
     kn = [(t, q) for t, q in zip(nt, reqs, strict=True) if not IC.is_refusal(t)]
     if len(kp) + len(kn) == 2 * len(pt) or min(len(kp), len(kn)) < IC.FOLDS:
@@ -131,6 +136,13 @@ def judge_aucs(concept: str, pt: list[str], nt: list[str], reqs: list[str], temp
         out.append(("VADER, refusals dropped", "", IC.vader_auc([t for t, _ in kp], [t for t, _ in kn], polarity),
                     kept))
     return out
+
+
+def repeated(texts: list[str]) -> float:
+    """The mean share of each answer's word 4-grams that occurred earlier in it (a looping answer: near 1)."""
+    from geosteer.bench.scoring import repeated_ngram_share
+
+    return round(float(np.mean([repeated_ngram_share(t.lower().split()) for t in texts])), 3)
 
 
 def try_rows(model: str, base: Path, style: str, concept: str, judges: dict) -> list[dict]:
@@ -146,7 +158,9 @@ def try_rows(model: str, base: Path, style: str, concept: str, judges: dict) -> 
     common = {"model": model, "style": style, "concept": concept, "positive": pc, "negative": nc, "n": len(pos),
               "refusals_positive": sum(IC.is_refusal(t) for t in pt),
               "refusals_negative": sum(IC.is_refusal(t) for t in nt),
-              "distinct_positive": len(set(pt)), "distinct_negative": len(set(nt)), "threshold": ADMISSION_AUC}
+              "distinct_positive": len(set(pt)), "distinct_negative": len(set(nt)),
+              "repeated_4grams_positive": repeated(pt), "repeated_4grams_negative": repeated(nt),
+              "threshold": ADMISSION_AUC}
     return [{**common, "judge": j, "seed": seed, "auc": round(a, 4), "admitted": bool(a >= ADMISSION_AUC),
              "detail": d} for j, seed, a, d in judge_aucs(concept, pt, nt, [r["request"] for r in pos],
                                                           judges.get(concept))]
