@@ -81,7 +81,7 @@ def test_the_run_draws_each_unit_for_its_seed(monkeypatch, tmp_path):
 
     _concept_file(tmp_path / "c.json", 60)
     seen = {}
-    monkeypatch.setattr(decide_driver, "readers", lambda model, threads: None)
+    monkeypatch.setattr(decide_driver, "readers", lambda model, threads, reader=None: None)
     monkeypatch.setattr(decide_driver, "run_unit", lambda r, dc, seed, *a, **k: seen.setdefault(seed, dc))
     spec = decide_driver.RunSpec("smollm2", str(tmp_path), {}, concepts_file=str(tmp_path / "c.json"))
     for seed in (0, 1):

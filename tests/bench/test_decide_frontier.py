@@ -124,7 +124,7 @@ def test_a_folder_of_other_levels_is_refused(monkeypatch, capsys, tmp_path):
     from geosteer.bench import cli_decide
     from tests.bench.test_decide_inputs import _decide, _seal_state
 
-    monkeypatch.setattr(cli_decide, "_check_models", lambda model: "gemma3-270m")  # counted as installed
+    monkeypatch.setattr(cli_decide, "_check_models", lambda model, reader, installed=True: "gemma3-270m")  # installed
     _seal_state(tmp_path / "run")  # the default levels
     err = _decide(monkeypatch, capsys, tmp_path, "--out", "run", "--kl-levels", "0.05,0.2")
     assert "holds a run of another design: design" in err and "kl_levels=[0.02, 0.05, 0.1, 0.2, 0.5]" in err

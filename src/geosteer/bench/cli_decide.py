@@ -15,9 +15,14 @@ from pathlib import Path
 import typer
 
 from geosteer.bench.cli_judge import JSON_OPT
+from geosteer.bench.decide_models import DEFAULT_MODEL
 from geosteer.errors import GeosteerError
 
-MODEL = "smollm2"
+MODEL = DEFAULT_MODEL  # the steered model when --model is not given
+# geosteer.cli.common's --model, declared here so that importing this module does not import the CLI package
+# (whose import registers every verb, this one included)
+MODEL_OPT = typer.Option(MODEL, "--model", "-m", help="smollm2 | gemma3-270m | qwen2.5-0.5b | qwen2.5-1.5b | "
+                         "tiny-<family> | .gguf file | folder | hub id")
 MAX_SEED = 2**31 - 1  # seeds every generator the benchmark seeds takes (numpy, torch, Python)
 
 
@@ -123,25 +128,18 @@ def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
     return names, _seeds(seeds), tests
 
 
-def _check_models(model: str) -> str:
-    """The fluency reader of ``model``; the model or its reader not installed here (nor in the Hub cache or
-    reachable) is refused in one line with the install command."""
-    from geosteer.bench.decide_driver import READERS
-    from geosteer.models import loading
+def _check_models(model: str, reader: str | None, installed: bool = True) -> str:
+    """The fluency reader of ``model`` (``--reader``, else the default by family), both checked before any model
+    loads (:func:`geosteer.bench.decide_models.check_models`; ``installed``: a bundled model must be installed)."""
+    from geosteer.bench.decide_models import check_models
 
-    reader = READERS.get(model, "gemma3-270m")
-    for name, role in ((model, "the steered model"), (reader, "the fluency reader")):
-        try:
-            loading.check_hub_source(name)
-        except GeosteerError as e:
-            raise GeosteerError(f"bench decide needs {role} '{name}': {e}") from None
-    return reader
+    return check_models(model, reader, installed)
 
 
-def _prepare(out: Path, model: str, concepts_file: Path | None, design, explore: tuple[str, ...],
+def _prepare(out: Path, model: str, reader: str, concepts_file: Path | None, design, explore: tuple[str, ...],
              seeds: tuple[int, ...], report_only: bool) -> dict:
-    """The run folder checked (its design against this one, every measured file read and verified, a killed
-    run's temporary files removed) and, for a run, the models' availability; the state to record."""
+    """The run folder checked (its design, model and reader against this run's, every measured file read and
+    verified, a killed run's temporary files removed); the state to record."""
     from geosteer.bench.decide_concepts import file_digest, pool_record
     from geosteer.bench.decide_draw import record
     from geosteer.bench.decide_folder import check_files, check_state, remove_stale_tmp, state_doc
@@ -149,7 +147,6 @@ def _prepare(out: Path, model: str, concepts_file: Path | None, design, explore:
     from geosteer.bench.design import STATE_FILE
 
     source = str(concepts_file) if concepts_file is not None else "bundled"
-    reader = _check_models(model) if not report_only else ""
     want = state_doc(model, reader, {"source": source, "sha256": file_digest(source)}, design.to_dict(),
                      list(LEVERS), list(explore), list(seeds), record(pool_record()))
     have = check_state(out, STATE_FILE, None if report_only else want)
@@ -172,11 +169,13 @@ def _recorded_design(out: Path, have: dict | None, design):
                             "report it with the version that measured it") from None
 
 
-def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, explore: tuple[str, ...] = ()) -> dict:
+def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, explore: tuple[str, ...] = (),
+            model: str = MODEL) -> dict:
     """The design, its predicted minimum detectable effect (from the design's prior variance components) and its
-    CPU-hour estimate (:mod:`geosteer.bench.decide_cost`; ``suppressed``: the concepts walls run on)."""
+    CPU-hour estimate (:mod:`geosteer.bench.decide_cost`, scaled by the steered model's cost factor,
+    :func:`geosteer.bench.decide_models.cost_factor`; ``suppressed``: the concepts walls run on)."""
     from geosteer.bench.decide_concepts import DEV, pool_record
-    from geosteer.bench.decide_cost import estimate
+    from geosteer.bench.decide_cost import estimate, scaled
     from geosteer.bench.decide_draw import record
     from geosteer.bench.decide_report import n_comparisons
     from geosteer.bench.decide_run import LEVERS
@@ -188,8 +187,27 @@ def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, expl
     mde = minimum_detectable_effect(n_concepts, design.test_prompts, len(design.seeds), design.prior_sd_concept,
                                     design.prior_sd_item, m, ALPHA, 0.8)
     cost = estimate(design, n_concepts, suppressed, (*LEVERS, *explore), (*LEARNED, *explore), len(DEV), workers)
-    return {"design": design.to_dict(), "concepts": n_concepts, "comparisons": m,
+    cost = scaled(cost, model)
+    return {"design": design.to_dict(), "model": model, "concepts": n_concepts, "comparisons": m,
             "minimum_detectable_effect": mde, "cost": cost, "draws": record(pool_record())}
+
+
+def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model: str, reader: str,
+               json_out: bool) -> None:
+    """The dry run's line (or JSON): the design, its predicted MDE and its CPU-hour estimate for ``model``."""
+    from geosteer.bench.decide_draw import summary_line
+
+    n = len(chosen)
+    doc = dry_run(design, n, sum(c.concept.direction == "suppress" for c in chosen), workers, extra, model)
+    cost = doc["cost"]
+    typer.echo(json.dumps({**doc, "reader": reader}, indent=1) if json_out else
+               f"{n} concepts x {design.test_prompts} prompts x {len(design.seeds)} seeds x "
+               f"{len(design.kl_levels)} KL levels, {doc['comparisons']} comparisons (Holm): predicted minimum "
+               f"detectable effect {doc['minimum_detectable_effect']:.3f} (80 % power); estimate for {model} "
+               f"(reader {reader}): at most {cost['cpu_hours']:.1f} CPU-hours (dev {cost['dev_cpu_hours']:.1f}, "
+               f"test {cost['test_cpu_hours']:.1f}), about {cost['wall_hours']:.1f} h on {workers} workers; "
+               f"SmolLM2's measured costs x {cost['model_factor']:g}: {cost['model_factor_basis']}\n"
+               f"{summary_line()}")
 
 
 def decide_cmd(
@@ -200,8 +218,8 @@ def decide_cmd(
                                        "file) instead of the 22 bundled test concepts"),
     concepts: str = typer.Option(None, "--only", help="comma-separated test concept names (default: all 22)"),
     seeds: str = typer.Option(None, "--seed-list", help="comma-separated seeds (default: the design's 0,1)"),
-    dry: bool = typer.Option(False, "--dry-run", help="print the design, its CPU-hour estimate and predicted MDE; "
-                             "load nothing"),
+    dry: bool = typer.Option(False, "--dry-run", help="print the design, its CPU-hour estimate (for --model) and "
+                             "predicted MDE; load nothing"),
     report_only: bool = typer.Option(False, "--report-only", help="assemble what the checkpoints hold"),
     explore: str = typer.Option(None, "--explore", help="other surface forms to measure beside the matched "
                                 "levers, reported apart from the verdict: surfaces-rank2, surfaces-full"),
@@ -211,14 +229,16 @@ def decide_cmd(
     design_name: str = typer.Option("full", "--design", help="the named design: full (every bundled concept, "
                                     "5 KL levels, up to 96 steps of 8 passages a side) or trimmed (the 18 topic "
                                     "concepts, 3 KL levels, up to 32 steps of 4 passages, a 3-point grid: about 12 "
-                                    "CPU-hours on 2 cores)"),
+                                    "CPU-hours on 2 cores on smollm2)"),
+    model: str = MODEL_OPT,
+    reader: str = typer.Option(None, "--reader", help="the fluency reader, of another model family than --model "
+                               "(default by family: gemma3-270m for a Llama such as smollm2, else smollm2)"),
     json_out: bool = JSON_OPT,
 ) -> None:
-    """The decisive steering benchmark on SmolLM2: every lever at each control-KL level, the verdict at 0.05 and
-    0.2."""
+    """The decisive steering benchmark (default model: smollm2): every lever at each control-KL level, the verdict
+    at 0.05 and 0.2."""
     from dataclasses import replace
 
-    from geosteer.bench.decide_draw import summary_line
     from geosteer.bench.design import STATE_FILE, parse_levels
 
     base = _named(design_name)
@@ -226,25 +246,16 @@ def decide_cmd(
     extra = _explore(explore)
     workers = min(2, cpu_cores()) if workers is None else workers
     names, seed_list, tests = _check(out, workers, concepts, seeds, report_only, concepts_file)
+    reader = "" if report_only else _check_models(model, reader, installed=not dry)
     tests, names = _take(tests, base, design_name, names, concepts_file)
     design = replace(base, kl_levels=levels)  # the seeds to run stay out of it: a unit's checkpoint does not
     # depend on them
     source = str(concepts_file) if concepts_file is not None else None
-    n = len(names) if names else len(tests)
     if dry:
-        design = replace(design, seeds=seed_list)
         chosen = [c for c in tests if names is None or c.name in names]
-        doc = dry_run(design, n, sum(c.concept.direction == "suppress" for c in chosen), workers, extra)
-        cost = doc["cost"]
-        typer.echo(json.dumps(doc, indent=1) if json_out else
-                   f"{n} concepts x {design.test_prompts} prompts x {len(design.seeds)} seeds x "
-                   f"{len(design.kl_levels)} KL levels, {doc['comparisons']} comparisons (Holm): predicted minimum "
-                   f"detectable effect {doc['minimum_detectable_effect']:.3f} (80 % power); at most "
-                   f"{cost['cpu_hours']:.1f} CPU-hours (dev {cost['dev_cpu_hours']:.1f}, test "
-                   f"{cost['test_cpu_hours']:.1f}), about {cost['wall_hours']:.1f} h on {workers} workers\n"
-                   f"{summary_line()}")
+        _print_dry(replace(design, seeds=seed_list), chosen, workers, extra, model, reader, json_out)
         return
-    state = _prepare(out, MODEL, concepts_file, design, extra, seed_list, report_only)
+    state = _prepare(out, model, reader, concepts_file, design, extra, seed_list, report_only)
     from geosteer.bench.decide_driver import RunSpec, run_all
     from geosteer.bench.decide_folder import record_state
     from geosteer.bench.decide_report import write_report
@@ -253,7 +264,7 @@ def decide_cmd(
         design = _recorded_design(out, state["have"], design)
     else:
         record_state(out, STATE_FILE, state["want"], state["have"])
-        run_all(RunSpec(MODEL, str(out), design.to_dict(), concepts_file=source, explore=extra), workers, names,
-                seed_list)
+        run_all(RunSpec(model, str(out), design.to_dict(), concepts_file=source, explore=extra, reader=reader),
+                workers, names, seed_list)
     doc = write_report(out, design)
     typer.echo(json.dumps(doc["verdicts"], indent=1) if json_out else doc["markdown"].rstrip("\n"))

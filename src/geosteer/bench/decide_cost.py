@@ -1,4 +1,5 @@
-"""The CPU-hour estimate of a bench decide design, from the per-lever costs the committed run recorded.
+"""The CPU-hour estimate of a bench decide design, from the per-lever costs the committed run recorded (on SmolLM2;
+another steered model scales them by its cost factor, :func:`scaled`).
 
 The committed run (``docs/results/decide/results.json``, ``costs``: median CPU-seconds per (concept, seed) on 2
 CPU cores, one torch thread per worker) trained every learned lever 8 full-batch steps on 8 + 8 texts and read
@@ -53,3 +54,17 @@ def estimate(design, concepts: int, suppressed: int, levers: Sequence[str], lear
             "test_cpu_hours": round(hours["test"], 2), "wall_hours": round((dev + test) / 3600 / max(1, workers), 2),
             "workers": workers, "per_lever_cpu_seconds": {k: round(v, 1) for k, v in per_lever.items()},
             "basis": "docs/results/decide/results.json costs; the test phase at the design's step cap (at most)"}
+
+
+def scaled(cost: dict, model: str) -> dict:
+    """``cost`` (:func:`estimate`, SmolLM2's) for the steered ``model``: every CPU-second times the model's cost
+    factor (:func:`geosteer.bench.decide_models.cost_factor`), which the estimate then records with its basis."""
+    from geosteer.bench.decide_models import cost_factor
+
+    factor, basis = cost_factor(model)
+    out = dict(cost)
+    for key in ("cpu_hours", "dev_cpu_hours", "test_cpu_hours", "wall_hours"):
+        out[key] = round(cost[key] * factor, 2)
+    out["per_lever_cpu_seconds"] = {k: round(v * factor, 1) for k, v in cost["per_lever_cpu_seconds"].items()}
+    out.update(model=model, model_factor=factor, model_factor_basis=basis)
+    return out

@@ -20,6 +20,7 @@ import numpy as np
 
 from geosteer.bench.decide_concepts import DEV, by_name, dev_by_name
 from geosteer.bench.decide_folder import write_sealed
+from geosteer.bench.decide_models import check_families, default_reader, family_of_type
 from geosteer.bench.decide_run import levers_for, run_unit
 from geosteer.bench.decide_score import Readers
 from geosteer.bench.design import Design
@@ -27,7 +28,6 @@ from geosteer.bench.judges import default_encoder
 from geosteer.bench.matched import LEARNED
 from geosteer.bench.train_rule import LrSearch, step_cap
 
-READERS = {"smollm2": "gemma3-270m", "gemma3-270m": "smollm2"}  # the fluency reader is another family
 _LOADED: dict = {}
 
 
@@ -39,24 +39,29 @@ class RunSpec:
     threads: int = 1
     concepts_file: str | None = None  # a user's concept file instead of the bundled test concepts
     explore: tuple[str, ...] = ()  # other surface forms measured beside the matched levers (not in the verdict)
+    reader: str | None = None  # the fluency reader (None: the default for the model's family)
 
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def readers(model: str, threads: int = 1):
-    """The steered model, its fluency reader and the encoder (loaded once per process)."""
-    if model not in _LOADED:
+def readers(model: str, threads: int = 1, reader: str | None = None):
+    """The steered model, its fluency reader (default: by the model's family, :mod:`geosteer.bench.decide_models`)
+    and the encoder (loaded once per process); a reader found to be of the model's family once both are loaded
+    (a family not known before) is refused."""
+    reader = default_reader(model) if reader is None else reader
+    if (model, reader) not in _LOADED:
         import torch
 
         from geosteer.models.loading import load_model
 
         torch.set_num_threads(threads)
         m, tok = load_model(model)
-        reader, rtok = load_model(READERS.get(model, "gemma3-270m"))
-        _LOADED[model] = Readers(m, tok, reader, rtok, default_encoder(), chat=True)
-    return _LOADED[model]
+        r, rtok = load_model(reader)
+        check_families(model, reader, family_of_type(m.config.model_type), family_of_type(r.config.model_type))
+        _LOADED[(model, reader)] = Readers(m, tok, r, rtok, default_encoder(), chat=True)
+    return _LOADED[(model, reader)]
 
 
 def _design(doc: dict):
@@ -71,7 +76,7 @@ def _dev_job(args) -> tuple[str, str, float, float, int | None]:
     spec, concept, lever, lr = args
 
     design = _design(spec.design)
-    docs = run_unit(readers(spec.model, spec.threads), dev_by_name(concept, 0), 0, Path(spec.out), design,
+    docs = run_unit(readers(spec.model, spec.threads, spec.reader), dev_by_name(concept, 0), 0, Path(spec.out), design,
                     {lever: lr}, _say, levels=(design.train_kl,), names=[lever], folder="dev")
     doc = docs.get(f"{lever}@{lr:g}")
     score = float(np.mean(next(iter(doc["levels"].values()))["items"]["score"])) if doc else float("nan")
@@ -83,7 +88,7 @@ def _test_job(args) -> tuple[str, int]:
     spec, concept, seed, lrs, steps = args
 
     dc = by_name([concept], spec.concepts_file, seed)[0]  # the seed's draw of its texts and prompts
-    run_unit(readers(spec.model, spec.threads), dc, seed, Path(spec.out), _design(spec.design), lrs, _say,
+    run_unit(readers(spec.model, spec.threads, spec.reader), dc, seed, Path(spec.out), _design(spec.design), lrs, _say,
              names=[*levers_for(dc), *spec.explore], steps=steps)
     return concept, seed
 

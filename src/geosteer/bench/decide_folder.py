@@ -86,6 +86,19 @@ def state_doc(model: str, reader: str, concepts: dict, design: dict, levers: lis
 _SAME = ("model", "reader", "concepts", "design", "levers", "draws")  # what a resumed run must share with the folder's
 
 
+# what a state written before a key was recorded measured: the steered model and reader were fixed then
+RECORDED_DEFAULTS = {"model": "smollm2", "reader": "gemma3-270m"}
+
+
+def _same(key: str, have, want) -> bool:
+    """Whether the folder's ``have`` of ``key`` is this run's ``want`` (models: the same weights by name)."""
+    if key in RECORDED_DEFAULTS and isinstance(have, str) and isinstance(want, str):
+        from geosteer.models.identity import same_model
+
+        return same_model(have, want)
+    return json.loads(json.dumps(have)) == json.loads(json.dumps(want))
+
+
 def _describe(key: str, value) -> str:
     if key == "concepts" and isinstance(value, dict):
         return f"{value.get('source')} (SHA-256 {str(value.get(SUM_KEY, ''))[:12]})"
@@ -106,9 +119,10 @@ def check_state(out: Path, state_file: str, want: dict | None) -> dict | None:
                             "(it records no design); give a new --out")
     if want is not None:
         for key in _SAME:
-            if json.loads(json.dumps(have.get(key))) != json.loads(json.dumps(want[key])):
+            if not _same(key, have.get(key, RECORDED_DEFAULTS.get(key)), want[key]):
                 raise GeosteerError(
-                    f"--out {out} holds a run of another design: {key} {_describe(key, have.get(key))} there, "
+                    f"--out {out} holds a run of another design: {key} "
+                    f"{_describe(key, have.get(key, RECORDED_DEFAULTS.get(key)))} there, "
                     f"{_describe(key, want[key])} here; one folder holds one design: give a new --out")
     return have
 
