@@ -184,7 +184,9 @@ def costs(base: Path) -> dict:
 
 
 def summarise(out: Path) -> None:
-    judges = {c: templated_judge(c) for c in IC.CONCEPTS}
+    from geosteer.bench.decide_templates import SPECS
+
+    judges = {c: templated_judge(c) for c in IC.CONCEPTS if c in SPECS}
     rows, cost = [], {}
     for base in sorted(p for p in out.iterdir() if (p / "texts").is_dir()):
         cost[base.name] = costs(base)
@@ -210,6 +212,28 @@ def summarise(out: Path) -> None:
     for r in rows:
         print(f"{r['model']:13} {r['style']:4} {r['concept']:19} {r['judge']:35} n={r['n']:3} auc={r['auc']:.3f} "
               f"{'ADMITTED' if r['admitted'] else '-'} ref={r['refusals_positive']}/{r['refusals_negative']}")
+
+
+TABLE = (("answer-trained (held-out requests)", "answer-trained"), ("answer-trained, first 5 words cut", "opening cut"),
+         ("answer-trained, refusals dropped", "refusals dropped"), ("decide's templated judge", "templated"),
+         ("VADER", "VADER"), ("refusal detector", "detector"))
+
+
+def table(out: Path) -> None:
+    """tries.csv as the markdown table of docs/instruct-models.md: one row per (model, concept, style)."""
+    rows = list(csv.DictReader(open(out / "tries.csv", encoding="utf-8")))
+    keys = list(dict.fromkeys((r["model"], r["concept"], r["style"]) for r in rows))
+    print("| model | concept | style | n | " + " | ".join(h for _, h in TABLE) +
+          " | refusals (+/-) | repeated 4-grams (+/-) | admitted |")
+    print("|---" * (len(TABLE) + 7) + "|")
+    for k in keys:
+        got = {r["judge"]: r for r in rows if (r["model"], r["concept"], r["style"]) == k}
+        first = next(iter(got.values()))
+        aucs = [f"{float(got[j]['auc']):.2f}" if j in got else "–" for j, _ in TABLE]
+        ok = got["answer-trained (held-out requests)"]["admitted"] == "True"
+        print(f"| {' | '.join(k)} | {first['n']} | {' | '.join(aucs)} | {first['refusals_positive']}/"
+              f"{first['refusals_negative']} | {float(first['repeated_4grams_positive']):.2f}/"
+              f"{float(first['repeated_4grams_negative']):.2f} | {'yes' if ok else 'no'} |")
 
 
 def write_concepts(args) -> None:
@@ -256,11 +280,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--summarise", action="store_true")
+    ap.add_argument("--table", action="store_true", help="print tries.csv as a markdown table")
     ap.add_argument("--write-concepts", default=None)
     ap.add_argument("--only", default=",".join(IC.CONCEPTS))
     args = ap.parse_args()
     if args.summarise:
         summarise(args.out)
+    elif args.table:
+        table(args.out)
     elif args.write_concepts:
         write_concepts(args)
     else:

@@ -79,9 +79,10 @@ SHOT = {
 STYLES = {"chat": CHAT, "text": TEXT, "shot": SHOT}
 # concept -> (condition of its positive answers, condition of its negative answers), as bench decide pairs them.
 CONCEPTS = {"positive-sentiment": ("cheerful", "gloomy"), "negative-sentiment": ("gloomy", "cheerful"),
-            "formal": ("formal", "casual"), "refusal": ("refuse", "none")}
+            "formal": ("formal", "casual"), "casual": ("casual", "formal"), "refusal": ("refuse", "none")}
 DESCRIPTIONS = {"positive-sentiment": "happy, positive feelings", "negative-sentiment": "sad, negative feelings",
-                "formal": "a formal, official register", "refusal": "politely refusing to help"}
+                "formal": "a formal, official register", "casual": "a casual, chatty register, like a text message",
+                "refusal": "politely refusing to help"}
 VADER_POLARITY = {"positive-sentiment": "positive", "negative-sentiment": "negative"}
 
 
