@@ -9,10 +9,13 @@ back, so a killed run resumes and a larger ``--n`` adds only the new requests. E
 average are written to ``<out>/<model>/costs.jsonl``.
 
 ``--summarise`` reads every (model, style, concept) whose two sides exist and writes ``tries.csv`` /
-``tries.json``: per judge (VADER for sentiment, the refusal detector for refusal, the embedding judge trained on
-the answers and read on held-out requests, and ``bench decide``'s own templated judge) the AUC against
-``ADMISSION_AUC``; refusals per side; n; seed. ``--write-concepts FILE --model M --style S --only C1,C2`` writes
-those concepts' answers as a concept file for ``geosteer bench decide --concepts``.
+``tries.json``: per judge (the embedding judge trained on the answers and read on held-out requests, the same
+with each answer's opening cut and with the refused answers dropped, ``bench decide``'s own templated judge,
+VADER for sentiment, the refusal detector for refusal) the AUC against ``ADMISSION_AUC``; refusals and repeated
+4-grams per side; n; seed; command; generation seconds. ``--table`` prints it as the table of
+docs/instruct-models.md. ``--write-concepts FILE --model M --style S --only C1,C2`` writes those concepts'
+answers as a concept file for ``geosteer bench decide --concepts`` and, beside it (``.admission.json``), what
+``bench decide``'s own admission reads on it.
 
     nice -n 10 .venv/bin/python benchmarks/instruct_concepts.py --model qwen2.5-0.5b --style chat --n 24
     .venv/bin/python benchmarks/instruct_concepts.py --summarise
