@@ -249,15 +249,21 @@ def write_concepts(args) -> None:
     path = Path(args.write_concepts)
     path.write_text(json.dumps(docs, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"{path}: " + ", ".join(f"{d['name']} ({len(d['positive'])}+/{len(d['negative'])}-)" for d in docs))
-    checked = decide_admission(path)
+    asked: dict[str, set[str]] = {}
+    for concept in args.only.split(","):
+        for side in sides(args.out / args.model, args.style, concept) or ():
+            for r in side:
+                asked.setdefault(r["text"].strip(), set()).add(r["request"])
+    checked = decide_admission(path, asked)
     checked.update({"model": args.model, "style": args.style, "command": " ".join(sys.argv)})
     path.with_name(path.name.replace(".concepts.json", ".admission.json")).write_text(
         json.dumps(checked, indent=1) + "\n", encoding="utf-8")
 
 
-def decide_admission(path: Path) -> dict:
+def decide_admission(path: Path, asked: dict[str, set[str]]) -> dict:
     """What ``bench decide`` computes for each concept of the file at seed 0: its embedding judge trained on the
-    file's judge texts, read on the file's held-out admission texts."""
+    file's judge texts, read on the file's held-out admission texts; and the same with the judge texts that
+    answer a held-out text's request (``asked``: text -> its requests) left out of the training."""
     from geosteer.bench.decide_concepts import by_name
     from geosteer.bench.judges import EmbeddingJudge, admission
 
@@ -266,9 +272,17 @@ def decide_admission(path: Path) -> dict:
         judge = EmbeddingJudge(seed=0).fit(dc.judge_positive, dc.judge_negative, min_texts=1)
         a = admission(judge.prob(dc.admission["positive"]), judge.prob(dc.admission["negative"]))
         a.update(judge_texts=[len(dc.judge_positive), len(dc.judge_negative)])
+        held = set().union(*[asked.get(t, set()) for t in dc.admission["positive"] + dc.admission["negative"]])
+        jp = [t for t in dc.judge_positive if not asked.get(t, set()) & held]
+        jn = [t for t in dc.judge_negative if not asked.get(t, set()) & held]
+        other = EmbeddingJudge(seed=0).fit(jp, jn, min_texts=1)
+        a["without_held_out_requests"] = {"auc": auc(other.prob(dc.admission["positive"]),
+                                                     other.prob(dc.admission["negative"])),
+                                          "judge_texts": [len(jp), len(jn)]}
         out["concepts"][dc.name] = a
         print(f"{dc.name}: bench decide's admission AUC {a['auc']:.3f} on {a['n_positive']}+/{a['n_negative']}- "
-              f"held-out answers ({'admitted' if a['admitted'] else 'not admitted'})")
+              f"held-out answers ({'admitted' if a['admitted'] else 'not admitted'}); without the held-out "
+              f"requests' answers in training {a['without_held_out_requests']['auc']:.3f}")
     return out
 
 
