@@ -3,11 +3,11 @@
 ``bench decide``'s instruction-labelled concepts (sentiment both ways, formal register, refusal) are admitted only
 when a judge separates the stock model's answers under the concept's instruction from those under its opposite
 (AUC >= :data:`geosteer.bench.judges.ADMISSION_AUC`). This module defines stronger ways of asking an instruct model
-for each side (:data:`STYLES`: a chat system prompt with an example sentence, or a plain-text continuation prompt
-without the chat template), the requests they are asked on (:func:`requests`), the judges that read the answers
-(:func:`answer_judge_auc`: the benchmark's embedding judge trained on the model's own answers and read on held-out
-requests; :func:`vader_auc`; :func:`refusal_auc`) and the concept file that carries the answers into
-``geosteer bench decide --concepts`` (:func:`concept_doc`).
+for each side (:data:`STYLES`: a chat system prompt with an example sentence, the same after one example
+exchange, or a plain-text continuation prompt without the chat template), the requests they are asked on
+(:func:`requests`), the judges that read the answers (:func:`answer_judge_auc`: the benchmark's embedding judge
+trained on the model's own answers and read on held-out requests; :func:`vader_auc`; :func:`refusal_auc`) and
+the concept file that carries the answers into ``geosteer bench decide --concepts`` (:func:`concept_doc`).
 """
 
 from __future__ import annotations
