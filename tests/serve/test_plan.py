@@ -11,16 +11,6 @@ from geosteer.recipe import InterventionSpec, save_recipe
 from geosteer_vllm.plan import meta_model, parse_recipe_args, plan_recipe
 
 
-@pytest.fixture(scope="module")
-def meta():
-    from geosteer.models.loading import load_model
-
-    model, _ = load_model("tiny-llama")
-    m = meta_model(model.config)
-    m.config._geosteer_name = "tiny-llama"
-    return model, m
-
-
 def _recipe(tmp_path, name="r", base="tiny-llama", **keys):
     return save_recipe(tmp_path / name, InterventionSpec(**keys), base_model=base)
 

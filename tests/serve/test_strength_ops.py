@@ -10,17 +10,7 @@ import torch
 from geosteer.errors import GeosteerError
 from geosteer.recipe import InterventionSpec, save_recipe
 from geosteer_vllm.inline import Policy, canonical, plan_inline
-from geosteer_vllm.plan import meta_model, plan_recipe
-
-
-@pytest.fixture(scope="module")
-def meta():
-    from geosteer.models.loading import load_model
-
-    model, _ = load_model("tiny-llama")
-    m = meta_model(model.config)
-    m.config._geosteer_name = "tiny-llama"
-    return model, m
+from geosteer_vllm.plan import plan_recipe
 
 
 def _recipe(tmp_path, name: str, **keys):
