@@ -125,6 +125,53 @@ def _stock_logits(model, bank, batch: torch.Tensor) -> torch.Tensor:
         bank.enabled = True
 
 
+def _ranges(model, tok, state_dir: Path, run: dict, layers: list[int], *, text, cfg: TrainConfig, resume: bool,
+            calibrate: bool, quantile: float, say: Callable[[str], None]):
+    """The per-layer grid ranges and calibration record: a resumed run's own, freshly calibrated, or none."""
+    calibration = None
+    ranges = None
+    ckpt = find_checkpoint(state_dir)  # a state "folder" that is a file is refused here, before any pass
+    if resume and ckpt is not None:
+        state = load_checkpoint(ckpt)
+        check_run(state, run_record(model, **run), ckpt)
+        prev = state["extra"].get("surfaces", {})
+        if calibrate:  # the calibrated ranges of the interrupted run (calibration may see other data now)
+            ranges = _saved_ranges(prev, len(layers), ckpt)
+            calibration = prev.get("calibration")
+    elif calibrate:
+        t0 = time.perf_counter()
+        ranges = calibrate_ranges(model, tok, layers, text=text, seq_len=cfg.seq_len, seed=cfg.seed,
+                                  quantile=quantile)
+        calibration = {"method": "symmetric quantile of |q| and |k| (post-RoPE, BOS excluded)",
+                       "quantile": quantile, "batches": 4, "batch_size": 4, "seq_len": cfg.seq_len,
+                       "seconds": round(time.perf_counter() - t0, 1)}
+        say("calibrated ranges: " + ", ".join(f"L{x}: ±{r[1]:.3g}"
+                                              for x, r in zip(layers, ranges, strict=True)))
+    return ranges, calibration
+
+
+def _training_record(model, res, cfg: TrainConfig, *, text, n_trained: int, rank: int | None,
+                     kl_weight: float) -> dict:
+    """What the saved artifact records about its training run (data, steps, held-out ppl, overhead)."""
+    n_model = sum(p.numel() for p in model.parameters())
+    training = {
+        "text": str(text), "tokens": res.tokens_seen, "steps": res.steps_done, "config": cfg.to_dict(),
+        "heldout": {"split": "heldout", "context": cfg.eval_context, "stride": cfg.eval_stride,
+                    "max_tokens": cfg.eval_tokens, "ppl_before": res.ppl_before, "ppl_after": res.ppl_after,
+                    "evals": res.evals},
+        "final_loss": res.final_loss, "seconds_this_run": round(res.seconds, 1),
+        "resumed_from": res.resumed_from,
+        "threads": torch.get_num_threads(),
+        "parameter_overhead": {"surface_params": n_trained, "model_params": n_model,
+                               "fraction": n_trained / n_model},
+    }
+    if rank is not None:
+        training["rank"] = int(rank)
+    if kl_weight > 0:
+        training["kl_weight"] = float(kl_weight)
+    return training
+
+
 def train_surfaces(
     model,
     tok,
@@ -165,8 +212,6 @@ def train_surfaces(
     state_dir = Path(str(out) + ".train")
     an = anatomy(model)
     layers = an.check_layers(layers)
-    calibration = None
-    ranges = None
     # what a resumed checkpoint must share with this run (its --range/--calibrate never override ours)
     run = {"grid_size": grid_size, "layers": layers, "heads": an.n_heads, "head_dim": an.head_dim,
            "grid_range": [float(x) for x in grid_range], "calibrate": bool(calibrate),
@@ -176,23 +221,8 @@ def train_surfaces(
     check_kl_weight(kl_weight)
     if kl_weight > 0:  # absent at 0: earlier checkpoints' records stay as they were
         run["kl_weight"] = float(kl_weight)
-    ckpt = find_checkpoint(state_dir)  # a state "folder" that is a file is refused here, before any pass
-    if resume and ckpt is not None:
-        state = load_checkpoint(ckpt)
-        check_run(state, run_record(model, **run), ckpt)
-        prev = state["extra"].get("surfaces", {})
-        if calibrate:  # the calibrated ranges of the interrupted run (calibration may see other data now)
-            ranges = _saved_ranges(prev, len(layers), ckpt)
-            calibration = prev.get("calibration")
-    elif calibrate:
-        t0 = time.perf_counter()
-        ranges = calibrate_ranges(model, tok, layers, text=text, seq_len=cfg.seq_len, seed=cfg.seed,
-                                  quantile=calibrate_quantile)
-        calibration = {"method": "symmetric quantile of |q| and |k| (post-RoPE, BOS excluded)",
-                       "quantile": calibrate_quantile, "batches": 4, "batch_size": 4, "seq_len": cfg.seq_len,
-                       "seconds": round(time.perf_counter() - t0, 1)}
-        say("calibrated ranges: " + ", ".join(f"L{x}: ±{r[1]:.3g}"
-                                              for x, r in zip(layers, ranges, strict=True)))
+    ranges, calibration = _ranges(model, tok, state_dir, run, layers, text=text, cfg=cfg, resume=resume,
+                                  calibrate=calibrate, quantile=calibrate_quantile, say=say)
     uninstall(model)
     bank = install(model, grid_size=grid_size, grid_range=grid_range, layers=layers, ranges=ranges)
     if rank is None:
@@ -214,22 +244,7 @@ def train_surfaces(
     if res.stopped_early:
         say(f"stopped after step {res.steps_done}/{res.total_steps}; resume with --resume")
         return bank, res
-    n_model = sum(p.numel() for p in model.parameters())
-    training = {
-        "text": str(text), "tokens": res.tokens_seen, "steps": res.steps_done, "config": cfg.to_dict(),
-        "heldout": {"split": "heldout", "context": cfg.eval_context, "stride": cfg.eval_stride,
-                    "max_tokens": cfg.eval_tokens, "ppl_before": res.ppl_before, "ppl_after": res.ppl_after,
-                    "evals": res.evals},
-        "final_loss": res.final_loss, "seconds_this_run": round(res.seconds, 1),
-        "resumed_from": res.resumed_from,
-        "threads": torch.get_num_threads(),
-        "parameter_overhead": {"surface_params": n_trained, "model_params": n_model,
-                               "fraction": n_trained / n_model},
-    }
-    if rank is not None:
-        training["rank"] = int(rank)
-    if kl_weight > 0:
-        training["kl_weight"] = float(kl_weight)
+    training = _training_record(model, res, cfg, text=text, n_trained=n_trained, rank=rank, kl_weight=kl_weight)
     save(bank, out, dtype=storage_dtype, training=training, calibration=calibration,
          command=command or " ".join(shlex.quote(a) for a in sys.argv))
     say(f"saved surfaces to {out} (held-out ppl {res.ppl_before} -> {res.ppl_after})")
