@@ -8,12 +8,14 @@
 #   its task folder and lm-eval outputs under runs/ladder-STUDY-MODEL)
 #   MODEL: smollm2 gemma3-270m qwen2.5-0.5b qwen2.5-1.5b (all four by default)
 # A model that does not load by name yet can be given as a GGUF file: QWEN05_GGUF=/path QWEN15_GGUF=/path.
-# DTYPE=float32 by default (bfloat16 also works; the dtype is recorded in costs.csv).
+# DTYPE=float32 by default (bfloat16 also works; the dtype is recorded in costs.csv). THREADS=2 by default (torch
+# threads; 1 and 2 give the same numbers here, the thread count is in the recorded command).
 set -u
 cd "$(dirname "$0")/../../.."
 STUDY=$1; shift
 MODELS=${*:-smollm2 gemma3-270m qwen2.5-0.5b qwen2.5-1.5b}
 DTYPE=${DTYPE:-float32}
+THREADS=${THREADS:-2}
 BIN=${BIN:-.venv/bin}
 export GEOSTEER_PROGRESS=0
 mkdir -p docs/results/ladder/$STUDY
@@ -27,11 +29,11 @@ for name in $MODELS; do
   [ "$name" = qwen2.5-0.5b ] && m=${QWEN05_GGUF:-$name}
   [ "$name" = qwen2.5-1.5b ] && m=${QWEN15_GGUF:-$name}
   case $STUDY in
-    deficit) cmd="$BIN/geosteer measure diagnose -m $m --tokens 2048 --context 256 --no-ov --threads 2 --dtype $DTYPE --out $out" ;;
-    value-sweep) cmd="$BIN/geosteer study directional sweep -m $m --sites value_exclude_self,attn_out,mlp_out --value-space head,concat --s-par-grid 0,0.5,3 --s-perp-grid none --tokens 1024 --context 512 --stride 512 --threads 2 --dtype $DTYPE --out $out" ;;
-    parallel) cmd="$BIN/geosteer study dynamics parallelize -m $m --counts 0,4,8 --seeds 5 --threshold 0.05 --defect-tokens 1024 --tokens 1024 --context 256 --threads 2 --dtype $DTYPE --out $out" ;;
+    deficit) cmd="$BIN/geosteer measure diagnose -m $m --tokens 2048 --context 256 --no-ov --threads $THREADS --dtype $DTYPE --out $out" ;;
+    value-sweep) cmd="$BIN/geosteer study directional sweep -m $m --sites value_exclude_self,attn_out,mlp_out --value-space head,concat --s-par-grid 0,0.5,3 --s-perp-grid none --tokens 1024 --context 512 --stride 512 --threads $THREADS --dtype $DTYPE --out $out" ;;
+    parallel) cmd="$BIN/geosteer study dynamics parallelize -m $m --counts 0,4,8 --seeds 5 --threshold 0.05 --defect-tokens 1024 --tokens 1024 --context 256 --threads $THREADS --dtype $DTYPE --out $out" ;;
     compression) d=docs/results/ladder/compression/$name
-      cmd="$BIN/python paper/studies/directional/compression.py --model $m --methods rtn3,awq3,gptq3,wanda50,wanda4:8,wanda2:4 --calib-seqs 16 --seq-len 128 --prompts 12 --ppl-batches 16 --out-dir $d --threads 2 && $BIN/python paper/studies/directional/paper_figures.py --parts table11 --compression-csv $d/compression_layers.csv --out $out" ;;
+      cmd="$BIN/python paper/studies/directional/compression.py --model $m --methods rtn3,awq3,gptq3,wanda50,wanda4:8,wanda2:4 --calib-seqs 16 --seq-len 128 --prompts 12 --ppl-batches 16 --out-dir $d --threads $THREADS && $BIN/python paper/studies/directional/paper_figures.py --parts table11 --compression-csv $d/compression_layers.csv --out $out" ;;
     ruler-2k) cmd="paper/studies/ladder/ruler.sh $m 2048 5 $out runs/ladder-ruler-2k-$name" ;;
     ruler-4k) cmd="paper/studies/ladder/ruler.sh $m 4096 20 $out runs/ladder-ruler-4k-$name" ;;
     *) echo "unknown study '$STUDY' (deficit | value-sweep | parallel | compression | ruler-2k | ruler-4k)"; exit 2 ;;
@@ -39,7 +41,7 @@ for name in $MODELS; do
   echo "run $name: $cmd"
   tfile=$(mktemp); lfile=$(mktemp)
   ( while :; do cut -d' ' -f1 /proc/loadavg >> "$lfile"; sleep 15; done ) & sampler=$!
-  OMP_NUM_THREADS=2 /usr/bin/time -v -o "$tfile" nice -n 10 bash -c "$cmd"
+  OMP_NUM_THREADS=$THREADS /usr/bin/time -v -o "$tfile" nice -n 10 bash -c "$cmd"
   rc=$?
   kill $sampler
   load=$(awk '{s+=$1; n++} END {if (n) printf "%.1f", s/n}' "$lfile")

@@ -27,7 +27,7 @@ from torch import nn
 
 from geosteer.directional.decompose import decompose
 from geosteer.models.anatomy import anatomy
-from geosteer_paper.directional.block_capture import BlockCapture, capture_block, module_output
+from geosteer_paper.directional.block_capture import BlockCapture, block_captures, module_output
 from geosteer_paper.directional.quant_grid import check_group, quantize_rtn
 
 N_GRID = 20
@@ -152,12 +152,13 @@ def awq_block(view, cap: BlockCapture, bits: int, group: int, perp_weight: float
 
 @torch.no_grad()
 def awq_model(base: nn.Module, comp: nn.Module, batches: Sequence[torch.Tensor], bits: int = 4, group: int = 64,
-              perp_weight: float = 1.0) -> list[float]:
-    """Write AWQ weights into ``comp`` (a copy of ``base``), calibrated on ``base``; the chosen α per group."""
+              perp_weight: float = 1.0, cached: bool = True) -> list[float]:
+    """Write AWQ weights into ``comp`` (a copy of ``base``), calibrated on ``base``; the chosen α per group.
+    ``cached``: each block's inputs from the block below on kept inputs (``block_captures``), as the
+    reference code does; the same numbers as a forward up to each block."""
     an = anatomy(comp)
     alphas = []
-    for layer in range(an.n_layers):
-        cap = capture_block(base, layer, batches)
+    for layer, cap in block_captures(base, batches, cached):
         view = an.blocks[layer]
         mine = BlockCapture(linears={n: m for n, m in view.layer.named_modules() if isinstance(m, nn.Linear)},
                             inputs=cap.inputs, attn_calls=cap.attn_calls, mlp_calls=cap.mlp_calls)

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from geosteer.models.anatomy import anatomy
-from geosteer_paper.directional.block_capture import capture_block
+from geosteer_paper.directional.block_capture import block_captures
 from geosteer_paper.directional.quant_grid import check_group, fake_quant, group_params
 
 
@@ -68,11 +67,10 @@ def gptq_quantize(w: torch.Tensor, h: torch.Tensor, bits: int = 4, group: int = 
 
 @torch.no_grad()
 def gptq_model(model: nn.Module, batches: Sequence[torch.Tensor], bits: int = 4, group: int = 64,
-               percdamp: float = 0.01) -> None:
+               percdamp: float = 0.01, cached: bool = True) -> None:
     """Quantise every linear of every block of ``model`` in place, block by block (inputs from the
-    quantised blocks below)."""
-    for layer in range(anatomy(model).n_layers):
-        cap = capture_block(model, layer, batches)
+    quantised blocks below; ``cached``: computed block by block from kept inputs, ``block_captures``)."""
+    for _, cap in block_captures(model, batches, cached):
         for name, lin in cap.linears.items():
             w = lin.weight.data.float()
             h = hessian(cap.rows(name))
