@@ -75,6 +75,27 @@ def encode(tok, text: str, add_bos: bool | None = None) -> torch.Tensor:
     return ids
 
 
+def _scored_ids(tok, text: str | None, ids: torch.Tensor | None, *, batch_size: int, max_tokens: int | None,
+                add_bos: bool | None, context: int | None) -> torch.Tensor:
+    """The 1-D token ids to score, after checking the arguments (``context``: require one full window)."""
+    if (text is None) == (ids is None):
+        raise GeosteerError("give exactly one of text or ids")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise GeosteerError(f"batch size must be a whole number >= 1 (got {batch_size})")
+    if text is not None:
+        if not text.strip():
+            raise GeosteerError("text is empty")
+        ids = encode(tok, text, add_bos=add_bos)
+    ids = ids.reshape(-1)
+    if max_tokens is not None:
+        if max_tokens < 2:
+            raise GeosteerError(f"max_tokens must be >= 2 (got {max_tokens})")
+        ids = ids[:max_tokens]
+    if context is not None and len(ids) < context:
+        raise GeosteerError(f"text is shorter than one window: {len(ids)} tokens < context {context}")
+    return ids
+
+
 @torch.no_grad()
 def strided_perplexity(
     model,
@@ -91,21 +112,8 @@ def strided_perplexity(
     progress: bool = False,
 ) -> PerplexityResult:
     """Perplexity of ``text`` (or token ``ids``) under ``model`` with whatever interventions are active."""
-    if (text is None) == (ids is None):
-        raise GeosteerError("give exactly one of text or ids")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise GeosteerError(f"batch size must be a whole number >= 1 (got {batch_size})")
-    if text is not None:
-        if not text.strip():
-            raise GeosteerError("text is empty")
-        ids = encode(tok, text, add_bos=add_bos)
-    ids = ids.reshape(-1)
-    if max_tokens is not None:
-        if max_tokens < 2:
-            raise GeosteerError(f"max_tokens must be >= 2 (got {max_tokens})")
-        ids = ids[:max_tokens]
-    if require_full_window and len(ids) < context:
-        raise GeosteerError(f"text is shorter than one window: {len(ids)} tokens < context {context}")
+    ids = _scored_ids(tok, text, ids, batch_size=batch_size, max_tokens=max_tokens, add_bos=add_bos,
+                      context=context if require_full_window else None)
     spans = window_spans(len(ids), context, stride)
     check_positions(model, min(context, len(ids)), "context")
     device = input_device(model)
