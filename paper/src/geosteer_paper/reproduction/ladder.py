@@ -8,6 +8,7 @@ the rungs and the budget. The rules are :func:`gap` and :func:`verdict`; the rep
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -50,6 +51,7 @@ class LadderItem(_Strict):
     models: list[str]
     budget: str
     command: str
+    query_fix: str | None = None  # a defect of the query or command found after commit, and what changed
 
 
 class Ladder(_Strict):
@@ -128,14 +130,39 @@ class LadderResult:
     why: str = ""
 
 
-def _read(item: LadderItem, path: Path) -> float:
-    data = read_results(path)
-    v = evaluate_query(data, item.quantity)
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def fill_query(q: Query, data) -> Query:
+    """``q`` with each ``{name}`` in its ``where`` values filled from the results file's ``meta.<name>`` (a
+    per-rung choice the run records, such as the walls criterion's layer); :class:`NotReadable` when the file
+    does not record it."""
+    if not q.where:
+        return q
+    meta = data.get("meta") if isinstance(data, dict) else None
+
+    def value(m: re.Match) -> str:
+        v = meta.get(m.group(1)) if isinstance(meta, dict) else None
+        if v is None or isinstance(v, (dict, list)):
+            raise NotReadable(f"the query's {{{m.group(1)}}} is not recorded in the results file's meta")
+        return str(v)
+
+    where = {k: _PLACEHOLDER.sub(value, v) if isinstance(v, str) else v for k, v in q.where.items()}
+    return q.model_copy(update={"where": where})
+
+
+def read_value(item: LadderItem, data) -> float:
+    """The item's quantity (minus ``minus``, over ``over``) in one rung's parsed results file."""
+    v = evaluate_query(data, fill_query(item.quantity, data))
     if item.minus is not None:
-        v -= evaluate_query(data, item.minus)
+        v -= evaluate_query(data, fill_query(item.minus, data))
     if item.over is not None:
-        v /= evaluate_query(data, item.over)
+        v /= evaluate_query(data, fill_query(item.over, data))
     return v
+
+
+def _read(item: LadderItem, path: Path) -> float:
+    return read_value(item, read_results(path))
 
 
 def evaluate_ladder(ladder: Ladder, root: Path, params: dict[str, float] | None = None) -> list[LadderResult]:
@@ -196,4 +223,8 @@ def ladder_markdown(results: list[LadderResult]) -> list[str]:
         verdict_text = r.verdict + (f" ({r.why})" if r.why else "")
         row = [f"{r.item.id}", r.item.what, r.item.paper, _band_text(r.item.band), *cells, verdict_text]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |")
+    fixed = [r.item for r in results if r.item.query_fix]
+    if fixed:
+        lines += ["", "Query fixes made after the criteria were committed (no band, threshold or rule changed):", ""]
+        lines += [f"- {it.id}: {it.query_fix}" for it in fixed]
     return lines
