@@ -31,7 +31,7 @@ for name in $MODELS; do
   case $STUDY in
     deficit) cmd="$BIN/geosteer measure diagnose -m $m --tokens 2048 --context 256 --no-ov --threads $THREADS --dtype $DTYPE --out $out" ;;
     value-sweep) cmd="$BIN/geosteer study directional sweep -m $m --sites value_exclude_self,attn_out,mlp_out --value-space head,concat --s-par-grid 0,0.5,3 --s-perp-grid none --tokens 1024 --context 512 --stride 512 --threads $THREADS --dtype $DTYPE --out $out" ;;
-    parallel) cmd="$BIN/geosteer study dynamics parallelize -m $m --counts 0,4,8 --seeds 5 --threshold 0.05 --defect-tokens 1024 --tokens 1024 --context 256 --threads $THREADS --dtype $DTYPE --out $out" ;;
+    parallel) cmd="$BIN/geosteer study dynamics parallelize -m $m --counts 0,4,8 --seeds 5 --threshold 0.05 --defect-tokens 1024 --tokens 1024 --context 256 --cache runs/ladder-parallel-$name.losses.json --threads $THREADS --dtype $DTYPE --out $out" ;;
     compression) d=docs/results/ladder/compression/$name
       cmd="$BIN/python paper/studies/directional/compression.py --model $m --methods rtn3,awq3,gptq3,wanda50,wanda4:8,wanda2:4 --calib-seqs 16 --seq-len 128 --prompts 12 --ppl-batches 16 --out-dir $d --threads $THREADS && $BIN/python paper/studies/directional/paper_figures.py --parts table11 --compression-csv $d/compression_layers.csv --out $out" ;;
     ruler-2k) cmd="paper/studies/ladder/ruler.sh $m 2048 5 $out runs/ladder-ruler-2k-$name" ;;
