@@ -9,7 +9,9 @@ of the engines' process (the engines run in it; other jobs on the machine add no
 floor of the generation (``serve_throughput.served_flop_floor``). The surfaces: the model's artifact where one
 is known (``--surfaces-of NAME=DIR``; by default the shipped SmolLM2-135M and Qwen2.5-Coder-0.5B ones), else
 fresh random surfaces on every layer (``serve_throughput.py --surfaces random``); the cost does not depend on
-the trained values. Each model's record is written to --out as soon as it finishes (the file keeps the other
+the trained values. ``--steered-stock`` also times stock requests on the steered engine; ``--one-engine NAME``
+leaves model NAME's stock engine out (two engines of it do not fit in memory) and takes those stock requests
+as the baseline. Each model's record is written to --out as soon as it finishes (the file keeps the other
 models' records; a model already there is skipped unless --force), with the load average at its start and end.
 
     OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind .venv-serve/bin/python benchmarks/serve_ladder.py \\
@@ -50,19 +52,27 @@ def _ratio(num: list[float], den: list[float]) -> dict:
 
 def record_of(out: dict, batch: int) -> dict:
     """The ladder's record of one ``serve_throughput.py --surfaces-only`` output at ``batch``: time and CPU
-    time of vLLM + surfaces over vLLM stock's (time: the inverse ratio of tokens/s, the same token count)."""
+    time of vLLM + surfaces over the baseline's (time: the inverse ratio of tokens/s, the same token count). The
+    baseline is vLLM stock, or where no stock engine ran, the stock requests on the steered engine; where both
+    ran, ``steered_stock`` holds the second over the first."""
     rows = out["rows"]
-    tps = {s: per_round(rows, s, batch, "tokens_per_s") for s in ("stock", "surfaces")}
-    cpu = {s: per_round(rows, s, batch, "cpu_s") for s in ("stock", "surfaces")}
-    kv = {s: per_round(rows, s, batch, "kv_bytes_per_token")[0] for s in ("stock", "surfaces")}
+    settings = [s for s in ("stock", "stock_on_steered", "surfaces") if per_round(rows, s, batch, "tokens_per_s")]
+    base = settings[0]
+    tps = {s: per_round(rows, s, batch, "tokens_per_s") for s in settings}
+    cpu = {s: per_round(rows, s, batch, "cpu_s") for s in settings}
     first = next(r for r in rows if r["batch"] == batch)
-    return {"batch": batch, "new": first["new"], "repeats": len(tps["stock"]),
-            "compiled": {s: per_round(rows, s, batch, "compiled")[0] for s in ("stock", "surfaces")},
-            "tokens_per_s": {s: [round(v, 2) for v in tps[s]] for s in tps},
-            "cpu_s": {s: [round(v, 3) for v in cpu[s]] for s in cpu},
-            "time": _ratio(tps["stock"], tps["surfaces"]), "cpu_time": _ratio(cpu["surfaces"], cpu["stock"]),
-            "flop_floor": out["flop_floor"][f"surfaces@{batch}"], "kv_bytes_per_token": kv,
-            "load_1min": [r["load_1min"] for r in rows if r["batch"] == batch]}
+    rec = {"batch": batch, "new": first["new"], "repeats": len(tps[base]), "baseline": base,
+           "compiled": {s: per_round(rows, s, batch, "compiled")[0] for s in settings},
+           "tokens_per_s": {s: [round(v, 2) for v in tps[s]] for s in tps},
+           "cpu_s": {s: [round(v, 3) for v in cpu[s]] for s in cpu},
+           "time": _ratio(tps[base], tps["surfaces"]), "cpu_time": _ratio(cpu["surfaces"], cpu[base]),
+           "flop_floor": out["flop_floor"][f"surfaces@{batch}"],
+           "kv_bytes_per_token": {s: per_round(rows, s, batch, "kv_bytes_per_token")[0] for s in settings},
+           "load_1min": [r["load_1min"] for r in rows if r["batch"] == batch]}
+    if base == "stock" and "stock_on_steered" in tps:
+        rec["steered_stock"] = {"time": _ratio(tps["stock"], tps["stock_on_steered"]),
+                                "cpu_time": _ratio(cpu["stock_on_steered"], cpu["stock"])}
+    return rec
 
 
 def shape(name: str) -> dict:
@@ -89,6 +99,10 @@ def run_model(name: str, surfaces: str, a) -> dict:
                surfaces if surfaces == "random" else str(ROOT / surfaces), "--surfaces-only",
                "--batches", str(a.batch), "--new", str(a.new), "--prompt-tokens", str(a.prompt_tokens),
                "--repeats", str(a.repeats), *(["--compiled"] if a.compiled else []), "--out", str(path)]
+        if a.steered_stock or name in a.one_engine:
+            cmd.append("--steered-stock")
+        if name in a.one_engine:
+            cmd.append("--no-stock-engine")
         proc = subprocess.run(cmd, cwd=ROOT)
         if proc.returncode:
             raise SystemExit(f"error: {name}: serve_throughput.py exited {proc.returncode}")
@@ -138,6 +152,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--compiled", action="store_true", help="both engines on vLLM's compiled path")
+    ap.add_argument("--steered-stock", action="store_true",
+                    help="also time stock requests on the steered engine, beside vLLM stock")
+    ap.add_argument("--one-engine", action="append", default=[], metavar="NAME",
+                    help="model NAME: no vLLM stock engine, the baseline is the steered engine's stock requests "
+                         "(two engines of it do not fit in memory)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--force", action="store_true", help="measure models already in --out again")
     a = ap.parse_args(argv)

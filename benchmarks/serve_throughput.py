@@ -31,7 +31,9 @@ interleaved round N times; the ratios use the medians. Each row records whether 
 path; the model's weights load only inside vLLM) and records the FLOP floor of the generation beside the
 ratios (``served_flop_floor``). ``--surfaces random`` serves fresh surfaces instead of an artifact: grid 8 over
 (-4, 4) (K = 11) on every layer, coefficients 0.05·N(0, 1), seed 0, as ``speed_ladder.py`` times them (the
-cost does not depend on the trained values). ``serve_ladder.py`` runs this per model of the ladder.
+cost does not depend on the trained values). ``--steered-stock`` also times stock requests (no recipe) on the
+steered engine (``stock_on_steered``); ``--no-stock-engine`` then leaves the vLLM stock engine out, for a
+model of which two engines do not fit in memory. ``serve_ladder.py`` runs this per model of the ladder.
 """
 
 from __future__ import annotations
@@ -189,6 +191,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeats", type=int, default=1, help="interleaved rounds per batch size (ratios: medians)")
     p.add_argument("--with-channels", action="store_true",
                    help="also time the surfaces on the channel layout (phase 1)")
+    p.add_argument("--steered-stock", action="store_true",
+                   help="also time stock requests on the steered engine (--surfaces-only)")
+    p.add_argument("--no-stock-engine", action="store_true",
+                   help="no separate vLLM stock engine (with --steered-stock: one engine in memory)")
     p.add_argument("--stock-compiled", action="store_true",
                    help="run vLLM stock with its compiled graphs (the steered engines stay eager)")
     p.add_argument("--compiled", action="store_true",
@@ -199,6 +205,10 @@ def main(argv: list[str] | None = None) -> dict:
         p.error(f"--repeats must be a positive integer (got {a.repeats})")
     if a.surfaces_only and a.recipe:
         p.error("--surfaces-only times the surfaces alone: drop --recipe")
+    if (a.steered_stock or a.no_stock_engine) and not a.surfaces_only:
+        p.error("--steered-stock and --no-stock-engine go with --surfaces-only")
+    if a.no_stock_engine and not a.steered_stock:
+        p.error("--no-stock-engine needs --steered-stock (the stock requests then run on the steered engine)")
     if a.surfaces != "random" and not Path(a.surfaces).is_dir():
         p.error(f"--surfaces: no such folder: {a.surfaces} (a surfaces folder, or 'random')")
     from geosteer.errors import one_line_errors
@@ -294,24 +304,24 @@ def _run(a) -> dict:
     phases = [1, 2] if others else [1]
     stock_kw = {**kw, "enforce_eager": not (a.stock_compiled or a.compiled)}
     for phase in phases:
-        stock = _engine(a.model, None, 1, stock_kw)
+        stock = [] if a.no_stock_engine else [(_engine(a.model, None, 1, stock_kw), {"stock": None})]
         if phase == 1:  # (engine, {setting: recipe}) in turn; one steered engine (the recipe tables are per process)
             first = {k: recipes[k] for k in ("surfaces", "vector_all") if k in recipes}
-            runs = {k: k for k in first} | ({"inline_mixed": inline} if policy else {})
+            runs = ({"stock_on_steered": None} if a.steered_stock else {}) | {k: k for k in first}
+            runs |= {"inline_mixed": inline} if policy else {}
             engines = [(_engine(a.model, first, steered_gib, kw, inline=policy), runs)]
             if a.with_channels:
                 engines.append((_engine(a.model, {"surfaces": recipes["surfaces"]}, steered_gib, kw, True),
                                 {"surfaces_channels": "surfaces"}))
         else:
             engines = [(_engine(a.model, others, 1, kw), {name: name for name in others})]
-        for llm, runs in [(stock, {"stock": None}), *engines]:  # warm-up, with every recipe of the engine
+        engines = stock + engines
+        for llm, runs in engines:  # warm-up, with every recipe of the engine
             every = [r for v in runs.values() for r in (v if isinstance(v, list) else [v])]
             _vllm_run(llm[0], prompts[batches[0]] * len(every), 4, every)
         for _ in range(a.repeats):
             for b in sorted({*batches, *(hf_batches if phase == 1 else [])}):
                 if b in batches:
-                    record(phase, "vllm", "stock", b, *_vllm_run(stock[0], prompts[b], new_of[b], None), stock[1],
-                           stock[0])
                     for llm, runs in engines:
                         for name, recipe in runs.items():
                             record(phase, "vllm", name, b, *_vllm_run(llm[0], prompts[b], new_of[b], recipe),
@@ -332,8 +342,8 @@ def _run(a) -> dict:
 
 
 def _ratios(rows: list[dict]) -> dict:
-    """Per batch: each vLLM recipe's time over the vLLM stock run of its phase, and vLLM surfaces' tokens/s
-    over the HF path's."""
+    """Per batch: each vLLM recipe's time over the vLLM stock run of its phase (and over the steered engine's
+    stock requests, where timed), and vLLM surfaces' tokens/s over the HF path's."""
     runs: dict = {}
     cpu: dict = {}
     for r in rows:
@@ -344,12 +354,14 @@ def _ratios(rows: list[dict]) -> dict:
     cpu_by = {k: statistics.median(v) for k, v in cpu.items()}
     out: dict = {}
     for (phase, engine, setting, b), tps in by.items():
-        stock = by.get((phase, "vllm", "stock", b))
-        if engine == "vllm" and setting != "stock" and stock:
-            out[f"{setting}_time_vs_vllm_stock@{b}"] = round(stock / tps, 3)
-            if (phase, setting, b) in cpu_by and (phase, "stock", b) in cpu_by:
-                out[f"{setting}_cpu_time_vs_vllm_stock@{b}"] = round(cpu_by[(phase, setting, b)]
-                                                                     / cpu_by[(phase, "stock", b)], 3)
+        for base, label in (("stock", "vllm_stock"), ("stock_on_steered", "stock_on_steered")):
+            stock = by.get((phase, "vllm", base, b))
+            if engine != "vllm" or setting in (base, "stock") or not stock:
+                continue
+            out[f"{setting}_time_vs_{label}@{b}"] = round(stock / tps, 3)
+            if (phase, setting, b) in cpu_by and (phase, base, b) in cpu_by:
+                out[f"{setting}_cpu_time_vs_{label}@{b}"] = round(cpu_by[(phase, setting, b)]
+                                                                 / cpu_by[(phase, base, b)], 3)
         if engine == "hf":
             v = by.get((phase, "vllm", "surfaces", b))
             if v:

@@ -87,6 +87,8 @@ def test_random_surfaces_are_every_layer_grid_8_and_seeded(st, folder, tmp_path)
 @pytest.mark.parametrize("args,message", [
     (["--surfaces-only", "--recipe", "x=/tmp"], "--surfaces-only times the surfaces alone: drop --recipe"),
     (["--surfaces", "/no/such/folder"], "--surfaces: no such folder: /no/such/folder"),
+    (["--surfaces-only", "--no-stock-engine"], "--no-stock-engine needs --steered-stock"),
+    (["--steered-stock"], "--steered-stock and --no-stock-engine go with --surfaces-only"),
 ])
 def test_throughput_refuses_bad_input_before_any_engine(st, capsys, args, message):
     with pytest.raises(SystemExit) as e:
@@ -104,28 +106,42 @@ def test_ladder_refuses_bad_input(ladder, capsys, args, message):
     assert message in capsys.readouterr().err
 
 
+def _rows(settings: dict[str, tuple[list[float], list[float]]]) -> list[dict]:
+    """Rows as serve_throughput writes them: per round, each setting in turn ({setting: (tokens/s, CPU s)})."""
+    rounds = len(next(iter(settings.values()))[0])
+    return [{"engine": "vllm", "setting": name, "batch": 4, "new": 8, "tokens_per_s": tps[i], "cpu_s": cpu[i],
+             "kv_bytes_per_token": 10.0, "compiled": True, "load_1min": 1.0}
+            for i in range(rounds) for name, (tps, cpu) in settings.items()]
+
+
 def test_record_pairs_rounds_in_order(ladder):
     stock, surf = [100.0, 80.0, 90.0], [50.0, 60.0, 45.0]
-    cpu_stock, cpu_surf = [1.0, 1.1, 1.2], [1.5, 1.4, 1.8]
-    rows = []
-    for i in range(3):
-        for name, tps, cpu in (("stock", stock, cpu_stock), ("surfaces", surf, cpu_surf)):
-            rows.append({"engine": "vllm", "setting": name, "batch": 4, "new": 8, "tokens_per_s": tps[i],
-                         "cpu_s": cpu[i], "kv_bytes_per_token": 10.0, "compiled": True, "load_1min": 1.0})
+    on_steered = [95.0, 85.0, 80.0]
+    rows = _rows({"stock": (stock, [1.0, 1.1, 1.2]), "stock_on_steered": (on_steered, [1.0, 1.2, 1.3]),
+                  "surfaces": (surf, [1.5, 1.4, 1.8])})
     rec = ladder.record_of({"rows": rows, "flop_floor": {"surfaces@4": 1.05}}, 4)
+    assert rec["baseline"] == "stock"
     assert rec["time"]["ratio"] == round(statistics.median(stock) / statistics.median(surf), 4)
     assert (rec["time"]["ratio_min"], rec["time"]["ratio_max"]) == (round(80 / 60, 4), 2.0)
     assert rec["cpu_time"]["ratio"] == round(1.5 / 1.1, 4)
+    assert rec["steered_stock"]["time"]["ratio"] == round(90 / 85, 4)
+    assert rec["steered_stock"]["cpu_time"]["ratio"] == round(1.2 / 1.1, 4)
     assert rec["repeats"] == 3 and rec["flop_floor"] == 1.05 and rec["new"] == 8
+    alone = ladder.record_of({"rows": [r for r in rows if r["setting"] != "stock"],
+                              "flop_floor": {"surfaces@4": 1.05}}, 4)
+    assert alone["baseline"] == "stock_on_steered" and "steered_stock" not in alone
+    assert alone["time"]["ratio"] == round(85 / 50, 4)
 
 
 def test_ladder_runs_stock_against_random_surfaces_on_a_tiny_llama(ladder, folder, tmp_path):
     out = tmp_path / "ladder.json"
     ladder.main(["--models", folder, "--batch", "2", "--new", "3", "--prompt-tokens", "8", "--repeats", "2",
-                 "--out", str(out)])
+                 "--steered-stock", "--out", str(out)])
     rec = json.loads(out.read_text())["models"][folder]
     assert rec["surfaces"] == "random" and rec["repeats"] == 2 and rec["shape"]["layers"] == 3
-    assert all(len(rec["tokens_per_s"][s]) == 2 and min(rec["tokens_per_s"][s]) > 0 for s in ("stock", "surfaces"))
+    assert rec["baseline"] == "stock" and rec["steered_stock"]["time"]["ratio"] > 0
+    assert all(len(rec["tokens_per_s"][s]) == 2 and min(rec["tokens_per_s"][s]) > 0
+               for s in ("stock", "stock_on_steered", "surfaces"))
     assert rec["time"]["ratio_min"] <= rec["time"]["ratio_max"] and rec["cpu_time"]["ratio"] > 0
     assert rec["flop_floor"] > 1
     assert rec["kv_bytes_per_token"]["stock"] == pytest.approx(rec["kv_bytes_per_token"]["surfaces"], rel=0.5)
