@@ -2,14 +2,16 @@
 
 For one model and one prompt style (``geosteer.bench.instruct_concepts.STYLES``: ``chat``, a system prompt with the
 style and an example sentence; ``text``, a plain-text continuation prompt without the chat template), greedy
-continuations of ``--new-tokens`` (40) tokens for the first ``--n`` requests of
-``geosteer.bench.instruct_concepts.requests()`` under each condition (``--conditions``), in batches of ``--batch``.
+continuations of ``--new-tokens`` (40) tokens for the first ``--n`` requests of the pool (:func:`pool`:
+``geosteer.bench.instruct_concepts.requests()``, then the 64 of ``instruct_requests_more.json`` beside this script:
+128) under each condition (``--conditions``), in batches of ``--batch``.
 Every answer is written to ``<out>/<model>/texts/<style>-<condition>.jsonl``; requests already answered are read
 back, so a killed run resumes and a larger ``--n`` adds only the new requests. Each batch's wall time and the load
 average are written to ``<out>/<model>/costs.jsonl``.
 
 ``--summarise`` reads every (model, style, concept) whose two sides exist and writes ``tries.csv`` /
-``tries.json``: per judge (the embedding judge trained on the answers and read on held-out requests, the same
+``tries.json``, a try for each of the first 24, 64 and 128 requests and for all answered (as far as answered): per
+judge (the embedding judge trained on the answers and read on held-out requests, the same
 with each answer's opening cut and with the refused answers dropped, ``bench decide``'s own templated judge,
 VADER for sentiment, the refusal detector for refusal) the AUC against ``ADMISSION_AUC``; refusals and repeated
 4-grams per side; n; seed; command; generation seconds. ``--table`` prints it as the table of
@@ -29,6 +31,7 @@ import json
 import os
 import sys
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +40,8 @@ from geosteer.bench import instruct_concepts as IC
 from geosteer.bench.judges import auc
 
 OUT = Path("docs/results/instruct/concepts")
+MORE_REQUESTS = Path(__file__).with_name("instruct_requests_more.json")
+TRY_SIZES = (24, 64, 128)  # a try is summarised on each of these request prefixes (and on all answered)
 OPENING = 5  # words cut from each answer's start in the check that the judge reads more than a fixed opening
 
 
@@ -55,6 +60,16 @@ def append_jsonl(path: Path, rows: list[dict]) -> None:
         os.fsync(f.fileno())
 
 
+@lru_cache(maxsize=1)
+def pool() -> tuple[str, ...]:
+    """The requests answers are asked on, in order: the bundled ones, then MORE_REQUESTS; all distinct, none one of
+    the concept file's test requests."""
+    out = IC.requests() + tuple(json.loads(MORE_REQUESTS.read_text(encoding="utf-8")))
+    if len(set(out)) != len(out) or set(out) & set(IC.test_requests()) or IC.EXAMPLE_REQUEST in out:
+        raise SystemExit(f"{MORE_REQUESTS}: a request repeats, or is a test or example request")
+    return out
+
+
 def generate(args) -> None:
     import torch
 
@@ -67,7 +82,7 @@ def generate(args) -> None:
     base = args.out / args.model
     append_jsonl(base / "costs.jsonl", [{"event": "load", "seconds": round(time.perf_counter() - t0, 1),
                                          "threads": args.threads, "loadavg": os.getloadavg()[0]}])
-    reqs = IC.requests()[:args.n]
+    reqs = pool()[:args.n]
     for cond in args.conditions.split(","):
         path = base / "texts" / f"{args.style}-{cond}.jsonl"
         done = {r["request"] for r in read_jsonl(path)}
@@ -97,7 +112,7 @@ def sides(base: Path, style: str, concept: str) -> tuple[list[dict], list[dict]]
     pc, nc = IC.CONCEPTS[concept]
     pos = {r["request"]: r for r in read_jsonl(base / "texts" / f"{style}-{pc}.jsonl")}
     neg = {r["request"]: r for r in read_jsonl(base / "texts" / f"{style}-{nc}.jsonl")}
-    both = [q for q in IC.requests() if q in pos and q in neg]
+    both = [q for q in pool() if q in pos and q in neg]
     return ([pos[q] for q in both], [neg[q] for q in both]) if both else None
 
 
@@ -149,13 +164,19 @@ def repeated(texts: list[str]) -> float:
 
 
 def try_rows(model: str, base: Path, style: str, concept: str, judges: dict) -> list[dict]:
-    """One row per judge of a (model, style, concept) whose two sides were answered."""
-    from geosteer.bench.judges import ADMISSION_AUC
-
+    """One row per judge of a (model, style, concept) whose two sides were answered, for each request prefix of
+    TRY_SIZES shorter than the answered requests and for all of them."""
     got = sides(base, style, concept)
     if got is None:
         return []
-    pos, neg = got
+    answered = len(got[0])
+    return [row for n in sorted({k for k in TRY_SIZES if k < answered} | {answered})
+            for row in _try_rows(model, style, concept, got[0][:n], got[1][:n], judges)]
+
+
+def _try_rows(model: str, style: str, concept: str, pos: list[dict], neg: list[dict], judges: dict) -> list[dict]:
+    from geosteer.bench.judges import ADMISSION_AUC
+
     pt, nt = [r["text"] for r in pos], [r["text"] for r in neg]
     pc, nc = IC.CONCEPTS[concept]
     common = {"model": model, "style": style, "concept": concept, "positive": pc, "negative": nc, "n": len(pos),
@@ -196,10 +217,16 @@ def summarise(out: Path) -> None:
         for style in IC.STYLES:
             for concept in IC.CONCEPTS:
                 rows += try_rows(base.name, base, style, concept, judges)
+    most = {}
+    for r in rows:
+        key = (r["model"], r["style"], r["concept"])
+        most[key] = max(most.get(key, 0), r["n"])
     for r in rows:
         c = cost[r["model"]]
         parts = [c.get(f"{r['style']}-{x}", {}) for x in (r["positive"], r["negative"])]
-        r["generation_seconds"] = round(sum(p.get("seconds", 0) for p in parts), 1)
+        # the batches' seconds cover every answered request: given on a try's largest request set only
+        full = r["n"] == most[(r["model"], r["style"], r["concept"])]
+        r["generation_seconds"] = round(sum(p.get("seconds", 0) for p in parts), 1) if full else ""
         r["command"] = (f"nice -n 10 .venv/bin/python benchmarks/instruct_concepts.py --model {r['model']} "
                         f"--style {r['style']} --n {r['n']} --conditions {r['positive']},{r['negative']} "
                         "--threads 1")
@@ -225,16 +252,16 @@ TABLE = (("answer-trained (held-out requests)", "answer-trained"), ("answer-trai
 def table(out: Path) -> None:
     """tries.csv as the markdown table of docs/instruct-models.md: one row per (model, concept, style)."""
     rows = list(csv.DictReader(open(out / "tries.csv", encoding="utf-8")))
-    keys = list(dict.fromkeys((r["model"], r["concept"], r["style"]) for r in rows))
+    keys = list(dict.fromkeys((r["model"], r["concept"], r["style"], r["n"]) for r in rows))
     print("| model | concept | style | n | " + " | ".join(h for _, h in TABLE) +
           " | refusals (+/-) | repeated 4-grams (+/-) | admitted |")
     print("|---" * (len(TABLE) + 7) + "|")
     for k in keys:
-        got = {r["judge"]: r for r in rows if (r["model"], r["concept"], r["style"]) == k}
+        got = {r["judge"]: r for r in rows if (r["model"], r["concept"], r["style"], r["n"]) == k}
         first = next(iter(got.values()))
         aucs = [f"{float(got[j]['auc']):.2f}" if j in got else "–" for j, _ in TABLE]
         ok = got["answer-trained (held-out requests)"]["admitted"] == "True"
-        print(f"| {' | '.join(k)} | {first['n']} | {' | '.join(aucs)} | {first['refusals_positive']}/"
+        print(f"| {' | '.join(k)} | {' | '.join(aucs)} | {first['refusals_positive']}/"
               f"{first['refusals_negative']} | {float(first['repeated_4grams_positive']):.2f}/"
               f"{float(first['repeated_4grams_negative']):.2f} | {'yes' if ok else 'no'} |")
 
@@ -245,9 +272,10 @@ def write_concepts(args) -> None:
         got = sides(args.out / args.model, args.style, concept)
         if got is None:
             raise SystemExit(f"{concept}: no answers of {args.model} in style {args.style}")
-        docs.append(IC.concept_doc(concept, [r["text"] for r in got[0]], [r["text"] for r in got[1]]))
+        docs.append(IC.concept_doc(concept, [r["text"] for r in got[0]], [r["text"] for r in got[1]],
+                                   [r["request"] for r in got[0]], [r["request"] for r in got[1]]))
     path = Path(args.write_concepts)
-    path.write_text(json.dumps(docs, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(IC.concept_file(docs), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"{path}: " + ", ".join(f"{d['name']} ({len(d['positive'])}+/{len(d['negative'])}-)" for d in docs))
     asked: dict[str, set[str]] = {}
     for concept in args.only.split(","):
@@ -263,12 +291,13 @@ def write_concepts(args) -> None:
 def decide_admission(path: Path, asked: dict[str, set[str]]) -> dict:
     """What ``bench decide`` computes for each concept of the file at seed 0: its embedding judge trained on the
     file's judge texts, read on the file's held-out admission texts; and the same with the judge texts that
-    answer a held-out text's request (``asked``: text -> its requests) left out of the training."""
-    from geosteer.bench.decide_concepts import by_name
+    answer a held-out text's request (``asked``: text -> its requests) left out of the training (the file holds
+    each answer's request as its group, and decide holds out whole groups: the two agree)."""
+    from geosteer.bench.decide_concepts import file_concepts
     from geosteer.bench.judges import EmbeddingJudge, admission
 
     out = {"file": str(path), "seed": 0, "concepts": {}}
-    for dc in by_name(None, str(path)):
+    for dc in file_concepts(str(path)):
         judge = EmbeddingJudge(seed=0).fit(dc.judge_positive, dc.judge_negative, min_texts=1)
         a = admission(judge.prob(dc.admission["positive"]), judge.prob(dc.admission["negative"]))
         a.update(judge_texts=[len(dc.judge_positive), len(dc.judge_negative)])
@@ -301,6 +330,8 @@ def main() -> None:
     ap.add_argument("--write-concepts", default=None)
     ap.add_argument("--only", default=",".join(IC.CONCEPTS))
     args = ap.parse_args()
+    if not 0 < args.n <= len(pool()):
+        ap.error(f"--n {args.n}: the pool has {len(pool())} requests")
     if args.summarise:
         summarise(args.out)
     elif args.table:
