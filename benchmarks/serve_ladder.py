@@ -11,8 +11,9 @@ is known (``--surfaces-of NAME=DIR``; by default the shipped SmolLM2-135M and Qw
 fresh random surfaces on every layer (``serve_throughput.py --surfaces random``); the cost does not depend on
 the trained values. ``--steered-stock`` also times stock requests on the steered engine; ``--one-engine NAME``
 leaves model NAME's stock engine out (two engines of it do not fit in memory) and takes those stock requests
-as the baseline. Each model's record is written to --out as soon as it finishes (the file keeps the other
-models' records; a model already there is skipped unless --force), with the load average at its start and end.
+as the baseline. ``--before-rounds``/``--after-rounds`` go to ``serve_throughput.py``. Each model's record is
+written to --out as soon as it finishes (the file keeps the other models' records; a model already there is
+skipped unless --force), with the load average at its start and end.
 
     OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind .venv-serve/bin/python benchmarks/serve_ladder.py \\
         --models smollm2,qwen2.5-0.5b --batch 16 --new 32 --repeats 5 --compiled
@@ -103,6 +104,9 @@ def run_model(name: str, surfaces: str, a) -> dict:
             cmd.append("--steered-stock")
         if name in a.one_engine:
             cmd.append("--no-stock-engine")
+        for opt in ("before_rounds", "after_rounds"):
+            if getattr(a, opt):
+                cmd += [f"--{opt.replace('_', '-')}", getattr(a, opt)]
         proc = subprocess.run(cmd, cwd=ROOT)
         if proc.returncode:
             raise SystemExit(f"error: {name}: serve_throughput.py exited {proc.returncode}")
@@ -157,6 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--one-engine", action="append", default=[], metavar="NAME",
                     help="model NAME: no vLLM stock engine, the baseline is the steered engine's stock requests "
                          "(two engines of it do not fit in memory)")
+    ap.add_argument("--before-rounds", metavar="CMD", help="run before each model's timed rounds (engines warm)")
+    ap.add_argument("--after-rounds", metavar="CMD", help="run after them (also when a round fails)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--force", action="store_true", help="measure models already in --out again")
     a = ap.parse_args(argv)

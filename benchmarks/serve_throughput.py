@@ -33,7 +33,9 @@ ratios (``served_flop_floor``). ``--surfaces random`` serves fresh surfaces inst
 (-4, 4) (K = 11) on every layer, coefficients 0.05·N(0, 1), seed 0, as ``speed_ladder.py`` times them (the
 cost does not depend on the trained values). ``--steered-stock`` also times stock requests (no recipe) on the
 steered engine (``stock_on_steered``); ``--no-stock-engine`` then leaves the vLLM stock engine out, for a
-model of which two engines do not fit in memory. ``serve_ladder.py`` runs this per model of the ladder.
+model of which two engines do not fit in memory. ``--before-rounds CMD`` / ``--after-rounds CMD`` run a command
+once the engines are up and warm, before the timed rounds, and after them (also when a round fails): e.g. to
+hold other jobs on the machine while timing only. ``serve_ladder.py`` runs this per model of the ladder.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ import gc
 import json
 import math
 import os
+import shlex
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -162,6 +166,14 @@ def _hf_run(model, prompts, new: int, interventions) -> tuple[float, float]:
         return time.perf_counter() - t, ttft
 
 
+def _hook(cmd: str | None) -> None:
+    """Run ``cmd`` (split as a shell would, no shell); a failure stops the benchmark."""
+    if cmd:
+        rc = subprocess.run(shlex.split(cmd)).returncode
+        if rc:
+            raise RuntimeError(f"'{cmd}' exited {rc}")
+
+
 def _pairs(items: list[str], what: str) -> dict[int, int]:
     out = {}
     for item in items:
@@ -195,6 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="also time stock requests on the steered engine (--surfaces-only)")
     p.add_argument("--no-stock-engine", action="store_true",
                    help="no separate vLLM stock engine (with --steered-stock: one engine in memory)")
+    p.add_argument("--before-rounds", metavar="CMD", help="a command to run before the timed rounds (engines warm)")
+    p.add_argument("--after-rounds", metavar="CMD", help="a command to run after them (also on failure)")
     p.add_argument("--stock-compiled", action="store_true",
                    help="run vLLM stock with its compiled graphs (the steered engines stay eager)")
     p.add_argument("--compiled", action="store_true",
@@ -319,15 +333,19 @@ def _run(a) -> dict:
         for llm, runs in engines:  # warm-up, with every recipe of the engine
             every = [r for v in runs.values() for r in (v if isinstance(v, list) else [v])]
             _vllm_run(llm[0], prompts[batches[0]] * len(every), 4, every)
-        for _ in range(a.repeats):
-            for b in sorted({*batches, *(hf_batches if phase == 1 else [])}):
-                if b in batches:
-                    for llm, runs in engines:
-                        for name, recipe in runs.items():
-                            record(phase, "vllm", name, b, *_vllm_run(llm[0], prompts[b], new_of[b], recipe),
-                                   llm[1], llm[0])
-                if phase == 1 and b in hf_batches:
-                    record(phase, "hf", "surfaces", b, *_hf_run(model, prompts[b], new_of[b], hf_inter), None)
+        _hook(a.before_rounds)
+        try:
+            for _ in range(a.repeats):
+                for b in sorted({*batches, *(hf_batches if phase == 1 else [])}):
+                    if b in batches:
+                        for llm, runs in engines:
+                            for name, recipe in runs.items():
+                                record(phase, "vllm", name, b, *_vllm_run(llm[0], prompts[b], new_of[b], recipe),
+                                       llm[1], llm[0])
+                    if phase == 1 and b in hf_batches:
+                        record(phase, "hf", "surfaces", b, *_hf_run(model, prompts[b], new_of[b], hf_inter), None)
+        finally:
+            _hook(a.after_rounds)
         del stock, engines, llm  # no other reference: the engines shut down here, before the next phase
         gc.collect()
     out = {"command": command, "model": a.model, "surfaces": a.surfaces, "rows": rows, "ratios": _ratios(rows),

@@ -136,7 +136,9 @@ def test_record_pairs_rounds_in_order(ladder):
 def test_ladder_runs_stock_against_random_surfaces_on_a_tiny_llama(ladder, folder, tmp_path):
     out = tmp_path / "ladder.json"
     ladder.main(["--models", folder, "--batch", "2", "--new", "3", "--prompt-tokens", "8", "--repeats", "2",
-                 "--steered-stock", "--out", str(out)])
+                 "--steered-stock", "--before-rounds", f"touch {tmp_path / 'before'}",
+                 "--after-rounds", f"touch {tmp_path / 'after'}", "--out", str(out)])
+    assert (tmp_path / "before").is_file() and (tmp_path / "after").is_file()
     rec = json.loads(out.read_text())["models"][folder]
     assert rec["surfaces"] == "random" and rec["repeats"] == 2 and rec["shape"]["layers"] == 3
     assert rec["baseline"] == "stock" and rec["steered_stock"]["time"]["ratio"] > 0
