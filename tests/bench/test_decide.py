@@ -160,7 +160,8 @@ def test_dry_run_prints_the_mde_and_bad_input_is_one_line():
     (["--out", "EMPTY", "--report-only"], "holds no run of `geosteer bench decide`"),
     (["--concepts", "NOFILE.json"], "--concepts NOFILE.json: no such file"),
     (["--concepts", "SMALL.json"], "--concepts SMALL.json: concept 'c0': bench decide needs >= 56 positive"),
-    (["--concepts", "OK.json", "--only", "arts"], "unknown concept 'arts'"),
+    (["--concepts", "OK.json", "--concepts-only", "--only", "arts"], "unknown concept 'arts'"),
+    (["--concepts-only"], "--concepts-only: give --concepts FILE"),
     (["--explore", "surfaces-rank2,lora"], "--explore lora: not a surface form; valid: surfaces-rank2, surfaces-full"),
 ])
 def test_bad_input_is_one_line_before_any_work(monkeypatch, capsys, tmp_path, args, needle):
@@ -193,7 +194,7 @@ def test_a_concept_file_is_dealt_into_lever_admission_and_judge_texts(tmp_path):
     from geosteer.bench.decide_concepts import ADMISSION_TEXTS, LEVER_TEXTS, TEST_PROMPTS, by_name
 
     _concept_file(tmp_path / "c.json", 60)
-    got = by_name(None, str(tmp_path / "c.json"))
+    got = by_name(None, str(tmp_path / "c.json"), bundled=False)
     assert [dc.name for dc in got] == ["c0", "c1"] and got[1].concept.direction == "suppress"
     for dc in got:
         c, adm = dc.concept, dc.admission
@@ -203,17 +204,21 @@ def test_a_concept_file_is_dealt_into_lever_admission_and_judge_texts(tmp_path):
         for side in ("positive", "negative"):
             parts = [set(getattr(c, side)), set(adm[side]), set(getattr(dc, f"judge_{side}"))]
             assert len(set().union(*parts)) == 60 and all(" positive " in t or side == "negative" for t in parts[2])
-    assert by_name(["c1"], str(tmp_path / "c.json"))[0].name == "c1"
+    assert by_name(["c1"], str(tmp_path / "c.json"), bundled=False)[0].name == "c1"
     assert got[0].extra["source"] and got[0].extra["source"] == got[1].extra["source"]
 
 
-def test_dry_run_counts_the_concepts_of_a_file(tmp_path):
+def test_dry_run_counts_the_concepts_of_a_file_added_or_alone(tmp_path):
     _concept_file(tmp_path / "c.json", 60)
     run = [sys.executable, "-m", "geosteer.cli", "bench", "decide", "--dry-run", "--json", "--concepts",
            str(tmp_path / "c.json")]
-    ok = subprocess.run(run, capture_output=True, text=True, timeout=120)
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    assert json.loads(ok.stdout)["concepts"] == 2
+    docs = []
+    for extra in ([], ["--concepts-only"]):
+        ok = subprocess.run([*run, *extra], capture_output=True, text=True, timeout=120)
+        assert ok.returncode == 0, ok.stderr[-2000:]
+        docs.append(json.loads(ok.stdout))
+    assert [d["concepts"] for d in docs] == [22 + 2, 2]  # the bundled 22 and the file's 2, or the file's alone
+    assert docs[0]["minimum_detectable_effect"] < 0.1 < 1 < docs[1]["minimum_detectable_effect"]
 
 
 def test_an_axbench_file_gives_benchmark_concepts(tmp_path):
@@ -222,7 +227,7 @@ def test_an_axbench_file_gives_benchmark_concepts(tmp_path):
     rows = [{"input": f"Instruction {i}?", "output": f"{cat} output {i} of the concept", "output_concept": "ocean",
              "category": cat, "concept_id": 3} for cat in ("positive", "negative") for i in range(60)]
     (tmp_path / "ax.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    (dc,) = by_name(None, str(tmp_path / "ax.jsonl"))
+    (dc,) = by_name(None, str(tmp_path / "ax.jsonl"), bundled=False)
     assert dc.concept.direction == "promote" and all("positive output" in t for t in dc.concept.positive)
     assert all("negative output" in t for t in dc.admission["negative"]) and len(dc.judge_positive) == 36
 

@@ -67,9 +67,9 @@ def test_a_file_concept_redraws_and_keeps_its_admission_texts(tmp_path):
     from geosteer.bench.decide_concepts import by_name
 
     _concept_file(tmp_path / "c.json", 70)
-    for seed0, seed1, again in zip(by_name(None, str(tmp_path / "c.json"), 0),
-                                   by_name(None, str(tmp_path / "c.json"), 1),
-                                   by_name(None, str(tmp_path / "c.json"), 0), strict=True):
+    for seed0, seed1, again in zip(by_name(None, str(tmp_path / "c.json"), 0, False),
+                                   by_name(None, str(tmp_path / "c.json"), 1, False),
+                                   by_name(None, str(tmp_path / "c.json"), 0, False), strict=True):
         _check_redrawn(seed0, seed1, again)
         assert seed0.extra["pools"] == {"lever": [54, 54], "judge": [46, 46], "prompts": 20}
 

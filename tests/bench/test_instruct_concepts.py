@@ -115,7 +115,7 @@ def test_a_concept_of_answers_loads_in_bench_decide(tmp_path):
     assert doc["positive"] == pos and doc["prompts"] == IC.test_requests()
     path = tmp_path / "answers.json"
     path.write_text(json.dumps([doc]))
-    (dc,) = by_name(None, str(path))
+    (dc,) = by_name(None, str(path), bundled=False)
     assert dc.name == "positive-sentiment" and dc.concept.description == "happy, positive feelings"
     assert len(dc.admission["positive"]) == ADMISSION_TEXTS and set(dc.admission["positive"]) <= set(pos)
 
@@ -142,5 +142,5 @@ def test_a_malformed_answer_file_is_refused_in_one_line_before_any_model_loads(m
 def test_the_committed_concept_files_load_in_bench_decide(path):
     from geosteer.bench.decide_concepts import by_name
 
-    got = by_name(None, str(path))
+    got = by_name(None, str(path), bundled=False)
     assert got and all(dc.name in IC.CONCEPTS for dc in got)

@@ -68,19 +68,36 @@ def _seeds(seeds: str | None) -> tuple[int, ...]:
     return seed_list
 
 
-def _concepts(concepts_file: Path | None):
-    from geosteer.bench.decide_concepts import by_name, test_concepts
+def _concepts(concepts_file: Path | None, bundled: bool = True):
+    from geosteer.bench.decide_concepts import run_concepts
 
     if concepts_file is None:
-        return test_concepts()
+        if not bundled:
+            raise GeosteerError("--concepts-only: give --concepts FILE (it runs that file's concepts without the "
+                                "bundled ones)")
+        return run_concepts()
     source = str(concepts_file)
     try:
-        return by_name(None, source)  # a bad file or a concept too small: one line, before any model loads
+        got = run_concepts(source, 0, bundled)  # a bad file or a concept too small: one line, before any load
     except GeosteerError as e:
         msg = str(e)
         if not msg.startswith("--concepts"):
             msg = f"--concepts {msg}" if msg.startswith(source) else f"--concepts {source}: {msg}"
         raise GeosteerError(msg) from None
+    if not bundled and len(got) < 2:
+        raise GeosteerError(f"--concepts-only: {source} holds {len(got)} concept ({', '.join(c.name for c in got)}); "
+                            "the verdict's t test is across concepts and needs >= 2: give a file of 2 or more, or "
+                            "drop --concepts-only to add it to the bundled concepts")
+    return got
+
+
+def _enough(chosen: list) -> None:
+    """A dry run's predicted MDE needs two concepts or more; else one line saying what is valid."""
+    if len(chosen) < 2:
+        names = ", ".join(c.name for c in chosen) or "none"
+        raise GeosteerError(f"--dry-run: {len(chosen)} test concept chosen ({names}); the predicted minimum "
+                            "detectable effect is of the t test across concepts, which needs >= 2: name 2 or more "
+                            "with --only, or leave --only out")
 
 
 def _named(name: str):
@@ -96,18 +113,22 @@ def _take(tests: list, design, name: str, names: list[str] | None,
           concepts_file: Path | None) -> tuple[list, list[str] | None]:
     """(the test concepts the design takes, the ``--only`` names or, for a design of some kinds, theirs): a
     design's ``kinds`` select among the bundled concepts (a concept file's are all taken)."""
-    if concepts_file is not None or not design.kinds:
+    if not design.kinds:
         return tests, names
-    keep = [c for c in tests if c.kind in design.kinds]
+    keep = [c for c in tests if c.kind in design.kinds or c.extra.get("source")]
+    if concepts_file is not None and len(keep) == len(tests):
+        return tests, names
     bad = [n for n in names or () if n not in {c.name for c in keep}]
     if bad:
-        raise GeosteerError(f"--only {bad[0]}: the {name} design takes the {' and '.join(design.kinds)} concepts "
-                            "only")
+        file = " and the file's" if concepts_file is not None else ""
+        raise GeosteerError(f"--only {bad[0]}: the {name} design takes the {' and '.join(design.kinds)} "
+                            f"concepts{file} only")
     return keep, names if names is not None else [c.name for c in keep]
 
 
 def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
-           report_only: bool, concepts_file: Path | None = None) -> tuple[list[str] | None, tuple, list]:
+           report_only: bool, concepts_file: Path | None = None,
+           bundled: bool = True) -> tuple[list[str] | None, tuple, list]:
     """Every option checked before any model loads: (``--only`` names, seeds, the test concepts)."""
     from geosteer.bench.decide_concepts import by_name
     from geosteer.bench.design import STATE_FILE
@@ -121,10 +142,10 @@ def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
     check_resumable_folder(out, STATE_FILE)
     if report_only and not (out / STATE_FILE).is_file():
         raise GeosteerError(f"--report-only: --out {out} holds no run of `geosteer bench decide` (no {STATE_FILE})")
-    tests = _concepts(concepts_file)
+    tests = _concepts(concepts_file, bundled)
     names = _names("--only", concepts)
     if names is not None:
-        by_name(names, str(concepts_file) if concepts_file is not None else None)  # unknown names: one line
+        by_name(names, str(concepts_file) if concepts_file is not None else None, 0, bundled)  # unknown: one line
     return names, _seeds(seeds), tests
 
 
@@ -137,18 +158,18 @@ def _check_models(model: str, reader: str | None, installed: bool = True) -> str
 
 
 def _prepare(out: Path, model: str, reader: str, concepts_file: Path | None, design, explore: tuple[str, ...],
-             seeds: tuple[int, ...], report_only: bool) -> dict:
+             seeds: tuple[int, ...], report_only: bool, bundled: bool = True) -> dict:
     """The run folder checked (its design, model and reader against this run's, every measured file read and
     verified, a killed run's temporary files removed); the state to record."""
-    from geosteer.bench.decide_concepts import file_digest, pool_record
+    from geosteer.bench.decide_concepts import identity, pool_record
     from geosteer.bench.decide_draw import record
     from geosteer.bench.decide_folder import check_files, check_state, remove_stale_tmp, state_doc
     from geosteer.bench.decide_run import LEVERS, VERSION
     from geosteer.bench.design import STATE_FILE
 
-    source = str(concepts_file) if concepts_file is not None else "bundled"
-    want = state_doc(model, reader, {"source": source, "sha256": file_digest(source)}, design.to_dict(),
-                     list(LEVERS), list(explore), list(seeds), record(pool_record()))
+    concepts = identity(str(concepts_file) if concepts_file is not None else None, bundled)
+    want = state_doc(model, reader, concepts, design.to_dict(), list(LEVERS), list(explore), list(seeds),
+                     record(pool_record()))
     have = check_state(out, STATE_FILE, None if report_only else want)
     if out.is_dir():
         remove_stale_tmp(out)
@@ -193,8 +214,10 @@ def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, expl
 
 
 def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model: str, reader: str,
-               json_out: bool) -> None:
-    """The dry run's line (or JSON): the design, its predicted MDE and its CPU-hour estimate for ``model``."""
+               json_out: bool, file: tuple = (None, True, None)) -> None:
+    """The dry run's line (or JSON): the design, its predicted MDE and its CPU-hour estimate for ``model``; with
+    ``file`` (its source, whether the bundled concepts are added, the design's name unless --only chose), what
+    the file gives and, for the file alone, the same with the bundled concepts added."""
     from geosteer.bench.decide_draw import summary_line
 
     n = len(chosen)
@@ -208,14 +231,50 @@ def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model
                f"test {cost['test_cpu_hours']:.1f}), about {cost['wall_hours']:.1f} h on {workers} workers; "
                f"SmolLM2's measured costs x {cost['model_factor']:g}: {cost['model_factor_basis']}\n"
                f"{summary_line()}")
+    source, bundled, design_name = file
+    if not json_out and source is not None:
+        typer.echo(_file_line(source, chosen, bundled))
+        if not bundled and design_name is not None:
+            typer.echo(_with_bundled(design, source, design_name))
+
+
+def _file_line(source: str, chosen: list, bundled: bool = True) -> str:
+    """What a run takes from a concept file: its concepts among the chosen ones, those named like a bundled one
+    (the file's is run), and whether its texts are grouped."""
+    from geosteer.bench.decide_concepts import grouped, test_concepts
+
+    own = [c.name for c in chosen if c.extra.get("source")]
+    same = [n for n in own if bundled and n in {c.name for c in test_concepts()}]
+    parts = [f"from {source}: {', '.join(own) or 'none'} of the {len(chosen)} test concepts"]
+    if same:
+        parts.append(f"{', '.join(same)} also {'names a' if len(same) == 1 else 'name'} bundled concept: the "
+                     "file's is run")
+    parts.append("texts held out by group" if grouped(source) else
+                 "no text groups: texts dealt one by one (texts that answer one request can fall on both sides of "
+                 "the judge's split; format 2's groups keep them together)")
+    return "; ".join(parts)
+
+
+def _with_bundled(design, source: str, design_name: str) -> str:
+    """The dry run of the same file with the bundled concepts added (what --concepts-only gives up)."""
+    from geosteer.bench.decide_concepts import run_concepts
+
+    tests, _ = _take(run_concepts(source, 0, True), _named(design_name), design_name, None, Path(source))
+    mde = dry_run(design, len(tests))["minimum_detectable_effect"]
+    return (f"without --concepts-only (the file's concepts added to the bundled ones): {len(tests)} concepts, "
+            f"predicted minimum detectable effect {mde:.3f}")
 
 
 def decide_cmd(
     out: Path = typer.Option(Path("results/decide"), "--out", help="output folder (resumable)"),
     workers: int | None = typer.Option(None, "--workers", help="worker processes (each its own models, one "
                                         "torch thread), at most the CPU cores; default 2 (1 on one core)"),
-    concepts_file: Path = typer.Option(None, "--concepts", help="concept file (geosteer's JSON list or an AxBench "
-                                       "file) instead of the 22 bundled test concepts"),
+    concepts_file: Path = typer.Option(None, "--concepts", help="concept file (geosteer's JSON or an AxBench file) "
+                                       "whose concepts are added to the bundled test concepts (one of the same "
+                                       "name takes its place)"),
+    concepts_only: bool = typer.Option(False, "--concepts-only", help="with --concepts: that file's concepts "
+                                       "alone, without the bundled ones (fewer concepts: a larger minimum "
+                                       "detectable effect; see --dry-run)"),
     concepts: str = typer.Option(None, "--only", help="comma-separated test concept names (default: all 22)"),
     seeds: str = typer.Option(None, "--seed-list", help="comma-separated seeds (default: the design's 0,1)"),
     dry: bool = typer.Option(False, "--dry-run", help="print the design, its CPU-hour estimate (for --model) and "
@@ -245,7 +304,8 @@ def decide_cmd(
     levels = parse_levels(kl_levels) if kl_levels is not None else base.kl_levels
     extra = _explore(explore)
     workers = min(2, cpu_cores()) if workers is None else workers
-    names, seed_list, tests = _check(out, workers, concepts, seeds, report_only, concepts_file)
+    bundled = not concepts_only
+    names, seed_list, tests = _check(out, workers, concepts, seeds, report_only, concepts_file, bundled)
     reader = "" if report_only else _check_models(model, reader, installed=not dry)
     tests, names = _take(tests, base, design_name, names, concepts_file)
     design = replace(base, kl_levels=levels)  # the seeds to run stay out of it: a unit's checkpoint does not
@@ -253,9 +313,11 @@ def decide_cmd(
     source = str(concepts_file) if concepts_file is not None else None
     if dry:
         chosen = [c for c in tests if names is None or c.name in names]
-        _print_dry(replace(design, seeds=seed_list), chosen, workers, extra, model, reader, json_out)
+        _enough(chosen)
+        _print_dry(replace(design, seeds=seed_list), chosen, workers, extra, model, reader, json_out,
+                   (source, bundled, design_name if names is None else None))
         return
-    state = _prepare(out, model, reader, concepts_file, design, extra, seed_list, report_only)
+    state = _prepare(out, model, reader, concepts_file, design, extra, seed_list, report_only, bundled)
     from geosteer.bench.decide_driver import RunSpec, run_all
     from geosteer.bench.decide_folder import record_state
     from geosteer.bench.decide_report import write_report
@@ -264,7 +326,9 @@ def decide_cmd(
         design = _recorded_design(out, state["have"], design)
     else:
         record_state(out, STATE_FILE, state["want"], state["have"])
-        run_all(RunSpec(model, str(out), design.to_dict(), concepts_file=source, explore=extra, reader=reader),
-                workers, names, seed_list)
+        if source is not None:
+            typer.echo(_file_line(source, tests, bundled), err=True)
+        run_all(RunSpec(model, str(out), design.to_dict(), concepts_file=source, explore=extra, reader=reader,
+                        bundled=bundled), workers, names, seed_list)
     doc = write_report(out, design)
     typer.echo(json.dumps(doc["verdicts"], indent=1) if json_out else doc["markdown"].rstrip("\n"))

@@ -1,9 +1,12 @@
 """The concept file of the steering benchmark (``bench decide --concepts``, ``bench judge --concepts``).
 
-A concept file is a JSON list; each concept is ``{"name", "direction": "promote"|"suppress", "positive":
-[texts that show the concept], "negative": [texts that do not], "prompts": [prompts to continue]}``, with an
-optional ``"description"`` (the words the prompting lever's instruction uses; default: the name). How a concept's
-texts are dealt to the levers, the judge and its admission is :mod:`geosteer.bench.decide_concepts`'.
+A concept file is a JSON list (format 1) or ``{"format": "geosteer-concepts", "version": 2, "concepts": [...]}``
+(format 2); each concept is ``{"name", "direction": "promote"|"suppress", "positive": [texts that show the
+concept], "negative": [texts that do not], "prompts": [prompts to continue]}``, with an optional
+``"description"`` (the words the prompting lever's instruction uses; default: the name). A format-2 concept may
+also carry ``"groups": {"positive": [ids], "negative": [ids]}``, one id per text of each side: texts of one group
+(e.g. the answers to one request, on either side) are held out together when ``bench decide`` deals them into
+judge and admission texts. How a concept's texts are dealt is :mod:`geosteer.bench.decide_concepts`'.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from geosteer.readers import ReadRefused, parse_json, read_text
 MIN_TEXTS = 4  # per side (bench decide asks more of a file: decide_concepts.file_concept)
 MIN_PROMPTS = 2
 MAX_FILE_BYTES = 32 * 1024 * 1024
+FORMAT = "geosteer-concepts"
+VERSION = 2  # 2: the versioned object, whose concepts may group their texts; 1: a bare list, texts ungrouped
 
 
 def _schema():
-    from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+    from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
     class Concept(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
@@ -40,21 +45,68 @@ def _schema():
                 raise ValueError("holds the same text twice")
             return v
 
-    return Concept, TypeAdapter(list[Concept])
+    class Groups(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+        positive: list[str]
+        negative: list[str]
+
+        @field_validator("positive", "negative")
+        @classmethod
+        def _ids(cls, v: list[str]) -> list[str]:
+            if any(not s.strip() for s in v):
+                raise ValueError("holds an empty group id")
+            return v
+
+    class FileConcept(Concept):  # a concept as a file gives it (the levers read Concept: no groups)
+        groups: Groups | None = None
+
+        @model_validator(mode="after")
+        def _one_id_a_text(self):
+            g = self.groups
+            if g is not None and (len(g.positive) != len(self.positive) or len(g.negative) != len(self.negative)):
+                raise ValueError(f"groups: {len(g.positive)}/{len(g.negative)} ids for {len(self.positive)}/"
+                                 f"{len(self.negative)} positive/negative texts; give one group id per text")
+            return self
+
+    return Concept, TypeAdapter(list[FileConcept])
 
 
 SHAPE = ('a JSON list of {"name", "direction": "promote"|"suppress", "positive": [>= 4 texts], '
-         '"negative": [>= 4 texts], "prompts": [>= 2 prompts], optional "description"}')
+         '"negative": [>= 4 texts], "prompts": [>= 2 prompts], optional "description"}, or {"format": '
+         f'"{FORMAT}", "version": {VERSION}, "concepts": [such concepts, each with optional "groups": '
+         '{"positive": [an id a text], "negative": [an id a text]}]}')
 
 
 def _first_error(e) -> str:
     err = e.errors()[0]
     where = ".".join(str(p) for p in err.get("loc", ()))
-    return f"{where}: {err.get('msg', 'invalid')}" if where else err.get("msg", "invalid")
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
+
+
+def _unwrap(doc, p) -> tuple[object, int]:
+    """(the list of concepts, the file's format version) of a parsed file; a format this version of geosteer
+    does not read: one line."""
+    if isinstance(doc, list):
+        return doc, 1
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise GeosteerError(f"--concepts {p}: expected a non-empty list or a {FORMAT!r} object; {SHAPE}")
+    version = doc.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 2:
+        raise GeosteerError(f"--concepts {p}: format version {version!r}: this geosteer reads a bare list "
+                            f"(format 1) or versions 2 to {VERSION} of {FORMAT!r}")
+    if version > VERSION:
+        raise GeosteerError(f"--concepts {p}: format version {version} is newer than this geosteer reads (1 to "
+                            f"{VERSION}); update geosteer")
+    extra = sorted(set(doc) - {"format", "version", "concepts"})
+    if extra:
+        raise GeosteerError(f"--concepts {p}: unknown key {extra[0]!r}; {SHAPE}")
+    return doc.get("concepts"), version
 
 
 def read_concepts(path: str | Path) -> list:
-    """The concepts of ``path`` (pydantic models), or a one-line :class:`GeosteerError` naming what is wrong."""
+    """The concepts of ``path`` (pydantic models; ``groups`` None when a concept has none), or a one-line
+    :class:`GeosteerError` naming what is wrong."""
     from pydantic import ValidationError
 
     if hasattr(path, "read_text") and not isinstance(path, (str, Path)):  # a bundled package resource
@@ -70,6 +122,7 @@ def read_concepts(path: str | Path) -> list:
     except ReadRefused as e:
         raise GeosteerError(f"{e}; expected {SHAPE}") from None
     _, adapter = _schema()
+    doc, version = _unwrap(doc, p)
     if not isinstance(doc, list) or not doc:
         raise GeosteerError(f"--concepts {p}: expected a non-empty list; {SHAPE}")
     try:
@@ -80,6 +133,11 @@ def read_concepts(path: str | Path) -> list:
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
         raise GeosteerError(f"--concepts {p}: the name {dup!r} is used twice; names must be unique")
+    grouped = next((c.name for c in concepts if c.groups is not None), None)
+    if version == 1 and grouped is not None:
+        raise GeosteerError(f"--concepts {p}: concept {grouped!r} has groups, which a bare list (format 1) cannot "
+                            f"carry; write {{\"format\": \"{FORMAT}\", \"version\": {VERSION}, \"concepts\": "
+                            "[...]}")
     return concepts
 
 

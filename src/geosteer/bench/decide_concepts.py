@@ -18,9 +18,12 @@ Every concept has a judge set (:attr:`DecideConcept.judge_positive` / ``judge_ne
 opposite) and TEST_PROMPTS test prompts that share no word 3-gram with the levers' training requests.
 
 A user's concept file (geosteer's JSON or an AxBench file, :func:`file_concepts`) gives concepts of the same
-shape: each side's ADMISSION_TEXTS held-out admission texts dealt once by hash (the file's own labelled texts:
-no labelled continuations of the stock model exist for them), and per seed LEVER_TEXTS lever texts drawn from
-the rest, the remainder (at least FILE_JUDGE_TEXTS) for the judge; its test prompts are drawn from its prompts.
+shape, added to the bundled ones (:func:`run_concepts`): each side's ADMISSION_TEXTS held-out admission texts
+dealt once by hash (the file's own labelled texts: no labelled continuations of the stock model exist for them),
+and per seed LEVER_TEXTS lever texts drawn from the rest, the remainder (at least FILE_JUDGE_TEXTS) for the
+judge; its test prompts are drawn from its prompts. A concept whose texts carry groups (format 2, e.g. the
+answers to one request on both sides) has whole groups held out: groups are dealt once by hash until each side
+has ADMISSION_TEXTS texts in them, and no text of a held-out group is a lever or judge text.
 """
 
 from __future__ import annotations
@@ -215,26 +218,65 @@ def dev_concepts(seed: int = 0) -> list[DecideConcept]:
             topic_concept("mathematics", "suppress", seed), topic_concept("everyday-life", "suppress", seed)]
 
 
+def _too_small(c, what: str) -> GeosteerError:
+    need = LEVER_TEXTS + ADMISSION_TEXTS + FILE_JUDGE_TEXTS
+    return GeosteerError(f"concept {c.name!r}: bench decide needs >= {need} positive and negative texts "
+                         f"({LEVER_TEXTS} lever + {ADMISSION_TEXTS} admission + {FILE_JUDGE_TEXTS} judge) and "
+                         f">= {TEST_PROMPTS} prompts (got {what})")
+
+
+def _held_groups(c) -> tuple[set[str], dict[str, int]]:
+    """(the groups held out for admission, each group's rank): groups dealt once by hash, taken in turn until
+    each side has ADMISSION_TEXTS texts in them."""
+    g = c.groups
+    order = sorted(set(g.positive) | set(g.negative), key=lambda x: _h("decide-file-group", c.name, x))
+    held, n_pos, n_neg = set(), 0, 0
+    for x in order:
+        if min(n_pos, n_neg) >= ADMISSION_TEXTS:
+            break
+        held.add(x)
+        n_pos, n_neg = n_pos + g.positive.count(x), n_neg + g.negative.count(x)
+    return held, {x: i for i, x in enumerate(order)}
+
+
+def _split(c, side: str, held: set[str] | None, rank: dict[str, int]) -> tuple[list[str], list[str]]:
+    """(a side's admission texts, the rest in its fixed order): the first ADMISSION_TEXTS by hash, or, for a
+    grouped concept, the first ADMISSION_TEXTS of the held-out groups (their other texts left unused) and the
+    texts of the other groups."""
+    texts = getattr(c, side)
+    key = lambda t, s=side: _h("decide-file", c.name, s, t)  # noqa: E731
+    if held is None:
+        ordered = sorted(set(texts), key=key)
+        return ordered[:ADMISSION_TEXTS], ordered[ADMISSION_TEXTS:]
+    ids = dict(zip(texts, getattr(c.groups, side), strict=True))
+    adm = sorted((t for t in texts if ids[t] in held), key=lambda t: (rank[ids[t]], key(t)))
+    return adm[:ADMISSION_TEXTS], sorted((t for t in texts if ids[t] not in held), key=key)
+
+
 def file_concept(c, digest: str = "", seed: int = 0) -> DecideConcept:
     """A concept of a user's file as a benchmark concept drawn for ``seed`` (module docstring); refused when too
     small."""
     need = LEVER_TEXTS + ADMISSION_TEXTS + FILE_JUDGE_TEXTS
     short = [f"{len(v)} {k} texts" for k, v in (("positive", c.positive), ("negative", c.negative)) if len(v) < need]
     if short or len(c.prompts) < TEST_PROMPTS:
-        got = ", ".join(short + ([f"{len(c.prompts)} prompts"] if len(c.prompts) < TEST_PROMPTS else []))
-        raise GeosteerError(f"concept {c.name!r}: bench decide needs >= {need} positive and negative texts "
-                            f"({LEVER_TEXTS} lever + {ADMISSION_TEXTS} admission + {FILE_JUDGE_TEXTS} judge) and "
-                            f">= {TEST_PROMPTS} prompts (got {got})")
+        raise _too_small(c, ", ".join(short + ([f"{len(c.prompts)} prompts"] if len(c.prompts) < TEST_PROMPTS
+                                               else [])))
+    held, rank = _held_groups(c) if getattr(c, "groups", None) is not None else (None, {})
     sides, sizes = {}, []
     for side in ("positive", "negative"):
-        ordered = sorted(set(getattr(c, side)), key=lambda t, s=side: _h("decide-file", c.name, s, t))
-        rest = D.shuffled(ordered[ADMISSION_TEXTS:], seed, c.name, side)
-        sides[side] = (rest[:LEVER_TEXTS], ordered[:ADMISSION_TEXTS], [_cut(t) for t in rest[LEVER_TEXTS:]])
+        adm, ordered = _split(c, side, held, rank)
+        if len(adm) < ADMISSION_TEXTS or len(ordered) < LEVER_TEXTS + FILE_JUDGE_TEXTS:
+            raise _too_small(c, f"{len(adm)} {side} admission texts in the held-out groups and {len(ordered)} "
+                                "in the others")
+        rest = D.shuffled(ordered, seed, c.name, side)
+        sides[side] = (rest[:LEVER_TEXTS], adm, [_cut(t) for t in rest[LEVER_TEXTS:]])
         sizes.append(len(rest))
     (lp, ap, jp), (ln, an, jn) = sides["positive"], sides["negative"]
     prompts = D.draw(list(c.prompts), TEST_PROMPTS, seed, c.name, "prompts")
     concept = _concept(c.name, c.direction, lp, ln, prompts, c.description or c.name)
     pools = {"lever": sizes, "judge": [n - LEVER_TEXTS for n in sizes], "prompts": len(c.prompts)}
+    if held is not None:
+        pools["admission_groups"] = len(held)
     return DecideConcept(concept, f"file-{c.direction}", jp, jn, {"kind": "texts", "positive": ap, "negative": an},
                          extra={"source": digest, "seed": seed, "pools": pools})
 
@@ -266,11 +308,39 @@ def file_digest(path: str) -> str:
     return hashlib.sha256(read_bytes(path, what="--concepts")).hexdigest()
 
 
-def by_name(names: list[str] | None = None, concepts_file: str | None = None, seed: int = 0) -> list[DecideConcept]:
-    """Test concepts by name (all of them when ``names`` is None), drawn for ``seed``; with ``concepts_file``,
-    that file's concepts take the test concepts' place. A dev concept is never a test concept
-    (:func:`dev_by_name`)."""
-    tests = file_concepts(concepts_file, seed) if concepts_file else test_concepts(seed)
+def grouped(path: str) -> bool:
+    """Whether every concept of the file groups its texts (format 2's ``groups``)."""
+    return all(getattr(c, "groups", None) is not None for c in _file_rows(path)[0])
+
+
+def identity(concepts_file: str | None = None, bundled: bool = True) -> dict:
+    """What a run folder records of its concepts: the bundled set (byte for byte what runs without a file
+    recorded), a file's source and SHA-256 alone, or the bundled set with the file's under ``file``."""
+    own = {"source": "bundled", "sha256": file_digest("bundled")}
+    if concepts_file is None:
+        return own
+    doc = {"source": str(concepts_file), "sha256": file_digest(str(concepts_file))}
+    return {**own, "file": doc} if bundled else doc
+
+
+def run_concepts(concepts_file: str | None = None, seed: int = 0, bundled: bool = True) -> list[DecideConcept]:
+    """A run's test concepts drawn for ``seed``: the bundled ones, a file's alone (``bundled`` False), or the
+    bundled ones with a file's added (a file's concept named like a bundled one takes its place)."""
+    if not concepts_file:
+        return test_concepts(seed)
+    own = file_concepts(concepts_file, seed)
+    if not bundled:
+        return own
+    mine, bundled_set = {c.name: c for c in own}, test_concepts(seed)
+    taken = {c.name for c in bundled_set}
+    return [mine.get(c.name, c) for c in bundled_set] + [c for c in own if c.name not in taken]
+
+
+def by_name(names: list[str] | None = None, concepts_file: str | None = None, seed: int = 0,
+            bundled: bool = True) -> list[DecideConcept]:
+    """Test concepts by name (all of them when ``names`` is None), drawn for ``seed``, of
+    :func:`run_concepts`. A dev concept is never a test concept (:func:`dev_by_name`)."""
+    tests = run_concepts(concepts_file, seed, bundled)
     every = {c.name: c for c in tests}
     if names is None:
         return tests

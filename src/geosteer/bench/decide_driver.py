@@ -37,7 +37,8 @@ class RunSpec:
     out: str
     design: dict
     threads: int = 1
-    concepts_file: str | None = None  # a user's concept file instead of the bundled test concepts
+    concepts_file: str | None = None  # a user's concept file, added to the bundled test concepts
+    bundled: bool = True  # False: the file's concepts alone
     explore: tuple[str, ...] = ()  # other surface forms measured beside the matched levers (not in the verdict)
     reader: str | None = None  # the fluency reader (None: the default for the model's family)
 
@@ -87,7 +88,7 @@ def _dev_job(args) -> tuple[str, str, float, float, int | None]:
 def _test_job(args) -> tuple[str, int]:
     spec, concept, seed, lrs, steps = args
 
-    dc = by_name([concept], spec.concepts_file, seed)[0]  # the seed's draw of its texts and prompts
+    dc = by_name([concept], spec.concepts_file, seed, spec.bundled)[0]  # the seed's draw of its texts and prompts
     run_unit(readers(spec.model, spec.threads, spec.reader), dc, seed, Path(spec.out), _design(spec.design), lrs, _say,
              names=[*levers_for(dc), *spec.explore], steps=steps)
     return concept, seed
@@ -137,7 +138,7 @@ def run_all(spec: RunSpec, workers: int, concepts: list[str] | None = None,
     lrs, cap = choose_lrs(spec, workers)
     _say(f"learning rates: {lrs}; step cap {cap}")
     design = _design(spec.design)
-    names = [c.name for c in by_name(concepts, spec.concepts_file)]
+    names = [c.name for c in by_name(concepts, spec.concepts_file, 0, spec.bundled)]
     jobs = [(spec, c, seed, lrs, cap) for seed in (seeds or design.seeds) for c in names]
     for concept, seed in _map(_test_job, jobs, workers):
         _say(f"done: {concept} s{seed}")

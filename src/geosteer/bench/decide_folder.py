@@ -1,7 +1,7 @@
 """The run folder of ``geosteer bench decide``: the design it records, its checksummed files, their checks.
 
 A run folder holds ``decide_state.json`` (the whole design: the model and its fluency reader, the concepts
-file's SHA-256, the sizes, KL levels and learning-rate grid, the matched levers and the exploratory forms
+files' sources and SHA-256, the sizes, KL levels and learning-rate grid, the matched levers and the exploratory forms
 asked for, the seeds run so far) and the measured files (``units/``, ``dev/``, ``admission_titles.json``,
 ``learning_rates.json``). Every file is written sealed (a SHA-256 of its content inside it) and checked when
 read: a run of another design, a changed, truncated or unreadable file, a pipe or a device in place of a file
@@ -101,7 +101,13 @@ def _same(key: str, have, want) -> bool:
 
 def _describe(key: str, value) -> str:
     if key == "concepts" and isinstance(value, dict):
-        return f"{value.get('source')} (SHA-256 {str(value.get(SUM_KEY, ''))[:12]})"
+        def one(doc: dict) -> str:
+            return f"{doc.get('source')} (SHA-256 {str(doc.get(SUM_KEY, ''))[:12]})"
+
+        file = value.get("file")
+        if isinstance(file, dict):
+            return f"{one(value)} + {one(file)}"
+        return one(value) if value.get("source") == "bundled" else f"{one(value)} alone"
     if key == "design" and isinstance(value, dict):
         return "sizes " + ", ".join(f"{k}={v}" for k, v in sorted(value.items()) if k != "seeds")
     return json.dumps(value)

@@ -7,7 +7,8 @@ for each side (:data:`STYLES`: a chat system prompt with an example sentence, th
 exchange, or a plain-text continuation prompt without the chat template), the requests they are asked on
 (:func:`requests`), the judges that read the answers (:func:`answer_judge_auc`: the benchmark's embedding judge
 trained on the model's own answers and read on held-out requests; :func:`vader_auc`; :func:`refusal_auc`) and
-the concept file that carries the answers into ``geosteer bench decide --concepts`` (:func:`concept_doc`).
+the concept file that carries the answers into ``geosteer bench decide --concepts`` (:func:`concept_doc`: each
+answer grouped by its request, so decide holds out a request's answers together).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from functools import lru_cache
 from importlib import resources
 
 import numpy as np
+
+from geosteer.bench.concepts import FORMAT, VERSION
 
 REQUESTS_FILE = "instruct_requests.json"
 DECIDE_FIRST, DECIDE_LAST = 16, 40  # decide's neutral requests 17-40: its 16 admission requests and 8 more
@@ -176,12 +179,49 @@ def refusal_auc(pos: Sequence[str], neg: Sequence[str]) -> float:
     return auc([float(is_refusal(t)) for t in pos], [float(is_refusal(t)) for t in neg])
 
 
-def concept_doc(name: str, positive: Sequence[str], negative: Sequence[str]) -> dict:
+def _components(sides: Sequence[tuple[Sequence[str], Sequence[str]]]) -> dict[tuple[int, str], str]:
+    """(side, stripped text) -> its group: the first request of the requests joined by answers they share
+    (an answer given to two requests on one side joins them), over ``sides``' (texts, requests)."""
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    first: dict[tuple[int, str], str] = {}
+    for k, (texts, reqs) in enumerate(sides):
+        for t, r in zip(texts, reqs, strict=True):
+            root(r)
+            key = (k, (t or "").strip())
+            if key[1] and key in first:
+                a, b = root(first[key]), root(r)
+                if a != b:
+                    parent[b] = a  # the earlier request stays the root
+            elif key[1]:
+                first[key] = r
+    return {key: root(r) for key, r in first.items()}
+
+
+def concept_doc(name: str, positive: Sequence[str], negative: Sequence[str],
+                positive_requests: Sequence[str] | None = None,
+                negative_requests: Sequence[str] | None = None) -> dict:
     """One concept of a geosteer concept file: the model's answers of the two sides (blank and repeated answers
-    dropped), tested on decide's first 16 neutral requests."""
+    dropped), tested on decide's first 16 neutral requests; given the request each answer answers, its
+    ``groups`` (an answer's group is its request, requests that share an answer joined), so ``bench decide``
+    holds out both sides' answers to a request together."""
     def unique(texts):
         return list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
 
-    return {"name": name, "direction": "promote", "positive": unique(positive), "negative": unique(negative),
-            "prompts": test_requests(),
-            "description": DESCRIPTIONS[name]}
+    doc = {"name": name, "direction": "promote", "positive": unique(positive), "negative": unique(negative),
+           "prompts": test_requests(), "description": DESCRIPTIONS[name]}
+    if positive_requests is not None and negative_requests is not None:
+        group = _components([(positive, positive_requests), (negative, negative_requests)])
+        doc["groups"] = {"positive": [group[(0, t)] for t in doc["positive"]],
+                         "negative": [group[(1, t)] for t in doc["negative"]]}
+    return doc
+
+
+def concept_file(concepts: Sequence[dict]) -> dict:
+    """A concept file (format 2, :mod:`geosteer.bench.concepts`) of :func:`concept_doc`'s concepts."""
+    return {"format": FORMAT, "version": VERSION, "concepts": list(concepts)}
