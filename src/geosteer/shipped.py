@@ -2,7 +2,8 @@
 
 The trained SmolLM2 surfaces (all 30 layers) live in ``geosteer/assets/surfaces/``: ``smollm2-surfaces-fluent``
 (trained with a fluency term; the default of ``geosteer demo``) and ``smollm2-surfaces-all`` (lower perplexity,
-less fluent greedy text). ``--surfaces NAME``, ``--set surfaces=NAME``, ``--recipe NAME`` and
+less fluent greedy text); beside them ``qwen2.5-0.5b-surfaces-all``, every layer of Qwen2.5-Coder-0.5B (the scale
+ladder's surfaces). ``--surfaces NAME``, ``--set surfaces=NAME``, ``--recipe NAME`` and
 ``geosteer.load(NAME, model=m)`` all find them, in a clone or after ``pip install``. A local folder of the
 same name, where one exists, comes first.
 """

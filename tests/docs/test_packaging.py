@@ -112,7 +112,7 @@ def test_wheel_installs_in_a_clean_venv(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "geosteer/py.typed" in names and any(n.endswith("/licenses/LICENSE") for n in names)
     # the trained default surfaces the demo uses ship in the wheel, and the earlier default beside them
-    for name in ("smollm2-surfaces-fluent", "smollm2-surfaces-all"):
+    for name in ("smollm2-surfaces-fluent", "smollm2-surfaces-all", "qwen2.5-0.5b-surfaces-all"):
         assert f"geosteer/assets/surfaces/{name}/surfaces.safetensors" in names
     # the C++ sources of the compiled CPU kernels, built on the user's machine
     from geosteer.kernels.ext import SOURCES
