@@ -124,6 +124,21 @@ def summary(rec: dict) -> str:
             f"load average {rec['load_average_start']:.1f} -> {rec['load_average_end']:.1f}")
 
 
+def _public(args: list[str]) -> list[str]:
+    """The arguments as recorded: the hook commands (local scripts) as CMD."""
+    hooks = ("--before-rounds", "--after-rounds")
+    out, hook = [], False
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if hook:
+            arg = "CMD"
+        elif flag in hooks and "=" in arg:
+            arg = f"{flag}=CMD"
+        out.append(arg)
+        hook = arg in hooks
+    return out
+
+
 def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -176,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(HERE))
     data = json.loads(a.out.read_text()) if a.out.is_file() else {}
     data.setdefault("models", {})
-    command = "benchmarks/serve_ladder.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "benchmarks/serve_ladder.py " + " ".join(_public(argv if argv is not None else sys.argv[1:]))
     for name in (m.strip() for m in a.models.split(",") if m.strip()):
         if name in data["models"] and not a.force:
             print(f"{name}: in {a.out} already (--force measures it again)", flush=True)

@@ -150,3 +150,8 @@ def test_ladder_runs_stock_against_random_surfaces_on_a_tiny_llama(ladder, folde
     again = out.read_text()
     ladder.main(["--models", folder, "--out", str(out)])  # measured already: skipped
     assert out.read_text() == again
+
+
+def test_ladder_records_hook_commands_as_cmd(ladder):
+    assert ladder._public(["--models", "a", "--before-rounds", "/x/hold.sh", "--after-rounds=/x/go.sh", "--new", "3"]) \
+        == ["--models", "a", "--before-rounds", "CMD", "--after-rounds=CMD", "--new", "3"]
