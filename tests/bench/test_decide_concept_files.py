@@ -10,7 +10,8 @@ import pytest
 
 from tests.bench.test_decide import _concept_file
 from tests.bench.test_decide_draw import needs_corpus
-from tests.cli_helpers import forbid_model_builds, one_line_exit_2, run_cli
+from tests.bench.test_decide_inputs import _decide
+from tests.cli_helpers import forbid_model_builds, run_cli
 
 BUNDLED = {"source": "bundled", "sha256": hashlib.sha256(b"bundled").hexdigest()}  # what runs have recorded
 
@@ -23,14 +24,6 @@ def _grouped_file(path, n: int = 64, name: str = "tone", version: int = 2, **ext
            "groups": {"positive": reqs, "negative": reqs}, **extra}
     path.write_text(json.dumps({"format": "geosteer-concepts", "version": version, "concepts": [doc]}))
     return doc
-
-
-def _decide(monkeypatch, capsys, tmp_path, *args: str) -> str:
-    monkeypatch.chdir(tmp_path)
-    forbid_model_builds(monkeypatch)
-    code, _, err = run_cli(monkeypatch, capsys, "bench", "decide", *args)
-    one_line_exit_2(code, err)
-    return err
 
 
 @needs_corpus

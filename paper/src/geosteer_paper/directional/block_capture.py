@@ -72,6 +72,12 @@ def capture_block(model: nn.Module, layer: int, batches: Sequence[torch.Tensor])
         raise _StopForward
 
     handles.append(view.layer.register_forward_hook(stop))
+    _forward_until_stop(model, batches, handles)
+    return cap
+
+
+def _forward_until_stop(model: nn.Module, batches: Sequence[torch.Tensor], handles: list) -> None:
+    """Run each batch until a hook raises ``_StopForward``; remove the hooks' ``handles`` afterwards."""
     try:
         for ids in batches:
             try:
@@ -81,7 +87,6 @@ def capture_block(model: nn.Module, layer: int, batches: Sequence[torch.Tensor])
     finally:
         for h in handles:
             h.remove()
-    return cap
 
 
 @dataclass
@@ -122,15 +127,7 @@ def layer_calls(model: nn.Module, batches: Sequence[torch.Tensor]) -> tuple[list
         return keep
 
     handles = [lay.register_forward_pre_hook(keeper(i), with_kwargs=True) for i, lay in enumerate(layers)]
-    try:
-        for ids in batches:
-            try:
-                model(input_ids=ids, use_cache=False)
-            except _StopForward:
-                pass
-    finally:
-        for h in handles:
-            h.remove()
+    _forward_until_stop(model, batches, handles)
     return first, calls
 
 
