@@ -214,6 +214,7 @@ def test_cli_edit_show_explore(tiny_model, tmp_path, monkeypatch):
                                  str(tmp_path / "x.json")])
     assert r.exit_code == 0, r.output
     assert "control net of layer 1 head 2 dim 3" in r.output
+    assert "next-token KL over 2 prompts" in " ".join(r.output.split())
     doc = json.loads((tmp_path / "x.json").read_text())
     assert len(doc["sensitivity"]) == 3 and len(doc["top_surfaces"]) == 4
     r = CliRunner().invoke(app, ["manifold", "edit", "--surfaces", str(src), "--out", str(tmp_path / "bad"),

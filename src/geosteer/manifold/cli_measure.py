@@ -64,7 +64,7 @@ def explore_cmd(
     windows, top-N surfaces by norm, one control net."""
     from geosteer.io_utils import atomic_write_json
     from geosteer.manifold import load, read_config
-    from geosteer.manifold.edit import control_net, format_control_net
+    from geosteer.manifold.edit import control_net
     from geosteer.manifold.explore import layer_norms, layer_sensitivity, top_surfaces
 
     if "" in (prompt or []):
@@ -76,16 +76,8 @@ def explore_cmd(
     bank = load(surfaces)
     tops = top_surfaces(bank, top)
     result: dict = {"artifact": str(surfaces), "top_surfaces": tops, "layer_norms": layer_norms(bank)}
-    if net:
-        try:
-            lhd = [int(x) for x in net.replace(" ", "").split(",")]
-            assert len(lhd) == 3
-        except (ValueError, AssertionError):
-            raise ValueError(f"--net wants LAYER,HEAD,DIM (got '{net}')") from None
-    elif tops:
-        lhd = [tops[0]["layer"], tops[0]["head"], tops[0]["dim"]]
-    else:
-        lhd = None
+    lhd = _net_target(net, tops)
+    cn = None
     if lhd is not None:
         cn = control_net(bank, *lhd)
         result["control_net"] = {"layer": lhd[0], "head": lhd[1], "dim": lhd[2], "values": cn.tolist()}
@@ -122,9 +114,29 @@ def explore_cmd(
     if as_json:
         emit(result, True)
         return
+    _print_explore(result, tops, lhd, cn, windows, out, record_qk)
+
+
+def _net_target(net: str | None, tops: list[dict]) -> list[int] | None:
+    """The (layer, head, dim) whose control net to print: --net's, else the largest surface's, else none."""
+    if net:
+        try:
+            lhd = [int(x) for x in net.replace(" ", "").split(",")]
+            assert len(lhd) == 3
+        except (ValueError, AssertionError):
+            raise ValueError(f"--net wants LAYER,HEAD,DIM (got '{net}')") from None
+        return lhd
+    return [tops[0]["layer"], tops[0]["head"], tops[0]["dim"]] if tops else None
+
+
+def _print_explore(result: dict, tops: list[dict], lhd: list[int] | None, cn: object, windows: int,
+                   out: Path | None, record_qk: Path | None) -> None:
+    """The human-readable tables of `measure explore`."""
+    from geosteer.manifold.edit import format_control_net
+
     if "sensitivity" in result:
         emit(result["sensitivity"], False,
-             table_title=f"layer sensitivity: zero one layer's surfaces, next-token KL over {len(texts)} "
+             table_title=f"layer sensitivity: zero one layer's surfaces, next-token KL over {result['prompts']} "
                          "prompts")
     if result.get("coverage"):
         emit([{k: r[k] for k in ("layer", "lo", "hi", "outside", "q_outside", "k_outside", "worst_head_outside",
