@@ -52,6 +52,26 @@ def test_the_recorded_concepts_keep_the_bundled_identity_and_name_a_file(tmp_pat
                                                                  "sha256": digest}
 
 
+def test_a_file_is_read_afresh_in_another_folder_or_when_rewritten(monkeypatch, tmp_path):
+    """The same relative name in two folders gives each folder's concepts, and a file rewritten in place its new
+    ones (a parse is reused only for the same name with the same bytes)."""
+    from geosteer.bench.decide_concepts import file_concepts, grouped
+    from geosteer.errors import GeosteerError
+
+    for d, names in (("a", ("c0", "c1")), ("b", ("x0", "x1"))):
+        (tmp_path / d).mkdir()
+        _concept_file(tmp_path / d / "c.json", 60, names=names)
+    monkeypatch.chdir(tmp_path / "a")
+    assert [c.name for c in file_concepts("c.json")] == ["c0", "c1"] and not grouped("c.json")
+    monkeypatch.chdir(tmp_path / "b")
+    assert [c.name for c in file_concepts("c.json")] == ["x0", "x1"]
+    _grouped_file(tmp_path / "b" / "c.json", name="y0")
+    assert [c.name for c in file_concepts("c.json")] == ["y0"] and grouped("c.json")
+    _concept_file(tmp_path / "b" / "c.json", 60, names=("people", "x1"))
+    with pytest.raises(GeosteerError, match="concept 'people'"):
+        file_concepts("c.json")
+
+
 def _sealed(out, concepts: dict) -> None:
     from geosteer.bench.cli_decide import MODEL
     from geosteer.bench.decide_concepts import pool_record

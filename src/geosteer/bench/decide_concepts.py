@@ -281,15 +281,23 @@ def file_concept(c, digest: str = "", seed: int = 0) -> DecideConcept:
                          extra={"source": digest, "seed": seed, "pools": pools})
 
 
-@lru_cache(maxsize=4)
 def _file_rows(path: str) -> tuple[list, str]:
-    """(the concepts of a file, its SHA-256), a concept named like a dev concept refused."""
-    concepts = load_concepts(Path(path))  # a missing or malformed file: its one line
+    """(the concepts of a file, its SHA-256), a concept named like a dev concept refused. The file's bytes are
+    read on every call and its parse reused only for the same name with the same bytes (the same relative name
+    in another folder, or a file rewritten in place, is parsed afresh)."""
+    digest = file_digest(path)  # a missing file, a folder, a FIFO or a device: its one line
+    return _parsed(path, digest), digest
+
+
+@lru_cache(maxsize=4)
+def _parsed(path: str, digest: str) -> list:
+    """The concepts of the file ``path`` whose bytes hash to ``digest`` (a parse depends on both only)."""
+    concepts = load_concepts(Path(path))  # a malformed file: its one line
     clash = [c.name for c in concepts if c.name in DEV]
     if clash:
         raise GeosteerError(f"concept {clash[0]!r}: {', '.join(DEV)} are the names of the dev concepts the "
                             "learning rates are chosen on; rename the file's concept")
-    return concepts, file_digest(path)
+    return concepts
 
 
 def file_concepts(path: str, seed: int = 0) -> list[DecideConcept]:
