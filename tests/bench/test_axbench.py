@@ -7,7 +7,7 @@ import json
 import pytest
 
 from geosteer.bench.axbench import is_axbench, read_axbench
-from geosteer.bench.concepts import concept_from_dict
+from geosteer.bench.concepts import file_concept_from_dict
 from geosteer.errors import GeosteerError
 
 
@@ -42,10 +42,11 @@ def test_jsonl_becomes_concepts_with_genre_matched_shared_negatives(tmp_path):
     assert cats["positive"] == [f"My cat number {i} purrs." for i in range(5)]
     assert cats["negative"] == [f"Plain answer number {i}." for i in range(5)]  # the text genre of the pool
     assert cats["prompts"] == [f"Tell me {i}." for i in range(5)]
+    assert cats["groups"] == {"positive": cats["prompts"], "negative": [f"Question {i}?" for i in range(5)]}
     assert code["name"] == "1-Python-list-comprehensions"
     assert code["negative"] == [f"def f{i}(): return {i}" for i in range(4)]
     for c in concepts:
-        concept_from_dict(c)  # valid geosteer concepts
+        file_concept_from_dict(c)  # valid geosteer concepts (format 2: grouped by request)
 
 
 def test_json_list_and_own_negatives_and_hard_negatives(tmp_path):

@@ -10,8 +10,11 @@ negative rows are one pool shared by every concept: ``concept_id`` -1, ``output_
 Each concept (rows grouped by ``concept_id``, or by ``output_concept`` in a file without ids) becomes
 ``{"name", "direction": "promote", "description": its output_concept, "positive": the outputs of its positive
 rows, "negative": the outputs of its negative and hard-negative rows and of the shared pool's rows of its genre
-(all of the pool when none is of its genre), "prompts": the inputs of its rows}``; texts once each, blank ones
-dropped. A malformed file is refused in one line naming the file, the row and what is valid.
+(all of the pool when none is of its genre), "prompts": the inputs of its rows, "groups": each text's request}``;
+texts once each, blank ones dropped. A text's group is the ``input`` it answers: AxBench writes several outputs
+for one input, so ``bench decide`` holds out whole requests (inputs that share an output text are one group,
+named by the first of them in sort order). A malformed file (a row without one of the required columns, an
+empty ``input``) is refused in one line naming the file, the row and what is valid.
 """
 
 from __future__ import annotations
@@ -91,6 +94,9 @@ def _check_row(p: Path, where: str, row) -> dict:
         if not isinstance(row[key], str):
             raise GeosteerError(f"{p}: {where}: {key!r} is a {type(row[key]).__name__}, not a string; "
                                 f"expected {ROW}")
+    if not row["input"].strip():
+        raise GeosteerError(f"{p}: {where}: 'input' is empty; each row's input is the request its output answers "
+                            f"(a request's texts are held out together); expected {ROW}")
     if row["category"] not in CATEGORIES:
         raise GeosteerError(f"{p}: {where}: category {row['category']!r} is not one of "
                             f"{', '.join(CATEGORIES)}")
@@ -126,6 +132,25 @@ def _name(description: str, cid, taken: set[str]) -> str:
     return name
 
 
+def _request_groups(sides: dict[str, list[dict]], texts: dict[str, list[str]]) -> dict[str, list[str]]:
+    """side -> the group of each of its ``texts``: the input its rows answer; inputs that share an output text
+    (on either side) are one group, named by the least of them."""
+    root: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while root.setdefault(x, x) != x:
+            root[x] = root[root[x]]
+            x = root[x]
+        return x
+
+    first: dict[str, str] = {}
+    for r in (r for rs in sides.values() for r in rs if r["output"].strip()):
+        a, b = find(first.setdefault(r["output"], r["input"])), find(r["input"])
+        if a != b:
+            root[max(a, b)] = min(a, b)  # the root of a group stays its least input
+    return {side: [find(first[t]) for t in ts] for side, ts in texts.items()}
+
+
 def _concepts(rows: list[dict]) -> list[dict]:
     groups: dict = {}
     shared = []
@@ -141,25 +166,26 @@ def _concepts(rows: list[dict]) -> list[dict]:
         pool = [r for r in shared if r["category"] != "positive"]
         pool = [r for r in pool if r.get("concept_genre") == genre] or pool
         description = pos[0]["output_concept"]
+        neg = [r for r in group + pool if r["category"] != "positive"]
+        texts = {"positive": _unique(r["output"] for r in pos), "negative": _unique(r["output"] for r in neg)}
         out.append({"name": _name(description, key[1] if key[0] == "id" else None, taken),
-                    "direction": "promote", "description": description,
-                    "positive": _unique(r["output"] for r in pos),
-                    "negative": _unique(r["output"] for r in group + pool if r["category"] != "positive"),
-                    "prompts": _unique(r["input"] for r in group)})
+                    "direction": "promote", "description": description, **texts,
+                    "prompts": _unique(r["input"] for r in group),
+                    "groups": _request_groups({"positive": pos, "negative": neg}, texts)})
     return out
 
 
 def _validate(p: Path, concepts: list[dict]) -> None:
     from pydantic import ValidationError
 
-    from geosteer.bench.concepts import MIN_PROMPTS, MIN_TEXTS, concept_from_dict
+    from geosteer.bench.concepts import MIN_PROMPTS, MIN_TEXTS, file_concept_from_dict
 
     for c in concepts:
         try:
-            concept_from_dict(c)
+            file_concept_from_dict(c)
         except ValidationError as e:
             err = e.errors()[0]
-            where = ".".join(str(x) for x in err.get("loc", ()))
+            where = ".".join(str(x) for x in err.get("loc", ())[1:])  # the first is the list's index
             raise GeosteerError(f"{p}: concept {c['name']!r} ({len(c['positive'])} positive, {len(c['negative'])} "
                                 f"negative texts, {len(c['prompts'])} prompts): {where}: {err.get('msg')}; a "
                                 f"concept needs >= {MIN_TEXTS} texts a side and >= {MIN_PROMPTS} prompts") from None
@@ -194,7 +220,8 @@ def _first_row(p: Path):
 
 def is_axbench(path: str | Path) -> bool:
     """Whether ``path`` looks like an AxBench file: its first row (a parquet file's columns) has
-    ``output_concept`` or ``concept_id``. Never raises."""
+    ``output_concept`` or ``concept_id``, or ``input`` and ``output`` (keys no geosteer concept has). Never
+    raises."""
     p = Path(path)
     if p.suffix.lower() not in SUFFIXES or not p.is_file():
         return False
@@ -204,18 +231,19 @@ def is_axbench(path: str | Path) -> bool:
         return p.suffix.lower() == ".parquet"  # read_axbench then names what is missing
     except Exception:
         return False
-    return isinstance(row, dict) and ("output_concept" in row or "concept_id" in row)
+    return isinstance(row, dict) and ("output_concept" in row or "concept_id" in row
+                                      or ("input" in row and "output" in row))
 
 
 def load_concepts(path: str | Path) -> list:
     """The concepts of a geosteer concept file, of an AxBench file, or ``bundled`` (one-line errors)."""
-    from geosteer.bench.concepts import concept_from_dict, read_concepts
+    from geosteer.bench.concepts import file_concept_from_dict, read_concepts
 
     path = Path(path)
     if str(path) == "bundled" and not path.exists():
         from importlib import resources
 
         return read_concepts(resources.files("geosteer.data").joinpath("bench_concepts.json"))
-    if is_axbench(path):
-        return [concept_from_dict(d) for d in read_axbench(path)]
+    if path.suffix.lower() in (".jsonl", ".parquet") or is_axbench(path):  # geosteer's own files are .json
+        return [file_concept_from_dict(d) for d in read_axbench(path)]
     return read_concepts(path)

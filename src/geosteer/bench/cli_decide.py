@@ -241,6 +241,7 @@ def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model
 def _file_line(source: str, chosen: list, bundled: bool = True) -> str:
     """What a run takes from a concept file: its concepts among the chosen ones, those named like a bundled one
     (the file's is run), and whether its texts are grouped."""
+    from geosteer.bench.axbench import is_axbench
     from geosteer.bench.decide_concepts import grouped, test_concepts
 
     own = [c.name for c in chosen if c.extra.get("source")]
@@ -249,7 +250,8 @@ def _file_line(source: str, chosen: list, bundled: bool = True) -> str:
     if same:
         parts.append(f"{', '.join(same)} also {'names a' if len(same) == 1 else 'name'} bundled concept: the "
                      "file's is run")
-    parts.append("texts held out by group" if grouped(source) else
+    parts.append(("texts held out by request (the rows' input)" if is_axbench(source) else "texts held out by group")
+                 if grouped(source) else
                  "no text groups: texts dealt one by one (texts that answer one request can fall on both sides of "
                  "the judge's split; format 2's groups keep them together)")
     return "; ".join(parts)

@@ -146,6 +146,12 @@ def concept_from_dict(doc: dict):
     return _schema()[0].model_validate(doc)
 
 
+def file_concept_from_dict(doc: dict):
+    """A concept as a file gives it (format 2: optional ``groups``) from a dict; pydantic's ``ValidationError``
+    (its locations start with the index 0) when it is not one."""
+    return _schema()[1].validate_python([doc])[0]
+
+
 def describe(concept) -> str:
     """The words an instruction uses for the concept."""
     return concept.description or concept.name.replace("_", " ").replace("-", " ")

@@ -22,8 +22,9 @@ shape, added to the bundled ones (:func:`run_concepts`): each side's ADMISSION_T
 dealt once by hash (the file's own labelled texts: no labelled continuations of the stock model exist for them),
 and per seed LEVER_TEXTS lever texts drawn from the rest, the remainder (at least FILE_JUDGE_TEXTS) for the
 judge; its test prompts are drawn from its prompts. A concept whose texts carry groups (format 2, e.g. the
-answers to one request on both sides) has whole groups held out: groups are dealt once by hash until each side
-has ADMISSION_TEXTS texts in them, and no text of a held-out group is a lever or judge text.
+answers to one request on both sides; an AxBench file's, by the input they answer) has whole groups held out:
+groups are dealt once by hash until each side has ADMISSION_TEXTS texts in them, and no text of a held-out group
+is a lever or judge text.
 """
 
 from __future__ import annotations
