@@ -13,7 +13,11 @@ the trained values. ``--steered-stock`` also times stock requests on the steered
 leaves model NAME's stock engine out (two engines of it do not fit in memory) and takes those stock requests
 as the baseline. ``--before-rounds``/``--after-rounds`` go to ``serve_throughput.py``. Each model's record is
 written to --out as soon as it finishes (the file keeps the other models' records; a model already there is
-skipped unless --force), with the load average at its start and end.
+skipped unless --force), with the load average at its start and end. Bad input (a numeric flag out of range, a
+hook command that cannot be split or whose program is not found, a model folder or surfaces folder that does not
+exist, a name in --surfaces-of/--one-engine that is not in --models, an --out that is not a ladder record) is
+refused in one line, exit 2, before any engine starts; relative surfaces folders and hook scripts are read from
+the repository root, where the rounds run.
 
     OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind .venv-serve/bin/python benchmarks/serve_ladder.py \\
         --models smollm2,qwen2.5-0.5b --batch 16 --new 32 --repeats 5 --compiled
@@ -25,6 +29,8 @@ import argparse
 import json
 import os
 import platform
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,11 +38,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from geosteer.errors import GeosteerError, one_line_errors, one_line_usage
+from geosteer.io_utils import check_output_path
+from geosteer.readers import read_json
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 LADDER = ("smollm2", "gemma3-270m", "qwen2.5-0.5b", "qwen2.5-1.5b")
 TRAINED = {"smollm2": "artifacts/smollm2-surfaces-all", "qwen2.5-0.5b": "artifacts/qwen2.5-0.5b-surfaces-65k"}
 DEFAULT_OUT = ROOT / "docs" / "results" / "benchmarks" / "serve_ladder.json"
+LIMITS = {"batch": 4096, "new": 32768, "prompt_tokens": 32768, "repeats": 1000}  # the numeric flags' maxima
 
 
 def per_round(rows: list[dict], setting: str, batch: int, key: str) -> list[float]:
@@ -152,17 +163,84 @@ def _versions() -> dict:
 
 
 def _surfaces_of(items: list[str]) -> dict[str, str]:
-    out = dict(TRAINED)
+    out, given = dict(TRAINED), set()
     for item in items:
         name, sep, folder = item.partition("=")
         if not sep or not name or not folder:
             raise ValueError(f"--surfaces-of needs NAME=DIR (got '{item}')")
+        if name in given:
+            raise ValueError(f"--surfaces-of names '{name}' twice; give each model's surfaces once")
         out[name] = folder
+        given.add(name)
     return out
 
 
+def _check_hook(opt: str, cmd: str) -> None:
+    """A ``--before-rounds``/``--after-rounds`` command: split as a shell would, its program found (a path
+    from the repository root, where the rounds run, or a program on PATH)."""
+    try:
+        words = shlex.split(cmd)
+    except ValueError as e:
+        raise ValueError(f"{opt} {cmd!r} cannot be split as a shell would ({e}); give one quoted command, "
+                         f"e.g. {opt} 'touch FILE'") from None
+    if not words:
+        raise ValueError(f"{opt} is empty; give a command to run (no shell), e.g. {opt} 'touch FILE'")
+    prog = words[0]
+    if "/" in prog:
+        path = ROOT / prog  # an absolute path stays itself
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ValueError(f"{opt}: {prog} is not an executable file (a relative path is read from the "
+                             "repository root, where the rounds run)")
+    elif shutil.which(prog) is None:
+        raise ValueError(f"{opt}: no program '{prog}' on PATH; give a program on PATH or a script's path")
+
+
+def _models(text: str) -> list[str]:
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise ValueError(f"--models '{text}' names no model; give aliases or model folders, comma-separated "
+                         f"(default: {','.join(LADDER)})")
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise ValueError(f"--models names '{dup}' twice")
+    for n in names:
+        folder_like = n.startswith(("/", ".", "~")) or n.count("/") > 1
+        if folder_like and not Path(n).expanduser().is_dir():
+            raise ValueError(f"--models: no such model folder: {n} (an alias such as {LADDER[0]}, a model folder "
+                             "or a Hub id)")
+    return names
+
+
+def check(a) -> tuple[list[str], dict[str, str], dict]:
+    """(the models, their surfaces, what --out holds already): every flag checked, one line each, before any
+    engine starts."""
+    for opt, top in LIMITS.items():
+        if not 1 <= getattr(a, opt) <= top:
+            raise ValueError(f"--{opt.replace('_', '-')} {getattr(a, opt)}: give an integer from 1 to {top}")
+    for opt in ("before_rounds", "after_rounds"):
+        if getattr(a, opt) is not None:
+            _check_hook(f"--{opt.replace('_', '-')}", getattr(a, opt))
+    models, surfaces = _models(a.models), _surfaces_of(a.surfaces_of)
+    for flag, names in (("--surfaces-of", [i.partition("=")[0] for i in a.surfaces_of]),
+                        ("--one-engine", a.one_engine)):
+        stray = [n for n in names if n not in models]
+        if stray:
+            raise ValueError(f"{flag} {stray[0]}: not one of --models ({', '.join(models)})")
+    for name in models:
+        folder = surfaces.get(name, "random")
+        if folder != "random" and not (ROOT / folder).is_dir():
+            raise ValueError(f"{name}'s surfaces: no such folder: {folder} (a relative folder is read from the "
+                             f"repository root); give --surfaces-of {name}=DIR, or {name}=random")
+    check_output_path(a.out, suffixes=(".json",))
+    data = read_json(a.out, what="--out") if a.out.exists() else {}
+    if not isinstance(data, dict) or not isinstance(data.get("models", {}), dict):
+        raise GeosteerError(f"--out {a.out} is not a ladder record (a JSON object whose 'models' maps a model to "
+                            "its record); give a new file or one this script wrote")
+    return models, surfaces, data
+
+
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = one_line_usage(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
     ap.add_argument("--models", default=",".join(LADDER), help="aliases or model folders, comma-separated")
     ap.add_argument("--surfaces-of", action="append", default=[], metavar="NAME=DIR",
                     help="the surfaces to serve on model NAME ('random': fresh ones); default: the shipped ones")
@@ -181,18 +259,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--force", action="store_true", help="measure models already in --out again")
     a = ap.parse_args(argv)
-    for opt in ("batch", "new", "prompt_tokens", "repeats"):
-        if getattr(a, opt) < 1:
-            ap.error(f"--{opt.replace('_', '-')} must be a positive integer (got {getattr(a, opt)})")
-    try:
-        surfaces = _surfaces_of(a.surfaces_of)
-    except ValueError as e:
-        ap.error(str(e))
+    with one_line_errors():
+        models, surfaces, data = check(a)
     sys.path.insert(0, str(HERE))
-    data = json.loads(a.out.read_text()) if a.out.is_file() else {}
     data.setdefault("models", {})
     command = "benchmarks/serve_ladder.py " + " ".join(_public(argv if argv is not None else sys.argv[1:]))
-    for name in (m.strip() for m in a.models.split(",") if m.strip()):
+    for name in models:
         if name in data["models"] and not a.force:
             print(f"{name}: in {a.out} already (--force measures it again)", flush=True)
             continue

@@ -6,6 +6,7 @@ import errno
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, NoReturn
 
 
 class GeosteerError(Exception):
@@ -83,3 +84,16 @@ def one_line_errors() -> Iterator[None]:
             raise
         print(f"error: {disk_full_line(e)}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def one_line_usage(parser: Any) -> Any:
+    """``parser`` (an ``argparse.ArgumentParser``) with its usage errors (an unknown flag, a value of the wrong
+    type, a missing argument) printed as one line ``error: …`` ending in where to see the valid options, exit
+    status 2, as :func:`one_line_errors` prints a script's own errors."""
+
+    def error(message: str) -> NoReturn:
+        print(f"error: {message} (valid options: {parser.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+    parser.error = error
+    return parser

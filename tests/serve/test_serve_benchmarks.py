@@ -97,7 +97,7 @@ def test_throughput_refuses_bad_input_before_any_engine(st, capsys, args, messag
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("args,message", [(["--repeats", "0"], "--repeats must be a positive integer"),
+@pytest.mark.parametrize("args,message", [(["--repeats", "0"], "--repeats 0: give an integer from 1 to 1000"),
                                           (["--surfaces-of", "smollm2"], "--surfaces-of needs NAME=DIR")])
 def test_ladder_refuses_bad_input(ladder, capsys, args, message):
     with pytest.raises(SystemExit) as e:

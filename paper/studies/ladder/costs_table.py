@@ -7,20 +7,21 @@ Reads ``costs.csv`` (``paper/studies/ladder/run.sh`` appends a row per run: date
 peak_rss_mib, exit, command, load_avg). Per study and model, the rows in file order: a run after a finished or
 failed one replaces it (a rerun); a run after a stopped one (killed by a signal: exit 128 + n) continues it,
 so the wall times add up, the peak RSS is the larger and the load is the wall-time-weighted mean. Studies
-appear in the order of their first row, models in the ladder's order.
+appear in the order of their first row, models in the ladder's order. A missing or malformed log or document, or
+a bad flag, is refused in one line (exit 2) before anything is written.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from geosteer.errors import GeosteerError
+from geosteer.errors import GeosteerError, one_line_usage
 from geosteer.io_utils import atomic_write_text
+from geosteer.readers import read_csv_rows, read_text
 from geosteer_paper.scripts import run_script
 
 RUNGS = ("smollm2", "gemma3-270m", "qwen2.5-0.5b", "qwen2.5-1.5b")
@@ -45,20 +46,41 @@ def _stopped(code: int) -> bool:
     return code > 128  # killed by a signal (143: SIGTERM, 137: SIGKILL, 130: Ctrl-C): resumable
 
 
-def read_costs(text: str) -> list[dict]:
-    """The log's rows, checked: every column present, numbers where numbers belong."""
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+VALID = ("wall_s and peak_rss_mib are numbers >= 0, exit an integer 0 to 255, load_avg a number >= 0 or empty; "
+         "study and model are not empty")
+
+
+def _number(r: dict, col: str, where: str) -> float:
+    v = r.get(col)
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        x = math.nan
+    if not (math.isfinite(x) and x >= 0):
+        raise GeosteerError(f"{where}: {col} {v!r} is not valid; {VALID}")
+    return x
+
+
+def check_row(r: dict, where: str) -> dict:
+    """A log row with its numbers read, or one line naming the column, the value and what is valid."""
+    for col in ("study", "model"):
+        if not (r.get(col) or "").strip():
+            raise GeosteerError(f"{where}: {col} is empty; {VALID}")
+    code = r.get("exit")
+    if not (code or "").strip().isdigit() or int(code) > 255:
+        raise GeosteerError(f"{where}: exit {code!r} is not valid; {VALID}")
+    return {**r, "wall_s": _number(r, "wall_s", where), "peak_rss_mib": _number(r, "peak_rss_mib", where),
+            "exit": int(code), "load_avg": _number(r, "load_avg", where) if (r.get("load_avg") or "").strip() else None}
+
+
+def read_costs(path: str | Path) -> list[dict]:
+    """The log's rows, checked: a readable CSV file, every column present, numbers where numbers belong."""
+    rows = read_csv_rows(path, what="--csv")  # missing, a folder, not UTF-8, a ragged or unreadable CSV: one line
+    header = list(rows[0]) if rows else read_text(path, what="--csv").partition("\n")[0].split(",")
+    missing = [c for c in COLUMNS if c not in [h.strip() for h in header]]
     if missing:
-        raise GeosteerError(f"costs CSV lacks the column '{missing[0]}' (expected {', '.join(COLUMNS)})")
-    rows = []
-    for i, r in enumerate(reader, start=2):
-        try:
-            rows.append({**r, "wall_s": float(r["wall_s"]), "peak_rss_mib": float(r["peak_rss_mib"]),
-                         "exit": int(r["exit"]), "load_avg": float(r["load_avg"]) if r["load_avg"] else None})
-        except (TypeError, ValueError):
-            raise GeosteerError(f"costs CSV line {i}: wall_s, peak_rss_mib and exit must be numbers") from None
-    return rows
+        raise GeosteerError(f"--csv {path} lacks the column '{missing[0]}' (expected {', '.join(COLUMNS)})")
+    return [check_row(r, f"--csv {path} line {i}") for i, r in enumerate(rows, start=2)]
 
 
 def merge_runs(rows: Sequence[dict]) -> list[dict]:
@@ -100,8 +122,8 @@ def rewrite(doc: str, lines: Sequence[str]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python paper/studies/ladder/costs_table.py",
-                                 description=__doc__.splitlines()[0])
+    ap = one_line_usage(argparse.ArgumentParser(prog="python paper/studies/ladder/costs_table.py",
+                                                description=__doc__.splitlines()[0]))
     ap.add_argument("--csv", type=Path, default=Path("docs/results/ladder/costs.csv"))
     ap.add_argument("--doc", type=Path, default=Path("docs/ladder.md"))
     ap.add_argument("--check", action="store_true", help="exit 1 when the document's table is out of date")
@@ -109,11 +131,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
-    for p in (a.csv, a.doc):
-        if not p.is_file():
-            raise GeosteerError(f"file not found: {p}")
-    doc = a.doc.read_text(encoding="utf-8")
-    lines = table_lines(read_costs(a.csv.read_text(encoding="utf-8")))
+    doc = read_text(a.doc, what="--doc")
+    lines = table_lines(read_costs(a.csv))
     new = rewrite(doc, lines)
     if a.check:
         if new != doc:

@@ -53,16 +53,52 @@ def test_check_reports_a_stale_table(tmp_path):
     assert (tmp_path / "d.md").read_text() == DOC
 
 
+def _row(wall="92", rss="1409", code="0", load="", study="deficit", model="smollm2") -> str:
+    return HEADER + f't,{study},{model},float32,{wall},{rss},{code},"a",{load}\n'
+
+
 @pytest.mark.parametrize("csv_text, doc, message", [
     (LOG, "no markers\n", "needs one '<!-- costs -->'"),
     ("date,study\nx,y\n", DOC, "lacks the column 'model'"),
-    (HEADER + 't,deficit,smollm2,float32,soon,1,0,"a",\n', DOC, "line 2: wall_s, peak_rss_mib and exit"),
+    ("date,study\n", DOC, "lacks the column 'model'"),
+    ("", DOC, "lacks the column 'date'"),
+    (_row(wall="soon"), DOC, "line 2: wall_s 'soon' is not valid; wall_s and peak_rss_mib are numbers >= 0"),
+    (_row(wall="nan"), DOC, "wall_s 'nan' is not valid"),
+    (_row(wall="-5"), DOC, "wall_s '-5' is not valid"),
+    (_row(rss="inf"), DOC, "peak_rss_mib 'inf' is not valid"),
+    (_row(code="1.5"), DOC, "exit '1.5' is not valid; wall_s and peak_rss_mib are numbers >= 0, exit an integer"),
+    (_row(code="256"), DOC, "exit '256' is not valid"),
+    (_row(load="busy"), DOC, "load_avg 'busy' is not valid"),
+    (_row(study=""), DOC, "line 2: study is empty"),
+    (_row(model=" "), DOC, "line 2: model is empty"),
+    (HEADER + "t,deficit,smollm2\n", DOC, "line 2: exit None is not valid"),  # a short row
+    (HEADER + 't,deficit,smollm2,float32,1,1,0,"a",,extra\n', DOC, "line 2 has more cells than the header"),
+    (b"date,study\n\xff\n", DOC, "is not UTF-8 text"),
 ])
 def test_bad_input_is_one_line_before_any_write(tmp_path, capsys, csv_text, doc, message):
-    (tmp_path / "c.csv").write_text(csv_text)
+    path = tmp_path / "c.csv"
+    path.write_bytes(csv_text) if isinstance(csv_text, bytes) else path.write_text(csv_text)
     (tmp_path / "d.md").write_text(doc)
     with pytest.raises(SystemExit) as e:
         main(["--csv", str(tmp_path / "c.csv"), "--doc", str(tmp_path / "d.md")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1 and message in err[0]
+    assert e.value.code == 2 and len(err) == 1 and message in err[0], err
     assert (tmp_path / "d.md").read_text() == doc
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--csv", "missing.csv"], "--csv missing.csv: no such file"),
+    (["--doc", "missing.md"], "--doc missing.md: no such file"),
+    (["--csv", "."], "--csv . is a folder; give a regular file"),
+    (["--bogus"], "unrecognized arguments: --bogus (valid options: python paper/studies/ladder/costs_table.py --help)"),
+    (["--csv"], "argument --csv: expected one argument"),
+])
+def test_missing_files_and_bad_flags_are_one_line(tmp_path, monkeypatch, capsys, args, message):
+    (tmp_path / "c.csv").write_text(LOG)
+    (tmp_path / "d.md").write_text(DOC)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["--csv", "c.csv", "--doc", "d.md", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert (tmp_path / "d.md").read_text() == DOC
