@@ -225,11 +225,13 @@ def test_an_axbench_file_gives_benchmark_concepts(tmp_path):
     from geosteer.bench.decide_concepts import by_name
 
     rows = [{"input": f"Instruction {i}?", "output": f"{cat} output {i} of the concept", "output_concept": "ocean",
-             "category": cat, "concept_id": 3} for cat in ("positive", "negative") for i in range(60)]
+             "category": cat, "concept_id": 3} for cat in ("positive", "negative") for i in range(72)]
     (tmp_path / "ax.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     (dc,) = by_name(None, str(tmp_path / "ax.jsonl"), bundled=False)
     assert dc.concept.direction == "promote" and all("positive output" in t for t in dc.concept.positive)
-    assert all("negative output" in t for t in dc.admission["negative"]) and len(dc.judge_positive) == 36
+    tested = dc.extra["pools"]["test_requests"]  # the test prompts' requests that are not admission's
+    assert all("negative output" in t for t in dc.admission["negative"]) and 0 < tested <= 16
+    assert len(dc.judge_positive) == 72 - 16 - 8 - tested  # less admission's, the levers' and the tested ones
 
 
 def _items(rng, shift: float, n: int = 4) -> dict:

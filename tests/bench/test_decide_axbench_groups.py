@@ -17,14 +17,14 @@ def _row(cid, category: str, output: str, prompt: str, concept: str = "formal re
 
 
 def axbench_rows(cid: int = 3, concept: str = "formal register") -> list[dict]:
-    """Requests 0-39 answered on both sides, 40-59 by two positive answers; request 1 repeats request 0's
+    """Requests 0-59 answered on both sides, 60-79 by two positive answers; request 1 repeats request 0's
     formal answer (one group with it); blank answers to requests 7 and 8 (dropped: no link); a shared pool of
     30 negatives, one answering request 5."""
     t = f"c{cid}"
-    out = [_row(cid, "positive", f"{t} formally, answer {r}", f"Request {r}?", concept) for r in range(40)]
-    out += [_row(cid, "negative", f"{t} casually, answer {r}", f"Request {r}?", concept) for r in range(40)]
+    out = [_row(cid, "positive", f"{t} formally, answer {r}", f"Request {r}?", concept) for r in range(60)]
+    out += [_row(cid, "negative", f"{t} casually, answer {r}", f"Request {r}?", concept) for r in range(60)]
     out += [_row(cid, "positive", f"{t} formally, answer {r}{x}", f"Request {r}?", concept)
-            for r in range(40, 60) for x in "ab"]
+            for r in range(60, 80) for x in "ab"]
     out += [_row(cid, "positive", f"{t} formally, answer 0", "Request 1?", concept),
             _row(cid, "positive", "  ", "Request 7?", concept), _row(cid, "positive", " ", "Request 8?", concept)]
     out += [_row(-1, "negative", f"pool answer {k}", f"Pool question {k}?") for k in range(30)]
@@ -62,8 +62,8 @@ def test_an_axbench_concept_groups_its_texts_by_request(tmp_path):
     want = {t: min(p) for p in _components(inputs[t] for t in texts) for t in texts if inputs[t] <= p}
     assert dict(zip(c.positive, c.groups.positive, strict=True)) == {t: want[t] for t in c.positive}
     assert dict(zip(c.negative, c.groups.negative, strict=True)) == {t: want[t] for t in c.negative}
-    # 60 requests with 0 and 1 joined, and 30 pool questions; 7 and 8 stay apart (their blank answers dropped)
-    assert len(set(c.groups.positive) | set(c.groups.negative)) == 59 + 30
+    # 80 requests with 0 and 1 joined, and 30 pool questions; 7 and 8 stay apart (their blank answers dropped)
+    assert len(set(c.groups.positive) | set(c.groups.negative)) == 79 + 30
     assert want["c3 formally, answer 1"] == want["c3 formally, answer 0"] == "Request 0?"
     assert want["pool answer for request 5"] == want["c3 formally, answer 5"] == "Request 5?"
     assert want["c3 formally, answer 7"] != want["c3 formally, answer 8"]

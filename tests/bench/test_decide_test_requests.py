@@ -60,3 +60,93 @@ def test_the_committed_instruct_files_deal_as_before():
     for name, want in INSTRUCT_DRAWS.items():
         path = str(INSTRUCT / f"{name}.concepts.json")
         assert _digest(file_concepts(path, 0) + file_concepts(path, 1), extra=False) == want
+
+
+def _requests_file(path, n: int = 80, named: int = 30, free: int = 4) -> dict[str, str]:
+    """A format-2 file: request "Q<i>?" has one answer a side; its prompts are the first ``named`` requests and
+    ``free`` requests no text answers. Returns each text's request, from the file as written."""
+    ids = [f"Q{i}?" for i in range(n)]
+    doc = {"name": "tone", "direction": "promote", "positive": [f"gladly, answer {i} is yes" for i in range(n)],
+           "negative": [f"sadly, answer {i} is no" for i in range(n)],
+           "prompts": ids[:named] + [f"Free {k}?" for k in range(free)], "groups": {"positive": ids, "negative": ids}}
+    path.write_text(json.dumps({"format": "geosteer-concepts", "version": 2, "concepts": [doc]}))
+    return {t: g for side in ("positive", "negative") for t, g in zip(doc[side], ids, strict=True)}
+
+
+def _trained(dc) -> list[str]:
+    """A drawn concept's lever texts and the judge's training texts."""
+    return [*dc.concept.positive, *dc.concept.negative, *dc.judge_positive, *dc.judge_negative]
+
+
+def _leaks(dcs, requests_of) -> list[set[str]]:
+    """For each drawn concept: the test prompts that are also the request of some lever or judge text."""
+    return [set(dc.concept.prompts) & set().union(*(requests_of(t) for t in _trained(dc))) for dc in dcs]
+
+
+def test_a_format2_files_test_prompts_share_no_request_with_its_lever_and_judge_texts(tmp_path, monkeypatch):
+    from geosteer.bench import decide_requests
+    from geosteer.bench.decide_concepts import ADMISSION_TEXTS, LEVER_TEXTS, file_concepts
+
+    request = _requests_file(tmp_path / "g.json")
+    path = str(tmp_path / "g.json")
+    drawn = [file_concepts(path, seed)[0] for seed in (0, 1)]
+    assert _leaks(drawn, lambda t: {request[t]}) == [set(), set()]
+    for dc in drawn:
+        held = {request[t] for t in dc.admission["positive"]}
+        tested = (set(dc.concept.prompts) & set(request.values())) - held  # answered, not admission's already
+        assert tested and dc.extra["pools"]["test_requests"] == len(tested)
+        assert len(dc.judge_positive) == 80 - ADMISSION_TEXTS - LEVER_TEXTS - len(tested)
+    assert drawn[0].concept.prompts != drawn[1].concept.prompts  # each seed holds out its own
+    monkeypatch.setattr(decide_requests, "tested_requests", lambda c, prompts: set())  # the rule removed
+    leaky = [file_concepts(path, seed)[0] for seed in (0, 1)]
+    assert all(_leaks(leaky, lambda t: {request[t]}))  # without it, an answer to a test prompt trains a lever
+
+
+def test_an_axbench_files_test_prompts_share_no_request_with_its_lever_and_judge_texts(tmp_path, monkeypatch):
+    from geosteer.bench import decide_requests
+    from geosteer.bench.decide_concepts import file_concepts
+    from tests.bench.test_decide_axbench_groups import _write, axbench_rows
+
+    inputs = _write(tmp_path / "ax.jsonl", axbench_rows())  # each output's inputs, from the rows as written
+    path = str(tmp_path / "ax.jsonl")
+    drawn = [file_concepts(path, seed)[0] for seed in (0, 1)]
+    assert _leaks(drawn, inputs.__getitem__) == [set(), set()]
+    assert all(dc.extra["pools"]["test_requests"] for dc in drawn)
+    # request 1 shares an answer with request 0: one request, whose prompt is "Request 0?" alone
+    (c,) = __import__("geosteer.bench.axbench", fromlist=["load_concepts"]).load_concepts(tmp_path / "ax.jsonl")
+    assert "Request 0?" in c.prompts and "Request 1?" not in c.prompts and "Request 2?" in c.prompts
+    monkeypatch.setattr(decide_requests, "tested_requests", lambda c, prompts: set())
+    assert all(_leaks([file_concepts(path, seed)[0] for seed in (0, 1)], inputs.__getitem__))
+
+
+def test_too_few_requests_to_hold_out_the_test_prompts_is_one_line(monkeypatch, capsys, tmp_path):
+    """80 requests: 16 for admission, up to 16 for the test prompts, 40 for the levers and the judge (one text a
+    side each); 60 are too few where every prompt is answered, enough where no prompt is."""
+    from tests.bench.test_decide_inputs import _decide
+
+    _requests_file(tmp_path / "g.json", n=60, named=20, free=0)
+    for args in (("--dry-run",), ("--out", "o")):
+        err = _decide(monkeypatch, capsys, tmp_path, *args, "--concepts", "g.json")
+        assert "concept 'tone': 60 requests, about 72 needed" in err and "test prompts' requests" in err
+    assert not (tmp_path / "o").exists()
+    from geosteer.bench.decide_concepts import file_concepts
+
+    _requests_file(tmp_path / "free.json", n=60, named=0, free=20)
+    (dc,) = file_concepts(str(tmp_path / "free.json"))
+    assert dc.extra["pools"]["test_requests"] == 0 and len(dc.judge_positive) == 60 - 16 - 8
+
+
+def test_the_dry_run_and_the_record_say_the_test_prompts_requests_are_held_out(monkeypatch, capsys, tmp_path):
+    from tests.cli_helpers import forbid_model_builds, run_cli
+
+    _requests_file(tmp_path / "g.json")
+    _concept_file(tmp_path / "c.json", 60)
+    monkeypatch.chdir(tmp_path)
+    forbid_model_builds(monkeypatch)
+    code, out, err = run_cli(monkeypatch, capsys, "bench", "decide", "--dry-run", "--concepts", "g.json")
+    assert code == 0, err
+    assert "30 of the 34 prompts of its 1 concept are requests its texts answer" in out
+    assert "the requests held out with the test prompts" in out
+    code, out, err = run_cli(monkeypatch, capsys, "bench", "decide", "--dry-run", "--concepts", "c.json")
+    assert code == 0, err
+    assert "requests held out" not in out  # an ungrouped file: the record of the bundled run, unchanged

@@ -13,8 +13,9 @@ rows, "negative": the outputs of its negative and hard-negative rows and of the 
 (all of the pool when none is of its genre), "prompts": the inputs of its rows, "groups": each text's request}``;
 texts once each, blank ones dropped. A text's group is the ``input`` it answers: AxBench writes several outputs
 for one input, so ``bench decide`` holds out whole requests (inputs that share an output text are one group,
-named by the first of them in sort order). A malformed file (a row without one of the required columns, an
-empty ``input``) is refused in one line naming the file, the row and what is valid.
+named by the first of them in sort order; only that one is a prompt, so each prompt names its request's
+group). A malformed file (a row without one of the required columns, an empty ``input``) is refused in one
+line naming the file, the row and what is valid.
 """
 
 from __future__ import annotations
@@ -132,9 +133,11 @@ def _name(description: str, cid, taken: set[str]) -> str:
     return name
 
 
-def _request_groups(sides: dict[str, list[dict]], texts: dict[str, list[str]]) -> dict[str, list[str]]:
-    """side -> the group of each of its ``texts``: the input its rows answer; inputs that share an output text
-    (on either side) are one group, named by the least of them."""
+def _request_groups(sides: dict[str, list[dict]], texts: dict[str, list[str]]) -> tuple[dict[str, list[str]],
+                                                                                       set[str]]:
+    """(side -> the group of each of its ``texts``, the inputs merged into another's group): a text's group is
+    the input its rows answer; inputs that share an output text (on either side) are one group, named by the
+    least of them."""
     root: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -148,7 +151,7 @@ def _request_groups(sides: dict[str, list[dict]], texts: dict[str, list[str]]) -
         a, b = find(first.setdefault(r["output"], r["input"])), find(r["input"])
         if a != b:
             root[max(a, b)] = min(a, b)  # the root of a group stays its least input
-    return {side: [find(first[t]) for t in ts] for side, ts in texts.items()}
+    return {side: [find(first[t]) for t in ts] for side, ts in texts.items()}, {x for x in root if find(x) != x}
 
 
 def _concepts(rows: list[dict]) -> list[dict]:
@@ -168,10 +171,11 @@ def _concepts(rows: list[dict]) -> list[dict]:
         description = pos[0]["output_concept"]
         neg = [r for r in group + pool if r["category"] != "positive"]
         texts = {"positive": _unique(r["output"] for r in pos), "negative": _unique(r["output"] for r in neg)}
+        groups, merged = _request_groups({"positive": pos, "negative": neg}, texts)
         out.append({"name": _name(description, key[1] if key[0] == "id" else None, taken),
                     "direction": "promote", "description": description, **texts,
-                    "prompts": _unique(r["input"] for r in group),
-                    "groups": _request_groups({"positive": pos, "negative": neg}, texts)})
+                    "prompts": [x for x in _unique(r["input"] for r in group) if x not in merged],
+                    "groups": groups})
     return out
 
 

@@ -161,15 +161,16 @@ def _prepare(out: Path, model: str, reader: str, concepts_file: Path | None, des
              seeds: tuple[int, ...], report_only: bool, bundled: bool = True) -> dict:
     """The run folder checked (its design, model and reader against this run's, every measured file read and
     verified, a killed run's temporary files removed); the state to record."""
-    from geosteer.bench.decide_concepts import identity, pool_record
+    from geosteer.bench.decide_concepts import grouped, identity, pool_record
     from geosteer.bench.decide_draw import record
     from geosteer.bench.decide_folder import check_files, check_state, remove_stale_tmp, state_doc
     from geosteer.bench.decide_run import LEVERS, VERSION
     from geosteer.bench.design import STATE_FILE
 
     concepts = identity(str(concepts_file) if concepts_file is not None else None, bundled)
+    by_request = concepts_file is not None and grouped(str(concepts_file))
     want = state_doc(model, reader, concepts, design.to_dict(), list(LEVERS), list(explore), list(seeds),
-                     record(pool_record()))
+                     record(pool_record(), by_request))
     have = check_state(out, STATE_FILE, None if report_only else want)
     if out.is_dir():
         remove_stale_tmp(out)
@@ -191,10 +192,11 @@ def _recorded_design(out: Path, have: dict | None, design):
 
 
 def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, explore: tuple[str, ...] = (),
-            model: str = MODEL) -> dict:
+            model: str = MODEL, by_request: bool = False) -> dict:
     """The design, its predicted minimum detectable effect (from the design's prior variance components) and its
     CPU-hour estimate (:mod:`geosteer.bench.decide_cost`, scaled by the steered model's cost factor,
-    :func:`geosteer.bench.decide_models.cost_factor`; ``suppressed``: the concepts walls run on)."""
+    :func:`geosteer.bench.decide_models.cost_factor`; ``suppressed``: the concepts walls run on; ``by_request``:
+    a concept file grouped by request is run)."""
     from geosteer.bench.decide_concepts import DEV, pool_record
     from geosteer.bench.decide_cost import estimate, scaled
     from geosteer.bench.decide_draw import record
@@ -210,7 +212,7 @@ def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, expl
     cost = estimate(design, n_concepts, suppressed, (*LEVERS, *explore), (*LEARNED, *explore), len(DEV), workers)
     cost = scaled(cost, model)
     return {"design": design.to_dict(), "model": model, "concepts": n_concepts, "comparisons": m,
-            "minimum_detectable_effect": mde, "cost": cost, "draws": record(pool_record())}
+            "minimum_detectable_effect": mde, "cost": cost, "draws": record(pool_record(), by_request)}
 
 
 def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model: str, reader: str,
@@ -218,10 +220,14 @@ def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model
     """The dry run's line (or JSON): the design, its predicted MDE and its CPU-hour estimate for ``model``; with
     ``file`` (its source, whether the bundled concepts are added, the design's name unless --only chose), what
     the file gives and, for the file alone, the same with the bundled concepts added."""
+    from geosteer.bench.decide_concepts import grouped
     from geosteer.bench.decide_draw import summary_line
 
+    source, bundled, design_name = file
+    by_request = source is not None and grouped(source)
     n = len(chosen)
-    doc = dry_run(design, n, sum(c.concept.direction == "suppress" for c in chosen), workers, extra, model)
+    doc = dry_run(design, n, sum(c.concept.direction == "suppress" for c in chosen), workers, extra, model,
+                  by_request)
     cost = doc["cost"]
     typer.echo(json.dumps({**doc, "reader": reader}, indent=1) if json_out else
                f"{n} concepts x {design.test_prompts} prompts x {len(design.seeds)} seeds x "
@@ -230,8 +236,7 @@ def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model
                f"(reader {reader}): at most {cost['cpu_hours']:.1f} CPU-hours (dev {cost['dev_cpu_hours']:.1f}, "
                f"test {cost['test_cpu_hours']:.1f}), about {cost['wall_hours']:.1f} h on {workers} workers; "
                f"SmolLM2's measured costs x {cost['model_factor']:g}: {cost['model_factor_basis']}\n"
-               f"{summary_line()}")
-    source, bundled, design_name = file
+               f"{summary_line(doc['draws'])}")
     if not json_out and source is not None:
         typer.echo(_file_line(source, chosen, bundled))
         if not bundled and design_name is not None:
@@ -242,7 +247,7 @@ def _file_line(source: str, chosen: list, bundled: bool = True) -> str:
     """What a run takes from a concept file: its concepts among the chosen ones, those named like a bundled one
     (the file's is run), and whether its texts are grouped."""
     from geosteer.bench.axbench import is_axbench
-    from geosteer.bench.decide_concepts import grouped, test_concepts
+    from geosteer.bench.decide_concepts import grouped, test_concepts, tested_line
 
     own = [c.name for c in chosen if c.extra.get("source")]
     same = [n for n in own if bundled and n in {c.name for c in test_concepts()}]
@@ -251,7 +256,7 @@ def _file_line(source: str, chosen: list, bundled: bool = True) -> str:
         parts.append(f"{', '.join(same)} also {'names a' if len(same) == 1 else 'name'} bundled concept: the "
                      "file's is run")
     parts.append(("texts held out by request (the rows' input)" if is_axbench(source) else "texts held out by group")
-                 if grouped(source) else
+                 + f"; {tested_line(source)}" if grouped(source) else
                  "no text groups: texts dealt one by one (texts that answer one request can fall on both sides of "
                  "the judge's split; format 2's groups keep them together)")
     return "; ".join(parts)

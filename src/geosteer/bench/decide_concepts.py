@@ -24,7 +24,7 @@ and per seed LEVER_TEXTS lever texts drawn from the rest, the remainder (at leas
 judge; its test prompts are drawn from its prompts. A concept whose texts carry groups (format 2, e.g. the
 answers to one request on both sides; an AxBench file's, by the input they answer) has whole groups held out:
 groups are dealt once by hash until each side has ADMISSION_TEXTS texts in them, and no text of a held-out group
-is a lever or judge text.
+is a lever or judge text; and, per seed, no text answering a drawn test prompt (:mod:`.decide_requests`) is.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from importlib import resources
 from pathlib import Path
 
 from geosteer.bench import decide_draw as D
+from geosteer.bench import decide_requests as R
 from geosteer.bench import decide_templates as T
 from geosteer.bench.axbench import load_concepts
 from geosteer.bench.concepts import concept_from_dict
@@ -263,21 +264,29 @@ def file_concept(c, digest: str = "", seed: int = 0) -> DecideConcept:
         raise _too_small(c, ", ".join(short + ([f"{len(c.prompts)} prompts"] if len(c.prompts) < TEST_PROMPTS
                                                else [])))
     held, rank = _held_groups(c) if getattr(c, "groups", None) is not None else (None, {})
-    sides, sizes = {}, []
-    for side in ("positive", "negative"):
-        adm, ordered = _split(c, side, held, rank)
+    prompts = D.draw(list(c.prompts), TEST_PROMPTS, seed, c.name, "prompts")
+    split = {side: _split(c, side, held, rank) for side in ("positive", "negative")}
+    for side, (adm, ordered) in split.items():
         if len(adm) < ADMISSION_TEXTS or len(ordered) < LEVER_TEXTS + FILE_JUDGE_TEXTS:
             raise _too_small(c, f"{len(adm)} {side} admission texts in the held-out groups and {len(ordered)} "
                                 "in the others")
+    tested = set()
+    if held is not None:  # the test prompts' requests held out: the others' texts suffice whatever is drawn
+        R.check_requests(c, held, TEST_PROMPTS, LEVER_TEXTS + FILE_JUDGE_TEXTS,
+                         f"{LEVER_TEXTS} lever + {FILE_JUDGE_TEXTS} judge")
+        tested = R.tested_requests(c, prompts) - held  # (an admission request's texts are out already)
+    sides, sizes = {}, []
+    for side, (adm, ordered) in split.items():
         rest = D.shuffled(ordered, seed, c.name, side)
+        rest = R.without(rest, c, side, tested) if tested else rest
         sides[side] = (rest[:LEVER_TEXTS], adm, [_cut(t) for t in rest[LEVER_TEXTS:]])
         sizes.append(len(rest))
     (lp, ap, jp), (ln, an, jn) = sides["positive"], sides["negative"]
-    prompts = D.draw(list(c.prompts), TEST_PROMPTS, seed, c.name, "prompts")
     concept = _concept(c.name, c.direction, lp, ln, prompts, c.description or c.name)
     pools = {"lever": sizes, "judge": [n - LEVER_TEXTS for n in sizes], "prompts": len(c.prompts)}
     if held is not None:
         pools["admission_groups"] = len(held)
+        pools["test_requests"] = len(tested)
     return DecideConcept(concept, f"file-{c.direction}", jp, jn, {"kind": "texts", "positive": ap, "negative": an},
                          extra={"source": digest, "seed": seed, "pools": pools})
 
@@ -320,6 +329,11 @@ def file_digest(path: str) -> str:
 def grouped(path: str) -> bool:
     """Whether every concept of the file groups its texts (format 2's ``groups``)."""
     return all(getattr(c, "groups", None) is not None for c in _file_rows(path)[0])
+
+
+def tested_line(path: str) -> str:
+    """What a grouped file's test prompts hold out (:func:`geosteer.bench.decide_requests.tested_line`)."""
+    return R.tested_line(_file_rows(path)[0])
 
 
 def identity(concepts_file: str | None = None, bundled: bool = True) -> dict:

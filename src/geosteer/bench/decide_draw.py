@@ -22,6 +22,8 @@ REDRAWN = ("lever texts (each side, from the concept's lever pool)",
            "test prompts (from the concept's prompt pool: neutral requests, or a suppressed topic's titles)",
            "the judge's training texts (from the concept's judge pool, disjoint from the lever texts)",
            "the initialisations and mini-batch order of the learned levers")
+GROUPED_REDRAWN = ("for a concept file grouped by request, the requests held out with the test prompts (the "
+                   "texts answering a drawn test prompt are neither lever nor judge texts of that seed)",)
 FIXED = ("the pools themselves (dealt once by hash)",
          "the admission sets (a topic's admission titles, the instructed admission requests, a file's admission "
          "texts) and the stock model's continuations of them",
@@ -62,13 +64,14 @@ def interleave(pools: Sequence[Sequence[T]]) -> list[T]:
     return out
 
 
-def record(pools: dict) -> dict:
-    """What the run records about its draws: what a seed redraws, what it keeps, the pool sizes."""
-    return {"redrawn": list(REDRAWN), "fixed": list(FIXED), "pools": pools}
+def record(pools: dict, grouped: bool = False) -> dict:
+    """What the run records about its draws: what a seed redraws, what it keeps, the pool sizes (``grouped``: a
+    concept file grouped by request is run; without one the record is what it has always been)."""
+    return {"redrawn": list(REDRAWN + (GROUPED_REDRAWN if grouped else ())), "fixed": list(FIXED), "pools": pools}
 
 
-def summary_line(recorded: dict | None = None) -> str:
+def summary_line(recorded: dict | None = None, grouped: bool = False) -> str:
     """One line for the dry run and the report: what a seed redraws and what it does not (``recorded``: a run's
-    :func:`record`; None: this version's)."""
-    redrawn, fixed = (recorded["redrawn"], recorded["fixed"]) if recorded else (REDRAWN, FIXED)
-    return "seed redraws: " + "; ".join(redrawn) + ". Not redrawn: " + "; ".join(fixed) + "."
+    :func:`record`; None: this version's, ``grouped`` as for :func:`record`)."""
+    recorded = recorded or record({}, grouped)
+    return "seed redraws: " + "; ".join(recorded["redrawn"]) + ". Not redrawn: " + "; ".join(recorded["fixed"]) + "."
