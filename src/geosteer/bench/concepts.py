@@ -6,7 +6,9 @@ concept], "negative": [texts that do not], "prompts": [prompts to continue]}``, 
 ``"description"`` (the words the prompting lever's instruction uses; default: the name). A format-2 concept may
 also carry ``"groups": {"positive": [ids], "negative": [ids]}``, one id per text of each side: texts of one group
 (e.g. the answers to one request, on either side) are held out together when ``bench decide`` deals them into
-judge and admission texts. How a concept's texts are dealt is :mod:`geosteer.bench.decide_concepts`'.
+judge and admission texts; a group id that is also one of the prompts names that prompt's request, whose texts
+are held out of the lever and judge texts of a seed that tests it. How a concept's texts are dealt is
+:mod:`geosteer.bench.decide_concepts`'.
 """
 
 from __future__ import annotations
