@@ -168,7 +168,7 @@ def _prepare(out: Path, model: str, reader: str, concepts_file: Path | None, des
     from geosteer.bench.design import STATE_FILE
 
     concepts = identity(str(concepts_file) if concepts_file is not None else None, bundled)
-    by_request = concepts_file is not None and grouped(str(concepts_file))
+    by_request = concepts_file is not None and grouped(str(concepts_file), every=False)
     want = state_doc(model, reader, concepts, design.to_dict(), list(LEVERS), list(explore), list(seeds),
                      record(pool_record(), by_request))
     have = check_state(out, STATE_FILE, None if report_only else want)
@@ -224,7 +224,7 @@ def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model
     from geosteer.bench.decide_draw import summary_line
 
     source, bundled, design_name = file
-    by_request = source is not None and grouped(source)
+    by_request = source is not None and grouped(source, every=False)
     n = len(chosen)
     doc = dry_run(design, n, sum(c.concept.direction == "suppress" for c in chosen), workers, extra, model,
                   by_request)

@@ -326,9 +326,9 @@ def file_digest(path: str) -> str:
     return hashlib.sha256(read_bytes(path, what="--concepts")).hexdigest()
 
 
-def grouped(path: str) -> bool:
-    """Whether every concept of the file groups its texts (format 2's ``groups``)."""
-    return all(getattr(c, "groups", None) is not None for c in _file_rows(path)[0])
+def grouped(path: str, every: bool = True) -> bool:
+    """Whether every (``every`` False: some) concept of the file groups its texts (format 2's ``groups``)."""
+    return (all if every else any)(getattr(c, "groups", None) is not None for c in _file_rows(path)[0])
 
 
 def tested_line(path: str) -> str:
