@@ -1,7 +1,8 @@
 """The attention-manifold output studies (paper §4–5): stock vs surfaces, edits of the surfaces, walls.
 
 - ``compare``: stock vs surfaces on a prompt set (default ``manifold_prompts``); greedy change rate and mean
-  next-token KL(P_stock ‖ P_surfaces) per category (paper Table 6), with side-by-side texts.
+  next-token KL(P_stock ‖ P_surfaces) per category (paper Table 6), with side-by-side texts. Resumable: the
+  rows are kept in ``<out>.partial`` after each block of 10 prompts, and a rerun of the same command skips them.
 - ``steer``: edits of the trained bank against the unedited bank (paper Table 2) on ``steering_prompts``:
   the most sensitive layer (zeroing each layer's surfaces, ``manifold.explore.layer_sensitivity``) is
   inverted layer-wide, at its largest-norm surface, on the query-side rows / key-side columns of that
@@ -27,8 +28,10 @@ JSON result (with the command in ``meta``), per-condition summaries to a ``.summ
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -113,14 +116,32 @@ def sensitivity(model, tok, bank, texts: Sequence[str]) -> list[dict]:
 
 
 def output_comparison(model, tok, bank, prompts: Sequence[Prompt], max_new_tokens: int = 30,
-                      log: Log | None = None) -> tuple[list[dict], list[dict]]:
-    """Stock (a) vs ``bank`` (b) per prompt; returns (rows, per-category summary incl. an 'all' row)."""
-    rows: list[dict] = []
-    for i in range(0, len(prompts), 10):  # in blocks of 10, to report progress
+                      log: Log | None = None, *, done: Sequence[dict] = (),
+                      on_block: Callable[[list[dict]], None] | None = None) -> tuple[list[dict], list[dict]]:
+    """Stock (a) vs ``bank`` (b) per prompt; returns (rows, per-category summary incl. an 'all' row).
+    ``done``: the rows of the first prompts from an earlier, stopped run (kept, not recomputed);
+    ``on_block``: called with the rows so far after each block of 10 prompts."""
+    rows: list[dict] = list(done)
+    for i in range(len(rows), len(prompts), 10):  # in blocks of 10, to report progress
         rows += PairedComparison(model, tok, prompts[i:i + 10], (), max_new_tokens=max_new_tokens).run([bank])
+        if on_block:
+            on_block(rows)
         if log:
             log(f"compare: {len(rows)}/{len(prompts)}")
     return rows, summarize_by(rows, "category")
+
+
+def compare_partial(path: str | Path, key: dict, prompts: Sequence[Prompt]) -> list[dict]:
+    """The rows a stopped ``compare`` run kept in ``path`` (none if there is no such file); refused when
+    they were computed with other settings or on other prompts."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    rows = doc.get("rows", [])
+    if doc.get("key") != key or [r["prompt"] for r in rows] != [p.text for p in prompts[:len(rows)]]:
+        raise GeosteerError(f"{path} holds a stopped compare run with other settings; delete it to start over")
+    return rows
 
 
 def wall_study(model, tok, bank, wall_prompts: Sequence[Prompt], layer: int, *, top_walls: int = 10,
@@ -173,36 +194,46 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--layer", type=int, default=None, help="edit this layer (steer default: most sensitive)")
     ap.add_argument("--top-walls", type=int, default=10, help="surfaces of the top-N walls (>= 1)")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--out", required=True, help="result JSON (a CSV summary is written beside it)")
+    ap.add_argument("--out", required=True, help="result JSON (a CSV summary is written beside it; compare keeps "
+                    "its rows in <out>.partial after each block of 10 prompts, and a rerun with the same settings "
+                    "resumes from them)")
     return ap
 
 
 def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
-    from pathlib import Path
-
     from geosteer import load_model
     from geosteer.eval.prompts import load_prompts
-    from geosteer.io_utils import atomic_write_csv, write_records
+    from geosteer.io_utils import atomic_write_csv, atomic_write_json, write_records
     from geosteer.manifold import load
 
     if a.study == "walls" and a.layer is None:
         raise GeosteerError("the walls study needs --layer (e.g. the steer study's most sensitive layer)")
     if a.top_walls < 1:
         raise GeosteerError(f"--top-walls must be >= 1 (got {a.top_walls})")
+    out = Path(a.out)
+    partial, key, done = out.with_name(out.name + ".partial"), {}, []
+    if a.study == "compare":
+        prompts = load_prompts(a.prompts or "manifold_prompts")[: a.limit]
+        key = {"model": a.model, "surfaces": a.surfaces, "prompt_set": a.prompts or "manifold_prompts",
+               "max_new_tokens": a.max_new_tokens}
+        done = compare_partial(partial, key, prompts)
     if a.threads:
         torch.set_num_threads(a.threads)
     model, tok = load_model(a.model)
     bank = load(a.surfaces, model=model)
-    out = Path(a.out)
     meta = {"command": command_line("manifold/steering.py", argv),
             "model": a.model, "surfaces": a.surfaces, "max_new_tokens": a.max_new_tokens, "greedy": True,
             "threads": torch.get_num_threads(), "torch": torch.__version__}
     log = lambda s: print(s, flush=True)  # noqa: E731
     if a.study == "compare":
-        prompts = load_prompts(a.prompts or "manifold_prompts")[: a.limit]
         t0 = time.perf_counter()
-        rows, summary = output_comparison(model, tok, bank, prompts, a.max_new_tokens, log=log)
-        meta.update(prompt_set=a.prompts or "manifold_prompts", seconds=round(time.perf_counter() - t0, 1),
+        keep = lambda rs: atomic_write_json(partial, {"key": key, "rows": rs})  # noqa: E731
+        if done:
+            log(f"compare: resumed with {len(done)}/{len(prompts)} prompts from {partial}")
+        rows, summary = output_comparison(model, tok, bank, prompts, a.max_new_tokens, log=log, done=done,
+                                          on_block=keep)
+        meta.update(prompt_set=key["prompt_set"], seconds=round(time.perf_counter() - t0, 1),
+                    resumed_prompts=len(done),
                     summary=summary, states={"a": "stock model", "b": "surfaces"},
                     kl="KL(P_stock || P_surfaces) of the next token after the prompt, nats")
         for r in summary:
@@ -230,6 +261,7 @@ def run(a: argparse.Namespace, argv: Sequence[str] | None) -> None:
             log(str(r))
     write_records(out, rows, meta)
     atomic_write_csv(out.with_suffix(".summary.csv"), summary)
+    partial.unlink(missing_ok=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -190,3 +190,44 @@ def test_runner_compare_and_walls(tiny, tmp_path, capsys):
     assert e.value.code == 2 and err.strip().splitlines() == [
         "error: the walls study needs --layer (e.g. the steer study's most sensitive layer)"]
     assert not (tmp_path / "w.json").exists()
+
+
+def test_compare_resumes_a_stopped_run(tiny, tmp_path, monkeypatch, capsys):
+    import studies.manifold.steering as steering
+
+    _, _, bank = tiny
+    src = save(bank, tmp_path / "s")
+    args = ["compare", "--surfaces", str(src), "--model", "tiny-llama", "--limit", "12", "--max-new-tokens", "2"]
+    clean = tmp_path / "clean.json"
+    main([*args, "--out", str(clean)])
+    assert not (tmp_path / "clean.json.partial").exists()  # a finished run leaves no partial file
+
+    class StopsAfterOneBlock(steering.PairedComparison):
+        calls = 0
+
+        def run(self, *a, **k):
+            StopsAfterOneBlock.calls += 1
+            if StopsAfterOneBlock.calls > 1:
+                raise KeyboardInterrupt
+            return super().run(*a, **k)
+
+    out = tmp_path / "c.json"
+    monkeypatch.setattr(steering, "PairedComparison", StopsAfterOneBlock)
+    with pytest.raises(KeyboardInterrupt):
+        main([*args, "--out", str(out)])
+    monkeypatch.undo()
+    kept = json.loads((tmp_path / "c.json.partial").read_text())
+    assert len(kept["rows"]) == 10 and not out.exists()
+    kept["rows"][0]["text_b"] = "kept, not recomputed"
+    (tmp_path / "c.json.partial").write_text(json.dumps(kept))
+    main([*args, "--out", str(out)])
+    rows, ref = json.loads(out.read_text())["rows"], json.loads(clean.read_text())["rows"]
+    assert rows[0]["text_b"] == "kept, not recomputed" and rows[1:] == ref[1:]
+    assert json.loads(out.read_text())["meta"]["resumed_prompts"] == 10
+    assert not (tmp_path / "c.json.partial").exists()
+
+    (tmp_path / "c.json.partial").write_text(json.dumps(kept))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main([*args[:-1], "3", "--out", str(out)])  # other settings: refused in one line, nothing rewritten
+    assert e.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
