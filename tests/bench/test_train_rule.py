@@ -132,6 +132,26 @@ def test_the_dev_phase_extends_each_levers_grid_and_sets_the_step_cap(tmp_path, 
     assert doc["step_cap"]["all_reached"] and doc["steps_needed"]["lora"] == [20] * len(DEV)
 
 
+def test_the_dev_record_does_not_depend_on_the_order_workers_finish(tmp_path, monkeypatch):
+    """learning_rates.json is the same, byte for byte, whether the dev jobs come back in order or reversed."""
+    from geosteer.bench import decide_driver as D
+    from geosteer.bench.design import Design
+
+    def fake(args):
+        spec, concept, lever, lr = args
+        h = sum(map(ord, concept + lever)) % 7
+        return concept, lever, lr, 0.1 * h + 1e-17 * h - abs(math.log(lr / 1e-2)), 2 + h
+
+    monkeypatch.setattr(D, "_dev_job", fake)
+    docs = []
+    for order in (list, lambda x: list(reversed(list(x)))):
+        monkeypatch.setattr(D, "_map", lambda fn, jobs, workers, order=order: iter(order(map(fn, jobs))))
+        out = tmp_path / str(len(docs))
+        D.choose_lrs(D.RunSpec("tiny", str(out), Design().to_dict()), workers=1)
+        docs.append((out / "learning_rates.json").read_bytes())
+    assert docs[0] == docs[1]
+
+
 def test_every_bundled_concept_fills_a_pool_of_32_a_side():
     import importlib.util
 

@@ -112,10 +112,14 @@ def choose_lrs(spec: RunSpec, workers: int) -> tuple[dict, int]:
     searches = {lever: LrSearch(design.lr_grid) for lever in learned}
     needed: dict[tuple[str, float], list[int | None]] = {}
     while jobs := [(spec, c, lever, lr) for lever, s in searches.items() for lr in s.pending() for c in DEV]:
+        done: dict[tuple[str, float], dict[str, tuple[float, int | None]]] = {}
+        for concept, lever, lr, score, steps in _map(_dev_job, jobs, workers):
+            done.setdefault((lever, lr), {})[concept] = (score, steps)
         scores: dict[tuple[str, float], list[float]] = {}
-        for _concept, lever, lr, score, steps in _map(_dev_job, jobs, workers):
-            scores.setdefault((lever, lr), []).append(score)
-            needed.setdefault((lever, lr), []).append(steps)
+        for key, by_concept in done.items():  # in the dev concepts' order, whatever order the workers finished in
+            rows = [by_concept[c] for c in DEV if c in by_concept]
+            scores[key] = [r[0] for r in rows]
+            needed.setdefault(key, []).extend(r[1] for r in rows)
         for (lever, lr), v in scores.items():
             searches[lever].add(lr, float("nan") if np.isnan(v).any() else float(np.mean(v)))
     chosen = {lever: s.chosen() for lever, s in searches.items() if s.chosen() is not None}
