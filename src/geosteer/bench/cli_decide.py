@@ -51,11 +51,9 @@ def _explore(explore: str | None) -> tuple[str, ...]:
     return names
 
 
-def _seeds(seeds: str | None) -> tuple[int, ...]:
-    from geosteer.bench.design import Design
-
+def _seeds(seeds: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
     if seeds is None:
-        return Design().seeds
+        return default
     try:
         seed_list = tuple(int(x) for x in _names("--seed-list", seeds) or ())
     except ValueError:
@@ -68,12 +66,13 @@ def _seeds(seeds: str | None) -> tuple[int, ...]:
     return seed_list
 
 
-def _concepts(concepts_file: Path | None, bundled: bool = True):
+def _concepts(concepts_file: Path | None, bundled: bool = True, alone: str = "--concepts-only"):
+    """The test concepts (``alone``: what runs a file's concepts without the bundled ones, for its messages)."""
     from geosteer.bench.decide_concepts import run_concepts
 
     if concepts_file is None:
         if not bundled:
-            raise GeosteerError("--concepts-only: give --concepts FILE (it runs that file's concepts without the "
+            raise GeosteerError(f"{alone}: give --concepts FILE (it runs that file's concepts without the "
                                 "bundled ones)")
         return run_concepts()
     source = str(concepts_file)
@@ -85,9 +84,11 @@ def _concepts(concepts_file: Path | None, bundled: bool = True):
             msg = f"--concepts {msg}" if msg.startswith(source) else f"--concepts {source}: {msg}"
         raise GeosteerError(msg) from None
     if not bundled and len(got) < 2:
-        raise GeosteerError(f"--concepts-only: {source} holds {len(got)} concept ({', '.join(c.name for c in got)}); "
-                            "the verdict's t test is across concepts and needs >= 2: give a file of 2 or more, or "
-                            "drop --concepts-only to add it to the bundled concepts")
+        other = ("drop --concepts-only to add it to the bundled concepts" if alone == "--concepts-only" else
+                 "the concepts admitted on one model go in one file")
+        raise GeosteerError(f"{alone}: {source} holds {len(got)} concept ({', '.join(c.name for c in got)}); "
+                            f"the verdict's t test is across concepts and needs >= 2: give a file of 2 or more "
+                            f"({other})")
     return got
 
 
@@ -127,11 +128,12 @@ def _take(tests: list, design, name: str, names: list[str] | None,
 
 
 def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
-           report_only: bool, concepts_file: Path | None = None,
-           bundled: bool = True) -> tuple[list[str] | None, tuple, list]:
-    """Every option checked before any model loads: (``--only`` names, seeds, the test concepts)."""
+           report_only: bool, concepts_file: Path | None = None, bundled: bool = True,
+           design=None, design_name: str = "full") -> tuple[list[str] | None, tuple, list]:
+    """Every option checked before any model loads: (``--only`` names, seeds (default: ``design``'s), the test
+    concepts)."""
     from geosteer.bench.decide_concepts import by_name
-    from geosteer.bench.design import STATE_FILE
+    from geosteer.bench.design import STATE_FILE, Design
     from geosteer.io_utils import check_resumable_folder
 
     if workers < 1:
@@ -142,11 +144,12 @@ def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
     check_resumable_folder(out, STATE_FILE)
     if report_only and not (out / STATE_FILE).is_file():
         raise GeosteerError(f"--report-only: --out {out} holds no run of `geosteer bench decide` (no {STATE_FILE})")
-    tests = _concepts(concepts_file, bundled)
+    design = design if design is not None else Design()
+    tests = _concepts(concepts_file, bundled, f"--design {design_name}" if design.file_only else "--concepts-only")
     names = _names("--only", concepts)
     if names is not None:
         by_name(names, str(concepts_file) if concepts_file is not None else None, 0, bundled)  # unknown: one line
-    return names, _seeds(seeds), tests
+    return names, _seeds(seeds, design.seeds), tests
 
 
 def _check_models(model: str, reader: str | None, installed: bool = True) -> str:
@@ -197,7 +200,7 @@ def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, expl
     CPU-hour estimate (:mod:`geosteer.bench.decide_cost`, scaled by the steered model's cost factor,
     :func:`geosteer.bench.decide_models.cost_factor`; ``suppressed``: the concepts walls run on; ``by_request``:
     a concept file grouped by request is run)."""
-    from geosteer.bench.decide_concepts import DEV, pool_record
+    from geosteer.bench.decide_concepts import pool_record
     from geosteer.bench.decide_cost import estimate, scaled
     from geosteer.bench.decide_draw import record
     from geosteer.bench.decide_report import n_comparisons
@@ -209,10 +212,29 @@ def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, expl
     m = n_comparisons()
     mde = minimum_detectable_effect(n_concepts, design.test_prompts, len(design.seeds), design.prior_sd_concept,
                                     design.prior_sd_item, m, ALPHA, 0.8)
-    cost = estimate(design, n_concepts, suppressed, (*LEVERS, *explore), (*LEARNED, *explore), len(DEV), workers)
+    cost = estimate(design, n_concepts, suppressed, (*LEVERS, *explore), (*LEARNED, *explore),
+                    len(design.dev_concepts()), workers)
     cost = scaled(cost, model)
     return {"design": design.to_dict(), "model": model, "concepts": n_concepts, "comparisons": m,
-            "minimum_detectable_effect": mde, "cost": cost, "draws": record(pool_record(), by_request)}
+            "minimum_detectable_effect": mde, "power": power_note(mde, n_concepts), "cost": cost,
+            "draws": record(pool_record(), by_request)}
+
+
+def power_note(mde: float, n_concepts: int) -> str | None:
+    """What a predicted MDE means when it is too large to detect a plausible effect (None otherwise): above 1,
+    no difference of concept scores (in [0, 1]) reaches it; above :data:`geosteer.bench.design.LARGEST_MEASURED_GAIN`,
+    only a difference larger than any the committed run measured would."""
+    from geosteer.bench.design import LARGEST_MEASURED_GAIN
+
+    if mde >= 1:
+        return (f"the predicted minimum detectable effect {mde:.3f} is above 1, the largest possible difference of "
+                f"concept scores: with {n_concepts} concepts the verdict cannot detect any concept-score effect; the "
+                "run describes each lever on these concepts, and only more concepts give it power")
+    if mde > LARGEST_MEASURED_GAIN:
+        return (f"the predicted minimum detectable effect {mde:.3f} is above {LARGEST_MEASURED_GAIN:g}, the largest "
+                "concept-score difference between two levers the committed SmolLM2 run measured: only a larger "
+                "effect than any measured there would be detected; more concepts give the verdict power")
+    return None
 
 
 def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model: str, reader: str,
@@ -235,11 +257,13 @@ def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model
                f"detectable effect {doc['minimum_detectable_effect']:.3f} (80 % power); estimate for {model} "
                f"(reader {reader}): at most {cost['cpu_hours']:.1f} CPU-hours (dev {cost['dev_cpu_hours']:.1f}, "
                f"test {cost['test_cpu_hours']:.1f}), about {cost['wall_hours']:.1f} h on {workers} workers; "
-               f"SmolLM2's measured costs x {cost['model_factor']:g}: {cost['model_factor_basis']}\n"
-               f"{summary_line(doc['draws'])}")
+               f"SmolLM2's measured costs x {cost['model_factor']:g}: {cost['model_factor_basis']}; the dev "
+               f"phase up to {cost['dev_extended_cpu_hours']:.1f} CPU-hours if every learned lever's grid is "
+               "extended 3 rates\n"
+               f"{summary_line(doc['draws'])}" + (f"\nwarning: {doc['power']}" if doc["power"] else ""))
     if not json_out and source is not None:
         typer.echo(_file_line(source, chosen, bundled))
-        if not bundled and design_name is not None:
+        if not bundled and design_name is not None and not design.file_only:
             typer.echo(_with_bundled(design, source, design_name))
 
 
@@ -293,9 +317,11 @@ def decide_cmd(
                                   "(each in (0, 5] nats, sorted, at most 10, holding the rule's 0.05 and 0.2); "
                                   "default: the design's (full: 0.02,0.05,0.1,0.2,0.5)"),
     design_name: str = typer.Option("full", "--design", help="the named design: full (every bundled concept, "
-                                    "5 KL levels, up to 96 steps of 8 passages a side) or trimmed (the 18 topic "
+                                    "5 KL levels, up to 96 steps of 8 passages a side), trimmed (the 18 topic "
                                     "concepts, 3 KL levels, up to 32 steps of 4 passages, a 3-point grid: about 12 "
-                                    "CPU-hours on 2 cores on smollm2)"),
+                                    "CPU-hours on 2 cores on smollm2) or instruct (the --concepts file's concepts "
+                                    "alone, the 2 decision levels, one seed, up to 12 steps of 4 passages, the dev "
+                                    "phase on one dev concept with 3-point grids around SmolLM2's choices)"),
     model: str = MODEL_OPT,
     reader: str = typer.Option(None, "--reader", help="the fluency reader, of another model family than --model "
                                "(default by family: gemma3-270m for a Llama such as smollm2, else smollm2)"),
@@ -311,8 +337,9 @@ def decide_cmd(
     levels = parse_levels(kl_levels) if kl_levels is not None else base.kl_levels
     extra = _explore(explore)
     workers = min(2, cpu_cores()) if workers is None else workers
-    bundled = not concepts_only
-    names, seed_list, tests = _check(out, workers, concepts, seeds, report_only, concepts_file, bundled)
+    bundled = not (concepts_only or base.file_only)  # a file-only design runs the file's concepts alone
+    names, seed_list, tests = _check(out, workers, concepts, seeds, report_only, concepts_file, bundled, base,
+                                     design_name)
     reader = "" if report_only else _check_models(model, reader, installed=not dry)
     tests, names = _take(tests, base, design_name, names, concepts_file)
     design = replace(base, kl_levels=levels)  # the seeds to run stay out of it: a unit's checkpoint does not

@@ -10,8 +10,10 @@ it at 2 KL levels. A new design's cost per lever and (concept, seed) is estimate
 (the training part scaled by the texts it reads, the bisection and readings by the levels; prompting and walls
 have one setting, so their rest does not scale), plus each (concept, seed)'s context. The test phase is read at
 the design's step cap (an upper bound: the run's cap, set on the dev concepts, is at most that); the dev phase
-trains every learned lever at every rate of the grid (extensions add to it) on each dev concept and reads one
-level.
+trains every learned lever at every rate of its grid (:meth:`~geosteer.bench.design.Design.grid`) on each dev
+concept and reads one level. A grid is extended past an edge choice (at most
+:data:`~geosteer.bench.train_rule.MAX_EXTEND` rates a side, one lever's dev cost on each dev concept per rate):
+``dev_extended_cpu_hours`` is the dev phase with every learned lever's grid extended that far on one side.
 """
 
 from __future__ import annotations
@@ -43,15 +45,19 @@ def estimate(design, concepts: int, suppressed: int, levers: Sequence[str], lear
              dev_concepts: int, workers: int = 2) -> dict:
     """CPU-hours of the dev phase and the test phase (levels x levers x concepts x seeds), their sum, and the
     wall-clock hours on ``workers`` cores; walls run on the ``suppressed`` concepts only."""
+    from geosteer.bench.train_rule import MAX_EXTEND
+
     seeds, levels = len(design.seeds), len(design.kl_levels)
     per_lever = {lv: lever_seconds(lv, design, design.steps, levels, learned) for lv in levers}
     test = seeds * (concepts * COMMITTED_CONTEXT + sum(
         s * (suppressed if lv == "walls" else concepts) for lv, s in per_lever.items()))
-    dev = dev_concepts * COMMITTED_CONTEXT + dev_concepts * len(design.lr_grid) * sum(
-        lever_seconds(lv, design, design.steps, 1, learned) for lv in learned)
+    dev_rate = {lv: dev_concepts * lever_seconds(lv, design, design.steps, 1, learned) for lv in learned}
+    dev = dev_concepts * COMMITTED_CONTEXT + sum(len(design.grid(lv)) * s for lv, s in dev_rate.items())
+    extended = dev + MAX_EXTEND * sum(dev_rate.values())
     hours = {"dev": dev / 3600, "test": test / 3600}
     return {"cpu_hours": round(hours["dev"] + hours["test"], 2), "dev_cpu_hours": round(hours["dev"], 2),
-            "test_cpu_hours": round(hours["test"], 2), "wall_hours": round((dev + test) / 3600 / max(1, workers), 2),
+            "test_cpu_hours": round(hours["test"], 2), "dev_extended_cpu_hours": round(extended / 3600, 2),
+            "wall_hours": round((dev + test) / 3600 / max(1, workers), 2),
             "workers": workers, "per_lever_cpu_seconds": {k: round(v, 1) for k, v in per_lever.items()},
             "basis": "docs/results/decide/results.json costs; the test phase at the design's step cap (at most)"}
 
@@ -63,7 +69,7 @@ def scaled(cost: dict, model: str) -> dict:
 
     factor, basis = cost_factor(model)
     out = dict(cost)
-    for key in ("cpu_hours", "dev_cpu_hours", "test_cpu_hours", "wall_hours"):
+    for key in ("cpu_hours", "dev_cpu_hours", "test_cpu_hours", "dev_extended_cpu_hours", "wall_hours"):
         out[key] = round(cost[key] * factor, 2)
     out["per_lever_cpu_seconds"] = {k: round(v * factor, 1) for k, v in cost["per_lever_cpu_seconds"].items()}
     out.update(model=model, model_factor=factor, model_factor_basis=basis)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from geosteer.bench.decide_concepts import DEV, by_name, dev_by_name
+from geosteer.bench.decide_concepts import by_name, dev_by_name
 from geosteer.bench.decide_folder import write_sealed
 from geosteer.bench.decide_models import check_families, default_reader, family_of_type
 from geosteer.bench.decide_run import levers_for, run_unit
@@ -109,25 +109,29 @@ def choose_lrs(spec: RunSpec, workers: int) -> tuple[dict, int]:
     (``<out>/learning_rates.json``)."""
     design = _design(spec.design)
     learned = (*LEARNED, *spec.explore)
-    searches = {lever: LrSearch(design.lr_grid) for lever in learned}
+    dev = design.dev_concepts()
+    searches = {lever: LrSearch(design.grid(lever)) for lever in learned}
     needed: dict[tuple[str, float], list[int | None]] = {}
-    while jobs := [(spec, c, lever, lr) for lever, s in searches.items() for lr in s.pending() for c in DEV]:
+    while jobs := [(spec, c, lever, lr) for lever, s in searches.items() for lr in s.pending() for c in dev]:
         done: dict[tuple[str, float], dict[str, tuple[float, int | None]]] = {}
         for concept, lever, lr, score, steps in _map(_dev_job, jobs, workers):
             done.setdefault((lever, lr), {})[concept] = (score, steps)
         scores: dict[tuple[str, float], list[float]] = {}
         for key, by_concept in done.items():  # in the dev concepts' order, whatever order the workers finished in
-            rows = [by_concept[c] for c in DEV if c in by_concept]
+            rows = [by_concept[c] for c in dev if c in by_concept]
             scores[key] = [r[0] for r in rows]
             needed.setdefault(key, []).extend(r[1] for r in rows)
         for (lever, lr), v in scores.items():
             searches[lever].add(lr, float("nan") if np.isnan(v).any() else float(np.mean(v)))
     chosen = {lever: s.chosen() for lever, s in searches.items() if s.chosen() is not None}
     cap = step_cap([n for lever, lr in chosen.items() for n in needed.get((lever, lr), [])], design.steps)
+    grids = design.extra.get("lr_grids")
     doc = {"criterion": f"mean score at control KL {design.train_kl:g} (the training target) over the dev "
-                        f"concepts {list(DEV)}, seed 0; ties: the smaller learning rate; the grid extended by x3 "
-                        "past an edge choice until interior (at most 3 steps a side)",
-           "dev_concepts": list(DEV), "grid": list(design.lr_grid),
+                        f"concepts {list(dev)}, seed 0; ties: the smaller learning rate; the grid extended by x3 "
+                        "past an edge choice until interior (at most 3 steps a side)"
+                        + (f"; each lever's grid: {design.extra.get('lr_grids_from', 'its own')}" if grids else ""),
+           "dev_concepts": list(dev),
+           "grid": {lever: list(design.grid(lever)) for lever in learned} if grids else list(design.lr_grid),
            "search": {lever: s.to_dict() for lever, s in searches.items()}, "chosen": chosen,
            "steps_needed": {lever: needed.get((lever, lr), []) for lever, lr in chosen.items()}, "step_cap": cap}
     write_sealed(Path(spec.out) / "learning_rates.json", doc)

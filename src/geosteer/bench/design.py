@@ -21,6 +21,7 @@ ALPHA = 0.05  # family-wise, Holm over every lever pair and KL level
 LR_GRID = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # extended by x3 steps past an edge choice (train_rule.LrSearch)
 DEV_CONCEPTS = ("people", "no-people", "no-mathematics", "no-everyday-life")  # the learning rates and the step
 # cap are chosen on these, never on a test concept
+FILE_KINDS = ("file-promote", "file-suppress")  # a concept file's concepts (decide_concepts.file_concept)
 STATE_FILE = "decide_state.json"  # marks an output folder as a decide run's (resumable)
 REFERENCES = ("stock", "prompting", "lora")  # every lever is compared with each
 # other forms of the surfaces, measured on request beside the matched levers (``bench decide --explore``) and
@@ -70,7 +71,22 @@ class Design:
     prior_sd_concept: float = 0.062
     prior_sd_item: float = 0.152
     kinds: tuple[str, ...] = ()  # the kinds of bundled test concepts taken (empty: every kind; a concept file: all)
+    # a design's other choices, recorded with it: "dev_concepts" (the dev concepts, default DEV_CONCEPTS),
+    # "lr_grids" ({lever: its grid}, default lr_grid for every lever) and "lr_grids_from" (where they come from)
     extra: dict = field(default_factory=dict)
+
+    @property
+    def file_only(self) -> bool:
+        """Whether the design runs a concept file's concepts alone (its kinds are a file's)."""
+        return bool(self.kinds) and all(k in FILE_KINDS for k in self.kinds)
+
+    def dev_concepts(self) -> tuple[str, ...]:
+        """The dev concepts the learning rates and the step cap are chosen on."""
+        return tuple(self.extra.get("dev_concepts", DEV_CONCEPTS))
+
+    def grid(self, lever: str) -> tuple[float, ...]:
+        """The learning-rate grid of ``lever`` (its own in ``extra["lr_grids"]``, else the design's)."""
+        return tuple(float(x) for x in self.extra.get("lr_grids", {}).get(lever, self.lr_grid))
 
     def budget(self) -> Budget:
         """The :class:`Budget` the levers read (texts, words, steps)."""
@@ -95,13 +111,27 @@ EARLIER = Design(train_texts=8, steps=8, batch_texts=8, kl_levels=DECISION_LEVEL
 
 
 TOPIC_KINDS = ("topic-promote", "topic-suppress")
+# the learning rates the trimmed SmolLM2 run chose on its dev concepts (results/decide-trimmed/learning_rates.json)
+SMOLLM2_LRS = {"vector": 1e-3, "loreft": 1 / 9000, "lora": 1 / 3000, "surfaces-rank1": 3e-2}
+# the largest concept-score difference between two levers the committed run measured (CAA against prompting at
+# control KL 0.2, docs/results/decide/results.json): a predicted MDE above it is reported as such by the dry run
+LARGEST_MEASURED_GAIN = 0.149
 # the named designs of ``bench decide --design``: "full" is the default; "trimmed" fits about 12 CPU-hours on 2
 # cores: the 18 topic concepts (the ones a 135M model's judges are admitted on: sentiment, register and refusal
 # have no labelled continuations there), the frontier at three levels, 32 steps of 4 passages a side, a 3-point
-# learning-rate grid (extended past an edge choice like any grid)
+# learning-rate grid (extended past an edge choice like any grid); "instruct" runs a concept file's concepts alone
+# (the concepts admitted on an instruction-tuned model): the decision levels only, one seed, up to 12 steps of 4
+# passages, and a dev phase on the promoted dev concept alone with each learned lever's 3-point grid centred on
+# SmolLM2's choice (extended past an edge choice like any grid)
+INSTRUCT_STEPS = 12
 DESIGNS = {"full": Design(),
            "trimmed": Design(kinds=TOPIC_KINDS, kl_levels=(0.05, 0.1, 0.2), steps=32, batch_texts=4,
-                             lr_grid=(3e-3, 1e-2, 3e-2))}
+                             lr_grid=(3e-3, 1e-2, 3e-2)),
+           "instruct": Design(kinds=FILE_KINDS, kl_levels=DECISION_LEVELS, steps=INSTRUCT_STEPS, batch_texts=4,
+                              seeds=(0,), lr_grid=(3e-3, 1e-2, 3e-2),
+                              extra={"dev_concepts": ["people"],
+                                     "lr_grids": {k: [v / 3, v, v * 3] for k, v in SMOLLM2_LRS.items()},
+                                     "lr_grids_from": "the trimmed SmolLM2 run's choices, x3 either side"})}
 
 
 def parse_levels(text: str, option: str = "--kl-levels") -> tuple[float, ...]:
