@@ -148,7 +148,10 @@ def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
     tests = _concepts(concepts_file, bundled, f"--design {design_name}" if design.file_only else "--concepts-only")
     names = _names("--only", concepts)
     if names is not None:
-        by_name(names, str(concepts_file) if concepts_file is not None else None, 0, bundled)  # unknown: one line
+        try:
+            by_name(names, str(concepts_file) if concepts_file is not None else None, 0, bundled)
+        except GeosteerError as e:  # an unknown or dev concept: one line naming the option
+            raise GeosteerError(f"--only: {e}") from None
     return names, _seeds(seeds, design.seeds), tests
 
 
