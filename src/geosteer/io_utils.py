@@ -70,11 +70,21 @@ def link_leaving(folder: str | Path, roots: Iterable[Path], limit: int) -> Path 
 def check_output_path(path: str | Path, *, what: str = "--out", suffixes: Iterable[str] | None = None,
                       folder: bool = False) -> Path:
     """Refuse, with one line, an output path that cannot be written, before any work is done: ``path`` is
-    an existing folder where a file is meant (or a file where a folder is meant), lies under a file, lies
-    in a folder this user cannot write, or ends in a suffix outside ``suffixes`` (e.g. ``(".json",
-    ".csv")``). Missing parent folders are fine (the writers create them). Returns ``Path(path)``."""
+    an existing folder where a file is meant (or a file where a folder is meant), a folder meant where a
+    link to nothing is, lies under a file or a link to nothing, lies in a folder this user cannot write,
+    ends in a suffix outside ``suffixes`` (e.g. ``(".json", ".csv")``), or cannot be looked up (a name
+    too long). Missing parent folders are fine (the writers create them). Returns ``Path(path)``."""
 
     path = Path(path)
+    try:
+        _check_output_path(path, what, suffixes, folder)
+    except OSError as e:  # a name too long, a loop of links, a folder that cannot be read...
+        shown = str(path) if len(str(path)) <= 120 else str(path)[:117] + "..."
+        raise GeosteerError(f"{what} {shown}: cannot write there ({e.strerror or e})") from None
+    return path
+
+
+def _check_output_path(path: Path, what: str, suffixes: Iterable[str] | None, folder: bool) -> None:
     if path.is_dir() and not folder:
         raise GeosteerError(f"{what} {path} is a folder; give a file name")
     if suffixes is not None:
@@ -84,20 +94,30 @@ def check_output_path(path: str | Path, *, what: str = "--out", suffixes: Iterab
                                 f"valid extensions: {', '.join(valid)}")
     if path.exists() and not path.is_dir() and folder:
         raise GeosteerError(f"{what} {path} is a file, not a folder")
+    if folder and path.is_symlink() and not path.exists():
+        raise GeosteerError(f"{what} {path} is a link to {os.readlink(path)}, which does not exist; give a "
+                            "folder, or a name that is not taken")
     for parent in path.absolute().parents:
         if parent.is_dir():
             if not os.access(parent, os.W_OK | os.X_OK):
                 raise GeosteerError(f"{what} {path}: cannot write into {parent} (permission denied)")
             break
-        if parent.exists() or parent.is_symlink():
+        if parent.is_symlink() and not parent.exists():
+            raise GeosteerError(f"{what} {path} lies under {parent}, a link to {os.readlink(parent)}, which "
+                                "does not exist")
+        if parent.exists():
             raise GeosteerError(f"{what} {path} lies under {parent}, which is a file, not a folder")
-    return path
 
 
 def check_resumable_folder(path: str | Path, marker: str, what: str = "--out") -> Path:
     """:func:`check_output_path` for a run's folder, which must also be new, empty, or an earlier run's (it
-    holds the file ``marker``), so that a resumed run never writes over a user's own files."""
+    holds the file ``marker``), so that a resumed run never writes over a user's own files, and lie outside
+    the installed geosteer package (which an upgrade replaces)."""
     path = check_output_path(path, what=what, folder=True)
+    package = Path(__file__).resolve().parent  # this module is at the package's top
+    if path.resolve().is_relative_to(package):
+        raise GeosteerError(f"{what} {path} lies inside the installed geosteer package ({package}), which an "
+                            "upgrade or reinstall replaces; give a folder outside it")
     if path.is_dir() and any(path.iterdir()) and not (path / marker).is_file():
         raise GeosteerError(f"{what} {path} holds files of its own and no {marker}: give a new or empty "
                             "folder, or an earlier run's folder to resume it")

@@ -72,6 +72,11 @@ def text_cmd(
     if ppl_tokens < 0 or 0 < ppl_tokens < 513:
         raise GeosteerError(f"--ppl-tokens must be 0 (no perplexity) or more than one 512-token window "
                             f"(got {ppl_tokens})")
+    if seed < 0:  # the bootstrap's generator takes none: refused now, not after every continuation
+        raise GeosteerError(f"--seed must be >= 0 (got {seed})")
+    from geosteer.models.limits import check_positions, config_of
+
+    check_positions(config_of(model), new_tokens, "--new-tokens")  # a prompt and its continuation must fit
     grid = parse_strengths(strengths)
     paths = _check_surfaces(surfaces, grid)
     for path in paths:  # another base model's or another shape's surfaces: refused before the model loads

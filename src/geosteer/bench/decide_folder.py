@@ -90,16 +90,28 @@ _SAME = ("model", "reader", "concepts", "design", "levers", "draws")  # what a r
 RECORDED_DEFAULTS = {"model": "smollm2", "reader": "gemma3-270m"}
 
 
+def _content(concepts):
+    """A concepts record without its files' names: the same bytes given by another path are the same concepts."""
+    if not isinstance(concepts, dict):
+        return concepts
+    doc = {k: v for k, v in concepts.items() if k != "source" or v == "bundled"}
+    return {**doc, "file": _content(doc["file"])} if isinstance(doc.get("file"), dict) else doc
+
+
 def _same(key: str, have, want) -> bool:
-    """Whether the folder's ``have`` of ``key`` is this run's ``want`` (models: the same weights by name)."""
+    """Whether the folder's ``have`` of ``key`` is this run's ``want`` (models: the same weights by name;
+    concept files: the same bytes, whatever path names them)."""
     if key in RECORDED_DEFAULTS and isinstance(have, str) and isinstance(want, str):
         from geosteer.models.identity import same_model
 
         return same_model(have, want)
+    if key == "concepts":
+        have, want = _content(have), _content(want)
     return json.loads(json.dumps(have)) == json.loads(json.dumps(want))
 
 
-def _describe(key: str, value) -> str:
+def _describe(key: str, value, other=None) -> str:
+    """``value`` of ``key`` in a refusal; a design by the sizes that differ from ``other``'s."""
     if key == "concepts" and isinstance(value, dict):
         def one(doc: dict) -> str:
             return f"{doc.get('source')} (SHA-256 {str(doc.get(SUM_KEY, ''))[:12]})"
@@ -109,7 +121,10 @@ def _describe(key: str, value) -> str:
             return f"{one(value)} + {one(file)}"
         return one(value) if value.get("source") == "bundled" else f"{one(value)} alone"
     if key == "design" and isinstance(value, dict):
-        return "sizes " + ", ".join(f"{k}={v}" for k, v in sorted(value.items()) if k != "seeds")
+        other = json.loads(json.dumps(other)) if isinstance(other, dict) else {}
+        shown = [(k, v) for k, v in sorted(json.loads(json.dumps(value)).items())
+                 if k != "seeds" and (not other or other.get(k) != v)]
+        return "sizes " + (", ".join(f"{k}={json.dumps(v)}" for k, v in shown) or "(none of its own)")
     return json.dumps(value)
 
 
@@ -125,21 +140,60 @@ def check_state(out: Path, state_file: str, want: dict | None) -> dict | None:
                             "(it records no design); give a new --out")
     if want is not None:
         for key in _SAME:
-            if not _same(key, have.get(key, RECORDED_DEFAULTS.get(key)), want[key]):
+            there = have.get(key, RECORDED_DEFAULTS.get(key))
+            if not _same(key, there, want[key]):
                 raise GeosteerError(
-                    f"--out {out} holds a run of another design: {key} "
-                    f"{_describe(key, have.get(key, RECORDED_DEFAULTS.get(key)))} there, "
-                    f"{_describe(key, want[key])} here; one folder holds one design: give a new --out")
+                    f"--out {out} holds a run of another design: {key} {_describe(key, there, want[key])} there, "
+                    f"{_describe(key, want[key], there)} here; one folder holds one design: give a new --out")
     return have
 
 
+_CLAIMED: dict[str, int] = {}  # run folders this process holds: resolved path -> the locked descriptor
+
+
+def claim(out: Path) -> None:
+    """Hold the run folder ``out`` (created if new) for this process until it ends, killed or not (an
+    exclusive lock on the folder): a second run into the same folder at the same time is refused in one line."""
+    import fcntl
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    key = str(out.resolve())
+    if key in _CLAIMED:
+        return
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise GeosteerError(f"--out {out}: another run of bench decide is writing this folder now; wait for it "
+                            "to end, or give another --out") from None
+    _CLAIMED[key] = fd
+
+
 def record_state(out: Path, state_file: str, want: dict, have: dict | None) -> None:
-    """Write the folder's state: ``want``, with the seeds and exploratory forms of earlier runs kept."""
+    """Claim the folder (:func:`claim`) and write its state: ``want``, with the seeds and exploratory forms of
+    earlier runs kept (read again once the folder is held)."""
     doc = dict(want)
+    try:
+        claim(out)
+    except OSError as e:
+        raise GeosteerError(f"--out {out}: cannot write there ({e.strerror or e}); give a folder this user can "
+                            "write") from None
+    path = Path(out) / state_file
+    have = read_sealed(path) if path.is_file() else have
     if have is not None:
         doc["seeds"] = sorted(set(have.get("seeds", [])) | set(want["seeds"]))
         doc["explore"] = list(dict.fromkeys([*have.get("explore", []), *want["explore"]]))
-    write_sealed(Path(out) / state_file, doc)
+    try:
+        write_sealed(path, doc)
+    except OSError as e:
+        from geosteer.errors import is_disk_full
+
+        if is_disk_full(e):
+            raise
+        raise GeosteerError(f"--out {out}: cannot write its {state_file} ({e.strerror or e}); give a folder "
+                            "this user can write") from None
 
 
 def _measured_files(out: Path) -> list[Path]:
@@ -148,7 +202,11 @@ def _measured_files(out: Path) -> list[Path]:
         root = out / folder
         if not root.is_dir():
             continue
-        for base, _dirs, names in os.walk(root):
+        for base, dirs, names in os.walk(root):
+            odd = [d for d in dirs if d.endswith(".json")]
+            if odd:
+                raise GeosteerError(f"run file {Path(base) / odd[0]} is a folder, not a file; delete it to measure "
+                                    "it again")
             files += [Path(base) / n for n in names if n.endswith(".json")]
             if len(files) > MAX_FILES:
                 raise GeosteerError(f"--out {out}: {root} holds more than {MAX_FILES} files; not a run folder")

@@ -34,6 +34,7 @@ from geosteer.bench.design import ALPHA, EQUIVALENCE_MARGIN, EXPLORATORY, EXPLOR
 from geosteer.bench.endpoints_report import detail_markdown, rule_markdown, rule_summary, summary_markdown
 from geosteer.bench.kl_match import level_key
 from geosteer.bench.stats import compare_pairs, decide, paired_differences
+from geosteer.errors import GeosteerError
 from geosteer.io_utils import atomic_write_text
 from geosteer.readers import read_csv_rows
 
@@ -61,15 +62,21 @@ def n_comparisons() -> int:
     return E.n_claims(len(pairs()))
 
 
-def _units(out: Path):
-    """(context, {lever: doc}) of every measured (concept, seed) under ``out``."""
+def _unit_files(out: Path):
+    """(its folder, context, {lever: doc}) of every measured (concept, seed) under ``out``."""
     for ctx_path in sorted((out / "units").glob("*/s*/context.json")):
         ctx = json.loads(ctx_path.read_text(encoding="utf-8"))
         levers = {}
         for p in sorted(ctx_path.parent.glob("*.json")):
             if p.name != "context.json":
                 doc = json.loads(p.read_text(encoding="utf-8"))
-                levers[doc["lever"]] = doc
+                levers[doc.get("lever", p.stem) if isinstance(doc, dict) else p.stem] = doc
+        yield ctx_path.parent, ctx, levers
+
+
+def _units(out: Path):
+    """(context, {lever: doc}) of every measured (concept, seed) under ``out``."""
+    for _folder, ctx, levers in _unit_files(out):
         yield ctx, levers
 
 
@@ -100,29 +107,38 @@ def keyword_concept(probe: dict, adm: dict) -> dict:
 def records(out: Path, levels: list[str]) -> tuple[list[dict], list[dict], list[dict]]:
     """(per-prompt records, per-concept records, per-lever-unit records) of everything under ``out``."""
     recs, concepts, units = [], [], []
-    for ctx, levers in _units(out):
-        adm, probe = ctx["admission"], ctx["keyword_probe"]
-        concepts.append({"concept": ctx["concept"], "kind": ctx["kind"], "seed": ctx["seed"],
-                         "auc": adm["auc"], "admitted": adm["admitted"], "lexicon_auc": adm.get("lexicon_auc"),
-                         "keyword_words": " ".join(probe["words"]), "keyword_score": probe["score"],
-                         "stock_score": probe["stock_score"], "keyword_below_stock": probe["below_stock"],
-                         **keyword_concept(probe, adm),
-                         "levers_done": len(levers), "context_cpu_seconds": ctx["cpu_seconds"]})
-        for level in levels:
-            recs += _rows(ctx, "stock", level, ctx["stock"], {"strength": 0.0, "kl": 0.0, "reached": True,
-                                                               "admitted": adm["admitted"]})
-        for name, doc in levers.items():
-            units.append({"concept": ctx["concept"], "seed": ctx["seed"], "lever": name, "lr": doc["lr"],
-                          "params": doc["params"], "cpu_seconds": doc["cpu_seconds"],
-                          "train_cpu_seconds": doc["train_cpu_seconds"],
-                          **{f"kl_{k}": v["kl"] for k, v in doc["levels"].items()},
-                          **{f"strength_{k}": v["strength"] for k, v in doc["levels"].items()},
-                          **T.unit_row(ctx, name, doc)})
-            for level, v in doc["levels"].items():
-                recs += _rows(ctx, name, level, v["items"], {"strength": v["strength"], "kl": v["kl"],
-                                                             "reached": v["reached"], "admitted": adm["admitted"],
-                                                             "strength_in_range": v.get("strength_in_range")})
+    for folder, ctx, levers in _unit_files(out):
+        try:
+            _unit_records(ctx, levers, levels, recs, concepts, units)
+        except (KeyError, TypeError, IndexError, ValueError, AttributeError) as e:
+            raise GeosteerError(f"run files {folder}: a file lacks what this version of bench decide records "
+                                f"({type(e).__name__}: {e}); delete the folder to measure it again") from None
     return recs, concepts, units
+
+
+def _unit_records(ctx: dict, levers: dict, levels: list[str], recs: list, concepts: list, units: list) -> None:
+    """One measured (concept, seed)'s records appended to :func:`records`' lists."""
+    adm, probe = ctx["admission"], ctx["keyword_probe"]
+    concepts.append({"concept": ctx["concept"], "kind": ctx["kind"], "seed": ctx["seed"],
+                     "auc": adm["auc"], "admitted": adm["admitted"], "lexicon_auc": adm.get("lexicon_auc"),
+                     "keyword_words": " ".join(probe["words"]), "keyword_score": probe["score"],
+                     "stock_score": probe["stock_score"], "keyword_below_stock": probe["below_stock"],
+                     **keyword_concept(probe, adm),
+                     "levers_done": len(levers), "context_cpu_seconds": ctx["cpu_seconds"]})
+    for level in levels:
+        recs += _rows(ctx, "stock", level, ctx["stock"], {"strength": 0.0, "kl": 0.0, "reached": True,
+                                                           "admitted": adm["admitted"]})
+    for name, doc in levers.items():
+        units.append({"concept": ctx["concept"], "seed": ctx["seed"], "lever": name, "lr": doc["lr"],
+                      "params": doc["params"], "cpu_seconds": doc["cpu_seconds"],
+                      "train_cpu_seconds": doc["train_cpu_seconds"],
+                      **{f"kl_{k}": v["kl"] for k, v in doc["levels"].items()},
+                      **{f"strength_{k}": v["strength"] for k, v in doc["levels"].items()},
+                      **T.unit_row(ctx, name, doc)})
+        for level, v in doc["levels"].items():
+            recs += _rows(ctx, name, level, v["items"], {"strength": v["strength"], "kl": v["kl"],
+                                                         "reached": v["reached"], "admitted": adm["admitted"],
+                                                         "strength_in_range": v.get("strength_in_range")})
 
 
 def _mean(xs) -> float | None:
