@@ -188,3 +188,18 @@ def test_the_claim_ends_with_its_process(tmp_path):
     assert holder.returncode == 0
     claim(tmp_path / "run")
     assert os.listdir(tmp_path / "run") == []  # the lock is the folder's own: no file of its own left
+
+
+@pytest.mark.parametrize("verb", ["decide", "judge"])
+def test_a_csv_concept_file_and_a_bad_axbench_file_are_refused_naming_the_option(monkeypatch, capsys, tmp_path,
+                                                                                  verb):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.json").write_text('["a text"]')
+    (tmp_path / "ax.csv").write_text("input,output,output_concept,category\nq,a,cats,positive\n")
+    (tmp_path / "ax.jsonl").write_text('{"input": "q", "output_concept": "cats", "category": "positive"}\n')
+    extra = ["--dry-run"] if verb == "decide" else ["--texts", "t.json"]
+    for name, needle in (("ax.csv", "a '.csv' file is not read; give geosteer's concept JSON (.json) or an "
+                                    "AxBench file (.jsonl, .json, .parquet)"),
+                         ("ax.jsonl", "line 1 has no 'output'")):
+        err = refused_before_load(monkeypatch, capsys, "bench", verb, "--concepts", name, *extra)
+        assert err.startswith(f"error: --concepts {name}: ") and needle in err

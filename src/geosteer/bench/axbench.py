@@ -248,6 +248,9 @@ def load_concepts(path: str | Path) -> list:
         from importlib import resources
 
         return read_concepts(resources.files("geosteer.data").joinpath("bench_concepts.json"))
+    if path.suffix.lower() in (".csv", ".tsv"):  # a table exported as text: no reader of ours guesses its types
+        raise GeosteerError(f"{path}: a '{path.suffix}' file is not read; give geosteer's concept JSON (.json) or "
+                            f"an AxBench file ({', '.join(SUFFIXES)})")
     if path.suffix.lower() in (".jsonl", ".parquet") or is_axbench(path):  # geosteer's own files are .json
         return [file_concept_from_dict(d) for d in read_axbench(path)]
     return read_concepts(path)

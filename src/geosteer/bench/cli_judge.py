@@ -121,7 +121,13 @@ def judge_cmd(
 ) -> None:
     """Score texts with the steering benchmark's judges: the embedding judge's P(concept | text) of each concept
     and, for sentiment concepts, the VADER lexicon's."""
-    items_of = load_concepts(concepts)  # one line for a bad file, before any model loads
+    try:
+        items_of = load_concepts(concepts)  # one line for a bad file, before any model loads
+    except GeosteerError as e:  # the line names the option, as every other verb's does
+        msg, source = str(e), str(concepts)
+        if not msg.startswith("--concepts"):
+            msg = f"--concepts {msg}" if msg.startswith(source) else f"--concepts {source}: {msg}"
+        raise GeosteerError(msg) from None
     items = read_texts(texts, {c.name for c in items_of})
     records = score(items_of, items, min_texts=min_texts, log=lambda s: typer.echo(s, err=True))
     from geosteer.cli.common import emit
