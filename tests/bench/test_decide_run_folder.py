@@ -203,3 +203,21 @@ def test_a_csv_concept_file_and_a_bad_axbench_file_are_refused_naming_the_option
                          ("ax.jsonl", "line 1 has no 'output'")):
         err = refused_before_load(monkeypatch, capsys, "bench", verb, "--concepts", name, *extra)
         assert err.startswith(f"error: --concepts {name}: ") and needle in err
+
+
+@pytest.mark.parametrize("config,needle", [('{"model_type": ', "is not valid JSON"),
+                                           ("[" * 1000 + "]" * 1000, "nested deeper"),
+                                           ("[1]", "is not a JSON object")])
+def test_a_model_folder_whose_config_cannot_be_read_is_refused(monkeypatch, capsys, tmp_path, config, needle):
+    from geosteer.bench import decide_driver
+
+    def ran(*a, **k):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(decide_driver, "run_all", ran)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(config)
+    err = _decide(monkeypatch, capsys, tmp_path, "--out", "run", "--model", "m", "--reader", "smollm2", "--only",
+                  "arts,health")
+    assert "needs the steered model 'm': m is not a model folder" in err and needle in err
+    assert not (tmp_path / "run").exists()

@@ -104,6 +104,14 @@ def check_name(name: str) -> None:
     elif p.is_dir():
         if not (p / "config.json").is_file():
             raise GeosteerError(f"{name} is not a model folder (no config.json)")
+        from geosteer.readers import ReadRefused, read_json
+
+        try:  # a config the loader cannot read would stop every worker after the run began
+            config = read_json(p / "config.json", what="the file")
+        except ReadRefused as e:
+            raise GeosteerError(f"{name} is not a model folder ({e})") from None
+        if not isinstance(config, dict):
+            raise GeosteerError(f"{name} is not a model folder (its config.json is not a JSON object)")
     elif name.startswith((".", "/", "~")) or p.exists() or "/" not in name:
         raise GeosteerError(unknown if "/" not in name else f"{name}: no such model folder or .gguf file")
     else:
