@@ -32,8 +32,9 @@ def _dry(monkeypatch, capsys, tmp_path, *args: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("model", ["tiny-llama", "qwen2.5-1.5b"])
 def test_the_instruct_design_takes_the_files_concepts_alone(monkeypatch, capsys, tmp_path, model):
     """No bundled concept is added (no topics, no templated ones): the file's 3 concepts, one seed, the two
-    decision levels; the predicted MDE is the t formula at C = 3, S = 1 and 54 claims, and, being above 1, the
-    dry run says that the verdict cannot detect any effect."""
+    decision levels; the unit is the test prompt, so the predicted MDE is the prompt-level t formula at P = 16
+    prompts (df 15), one reading each and 3 x 54 claims, with the design's prompt-level priors; above the largest
+    gain measured, the dry run says so and names what gives power."""
     stats = pytest.importorskip("scipy.stats")
     _file(tmp_path / "c.json")
     code, out, err = _dry(monkeypatch, capsys, tmp_path, "--model", model, "--concepts", "c.json", "--json")
@@ -42,14 +43,17 @@ def test_the_instruct_design_takes_the_files_concepts_alone(monkeypatch, capsys,
     d = doc["design"]
     assert doc["concepts"] == 3 and d["kinds"] == ["file-promote", "file-suppress"]
     assert d["seeds"] == [0] and d["kl_levels"] == [0.05, 0.2] and d["extra"]["dev_concepts"] == ["people"]
-    c, p, m = 3, d["test_prompts"], doc["comparisons"]
-    want = (stats.t.ppf(1 - 0.05 / m / 2, c - 1) + stats.t.ppf(0.8, c - 1)) * np.sqrt(
-        d["prior_sd_concept"] ** 2 / c + d["prior_sd_item"] ** 2 / (c * p * 1))
-    assert m == 54 and doc["minimum_detectable_effect"] == pytest.approx(want, rel=1e-6) and want > 1
-    assert "cannot detect any concept-score effect" in doc["power"] and "3 concepts" in doc["power"]
+    assert d["extra"]["unit"] == "prompt" and doc["unit"] == "prompt"
+    p, m = d["test_prompts"], doc["comparisons"]
+    assert doc["prompts_per_concept"] == p == 16 and doc["readings_per_prompt"] == 1
+    sd = np.sqrt(d["extra"]["prior_sd_prompt"] ** 2 + d["extra"]["prior_sd_seed"] ** 2)
+    want = (stats.t.ppf(1 - 0.05 / m / 2, p - 1) + stats.t.ppf(0.8, p - 1)) * sd / np.sqrt(p)
+    assert m == 3 * 54 and doc["minimum_detectable_effect"] == pytest.approx(want, rel=1e-6) and 0.149 < want < 1
+    assert "more test prompts per concept" in doc["power"]
     code, out, err = _dry(monkeypatch, capsys, tmp_path, "--model", model, "--concepts", "c.json")
     assert code == 0, err
-    assert out.startswith("3 concepts x 16 prompts x 1 seeds x 2 KL levels")
+    assert out.startswith("3 concepts x 16 prompts x 1 seeds x 2 KL levels, 162 comparisons (Holm); the unit is "
+                          "the test prompt: 16 distinct prompts per concept, t with 15 df per concept")
     assert "\nwarning: the predicted minimum detectable effect" in out
     assert "from c.json: warm, terse, ornate of the 3 test concepts" in out
     assert "without --concepts-only" not in out  # the design runs the file alone: no bundled alternative

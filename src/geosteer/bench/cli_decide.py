@@ -92,9 +92,10 @@ def _concepts(concepts_file: Path | None, bundled: bool = True, alone: str = "--
     return got
 
 
-def _enough(chosen: list) -> None:
-    """A dry run's predicted MDE needs two concepts or more; else one line saying what is valid."""
-    if len(chosen) < 2:
+def _enough(chosen: list, unit: str = "concept") -> None:
+    """A dry run's predicted MDE needs two concepts or more (one, where the unit is the prompt); else one line
+    saying what is valid."""
+    if len(chosen) < (1 if unit == "prompt" else 2):
         names = ", ".join(c.name for c in chosen) or "none"
         raise GeosteerError(f"--dry-run: {len(chosen)} test concept chosen ({names}); the predicted minimum "
                             "detectable effect is of the t test across concepts, which needs >= 2: name 2 or more "
@@ -198,37 +199,56 @@ def _recorded_design(out: Path, have: dict | None, design):
 
 
 def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, explore: tuple[str, ...] = (),
-            model: str = MODEL, by_request: bool = False) -> dict:
-    """The design, its predicted minimum detectable effect (from the design's prior variance components) and its
-    CPU-hour estimate (:mod:`geosteer.bench.decide_cost`, scaled by the steered model's cost factor,
-    :func:`geosteer.bench.decide_models.cost_factor`; ``suppressed``: the concepts walls run on; ``by_request``:
-    a concept file grouped by request is run)."""
+            model: str = MODEL, by_request: bool = False, prompt_pool: int | None = None) -> dict:
+    """The design, its predicted minimum detectable effect (from the design's prior variance components, of its
+    unit: :func:`_predicted`) and its CPU-hour estimate (:mod:`geosteer.bench.decide_cost`, scaled by the steered
+    model's cost factor, :func:`geosteer.bench.decide_models.cost_factor`; ``suppressed``: the concepts walls run
+    on; ``by_request``: a concept file grouped by request is run; ``prompt_pool``: the smallest pool of test
+    prompts among the concepts, default the prompts a seed draws)."""
     from geosteer.bench.decide_concepts import pool_record
     from geosteer.bench.decide_cost import estimate, scaled
     from geosteer.bench.decide_draw import record
-    from geosteer.bench.decide_report import n_comparisons
     from geosteer.bench.decide_run import LEVERS
-    from geosteer.bench.design import ALPHA
     from geosteer.bench.matched import LEARNED
-    from geosteer.bench.stats import minimum_detectable_effect
 
-    m = n_comparisons()
-    mde = minimum_detectable_effect(n_concepts, design.test_prompts, len(design.seeds), design.prior_sd_concept,
-                                    design.prior_sd_item, m, ALPHA, 0.8)
+    unit, m, mde = _predicted(design, n_concepts, prompt_pool)
     cost = estimate(design, n_concepts, suppressed, (*LEVERS, *explore), (*LEARNED, *explore),
                     len(design.dev_concepts()), workers)
     cost = scaled(cost, model)
-    return {"design": design.to_dict(), "model": model, "concepts": n_concepts, "comparisons": m,
-            "minimum_detectable_effect": mde, "power": power_note(mde, n_concepts), "cost": cost,
+    return {"design": design.to_dict(), "model": model, "concepts": n_concepts, "comparisons": m, **unit,
+            "minimum_detectable_effect": mde, "power": power_note(mde, n_concepts, unit["unit"]), "cost": cost,
             "draws": record(pool_record(), by_request)}
 
 
-def power_note(mde: float, n_concepts: int) -> str | None:
+def _predicted(design, n_concepts: int, prompt_pool: int | None) -> tuple[dict, int, float]:
+    """({"unit"} and, for the prompt, the distinct prompts per concept and the readings of each; the Holm family's
+    size; the predicted MDE): concept-level t from the design's ``prior_sd_concept`` and ``prior_sd_item``, or
+    prompt-level t from its prompt-level priors (:func:`geosteer.bench.endpoints_prompt.predicted_mde`)."""
+    from geosteer.bench.decide_report import n_comparisons, pairs
+    from geosteer.bench.design import ALPHA
+    from geosteer.bench.stats import minimum_detectable_effect
+
+    m = n_comparisons()
+    if design.unit != "prompt":
+        return {"unit": "concept"}, m, minimum_detectable_effect(
+            n_concepts, design.test_prompts, len(design.seeds), design.prior_sd_concept, design.prior_sd_item, m,
+            ALPHA, 0.8)
+    from geosteer.bench.endpoints_prompt import expected_prompts, predicted_mde
+
+    drawn, seeds = design.test_prompts, len(design.seeds)
+    n_p = expected_prompts(prompt_pool or drawn, drawn, seeds)
+    per = drawn * seeds / n_p
+    return ({"unit": "prompt", "prompts_per_concept": n_p, "readings_per_prompt": per}, n_concepts * m,
+            predicted_mde(design, n_concepts, len(pairs()), n_p, per, ALPHA, 0.8))
+
+
+def power_note(mde: float, n_concepts: int, unit: str = "concept") -> str | None:
     """What a predicted MDE means when it is too large to detect a plausible effect (None otherwise): above 1,
     no difference of concept scores (in [0, 1]) reaches it; above :data:`geosteer.bench.design.LARGEST_MEASURED_GAIN`,
-    only a difference larger than any the committed run measured would."""
+    only a difference larger than any the committed run measured would (``unit``: the design's, what gives power)."""
     from geosteer.bench.design import LARGEST_MEASURED_GAIN
 
+    more = "more test prompts per concept give" if unit == "prompt" else "more concepts give"
     if mde >= 1:
         return (f"the predicted minimum detectable effect {mde:.3f} is above 1, the largest possible difference of "
                 f"concept scores: with {n_concepts} concepts the verdict cannot detect any concept-score effect; the "
@@ -236,7 +256,7 @@ def power_note(mde: float, n_concepts: int) -> str | None:
     if mde > LARGEST_MEASURED_GAIN:
         return (f"the predicted minimum detectable effect {mde:.3f} is above {LARGEST_MEASURED_GAIN:g}, the largest "
                 "concept-score difference between two levers the committed SmolLM2 run measured: only a larger "
-                "effect than any measured there would be detected; more concepts give the verdict power")
+                f"effect than any measured there would be detected; {more} the verdict power")
     return None
 
 
@@ -251,12 +271,16 @@ def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model
     source, bundled, design_name = file
     by_request = source is not None and grouped(source, every=False)
     n = len(chosen)
+    pool = min((c.extra.get("pools", {}).get("prompts", design.test_prompts) for c in chosen),
+               default=design.test_prompts)
     doc = dry_run(design, n, sum(c.concept.direction == "suppress" for c in chosen), workers, extra, model,
-                  by_request)
+                  by_request, pool)
     cost = doc["cost"]
+    unit = (f"; the unit is the test prompt: {doc['prompts_per_concept']} distinct prompts per concept, t with "
+            f"{doc['prompts_per_concept'] - 1} df per concept" if doc["unit"] == "prompt" else "")
     typer.echo(json.dumps({**doc, "reader": reader}, indent=1) if json_out else
                f"{n} concepts x {design.test_prompts} prompts x {len(design.seeds)} seeds x "
-               f"{len(design.kl_levels)} KL levels, {doc['comparisons']} comparisons (Holm): predicted minimum "
+               f"{len(design.kl_levels)} KL levels, {doc['comparisons']} comparisons (Holm){unit}: predicted minimum "
                f"detectable effect {doc['minimum_detectable_effect']:.3f} (80 % power); estimate for {model} "
                f"(reader {reader}): at most {cost['cpu_hours']:.1f} CPU-hours (dev {cost['dev_cpu_hours']:.1f}, "
                f"test {cost['test_cpu_hours']:.1f}), about {cost['wall_hours']:.1f} h on {workers} workers; "
@@ -350,7 +374,7 @@ def decide_cmd(
     source = str(concepts_file) if concepts_file is not None else None
     if dry:
         chosen = [c for c in tests if names is None or c.name in names]
-        _enough(chosen)
+        _enough(chosen, design.unit)
         _print_dry(replace(design, seeds=seed_list), chosen, workers, extra, model, reader, json_out,
                    (source, bundled, design_name if names is None else None))
         return

@@ -193,9 +193,14 @@ def endpoint_verdict(recs: list[dict], levels: list[str], design, family: list[t
     """The rule in force (:mod:`geosteer.bench.endpoints`) over ``family`` (default :func:`pairs`) on the
     admitted records: every interval (``endpoints``), the word per pair (``verdicts``), the rule's constants and
     MDEs (``rule``), and the tables (``summary``: one row per lever; ``markdown``: the rule line, the summary and
-    every tested comparison)."""
+    every tested comparison). A design whose unit is the test prompt (``design.unit``) is read per concept
+    (:func:`geosteer.bench.endpoints_prompt.verdict`: the same keys, each row and word with its concept)."""
     family = pairs() if family is None else family
     admitted = [r for r in recs if r["admitted"]]
+    if getattr(design, "unit", "concept") == "prompt":
+        from geosteer.bench.endpoints_prompt import verdict
+
+        return verdict(admitted, levels, design, family, levers, references, ALPHA)
     rows = E.compare(admitted, family, levels, ALPHA)
     verdict_rows = E.verdicts(rows, family)
     rule = rule_summary(rows, len(family), design, ALPHA)

@@ -31,6 +31,14 @@ EXPLORATORY: dict[str, int | None] = {"surfaces-rank2": 2, "surfaces-full": None
 EXPLORATORY_REFERENCES = ("stock", "lora", "surfaces-rank1")
 
 
+UNITS = ("concept", "prompt")  # what one observation of the verdict's t intervals is (Design.unit)
+# the prompt-level variance components of a paired concept-score difference, read off the committed run by
+# benchmarks/decide_priors.py (medians over the lever pairs and both decision levels): between the test prompts of
+# a concept, and between the seeds of one prompt; a design whose unit is the prompt is sized with them
+PRIOR_SD_PROMPT = 0.133
+PRIOR_SD_SEED = 0.079
+
+
 @dataclass(frozen=True)
 class Budget:
     """What a lever reads of the design (a :class:`geosteer.bench.registry.Setup`'s ``budget``): at most
@@ -74,6 +82,18 @@ class Design:
     # a design's other choices, recorded with it: "dev_concepts" (the dev concepts, default DEV_CONCEPTS),
     # "lr_grids" ({lever: its grid}, default lr_grid for every lever) and "lr_grids_from" (where they come from)
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.extra.get("unit", "concept") not in UNITS:
+            raise ValueError(f"a design's unit is one of {', '.join(UNITS)} (got {self.extra.get('unit')!r})")
+
+    @property
+    def unit(self) -> str:
+        """The observation of the verdict's t intervals (:data:`UNITS`): "concept", the design's default (each
+        concept's mean paired difference is one observation, t across the concepts), or "prompt", recorded in
+        ``extra["unit"]`` (per concept, each test prompt's mean paired difference over its seeds is one
+        observation, t across the prompts, :mod:`geosteer.bench.endpoints_prompt`)."""
+        return str(self.extra.get("unit", "concept"))
 
     @property
     def file_only(self) -> bool:
@@ -122,14 +142,16 @@ LARGEST_MEASURED_GAIN = 0.149
 # learning-rate grid (extended past an edge choice like any grid); "instruct" runs a concept file's concepts alone
 # (the concepts admitted on an instruction-tuned model): the decision levels only, one seed, up to 12 steps of 4
 # passages, and a dev phase on the promoted dev concept alone with each learned lever's 3-point grid centred on
-# SmolLM2's choice (extended past an edge choice like any grid)
+# SmolLM2's choice (extended past an edge choice like any grid); its claims are per concept on that model, so its
+# unit is the test prompt (Design.unit), sized with the prompt-level priors
 INSTRUCT_STEPS = 12
 DESIGNS = {"full": Design(),
            "trimmed": Design(kinds=TOPIC_KINDS, kl_levels=(0.05, 0.1, 0.2), steps=32, batch_texts=4,
                              lr_grid=(3e-3, 1e-2, 3e-2)),
            "instruct": Design(kinds=FILE_KINDS, kl_levels=DECISION_LEVELS, steps=INSTRUCT_STEPS, batch_texts=4,
                               seeds=(0,), lr_grid=(3e-3, 1e-2, 3e-2),
-                              extra={"dev_concepts": ["people"],
+                              extra={"unit": "prompt", "prior_sd_prompt": PRIOR_SD_PROMPT,
+                                     "prior_sd_seed": PRIOR_SD_SEED, "dev_concepts": ["people"],
                                      "lr_grids": {k: [v / 3, v, v * 3] for k, v in SMOLLM2_LRS.items()},
                                      "lr_grids_from": "the trimmed SmolLM2 run's choices, x3 either side"})}
 
