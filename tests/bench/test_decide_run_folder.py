@@ -221,3 +221,16 @@ def test_a_model_folder_whose_config_cannot_be_read_is_refused(monkeypatch, caps
                   "arts,health")
     assert "needs the steered model 'm': m is not a model folder" in err and needle in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("report_only", [False, True])
+def test_a_changed_state_file_is_not_to_be_deleted(monkeypatch, capsys, tmp_path, no_run, report_only):
+    """Deleting the state would leave measured files that no run may resume: the line says to restore it."""
+    _run_state(tmp_path / "run")
+    _context(tmp_path / "run")
+    state = tmp_path / "run" / "decide_state.json"
+    state.write_text(state.read_text().replace('"smollm2"', '"smollm3"'))
+    err = _decide(monkeypatch, capsys, tmp_path, "--out", "run", *(["--report-only"] if report_only else
+                                                                    ["--only", "arts,health"]))
+    assert "run file run/decide_state.json was changed after it was written" in err
+    assert "restore it, or give a new --out" in err and "delete it" not in err

@@ -32,6 +32,9 @@ CONTEXT_KEYS = ("fingerprint", "concept", "kind", "direction", "seed", "admissio
 LEVER_KEYS = ("fingerprint", "lever", "levels", "params", "cpu_seconds", "train_cpu_seconds")
 MAX_FILES = 100_000  # measured files a run folder may hold
 STALE_TMP_SECONDS = 120  # an atomic write's temporary file older than this belongs to a killed run
+REMEASURE = "delete it to measure it again"  # what a bad measured file's line ends with
+# the state file records the folder's design: deleting it leaves measured files no run may resume
+RESTORE_STATE = "it records this folder's design: restore it, or give a new --out"
 _TMP = re.compile(r"^\.(?P<name>.+\.(?:json|csv|txt))\.[A-Za-z0-9_]{8}\.tmp$")  # tempfile.mkstemp's names
 
 
@@ -53,24 +56,25 @@ def write_sealed(path: Path, doc: dict) -> None:
     atomic_write_text(path, seal(doc))
 
 
-def read_sealed(path: Path, keys: tuple[str, ...] = ()) -> dict:
-    """The sealed file ``path`` (bounded reader), its checksum verified and ``keys`` present; else one line."""
+def read_sealed(path: Path, keys: tuple[str, ...] = (), remedy: str = REMEASURE) -> dict:
+    """The sealed file ``path`` (bounded reader), its checksum verified and ``keys`` present; else one line
+    ending in ``remedy``."""
     try:
         doc = read_json(path, what="run file")
     except ReadRefused as e:
-        raise GeosteerError(f"{e}; delete it to measure it again") from None
+        raise GeosteerError(f"{e}; {remedy}") from None
     if not isinstance(doc, dict):
-        raise GeosteerError(f"run file {path} is not a JSON object; delete it to measure it again")
+        raise GeosteerError(f"run file {path} is not a JSON object; {remedy}")
     want = doc.pop(SUM_KEY, None)
     if not isinstance(want, str):
         raise GeosteerError(f"run file {path} carries no checksum (not written by this version of geosteer); "
-                            "delete it to measure it again")
+                            f"{remedy}")
     if hashlib.sha256(_canonical(doc)).hexdigest() != want:
         raise GeosteerError(f"run file {path} was changed after it was written (its checksum does not match); "
-                            "delete it to measure it again")
+                            f"{remedy}")
     missing = [k for k in keys if k not in doc]
     if missing:
-        raise GeosteerError(f"run file {path} has no {missing[0]!r}; delete it to measure it again")
+        raise GeosteerError(f"run file {path} has no {missing[0]!r}; {remedy}")
     return doc
 
 
@@ -134,7 +138,7 @@ def check_state(out: Path, state_file: str, want: dict | None) -> dict | None:
     path = Path(out) / state_file
     if not path.exists() and not path.is_symlink():
         return None
-    have = read_sealed(path)
+    have = read_sealed(path, remedy=RESTORE_STATE)
     if have.get("format") != STATE_FORMAT or have.get("version") != STATE_VERSION:
         raise GeosteerError(f"--out {out}: its {state_file} is not a run record of this version of geosteer "
                             "(it records no design); give a new --out")
@@ -181,7 +185,7 @@ def record_state(out: Path, state_file: str, want: dict, have: dict | None) -> N
         raise GeosteerError(f"--out {out}: cannot write there ({e.strerror or e}); give a folder this user can "
                             "write") from None
     path = Path(out) / state_file
-    have = read_sealed(path) if path.is_file() else have
+    have = read_sealed(path, remedy=RESTORE_STATE) if path.is_file() else have
     if have is not None:
         doc["seeds"] = sorted(set(have.get("seeds", [])) | set(want["seeds"]))
         doc["explore"] = list(dict.fromkeys([*have.get("explore", []), *want["explore"]]))
