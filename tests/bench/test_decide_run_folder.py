@@ -4,6 +4,7 @@ the report reads; and ``bench text``'s numbers checked before its model loads. E
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -234,3 +235,23 @@ def test_a_changed_state_file_is_not_to_be_deleted(monkeypatch, capsys, tmp_path
                                                                     ["--only", "arts,health"]))
     assert "run file run/decide_state.json was changed after it was written" in err
     assert "restore it, or give a new --out" in err and "delete it" not in err
+
+
+def test_the_frontier_page_is_written_atomically_and_a_killed_ones_tmp_goes(monkeypatch, tmp_path):
+    pytest.importorskip("plotly")
+    import plotly.graph_objects as go
+
+    from geosteer.bench.decide_folder import remove_stale_tmp
+    from geosteer.bench.decide_frontier import write_figure
+
+    def in_place(*a, **k):
+        raise AssertionError("written in place: a killed report would leave half a page")
+
+    monkeypatch.setattr(go.Figure, "write_html", in_place)
+    (tmp_path / "results.json").write_text(json.dumps({"frontier": [], "kl_levels": ["0.05", "0.2"]}))
+    page = write_figure(tmp_path / "results.json")
+    assert page.read_text().rstrip().endswith("</html>")
+    stale = tmp_path / ".frontier.html.ab12cd34.tmp"
+    stale.write_text("<html")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    assert remove_stale_tmp(tmp_path) == [stale]

@@ -35,7 +35,7 @@ STALE_TMP_SECONDS = 120  # an atomic write's temporary file older than this belo
 REMEASURE = "delete it to measure it again"  # what a bad measured file's line ends with
 # the state file records the folder's design: deleting it leaves measured files no run may resume
 RESTORE_STATE = "it records this folder's design: restore it, or give a new --out"
-_TMP = re.compile(r"^\.(?P<name>.+\.(?:json|csv|txt))\.[A-Za-z0-9_]{8}\.tmp$")  # tempfile.mkstemp's names
+_TMP = re.compile(r"^\.(?P<name>.+\.(?:json|csv|txt|html))\.[A-Za-z0-9_]{8}\.tmp$")  # tempfile.mkstemp's names
 
 
 def _canonical(doc: dict) -> bytes:

@@ -99,5 +99,7 @@ def write_figure(results: Path, out: Path | None = None) -> Path:
 
     doc = read_json(Path(results), what="results")
     path = Path(out) if out is not None else Path(results).with_name(FIGURE)
-    figure(doc).write_html(str(path), include_plotlyjs="cdn")
+    from geosteer.io_utils import atomic_write_text
+
+    atomic_write_text(path, figure(doc).to_html(include_plotlyjs="cdn"))  # a killed report leaves no half page
     return path
