@@ -255,3 +255,12 @@ def test_the_frontier_page_is_written_atomically_and_a_killed_ones_tmp_goes(monk
     stale.write_text("<html")
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
     assert remove_stale_tmp(tmp_path) == [stale]
+
+
+@pytest.mark.parametrize("name", ["results.json", "verdict.txt"])
+def test_a_folder_where_the_report_writes_is_refused_before_any_is_written(monkeypatch, capsys, tmp_path, name):
+    _seal_state(tmp_path / "run")
+    (tmp_path / "run" / name).mkdir()
+    err = _decide(monkeypatch, capsys, tmp_path, "--out", "run", "--report-only")
+    assert f"run/{name} is a folder where the report writes its {name}" in err
+    assert sorted(os.listdir(tmp_path / "run")) == sorted(["decide_state.json", name])

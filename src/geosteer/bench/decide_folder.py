@@ -27,6 +27,9 @@ STATE_VERSION = 3  # 3: each seed redraws a concept's lever texts, test prompts 
 SUM_KEY = "sha256"
 MEASURED = ("units", "dev")  # folders of measured (concept, seed) files: <folder>/<concept>/s<seed>/*.json
 TOP_FILES = ("admission_titles.json", "learning_rates.json")
+# what the report writes beside them (replaced on every report)
+REPORT_FILES = ("records.csv", "concepts.csv", "units.csv", "training.csv", "axbench_view.csv", "results.json",
+                "verdict.txt", "frontier.html")
 CONTEXT_KEYS = ("fingerprint", "concept", "kind", "direction", "seed", "admission", "keyword_probe", "prompts",
                 "stock")
 LEVER_KEYS = ("fingerprint", "lever", "levels", "params", "cpu_seconds", "train_cpu_seconds")
@@ -235,6 +238,10 @@ def check_files(out: Path, version: int | None = None) -> int:
         p = out / name
         if p.exists() or p.is_symlink():
             read_sealed(p)
+    taken = next((out / n for n in REPORT_FILES if (out / n).is_dir()), None)
+    if taken is not None:  # else the report would stop half written
+        raise GeosteerError(f"--out {out}: {taken} is a folder where the report writes its {taken.name}; move it "
+                            "out of the run folder")
     return len(files)
 
 
