@@ -2,11 +2,13 @@
 
 Reads a report folder (``records.csv`` and ``results.json``, what ``bench decide`` and ``bench decide
 --report-only`` write) and recomputes the decision rule from its definition (docs/steering-decision.md) with
-numpy and scipy.stats alone; nothing of geosteer is imported. Per (lever, reference, endpoint, KL level): the
-paired differences per (concept, seed, prompt) of the admitted records, their mean per concept, the mean of the
-concept means with its concept-level t interval (C - 1 degrees of freedom) and two-sided p (against 0 for the
-concept, against -margin for a cost); per claim (pair, tested endpoint) the larger p of the rule's levels,
-Holm over the claims made, each claim's intervals at alpha / (m - rank + 1); the readings and the word per pair.
+numpy and scipy.stats alone; nothing of geosteer is imported. A report whose design records the test prompt as its
+unit (``--design instruct``) is recomputed per concept over the prompts (decide_recompute_prompt.py). Per (lever,
+reference, endpoint, KL level): the paired differences per (concept, seed, prompt) of the admitted records, their
+mean per concept, the mean of the concept means with its concept-level t interval (C - 1 degrees of freedom)
+and two-sided p (against 0 for the concept, against -margin for a cost); per claim (pair, tested endpoint) the
+larger p of the rule's levels, Holm over the claims made, each claim's intervals at alpha / (m - rank + 1); the
+readings and the word per pair.
 Every value is compared with ``results.json`` and each mismatch printed (exit 1 when any). It also says where
 Holm's step-down (stop at the first claim not rejected) would reject other claims than the intervals show.
 
@@ -359,10 +361,47 @@ def markdown(doc: dict, main: dict, levels: list[str]) -> str:
     return head + "\n".join(rows) + "\n\n" + "\n".join(views) + "\n"
 
 
+def unit(report: dict) -> str:
+    """The unit the report's design records ("concept" unless its design or rule says "prompt"); a report whose
+    design and rule disagree, or that names another unit, is refused."""
+    design = (report.get("design") or {}).get("extra") or {}
+    got = {x for x in (design.get("unit"), (report.get("rule") or {}).get("unit")) if x is not None}
+    if len(got) > 1 or not got <= {"concept", "prompt"}:
+        raise BadInput(f"results.json records the unit {' and '.join(sorted(map(str, got)))}: expected one of "
+                       "concept, prompt")
+    return got.pop() if got else "concept"
+
+
+def run_prompt(folder: Path, table: dict, report: dict, levels: list[str], rtol: float) -> dict:
+    """The check of a report whose unit is the test prompt (decide_recompute_prompt.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import decide_recompute_prompt as P
+
+    def fam(explore: bool = False) -> list[tuple[str, str]]:
+        return family(table, explore)
+
+    main = P.recompute(table, fam(), levels, TESTED, MARGIN, ALPHA, reading, word)
+    bad, n = P.check(main, report["endpoints"], report["verdicts"], rtol, _close)
+    extra = report.get("exploratory") or {}
+    if extra or fam(True):
+        res = P.recompute(table, fam(True), levels, TESTED, MARGIN, ALPHA, reading, word)
+        more, k = P.check(res, extra.get("endpoints", []), extra.get("verdicts", []), rtol, _close, "exploratory: ")
+        bad, n = bad + more, n + k
+    return {"results": str(folder), "unit": "prompt", "levels": levels, "rtol": rtol, "compared": n,
+            "mismatches": bad, "stepdown_differs": [],
+            "endpoints": [{k: v for k, v in r.items() if k[0] != "_"} for r in main["rows"]],
+            "verdicts": [{"concept": c, "lever": a, "versus": b, "decision": w}
+                         for (c, a, b), w in main["words"].items()],
+            "markdown": P.markdown(str(folder), main, bad, n)}
+
+
 def run(folder: Path, rtol: float = 1e-7) -> dict:
-    """The whole check on a report folder: the tidy document (``mismatches`` empty when all agree)."""
+    """The whole check on a report folder: the tidy document (``mismatches`` empty when all agree); a report whose
+    unit is the test prompt is checked by :func:`run_prompt`."""
     table, kinds, report = load(folder)
     levels = rule_levels(report)
+    if unit(report) == "prompt":
+        return run_prompt(folder, table, report, levels, rtol)
     main = recompute(table, family(table), levels, with_bca=True)
     bad, n = check(main, report["endpoints"], report["verdicts"], rtol)
     extra = report.get("exploratory") or {}
@@ -370,7 +409,7 @@ def run(folder: Path, rtol: float = 1e-7) -> dict:
         res = recompute(table, family(table, explore=True), levels)
         more, k = check(res, extra.get("endpoints", []), extra.get("verdicts", []), rtol, "exploratory: ")
         bad, n = bad + more, n + k
-    doc = {"results": str(folder), "levels": levels, "rtol": rtol, "compared": n, "mismatches": bad,
+    doc = {"results": str(folder), "unit": "concept", "levels": levels, "rtol": rtol, "compared": n, "mismatches": bad,
            "stepdown_differs": main["stepdown_differs"],
            "endpoints": [{k: v for k, v in r.items() if k[0] != "_"} for r in main["rows"]],
            "verdicts": [{"lever": a, "versus": b, "decision": w} for (a, b), w in main["words"].items()],
