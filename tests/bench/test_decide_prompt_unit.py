@@ -201,3 +201,17 @@ def test_the_recomputation_reads_the_prompt_unit_independently(tmp_path, capsys)
     (folder / "results.json").write_text(json.dumps(report))
     assert R.main(["--results", str(folder)]) == 2
     assert "records the unit concept and prompt" in capsys.readouterr().err
+
+
+def test_walls_training_is_scaled_by_steps_and_texts():
+    """Walls learn for ``steps`` on every away text: the estimate is the committed run's walls cost at its own
+    design, and at the trimmed design (32 steps x 32 texts) inside what that run measured per suppressed unit."""
+    from geosteer.bench.decide_cost import COMMITTED, lever_seconds
+    from geosteer.bench.matched import LEARNED
+
+    assert lever_seconds("walls", EARLIER, EARLIER.steps, 2, LEARNED) == pytest.approx(COMMITTED["walls"][0])
+    trimmed = DESIGNS["trimmed"]
+    got = lever_seconds("walls", trimmed, trimmed.steps, 3, LEARNED)
+    assert 321.5 <= got <= 391.5  # the trimmed run's walls units at seed 0, all of each unit
+    more = lever_seconds("walls", replace(trimmed, steps=64), 64, 3, LEARNED)
+    assert more - got == pytest.approx(got - lever_seconds("walls", replace(trimmed, steps=0), 0, 3, LEARNED))

@@ -345,7 +345,7 @@ def decide_cmd(
                                   "default: the design's (full: 0.02,0.05,0.1,0.2,0.5)"),
     design_name: str = typer.Option("full", "--design", help="the named design: full (every bundled concept, "
                                     "5 KL levels, up to 96 steps of 8 passages a side), trimmed (the 18 topic "
-                                    "concepts, 3 KL levels, up to 32 steps of 4 passages, a 3-point grid: about 12 "
+                                    "concepts, 3 KL levels, up to 32 steps of 4 passages, a 3-point grid: about 13 "
                                     "CPU-hours on 2 cores on smollm2) or instruct (the --concepts file's concepts "
                                     "alone, the 2 decision levels, one seed, up to 12 steps of 4 passages, the dev "
                                     "phase on one dev concept with 3-point grids around SmolLM2's choices)"),

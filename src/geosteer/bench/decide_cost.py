@@ -8,12 +8,20 @@ it at 2 KL levels. A new design's cost per lever and (concept, seed) is estimate
     train × (steps × batch) / (8 × 8) × (1 + KL checks) + (rest / 2) × levels
 
 (the training part scaled by the texts it reads, the bisection and readings by the levels; prompting and walls
-have one setting, so their rest does not scale), plus each (concept, seed)'s context. The test phase is read at
-the design's step cap (an upper bound: the run's cap, set on the dev concepts, is at most that); the dev phase
-trains every learned lever at every rate of its grid (:meth:`~geosteer.bench.design.Design.grid`) on each dev
-concept and reads one level. A grid is extended past an edge choice (at most
-:data:`~geosteer.bench.train_rule.MAX_EXTEND` rates a side, one lever's dev cost on each dev concept per rate):
-``dev_extended_cpu_hours`` is the dev phase with every learned lever's grid extended that far on one side.
+have one setting, so their rest does not scale), plus each (concept, seed)'s context. Walls have no training rule:
+they learn for the design's ``steps`` on all of its ``train_texts`` away texts at once, so their training is
+
+    fixed + per × steps × train_texts
+
+through the two designs measured on SmolLM2: the committed run (8 steps × 8 texts, 48.7 CPU-s) and the trimmed run
+(32 steps × 32 texts, 362.6 CPU-s: the median of its first three suppressed units at seed 0, 310.5 to 379.0).
+
+The test phase is read at the design's step cap (an upper bound: the run's cap, set on the dev concepts, is at
+most that); the dev phase trains every learned lever at every rate of its grid
+(:meth:`~geosteer.bench.design.Design.grid`) on each dev concept and reads one level. A grid is extended past
+an edge choice (at most :data:`~geosteer.bench.train_rule.MAX_EXTEND` rates a side, one lever's dev cost on each
+dev concept per rate): ``dev_extended_cpu_hours`` is the dev phase with every learned lever's grid extended that
+far on one side.
 """
 
 from __future__ import annotations
@@ -27,6 +35,12 @@ COMMITTED_CONTEXT = 13.8  # CPU-s per (concept, seed): judge, admission, stock r
 COMMITTED_STEPS, COMMITTED_TEXTS, COMMITTED_LEVELS = 8, 8, 2
 ONE_SETTING = ("prompting", "walls")  # measured at their own KL: their readings do not scale with the levels
 CHECK_SHARE = 0.3  # an s = 1 control-KL check costs about this share of a training step
+# walls' training CPU-s measured at a second design (steps, train_texts, median training CPU-s): the trimmed SmolLM2
+# run's walls units no-arts, no-geography, no-health at seed 0 (362.6, 379.0, 310.5 of 375.4, 391.5, 321.5 in all)
+WALLS_MEASURED = (32, 32, 362.6)
+WALLS_PER = (WALLS_MEASURED[2] - COMMITTED["walls"][1]) / (WALLS_MEASURED[0] * WALLS_MEASURED[1]
+                                                           - COMMITTED_STEPS * COMMITTED_TEXTS)
+WALLS_FIXED = COMMITTED["walls"][1] - WALLS_PER * COMMITTED_STEPS * COMMITTED_TEXTS
 
 
 def lever_seconds(lever: str, design, steps: int, levels: int, learned: Sequence[str]) -> float:
@@ -36,6 +50,8 @@ def lever_seconds(lever: str, design, steps: int, levels: int, learned: Sequence
     if lever in learned:
         scale = steps * design.batch_texts / (COMMITTED_STEPS * COMMITTED_TEXTS)
         train *= scale * (1 + CHECK_SHARE / max(1, design.kl_every))
+    elif lever == "walls":
+        train = WALLS_FIXED + WALLS_PER * steps * design.train_texts
     if lever not in ONE_SETTING:
         rest *= levels / COMMITTED_LEVELS
     return train + rest

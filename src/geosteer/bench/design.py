@@ -136,7 +136,7 @@ SMOLLM2_LRS = {"vector": 1e-3, "loreft": 1 / 9000, "lora": 1 / 3000, "surfaces-r
 # the largest concept-score difference between two levers the committed run measured (CAA against prompting at
 # control KL 0.2, docs/results/decide/results.json): a predicted MDE above it is reported as such by the dry run
 LARGEST_MEASURED_GAIN = 0.149
-# the named designs of ``bench decide --design``: "full" is the default; "trimmed" fits about 12 CPU-hours on 2
+# the named designs of ``bench decide --design``: "full" is the default; "trimmed" fits about 13 CPU-hours on 2
 # cores: the 18 topic concepts (the ones a 135M model's judges are admitted on: sentiment, register and refusal
 # have no labelled continuations there), the frontier at three levels, 32 steps of 4 passages a side, a 3-point
 # learning-rate grid (extended past an edge choice like any grid); "instruct" runs a concept file's concepts alone
