@@ -215,3 +215,19 @@ def test_walls_training_is_scaled_by_steps_and_texts():
     assert 321.5 <= got <= 391.5  # the trimmed run's walls units at seed 0, all of each unit
     more = lever_seconds("walls", replace(trimmed, steps=64), 64, 3, LEARNED)
     assert more - got == pytest.approx(got - lever_seconds("walls", replace(trimmed, steps=0), 0, 3, LEARNED))
+
+
+def test_a_prompt_unit_report_records_its_unit_and_is_recomputed_without_mismatch(tmp_path):
+    """The report as bench decide writes it (results.json, verdict.txt) for the instruct design: the unit in its
+    design and its rule, the verdict per concept, and the independent recomputation agreeing on every number."""
+    from geosteer.bench.decide_report import _csv, write_results
+
+    recs = _records()
+    (tmp_path / "records.csv").write_text(_csv(recs), encoding="utf-8")
+    write_results(tmp_path, INSTRUCT, recs, [], [])
+    saved = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert saved["design"]["extra"]["unit"] == "prompt" == saved["rule"]["unit"]
+    assert (tmp_path / "verdict.txt").read_text(encoding="utf-8").startswith("Holm over 18 claims made")
+    assert all("concept" in v for v in saved["verdicts"])
+    out = R.run(tmp_path)
+    assert out["unit"] == "prompt" and out["mismatches"] == [] and out["compared"] > 3000
