@@ -20,7 +20,7 @@ def _file(path, names=NAMES, n: int = 60) -> None:
     path.write_text(json.dumps([{"name": name, "direction": "promote", "description": f"the {name} style",
                                  "positive": [f"{name} positive text number {i} about things" for i in range(n)],
                                  "negative": [f"{name} negative text number {i} about stuff" for i in range(n)],
-                                 "prompts": [f"Request {i} of {name}?" for i in range(20)]} for name in names]))
+                                 "prompts": [f"Request {i} of {name}?" for i in range(40)]} for name in names]))
 
 
 def _dry(monkeypatch, capsys, tmp_path, *args: str) -> tuple[int, str, str]:
@@ -32,9 +32,9 @@ def _dry(monkeypatch, capsys, tmp_path, *args: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("model", ["tiny-llama", "qwen2.5-1.5b"])
 def test_the_instruct_design_takes_the_files_concepts_alone(monkeypatch, capsys, tmp_path, model):
     """No bundled concept is added (no topics, no templated ones): the file's 3 concepts, one seed, the two
-    decision levels; the unit is the test prompt, so the predicted MDE is the prompt-level t formula at P = 16
-    prompts (df 15), one reading each and 3 x 54 claims, with the design's prompt-level priors; above the largest
-    gain measured, the dry run says so and names what gives power."""
+    decision levels; the unit is the test prompt, so the predicted MDE is the prompt-level t formula at P = 32
+    prompts (df 31), one reading each and 3 x 54 claims, with the design's prompt-level priors; below the largest
+    gain measured, so the dry run gives no warning."""
     stats = pytest.importorskip("scipy.stats")
     _file(tmp_path / "c.json")
     code, out, err = _dry(monkeypatch, capsys, tmp_path, "--model", model, "--concepts", "c.json", "--json")
@@ -45,16 +45,16 @@ def test_the_instruct_design_takes_the_files_concepts_alone(monkeypatch, capsys,
     assert d["seeds"] == [0] and d["kl_levels"] == [0.05, 0.2] and d["extra"]["dev_concepts"] == ["people"]
     assert d["extra"]["unit"] == "prompt" and doc["unit"] == "prompt"
     p, m = d["test_prompts"], doc["comparisons"]
-    assert doc["prompts_per_concept"] == p == 16 and doc["readings_per_prompt"] == 1
+    assert doc["prompts_per_concept"] == p == 32 and doc["readings_per_prompt"] == 1
     sd = np.sqrt(d["extra"]["prior_sd_prompt"] ** 2 + d["extra"]["prior_sd_seed"] ** 2)
     want = (stats.t.ppf(1 - 0.05 / m / 2, p - 1) + stats.t.ppf(0.8, p - 1)) * sd / np.sqrt(p)
-    assert m == 3 * 54 and doc["minimum_detectable_effect"] == pytest.approx(want, rel=1e-6) and 0.149 < want < 1
-    assert "more test prompts per concept" in doc["power"]
+    assert m == 3 * 54 and doc["minimum_detectable_effect"] == pytest.approx(want, rel=1e-6) and want < 0.149
+    assert doc["power"] is None
     code, out, err = _dry(monkeypatch, capsys, tmp_path, "--model", model, "--concepts", "c.json")
     assert code == 0, err
-    assert out.startswith("3 concepts x 16 prompts x 1 seeds x 2 KL levels, 162 comparisons (Holm); the unit is "
-                          "the test prompt: 16 distinct prompts per concept, t with 15 df per concept")
-    assert "\nwarning: the predicted minimum detectable effect" in out
+    assert out.startswith("3 concepts x 32 prompts x 1 seeds x 2 KL levels, 162 comparisons (Holm); the unit is "
+                          "the test prompt: 32 distinct prompts per concept, t with 31 df per concept")
+    assert "\nwarning:" not in out
     assert "from c.json: warm, terse, ornate of the 3 test concepts" in out
     assert "without --concepts-only" not in out  # the design runs the file alone: no bundled alternative
 
@@ -70,28 +70,29 @@ def test_a_small_mde_carries_no_warning_and_a_middling_one_names_the_largest_mea
 
 def _hours(design, concepts: int, dev_extended: bool = False) -> float:
     """The documented estimate, computed here from the committed costs: per lever and (concept, seed), a learned
-    lever's training x (steps x batch) / 64 x (1 + 0.3 / kl_every) plus its rest x levels / 2; CAA's rest
-    x levels / 2; prompting's cost as measured; the dev phase at one level, each learned lever at each rate of its
-    grid (3 more rates each when extended) on each dev concept; CPU-seconds / 3600 (no walls: no suppressed
-    concept)."""
+    lever's training x (steps x batch) / 64 x (1 + 0.3 / kl_every) plus its rest, of which the readings of the
+    test prompts (prompting's whole cost, 10.9 CPU-s, per level) scale by levels x prompts / 16 and the rest by
+    levels / 2; CAA's rest likewise; prompting's cost x prompts / 16; the context plus one reading x (prompts -
+    16) / 16; the dev phase at one level on 16 prompts, each learned lever at each rate of its grid (3 more rates
+    each when extended) on each dev concept; CPU-seconds / 3600 (no walls: no suppressed concept)."""
     from geosteer.bench.decide_cost import COMMITTED, COMMITTED_CONTEXT
 
     learned = ("vector", "loreft", "lora", "surfaces-rank1")
+    read = COMMITTED["prompting"][0]
 
-    def lever(name: str, levels: int) -> float:
+    def lever(name: str, levels: int, prompts: int) -> float:
         total, train = COMMITTED[name]
-        rest = total - train
+        if name == "prompting":  # one setting: its one reading scales with the prompts alone
+            return total * prompts / 16
         if name in learned:
             train *= design.steps * design.batch_texts / 64 * (1 + 0.3 / design.kl_every)
-        if name != "prompting":  # prompting has one setting: its readings do not scale with the levels
-            rest *= levels / 2
-        return train + rest
+        return train + read * levels * prompts / 16 + (total - COMMITTED[name][1] - 2 * read) * levels / 2
 
-    levels, n_dev = len(design.kl_levels), len(design.dev_concepts())
-    test = len(design.seeds) * concepts * (COMMITTED_CONTEXT + sum(
-        lever(x, levels) for x in ("prompting", "caa", *learned)))
+    levels, n_dev, p = len(design.kl_levels), len(design.dev_concepts()), design.test_prompts
+    test = len(design.seeds) * concepts * (COMMITTED_CONTEXT + read * (p - 16) / 16 + sum(
+        lever(x, levels, p) for x in ("prompting", "caa", *learned)))
     dev = n_dev * COMMITTED_CONTEXT + sum(
-        (len(design.grid(x)) + (3 if dev_extended else 0)) * n_dev * lever(x, 1) for x in learned)
+        (len(design.grid(x)) + (3 if dev_extended else 0)) * n_dev * lever(x, 1, 16) for x in learned)
     return (test + dev) / 3600, dev / 3600
 
 
@@ -107,6 +108,7 @@ def test_the_estimate_scales_as_documented():
         assert design.grid(lever) == pytest.approx((lr / 3, lr, lr * 3))
     assert design.grid("surfaces-rank2") == design.lr_grid  # an exploratory form: the design's grid
     for d, c in ((design, 2), (design, 3), (replace(design, steps=24, seeds=(0, 1)), 3),
+                 (replace(design, test_prompts=16), 3), (replace(design, test_prompts=48), 1),
                  (replace(design, extra={**design.extra, "lr_grids": {"lora": [1e-4, 1e-3, 1e-2, 1e-1]}}), 3)):
         cost = dry_run(d, c, 0)["cost"]
         total, dev = _hours(d, c)
@@ -125,8 +127,6 @@ def test_the_estimate_scales_as_documented():
 
 @pytest.mark.parametrize("args,needles", [
     ([], ["--design instruct: give --concepts FILE"]),
-    (["--concepts", "one.json"], ["--design instruct: one.json holds 1 concept (warm)", "needs >= 2",
-                                  "in one file"]),
     (["--concepts", "c.json", "--only", "arts"], ["unknown concept 'arts'"]),  # no bundled concept
 ])
 @pytest.mark.parametrize("mode", [["--dry-run"], ["--out", "run"]])

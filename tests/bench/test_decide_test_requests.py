@@ -53,13 +53,28 @@ def test_an_ungrouped_file_deals_as_before(tmp_path):
     assert _digest(file_concepts(path, 0) + file_concepts(path, 1)) == FORMAT1_DRAWS
 
 
-def test_the_committed_instruct_files_deal_as_before():
-    """Their prompts are requests no text answers: no text is held out for them, so nothing changes."""
+def test_the_committed_instruct_files_deal_as_before(tmp_path):
+    """Their prompts are requests no text answers: no text is held out for them. The files as they were (their
+    first 16 prompts) deal as pinned, and the files as they are, drawing the instruct design's 32 prompts, deal
+    the same lever, judge and admission texts."""
     from geosteer.bench.decide_concepts import file_concepts
+    from geosteer.bench.design import DESIGNS
 
+    drawn = DESIGNS["instruct"].test_prompts
     for name, want in INSTRUCT_DRAWS.items():
-        path = str(INSTRUCT / f"{name}.concepts.json")
-        assert _digest(file_concepts(path, 0) + file_concepts(path, 1), extra=False) == want
+        path = INSTRUCT / f"{name}.concepts.json"
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        for c in doc["concepts"]:
+            c["prompts"] = c["prompts"][:16]
+        (tmp_path / path.name).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        old = file_concepts(str(tmp_path / path.name), 0) + file_concepts(str(tmp_path / path.name), 1)
+        assert _digest(old, extra=False) == want
+        now = file_concepts(str(path), 0, drawn) + file_concepts(str(path), 1, drawn)
+        texts = [[list(dc.concept.positive), list(dc.concept.negative), dc.judge_positive, dc.judge_negative,
+                  dc.admission] for dc in old]
+        assert texts == [[list(dc.concept.positive), list(dc.concept.negative), dc.judge_positive,
+                          dc.judge_negative, dc.admission] for dc in now]
+        assert all(len(dc.concept.prompts) == drawn for dc in now)
 
 
 def _requests_file(path, n: int = 80, named: int = 30, free: int = 4) -> dict[str, str]:

@@ -66,9 +66,13 @@ def _seeds(seeds: str | None, default: tuple[int, ...]) -> tuple[int, ...]:
     return seed_list
 
 
-def _concepts(concepts_file: Path | None, bundled: bool = True, alone: str = "--concepts-only"):
-    """The test concepts (``alone``: what runs a file's concepts without the bundled ones, for its messages)."""
+def _concepts(concepts_file: Path | None, bundled: bool = True, alone: str = "--concepts-only", design=None):
+    """The test concepts (``alone``: what runs a file's concepts alone, for its messages); a file's concepts draw
+    ``design``'s test prompts, and one concept alone runs where its unit is the prompt (t across its prompts)."""
     from geosteer.bench.decide_concepts import run_concepts
+    from geosteer.bench.design import Design
+
+    design = design or Design()
 
     if concepts_file is None:
         if not bundled:
@@ -77,13 +81,13 @@ def _concepts(concepts_file: Path | None, bundled: bool = True, alone: str = "--
         return run_concepts()
     source = str(concepts_file)
     try:
-        got = run_concepts(source, 0, bundled)  # a bad file or a concept too small: one line, before any load
+        got = run_concepts(source, 0, bundled, design.test_prompts)  # a bad file or a small concept: one line
     except GeosteerError as e:
         msg = str(e)
         if not msg.startswith("--concepts"):
             msg = f"--concepts {msg}" if msg.startswith(source) else f"--concepts {source}: {msg}"
         raise GeosteerError(msg) from None
-    if not bundled and len(got) < 2:
+    if not bundled and len(got) < (1 if design.unit == "prompt" else 2):
         other = ("drop --concepts-only to add it to the bundled concepts" if alone == "--concepts-only" else
                  "the concepts admitted on one model go in one file")
         raise GeosteerError(f"{alone}: {source} holds {len(got)} concept ({', '.join(c.name for c in got)}); "
@@ -146,11 +150,12 @@ def _check(out: Path, workers: int, concepts: str | None, seeds: str | None,
     if report_only and not (out / STATE_FILE).is_file():
         raise GeosteerError(f"--report-only: --out {out} holds no run of `geosteer bench decide` (no {STATE_FILE})")
     design = design if design is not None else Design()
-    tests = _concepts(concepts_file, bundled, f"--design {design_name}" if design.file_only else "--concepts-only")
+    tests = _concepts(concepts_file, bundled, f"--design {design_name}" if design.file_only else "--concepts-only",
+                      design)
     names = _names("--only", concepts)
     if names is not None:
         try:
-            by_name(names, str(concepts_file) if concepts_file is not None else None, 0, bundled)
+            by_name(names, str(concepts_file) if concepts_file is not None else None, 0, bundled, design.test_prompts)
         except GeosteerError as e:  # an unknown or dev concept: one line naming the option
             raise GeosteerError(f"--only: {e}") from None
     return names, _seeds(seeds, design.seeds), tests
@@ -177,7 +182,7 @@ def _prepare(out: Path, model: str, reader: str, concepts_file: Path | None, des
     concepts = identity(str(concepts_file) if concepts_file is not None else None, bundled)
     by_request = concepts_file is not None and grouped(str(concepts_file), every=False)
     want = state_doc(model, reader, concepts, design.to_dict(), list(LEVERS), list(explore), list(seeds),
-                     record(pool_record(), by_request))
+                     record(pool_record(design.test_prompts), by_request))
     have = check_state(out, STATE_FILE, None if report_only else want)
     if out.is_dir():
         remove_stale_tmp(out)
@@ -217,7 +222,7 @@ def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, expl
     cost = scaled(cost, model)
     return {"design": design.to_dict(), "model": model, "concepts": n_concepts, "comparisons": m, **unit,
             "minimum_detectable_effect": mde, "power": power_note(mde, n_concepts, unit["unit"]), "cost": cost,
-            "draws": record(pool_record(), by_request)}
+            "draws": record(pool_record(design.test_prompts), by_request)}
 
 
 def _predicted(design, n_concepts: int, prompt_pool: int | None) -> tuple[dict, int, float]:
@@ -317,7 +322,8 @@ def _with_bundled(design, source: str, design_name: str) -> str:
     """The dry run of the same file with the bundled concepts added (what --concepts-only gives up)."""
     from geosteer.bench.decide_concepts import run_concepts
 
-    tests, _ = _take(run_concepts(source, 0, True), _named(design_name), design_name, None, Path(source))
+    every = run_concepts(source, 0, True, design.test_prompts)
+    tests, _ = _take(every, _named(design_name), design_name, None, Path(source))
     mde = dry_run(design, len(tests))["minimum_detectable_effect"]
     return (f"without --concepts-only (the file's concepts added to the bundled ones): {len(tests)} concepts, "
             f"predicted minimum detectable effect {mde:.3f}")
@@ -347,8 +353,9 @@ def decide_cmd(
                                     "5 KL levels, up to 96 steps of 8 passages a side), trimmed (the 18 topic "
                                     "concepts, 3 KL levels, up to 32 steps of 4 passages, a 3-point grid: about 13 "
                                     "CPU-hours on 2 cores on smollm2) or instruct (the --concepts file's concepts "
-                                    "alone, the 2 decision levels, one seed, up to 12 steps of 4 passages, the dev "
-                                    "phase on one dev concept with 3-point grids around SmolLM2's choices)"),
+                                    "alone, 32 test prompts a concept, the 2 decision levels, one seed, up to 12 "
+                                    "steps of 4 passages, the dev phase on one dev concept with 3-point grids "
+                                    "around SmolLM2's choices)"),
     model: str = MODEL_OPT,
     reader: str = typer.Option(None, "--reader", help="the fluency reader, of another model family than --model "
                                "(default by family: gemma3-270m for a Llama such as smollm2, else smollm2)"),

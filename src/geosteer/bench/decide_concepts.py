@@ -220,11 +220,11 @@ def dev_concepts(seed: int = 0) -> list[DecideConcept]:
             topic_concept("mathematics", "suppress", seed), topic_concept("everyday-life", "suppress", seed)]
 
 
-def _too_small(c, what: str) -> GeosteerError:
+def _too_small(c, what: str, drawn: int = TEST_PROMPTS) -> GeosteerError:
     need = LEVER_TEXTS + ADMISSION_TEXTS + FILE_JUDGE_TEXTS
     return GeosteerError(f"concept {c.name!r}: bench decide needs >= {need} positive and negative texts "
                          f"({LEVER_TEXTS} lever + {ADMISSION_TEXTS} admission + {FILE_JUDGE_TEXTS} judge) and "
-                         f">= {TEST_PROMPTS} prompts (got {what})")
+                         f">= {drawn} prompts (got {what})")
 
 
 def _held_groups(c) -> tuple[set[str], dict[str, int]]:
@@ -255,16 +255,16 @@ def _split(c, side: str, held: set[str] | None, rank: dict[str, int]) -> tuple[l
     return adm[:ADMISSION_TEXTS], sorted((t for t in texts if ids[t] not in held), key=key)
 
 
-def file_concept(c, digest: str = "", seed: int = 0) -> DecideConcept:
-    """A concept of a user's file as a benchmark concept drawn for ``seed`` (module docstring); refused when too
-    small."""
+def file_concept(c, digest: str = "", seed: int = 0, drawn: int = TEST_PROMPTS) -> DecideConcept:
+    """A concept of a user's file as a benchmark concept drawn for ``seed`` (module docstring; ``drawn``: the test
+    prompts a seed draws, the design's ``test_prompts``); refused when too small."""
     need = LEVER_TEXTS + ADMISSION_TEXTS + FILE_JUDGE_TEXTS
     short = [f"{len(v)} {k} texts" for k, v in (("positive", c.positive), ("negative", c.negative)) if len(v) < need]
-    if short or len(c.prompts) < TEST_PROMPTS:
-        raise _too_small(c, ", ".join(short + ([f"{len(c.prompts)} prompts"] if len(c.prompts) < TEST_PROMPTS
-                                               else [])))
+    if short or len(c.prompts) < drawn:
+        raise _too_small(c, ", ".join(short + ([f"{len(c.prompts)} prompts"] if len(c.prompts) < drawn
+                                               else [])), drawn)
     held, rank = _held_groups(c) if getattr(c, "groups", None) is not None else (None, {})
-    prompts = D.draw(list(c.prompts), TEST_PROMPTS, seed, c.name, "prompts")
+    prompts = D.draw(list(c.prompts), drawn, seed, c.name, "prompts")
     split = {side: _split(c, side, held, rank) for side in ("positive", "negative")}
     for side, (adm, ordered) in split.items():
         if len(adm) < ADMISSION_TEXTS or len(ordered) < LEVER_TEXTS + FILE_JUDGE_TEXTS:
@@ -272,7 +272,7 @@ def file_concept(c, digest: str = "", seed: int = 0) -> DecideConcept:
                                 "in the others")
     tested = set()
     if held is not None:  # the test prompts' requests held out: the others' texts suffice whatever is drawn
-        R.check_requests(c, held, TEST_PROMPTS, LEVER_TEXTS + FILE_JUDGE_TEXTS,
+        R.check_requests(c, held, drawn, LEVER_TEXTS + FILE_JUDGE_TEXTS,
                          f"{LEVER_TEXTS} lever + {FILE_JUDGE_TEXTS} judge")
         tested = R.tested_requests(c, prompts) - held  # (an admission request's texts are out already)
     sides, sizes = {}, []
@@ -310,11 +310,11 @@ def _parsed(path: str, digest: str) -> list:
     return concepts
 
 
-def file_concepts(path: str, seed: int = 0) -> list[DecideConcept]:
-    """The concepts of a geosteer concept file or an AxBench file, as benchmark concepts drawn for ``seed``
-    (one-line errors); a concept named like a dev concept is refused."""
+def file_concepts(path: str, seed: int = 0, drawn: int = TEST_PROMPTS) -> list[DecideConcept]:
+    """The concepts of a geosteer concept file or an AxBench file, as benchmark concepts drawn for ``seed``, each
+    with ``drawn`` test prompts (one-line errors); a concept named like a dev concept is refused."""
     concepts, digest = _file_rows(path)
-    return [file_concept(c, digest, seed) for c in concepts]
+    return [file_concept(c, digest, seed, drawn) for c in concepts]
 
 
 def file_digest(path: str) -> str:
@@ -346,12 +346,14 @@ def identity(concepts_file: str | None = None, bundled: bool = True) -> dict:
     return {**own, "file": doc} if bundled else doc
 
 
-def run_concepts(concepts_file: str | None = None, seed: int = 0, bundled: bool = True) -> list[DecideConcept]:
+def run_concepts(concepts_file: str | None = None, seed: int = 0, bundled: bool = True,
+                 drawn: int = TEST_PROMPTS) -> list[DecideConcept]:
     """A run's test concepts drawn for ``seed``: the bundled ones, a file's alone (``bundled`` False), or the
-    bundled ones with a file's added (a file's concept named like a bundled one takes its place)."""
+    bundled ones with a file's added (a file's concept named like a bundled one takes its place); a file's
+    concepts draw ``drawn`` test prompts a seed."""
     if not concepts_file:
         return test_concepts(seed)
-    own = file_concepts(concepts_file, seed)
+    own = file_concepts(concepts_file, seed, drawn)
     if not bundled:
         return own
     mine, bundled_set = {c.name: c for c in own}, test_concepts(seed)
@@ -360,10 +362,10 @@ def run_concepts(concepts_file: str | None = None, seed: int = 0, bundled: bool 
 
 
 def by_name(names: list[str] | None = None, concepts_file: str | None = None, seed: int = 0,
-            bundled: bool = True) -> list[DecideConcept]:
+            bundled: bool = True, drawn: int = TEST_PROMPTS) -> list[DecideConcept]:
     """Test concepts by name (all of them when ``names`` is None), drawn for ``seed``, of
     :func:`run_concepts`. A dev concept is never a test concept (:func:`dev_by_name`)."""
-    tests = run_concepts(concepts_file, seed, bundled)
+    tests = run_concepts(concepts_file, seed, bundled, drawn)
     every = {c.name: c for c in tests}
     if names is None:
         return tests
@@ -383,8 +385,9 @@ def dev_by_name(name: str, seed: int = 0) -> DecideConcept:
     return found[0]
 
 
-def pool_record() -> dict:
-    """The pools the seeds draw from, their sizes, for the run's record (:func:`geosteer.bench.decide_draw.record`)."""
+def pool_record(drawn: int = TEST_PROMPTS) -> dict:
+    """The pools the seeds draw from, their sizes, for the run's record (:func:`geosteer.bench.decide_draw.record`;
+    ``drawn``: the test prompts a file's concept draws)."""
     return {"topic_texts": f"up to {TOPIC_TEXT_POOL} articles per topic ({TOPIC_LEVER_TEXTS} lever + "
                            f"{JUDGE_TEXTS} judge drawn a side; negatives from the other topics in turn)",
             "topic_titles": f"at least {TITLE_RESERVE - ADMISSION_TITLES} titles per topic after the "
@@ -394,4 +397,4 @@ def pool_record() -> dict:
             "templated": f"every templated sentence a side, >= 300 ({TEMPLATED_LEVER_TEXTS} lever + "
                          f"{JUDGE_TEXTS} judge drawn)",
             "file": f"a side's texts after its {ADMISSION_TEXTS} admission texts ({LEVER_TEXTS} lever drawn, the "
-                    f"rest judge); the file's prompts ({TEST_PROMPTS} drawn)"}
+                    f"rest judge); the file's prompts ({drawn} drawn)"}

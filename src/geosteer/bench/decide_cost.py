@@ -8,7 +8,15 @@ it at 2 KL levels. A new design's cost per lever and (concept, seed) is estimate
     train × (steps × batch) / (8 × 8) × (1 + KL checks) + (rest / 2) × levels
 
 (the training part scaled by the texts it reads, the bisection and readings by the levels; prompting and walls
-have one setting, so their rest does not scale), plus each (concept, seed)'s context. Walls have no training rule:
+have one setting, so their rest does not scale), plus each (concept, seed)'s context. The committed run read 16
+test prompts; a design of P test prompts scales the readings of them by P / 16, a reading at one setting costing
+what prompting's whole unit cost (10.9 CPU-s: prompting trains nothing and reads once), so a lever's rest is
+
+    reading × readings × P / 16 + (rest - reading × committed readings) × levels / 2
+
+(readings: the levels, one for prompting and walls; their rest as measured) and the context grows by one reading
+× (P - 16) / 16 (its stock readings of the test prompts); at 16 prompts this is the estimate above. The dev
+concepts draw 16 prompts whatever the design. Walls have no training rule:
 they learn for the design's ``steps`` on all of its ``train_texts`` away texts at once, so their training is
 
     fixed + per × steps × train_texts
@@ -32,7 +40,8 @@ from collections.abc import Sequence
 COMMITTED = {"surfaces-rank1": (127.45, 87.2), "walls": (61.1, 48.7), "lora": (91.95, 63.2),
              "loreft": (99.85, 69.4), "vector": (75.85, 46.85), "caa": (31.05, 1.4), "prompting": (10.9, 0.0)}
 COMMITTED_CONTEXT = 13.8  # CPU-s per (concept, seed): judge, admission, stock readings (median)
-COMMITTED_STEPS, COMMITTED_TEXTS, COMMITTED_LEVELS = 8, 8, 2
+COMMITTED_STEPS, COMMITTED_TEXTS, COMMITTED_LEVELS, COMMITTED_PROMPTS = 8, 8, 2, 16
+READING = COMMITTED["prompting"][0]  # CPU-s of one reading of the 16 test prompts at one setting
 ONE_SETTING = ("prompting", "walls")  # measured at their own KL: their readings do not scale with the levels
 CHECK_SHARE = 0.3  # an s = 1 control-KL check costs about this share of a training step
 # walls' training CPU-s measured at a second design (steps, train_texts, median training CPU-s): the trimmed SmolLM2
@@ -43,8 +52,10 @@ WALLS_PER = (WALLS_MEASURED[2] - COMMITTED["walls"][1]) / (WALLS_MEASURED[0] * W
 WALLS_FIXED = COMMITTED["walls"][1] - WALLS_PER * COMMITTED_STEPS * COMMITTED_TEXTS
 
 
-def lever_seconds(lever: str, design, steps: int, levels: int, learned: Sequence[str]) -> float:
-    """Estimated CPU-seconds of one lever on one (concept, seed) (module docstring)."""
+def lever_seconds(lever: str, design, steps: int, levels: int, learned: Sequence[str],
+                  prompts: int = COMMITTED_PROMPTS) -> float:
+    """Estimated CPU-seconds of one lever on one (concept, seed) read on ``prompts`` test prompts (module
+    docstring)."""
     total, train = COMMITTED.get(lever, COMMITTED["surfaces-rank1"])  # an exploratory form: like the surfaces
     rest = total - train
     if lever in learned:
@@ -52,9 +63,10 @@ def lever_seconds(lever: str, design, steps: int, levels: int, learned: Sequence
         train *= scale * (1 + CHECK_SHARE / max(1, design.kl_every))
     elif lever == "walls":
         train = WALLS_FIXED + WALLS_PER * steps * design.train_texts
-    if lever not in ONE_SETTING:
-        rest *= levels / COMMITTED_LEVELS
-    return train + rest
+    if lever in ONE_SETTING:
+        return train + READING * prompts / COMMITTED_PROMPTS + (rest - READING)
+    return train + READING * levels * prompts / COMMITTED_PROMPTS + (rest - READING * COMMITTED_LEVELS) * (
+        levels / COMMITTED_LEVELS)
 
 
 def estimate(design, concepts: int, suppressed: int, levers: Sequence[str], learned: Sequence[str],
@@ -63,9 +75,10 @@ def estimate(design, concepts: int, suppressed: int, levers: Sequence[str], lear
     wall-clock hours on ``workers`` cores; walls run on the ``suppressed`` concepts only."""
     from geosteer.bench.train_rule import MAX_EXTEND
 
-    seeds, levels = len(design.seeds), len(design.kl_levels)
-    per_lever = {lv: lever_seconds(lv, design, design.steps, levels, learned) for lv in levers}
-    test = seeds * (concepts * COMMITTED_CONTEXT + sum(
+    seeds, levels, prompts = len(design.seeds), len(design.kl_levels), design.test_prompts
+    per_lever = {lv: lever_seconds(lv, design, design.steps, levels, learned, prompts) for lv in levers}
+    context = COMMITTED_CONTEXT + READING * (prompts - COMMITTED_PROMPTS) / COMMITTED_PROMPTS
+    test = seeds * (concepts * context + sum(
         s * (suppressed if lv == "walls" else concepts) for lv, s in per_lever.items()))
     dev_rate = {lv: dev_concepts * lever_seconds(lv, design, design.steps, 1, learned) for lv in learned}
     dev = dev_concepts * COMMITTED_CONTEXT + sum(len(design.grid(lv)) * s for lv, s in dev_rate.items())

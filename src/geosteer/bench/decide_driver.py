@@ -88,8 +88,10 @@ def _dev_job(args) -> tuple[str, str, float, float, int | None]:
 def _test_job(args) -> tuple[str, int]:
     spec, concept, seed, lrs, steps = args
 
-    dc = by_name([concept], spec.concepts_file, seed, spec.bundled)[0]  # the seed's draw of its texts and prompts
-    run_unit(readers(spec.model, spec.threads, spec.reader), dc, seed, Path(spec.out), _design(spec.design), lrs, _say,
+    design = _design(spec.design)
+    dc = by_name([concept], spec.concepts_file, seed, spec.bundled, design.test_prompts)[0]  # the seed's draw of its
+    # texts and prompts
+    run_unit(readers(spec.model, spec.threads, spec.reader), dc, seed, Path(spec.out), design, lrs, _say,
              names=[*levers_for(dc), *spec.explore], steps=steps)
     return concept, seed
 
@@ -146,7 +148,7 @@ def run_all(spec: RunSpec, workers: int, concepts: list[str] | None = None,
     lrs, cap = choose_lrs(spec, workers)
     _say(f"learning rates: {lrs}; step cap {cap}")
     design = _design(spec.design)
-    names = [c.name for c in by_name(concepts, spec.concepts_file, 0, spec.bundled)]
+    names = [c.name for c in by_name(concepts, spec.concepts_file, 0, spec.bundled, design.test_prompts)]
     jobs = [(spec, c, seed, lrs, cap) for seed in (seeds or design.seeds) for c in names]
     for concept, seed in _map(_test_job, jobs, workers):
         _say(f"done: {concept} s{seed}")

@@ -143,12 +143,16 @@ LARGEST_MEASURED_GAIN = 0.149
 # (the concepts admitted on an instruction-tuned model): the decision levels only, one seed, up to 12 steps of 4
 # passages, and a dev phase on the promoted dev concept alone with each learned lever's 3-point grid centred on
 # SmolLM2's choice (extended past an edge choice like any grid); its claims are per concept on that model, so its
-# unit is the test prompt (Design.unit), sized with the prompt-level priors
+# unit is the test prompt (Design.unit), sized with the prompt-level priors: each seed draws INSTRUCT_PROMPTS test
+# prompts of a concept (predicted MDE 0.130 for 2 concepts, 0.134 for 3, at one seed; 16 prompts gave 0.206 and
+# 0.214, and a second seed reading the same 32 prompts only 0.122 and 0.125 for twice the training)
 INSTRUCT_STEPS = 12
+INSTRUCT_PROMPTS = 32
 DESIGNS = {"full": Design(),
            "trimmed": Design(kinds=TOPIC_KINDS, kl_levels=(0.05, 0.1, 0.2), steps=32, batch_texts=4,
                              lr_grid=(3e-3, 1e-2, 3e-2)),
-           "instruct": Design(kinds=FILE_KINDS, kl_levels=DECISION_LEVELS, steps=INSTRUCT_STEPS, batch_texts=4,
+           "instruct": Design(test_prompts=INSTRUCT_PROMPTS, kinds=FILE_KINDS, kl_levels=DECISION_LEVELS,
+                              steps=INSTRUCT_STEPS, batch_texts=4,
                               seeds=(0,), lr_grid=(3e-3, 1e-2, 3e-2),
                               extra={"unit": "prompt", "prior_sd_prompt": PRIOR_SD_PROMPT,
                                      "prior_sd_seed": PRIOR_SD_SEED, "dev_concepts": ["people"],

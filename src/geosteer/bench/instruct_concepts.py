@@ -100,10 +100,12 @@ def requests() -> tuple[str, ...]:
 
 
 def test_requests() -> list[str]:
-    """The prompts a concept file's levers are tested on: decide's first 16 neutral requests."""
+    """The prompts a concept file's levers are tested on: decide's neutral requests that no answer is asked on,
+    its first 16 and those after its 40th (72; never one of its admission requests, never a request of
+    :func:`requests`), so no lever or judge text of the file answers a test prompt."""
     pool = json.loads(resources.files("geosteer.data").joinpath("prompts", "decide_prompts.json")
                       .read_text(encoding="utf-8"))
-    return list(pool[:DECIDE_FIRST])
+    return list(pool[:DECIDE_FIRST]) + list(pool[DECIDE_LAST:])
 
 
 def prompt_for(tok, style: str, condition: str, request: str) -> str:
@@ -207,7 +209,7 @@ def concept_doc(name: str, positive: Sequence[str], negative: Sequence[str],
                 positive_requests: Sequence[str] | None = None,
                 negative_requests: Sequence[str] | None = None) -> dict:
     """One concept of a geosteer concept file: the model's answers of the two sides (blank and repeated answers
-    dropped), tested on decide's first 16 neutral requests; given the request each answer answers, its
+    dropped), tested on :func:`test_requests`; given the request each answer answers, its
     ``groups`` (an answer's group is its request, requests that share an answer joined), so ``bench decide``
     holds out both sides' answers to a request together."""
     def unique(texts):
