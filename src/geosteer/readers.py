@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+import hashlib
 import io
 import json
 import os
@@ -17,8 +18,9 @@ from typing import Any
 
 from geosteer.errors import GeosteerError
 
-__all__ = ["MAX_CSV_FIELD", "MAX_DEPTH", "MAX_FILE_BYTES", "ReadRefused", "check_regular", "match_pattern",
-           "read_bytes", "read_csv_rows", "read_json", "read_text", "parse_json", "safe_regex", "search_lines"]
+__all__ = ["MAX_CSV_FIELD", "MAX_DEPTH", "MAX_FILE_BYTES", "ReadRefused", "check_regular", "file_kind", "match_pattern",
+           "read_bytes", "read_csv_rows", "read_json", "read_text", "parse_json", "safe_regex", "search_lines",
+           "sha256_file"]
 
 MAX_FILE_BYTES = 64 << 20  # a results, prompt or pair file larger than this is not one
 MAX_DEPTH = 64  # JSON nesting (a tidy results file is 3-4 levels deep)
@@ -28,6 +30,13 @@ MAX_PATTERN = 200  # characters of a wildcard pattern
 
 class ReadRefused(GeosteerError):
     """A file that is not a regular file, too large, not UTF-8, too deep or malformed: one line."""
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, from its ``st_mode`` ("a folder", "a FIFO (named pipe)"...)."""
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+            if stat.S_ISSOCK(mode) else "not a regular file")
 
 
 def _open_regular(path: Path, what: str, limit: int) -> int:
@@ -43,10 +52,7 @@ def _open_regular(path: Path, what: str, limit: int) -> int:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode)
-                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket"
-                    if stat.S_ISSOCK(st.st_mode) else "not a regular file")
-            raise ReadRefused(f"{what} {path} is {kind}; give a regular file")
+            raise ReadRefused(f"{what} {path} is {file_kind(st.st_mode)}; give a regular file")
         if st.st_size > limit:
             raise ReadRefused(f"{what} {path} is {st.st_size} bytes, over the {limit >> 20} MiB a {what} may have")
     except BaseException:
@@ -82,6 +88,28 @@ def read_bytes(path: str | Path, *, what: str = "file", limit: int = MAX_FILE_BY
     if total > limit:  # it grew while being read
         raise ReadRefused(f"{what} {path} is over the {limit >> 20} MiB a {what} may have")
     return b"".join(chunks)
+
+
+def sha256_file(path: str | Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> str:
+    """The SHA-256 (hex) of the regular file ``path`` of at most ``limit`` bytes, read in 1 MiB chunks (the file is
+    never held in memory whole); never blocks on a FIFO or a device."""
+    path = Path(path)
+    fd = _open_regular(path, what, limit)
+    digest, total = hashlib.sha256(), 0
+    try:
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            digest.update(chunk)
+            total += len(chunk)
+    except OSError as e:
+        raise ReadRefused(f"{what} {path}: cannot read it ({e.strerror or type(e).__name__})") from None
+    finally:
+        os.close(fd)
+    if total > limit:  # it grew while being read
+        raise ReadRefused(f"{what} {path} is over the {limit >> 20} MiB a {what} may have")
+    return digest.hexdigest()
 
 
 def read_text(path: str | Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> str:

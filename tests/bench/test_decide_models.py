@@ -65,6 +65,16 @@ def test_a_bad_model_or_reader_is_refused_before_any_load(monkeypatch, capsys, t
     assert not (tmp_path / "run").exists()
 
 
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_a_gguf_model_that_is_a_fifo_is_refused_saying_so(monkeypatch, capsys, tmp_path, bundled_here, dry):
+    import os
+
+    os.mkfifo(tmp_path / "pipe.gguf")
+    err = _decide(monkeypatch, capsys, tmp_path, *(["--dry-run"] if dry else ["--out", "run"]), "-m", "pipe.gguf")
+    assert "needs the steered model 'pipe.gguf': pipe.gguf is not a regular file (a FIFO (named pipe))" in err
+    assert not (tmp_path / "run").exists()
+
 def test_the_default_reader_is_never_of_the_models_family():
     from geosteer.bench.decide_models import READER_BY_FAMILY, default_reader, family
     from geosteer.models.loading import known_names

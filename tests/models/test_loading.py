@@ -25,6 +25,32 @@ def test_non_gguf_file_is_refused(tmp_path):
         load_model(str(tmp_path / "missing.gguf"))
 
 
+
+@pytest.mark.parametrize("kind,what", [("fifo", "a FIFO (named pipe)"), ("zero", "a device"), ("folder", "a folder")])
+def test_a_gguf_path_that_is_not_a_regular_file_says_what_it_is(tmp_path, kind, what):
+    """Told by ``stat``, never opened (reading a FIFO would block: an alarm fails the test instead of a hang)."""
+    import os
+    import signal
+
+    from geosteer.bench.decide_models import check_name
+
+    f = tmp_path / "m.gguf"
+    os.mkfifo(f) if kind == "fifo" else f.symlink_to("/dev/zero") if kind == "zero" else f.mkdir()
+
+    def hung(*a):
+        raise AssertionError("the .gguf path was opened and read")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        for check in (load_model, check_name):
+            with pytest.raises(GeosteerError) as e:
+                check(str(f))
+            assert str(e.value) == f"{f} is not a regular file ({what}); give a .gguf file"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
 def test_offline_hub_id_gives_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(GeosteerError, match="model hub"):

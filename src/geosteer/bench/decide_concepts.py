@@ -40,7 +40,7 @@ from pathlib import Path
 from geosteer.bench import decide_draw as D
 from geosteer.bench import decide_requests as R
 from geosteer.bench import decide_templates as T
-from geosteer.bench.axbench import load_concepts
+from geosteer.bench.axbench import MAX_PARQUET_BYTES, load_concepts
 from geosteer.bench.concepts import concept_from_dict
 from geosteer.bench.decide_templates import SPECS
 from geosteer.data.corpus import articles, split_of
@@ -318,12 +318,12 @@ def file_concepts(path: str, seed: int = 0, drawn: int = TEST_PROMPTS) -> list[D
 
 
 def file_digest(path: str) -> str:
-    """SHA-256 of a concept file's bytes (read by the bounded reader), or of the bundled file's name."""
-    from geosteer.readers import read_bytes
+    """SHA-256 of a concept file's bytes (streamed; as large as an AxBench parquet file), or of "bundled"."""
+    from geosteer.readers import sha256_file
 
     if path == "bundled" and not Path(path).exists():
         return hashlib.sha256(b"bundled").hexdigest()
-    return hashlib.sha256(read_bytes(path, what="--concepts")).hexdigest()
+    return sha256_file(path, what="--concepts", limit=MAX_PARQUET_BYTES)
 
 
 def grouped(path: str, every: bool = True) -> bool:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 
 import torch
 
@@ -35,6 +36,7 @@ from geosteer.models.identity import (  # noqa: F401 - re-exported (model names 
 from geosteer.models.positions import guard_positions
 from geosteer.models.tiny import TINY_FAMILIES, tiny_model
 from geosteer.models.tokenizers import gpt2_tokenizer, smollm2_tokenizer  # noqa: F401 - re-exported
+from geosteer.readers import file_kind
 
 DEFAULT_MODEL = "smollm2"
 _MARKER = "geosteer-complete.json"
@@ -45,10 +47,20 @@ def known_names() -> list[str]:
 
 
 def _check_gguf(path: Path) -> None:
-    if not path.is_file():
-        raise GeosteerError(f"GGUF file not found: {path}")
-    with open(path, "rb") as f:
-        magic = f.read(4)
+    """Refuse, in one line, a missing path, one not a regular file (by ``stat``: a FIFO is never opened), no GGUF."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise GeosteerError(f"GGUF file not found: {path}") from None
+    except OSError as e:
+        raise GeosteerError(f"{path}: cannot read it ({e.strerror or type(e).__name__})") from None
+    if not S_ISREG(mode):
+        raise GeosteerError(f"{path} is not a regular file ({file_kind(mode)}); give a .gguf file")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise GeosteerError(f"{path}: cannot read it ({e.strerror or type(e).__name__})") from None
     if magic != b"GGUF":
         raise GeosteerError(f"{path} is not a GGUF file (missing 'GGUF' magic bytes)")
 
