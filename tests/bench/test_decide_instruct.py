@@ -52,7 +52,7 @@ def test_the_instruct_design_takes_the_files_concepts_alone(monkeypatch, capsys,
     assert doc["power"] is None
     code, out, err = _dry(monkeypatch, capsys, tmp_path, "--model", model, "--concepts", "c.json")
     assert code == 0, err
-    assert out.startswith("3 concepts x 32 prompts x 1 seeds x 2 KL levels, 162 comparisons (Holm); the unit is "
+    assert out.startswith("3 concepts x 32 prompts x 1 seed x 2 KL levels, 162 comparisons (Holm); the unit is "
                           "the test prompt: 32 distinct prompts per concept, t with 31 df per concept")
     assert "\nwarning:" not in out
     assert "from c.json: warm, terse, ornate of the 3 test concepts" in out

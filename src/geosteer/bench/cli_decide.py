@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from geosteer.bench.cli_judge import JSON_OPT
+from geosteer.bench.decide_dry import count, dry_run, power_note  # noqa: F401 - power_note re-exported
 from geosteer.bench.decide_models import DEFAULT_MODEL
 from geosteer.errors import GeosteerError
 
@@ -203,68 +204,6 @@ def _recorded_design(out: Path, have: dict | None, design):
                             "report it with the version that measured it") from None
 
 
-def dry_run(design, n_concepts: int, suppressed: int = 0, workers: int = 2, explore: tuple[str, ...] = (),
-            model: str = MODEL, by_request: bool = False, prompt_pool: int | None = None) -> dict:
-    """The design, its predicted minimum detectable effect (from the design's prior variance components, of its
-    unit: :func:`_predicted`) and its CPU-hour estimate (:mod:`geosteer.bench.decide_cost`, scaled by the steered
-    model's cost factor, :func:`geosteer.bench.decide_models.cost_factor`; ``suppressed``: the concepts walls run
-    on; ``by_request``: a concept file grouped by request is run; ``prompt_pool``: the smallest pool of test
-    prompts among the concepts, default the prompts a seed draws)."""
-    from geosteer.bench.decide_concepts import pool_record
-    from geosteer.bench.decide_cost import estimate, scaled
-    from geosteer.bench.decide_draw import record
-    from geosteer.bench.decide_run import LEVERS
-    from geosteer.bench.matched import LEARNED
-
-    unit, m, mde = _predicted(design, n_concepts, prompt_pool)
-    cost = estimate(design, n_concepts, suppressed, (*LEVERS, *explore), (*LEARNED, *explore),
-                    len(design.dev_concepts()), workers)
-    cost = scaled(cost, model)
-    return {"design": design.to_dict(), "model": model, "concepts": n_concepts, "comparisons": m, **unit,
-            "minimum_detectable_effect": mde, "power": power_note(mde, n_concepts, unit["unit"]), "cost": cost,
-            "draws": record(pool_record(design.test_prompts), by_request)}
-
-
-def _predicted(design, n_concepts: int, prompt_pool: int | None) -> tuple[dict, int, float]:
-    """({"unit"} and, for the prompt, the distinct prompts per concept and the readings of each; the Holm family's
-    size; the predicted MDE): concept-level t from the design's ``prior_sd_concept`` and ``prior_sd_item``, or
-    prompt-level t from its prompt-level priors (:func:`geosteer.bench.endpoints_prompt.predicted_mde`)."""
-    from geosteer.bench.decide_report import n_comparisons, pairs
-    from geosteer.bench.design import ALPHA
-    from geosteer.bench.stats import minimum_detectable_effect
-
-    m = n_comparisons()
-    if design.unit != "prompt":
-        return {"unit": "concept"}, m, minimum_detectable_effect(
-            n_concepts, design.test_prompts, len(design.seeds), design.prior_sd_concept, design.prior_sd_item, m,
-            ALPHA, 0.8)
-    from geosteer.bench.endpoints_prompt import expected_prompts, predicted_mde
-
-    drawn, seeds = design.test_prompts, len(design.seeds)
-    n_p = expected_prompts(prompt_pool or drawn, drawn, seeds)
-    per = drawn * seeds / n_p
-    return ({"unit": "prompt", "prompts_per_concept": n_p, "readings_per_prompt": per}, n_concepts * m,
-            predicted_mde(design, n_concepts, len(pairs()), n_p, per, ALPHA, 0.8))
-
-
-def power_note(mde: float, n_concepts: int, unit: str = "concept") -> str | None:
-    """What a predicted MDE means when it is too large to detect a plausible effect (None otherwise): above 1,
-    no difference of concept scores (in [0, 1]) reaches it; above :data:`geosteer.bench.design.LARGEST_MEASURED_GAIN`,
-    only a difference larger than any the committed run measured would (``unit``: the design's, what gives power)."""
-    from geosteer.bench.design import LARGEST_MEASURED_GAIN
-
-    more = "more test prompts per concept give" if unit == "prompt" else "more concepts give"
-    if mde >= 1:
-        return (f"the predicted minimum detectable effect {mde:.3f} is above 1, the largest possible difference of "
-                f"concept scores: with {n_concepts} concepts the verdict cannot detect any concept-score effect; the "
-                "run describes each lever on these concepts, and only more concepts give it power")
-    if mde > LARGEST_MEASURED_GAIN:
-        return (f"the predicted minimum detectable effect {mde:.3f} is above {LARGEST_MEASURED_GAIN:g}, the largest "
-                "concept-score difference between two levers the committed SmolLM2 run measured: only a larger "
-                f"effect than any measured there would be detected; {more} the verdict power")
-    return None
-
-
 def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model: str, reader: str,
                json_out: bool, file: tuple = (None, True, None)) -> None:
     """The dry run's line (or JSON): the design, its predicted MDE and its CPU-hour estimate for ``model``; with
@@ -283,12 +222,13 @@ def _print_dry(design, chosen: list, workers: int, extra: tuple[str, ...], model
     cost = doc["cost"]
     unit = (f"; the unit is the test prompt: {doc['prompts_per_concept']} distinct prompts per concept, t with "
             f"{doc['prompts_per_concept'] - 1} df per concept" if doc["unit"] == "prompt" else "")
+    sizes = (f"{count(n, 'concept')} x {count(design.test_prompts, 'prompt')} x {count(len(design.seeds), 'seed')}"
+             f" x {count(len(design.kl_levels), 'KL level')}")
     typer.echo(json.dumps({**doc, "reader": reader}, indent=1) if json_out else
-               f"{n} concepts x {design.test_prompts} prompts x {len(design.seeds)} seeds x "
-               f"{len(design.kl_levels)} KL levels, {doc['comparisons']} comparisons (Holm){unit}: predicted minimum "
-               f"detectable effect {doc['minimum_detectable_effect']:.3f} (80 % power); estimate for {model} "
+               f"{sizes}, {doc['comparisons']} comparisons (Holm){unit}: predicted minimum detectable effect "
+               f"{doc['minimum_detectable_effect']:.3f} (80 % power); estimate for {model} "
                f"(reader {reader}): at most {cost['cpu_hours']:.1f} CPU-hours (dev {cost['dev_cpu_hours']:.1f}, "
-               f"test {cost['test_cpu_hours']:.1f}), about {cost['wall_hours']:.1f} h on {workers} workers; "
+               f"test {cost['test_cpu_hours']:.1f}), about {cost['wall_hours']:.1f} h on {count(workers, 'worker')}; "
                f"SmolLM2's measured costs x {cost['model_factor']:g}: {cost['model_factor_basis']}; the dev "
                f"phase up to {cost['dev_extended_cpu_hours']:.1f} CPU-hours if every learned lever's grid is "
                "extended 3 rates\n"
@@ -307,7 +247,7 @@ def _file_line(source: str, chosen: list, bundled: bool = True) -> str:
 
     own = [c.name for c in chosen if c.extra.get("source")]
     same = [n for n in own if bundled and n in {c.name for c in test_concepts()}]
-    parts = [f"from {source}: {', '.join(own) or 'none'} of the {len(chosen)} test concepts"]
+    parts = [f"from {source}: {', '.join(own) or 'none'} of the {count(len(chosen), 'test concept')}"]
     if same:
         parts.append(f"{', '.join(same)} also {'names a' if len(same) == 1 else 'name'} bundled concept: the "
                      "file's is run")
@@ -325,7 +265,7 @@ def _with_bundled(design, source: str, design_name: str) -> str:
     every = run_concepts(source, 0, True, design.test_prompts)
     tests, _ = _take(every, _named(design_name), design_name, None, Path(source))
     mde = dry_run(design, len(tests))["minimum_detectable_effect"]
-    return (f"without --concepts-only (the file's concepts added to the bundled ones): {len(tests)} concepts, "
+    return (f"without --concepts-only (the file's concepts added to the bundled ones): {count(len(tests), 'concept')}, "
             f"predicted minimum detectable effect {mde:.3f}")
 
 
@@ -361,8 +301,9 @@ def decide_cmd(
                                "(default by family: gemma3-270m for a Llama such as smollm2, else smollm2)"),
     json_out: bool = JSON_OPT,
 ) -> None:
-    """The decisive steering benchmark (default model: smollm2): every lever at each control-KL level, the verdict
-    at 0.05 and 0.2."""
+    """The decisive steering benchmark: every lever at matched control KL.
+
+    The default model is smollm2; the verdict is read at control KL 0.05 and 0.2."""
     from dataclasses import replace
 
     from geosteer.bench.design import STATE_FILE, parse_levels
@@ -384,6 +325,10 @@ def decide_cmd(
         _enough(chosen, design.unit)
         _print_dry(replace(design, seeds=seed_list), chosen, workers, extra, model, reader, json_out,
                    (source, bundled, design_name if names is None else None))
+        from geosteer.bench.decide_models import not_installed
+
+        for line in not_installed(model, reader):  # the run refuses these; the dry run says so and goes on
+            typer.echo(f"note: {line}; the run refuses until it is installed", err=json_out)
         return
     state = _prepare(out, model, reader, concepts_file, design, extra, seed_list, report_only, bundled)
     from geosteer.bench.decide_driver import RunSpec, run_all

@@ -119,8 +119,9 @@ def judge_cmd(
     min_texts: int = typer.Option(1, "--min-texts", hidden=True, help="refuse a concept with fewer judge texts "
                                   "a side"),
 ) -> None:
-    """Score texts with the steering benchmark's judges: the embedding judge's P(concept | text) of each concept
-    and, for sentiment concepts, the VADER lexicon's."""
+    """Score texts with the steering benchmark's judges.
+
+    The embedding judge's P(concept | text) of each concept and, for sentiment concepts, the VADER lexicon's."""
     try:
         items_of = load_concepts(concepts)  # one line for a bad file, before any model loads
     except GeosteerError as e:  # the line names the option, as every other verb's does

@@ -58,7 +58,9 @@ def text_cmd(
     out: Path | None = typer.Option(None, "--out", help="write the rows (.json or .csv)", callback=out_records()),
     device: str = DEVICE_OPT, dtype: str = DTYPE_OPT, threads: int = THREADS_OPT,
 ) -> None:
-    """Greedy continuations of twenty everyday prompts by the stock model and by each surfaces artifact at each
+    """Continuation quality of the stock model and each surfaces artifact.
+
+    Greedy continuations of twenty everyday prompts by the stock model and by each surfaces artifact at each
     strength: share of repeated 4-grams, the steering benchmark's fluency score (against the stock model's
     own continuations) and held-out perplexity, with 95 % intervals over prompts."""
     from geosteer.bench.text_quality import State, everyday_prompts, measure_states

@@ -137,6 +137,21 @@ def check_models(model: str, reader: str | None, installed: bool = True) -> str:
     return reader
 
 
+def not_installed(model: str, reader: str) -> list[str]:
+    """What the run would refuse that a dry run goes past: the steered model and the reader among the bundled
+    models that are not installed here, each as the run's refusal words it (its make target and pip line)."""
+    from geosteer.models.loading import BUNDLED
+
+    lines = []
+    for name, role in ((model, "the steered model"), (reader, "the fluency reader")):
+        try:
+            if name in BUNDLED:
+                check_name(name)
+        except GeosteerError as e:
+            lines.append(f"bench decide needs {role} '{name}': {e}")
+    return lines
+
+
 def check_families(model: str, reader: str, model_family: str | None = None,
                    reader_family: str | None = None) -> None:
     """Refuse a reader of the steered model's family (families given, or read by :func:`family`)."""
