@@ -66,3 +66,41 @@ def test_runner_writes_resumes_and_refuses(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["--variants", "nope", "--out", str(tmp_path / "x.json")])
     assert e.value.code == 2
+
+
+def _comparable(doc: dict) -> dict:
+    """A results file less what a rerun may change: the recorded commands and each run's wall time."""
+    meta = {k: v for k, v in doc["meta"].items() if k != "commands"}
+    runs = [{k: v for k, v in r.items() if k != "train_seconds"} for r in doc["runs"]]
+    return {"meta": meta, "runs": runs, "curves": doc["curves"]}
+
+
+def test_an_interrupted_run_resumed_equals_an_uninterrupted_one(tmp_path, monkeypatch):
+    from studies.directional import pretrain_downstream as study
+
+    args = ["--variants", "baseline,attn_par", "--seeds", "0,1", "--steps", "4", "--batch", "2", "--ctx", "16",
+            "--d-model", "16", "--layers", "1", "--eval-every", "2", "--val-batches", "1", "--proxy-n", "2"]
+    whole = tmp_path / "whole.json"
+    main(args + ["--out", str(whole)])
+
+    cut = tmp_path / "cut.json"
+    real, calls = study.train_variant, []
+
+    def stopped_at_the_third(*a, **kw):  # the third (variant, seed) run is killed mid-way
+        calls.append(a[:2])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(study, "train_variant", stopped_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        main(args + ["--out", str(cut)])
+    partial = json.loads(cut.read_text())
+    assert [(r["variant"], r["seed"]) for r in partial["runs"]] == [("baseline", 0), ("attn_par", 0)]
+    trained = []
+    monkeypatch.setattr(study, "train_variant", lambda *a, **kw: trained.append(a[:2]) or real(*a, **kw))
+    main(args + ["--out", str(cut)])
+    resumed = json.loads(cut.read_text())
+    assert trained == [("baseline", 1), ("attn_par", 1)]  # only the runs not on record
+    assert _comparable(resumed) == _comparable(json.loads(whole.read_text()))
+    assert len(resumed["meta"]["commands"]) == 2  # the stopped command and its resumption
