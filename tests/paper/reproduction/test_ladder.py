@@ -10,10 +10,12 @@ import pytest
 
 from geosteer_paper.reproduction import load_items
 from geosteer_paper.reproduction.ladder import (
+    FAMILY_STEP,
     RUNGS,
     Band,
     LadderItem,
     evaluate_ladder,
+    family_step,
     gap,
     ladder_markdown,
     load_ladder,
@@ -63,6 +65,18 @@ def test_a_trend_claim_rises_only_with_rank_correlation_and_the_family_step():
     down = {"smollm2": 0.52, "gemma3-270m": 0.40, "qwen2.5-0.5b": 0.45, "qwen2.5-1.5b": 0.50}
     v, why = verdict(trend, down)
     assert v == "no trend" and "Spearman" in why
+
+
+def test_an_items_own_ladder_reads_its_two_largest_sizes_as_the_family_step():
+    own = _item(id="3.27", models=["byte-d128x4", "byte-d192x8", "byte-d256x8"],
+                band={"kind": "below", "threshold": 0.0})
+    assert family_step(own) == ("byte-d192x8", "byte-d256x8") and family_step(_item()) == FAMILY_STEP
+    # the largest gap is under half of the first, but d192 -> d256 widens it: not "closes"
+    widened = {"byte-d128x4": 0.10, "byte-d192x8": 0.01, "byte-d256x8": 0.04}
+    assert verdict(own, widened)[0] == "no trend"
+    assert verdict(own, {**widened, "byte-d256x8": 0.005})[0] == "closes"
+    # the registry ladder's Qwen step does not apply to a from-scratch ladder, nor the other way round
+    assert verdict(_item(), {"smollm2": 5.0, "qwen2.5-0.5b": 1.2, "qwen2.5-1.5b": 2.0})[0] == "no trend"
 
 
 def test_the_shipped_criteria_name_report_items_rungs_and_commands():

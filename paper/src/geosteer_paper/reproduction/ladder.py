@@ -24,6 +24,14 @@ RUNGS = ("smollm2", "gemma3-270m", "qwen2.5-0.5b", "qwen2.5-1.5b")  # in order o
 NAMES = {"smollm2": "SmolLM2-135M", "gemma3-270m": "Gemma-3-270m", "qwen2.5-0.5b": "Qwen2.5-0.5B",
          "qwen2.5-1.5b": "Qwen2.5-1.5B"}
 FAMILY_STEP = ("qwen2.5-0.5b", "qwen2.5-1.5b")
+
+
+def family_step(item: LadderItem) -> tuple[str, str]:
+    """The same-family step the closes / rises rules read: Qwen 0.5B → 1.5B on the registry ladder; on an item's
+    own ladder of from-scratch sizes, its two largest (the budget's "d192 × 8 → d256 × 8")."""
+    return FAMILY_STEP if all(m in RUNGS for m in item.models) else (item.models[-2], item.models[-1])
+
+
 ROOT = "docs/results/ladder"
 
 
@@ -102,18 +110,21 @@ def verdict(item: LadderItem, values: dict[str, float], params: dict[str, float]
             return "not run", f"{len(done)} rungs measured (a trend needs three)"
         size = [math.log(params[m]) if params and m in params else float(i) for i, m in enumerate(done)]
         rho = _spearman(size, [values[m] for m in done])
-        step = all(m in values for m in FAMILY_STEP)
-        up = values[FAMILY_STEP[1]] > values[FAMILY_STEP[0]] if step else True
+        a, b = family_step(item)
+        step = a in values and b in values
+        up = values[b] > values[a] if step else True
         why = f"Spearman rho(log parameters, value) {rho:+.2f} over {len(done)} rungs"
         if step:
-            why += f"; Qwen 0.5B → 1.5B {values[FAMILY_STEP[0]]:.3f} → {values[FAMILY_STEP[1]]:.3f}"
+            label = "Qwen 0.5B → 1.5B" if (a, b) == FAMILY_STEP else f"{a} → {b}"
+            why += f"; {label} {values[a]:.3f} → {values[b]:.3f}"
         return ("rises" if rho >= 0.8 and up else "no trend"), why
     gaps = {m: gap(item.band, values[m]) for m in done}
     first, last = gaps[done[0]], gaps[done[-1]]
     why = "gap " + ", ".join(f"{NAMES.get(m, m)} {gaps[m]:.3g}" for m in done)
     if last == 0:
         return "reached", why
-    widened = all(m in gaps for m in FAMILY_STEP) and gaps[FAMILY_STEP[1]] > gaps[FAMILY_STEP[0]]
+    a, b = family_step(item)
+    widened = a in gaps and b in gaps and gaps[b] > gaps[a]
     if last <= first / 2 and not widened:
         return "closes", why
     if (first == 0 and last > 0) or last >= 2 * first:
@@ -199,7 +210,8 @@ LADDER_INTRO = (
     "quantity, the paper's band, the rungs and the budget) was committed before its first ladder run "
     "(`paper/src/geosteer_paper/reproduction/ladder.json`). The gap is a rung's distance outside the paper's "
     "band; it **closes** when the largest rung's gap is at most half of SmolLM2-135M's and the Qwen 0.5B → 1.5B "
-    "step does not widen it, **reached** when the largest rung meets the band, **opens** when the largest "
+    "step (on a ladder of from-scratch sizes, its two largest) does not widen it, **reached** when the largest "
+    "rung meets the band, **opens** when the largest "
     "rung's gap is at least twice SmolLM2's; a trend claim **rises** when Spearman ρ(parameters, value) ≥ 0.8 "
     "and Qwen 1.5B > 0.5B. Commands, costs and the figure: [ladder.md](ladder.md).")
 
