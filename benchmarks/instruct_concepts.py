@@ -16,7 +16,8 @@ with each answer's opening cut and with the refused answers dropped, ``bench dec
 VADER for sentiment, the refusal detector for refusal) the AUC against ``ADMISSION_AUC``; refusals and repeated
 4-grams per side; n; seed; command; generation seconds. ``--table`` prints it as the table of
 docs/instruct-models.md. ``--write-concepts FILE --model M --style S --only C1,C2`` writes those concepts'
-answers as a concept file for ``geosteer bench decide --concepts`` and, beside it (``.admission.json``), what
+answers as a concept file for ``geosteer bench decide --concepts`` (each concept with the instruction its positive
+answers were asked with, the prompting lever's instruction) and, beside it (``.admission.json``), what
 ``bench decide``'s own admission reads on it.
 
     nice -n 10 .venv/bin/python benchmarks/instruct_concepts.py --model qwen2.5-0.5b --style chat --n 24
@@ -266,6 +267,12 @@ def table(out: Path) -> None:
               f"{float(first['repeated_4grams_negative']):.2f} | {'yes' if ok else 'no'} |")
 
 
+def admission_instruction(style: str, concept: str) -> str | None:
+    """The instruction a concept's positive answers were asked with: the system prompt of its positive condition
+    (``chat``, and ``shot`` before its example exchange); ``text`` has none (its template wraps the request)."""
+    return IC.CHAT[IC.CONCEPTS[concept][0]] if style in ("chat", "shot") else None
+
+
 def write_concepts(args) -> None:
     docs = []
     for concept in args.only.split(","):
@@ -273,7 +280,8 @@ def write_concepts(args) -> None:
         if got is None:
             raise SystemExit(f"{concept}: no answers of {args.model} in style {args.style}")
         docs.append(IC.concept_doc(concept, [r["text"] for r in got[0]], [r["text"] for r in got[1]],
-                                   [r["request"] for r in got[0]], [r["request"] for r in got[1]]))
+                                   [r["request"] for r in got[0]], [r["request"] for r in got[1]],
+                                   admission_instruction(args.style, concept)))
     path = Path(args.write_concepts)
     path.write_text(json.dumps(IC.concept_file(docs), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"{path}: " + ", ".join(f"{d['name']} ({len(d['positive'])}+/{len(d['negative'])}-)" for d in docs))

@@ -55,8 +55,8 @@ def test_an_ungrouped_file_deals_as_before(tmp_path):
 
 def test_the_committed_instruct_files_deal_as_before(tmp_path):
     """Their prompts are requests no text answers: no text is held out for them. The files as they were (their
-    first 16 prompts) deal as pinned, and the files as they are, drawing the instruct design's 32 prompts, deal
-    the same lever, judge and admission texts."""
+    first 16 prompts, no instruction) deal as pinned, and the files as they are, drawing the instruct design's 32
+    prompts, deal the same lever, judge and admission texts."""
     from geosteer.bench.decide_concepts import file_concepts
     from geosteer.bench.design import DESIGNS
 
@@ -66,6 +66,7 @@ def test_the_committed_instruct_files_deal_as_before(tmp_path):
         doc = json.loads(path.read_text(encoding="utf-8"))
         for c in doc["concepts"]:
             c["prompts"] = c["prompts"][:16]
+            c.pop("instruction")
         (tmp_path / path.name).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         old = file_concepts(str(tmp_path / path.name), 0) + file_concepts(str(tmp_path / path.name), 1)
         assert _digest(old, extra=False) == want

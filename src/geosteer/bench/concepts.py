@@ -3,7 +3,9 @@
 A concept file is a JSON list (format 1) or ``{"format": "geosteer-concepts", "version": 2, "concepts": [...]}``
 (format 2); each concept is ``{"name", "direction": "promote"|"suppress", "positive": [texts that show the
 concept], "negative": [texts that do not], "prompts": [prompts to continue]}``, with an optional
-``"description"`` (the words the prompting lever's instruction uses; default: the name). A format-2 concept may
+``"description"`` (the words the prompting lever's instruction uses; default: the name) and an optional
+``"instruction"`` (the prompting lever's whole instruction, e.g. the one the concept was admitted with, in place
+of the sentence built from the description; at most MAX_INSTRUCTION characters). A format-2 concept may
 also carry ``"groups": {"positive": [ids], "negative": [ids]}``, one id per text of each side: texts of one group
 (e.g. the answers to one request, on either side) are held out together when ``bench decide`` deals them into
 judge and admission texts; a group id that is also one of the prompts names that prompt's request, whose texts
@@ -22,12 +24,13 @@ from geosteer.readers import ReadRefused, parse_json, read_text
 MIN_TEXTS = 4  # per side (bench decide asks more of a file: decide_concepts.file_concept)
 MIN_PROMPTS = 2
 MAX_FILE_BYTES = 32 * 1024 * 1024
+MAX_INSTRUCTION = 2000  # characters of a concept's own instruction
 FORMAT = "geosteer-concepts"
 VERSION = 2  # 2: the versioned object, whose concepts may group their texts; 1: a bare list, texts ungrouped
 
 
 def _schema():
-    from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+    from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_serializer, model_validator
 
     class Concept(BaseModel):
         model_config = ConfigDict(extra="forbid", frozen=True)
@@ -37,6 +40,21 @@ def _schema():
         negative: list[str] = Field(min_length=MIN_TEXTS)
         prompts: list[str] = Field(min_length=MIN_PROMPTS)
         description: str | None = None
+        instruction: str | None = None
+
+        @field_validator("instruction")
+        @classmethod
+        def _instruction(cls, v: str | None) -> str | None:
+            if v is not None and (not v.strip() or len(v) > MAX_INSTRUCTION):
+                raise ValueError(f"must be a non-empty string of at most {MAX_INSTRUCTION} characters")
+            return v
+
+        @model_serializer(mode="wrap")
+        def _dump(self, handler):  # a concept without its own instruction dumps as it did before the key existed
+            doc = handler(self)
+            if doc.get("instruction") is None:
+                doc.pop("instruction", None)
+            return doc
 
         @field_validator("positive", "negative", "prompts")
         @classmethod
@@ -74,7 +92,8 @@ def _schema():
 
 
 SHAPE = ('a JSON list of {"name", "direction": "promote"|"suppress", "positive": [>= 4 texts], '
-         '"negative": [>= 4 texts], "prompts": [>= 2 prompts], optional "description"}, or {"format": '
+         '"negative": [>= 4 texts], "prompts": [>= 2 prompts], optional "description", optional "instruction"}, '
+         'or {"format": '
          f'"{FORMAT}", "version": {VERSION}, "concepts": [such concepts, each with optional "groups": '
          '{"positive": [an id a text], "negative": [an id a text]}]}')
 

@@ -157,10 +157,9 @@ def admission_requests() -> list[str]:
 
 
 def _concept(name: str, direction: str, positive: list[str], negative: list[str], prompts: list[str],
-             description: str):
-
+             description: str, instruction: str | None = None):
     return concept_from_dict({"name": name, "direction": direction, "positive": positive, "negative": negative,
-                              "prompts": prompts, "description": description})
+                              "prompts": prompts, "description": description, "instruction": instruction})
 
 
 def topic_concept(key: str, direction: str, seed: int = 0) -> DecideConcept:
@@ -282,7 +281,7 @@ def file_concept(c, digest: str = "", seed: int = 0, drawn: int = TEST_PROMPTS) 
         sides[side] = (rest[:LEVER_TEXTS], adm, [_cut(t) for t in rest[LEVER_TEXTS:]])
         sizes.append(len(rest))
     (lp, ap, jp), (ln, an, jn) = sides["positive"], sides["negative"]
-    concept = _concept(c.name, c.direction, lp, ln, prompts, c.description or c.name)
+    concept = _concept(c.name, c.direction, lp, ln, prompts, c.description or c.name, c.instruction)
     pools = {"lever": sizes, "judge": [n - LEVER_TEXTS for n in sizes], "prompts": len(c.prompts)}
     if held is not None:
         pools["admission_groups"] = len(held)

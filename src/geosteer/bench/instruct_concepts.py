@@ -207,9 +207,10 @@ def _components(sides: Sequence[tuple[Sequence[str], Sequence[str]]]) -> dict[tu
 
 def concept_doc(name: str, positive: Sequence[str], negative: Sequence[str],
                 positive_requests: Sequence[str] | None = None,
-                negative_requests: Sequence[str] | None = None) -> dict:
+                negative_requests: Sequence[str] | None = None, instruction: str | None = None) -> dict:
     """One concept of a geosteer concept file: the model's answers of the two sides (blank and repeated answers
-    dropped), tested on :func:`test_requests`; given the request each answer answers, its
+    dropped), tested on :func:`test_requests`, with ``instruction`` (the one its positive answers were asked
+    with: the prompting lever's instruction) when given; given the request each answer answers, its
     ``groups`` (an answer's group is its request, requests that share an answer joined), so ``bench decide``
     holds out both sides' answers to a request together."""
     def unique(texts):
@@ -217,6 +218,8 @@ def concept_doc(name: str, positive: Sequence[str], negative: Sequence[str],
 
     doc = {"name": name, "direction": "promote", "positive": unique(positive), "negative": unique(negative),
            "prompts": test_requests(), "description": DESCRIPTIONS[name]}
+    if instruction is not None:
+        doc["instruction"] = instruction
     if positive_requests is not None and negative_requests is not None:
         group = _components([(positive, positive_requests), (negative, negative_requests)])
         doc["groups"] = {"positive": [group[(0, t)] for t in doc["positive"]],

@@ -117,9 +117,12 @@ def build_caa(s: Setup) -> Built:
 
 
 def instruction_for(concept) -> str:
-    """The prompting lever's instruction for ``concept``."""
+    """The prompting lever's instruction for ``concept``: its own (a concept file's ``instruction``), else a
+    sentence about its description."""
     from geosteer.bench.concepts import describe
 
+    if getattr(concept, "instruction", None):
+        return concept.instruction
     what = describe(concept)
     if concept.direction == "promote":
         return f"Whatever you are asked, make your answer about {what}."
