@@ -13,6 +13,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,46 +70,37 @@ def check_regular(path: str | Path, *, what: str = "file", limit: int = MAX_FILE
     return path
 
 
-def read_bytes(path: str | Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of the regular file ``path`` (at most ``limit``); never blocks on a FIFO or a device."""
-    path = Path(path)
+def _chunks(path: Path, what: str, limit: int) -> Iterator[bytes]:
+    """The regular file ``path`` (at most ``limit`` bytes) in 1 MiB chunks; never blocks on a FIFO or a device."""
     fd = _open_regular(path, what, limit)
+    total = 0
     try:
-        chunks, total = [], 0
         while total <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            try:
+                chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            except OSError as e:
+                raise ReadRefused(f"{what} {path}: cannot read it ({e.strerror or type(e).__name__})") from None
             if not chunk:
                 break
-            chunks.append(chunk)
             total += len(chunk)
-    except OSError as e:
-        raise ReadRefused(f"{what} {path}: cannot read it ({e.strerror or type(e).__name__})") from None
+            if total > limit:  # it grew while being read
+                raise ReadRefused(f"{what} {path} is over the {limit >> 20} MiB a {what} may have")
+            yield chunk
     finally:
         os.close(fd)
-    if total > limit:  # it grew while being read
-        raise ReadRefused(f"{what} {path} is over the {limit >> 20} MiB a {what} may have")
-    return b"".join(chunks)
+
+
+def read_bytes(path: str | Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the regular file ``path`` (at most ``limit``); never blocks on a FIFO or a device."""
+    return b"".join(_chunks(Path(path), what, limit))
 
 
 def sha256_file(path: str | Path, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> str:
     """The SHA-256 (hex) of the regular file ``path`` of at most ``limit`` bytes, read in 1 MiB chunks (the file is
     never held in memory whole); never blocks on a FIFO or a device."""
-    path = Path(path)
-    fd = _open_regular(path, what, limit)
-    digest, total = hashlib.sha256(), 0
-    try:
-        while total <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            digest.update(chunk)
-            total += len(chunk)
-    except OSError as e:
-        raise ReadRefused(f"{what} {path}: cannot read it ({e.strerror or type(e).__name__})") from None
-    finally:
-        os.close(fd)
-    if total > limit:  # it grew while being read
-        raise ReadRefused(f"{what} {path} is over the {limit >> 20} MiB a {what} may have")
+    digest = hashlib.sha256()
+    for chunk in _chunks(Path(path), what, limit):
+        digest.update(chunk)
     return digest.hexdigest()
 
 
